@@ -1,0 +1,82 @@
+"""Fixed-point primitives of the DPU, defined once (dpu-facts.md "Integer arithmetic", isa1-semantics.md 11).
+
+Tensors are int8 with a per-tensor power-of-two scale: value = q * 2**-fix_point. Every engine ends with
+DPURound: round half toward +infinity (floor(x + 0.5)), then saturate to [-128, 127].
+
+The golden reference (xgraph) and the instruction emulator (runtime) share only these primitives; each
+implements the op semantics on its own, so a bug in one shows up as a mismatch with the other.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+INT8_MIN = -128
+INT8_MAX = 127
+
+#: LeakyReLU slope forced by the quantizer and hard-wired in CONV act_type 3: 26/256.
+LEAKY_NUM = 26
+LEAKY_SHIFT = 8
+LEAKY_ALPHA = LEAKY_NUM / (1 << LEAKY_SHIFT)
+
+#: ReLU6 threshold of CONV/ALU act_type 4: 6 * 2**4, i.e. the output must have fix_point 4.
+RELU6_FIX_POINT = 4
+RELU6_MAX = 6 << RELU6_FIX_POINT
+
+#: Hard-sigmoid multiplier (2731 / 2**14 ~ 1/6) of ALU mode 7.
+HSIGMOID_MUL = 2731
+HSIGMOID_SHIFT = 14
+
+
+def saturate_int8(v: np.ndarray) -> np.ndarray:
+    """Clamp an integer array to [-128, 127] and return it as int8."""
+    return np.clip(v, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def shift_round(v: np.ndarray, n: int) -> np.ndarray:
+    """floor(v / 2**n + 0.5) for integer v, exactly (arithmetic shifts on int64); n < 0 shifts left.
+
+    No saturation: callers saturate once, at the end, as the hardware does.
+    """
+    v = np.asarray(v, dtype=np.int64)
+    if n > 0:
+        return (v + (np.int64(1) << np.int64(n - 1))) >> np.int64(n)
+    if n < 0:
+        return v << np.int64(-n)
+    return v
+
+
+def dpu_round(t: np.ndarray) -> np.ndarray:
+    """DPURound of real values: floor(t + 0.5), then saturate to int8.
+
+    For dyadic rationals (every value the DPU produces except the float avg-pool sum) this is exact in float64
+    as long as |t| < 2**52.
+    """
+    return saturate_int8(np.floor(np.asarray(t, dtype=np.float64) + 0.5))
+
+
+def avgpool_factor(kh: int, kw: int) -> tuple[int, int]:
+    """(multiplier, shift) with multiplier / 2**shift ~ 1 / (kh*kw), as the DPU's average pool applies it.
+
+    Table values from dpu-facts.md: 3x3 -> 7/64, 5x5 -> 10/256, 6x6 -> 7/256, 7x7 -> 21/1024, 14x14 -> 21/4096;
+    exact for powers of two; otherwise the shift s < ceil(log2(128 k)) minimising |round(2**s / k) / 2**s - 1/k|.
+    """
+    k = kh * kw
+    if k <= 0:
+        raise ValueError(f"avg pool window {kh}x{kw} is empty")
+    table = {9: (7, 6), 25: (10, 8), 36: (7, 8), 49: (21, 10), 196: (21, 12)}
+    if k in table:
+        return table[k]
+    if k & (k - 1) == 0:
+        return 1, k.bit_length() - 1
+    best: tuple[float, int, int] | None = None
+    for s in range(0, math.ceil(math.log2(128 * k))):
+        m = round((1 << s) / k)
+        if m == 0 or m > INT8_MAX:
+            continue
+        err = abs(m / (1 << s) - 1 / k)
+        if best is None or err < best[0]:
+            best = (err, m, s)
+    assert best is not None
+    return best[1], best[2]
