@@ -1,0 +1,235 @@
+"""Which operators the selected DPU can run: `check_op(arch, op)` returns the reasons it cannot.
+
+The numbers live in limits.json, one profile per family + ISA ("DPUCZDX8G_ISA1", "DPUCZDX8G_ISA0"); this module
+holds the rule logic and the messages. Every message names the rule, the value, the allowed range and the target
+("on DPUCZDX8G_ISA1_B4096 (zcu102)"), so the partition report can quote it as is.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.arch.opdesc import OP_KINDS, OpDesc
+from tvm_dpu.errors import ArchError
+from tvm_dpu.quant.fixpoint import LEAKY_NUM, LEAKY_SHIFT
+
+LIMITS_FILE = Path(__file__).with_name("limits.json")
+
+_SIDES = (("top", "h"), ("left", "w"), ("bottom", "h"), ("right", "w"))  # OpDesc.pad order
+_PAD_MAX = {  # limits.json pad.max expression -> (value(k, d), text for the message)
+    "(k-1)*d": (lambda k, d: (k - 1) * d, "(kernel_{a}-1)*dilation_{a}"),
+    "k-1": (lambda k, d: k - 1, "kernel_{a}-1"),
+}
+
+
+@lru_cache(maxsize=1)
+def _profiles() -> dict[str, dict[str, Any]]:
+    return json.loads(LIMITS_FILE.read_text())["profiles"]
+
+
+def profile_name(arch: Arch) -> str:
+    """The limits profile of an Arch, derived from family + ISA: "DPUCZDX8G_ISA1"."""
+    return f"{arch.family}_ISA{arch.isa}"
+
+
+def profile_rules(arch: Arch) -> dict[str, Any]:
+    """The op-kind -> rules table of the arch's profile; ArchError if limits.json has none."""
+    name = profile_name(arch)
+    try:
+        return _profiles()[name]
+    except KeyError:
+        raise ArchError(
+            f"no operator limits for {name} ({arch.target_label}) in {LIMITS_FILE.name}; "
+            f"known profiles: {', '.join(_profiles())}"
+        ) from None
+
+
+def _range(label: str, value: Any, text: str, lo: float, hi: float, target: str) -> list[str]:
+    """One message if any of `value` (a number or a tuple) leaves [lo, hi]."""
+    values = value if isinstance(value, tuple) else (value,)
+    if max(values) > hi:
+        return [f"{label} {text} exceeds [{lo},{hi}] on {target}"]
+    if min(values) < lo:
+        return [f"{label} {text} is below [{lo},{hi}] on {target}"]
+    return []
+
+
+def _pair(label: str, hw: tuple[int, int], bounds: list[int], target: str) -> list[str]:
+    return _range(label, tuple(hw), f"{hw[0]}x{hw[1]}", bounds[0], bounds[1], target)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
+    """Map grouped convs to their depthwise kind and global pooling to an avg pool; report bad groupings."""
+    ic, oc, g = op.in_channels, op.out_channels, op.groups
+    depthwise = g == ic == oc and g > 1
+    if op.kind in ("conv2d", "conv2d_transpose"):
+        if g == 1:
+            return op, []
+        if depthwise:
+            return replace(op, kind=f"depthwise_{op.kind}"), []
+        return op, [
+            f"groups {g} not supported on {target}: {op.kind} needs groups == 1, or groups == in_channels == "
+            f"out_channels for depthwise (in_channels {ic}, out_channels {oc})"
+        ]
+    if op.kind in ("depthwise_conv2d", "depthwise_conv2d_transpose") and not g == ic == oc:
+        return op, [
+            f"depthwise needs groups == in_channels == out_channels, got groups {g}, in_channels {ic}, "
+            f"out_channels {oc} on {target}"
+        ]
+    if op.kind == "global_avg_pool":
+        h, w = int(op.in_shape[2]), int(op.in_shape[3])
+        return replace(op, kind="avg_pool2d", kernel=(h, w), stride=(1, 1), pad=(0, 0, 0, 0)), []
+    return op, []
+
+
+def _allowed_activations(arch: Arch, source: str | list[str]) -> tuple[str, ...]:
+    if isinstance(source, list):
+        return tuple(source)
+    acts, leaky = {
+        "conv": (arch.conv_activations, arch.conv_leaky),
+        "alu": (arch.alu_activations, arch.dw_leaky),
+        "elew": (arch.elew_activations, False),
+    }[source]
+    return tuple(a for a in acts if a != "leaky_relu" or leaky)
+
+
+def _check_activation(arch: Arch, op: OpDesc, kind: str, source: str | list[str], target: str) -> list[str]:
+    if op.activation is None:
+        return []
+    allowed = _allowed_activations(arch, source)
+    if op.activation not in allowed:
+        return [
+            f"activation {op.activation} not supported for {kind} on {target} "
+            f"(supported: {', '.join(allowed) or 'none'})"
+        ]
+    if op.activation == "leaky_relu":
+        den = 1 << LEAKY_SHIFT
+        if op.alpha is None:
+            return [f"LeakyReLU alpha unknown, cannot check that it quantizes to {LEAKY_NUM}/{den} on {target}"]
+        q = math.floor(op.alpha * den + 0.5)  # DPURound, as the quantizer rounds
+        if q != LEAKY_NUM:
+            return [
+                f"LeakyReLU alpha {_fmt(op.alpha)} quantizes to {q}/{den}, DPU supports only {LEAKY_NUM}/{den} "
+                f"on {target}"
+            ]
+    return []
+
+
+def _upsample_scale(op: OpDesc, target: str) -> tuple[tuple[float, float], list[str]]:
+    if op.scale is not None:
+        sh, sw = op.scale
+    else:
+        (ih, iw), (oh, ow) = op.in_shape[2:4], op.out_shape[2:4]
+        sh, sw = oh / ih, ow / iw
+    if sh != int(sh) or sw != int(sw):
+        return (sh, sw), [f"upsample scale {_fmt(sh)}x{_fmt(sw)} is not an integer factor on {target}"]
+    return (int(sh), int(sw)), []
+
+
+def _validate(op: OpDesc) -> None:
+    """Malformed descriptions are a caller bug, not a hardware limit."""
+    who = f"OpDesc {op.name or op.kind}"
+    rank = 2 if op.kind == "dense" else 4
+    if len(op.in_shape) < rank or (rank == 4 and len(op.in_shape) != 4) or len(op.out_shape) < 2:
+        raise ValueError(f"{who}: shapes in {op.in_shape} / out {op.out_shape} are not NCHW")
+    if len(op.kernel) != 2 or len(op.stride) != 2 or len(op.dilation) != 2 or len(op.pad) != 4:
+        raise ValueError(f"{who}: kernel/stride/dilation need 2 values and pad 4 (top, left, bottom, right)")
+
+
+def check_op(arch: Arch, op: OpDesc) -> list[str]:
+    """The reasons `arch` cannot run `op`, in a fixed rule order; [] means supported.
+
+    Follows the Vitis AI limits table (DPUCZDX8G column) with the ISA1 ALU limits for pooling, as recorded in
+    limits.json. Dtype and layout (float32, NCHW) are the caller's concern.
+    """
+    target = arch.target_label
+    rules_by_kind = profile_rules(arch)
+    if op.kind not in OP_KINDS or op.kind not in rules_by_kind:
+        return [f"op kind {op.kind!r} not supported on {target}"]
+    _validate(op)
+    orig_kind = op.kind
+    op, reasons = _resolve_kind(op, target)
+    kind = op.kind if op.kind == orig_kind else f"{orig_kind} (as {op.kind})"
+    rules = rules_by_kind[op.kind]
+    if "as" in rules:
+        rules = rules_by_kind[rules["as"]]
+    if rules.get("supported", True) is False:
+        return reasons + [f"{op.kind} not supported on {target}"]
+
+    cp = arch.channel_parallel
+    ic = math.prod(int(d) for d in op.in_shape[1:]) if op.kind == "dense" else op.in_channels
+    oc = op.out_channels
+    kh, kw = (1, 1) if op.kind == "dense" else op.kernel
+    sh, sw = op.stride
+    dh, dw = op.dilation
+
+    if "kernel" in rules:
+        reasons += _pair("kernel", (kh, kw), rules["kernel"], target)
+    if rules.get("kernel_square") and kh != kw:
+        reasons.append(f"kernel {kh}x{kw} is not square (w == h required) on {target}")
+    if "stride" in rules:
+        reasons += _pair("stride", (sh, sw), rules["stride"], target)
+    if "kernel_over_stride" in rules:
+        lo, hi = rules["kernel_over_stride"]
+        for axis, k, s in (("h", kh, sh), ("w", kw, sw)):
+            if s < 1:
+                reasons.append(f"stride_{axis} {s} is below 1 on {target}")
+            else:
+                reasons += _range(f"kernel_{axis}/stride_{axis} =", k / s, f"{k}/{s}", lo, hi, target)
+    if "dilation" in rules:
+        reasons += _pair("dilation", (dh, dw), rules["dilation"], target)
+    if "dilation_x_ic_max_per_cp" in rules:
+        n = rules["dilation_x_ic_max_per_cp"]
+        d = max(dh, dw)
+        if d * ic > n * cp:
+            reasons.append(
+                f"dilation*input_channels = {d}*{ic} = {d * ic} exceeds {n}*{cp}={n * cp} on {target}"
+            )
+    if "pad" in rules:
+        lo = rules["pad"]["min"]
+        fn, text = _PAD_MAX[rules["pad"]["max"]]
+        dims = {"h": (kh, dh), "w": (kw, dw)}
+        for (side, axis), p in zip(_SIDES, op.pad):
+            hi = fn(*dims[axis])
+            if p > hi:
+                reasons.append(f"pad_{side} {p} exceeds [{lo},{hi}] ({text.format(a=axis)}) on {target}")
+            elif p < lo:
+                reasons.append(f"pad_{side} {p} is below [{lo},{hi}] on {target}")
+    if "engine_pad_max" in rules:
+        for (side, _), p in zip(_SIDES, op.pad):
+            hi = rules["engine_pad_max"][side]
+            if p > hi:
+                reasons.append(f"pad_{side} {p} exceeds the ALU pad field [0,{hi}] on {target}")
+    if rules.get("in_size"):
+        rows = kw * kh * math.ceil(ic / cp)
+        if rows > arch.bank_depth:
+            reasons.append(
+                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {arch.bank_depth} "
+                f"on {target}"
+            )
+    if "out_channels_max_per_cp" in rules:
+        n = rules["out_channels_max_per_cp"]
+        if oc > n * cp:
+            reasons.append(f"output channels {oc} exceed {n}*{cp}={n * cp} on {target}")
+    if "in_channels_max_per_cp" in rules:
+        n = rules["in_channels_max_per_cp"]
+        if ic > n * cp:
+            reasons.append(f"input channels {ic} exceed {n}*{cp}={n * cp} on {target}")
+    if "inputs" in rules:
+        lo, hi = rules["inputs"]
+        reasons += _range("num_inputs", op.num_inputs, str(op.num_inputs), lo, hi, target)
+    if "scale" in rules:
+        scale, bad = _upsample_scale(op, target)
+        reasons += bad or _pair("upsample scale", scale, rules["scale"], target)
+    if "activations" in rules:
+        reasons += _check_activation(arch, op, kind, rules["activations"], target)
+    return reasons
