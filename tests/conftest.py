@@ -1,0 +1,36 @@
+"""Shared pytest configuration."""
+from __future__ import annotations
+
+_CONFORMANCE = "test_isa1_conformance.py::"
+_KINDS = {"::test_case[": "cases", "::test_encoding[": "encodings"}
+
+
+def _conformance_counts(stats: dict) -> dict[str, tuple[int, int]]:
+    """{'cases': (passed, ran), 'encodings': (...)} over this session's conformance test reports.
+
+    A test passed when its call phase passed and no phase failed; skipped tests count as ran, not passed.
+    """
+    ran: dict[str, set[str]] = {k: set() for k in _KINDS.values()}
+    passed: dict[str, set[str]] = {k: set() for k in _KINDS.values()}
+    failed: set[str] = set()
+    for reports in stats.values():
+        for rep in reports:
+            nodeid = getattr(rep, "nodeid", "")
+            if _CONFORMANCE not in nodeid or getattr(rep, "when", None) is None:
+                continue
+            kind = next((k for marker, k in _KINDS.items() if marker in nodeid), None)
+            if kind is None:
+                continue
+            ran[kind].add(nodeid)
+            if rep.failed:
+                failed.add(nodeid)
+            elif rep.when == "call" and rep.passed:
+                passed[kind].add(nodeid)
+    return {k: (len(passed[k] - failed), len(ran[k])) for k in ran}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    counts = _conformance_counts(terminalreporter.stats)
+    (n, m), (k, l) = counts["cases"], counts["encodings"]
+    if m or l:
+        terminalreporter.write_line(f"ISA1 conformance: {n}/{m} cases, {k}/{l} encodings")

@@ -1,0 +1,225 @@
+"""DPUCZDX8G ISA1 ("DPUV2") instruction encoding and decoding, generated from the field table isa_fields.json.
+
+The table is a transcription of the VART simulator's `dpuv2.xml` (isa1-semantics.md 1.2-1.4). Field values in an
+`Instr` are always the TRUE values: a `minus` field holding 8 means 8 items and is stored as 7.
+Words are uint32, word 0 of an instruction first; opcode is bits [31:28] of word 0, dpdon [27:24], dpdby [23:20].
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from tvm_dpu.errors import ISAError
+
+#: Engine (dependency category) bits of dpdon / dpdby: bit i = category i (isa1-semantics.md 10).
+LOAD = 1
+SAVE = 2
+CONV = 4
+MISC = 8
+ENGINE_BITS: dict[str, int] = {"load": LOAD, "save": SAVE, "conv": CONV, "misc": MISC}
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One bit field of an instruction: `len` bits at bit `pos` of word `word`; `minus` stores value - 1."""
+
+    name: str
+    word: int
+    pos: int
+    len: int
+    minus: bool
+
+    @property
+    def min_value(self) -> int:
+        return 1 if self.minus else 0
+
+    @property
+    def max_value(self) -> int:
+        return (1 << self.len) if self.minus else (1 << self.len) - 1
+
+
+@dataclass(frozen=True)
+class InstrSpec:
+    """Layout of one instruction type."""
+
+    name: str
+    opcode: int
+    words: int
+    category: str  # load / save / conv / misc
+    fields: tuple[FieldSpec, ...]
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    @property
+    def engine(self) -> int:
+        """Engine bit (LOAD/SAVE/CONV/MISC) of this instruction's category."""
+        return ENGINE_BITS[self.category]
+
+
+@dataclass
+class Instr:
+    """One instruction: its upper-case name, true field values and the dpdon/dpdby engine masks."""
+
+    name: str
+    fields: dict[str, int] = field(default_factory=dict)
+    dpdon: int = 0
+    dpdby: int = 0
+
+    def __getitem__(self, key: str) -> int:
+        return self.fields[key]
+
+
+@lru_cache(maxsize=1)
+def _table() -> tuple[dict[str, InstrSpec], dict[int, InstrSpec]]:
+    text = resources.files("tvm_dpu.codegen").joinpath("isa_fields.json").read_text()
+    doc = json.loads(text)
+    by_name: dict[str, InstrSpec] = {}
+    by_opcode: dict[int, InstrSpec] = {}
+    for ins in doc["instructions"]:
+        spec = InstrSpec(
+            name=ins["name"],
+            opcode=int(ins["opcode"]),
+            words=int(ins["words"]),
+            category=ins["category"],
+            fields=tuple(FieldSpec(f["name"], int(f["word"]), int(f["pos"]), int(f["len"]), bool(f["minus"]))
+                         for f in ins["fields"]),
+        )
+        by_name[spec.name] = spec
+        by_opcode[spec.opcode] = spec
+    return by_name, by_opcode
+
+
+def instr_specs() -> dict[str, InstrSpec]:
+    """All instruction layouts by upper-case name (LOAD, SAVE, CONVINIT, ..., END)."""
+    return dict(_table()[0])
+
+
+def instr_spec(name: str) -> InstrSpec:
+    """Layout of instruction `name`; ISAError if unknown."""
+    try:
+        return _table()[0][name]
+    except KeyError:
+        raise ISAError(f"unknown instruction {name!r} (known: {', '.join(_table()[0])})") from None
+
+
+def engine_mask(*names: str) -> int:
+    """4-bit dependency mask from engine names, e.g. engine_mask("load", "conv") == 5."""
+    m = 0
+    for n in names:
+        try:
+            m |= ENGINE_BITS[n.lower()]
+        except KeyError:
+            raise ISAError(f"unknown engine {n!r} (known: load, save, conv, misc)") from None
+    return m
+
+
+def engine_names(mask: int) -> tuple[str, ...]:
+    """Engine names set in a 4-bit dependency mask, in bit order."""
+    if not 0 <= mask <= 15:
+        raise ISAError(f"dependency mask {mask} outside 0..15")
+    return tuple(n for n, b in ENGINE_BITS.items() if mask & b)
+
+
+def mask_to_str(mask: int) -> str:
+    """The AC-text form of a mask: 4 binary digits, leftmost = bit 3 (MISC)."""
+    if not 0 <= mask <= 15:
+        raise ISAError(f"dependency mask {mask} outside 0..15")
+    return format(mask, "04b")
+
+
+def mask_from_str(s: str) -> int:
+    """Parse a 4-digit binary dependency string such as '0101'."""
+    if len(s) != 4 or any(ch not in "01" for ch in s):
+        raise ISAError(f"dependency mask {s!r} is not 4 binary digits")
+    return int(s, 2)
+
+
+def encode(instr: Instr) -> list[int]:
+    """Machine words of one instruction. ISAError names the instruction and field on any bad value."""
+    spec = instr_spec(instr.name)
+    unknown = set(instr.fields) - set(spec.field_names)
+    if unknown:
+        raise ISAError(f"{instr.name}: unknown field(s) {', '.join(sorted(unknown))}")
+    for dep_name, dep in (("dpdon", instr.dpdon), ("dpdby", instr.dpdby)):
+        if not isinstance(dep, (int, np.integer)) or not 0 <= int(dep) <= 15:
+            raise ISAError(f"{instr.name}: {dep_name}={dep!r} outside 0..15")
+    words = [0] * spec.words
+    words[0] = (spec.opcode << 28) | (int(instr.dpdon) << 24) | (int(instr.dpdby) << 20)
+    for f in spec.fields:
+        if f.name not in instr.fields:
+            raise ISAError(f"{instr.name}: missing field {f.name}")
+        v = instr.fields[f.name]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ISAError(f"{instr.name}: field {f.name}={v!r} is not an integer")
+        v = int(v)
+        if not f.min_value <= v <= f.max_value:
+            raise ISAError(f"{instr.name}: field {f.name}={v} outside {f.min_value}..{f.max_value}"
+                           + (" (minus field)" if f.minus else ""))
+        words[f.word] |= ((v - 1 if f.minus else v) & ((1 << f.len) - 1)) << f.pos
+    return words
+
+
+def decode(words: Sequence[int], pos: int = 0) -> tuple[Instr, int]:
+    """Decode the instruction starting at word `pos`; returns (Instr, number of words)."""
+    if pos >= len(words):
+        raise ISAError(f"word {pos}: no instruction (stream has {len(words)} words)")
+    w0 = int(words[pos])
+    opcode = (w0 >> 28) & 0xF
+    spec = _table()[1].get(opcode)
+    if spec is None:
+        raise ISAError(f"word {pos}: unknown opcode 0x{opcode:X} (word 0x{w0:08X})")
+    if pos + spec.words > len(words):
+        raise ISAError(f"word {pos}: truncated {spec.name} (needs {spec.words} words, "
+                       f"{len(words) - pos} left)")
+    ws = [int(words[pos + i]) for i in range(spec.words)]
+    fields = {}
+    for f in spec.fields:
+        v = (ws[f.word] >> f.pos) & ((1 << f.len) - 1)
+        fields[f.name] = v + 1 if f.minus else v
+    return Instr(spec.name, fields, (w0 >> 24) & 0xF, (w0 >> 20) & 0xF), spec.words
+
+
+def encode_program(instrs: Iterable[Instr]) -> np.ndarray:
+    """Concatenated machine words (uint32) of a program; ISAError names the instruction index."""
+    out: list[int] = []
+    for i, ins in enumerate(instrs):
+        try:
+            out.extend(encode(ins))
+        except ISAError as e:
+            raise ISAError(f"instruction {i}: {e}") from None
+    return np.asarray(out, dtype=np.uint32)
+
+
+def iter_program(code: Sequence[int] | np.ndarray) -> Iterable[tuple[int, Instr]]:
+    """Yield (word offset, Instr) for every instruction of a machine-code stream."""
+    code = np.asarray(code, dtype=np.uint32).ravel()
+    words = code.tolist()
+    pos = 0
+    while pos < len(words):
+        ins, n = decode(words, pos)
+        yield pos, ins
+        pos += n
+
+
+def decode_program(code: Sequence[int] | np.ndarray) -> list[Instr]:
+    """Decode a whole machine-code stream (errors name the word offset)."""
+    return [ins for _, ins in iter_program(code)]
+
+
+def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Instr:
+    """Build an Instr with every field defaulted to its minimum (0, or 1 for minus fields), overridden by `fields`."""
+    spec = instr_spec(name)
+    vals = {f.name: f.min_value for f in spec.fields}
+    unknown = set(fields) - set(vals)
+    if unknown:
+        raise ISAError(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")
+    vals.update({k: int(v) for k, v in fields.items()})
+    return Instr(name, vals, dpdon, dpdby)
+
