@@ -1,0 +1,176 @@
+"""Code generator: every op compiled to machine code, run on the emulator, must equal the golden reference bit for
+bit (the two share only the fixed-point primitives and the quantization parameters)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.codegen.compiler import compile_graph
+from tvm_dpu.codegen.layout import FMap
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import CodegenError
+from tvm_dpu.codegen.isa import CONV, LOAD, SAVE
+from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.xgraph import Graph, Op, Tensor, run_graph
+
+ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
+
+
+class _B:
+    """Tiny quantized-graph builder for the tests."""
+
+    def __init__(self, seed: int = 0):
+        self.g = Graph("g")
+        self.rng = np.random.default_rng(seed)
+        self.n = 0
+
+    def _name(self, p: str) -> str:
+        self.n += 1
+        return f"{p}{self.n}"
+
+    def input(self, c: int, h: int, w: int, fp: int = 4) -> str:
+        t = self.g.add_tensor(Tensor(self._name("in"), (1, c, h, w), "int8", fp))
+        self.g.inputs.append(t.name)
+        return t.name
+
+    def const(self, shape, fp: int, lo: int = -128, hi: int = 128) -> str:
+        data = self.rng.integers(lo, hi, shape).astype(np.int8)
+        return self.g.add_tensor(Tensor(self._name("k"), tuple(shape), "int8", fp, data)).name
+
+    def op(self, type_: str, inputs: list[str], shape, fp: int, params=None, **attrs) -> str:
+        out = self.g.add_tensor(Tensor(self._name(type_), tuple(shape), "int8", fp)).name
+        self.g.add_op(Op(self._name("op"), type_, list(inputs), [out], attrs, params or {}))
+        return out
+
+    def conv(self, x: str, cout: int, k: int, s: int = 1, p: int = 0, fp_out: int = 3, act: str = "relu",
+             bias: bool = True, fp_w: int = 7) -> str:
+        _, c, h, w = self.g.tensors[x].shape
+        params = {"weights": self.const((cout, c, k, k), fp_w)}
+        if bias:
+            params["bias"] = self.const((cout,), 5)
+        ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+        return self.op("conv2d", [x], (1, cout, ho, wo), fp_out, params, strides=[s, s], pads=[p, p, p, p], act=act)
+
+    def shape(self, t: str):
+        return self.g.tensors[t].shape
+
+
+def _check(graph: Graph, arch_name: str, seed: int = 0) -> dict:
+    arch = load_arch(arch_name)
+    graph.outputs = graph.outputs or [graph.ops[-1].outputs[0]]
+    compiled = compile_graph(graph, arch)
+    rng = np.random.default_rng(seed)
+    feeds = {n: rng.integers(-128, 128, graph.tensors[n].shape).astype(np.int8) for n in graph.inputs}
+    regions = compiled.new_regions()
+    for b in compiled.inputs:
+        b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
+    Emulator(arch).run(compiled.code, regions)
+    golden = run_graph(graph, feeds)
+    for b in compiled.outputs:
+        got = b.fmap.from_ddr(regions[b.fmap.reg_id])
+        exp = golden[b.name]
+        assert got.shape == exp.shape
+        bad = int(np.sum(got != exp))
+        assert bad == 0, f"{b.name}: {bad} of {got.size} elements differ"
+    return compiled.instr_counts
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_resnet_block(arch):
+    b = _B()
+    x = b.input(3, 32, 30)
+    c1 = b.conv(x, 24, 7, 2, 3, fp_out=3)
+    p1 = b.op("max_pool2d", [c1], (1, 24, 8, 8), 3, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c2 = b.conv(p1, 24, 3, 1, 1, fp_out=3)
+    c3 = b.conv(c2, 24, 3, 1, 1, fp_out=2, act="none")
+    a = b.op("eltwise_add", [c3, p1], (1, 24, 8, 8), 2, act="relu")
+    gp = b.op("avg_pool2d", [a], (1, 24, 1, 1), 3, **{"global": True})
+    d = b.op("dense", [gp], (1, 10, 1, 1), 2, {"weights": b.const((10, 24), 7), "bias": b.const((10,), 4)})
+    b.g.outputs = [d, a]
+    counts = _check(b.g, arch)
+    assert counts["CONV"] >= 3 and counts["ALU"] >= 2 and counts["ELEW"] >= 1
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_inception_concat_aliasing_and_requant(arch):
+    b = _B(1)
+    x = b.input(16, 9, 9)
+    br1 = b.conv(x, 8, 1, fp_out=3)
+    br2 = b.conv(b.conv(x, 12, 1, fp_out=3), 20, 3, 1, 1, fp_out=3)
+    br3 = b.conv(x, 5, 5, 1, 2, fp_out=2)  # another fix_point: requantized into the concat
+    pool = b.op("max_pool2d", [x], (1, 16, 9, 9), 4, kernel=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    br4 = b.conv(pool, 7, 1, fp_out=3)
+    cat = b.op("concat", [br1, br2, br3, br4], (1, 40, 9, 9), 3, axis=1)
+    b.conv(cat, 16, 1, fp_out=3)
+    _check(b.g, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_mobilenet_block(arch):
+    b = _B(2)
+    x = b.input(24, 14, 14)
+    e = b.conv(x, 72, 1, fp_out=4, act="relu6")
+    dw = b.op("depthwise_conv2d", [e], (1, 72, 7, 7), 4,
+              {"weights": b.const((72, 1, 3, 3), 7), "bias": b.const((72,), 6)},
+              strides=[2, 2], pads=[1, 1, 1, 1], act="relu6")
+    p = b.conv(dw, 32, 1, fp_out=3, act="none")
+    b.op("eltwise_add", [p, b.conv(p, 32, 3, 1, 1, fp_out=4, act="leaky_relu", bias=False)], (1, 32, 7, 7), 3)
+    _check(b.g, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_alu_activations_avgpool_upsample(arch):
+    b = _B(3)
+    x = b.input(20, 6, 10, fp=5)
+    lk = b.op("activation", [x], (1, 20, 6, 10), 5, mode="leaky_relu", alpha=26 / 256)
+    hs = b.op("activation", [lk], (1, 20, 6, 10), 7, mode="hard_sigmoid")
+    pr = b.op("activation", [x], (1, 20, 6, 10), 5, {"alpha": b.const((20,), 6, lo=0)}, mode="prelu")
+    ap = b.op("avg_pool2d", [pr], (1, 20, 2, 3), 5, kernel=[3, 3], strides=[3, 3])
+    up = b.op("upsample_nearest", [ap], (1, 20, 6, 9), 5, scale=[3, 3])
+    b.g.outputs = [hs, up]
+    _check(b.g, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_large_layer_tiles_weights_and_width(arch):
+    """More output groups than fit in CONVW (weight chunks) and a width that needs several column tiles."""
+    b = _B(4)
+    x = b.input(200, 6, 300)
+    b.conv(x, 150, 3, 1, 1, fp_out=3)
+    counts = _check(b.g, arch)
+    assert counts["CONV"] > 10
+
+
+def test_codegen_error_names_op():
+    b = _B(5)
+    x = b.input(4, 8, 8)
+    b.op("conv2d", [x], (1, 4, 6, 6), 3, {"weights": b.const((4, 1, 3, 3), 7)}, groups=4)
+    b.g.outputs = [b.g.ops[-1].outputs[0]]
+    with pytest.raises(CodegenError, match=f"op '{b.g.ops[-1].name}' \\(conv2d\\): grouped"):
+        compile_graph(b.g, load_arch("B4096"))
+
+
+def test_dependency_tokens_pair_up():
+    """Every dpdon of engine B on engine A is matched, in order, by a dpdby of A to B (the token discipline the
+    timing model replays), and a CONV never starts before the LOADs of its tile."""
+    b = _B(6)
+    x = b.input(64, 20, 20)
+    b.conv(b.conv(x, 64, 3, 1, 1), 32, 3, 1, 1)
+    b.g.outputs = [b.g.ops[-1].outputs[0]]
+    compiled = compile_graph(b.g, load_arch("B4096"))
+    from tvm_dpu.codegen.isa import decode_program, instr_spec
+    instrs = decode_program(compiled.code)
+    engines = {"load": LOAD, "save": SAVE, "conv": CONV, "misc": 8}
+    posted = {(a, bb): 0 for a in engines.values() for bb in engines.values()}
+    waited = dict(posted)
+    for ins in instrs:
+        e = engines[instr_spec(ins.name).category]
+        for src in engines.values():
+            if ins.dpdon & src:
+                waited[(src, e)] += 1
+                assert waited[(src, e)] <= posted[(src, e)]  # a post precedes its wait in program order
+            if ins.dpdby & src:
+                posted[(e, src)] += 1
+    assert posted == waited
+    assert posted[(LOAD, CONV)] > 0 and posted[(CONV, SAVE)] > 0 and posted[(SAVE, LOAD)] > 0

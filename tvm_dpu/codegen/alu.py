@@ -1,0 +1,151 @@
+"""Code generation of ALU ops (ISA1 misc engine): max/avg pool, depthwise conv, leaky/prelu, hard-sigmoid.
+
+Same tiling scheme as conv.py (row-fetch placement in VB0, row-store into VB1, halves alternating between tiles),
+with the ALU's limits: at most alu_pp rows per instruction, 11-bit length, 13-bit line pitch, and the channels
+processed in chunks of channel groups (an ALU instruction keeps channels: C = cg*CP in and out). Depthwise
+weights live in the single DWCONVW bank, so a chunk is also bounded by kh*kw*cg rows there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.layout import FMap, ceil_div
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import CodegenError, RowPlacement, max_valid_rows, split_even
+
+#: ALUINIT exec_mode codes (isa1-semantics.md 9.2).
+ALU_MODES = {"dwconv": 0, "prelu": 1, "avgpool": 2, "maxpool": 3, "leaky": 4, "maxreduce": 5,
+             "dwconv_nobias": 6, "hsigmoid": 7, "dwconv_w16": 8}
+_LENGTH_MAX = 2048  # 11-bit minus field
+_LOAD_MAX = 1024  # LOAD / SAVE length: 10-bit minus field
+_ENDL_MAX = 8192  # 13-bit minus field
+_JUMP_MAX = 1024  # 10-bit minus field
+_PAD_LT_MAX = 15  # 4-bit pad_left / pad_top
+
+
+@dataclass(frozen=True)
+class AluJob:
+    """One ALU op over a whole feature map."""
+
+    name: str
+    mode: str  # key of ALU_MODES
+    c: int  # channels (in = out)
+    kh: int = 1
+    kw: int = 1
+    sh: int = 1
+    sw: int = 1
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    act_type: int = 0
+    shift_cut: int = 0
+    shift_bias: int = 0
+    multi_factor: int = 0
+    shift_prelu_p: int = 0
+    shift_prelu_n: int = 0
+    w_offset: int | None = None  # dwconv weights [kh][kw][cg*CP], or prelu slopes [cg*CP]
+    b_offset: int | None = None  # dwconv bias [cg*CP]
+    params_reg: int = 0
+
+
+def _choose(arch: Arch, job: AluJob, width: int) -> tuple[int, int, int]:
+    """(vpp, L, channel groups per chunk)."""
+    half = arch.bank_depth // 2
+    cg = ceil_div(job.c, arch.icp)
+    vpp = max_valid_rows(arch.pp, arch.alu_pp, job.kh, job.sh)
+    n_rows = (vpp - 1) * job.sh + job.kh
+    wraps = ((n_rows - 1) // job.sh) // arch.pp + 1
+    chunk = cg
+    if job.mode.startswith("dwconv"):
+        chunk = min(chunk, arch.bank_depth // (job.kh * job.kw))
+    while chunk >= 1:
+        e_max = min(_ENDL_MAX, half // (wraps * job.sh))
+        in_cols = min(e_max // chunk, _LOAD_MAX)  # one LOAD per input line
+        if in_cols >= job.kw and chunk <= _JUMP_MAX:
+            lim = min((in_cols - job.kw) // job.sw + 1, half // chunk, _LENGTH_MAX, _LOAD_MAX, width)
+            if lim >= 1:
+                return vpp, lim, chunk
+        chunk //= 2
+    raise CodegenError(f"op {job.name!r}: no ALU tile of kernel {job.kh}x{job.kw} fits half an image bank of "
+                       f"{arch.name}")
+
+
+def emit_alu(prog: Program, arch: Arch, job: AluJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
+    """Emit y = alu_op(x) for a whole feature map."""
+    if job.mode not in ALU_MODES:
+        raise CodegenError(f"op {job.name!r}: unknown ALU mode {job.mode!r}")
+    pt, pl, _, _ = job.pads
+    if pt > _PAD_LT_MAX or pl > _PAD_LT_MAX:
+        raise CodegenError(f"op {job.name!r}: pad top/left {pt}/{pl} exceed the ALU's 4-bit pad fields (15)")
+    cp = arch.icp
+    half = arch.bank_depth // 2
+    vpp, lmax, chunk = _choose(arch, job, y.w)
+    vb0 = arch.bank_group("VB0").base_id
+    vb1 = arch.bank_group("VB1").base_id
+    dwb = arch.bank_group("DWCONVW").base_id
+    biasb = arch.bank_group("BIAS").base_id
+    cg = ceil_div(job.c, cp)
+    taps = job.kh * job.kw
+    buf = 0
+    for g0, n in split_even(cg, chunk):
+        c0 = g0 * cp
+        cc = min(n * cp, job.c - c0)
+        if job.mode in ("dwconv", "dwconv_nobias"):
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=dwb, bank_addr=0,
+                      length=taps, channel=cc, jump_read=cg * cp, jump_write=n, reg_id=job.params_reg,
+                      ddr_addr=job.w_offset + c0)
+        if job.mode == "prelu":
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=dwb, bank_addr=0,
+                      length=1, channel=cc, jump_read=cc, jump_write=n, reg_id=job.params_reg,
+                      ddr_addr=job.w_offset + c0)
+        if job.mode == "dwconv":
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=biasb, bank_addr=0,
+                      length=1, channel=cc, jump_read=cc, jump_write=n, reg_id=job.params_reg,
+                      ddr_addr=job.b_offset + c0)
+        for p0 in range(0, y.h, vpp):
+            v = min(vpp, y.h - p0)
+            for q0, length in split_even(y.w, lmax):
+                _tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, c0, cc, n, buf * half,
+                      (vb0, vb1, buf))
+                buf ^= 1
+
+
+def _tile(prog: Program, arch: Arch, job: AluJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int,
+          q0: int, length: int, c0: int, cc: int, n: int, base: int, banks: tuple[int, int, int]) -> None:
+    vb0, vb1, buf = banks
+    pt, pl, _, _ = job.pads
+    y0 = p0 * job.sh - pt
+    x0 = q0 * job.sw - pl
+    n_rows = (vpp - 1) * job.sh + job.kh
+    in_cols = (length - 1) * job.sw + job.kw
+    place = RowPlacement(arch.pp, job.sh, in_cols * n, n, base)
+    xs, xe = max(0, x0), min(x.w, x0 + in_cols)
+    for h in range(n_rows):
+        yy = y0 + h
+        if not 0 <= yy < x.h or xe <= xs:
+            continue
+        bank, row0 = place.where(h)
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + bank,
+                  bank_addr=(row0 + (xs - x0) * n) % arch.bank_depth, length=xe - xs, channel=cc,
+                  jump_read=x.pixel_pitch, jump_write=n, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
+    pad_bottom = max(0, y0 + n_rows - x.h)
+    pad_right = max(0, x0 + in_cols - x.w)
+    prog.emit("ALUINIT", exec_mode=ALU_MODES[job.mode], kernel_h=job.kh, kernel_w=job.kw, stride_h=job.sh,
+              stride_w=job.sw, stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=n,
+              channel_offset=n * arch.icp - cc, length=length, shift_prelu_p=job.shift_prelu_p,
+              act_type=job.act_type, shift_bias=job.shift_bias, shift_cut=job.shift_cut,
+              shift_prelu_n=job.shift_prelu_n, multi_factor=job.multi_factor, jump_read=n,
+              jump_read_endl=place.endl, jump_read_weights=n, jump_write=n, jump_write_endl=1)
+    a = [b % arch.bank_depth for b in place.bases()]
+    reads = [("vb0", buf)]
+    if job.mode in ("dwconv", "dwconv_nobias", "prelu"):
+        reads.append(("dwconvw",))
+    if job.mode == "dwconv":
+        reads.append(("bias",))
+    prog.emit("ALU", reads=tuple(reads), writes=(("vb1", buf),), bank_id_out=vb1, bank_addr_out=base,
+              pad_bottom=job.kh - 1 - pad_bottom, valid_pixel_parallel=vpp, bank_id_in=vb0, bank_addr_in=a[0],
+              pad_top=max(0, -y0), pad_left=max(0, -x0), pad_right=job.kw - 1 - pad_right, bank_addr_in_1=a[1],
+              kernel_d=1, bank_addr_weights=0, bank_addr_in_2=a[2], bank_addr_bias=0, bank_addr_in_3=a[3])
+    for r in range(vpp):
+        prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,
+                  length=length, channel=cc, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                  ddr_addr=y.addr(p0 + r, q0, c0))

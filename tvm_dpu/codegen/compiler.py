@@ -1,0 +1,316 @@
+"""XGraph (quantized DPU subgraph) -> machine code, DDR layout and parameter blob (no kernel fusion).
+
+Steps:
+1. DDR allocation. Inputs go to REG_INPUT, outputs to REG_OUTPUT, every other feature map to REG_WORK with
+   liveness-based reuse (first fit). A concat whose inputs carry the output fix_point is free: its producers
+   save straight into channel slices of the concat buffer (aliases); other inputs get a copy (or a requantizing
+   1x1 ALU max pool) into their slice.
+2. Parameters: each conv-class op's weights and biases packed in bank order into REG_PARAMS.
+3. Emission, op by op in topological order, with the per-engine emitters (conv.py, alu.py, elew.py, copy.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.alu import AluJob, emit_alu
+from tvm_dpu.codegen.conv import ConvJob, emit_conv
+from tvm_dpu.codegen.copy import emit_upsample
+from tvm_dpu.codegen.elew import ElewJob, emit_elew
+from tvm_dpu.codegen.layout import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, FMap, align, pack_channel_vector,
+                                    pack_conv_weights, pack_dw_weights)
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import CodegenError
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
+
+
+@dataclass(frozen=True)
+class TensorBinding:
+    """Where a subgraph input/output lives in DDR and how to (de)quantize it."""
+
+    name: str
+    shape: tuple[int, ...]  # logical NCHW
+    fix_point: int
+    fmap: FMap
+
+
+@dataclass
+class CompiledSubgraph:
+    """A DPU subgraph ready to run: machine code, parameter blob, DDR region sizes and tensor bindings."""
+
+    name: str
+    arch: str
+    fingerprint: int
+    code: np.ndarray  # uint32 words
+    params: np.ndarray  # uint8 bytes of REG_PARAMS
+    region_sizes: dict[int, int]
+    inputs: list[TensorBinding]
+    outputs: list[TensorBinding]
+    instr_counts: dict[str, int] = field(default_factory=dict)
+    op_ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (op name, first instr, end instr)
+
+    @property
+    def ddr_bytes(self) -> int:
+        return sum(self.region_sizes.values())
+
+    def new_regions(self) -> dict[int, np.ndarray]:
+        """Fresh DDR regions for one run: params copied, the rest zeroed."""
+        regions = {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()}
+        regions[REG_PARAMS][: len(self.params)] = self.params
+        return regions
+
+
+class _Allocator:
+    """First-fit allocator of one DDR region with explicit frees."""
+
+    def __init__(self) -> None:
+        self.free: list[tuple[int, int]] = []  # (offset, size), sorted
+        self.top = 0
+
+    def alloc(self, size: int) -> int:
+        size = align(max(size, 1))
+        for i, (off, sz) in enumerate(self.free):
+            if sz >= size:
+                if sz == size:
+                    self.free.pop(i)
+                else:
+                    self.free[i] = (off + size, sz - size)
+                return off
+        off = self.top
+        self.top += size
+        return off
+
+    def release(self, off: int, size: int) -> None:
+        size = align(max(size, 1))
+        self.free.append((off, size))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for o, s in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((o, s))
+        self.free = merged
+
+
+def _dims(graph: Graph, name: str) -> tuple[int, int, int]:
+    s = graph.tensors[name].shape
+    if len(s) != 4 or s[0] != 1:
+        raise CodegenError(f"graph {graph.name!r}: tensor {name!r} of shape {s} is not a batch-1 NCHW feature map")
+    return s[2], s[3], s[1]
+
+
+def _plan_ddr(graph: Graph) -> tuple[dict[str, FMap], dict[str, tuple[str, int]], dict[int, int]]:
+    """FMap of every feature map, the concat aliases (tensor -> (concat output, channel offset)), region sizes."""
+    outputs = set(graph.outputs)
+    inputs = set(graph.inputs)
+    producer = graph.producers()
+    alias: dict[str, tuple[str, int]] = {}
+    for op in graph.ops:
+        if op.type != "concat" or xops.attr(op, "axis") % 4 != 1:
+            continue
+        q = xops.quant_params(op, graph)
+        c0 = 0
+        for i, name in enumerate(op.inputs):
+            ok = (name in producer and name not in outputs and name not in alias and q.requant[i] is None
+                  and op.inputs.count(name) == 1 and producer[name].type != "concat")
+            if ok:
+                alias[name] = (op.outputs[0], c0)
+            c0 += graph.tensors[name].shape[1]
+
+    def root(name: str) -> tuple[str, int]:
+        c0 = 0
+        while name in alias:
+            name, off = alias[name]
+            c0 += off
+        return name, c0
+
+    # liveness over root buffers
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for t in op.outputs:
+            r = root(t)[0]
+            first.setdefault(r, i)
+            last[r] = max(last.get(r, i), i)
+        for t in op.inputs:
+            if graph.tensors[t].is_const:
+                continue
+            r = root(t)[0]
+            last[r] = max(last.get(r, i), i)
+    fmaps: dict[str, FMap] = {}
+    sizes = {REG_INPUT: 0, REG_OUTPUT: 0, REG_WORK: 0}
+    for name in graph.inputs:
+        h, w, c = _dims(graph, name)
+        fmaps[name] = FMap.dense(REG_INPUT, sizes[REG_INPUT], h, w, c)
+        sizes[REG_INPUT] += align(h * w * c)
+    for name in graph.outputs:
+        if name in fmaps:
+            continue
+        h, w, c = _dims(graph, name)
+        fmaps[name] = FMap.dense(REG_OUTPUT, sizes[REG_OUTPUT], h, w, c)
+        sizes[REG_OUTPUT] += align(h * w * c)
+    work = _Allocator()
+    frees: dict[int, list[str]] = {}
+    for r, i in last.items():
+        frees.setdefault(i, []).append(r)
+    for i, op in enumerate(graph.ops):
+        for t in op.outputs:
+            r = root(t)[0]
+            if r in fmaps or first.get(r) != i:
+                continue
+            h, w, c = _dims(graph, r)
+            fmaps[r] = FMap.dense(REG_WORK, work.alloc(h * w * c), h, w, c)
+        for r in frees.get(i, []):
+            fm = fmaps.get(r)
+            if fm is not None and fm.reg_id == REG_WORK and r not in inputs:
+                work.release(fm.offset, fm.h * fm.w * fm.c)
+    sizes[REG_WORK] = work.top
+    for name, t in graph.tensors.items():
+        if name in fmaps or t.is_const:
+            continue
+        r, c0 = root(name)
+        if r in fmaps:
+            fmaps[name] = fmaps[r].channels(c0, t.shape[1])
+    return fmaps, alias, sizes
+
+
+class _Params:
+    def __init__(self) -> None:
+        self.chunks: list[np.ndarray] = []
+        self.size = 0
+
+    def add(self, data: np.ndarray) -> int:
+        off = self.size
+        b = np.asarray(data, dtype=np.int8).view(np.uint8).ravel()
+        pad = align(len(b)) - len(b)
+        self.chunks.append(b)
+        if pad:
+            self.chunks.append(np.zeros(pad, dtype=np.uint8))
+        self.size += len(b) + pad
+        return off
+
+    def blob(self) -> np.ndarray:
+        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.uint8)
+
+
+def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
+    """Compile a validated, quantized XGraph for `arch`."""
+    graph.validate()
+    fmaps, alias, sizes = _plan_ddr(graph)
+    params = _Params()
+    prog = Program()
+    op_ranges = []
+    for op in graph.ops:
+        start = len(prog)
+        try:
+            _emit_op(prog, arch, graph, op, fmaps, alias, params)
+        except CodegenError as e:
+            msg = str(e)
+            raise CodegenError(msg if op.name in msg else f"op {op.name!r} ({op.type}): {msg}") from None
+        op_ranges.append((op.name, start, len(prog)))
+    prog.end()
+    sizes[REG_PARAMS] = params.size
+    region_sizes = {reg: align(max(size, 1), 4096) for reg, size in sizes.items()}
+    binding = lambda n: TensorBinding(n, graph.tensors[n].shape, int(graph.tensors[n].fix_point), fmaps[n])
+    return CompiledSubgraph(
+        name=graph.name, arch=arch.name, fingerprint=arch.fingerprint, code=prog.encode(), params=params.blob(),
+        region_sizes=region_sizes, inputs=[binding(n) for n in graph.inputs],
+        outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges)
+
+
+_ACT_CODES = {"none": 0, "relu": 1, "leaky_relu": 3, "relu6": 4}
+
+
+def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+             alias: dict[str, tuple[str, int]], params: _Params) -> None:
+    t = op.type
+    out = op.outputs[0]
+    y = fmaps[out]
+    if t in ("conv2d", "dense"):
+        if t == "conv2d" and (xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1)):
+            raise CodegenError("grouped or dilated conv2d is not supported by the code generator yet")
+        q = xops.quant_params(op, graph)
+        w = graph.param(op, "weights").data
+        if t == "dense":
+            w = w.reshape(xops.dense_weights_shape(op, graph))
+            kh, kw, sh, sw, pads = w.shape[2], w.shape[3], 1, 1, (0, 0, 0, 0)
+        else:
+            win = xops.conv_window(op, graph)
+            kh, kw, sh, sw, pads = win.kh, win.kw, win.sh, win.sw, win.pads
+        b = graph.param(op, "bias", required=False)
+        bias = b.data if b is not None else np.zeros(w.shape[0], np.int8)
+        w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
+        b_off = params.add(pack_channel_vector(bias, arch.ocp))
+        job = ConvJob(op.name, kh, kw, sh, sw, tuple(pads), w.shape[1], w.shape[0], q.act_type, q.shift_cut,
+                      q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+        emit_conv(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
+    elif t == "depthwise_conv2d":
+        q = xops.quant_params(op, graph)
+        win = xops.conv_window(op, graph)
+        if (win.dh, win.dw) != (1, 1):
+            raise CodegenError("dilated depthwise conv is not supported by the code generator yet")
+        w = graph.param(op, "weights").data
+        b = graph.param(op, "bias", required=False)
+        bias = b.data if b is not None else np.zeros(w.shape[0], np.int8)
+        w_off = params.add(pack_dw_weights(w, arch.icp))
+        b_off = params.add(pack_channel_vector(bias, arch.icp))
+        job = AluJob(op.name, "dwconv", w.shape[0], win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                     act_type=q.act_type, shift_cut=q.shift_cut, shift_bias=q.shift_bias_isa, w_offset=w_off,
+                     b_offset=b_off, params_reg=REG_PARAMS)
+        emit_alu(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
+    elif t in ("max_pool2d", "avg_pool2d"):
+        q = xops.quant_params(op, graph)
+        win = xops.pool_window(op, graph)
+        c = graph.tensors[out].shape[1]
+        if t == "max_pool2d":
+            job = AluJob(op.name, "maxpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                         shift_cut=q.shift_cut)
+        else:
+            job = AluJob(op.name, "avgpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                         shift_cut=q.shift_cut, multi_factor=q.multi_factor)
+        emit_alu(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
+    elif t in ("eltwise_add", "eltwise_mul"):
+        q = xops.quant_params(op, graph)
+        job = ElewJob(op.name, graph.tensors[out].shape[1], q.kind, q.act_type, tuple(q.shift_read), q.shift_write)
+        emit_elew(prog, arch, job, [fmaps[i] for i in op.inputs], y, list(op.inputs), out)
+    elif t == "concat":
+        q = xops.quant_params(op, graph)
+        axis = xops.attr(op, "axis") % 4
+        if axis != 1:
+            raise CodegenError(f"concat along axis {axis} is not supported by the code generator yet")
+        c0 = 0
+        for i, name in enumerate(op.inputs):
+            c = graph.tensors[name].shape[1]
+            if alias.get(name, (None,))[0] != out:
+                dst = y.channels(c0, c)
+                if q.requant[i] is None:
+                    emit_upsample(prog, arch, op.name, fmaps[name], dst, (1, 1), name, out)
+                else:
+                    job = AluJob(op.name, "maxpool", c, shift_cut=q.requant[i].shift_cut)
+                    emit_alu(prog, arch, job, fmaps[name], dst, name, out)
+            c0 += c
+    elif t == "upsample_nearest":
+        xops.quant_params(op, graph)
+        sh, sw = xops.attr(op, "scale")
+        emit_upsample(prog, arch, op.name, fmaps[op.inputs[0]], y, (int(sh), int(sw)), op.inputs[0], out)
+    elif t == "activation":
+        q = xops.quant_params(op, graph)
+        mode = xops.attr(op, "mode")
+        c = graph.tensors[out].shape[1]
+        if mode == "hard_sigmoid":
+            job = AluJob(op.name, "hsigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
+        elif mode == "leaky_relu":
+            job = AluJob(op.name, "leaky", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
+                         shift_prelu_n=q.shift_prelu_n)
+        else:
+            a = graph.param(op, "alpha").data
+            off = params.add(pack_channel_vector(a, arch.icp))
+            job = AluJob(op.name, "prelu", c, shift_prelu_p=q.shift_prelu_p, shift_prelu_n=q.shift_prelu_n,
+                         w_offset=off, params_reg=REG_PARAMS)
+        emit_alu(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
+    else:
+        raise CodegenError(f"op type {t!r} is not supported by the code generator yet")

@@ -1,0 +1,153 @@
+"""Code generation of one conv-class op on the CONV engine (no fusion): LOAD tiles, CONVINIT/CONV, SAVE.
+
+Schedule (DNNVM's tiling rule, Eq. 5-6, for a single layer):
+
+* Output channels are cut into groups of OCP (one CONV computes one group for vpp rows x L columns and reduces
+  every input channel and tap). As many groups as fit in the CONVW banks stay resident ("chunk"); the weights of
+  a chunk are loaded once, one LOAD per CONVW bank, and its biases with one LOAD into the BIAS bank.
+* The output is cut into tiles of vpp <= PP rows and L columns. The input rows a tile needs are loaded into one
+  half of the first image bank group (VB0) following the row-fetch rule, the outputs go to one half of VB1; the
+  halves alternate between tiles, so the loads of tile t+1 overlap the CONVs of tile t and the SAVEs of t-1
+  (double buffering; the dependency tokens come from program.Program).
+* L is the widest that fits: the input line (L-1)*sw + kw pixels of cg_in rows each within half a bank and the
+  10-bit jump_read_endl, the output L pixels of `chunk` rows within half a bank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.layout import FMap, ceil_div
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import CodegenError, RowPlacement, max_valid_rows, split_even
+
+#: Largest value of the 10-bit minus fields jump_read_endl / LOAD length / CONV length.
+FIELD10 = 1024
+
+
+@dataclass(frozen=True)
+class ConvJob:
+    """Everything the emitter needs for one conv2d / dense on the CONV engine."""
+
+    name: str
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+    cin: int
+    cout: int
+    act_type: int
+    shift_cut: int
+    shift_bias: int  # ISA field value
+    w_offset: int  # byte offset of the packed weights in the params region (layout.pack_conv_weights)
+    b_offset: int  # byte offset of the packed biases (cg_out * OCP bytes)
+    params_reg: int = 0
+
+
+def _choose_tile(arch: Arch, job: ConvJob, n_groups: int) -> tuple[int, int, int] | None:
+    """(vpp, L, chunk) for the widest tile, or None."""
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(job.cin, arch.icp)
+    vpp = max_valid_rows(arch.pp, arch.pp, job.kh, job.sh)
+    chunk = n_groups
+    while chunk >= 1:
+        for v in range(vpp, 0, -1):
+            nr = (v - 1) * job.sh + job.kh
+            wraps = ((nr - 1) // job.sh) // arch.pp + 1
+            e_max = min(FIELD10, half // (wraps * job.sh))
+            in_cols = e_max // cg_in
+            if in_cols < job.kw:
+                continue
+            lim = min((in_cols - job.kw) // job.sw + 1, half // chunk, FIELD10)
+            if lim >= 1:
+                return v, lim, chunk
+        chunk //= 2
+    return None
+
+
+def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
+    """Emit the instructions computing y = conv(x) (x, y in DDR). x_res / y_res name the DDR tensors for the
+    dependency tracker."""
+    pp, icp, ocp = arch.pp, arch.icp, arch.ocp
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(job.cin, icp)
+    cg_out = ceil_div(job.cout, ocp)
+    wrows = job.kh * job.kw * cg_in
+    if wrows > arch.bank_depth:
+        raise CodegenError(f"op {job.name!r}: weights need kh*kw*ceil(ic/icp) = {wrows} rows per CONVW bank, "
+                           f"more than bank_depth {arch.bank_depth}")
+    resident = min(cg_out, arch.bank_depth // wrows)
+    tile = _choose_tile(arch, job, resident)
+    if tile is None:
+        raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
+                           f"half an image bank ({half} rows) of {arch.name}")
+    vpp, lmax, chunk = tile
+    vb0 = arch.bank_group("VB0").base_id
+    vb1 = arch.bank_group("VB1").base_id
+    convw = arch.bank_group("CONVW").base_id
+    bias_bank = arch.bank_group("BIAS").base_id
+    pt, pl, _, _ = job.pads
+    row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
+    col_tiles = split_even(y.w, lmax)
+    buf = 0
+    for g0, n in split_even(cg_out, chunk):
+        # -- parameters of this chunk: one LOAD per CONVW bank (all n groups, all taps), one for the biases
+        items = n * job.kh * job.kw
+        for o in range(min(ocp, job.cout - g0 * ocp)):
+            for i0, cnt in split_even(items, FIELD10):
+                prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("convw",),),
+                          bank_id=convw + o, bank_addr=i0 * cg_in, length=cnt, channel=cg_in * icp,
+                          jump_read=cg_in * icp, jump_write=cg_in, reg_id=job.params_reg,
+                          ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=bias_bank, bank_addr=0,
+                  length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
+                  ddr_addr=job.b_offset + g0 * ocp)
+        for p0, v in row_tiles:
+            for q0, length in col_tiles:
+                _emit_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf * half,
+                           (vb0, vb1, buf))
+                buf ^= 1
+
+
+def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
+               vpp: int, q0: int, length: int, g0: int, n: int, cg_in: int, base: int,
+               banks: tuple[int, int, int]) -> None:
+    vb0, vb1, buf = banks
+    pt, pl, _, _ = job.pads
+    y0 = p0 * job.sh - pt
+    x0 = q0 * job.sw - pl
+    n_rows = (vpp - 1) * job.sh + job.kh
+    in_cols = (length - 1) * job.sw + job.kw
+    place = RowPlacement(arch.pp, job.sh, in_cols * cg_in, cg_in, base)
+    xs, xe = max(0, x0), min(x.w, x0 + in_cols)
+    for h in range(n_rows):
+        yy = y0 + h
+        if not 0 <= yy < x.h or xe <= xs:
+            continue  # padding rows: masked by pad_top / pad_bottom
+        bank, row0 = place.where(h)
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + bank,
+                  bank_addr=(row0 + (xs - x0) * cg_in) % arch.bank_depth, length=xe - xs, channel=job.cin,
+                  jump_read=x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs))
+    pad_top = max(0, -y0)
+    pad_left = max(0, -x0)
+    pad_bottom = max(0, y0 + n_rows - x.h)
+    pad_right = max(0, x0 + in_cols - x.w)
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
+              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=vpp, stride_offset_in=0, stride_w=job.sw,
+              kernel_w=job.kw, stride_offset_out=0)
+    a = [b % arch.bank_depth for b in place.bases()]
+    wrows = job.kh * job.kw * cg_in
+    for gl in range(n):
+        prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
+                  pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
+                  pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=gl * wrows,
+                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=gl,
+                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+    channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
+    for r in range(vpp):
+        prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,
+                  length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                  ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
