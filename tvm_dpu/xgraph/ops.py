@@ -1,0 +1,376 @@
+"""XGraph op types: attributes (with defaults), parameter roles, shape inference and quantization parameters.
+
+Attribute conventions (all JSON scalars / lists; pairs are (h, w); pads are [top, left, bottom, right]):
+
+=================== ======================================================================================
+conv2d              strides=[1,1], pads=[0,0,0,0], dilations=[1,1], groups=1, act="none", alpha (leaky).
+                    params: weights (O, I/groups, kh, kw) int8, bias (O,) int8 optional.
+depthwise_conv2d    as conv2d; weights (C, 1, kh, kw); runs on the ALU (act none/relu/relu6).
+conv2d_transpose    strides, pads, dilations, output_padding=[0,0], groups=1, act; weights (I, O/groups, kh, kw)
+                    (the ONNX / Relax layout). Computed as a stride-1 conv over the input with (s-1) zeros
+                    inserted between pixels, padded by d*(k-1) - pad (plus output_padding at the bottom/right),
+                    with the kernel flipped and its in/out axes swapped.
+dense               act; weights (O, C*H*W) or (O, C, H, W): a conv whose kernel covers the whole input; output
+                    (N, O, 1, 1).
+max_pool2d          kernel (required), strides=[1,1], pads=[0,0,0,0]. Padding value -128.
+avg_pool2d          kernel (required unless global), strides=[1,1], pads=[0,0,0,0], global=False,
+                    count_include_pad=True. The DPU always divides by kh*kw (count_include_pad semantics);
+                    the attr records what the model asked for (see quant.rules.check_avgpool_padding).
+eltwise_add         1-4 inputs of equal shape, act none/relu.
+eltwise_mul         2 inputs of equal shape, act none/relu.
+concat              axis=1.
+upsample_nearest    scale [sh, sw] (required, integers).
+activation          mode in leaky_relu / prelu / hard_sigmoid (ALU modes 4 / 1 / 7); alpha (leaky);
+                    prelu params: alpha (C,) int8 slopes.
+=================== ======================================================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tvm_dpu.quant import rules
+from tvm_dpu.xgraph.graph import Graph, GraphError, Op, check_jsonable
+
+ACTS = ("none", "relu", "relu6", "leaky_relu")
+ACTIVATION_MODES = ("leaky_relu", "prelu", "hard_sigmoid")
+CONV_TYPES = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Static description of one op type."""
+
+    defaults: dict[str, Any] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    n_inputs: tuple[int, int] = (1, 1)
+    params: tuple[str, ...] = ()  # required roles
+    optional_params: tuple[str, ...] = ()
+
+
+_CONV_DEFAULTS = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1, "act": "none",
+                  "alpha": None}
+_POOL_DEFAULTS = {"strides": [1, 1], "pads": [0, 0, 0, 0]}
+
+OP_SPECS: dict[str, OpSpec] = {
+    "conv2d": OpSpec(dict(_CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
+    "depthwise_conv2d": OpSpec(dict(_CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
+    "conv2d_transpose": OpSpec(dict(_CONV_DEFAULTS, output_padding=[0, 0]), params=("weights",),
+                               optional_params=("bias",)),
+    "dense": OpSpec({"act": "none", "alpha": None}, params=("weights",), optional_params=("bias",)),
+    "max_pool2d": OpSpec(dict(_POOL_DEFAULTS), required=("kernel",)),
+    "avg_pool2d": OpSpec(dict(_POOL_DEFAULTS, kernel=None, count_include_pad=True, **{"global": False})),
+    "eltwise_add": OpSpec({"act": "none"}, n_inputs=(1, 4)),
+    "eltwise_mul": OpSpec({"act": "none"}, n_inputs=(2, 2)),
+    "concat": OpSpec({"axis": 1}, n_inputs=(1, 1 << 16)),
+    "upsample_nearest": OpSpec(required=("scale",)),
+    "activation": OpSpec({"alpha": None}, required=("mode",), optional_params=("alpha",)),
+}
+
+
+def spec(op: Op) -> OpSpec:
+    try:
+        return OP_SPECS[op.type]
+    except KeyError:
+        raise GraphError(f"{op.where()}: unsupported op type {op.type!r} (known: {', '.join(OP_SPECS)})") from None
+
+
+def attr(op: Op, key: str) -> Any:
+    """Attribute `key` of `op`, or its default; GraphError naming the op when a required one is missing."""
+    s = spec(op)
+    if key in op.attrs:
+        return op.attrs[key]
+    if key in s.defaults:
+        return s.defaults[key]
+    raise GraphError(f"{op.where()}: missing attribute {key!r}")
+
+
+def _ints(op: Op, key: str, n: int, minimum: int) -> tuple[int, ...]:
+    v = attr(op, key)
+    if not isinstance(v, (list, tuple)) or len(v) != n or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                  for x in v):
+        raise GraphError(f"{op.where()}: attribute {key!r} must be a list of {n} integers, got {v!r}")
+    if any(x < minimum for x in v):
+        raise GraphError(f"{op.where()}: attribute {key!r} = {list(v)} has a value below {minimum}")
+    return tuple(v)
+
+
+# -- geometry ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Window:
+    """Sliding-window geometry of a conv or pool op, in the input's (H, W) frame."""
+
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        pt, pl, pb, pr = self.pads
+        ho = (h + pt + pb - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        wo = (w + pl + pr - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        return ho, wo
+
+
+def fmap_shape(graph: Graph, name: str, op: Op) -> tuple[int, int, int, int]:
+    t = graph.tensor(name, op.where())
+    if len(t.shape) != 4:
+        raise GraphError(f"{op.where()}: feature map {name!r} must be 4-D NCHW, got shape {t.shape}")
+    return t.shape  # type: ignore[return-value]
+
+
+def conv_window(op: Op, graph: Graph) -> Window:
+    """Window of conv2d / depthwise_conv2d / dense (dense: kernel = whole input, no padding)."""
+    w = graph.param(op, "weights")
+    assert w is not None
+    if op.type == "dense":
+        _, _, h, wd = fmap_shape(graph, op.inputs[0], op)
+        return Window(h, wd)
+    if len(w.shape) != 4:
+        raise GraphError(f"{op.where()}: weights {w.name!r} must be 4-D, got shape {w.shape}")
+    return Window(w.shape[2], w.shape[3], *_ints(op, "strides", 2, 1), *_ints(op, "dilations", 2, 1),
+                  pads=_ints(op, "pads", 4, 0))  # type: ignore[arg-type]
+
+
+def pool_window(op: Op, graph: Graph) -> Window:
+    """Window of max_pool2d / avg_pool2d (global: kernel = input H x W)."""
+    if op.type == "avg_pool2d" and attr(op, "global"):
+        _, _, h, w = fmap_shape(graph, op.inputs[0], op)
+        return Window(h, w)
+    if attr(op, "kernel") is None:
+        raise GraphError(f"{op.where()}: missing attribute 'kernel'")
+    kh, kw = _ints(op, "kernel", 2, 1)
+    return Window(kh, kw, *_ints(op, "strides", 2, 1), pads=_ints(op, "pads", 4, 0))  # type: ignore[arg-type]
+
+
+def dense_weights_shape(op: Op, graph: Graph) -> tuple[int, int, int, int]:
+    """Dense weights viewed as (O, C, H, W) over the input feature map."""
+    w = graph.param(op, "weights")
+    assert w is not None
+    _, c, h, wd = fmap_shape(graph, op.inputs[0], op)
+    if len(w.shape) == 2 and w.shape[1] == c * h * wd:
+        return (w.shape[0], c, h, wd)
+    if tuple(w.shape[1:]) == (c, h, wd):
+        return w.shape  # type: ignore[return-value]
+    raise GraphError(f"{op.where()}: dense weights {w.name!r} of shape {w.shape} do not match input (C, H, W) = "
+                     f"{(c, h, wd)}")
+
+
+# -- shape inference ------------------------------------------------------------------------------------
+def infer_shape(op: Op, graph: Graph) -> tuple[int, ...]:
+    """Output shape of `op` from its inputs, attributes and parameters."""
+    t = op.type
+    if t in ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense"):
+        return _infer_conv(op, graph)
+    x = fmap_shape(graph, op.inputs[0], op)
+    n, c, h, w = x
+    if t in ("max_pool2d", "avg_pool2d"):
+        win = pool_window(op, graph)
+        ho, wo = win.out_hw(h, w)
+        if ho < 1 or wo < 1:
+            raise GraphError(f"{op.where()}: window {win.kh}x{win.kw} does not fit input {h}x{w} with pads "
+                             f"{list(win.pads)}")
+        return (n, c, ho, wo)
+    if t in ("eltwise_add", "eltwise_mul"):
+        for name in op.inputs[1:]:
+            if fmap_shape(graph, name, op) != x:
+                raise GraphError(f"{op.where()}: input {name!r} has shape {graph.tensors[name].shape}, "
+                                 f"expected {x} (no broadcasting)")
+        return x
+    if t == "concat":
+        axis = attr(op, "axis")
+        if axis not in (1, 2, 3, -1, -2, -3):
+            raise GraphError(f"{op.where()}: concat axis {axis!r} must be 1, 2 or 3 (C, H or W)")
+        axis %= 4
+        total = 0
+        for name in op.inputs:
+            s = fmap_shape(graph, name, op)
+            if any(s[i] != x[i] for i in range(4) if i != axis):
+                raise GraphError(f"{op.where()}: input {name!r} of shape {s} does not match {x} outside axis {axis}")
+            total += s[axis]
+        out = list(x)
+        out[axis] = total
+        return tuple(out)
+    if t == "upsample_nearest":
+        sh, sw = _ints(op, "scale", 2, 1)
+        return (n, c, h * sh, w * sw)
+    if t == "activation":
+        mode = attr(op, "mode")
+        if mode not in ACTIVATION_MODES:
+            raise GraphError(f"{op.where()}: activation mode {mode!r} is not one of {ACTIVATION_MODES}")
+        if mode == "prelu":
+            a = graph.param(op, "alpha")
+            assert a is not None
+            if a.shape != (c,):
+                raise GraphError(f"{op.where()}: prelu slopes {a.name!r} must have shape ({c},), got {a.shape}")
+        return x
+    spec(op)
+    raise AssertionError(t)
+
+
+def _infer_conv(op: Op, graph: Graph) -> tuple[int, ...]:
+    n, c, h, w = fmap_shape(graph, op.inputs[0], op)
+    wt = graph.param(op, "weights")
+    assert wt is not None
+    act = attr(op, "act")
+    if act not in ACTS:
+        raise GraphError(f"{op.where()}: act {act!r} is not one of {ACTS}")
+    if op.type == "dense":
+        o = dense_weights_shape(op, graph)[0]
+        out: tuple[int, ...] = (n, o, 1, 1)
+    elif op.type == "conv2d_transpose":
+        if len(wt.shape) != 4:
+            raise GraphError(f"{op.where()}: weights {wt.name!r} must be 4-D (I, O/groups, kh, kw), got {wt.shape}")
+        g = attr(op, "groups")
+        if wt.shape[0] != c or c % g:
+            raise GraphError(f"{op.where()}: weights {wt.name!r} of shape {wt.shape} do not match {c} input "
+                             f"channels in {g} groups")
+        sh, sw = _ints(op, "strides", 2, 1)
+        dh, dw = _ints(op, "dilations", 2, 1)
+        pt, pl, pb, pr = _ints(op, "pads", 4, 0)
+        oph, opw = _ints(op, "output_padding", 2, 0)
+        kh, kw = wt.shape[2], wt.shape[3]
+        ho = (h - 1) * sh - pt - pb + dh * (kh - 1) + oph + 1
+        wo = (w - 1) * sw - pl - pr + dw * (kw - 1) + opw + 1
+        if ho < 1 or wo < 1:
+            raise GraphError(f"{op.where()}: transposed conv output {ho}x{wo} is empty")
+        out = (n, wt.shape[1] * g, ho, wo)
+    else:
+        win = conv_window(op, graph)
+        o = wt.shape[0]
+        if op.type == "depthwise_conv2d":
+            if wt.shape[1] != 1 or o != c:
+                raise GraphError(f"{op.where()}: depthwise weights {wt.name!r} must have shape ({c}, 1, kh, kw), "
+                                 f"got {wt.shape}")
+        else:
+            g = attr(op, "groups")
+            if not isinstance(g, int) or g < 1 or c % g or o % g or wt.shape[1] * g != c:
+                raise GraphError(f"{op.where()}: weights {wt.name!r} of shape {wt.shape} do not match {c} input "
+                                 f"channels in {g} groups")
+        ho, wo = win.out_hw(h, w)
+        if ho < 1 or wo < 1:
+            raise GraphError(f"{op.where()}: kernel {win.kh}x{win.kw} does not fit input {h}x{w} with pads "
+                             f"{list(win.pads)}")
+        out = (n, o, ho, wo)
+    b = graph.param(op, "bias", required=False)
+    if b is not None and b.shape != (out[1],):
+        raise GraphError(f"{op.where()}: bias {b.name!r} must have shape ({out[1]},), got {b.shape}")
+    return out
+
+
+def check_op(op: Op, graph: Graph) -> None:
+    """Structural checks of one op against the graph; raises GraphError naming the op."""
+    s = spec(op)
+    lo, hi = s.n_inputs
+    if not lo <= len(op.inputs) <= hi:
+        raise GraphError(f"{op.where()}: takes {lo}..{hi} inputs, got {len(op.inputs)}")
+    if len(op.outputs) != 1:
+        raise GraphError(f"{op.where()}: must have exactly one output, got {len(op.outputs)}")
+    for key, value in op.attrs.items():
+        if not isinstance(key, str):
+            raise GraphError(f"{op.where()}: attribute name {key!r} is not a string")
+        check_jsonable(value, f"{op.where()} attribute {key!r}")
+    for key in s.required:
+        attr(op, key)
+    for role in s.params:
+        graph.param(op, role)
+    for role in op.params:
+        if role not in s.params + s.optional_params:
+            raise GraphError(f"{op.where()}: unknown parameter role {role!r}")
+    if op.type == "activation" and attr(op, "mode") == "prelu":
+        graph.param(op, "alpha")
+    declared = graph.tensor(op.outputs[0], op.where()).shape
+    inferred = infer_shape(op, graph)
+    if tuple(declared) != tuple(inferred):
+        raise GraphError(f"{op.where()}: shape mismatch on output {op.outputs[0]!r}: declared {declared}, "
+                         f"inferred {inferred}")
+
+
+# -- quantization parameters ---------------------------------------------------------------------------
+def fix_point(graph: Graph, name: str, op: Op) -> int:
+    t = graph.tensor(name, op.where())
+    if t.dtype != "int8":
+        raise GraphError(f"{op.where()}: tensor {name!r} is {t.dtype}; DPU ops take int8 tensors")
+    if t.fix_point is None:
+        raise GraphError(f"{op.where()}: tensor {name!r} has no fix_point")
+    return int(t.fix_point)
+
+
+def quant_params(op: Op, graph: Graph) -> Any:
+    """The `quant.rules` parameters of `op` from the fix_points of its tensors (QuantizationError if the DPU
+    cannot do it). Both the golden reference and the code generator call this."""
+    handler = _QUANT.get(op.type)
+    if handler is None:
+        spec(op)
+        raise GraphError(f"{op.where()}: no quantization rule for op type {op.type!r}")
+    return handler(op, graph)
+
+
+def _q_conv(op: Op, graph: Graph) -> rules.ConvQuant:
+    w = graph.param(op, "weights")
+    b = graph.param(op, "bias", required=False)
+    assert w is not None
+    fp_w = fix_point(graph, w.name, op)
+    fp_b = fix_point(graph, b.name, op) if b is not None else None
+    engine = "alu" if op.type == "depthwise_conv2d" else "conv"
+    return rules.conv_params(op.name, fix_point(graph, op.inputs[0], op), fp_w, fix_point(graph, op.outputs[0], op),
+                             fp_b, attr(op, "act"), attr(op, "alpha"), engine)
+
+
+def _q_eltwise(op: Op, graph: Graph) -> rules.EltwiseQuant:
+    kind = "add" if op.type == "eltwise_add" else "mul"
+    return rules.eltwise_params(op.name, kind, [fix_point(graph, i, op) for i in op.inputs],
+                                fix_point(graph, op.outputs[0], op), attr(op, "act"))
+
+
+def _q_maxpool(op: Op, graph: Graph) -> rules.MaxPoolQuant:
+    return rules.maxpool_params(op.name, fix_point(graph, op.inputs[0], op), fix_point(graph, op.outputs[0], op))
+
+
+def _q_avgpool(op: Op, graph: Graph) -> rules.AvgPoolQuant:
+    win = pool_window(op, graph)
+    return rules.avgpool_params(op.name, win.kh, win.kw, fix_point(graph, op.inputs[0], op),
+                                fix_point(graph, op.outputs[0], op))
+
+
+def _q_concat(op: Op, graph: Graph) -> rules.ConcatQuant:
+    return rules.concat_params(op.name, [fix_point(graph, i, op) for i in op.inputs],
+                               fix_point(graph, op.outputs[0], op))
+
+
+def _q_upsample(op: Op, graph: Graph) -> None:
+    rules.same_fix_point(op.name, fix_point(graph, op.inputs[0], op), fix_point(graph, op.outputs[0], op),
+                         "nearest upsampling")
+
+
+def _q_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuant:
+    fp_in = fix_point(graph, op.inputs[0], op)
+    fp_out = fix_point(graph, op.outputs[0], op)
+    mode = attr(op, "mode")
+    if mode == "leaky_relu":
+        return rules.leaky_params(op.name, fp_in, fp_out, attr(op, "alpha"))
+    if mode == "prelu":
+        a = graph.param(op, "alpha")
+        assert a is not None
+        return rules.prelu_params(op.name, fp_in, fix_point(graph, a.name, op), fp_out, a.data)
+    if mode == "hard_sigmoid":
+        return rules.hsigmoid_params(op.name, fp_in, fp_out)
+    raise GraphError(f"{op.where()}: activation mode {mode!r} is not one of {ACTIVATION_MODES}")
+
+
+_QUANT: dict[str, Callable[[Op, Graph], Any]] = {
+    "conv2d": _q_conv,
+    "depthwise_conv2d": _q_conv,
+    "conv2d_transpose": _q_conv,
+    "dense": _q_conv,
+    "max_pool2d": _q_maxpool,
+    "avg_pool2d": _q_avgpool,
+    "eltwise_add": _q_eltwise,
+    "eltwise_mul": _q_eltwise,
+    "concat": _q_concat,
+    "upsample_nearest": _q_upsample,
+    "activation": _q_activation,
+}
