@@ -1,0 +1,453 @@
+"""ONNX -> Relax import through TVM's own importer (``tvm.relax.frontend.onnx``), with input checks that give a
+clear :class:`~tvm_dpu.errors.FrontendError` and per-node provenance (see :mod:`.provenance`).
+
+How provenance is obtained: :class:`_TracingImporter` subclasses TVM's ``ONNXGraphImporter`` and hooks
+``_convert_operator`` (called once per top-level ONNX node, in graph order). The hook *emits* the converter's result
+so that every node ends at a binding of its own; all bindings emitted after the previous node's output binding and
+up to this node's output binding then belong to this node. A node whose outputs need no new binding (Identity,
+Constant, shape arithmetic the importer folds) is recorded as absorbed: a pass-through node into the producer of
+its input, any other into its first consumer that has Calls.
+
+The hook also converts four ops directly to plain Relax ops instead of the importer's ``call_tir`` (TE) lowering,
+because an opaque ``call_tir`` cannot be pattern-matched or folded later:
+``Clip`` with constant bounds -> ``relax.clip``; two-input ``Min``/``Max`` -> ``relax.minimum``/``maximum``;
+``Pad`` (constant mode, constant non-negative pads, no ``axes``) -> ``relax.nn.pad``.
+Everything else is the importer's conversion, unchanged.
+
+Limitation: for a graph with an ``If`` node the importer builds no dataflow block; the top-level Calls still get
+provenance, the Calls inside the If branches do not (such a model cannot be partitioned anyway).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import warnings
+from typing import Any
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
+
+from ..errors import FrontendError
+from . import provenance as prov
+from .rewrite import Rewriter, _bindings
+
+_DIRECT_OPS = {"If", "Constant"}  # handled by the importer outside its converter table
+
+
+def supported_opsets() -> tuple[int, int]:
+    """(lowest, highest) ai.onnx opset the TVM importer implements converters for."""
+    versions = set()
+    for cls in _tvm_onnx._get_convert_map().values():
+        for name in dir(cls):
+            m = re.fullmatch(r"_impl_v(\d+)", name)
+            if m:
+                versions.add(int(m.group(1)))
+    return (min(versions), max(versions)) if versions else (1, 1)
+
+
+# ---------------------------------------------------------------------------------------------- loading & checks
+def _load(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
+    if isinstance(path_or_model, onnx.ModelProto):
+        return path_or_model, "<in-memory model>"
+    if isinstance(path_or_model, (bytes, bytearray)):
+        try:
+            return onnx.load_model_from_string(bytes(path_or_model)), "<bytes>"
+        except Exception as err:  # noqa: BLE001 - protobuf raises DecodeError / RuntimeWarning variants
+            raise FrontendError(f"the given bytes are not a valid ONNX protobuf: {err}") from None
+    if isinstance(path_or_model, (str, os.PathLike)):
+        path = os.fspath(path_or_model)
+        if not os.path.isfile(path):
+            raise FrontendError(f"ONNX file not found: {path}")
+        try:
+            return onnx.load(path), path
+        except Exception as err:  # noqa: BLE001
+            raise FrontendError(f"{path} is not a valid ONNX model file (protobuf parse failed: {err})") from None
+    raise FrontendError(f"expected an ONNX file path or onnx.ModelProto, got {type(path_or_model).__name__}")
+
+
+def _check_model(model: onnx.ModelProto, where: str) -> None:
+    if len(model.graph.node) == 0 and not model.graph.output:
+        raise FrontendError(f"{where} contains no ONNX graph (empty or not an ONNX model)")
+    if model.ir_version < 3:
+        raise FrontendError(f"{where}: ONNX IR version {model.ir_version} is too old (TVM's importer needs >= 3)")
+    try:
+        if where.endswith(".onnx") and os.path.isfile(where):
+            onnx.checker.check_model(where)  # path form also handles > 2 GB models with external data
+        else:
+            onnx.checker.check_model(model)
+    except Exception as err:  # noqa: BLE001 - onnx raises ValidationError and a few others
+        first = str(err).strip().splitlines()
+        raise FrontendError(f"{where}: onnx.checker rejected the model: {first[0] if first else err}") from None
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain (ai.onnx) opset, the one TVM's importer converts against."""
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 1
+
+
+def _check_opset(model: onnx.ModelProto, where: str) -> int:
+    opset = model_opset(model)
+    lo, hi = supported_opsets()
+    if not lo <= opset <= hi:
+        raise FrontendError(f"{where}: ONNX opset {opset} is not supported by TVM's ONNX importer "
+                            f"(supported ai.onnx opsets: {lo}..{hi}); re-export with an opset in that range")
+    return opset
+
+
+def _check_ops(graph: onnx.GraphProto, names: list[str], where: str) -> None:
+    table = _tvm_onnx._get_convert_map()
+    bad: dict[str, list[str]] = {}
+    for node, name in zip(graph.node, names):
+        if node.op_type not in table and node.op_type not in _DIRECT_OPS:
+            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            bad.setdefault(key, []).append(name)
+    if bad:
+        lines = [f"  {op}: nodes {', '.join(repr(n) for n in nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+                 for op, nodes in sorted(bad.items())]
+        raise FrontendError(f"{where}: ONNX ops not supported by TVM's ONNX importer:\n" + "\n".join(lines))
+
+
+def stable_node_names(graph: onnx.GraphProto) -> list[str]:
+    """One unique name per node: its ONNX name, or ``"<OpType>_<index>"`` if empty (index in graph.node);
+    a repeated name gets ``"_<index>"`` appended."""
+    seen: set[str] = set()
+    out = []
+    for i, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    out: list[int | str] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            out.append(int(d.dim_value))
+        else:
+            out.append(d.dim_param or "?")
+    return out
+
+
+def _input_shapes(graph: onnx.GraphProto, shapes: dict | None, where: str) -> dict[str, list[int]]:
+    inits = {t.name for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in inits]
+    names = [vi.name for vi in inputs]
+    shapes = dict(shapes or {})
+    unknown = [k for k in shapes if k not in names]
+    if unknown:
+        raise FrontendError(f"{where}: shapes given for {unknown}, which are not model inputs "
+                            f"(the inputs are {names})")
+    out: dict[str, list[int]] = {}
+    for vi in inputs:
+        dims = _dims(vi)
+        if not vi.type.HasField("tensor_type"):
+            raise FrontendError(f"{where}: input '{vi.name}' is not a tensor; only tensor inputs are supported")
+        if vi.name in shapes:
+            try:
+                given = [int(d) for d in shapes[vi.name]]
+            except (TypeError, ValueError):
+                raise FrontendError(f"shape for input '{vi.name}' must be a list of ints, got "
+                                    f"{shapes[vi.name]!r}") from None
+            if any(d <= 0 for d in given):
+                raise FrontendError(f"shape for input '{vi.name}' must be positive, got {given}")
+            if dims is not None and len(dims) != len(given):
+                raise FrontendError(f"input '{vi.name}' has rank {len(dims)} ({_fmt(dims)}), "
+                                    f"but the given shape {given} has rank {len(given)}")
+            if dims is not None:
+                clash = [i for i, (d, g) in enumerate(zip(dims, given)) if isinstance(d, int) and d != g]
+                if clash:
+                    raise FrontendError(f"input '{vi.name}' is declared {_fmt(dims)}; the given shape {given} "
+                                        f"differs at dim(s) {clash}")
+            out[vi.name] = given
+            continue
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            example = ",".join(str(d) if isinstance(d, int) else "1" for d in (dims or ["1", "3", "224", "224"]))
+            raise FrontendError(
+                f"input '{vi.name}' has {'unknown rank' if dims is None else 'dims ' + _fmt(dims)}: the DPU "
+                f"compiler needs static shapes. Pass shapes={{'{vi.name}': [{example.replace(',', ', ')}]}} "
+                f"(CLI: --input-shape {vi.name}={example})")
+        out[vi.name] = [int(d) for d in dims]
+    return out
+
+
+def _fmt(dims: list) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, list[int]]:
+    """``["x=1,3,224,224", ...]`` (the CLI's ``--input-shape`` values) -> ``{"x": [1, 3, 224, 224]}``."""
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = str(spec).rpartition("=")
+        try:
+            shape = [int(d) for d in dims.split(",")]
+        except ValueError:
+            shape = []
+        if not sep or not name or not shape or any(d <= 0 for d in shape):
+            raise FrontendError(f"bad --input-shape {spec!r}: expected NAME=D1,D2,... with positive integers, "
+                                f"e.g. input=1,3,224,224")
+        out[name] = shape
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- importer hook
+def _const_scalar(e: Any) -> float | None:
+    if isinstance(e, tvm.ir.GenericConst):
+        a = e.value.numpy()
+        if a.size == 1:
+            return float(a.reshape(()))
+    return None
+
+
+def _float_tensor(e: Any) -> bool:
+    ty = getattr(e, "ty", None)
+    return isinstance(ty, relax.TensorType) and str(ty.dtype).startswith("float")
+
+
+def _override(op: str, inputs: list, attrs: dict, opset: int) -> relax.Expr | None:
+    """Plain-Relax conversions for ops the importer lowers to opaque call_tir (see module docstring)."""
+    x = inputs[0] if len(inputs) else None
+    if op == "Clip" and _float_tensor(x):
+        if opset < 11:
+            lo, hi = float(attrs.get("min", -np.inf)), float(attrs.get("max", np.inf))
+        else:
+            bounds = []
+            for i, default in ((1, -np.inf), (2, np.inf)):
+                b = inputs[i] if len(inputs) > i else None
+                v = default if b is None else _const_scalar(b)
+                if v is None:
+                    return None
+                bounds.append(default if np.isnan(v) else v)
+            lo, hi = bounds
+        return relax.op.clip(x, relax.prim_value(float(lo)), relax.prim_value(float(hi)))
+    if op in ("Min", "Max") and len(inputs) == 2 and all(i is not None for i in inputs):
+        a, b = inputs
+        if _float_tensor(a) and _float_tensor(b) and str(a.ty.dtype) == str(b.ty.dtype):
+            return (relax.op.minimum if op == "Min" else relax.op.maximum)(a, b)
+        return None
+    if op == "Pad" and _float_tensor(x):
+        mode = attrs.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        if mode != "constant" or (len(inputs) > 3 and inputs[3] is not None):
+            return None
+        if opset < 11:
+            pads, value = list(attrs.get("pads", ())), float(attrs.get("value", 0.0))
+        else:
+            p = inputs[1] if len(inputs) > 1 else None
+            if not isinstance(p, tvm.ir.GenericConst):
+                return None
+            pads = [int(v) for v in p.value.numpy().reshape(-1)]
+            v = inputs[2] if len(inputs) > 2 else None
+            value = 0.0 if v is None else _const_scalar(v)
+            if value is None:
+                return None
+        rank = len(x.ty.shape.values) if hasattr(x.ty.shape, "values") else -1
+        if len(pads) != 2 * rank or any(q < 0 for q in pads):
+            return None
+        width = [q for i in range(rank) for q in (pads[i], pads[rank + i])]
+        return relax.op.nn.pad(x, width, "constant", float(value))
+    return None
+
+
+class _TracingImporter(_tvm_onnx.ONNXGraphImporter):
+    """TVM's importer with a per-node hook: emit each node's result, map errors to the node."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._subgraph_depth = 0
+
+    def _convert_subgraph(self, bb, graph):  # noqa: D401 - importer hook
+        self._subgraph_depth += 1
+        try:
+            return super()._convert_subgraph(bb, graph)
+        finally:
+            self._subgraph_depth -= 1
+
+    def _convert_operator(self, op_name, inputs, attrs, opset):  # noqa: D401 - importer hook
+        node = attrs.get("tvm_custom", {}).get("name", "?")
+        try:
+            sym = _override(op_name, list(inputs), attrs, opset)
+            if sym is not None:
+                sym = self.bb.normalize(sym)
+            else:
+                sym = super()._convert_operator(op_name, inputs, attrs, opset)
+        except FrontendError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any converter failure becomes a user-facing error
+            msg = str(err).strip().splitlines()
+            raise FrontendError(f"ONNX node '{node}' ({op_name}): TVM's importer cannot convert it: "
+                                f"{type(err).__name__}: {msg[-1] if msg else ''}") from None
+        if self._subgraph_depth == 0:
+            sym = self._emit(sym)
+        return sym
+
+    def _emit(self, sym: Any) -> Any:
+        bb = self.bb
+        if isinstance(sym, relax.Call):
+            if isinstance(sym.ty, relax.TupleType):
+                v = bb.emit(sym)
+                return relax.Tuple([bb.emit(relax.TupleGetItem(v, i)) for i in range(len(sym.ty.fields))])
+            if isinstance(sym.ty, relax.TensorType):
+                return bb.emit(sym)
+            return sym
+        if isinstance(sym, relax.Var) and isinstance(sym.ty, relax.TupleType):
+            return relax.Tuple([bb.emit(relax.TupleGetItem(sym, i)) for i in range(len(sym.ty.fields))])
+        if isinstance(sym, relax.Tuple):
+            fields = [bb.emit(f) if isinstance(f, relax.Call) and isinstance(f.ty, relax.TensorType) else f
+                      for f in sym.fields]
+            return relax.Tuple(fields)
+        return sym
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+def _out_vars(e: Any) -> list[relax.Var]:
+    if isinstance(e, relax.Var):
+        return [e]
+    if isinstance(e, relax.Tuple):
+        return [v for f in e.fields for v in _out_vars(f)]
+    return []
+
+
+def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[str],
+                       table: dict[str, Any]) -> tvm.IRModule:
+    gv = mod.get_global_var("main")
+    func = mod[gv]
+    binds = _bindings(func)
+    pos = {b.var: i for i, (_, b) in enumerate(binds)}
+    owner: list[list[str] | None] = [None] * len(binds)
+    var_node: dict[relax.Var, str] = {}
+    has_calls: list[bool] = []
+    last = -1
+    for node, name in zip(graph.node, names):
+        ps = [pos[v] for o in node.output if o and o in table for v in _out_vars(table[o]) if v in pos]
+        p = max(ps) if ps else -1
+        if p > last:
+            for i in range(last + 1, p + 1):
+                owner[i] = [name]
+                var_node[binds[i][1].var] = name
+            last = p
+            has_calls.append(True)
+        else:
+            has_calls.append(False)
+
+    producer_of = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    consumers: dict[str, list[int]] = {}
+    for i, n in enumerate(graph.node):
+        for t in n.input:
+            if t:
+                consumers.setdefault(t, []).append(i)
+
+    def first_consumer(i: int) -> str | None:
+        todo, seen = [i], {i}
+        while todo:
+            j = todo.pop(0)
+            for o in graph.node[j].output:
+                for k in consumers.get(o, []):
+                    if k in seen:
+                        continue
+                    if has_calls[k]:
+                        return names[k]
+                    seen.add(k)
+                    todo.append(k)
+        return None
+
+    nodes = []
+    for i, (node, name) in enumerate(zip(graph.node, names)):
+        entry = {"name": name, "op": node.op_type, "inputs": list(node.input), "outputs": list(node.output)}
+        if node.domain not in ("", "ai.onnx"):
+            entry["domain"] = node.domain
+        if not has_calls[i]:
+            target = None
+            outs = [v for o in node.output if o in table for v in _out_vars(table[o])]
+            for v in outs:  # pass-through: the output is an earlier node's value
+                if v in var_node:
+                    target = var_node[v]
+                    break
+            if target is None:
+                srcs = [producer_of[t] for t in node.input if t in producer_of]
+                if outs and srcs and any(v.same_as(table.get(t)) for v in outs for t in node.input):
+                    k = srcs[0]
+                    target = names[k] if has_calls[k] else None
+            if target is None:
+                target = first_consumer(i)
+            entry["absorbed_into"] = target
+        nodes.append(entry)
+    # A pass-through chain (Identity -> Identity) must end at a node that has Calls.
+    by_name = {n["name"]: n for n in nodes}
+    for n in nodes:
+        t, hops = n.get("absorbed_into"), 0
+        while t is not None and "absorbed_into" in by_name.get(t, {}) and hops < len(nodes):
+            t, hops = by_name[t]["absorbed_into"], hops + 1
+        if "absorbed_into" in n:
+            n["absorbed_into"] = t
+
+    names_by_var = {binds[i][1].var: owner[i] for i in range(len(binds)) if owner[i]}
+
+    def stamp(rw: Rewriter, var: relax.Var, value: relax.Expr):
+        if isinstance(value, relax.Call) and var in names_by_var:
+            return prov.with_nodes(value, names_by_var[var])
+        return None
+
+    new_func = Rewriter(func).run(stamp)
+    out = tvm.IRModule({g: (new_func if g.same_as(gv) else f) for g, f in mod.functions.items()},
+                       attrs=mod.attrs, global_infos=mod.global_infos)
+    return prov.set_source_nodes(out, nodes)
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, normalize: bool = True) -> tvm.IRModule:
+    """Import an ONNX model (file path, bytes or ``onnx.ModelProto``) as a Relax ``IRModule``.
+
+    Weights become constants inside ``main``'s dataflow block. ``shapes`` maps input name -> static shape and is
+    required for inputs with symbolic or unknown dims. Every Call carries the names of the ONNX nodes it came from
+    and the module attribute ``"tvm_dpu.source_nodes"`` lists all ONNX nodes (see :mod:`.provenance`).
+    With ``normalize=True`` the normalization passes of :mod:`.normalize` are applied.
+
+    Raises :class:`~tvm_dpu.errors.FrontendError` for an unreadable or invalid model, an unsupported opset or
+    op, a dynamic input without ``shapes``, a ``shapes`` key that is not an input, or a node the importer rejects.
+    """
+    model, where = _load(path_or_model)
+    opset = _check_opset(model, where)  # before the checker: its message for a too-new opset is less clear
+    _check_model(model, where)
+    graph = model.graph
+    names = stable_node_names(graph)
+    _check_ops(graph, names, where)
+    shape_dict = _input_shapes(graph, shapes, where)
+    if any(n.name != s for n, s in zip(graph.node, names)):
+        graph = onnx.GraphProto()
+        graph.CopyFrom(model.graph)
+        for n, s in zip(graph.node, names):
+            n.name = s
+    importer = _TracingImporter(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            mod = importer.from_onnx(graph, opset)
+        except FrontendError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            msg = str(err).strip().splitlines()
+            raise FrontendError(f"{where}: TVM's ONNX importer failed: {type(err).__name__}: "
+                                f"{msg[-1] if msg else ''}") from None
+    mod = _attach_provenance(mod, graph, names, importer._nodes)
+    if normalize:
+        from .normalize import normalize as _normalize
+        mod = _normalize(mod)
+    return mod
+
+
+__all__ = ["from_onnx", "supported_opsets", "model_opset", "stable_node_names", "parse_input_shapes"]
