@@ -1,0 +1,224 @@
+"""The partition report: every node of the original model, where it runs, and why not on the DPU.
+
+Rows follow the ORIGINAL model: the ONNX node list stored by the frontend in the module attribute
+"tvm_dpu.source_nodes" (nodes removed by import-time folding inherit the placement of the node they were
+absorbed into; a removed node without "absorbed_into" inherits from the producer of its first input that a
+node produces, else from the first consumer of its output). A Relax module without that attribute gets one row per Op call bound in ``main``, named by
+its bound variable.
+
+A node runs on the DPU when every Relax op it became runs there (a reshape or permute_dims that is part of a
+node with other ops, e.g. the reshapes around a dense-as-conv, does not decide the placement); a CPU node's
+reason is that of its first op left on the CPU. Subgraph ids are 0..S-1 in the
+topological order of ``main``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .partition import PartitionResult
+
+SOURCE_NODES_ATTR = "tvm_dpu.source_nodes"
+
+# ONNX-style names for Relax ops in generic reasons when the model has no provenance.
+_NOT_ON_DPU_FMT = "{op} has no DPU implementation"
+
+
+@dataclass
+class NodeReport:
+    """Placement of one model node."""
+
+    name: str
+    op: str
+    device: str  # "dpu" | "cpu"
+    subgraph: int | None
+    reason: str | None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "op": self.op, "device": self.device, "subgraph": self.subgraph, "reason": self.reason}
+
+
+@dataclass
+class PartitionReport:
+    """Per-node placement of a partitioned model (see module docstring)."""
+
+    arch: str
+    nodes: list[NodeReport] = field(default_factory=list)
+    subgraphs: int = 0
+
+    def to_json(self) -> dict:
+        return {"arch": self.arch, "nodes": [n.to_json() for n in self.nodes], "subgraphs": self.subgraphs}
+
+    def save_json(self, path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    @property
+    def dpu_nodes(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.device == "dpu"]
+
+    @property
+    def cpu_nodes(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.device == "cpu"]
+
+    def node(self, name: str) -> NodeReport:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node named {name!r} in the partition report")
+
+    def summary(self) -> str:
+        k, m = len(self.dpu_nodes), len(self.cpu_nodes)
+        return (
+            f"{len(self.nodes)} nodes: {k} on DPU in {self.subgraphs} subgraph{'s' if self.subgraphs != 1 else ''}, "
+            f"{m} on CPU ({self.arch})"
+        )
+
+    def table(self) -> str:
+        headers = ("node", "op", "device", "subgraph", "reason")
+        rows = [
+            (n.name, n.op, n.device, "" if n.subgraph is None else str(n.subgraph), n.reason or "")
+            for n in self.nodes
+        ]
+        widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+        def line(cells) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+        out = [line(headers), line(["-" * w for w in widths])]
+        out += [line(r) for r in rows]
+        out.append(self.summary())
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building the report
+# ---------------------------------------------------------------------------------------------------------
+def source_nodes_of(mod) -> list[dict] | None:
+    """The frontend's original node list of `mod`, or None for a module without provenance."""
+    try:
+        from ..frontend.provenance import source_nodes
+    except ImportError:
+        source_nodes = None
+    if source_nodes is not None:
+        try:
+            nodes = source_nodes(mod)
+        except Exception:  # a module the frontend did not produce
+            nodes = None
+        if nodes:
+            return [dict(n) for n in nodes]
+    attrs = getattr(mod, "attrs", None)
+    if attrs is None or SOURCE_NODES_ATTR not in attrs:
+        return None
+    raw = attrs[SOURCE_NODES_ATTR]
+    return json.loads(str(raw)) if not isinstance(raw, (list, tuple)) else [dict(n) for n in raw]
+
+
+def _short(op: str) -> str:
+    return op.split(".")[-1]
+
+
+# Layout ops that never decide a node's placement or reason when the node has other ops.
+_LAYOUT_OPS = ("reshape", "permute_dims")
+
+
+def _generic_reason(op_label: str, relax_op: str) -> str:
+    """Reason for a CPU op no DPU pattern matched (nothing was even tried against the limits)."""
+    short = _short(relax_op)
+    if short == "matmul":
+        return f"{op_label} stayed a matmul (not rewritten into a conv with a constant weight): no DPU pattern"
+    if short in ("relu", "clip", "leakyrelu"):
+        return f"{op_label} not fused into a conv/eltwise/pool (the DPU has no standalone activation of this kind)"
+    return _NOT_ON_DPU_FMT.format(op=op_label)
+
+
+def _binding_reason(result: "PartitionResult", tag: int, op_label: str) -> str:
+    session = result.session
+    if tag in session.excluded:
+        return session.excluded[tag]
+    if tag in session.rejections:
+        return session.rejections[tag][1]
+    return _generic_reason(op_label, result.infos[tag].op)
+
+
+def build_report(mod, result: "PartitionResult") -> PartitionReport:
+    """The report of `result` (from `partition_detailed`) for the original module `mod`."""
+    arch = result.session.arch
+    arch_name = getattr(arch, "name", str(arch))
+    placement = result.placement
+    infos = result.infos
+    report = PartitionReport(arch=arch_name, subgraphs=len(placement.subgraphs))
+
+    nodes = source_nodes_of(mod)
+    if nodes is None:
+        for info in infos:
+            label = _short(info.op)
+            dev = placement.device[info.tag]
+            report.nodes.append(
+                NodeReport(
+                    name=str(info.var.name),
+                    op=label,
+                    device=dev,
+                    subgraph=placement.subgraph.get(info.tag) if dev == "dpu" else None,
+                    reason=None if dev == "dpu" else _binding_reason(result, info.tag, label),
+                )
+            )
+        return report
+
+    session_names = result.session.names
+    tags_of_node: dict[str, list[int]] = {}
+    for info in infos:
+        for n in session_names.get(info.tag, []):
+            tags_of_node.setdefault(n, []).append(info.tag)
+
+    by_name = {str(n["name"]): n for n in nodes}
+    producer = {str(o): str(n["name"]) for n in nodes for o in n.get("outputs", [])}
+    consumers: dict[str, list[str]] = {}
+    for n in nodes:
+        for i in n.get("inputs", []):
+            consumers.setdefault(str(i), []).append(str(n["name"]))
+
+    def _neighbour(node: dict) -> str | None:
+        """A no-op node the frontend did not attribute (e.g. Dropout): the producer of its data input,
+        else the first consumer of its output (e.g. a Constant)."""
+        inputs = [str(i) for i in node.get("inputs", []) if str(i) in producer]
+        if inputs:
+            return producer[inputs[0]]
+        for o in node.get("outputs", []):
+            if consumers.get(str(o)):
+                return consumers[str(o)][0]
+        return None
+    decided: dict[str, tuple[str, int | None, str | None]] = {}
+
+    def decide(name: str, seen: tuple = ()) -> tuple[str, int | None, str | None]:
+        if name in decided:
+            return decided[name]
+        node = by_name.get(name, {"name": name, "op": "?"})
+        op_label = str(node.get("op", "?"))
+        tags = tags_of_node.get(name, [])
+        if tags:
+            compute = [t for t in tags if _short(infos[t].op) not in _LAYOUT_OPS] or tags
+            cpu = [t for t in compute if placement.device[t] == "cpu"]
+            if not cpu:
+                res = ("dpu", placement.subgraph[compute[0]], None)
+            else:  # the first op of the node left on the CPU explains it (e.g. the conv of a conv+bias)
+                res = ("cpu", None, _binding_reason(result, cpu[0], op_label))
+        else:
+            target = node.get("absorbed_into") or _neighbour(node)
+            if target and target != name and target not in seen and target in by_name:
+                res = decide(str(target), seen + (name,))
+            else:
+                res = ("cpu", None, f"{op_label} left no computation after import (folded away)")
+        decided[name] = res
+        return res
+
+    for node in nodes:
+        name = str(node["name"])
+        dev, sg, reason = decide(name)
+        report.nodes.append(NodeReport(name=name, op=str(node.get("op", "?")), device=dev, subgraph=sg, reason=reason))
+    return report
