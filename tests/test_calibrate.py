@@ -1,0 +1,171 @@
+"""Calibration: bounded deterministic statistics, MSE vs min-max fix_point choice, progress bar, bad input."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tvm_dpu.errors import QuantizationError
+from tvm_dpu.quant.calibrate import (
+    CalibrationStats,
+    TensorStats,
+    choose_fix_point,
+    collect_stats,
+    minmax_fix_point,
+    quant_mse,
+)
+from tvm_dpu.xgraph import Graph, Op, Tensor
+
+
+def _graph(two_inputs: bool = False) -> Graph:
+    rng = np.random.default_rng(1)
+    g = Graph("cal")
+    g.add_tensor(Tensor("x", (1, 2, 6, 6), "float32"))
+    g.inputs = ["x"]
+    w = (rng.standard_normal((4, 2, 3, 3)) * 0.5).astype(np.float32)
+    g.add_tensor(Tensor("w", w.shape, "float32", None, w))
+    g.add_tensor(Tensor("c", (1, 4, 6, 6), "float32"))
+    g.add_op(Op("conv", "conv2d", ["x"], ["c"], {"pads": [1, 1, 1, 1], "act": "relu"}, {"weights": "w"}))
+    g.add_tensor(Tensor("p", (1, 4, 3, 3), "float32"))
+    g.add_op(Op("pool", "max_pool2d", ["c"], ["p"], {"kernel": [2, 2], "strides": [2, 2]}))
+    g.outputs = ["p"]
+    if two_inputs:
+        g.add_tensor(Tensor("z", (1, 4, 3, 3), "float32"))
+        g.inputs.append("z")
+        g.add_tensor(Tensor("s", (1, 4, 3, 3), "float32"))
+        g.add_op(Op("add", "eltwise_add", ["p", "z"], ["s"]))
+        g.outputs = ["s"]
+    return g
+
+
+def _batches(n: int, seed: int = 0, shape=(2, 2, 6, 6)):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape) * 3 for _ in range(n)]
+
+
+# -- fix_point choice ---------------------------------------------------------------------------------
+def test_minmax_fix_point_is_largest_without_saturation():
+    for amax in [0.01, 0.3, 0.9999, 1.0, 1.7, 5.0, 127.0, 300.0]:
+        fp = minmax_fix_point(-amax, amax)
+        assert np.floor(amax * 2.0 ** fp + 0.5) <= 127 and np.floor(-amax * 2.0 ** fp + 0.5) >= -128
+        assert np.floor(amax * 2.0 ** (fp + 1) + 0.5) > 127
+    assert minmax_fix_point(-1.0, 0.5) == 7  # -1.0 * 128 = -128 still fits
+    assert minmax_fix_point(0.0, 0.0, default=3) == 3
+
+
+@pytest.mark.parametrize("amax,expected", [(1.0, 7), (4.0, 5), (0.25, 9), (32.0, 2)])
+def test_uniform_data_gets_the_obvious_fix_point(amax, expected):
+    x = np.random.default_rng(0).uniform(-amax, amax, 100_000)
+    assert choose_fix_point(x, "mse") == expected
+    # min-max must step down once: amax * 2**expected rounds to 128, which saturates.
+    assert choose_fix_point(x, "minmax") == expected - 1
+
+
+@pytest.mark.parametrize("dist", ["laplace", "student_t", "outliers"])
+def test_mse_beats_minmax_on_heavy_tails(dist):
+    rng = np.random.default_rng(3)
+    if dist == "laplace":
+        x = rng.laplace(0, 0.5, 200_000)
+    elif dist == "student_t":
+        x = rng.standard_t(2, 200_000)
+    else:
+        x = np.concatenate([rng.standard_normal(200_000) * 0.2, [40.0, -35.0]])
+    fp_mse, fp_mm = choose_fix_point(x, "mse"), choose_fix_point(x, "minmax")
+    assert quant_mse(x, fp_mse) <= quant_mse(x, fp_mm)
+    assert fp_mse > fp_mm  # on these tails clipping a few values pays
+    if dist == "outliers":  # two far outliers: min-max spends the range on them
+        assert quant_mse(x, fp_mse) < 0.5 * quant_mse(x, fp_mm)
+    # and it is the best of its neighbours
+    assert quant_mse(x, fp_mse) <= min(quant_mse(x, fp_mse - 1), quant_mse(x, fp_mse + 1))
+
+
+def test_bad_method_and_non_finite():
+    with pytest.raises(QuantizationError, match="unknown fix_point method 'kl'"):
+        choose_fix_point(np.ones(3), "kl")
+    with pytest.raises(QuantizationError, match="NaN"):
+        choose_fix_point(np.array([1.0, np.nan]))
+
+
+# -- reservoir -----------------------------------------------------------------------------------------
+def test_reservoir_bounded_exact_range_and_uniform():
+    s = TensorStats("t", capacity=1000, seed=0)
+    for i in range(50):
+        s.add(np.arange(i * 400, (i + 1) * 400, dtype=np.float64))
+    assert s.count == 20_000 and s.samples.size == 1000
+    assert (s.min, s.max) == (0.0, 19_999.0)
+    assert len(np.unique(s.samples)) == 1000  # distinct values: no slot duplicated
+    # a uniform sample of 0..19999: each quarter holds about a quarter of it
+    quarters = np.histogram(s.samples, bins=4, range=(0, 20_000))[0]
+    assert np.all(np.abs(quarters - 250) < 60), quarters
+
+
+def test_collect_stats_deterministic_and_bounded():
+    g = _graph()
+    a = collect_stats(g, _batches(4), progress=False, max_samples=100)
+    b = collect_stats(g, _batches(4), progress=False, max_samples=100)
+    assert set(a.tensors) == {"x", "c", "p"}
+    for n in a.tensors:
+        np.testing.assert_array_equal(a[n].samples, b[n].samples)
+        assert a[n].samples.size == 100
+    assert a.batches == 4 and a.samples == 8
+    assert a["x"].count == 4 * 2 * 2 * 36
+    assert a["c"].min >= 0.0  # relu output
+    c = collect_stats(g, _batches(4), progress=False, max_samples=100, seed=5)
+    assert not np.array_equal(a["c"].samples, c["c"].samples)
+    assert a.fix_points() == b.fix_points()
+
+
+def test_collect_stats_accepts_dicts_generators_and_unbatched_samples():
+    g = _graph(two_inputs=True)
+    rng = np.random.default_rng(0)
+    gen = ({"x": rng.standard_normal((2, 6, 6)), "z": rng.standard_normal((1, 4, 3, 3))} for _ in range(3))
+    st = collect_stats(g, gen, progress=False)
+    assert st.batches == 3 and "s" in st
+    with pytest.raises(QuantizationError, match="batch 0.*inputs \\['x', 'z'\\]"):
+        collect_stats(g, [rng.standard_normal((1, 2, 6, 6))], progress=False)
+    with pytest.raises(QuantizationError, match="batch 0: .*feed 'x' has shape"):
+        collect_stats(g, [{"x": np.zeros((1, 3, 6, 6)), "z": np.zeros((1, 4, 3, 3))}], progress=False)
+
+
+def test_empty_iterable_is_a_clear_error():
+    with pytest.raises(QuantizationError, match="batch iterable is empty"):
+        collect_stats(_graph(), [], progress=False)
+    with pytest.raises(QuantizationError, match="batch iterable is empty"):
+        collect_stats(_graph(), iter(()), progress=True)
+
+
+def test_missing_tensor_is_named():
+    st = CalibrationStats("cal")
+    with pytest.raises(QuantizationError, match="tensor 'nope' of graph 'cal'"):
+        st["nope"]
+
+
+def test_progress_bar_on_and_off(capsys):
+    g = _graph()
+    collect_stats(g, _batches(3), progress=False)
+    assert capsys.readouterr().err == ""
+    collect_stats(g, _batches(3), progress=True)
+    err = capsys.readouterr().err
+    assert "calibrating cal" in err and "3/3" in err
+
+
+def test_progress_bar_without_a_tty(tmp_path):
+    """stdout and stderr redirected to files (no tty): the bar still works and the package-level `calibrate`
+    is callable whichever import came first."""
+    script = (
+        "import numpy as np\n"
+        "import tvm_dpu.quant.calibrate as cal_module\n"
+        "import tvm_dpu.quant as q\n"
+        "from test_calibrate import _graph, _batches\n"
+        "g = q.calibrate(_graph(), _batches(2), progress=True)\n"
+        "print(g.tensors['p'].dtype, cal_module is q.calibrate)\n"
+    )
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        rc = subprocess.run([sys.executable, "-c", script], stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                            cwd=str(__import__("pathlib").Path(__file__).parent), timeout=120).returncode
+    assert rc == 0, err.read_text()
+    assert out.read_text().split() == ["int8", "True"]
+    assert "2/2" in err.read_text()

@@ -1,0 +1,274 @@
+"""Calibration: run the float graph on user data, keep bounded per-tensor statistics, choose fix_points.
+
+`collect_stats` runs the float reference (`xgraph.float_ref`) on every batch and keeps, per feature map, the exact
+min / max / count and a seeded uniform reservoir sample of at most `max_samples` values (Vitter's algorithm R,
+vectorised per batch), so memory stays bounded however much data is fed and the same data gives the same stats.
+
+`choose_fix_point` picks the radix position fp of a tensor (value = q * 2**-fp, q int8) as DNNVM / Angel-Eye do:
+among candidates from the largest fp that does not saturate (the min-max choice) upwards, the fp that minimises
+the mean squared error between x and DPURound-and-saturate(x * 2**fp) * 2**-fp over the samples. A finer step
+that clips a few outliers usually beats the min-max step on heavy-tailed activations; `method="minmax"` keeps
+the min-max choice.
+
+`calibrate(graph_f, batches, ...)` is the one-call path: statistics, then `quantize.quantize_graph`. The module
+itself is callable and forwards to it, so ``tvm_dpu.quant.calibrate(graph_f, batches)`` works whichever of the
+module or the function the package attribute holds.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import types
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tvm_dpu.errors import QuantizationError
+from tvm_dpu.quant.fixpoint import INT8_MAX, INT8_MIN
+
+if TYPE_CHECKING:
+    from tvm_dpu.xgraph.graph import Graph
+
+#: Reservoir size per tensor (values kept for the fix_point search).
+DEFAULT_MAX_SAMPLES = 1 << 17
+#: Candidates examined above the min-max fix_point by the MSE search.
+SEARCH_SPAN = 12
+#: fix_point given to a tensor that is identically zero (any fix_point represents it exactly).
+ZERO_FIX_POINT = 7
+METHODS = ("mse", "minmax")
+
+
+# -- fix_point choice -------------------------------------------------------------------------------------
+def quantize_values(x: np.ndarray, fp: int) -> np.ndarray:
+    """q = DPURound(x * 2**fp) saturated to int8, as int8 (float input)."""
+    q = np.floor(np.asarray(x, dtype=np.float64) * 2.0 ** fp + 0.5)
+    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def quant_mse(x: np.ndarray, fp: int) -> float:
+    """Mean squared error of x against its int8 fixed-point round trip at fix_point fp."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        return 0.0
+    d = x - quantize_values(x, fp).astype(np.float64) * 2.0 ** -fp
+    return float(np.mean(d * d))
+
+
+def minmax_fix_point(vmin: float, vmax: float, default: int = ZERO_FIX_POINT) -> int:
+    """Largest fp such that DPURound(v * 2**fp) stays in [-128, 127] for every v in [vmin, vmax]."""
+    lo, hi = min(float(vmin), 0.0), max(float(vmax), 0.0)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise QuantizationError(f"non-finite value range [{vmin}, {vmax}]")
+    if lo == 0.0 and hi == 0.0:
+        return default
+    amax = max(hi, -lo)
+    fp = math.floor(math.log2(INT8_MAX / amax)) + 1  # a first guess, fixed up exactly below
+
+    def ok(f: int) -> bool:
+        return math.floor(hi * 2.0 ** f + 0.5) <= INT8_MAX and math.floor(lo * 2.0 ** f + 0.5) >= INT8_MIN
+
+    while not ok(fp):
+        fp -= 1
+    while ok(fp + 1):
+        fp += 1
+    return fp
+
+
+def choose_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | None = None,
+                     vmax: float | None = None, span: int = SEARCH_SPAN, default: int = ZERO_FIX_POINT) -> int:
+    """fix_point of a tensor from samples of its values.
+
+    method="minmax": the largest fp without saturation over [vmin, vmax] (default: the samples' range; pass the
+    exact range when `values` is a subsample). method="mse": the fp in [minmax, minmax + span] minimising
+    `quant_mse` over `values` (ties go to the smaller fp, i.e. less clipping). An all-zero tensor gets `default`.
+    """
+    if method not in METHODS:
+        raise QuantizationError(f"unknown fix_point method {method!r} (use one of {', '.join(METHODS)})")
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(values)):
+        raise QuantizationError("calibration values contain NaN or infinity")
+    lo = float(values.min()) if vmin is None and values.size else float(vmin or 0.0)
+    hi = float(values.max()) if vmax is None and values.size else float(vmax or 0.0)
+    base = minmax_fix_point(lo, hi, default)
+    if method == "minmax" or (lo == 0.0 and hi == 0.0) or values.size == 0:
+        return base
+    best_fp, best_err = base, quant_mse(values, base)
+    for fp in range(base + 1, base + span + 1):
+        err = quant_mse(values, fp)
+        if err < best_err:
+            best_fp, best_err = fp, err
+    return best_fp
+
+
+def sqnr_db(x: np.ndarray, fp: int) -> float:
+    """Signal-to-quantization-noise ratio (dB) of x at fix_point fp; inf when exact."""
+    x = np.asarray(x, dtype=np.float64)
+    noise = quant_mse(x, fp)
+    signal = float(np.mean(x * x)) if x.size else 0.0
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+# -- statistics -------------------------------------------------------------------------------------------
+@dataclass
+class TensorStats:
+    """Bounded statistics of one tensor: exact min / max / count and a uniform reservoir sample."""
+
+    name: str
+    capacity: int
+    seed: int
+    count: int = 0
+    min: float = math.inf
+    max: float = -math.inf
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    _rng: np.random.Generator | None = field(default=None, repr=False, compare=False)
+
+    def add(self, values: np.ndarray) -> None:
+        """Fold a batch of values into the statistics (algorithm R: after n values each one is kept with
+        probability capacity / n)."""
+        v = np.asarray(values, dtype=np.float32).ravel()
+        if v.size == 0:
+            return
+        if not np.all(np.isfinite(v)):
+            raise QuantizationError(f"tensor {self.name!r}: calibration produced NaN or infinity")
+        if self._rng is None:
+            self._rng = np.random.default_rng([self.seed, zlib.crc32(self.name.encode())])
+        self.min = min(self.min, float(v.min()))
+        self.max = max(self.max, float(v.max()))
+        room = self.capacity - self.samples.size
+        head, rest = v[:max(room, 0)], v[max(room, 0):]
+        if head.size:
+            self.samples = np.concatenate([self.samples, head])
+        if rest.size:
+            seen = self.count + head.size + np.arange(1, rest.size + 1, dtype=np.float64)
+            slot = np.floor(self._rng.random(rest.size) * seen).astype(np.int64)
+            keep = slot < self.capacity
+            # Fancy assignment writes in order, so a later value wins a slot drawn twice, as in the serial loop.
+            self.samples[slot[keep]] = rest[keep]
+        self.count += v.size
+
+    @property
+    def absmax(self) -> float:
+        return max(abs(self.min), abs(self.max)) if self.count else 0.0
+
+    def fix_point(self, method: str = "mse") -> int:
+        """fix_point chosen from these statistics (`choose_fix_point` with the exact range)."""
+        if self.count == 0:
+            raise QuantizationError(f"tensor {self.name!r}: no calibration values")
+        return choose_fix_point(self.samples, method, vmin=self.min, vmax=self.max)
+
+
+@dataclass
+class CalibrationStats:
+    """Per-tensor statistics of a float graph over the calibration batches."""
+
+    graph_name: str
+    batches: int = 0
+    samples: int = 0  # images (batch entries) seen
+    tensors: dict[str, TensorStats] = field(default_factory=dict)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def __getitem__(self, name: str) -> TensorStats:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise QuantizationError(f"no calibration statistics for tensor {name!r} of graph "
+                                    f"{self.graph_name!r}") from None
+
+    def fix_point(self, name: str, method: str = "mse") -> int:
+        return self[name].fix_point(method)
+
+    def fix_points(self, method: str = "mse") -> dict[str, int]:
+        """fix_point of every tensor with statistics, before any DPU constraint is applied."""
+        return {n: s.fix_point(method) for n, s in self.tensors.items()}
+
+
+def _feeds(graph: Graph, batch: Any, index: int) -> dict[str, np.ndarray]:
+    if isinstance(batch, Mapping):
+        feeds = dict(batch)
+    elif len(graph.inputs) == 1:
+        feeds = {graph.inputs[0]: batch}
+    else:
+        raise QuantizationError(f"calibration batch {index}: graph {graph.name!r} has inputs {graph.inputs}; give "
+                                "each batch as a dict input name -> array")
+    out = {}
+    for name, value in feeds.items():
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise QuantizationError(f"calibration batch {index}: input {name!r} is not numeric ({e})") from None
+        t = graph.tensors.get(name)
+        if t is not None and arr.ndim == len(t.shape) - 1:
+            arr = arr[None]  # one sample without its batch axis
+        out[name] = arr
+    return out
+
+
+def collect_stats(graph: Graph, batches: Iterable[Any], *, progress: bool = True,
+                  max_samples: int = DEFAULT_MAX_SAMPLES, seed: int = 0) -> CalibrationStats:
+    """Run the float `graph` on each batch and collect the statistics of every feature map.
+
+    `batches`: an iterable of dicts input name -> float array (N, C, H, W) (or (C, H, W) for one sample), or of
+    plain arrays when the graph has a single input. A tqdm progress bar goes to stderr when `progress`.
+    Deterministic: the same graph, data, `max_samples` and `seed` give the same statistics.
+    Raises QuantizationError on an empty iterable, a malformed batch or non-finite values.
+    """
+    from tqdm.auto import tqdm
+
+    from tvm_dpu.errors import DPUError
+    from tvm_dpu.xgraph.float_ref import run_graph_float
+
+    if max_samples < 1:
+        raise QuantizationError(f"max_samples must be positive, got {max_samples}")
+    graph.validate()
+    fmaps = list(graph.inputs) + [o for op in graph.ops for o in op.outputs]
+    stats = CalibrationStats(graph.name, tensors={n: TensorStats(n, max_samples, seed) for n in fmaps})
+    total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
+    bar = tqdm(batches, total=total, desc=f"calibrating {graph.name}", unit="batch", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    try:
+        for i, batch in enumerate(bar):
+            feeds = _feeds(graph, batch, i)
+            try:
+                env = run_graph_float(graph, feeds, keep_all=True)
+            except DPUError as e:
+                raise QuantizationError(f"calibration batch {i}: {e}") from None
+            for name in fmaps:
+                stats.tensors[name].add(env[name])
+            stats.batches += 1
+            stats.samples += next(iter(feeds.values())).shape[0]
+    finally:
+        bar.close()
+    if stats.batches == 0:
+        raise QuantizationError(f"calibration of graph {graph.name!r}: the batch iterable is empty; give at least "
+                                "one batch of representative inputs")
+    return stats
+
+
+# -- one call -----------------------------------------------------------------------------------------------
+def calibrate(graph_f: Graph, batches: Iterable[Any], method: str = "mse", progress: bool = True,
+              overrides: Mapping[str, int] | None = None) -> Graph:
+    """Float XGraph + calibration batches -> int8 XGraph (`collect_stats` then `quantize.quantize_graph`)."""
+    from tvm_dpu.quant.quantize import quantize_graph
+
+    stats = collect_stats(graph_f, batches, progress=progress)
+    return quantize_graph(graph_f, stats, method=method, overrides=overrides)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``tvm_dpu.quant.calibrate`` be called even when it names this module: importing a submodule makes it
+    the package attribute of the same name, which would otherwise hide the convenience function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Graph:
+        return calibrate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

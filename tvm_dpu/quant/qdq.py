@@ -1,0 +1,228 @@
+"""Pre-quantized ONNX QDQ models (QuantizeLinear / DequantizeLinear pairs, as Vitis AI's ONNX quantizer emits).
+
+`strip_qdq(model)` returns the float model the QDQ model annotates plus the fix_point of every annotated tensor,
+for `quantize.quantize_graph(..., overrides=...)` once the frontend has mapped the names:
+
+* activation pair ``x -> QuantizeLinear -> DequantizeLinear -> x'``: removed; every use of x' reads x again, and x
+  (the float tensor the pair annotates, with its original name, so the frontend's provenance still maps) gets the
+  fix_point. When x' is a graph output, an Identity x -> x' keeps the model's interface and x' gets it too.
+* constant ``DequantizeLinear(int initializer)`` (or ``DequantizeLinear(QuantizeLinear(float initializer))``):
+  folded into a float32 initializer named after the DequantizeLinear output (the name its consumers already use).
+  For power-of-two scales and int8 data the fold is exact. int8 constants (weights) get their fix_point under that
+  name; wider ones (an int32 bias with scale s_in * s_w) are folded without a fix_point, because the DPU's bias
+  is int8 with its own fix_point, which the quantizer chooses.
+
+Every scale must be 2**-fp with zero point 0 and int8 data (the DPU's per-tensor power-of-two int8); per-channel
+scales are accepted only when they are all equal. Anything else is a QuantizationError naming the tensor and the
+node and saying what to do.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_dpu.errors import QuantizationError
+
+_ADVICE = ("re-export with power-of-two scales (e.g. Vitis AI's vai_q_onnx with power-of-two quantization, "
+           "int8, symmetric) or drop the QDQ nodes and calibrate the float model")
+_INT_TYPES = {TensorProto.INT8: np.int8, TensorProto.INT16: np.int16, TensorProto.INT32: np.int32}
+
+
+def _where(tensor: str, node: onnx.NodeProto) -> str:
+    return f"tensor {tensor!r} ({node.op_type} node {node.name or '<unnamed>'!r})"
+
+
+def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    consts = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value":
+                    consts[node.output[0]] = numpy_helper.to_array(a.t)
+    return consts
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _scale_fix_point(node: onnx.NodeProto, tensor: str, consts: dict[str, np.ndarray]) -> int:
+    """fix_point of the node's scale input (per-tensor, power of two)."""
+    if len(node.input) < 2 or node.input[1] not in consts:
+        raise QuantizationError(f"{_where(tensor, node)}: the scale is not a constant; {_ADVICE}")
+    if _attr(node, "block_size", 0):
+        raise QuantizationError(f"{_where(tensor, node)}: blocked quantization (block_size) is not supported: the "
+                                f"DPU has one scale per tensor; {_ADVICE}")
+    raw = np.asarray(consts[node.input[1]]).ravel()
+    scale = raw.astype(np.float64)
+    if scale.size == 0:
+        raise QuantizationError(f"{_where(tensor, node)}: empty scale")
+    if scale.size > 1 and not np.all(scale == scale[0]):
+        raise QuantizationError(f"{_where(tensor, node)}: per-channel scales {scale[:4].tolist()}"
+                                f"{'...' if scale.size > 4 else ''} differ; the DPU has one power-of-two scale per "
+                                f"tensor; {_ADVICE}")
+    s, shown = float(scale[0]), str(raw[0])  # shown in the file's precision: 0.02, not 0.0199999995
+    if not (math.isfinite(s) and s > 0):
+        raise QuantizationError(f"{_where(tensor, node)}: scale {shown} is not a positive finite number")
+    mant, exp = math.frexp(s)
+    if mant != 0.5:
+        raise QuantizationError(f"{_where(tensor, node)}: scale {shown} is not a power of two (the DPU's scales are "
+                                f"2**-fix_point); {_ADVICE}")
+    return 1 - exp  # s = 2**(exp - 1) = 2**-fp
+
+
+def _int_type(node: onnx.NodeProto, tensor: str, consts: dict[str, np.ndarray], data_type: int | None) -> int:
+    """ONNX element type of the quantized side of the node; checks a zero zero point."""
+    zp = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if len(node.input) > 2 and node.input[2] and zp is None:
+        raise QuantizationError(f"{_where(tensor, node)}: the zero point is not a constant; {_ADVICE}")
+    if zp is not None and np.any(np.asarray(zp) != 0):
+        raise QuantizationError(f"{_where(tensor, node)}: zero point {np.asarray(zp).ravel()[:4].tolist()} is not "
+                                f"0; the DPU quantizes symmetrically; {_ADVICE}")
+    if zp is not None:
+        return helper.np_dtype_to_tensor_dtype(np.asarray(zp).dtype)
+    if data_type is not None:
+        return data_type
+    out_dtype = _attr(node, "output_dtype", 0)
+    return int(out_dtype) if out_dtype else TensorProto.UINT8  # ONNX default without a zero point
+
+
+def strip_qdq(model: onnx.ModelProto | str) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """(float model, fix_points) of a QDQ ONNX model (or a path to one); see the module docstring.
+
+    `fix_points` maps tensor names of the returned float model to fix_points (value = q * 2**-fp).
+    The input model is not modified. Raises QuantizationError for a non-power-of-two scale, a nonzero zero point,
+    non-int8 activations, differing per-channel scales, or Q/DQ nodes that are not pairs around a float tensor.
+    """
+    src = onnx.load(model) if isinstance(model, str) else model
+    out = onnx.ModelProto()
+    out.CopyFrom(src)
+    g = out.graph
+    consts = _constants(g)
+    producer = {o: n for n in g.node for o in n.output}
+    graph_outputs = {o.name for o in g.output}
+
+    fix_points: dict[str, int] = {}
+    alias: dict[str, str] = {}  # DequantizeLinear output -> the float tensor it stands for
+    folded: dict[str, np.ndarray] = {}  # DequantizeLinear output -> float constant
+    drop: set[int] = set()  # ids of nodes to remove
+    identities: dict[int, onnx.NodeProto] = {}  # id(DQ node) -> Identity replacing it
+
+    def record(name: str, fp: int, node: onnx.NodeProto) -> None:
+        old = fix_points.get(name)
+        if old is not None and old != fp:
+            raise QuantizationError(f"{_where(name, node)}: annotated with fix_point {fp} here and {old} elsewhere; "
+                                    f"one tensor has one scale on the DPU; {_ADVICE}")
+        fix_points[name] = fp
+
+    def resolve(name: str) -> str:
+        seen = set()
+        while name in alias and name not in seen:
+            seen.add(name)
+            name = alias[name]
+        return name
+
+    for node in g.node:
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        xq, y = node.input[0], node.output[0]
+        q = producer.get(xq)
+        if q is not None and q.op_type == "QuantizeLinear":
+            _scale_fix_point(q, q.input[0], consts)  # report a bad pair under the float tensor's name first
+        fp = _scale_fix_point(node, xq, consts)
+        if xq in consts:  # constant weight / bias
+            data = consts[xq]
+            dtype = _int_type(node, xq, consts, helper.np_dtype_to_tensor_dtype(data.dtype))
+            if dtype not in _INT_TYPES:
+                raise QuantizationError(f"{_where(xq, node)}: constant of type {TensorProto.DataType.Name(dtype)}; "
+                                        f"expected int8 (or int16 / int32 for a bias); {_ADVICE}")
+            folded[y] = (data.astype(np.float64) * 2.0 ** -fp).astype(np.float32)
+            if dtype == TensorProto.INT8:
+                record(y, fp, node)
+            drop.add(id(node))
+            continue
+        if q is None or q.op_type != "QuantizeLinear":
+            raise QuantizationError(f"{_where(xq, node)}: DequantizeLinear input is neither a constant nor the "
+                                    "output of a QuantizeLinear; only QDQ pairs around float tensors can be stripped")
+        x = resolve(q.input[0])  # a chain DQ -> Q -> DQ annotates the first float tensor
+        fp_q = _scale_fix_point(q, x, consts)
+        dtype_q = _int_type(q, x, consts, None)
+        _int_type(node, xq, consts, dtype_q)
+        if fp_q != fp:
+            raise QuantizationError(f"{_where(x, q)}: QuantizeLinear scale 2**-{fp_q} and DequantizeLinear "
+                                    f"{node.name!r} scale 2**-{fp} differ; a QDQ pair must use one scale")
+        if dtype_q != TensorProto.INT8:
+            raise QuantizationError(f"{_where(x, q)}: quantized to {TensorProto.DataType.Name(dtype_q)}; the DPU "
+                                    f"runs int8 (give an int8 zero point); {_ADVICE}")
+        if x in consts:  # fake-quantized float constant: fold DQ(Q(w))
+            w = np.asarray(consts[x], dtype=np.float64)
+            qv = np.clip(np.rint(w * 2.0 ** fp), -128, 127)  # QuantizeLinear rounds half to even
+            folded[y] = (qv * 2.0 ** -fp).astype(np.float32)
+            record(y, fp, node)
+            drop.add(id(node))
+            continue
+        record(x, fp, q)
+        alias[y] = x
+        if y in graph_outputs:
+            identities[id(node)] = helper.make_node("Identity", [x], [y], name=node.name or f"{y}_identity")
+            record(y, fp, node)
+        else:
+            drop.add(id(node))
+
+    kept: list[onnx.NodeProto] = []
+    for node in g.node:
+        if id(node) in identities:
+            ident = identities[id(node)]
+            ident.input[0] = resolve(ident.input[0])
+            kept.append(ident)
+            continue
+        if id(node) in drop:
+            continue
+        for i, name in enumerate(node.input):
+            if name in alias:
+                node.input[i] = resolve(name)
+        kept.append(node)
+    # QuantizeLinear nodes and scale / zero-point Constants nobody reads any more go too (reverse topological
+    # order: every consumer is seen before its producer).
+    used = {o.name for o in g.output}
+    final: list[onnx.NodeProto] = []
+    for node in reversed(kept):
+        if node.op_type in ("QuantizeLinear", "Constant") and not any(o in used for o in node.output):
+            continue
+        if node.op_type == "QuantizeLinear":
+            raise QuantizationError(f"{_where(node.output[0], node)}: QuantizeLinear output is used by something other "
+                                    "than a DequantizeLinear; the model computes on integers and is not a QDQ model")
+        final.append(node)
+        used.update(i for i in node.input if i)
+    final.reverse()
+    del g.node[:]
+    g.node.extend(final)
+
+    used = _used_names(final, g.output)
+    inits = [i for i in g.initializer if i.name in used and i.name not in folded]
+    gone = {i.name for i in g.initializer} - {i.name for i in inits}
+    ins = [i for i in g.input if i.name not in gone]  # old IRs list initializers among the inputs
+    del g.input[:]
+    g.input.extend(ins)
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    g.initializer.extend(numpy_helper.from_array(v, name) for name, v in folded.items() if name in used)
+    vi = [v for v in g.value_info if v.name in used and v.name not in folded]
+    del g.value_info[:]
+    g.value_info.extend(vi)
+    fix_points = {k: v for k, v in fix_points.items() if k in used or k in {i.name for i in g.input}}
+    return out, fix_points
+
+
+def _used_names(nodes: Iterable[onnx.NodeProto], outputs: Iterable[onnx.ValueInfoProto]) -> set[str]:
+    used = {o.name for o in outputs}
+    for n in nodes:
+        used.update(i for i in n.input if i)
+    return used
