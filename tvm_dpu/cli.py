@@ -120,10 +120,145 @@ def _add_partition(sub) -> None:
     p.set_defaults(func=_run_partition)
 
 
-# Subcommand name -> function adding its parser to the subparsers object. Later issues add compile, run,
-# inspect and report here.
+# ---------------------------------------------------------------------------------------------------------
+# compile
+# ---------------------------------------------------------------------------------------------------------
+def _run_compile(args: argparse.Namespace) -> int:
+    import json
+    import warnings
+
+    from .arch import load_arch
+    from .builder import build
+    from .runtime.artifact import SUFFIX, export
+
+    arch = load_arch(args.arch)
+    shapes = parse_input_shapes(args.input_shape)
+    path = Path(args.model)
+    if not path.is_file():
+        raise FrontendError(f"{path}: no such file")
+    name = args.name or path.stem
+    outdir = Path(args.output)
+    outdir.mkdir(parents=True, exist_ok=True)
+    calib = None
+    if args.calib:
+        calib = Path(args.calib)
+        if not calib.is_file():
+            raise FrontendError(f"--calib {calib}: no such file")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build(str(path), arch=arch, calibration=calib, shapes=shapes, progress=not args.quiet)
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    artifact = export(model, outdir / f"{name}{SUFFIX}")
+    report = model.report()
+    (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    if not args.quiet:
+        print(model.partition_report.table())
+        print()
+    print(_subgraph_table(report))
+    print(f"wrote {artifact} ({artifact.stat().st_size} bytes) and {outdir / 'report.json'}")
+    return EXIT_OK
+
+
+def _subgraph_table(report: dict) -> str:
+    rows = [("subgraph", "ops", "instructions", "CONV", "ALU", "ELEW", "LOAD", "SAVE", "DDR bytes")]
+    for s in report["subgraphs"]:
+        c = s["instruction_counts"]
+        rows.append((str(s["id"]), str(s["ops"]), str(s["instructions"]), str(c.get("CONV", 0)), str(c.get("ALU", 0)),
+                     str(c.get("ELEW", 0)), str(c.get("LOAD", 0)), str(c.get("SAVE", 0)),
+                     str(sum(s["ddr_bytes"].values()))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(f"{len(report['subgraphs'])} DPU subgraph(s) for {report['dpu']} ({report['arch']}), "
+                 f"DDR {report['ddr_total_bytes']} bytes")
+    return "\n".join(lines)
+
+
+def _add_compile(sub) -> None:
+    p = sub.add_parser(
+        "compile",
+        help="compile an ONNX model: DPU machine code for the DPU parts, LLVM for the rest, one artifact",
+        description="Import MODEL.onnx, partition it for ARCH, calibrate and quantize every DPU subgraph "
+        "(power-of-two int8), emit DPU machine code, compile the CPU remainder with TVM/LLVM and write "
+        "OUTDIR/NAME.tvmdpu plus OUTDIR/report.json.",
+    )
+    _add_model_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
+    p.add_argument("-n", "--name", metavar="NAME", help="artifact name (default: the model file's stem)")
+    p.add_argument("--calib", metavar="FILE.npz",
+                   help="calibration data: arrays named like the model inputs with a leading sample axis (N, ...); "
+                   "without it the model is calibrated on random inputs (a warning says so)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the subgraph summary, no progress bar")
+    p.set_defaults(func=_run_compile)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------------------------------------
+def _run_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .runtime.artifact import load
+
+    model = load(args.compiled)
+    if args.input:
+        with np.load(args.input, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+        if len(model.inputs) == 1 and model.inputs[0].name not in data and len(data) == 1:
+            data = {model.inputs[0].name: next(iter(data.values()))}
+        missing = [s.name for s in model.inputs if s.name not in data]
+        if missing:
+            raise FrontendError(f"--input {args.input}: no array named {missing} (has {sorted(data)})")
+        feeds = {s.name: data[s.name] for s in model.inputs}
+    else:
+        rng = np.random.default_rng(0)
+        feeds = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in model.inputs}
+        print("no --input: running on random normal input (seed 0)")
+    for s in model.inputs:
+        if tuple(np.shape(feeds[s.name])) != tuple(s.shape):
+            raise FrontendError(f"input {s.name!r} has shape {np.shape(feeds[s.name])}, the model expects {s.shape}")
+    model.set_verify(args.verify)
+    outputs = model.run(feeds)
+    for i, y in enumerate(outputs):
+        flat = y.reshape(-1)
+        top = ", ".join(f"{int(k)}:{flat[k]:.4f}" for k in np.argsort(-flat)[:5])
+        print(f"output {i}: shape {tuple(y.shape)}, top-5 [{top}]")
+    if args.output:
+        np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
+        print(f"wrote {args.output}")
+    if args.verify:
+        results = model.verify_results()
+        bad = sum(r.mismatches for r in results)
+        print(f"verify: {len(results)} subgraphs, {bad} mismatching elements")
+        for r in results:
+            for note in r.first:
+                print(f"  {r.subgraph}: {note}")
+        return 1 if bad else EXIT_OK
+    return EXIT_OK
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a compiled artifact: CPU part in TVM, DPU subgraphs on the emulator",
+        description="Load NAME.tvmdpu and run it once. With --verify the golden reference runs beside every DPU "
+        "subgraph and the exit code is 1 when any element differs.",
+    )
+    p.add_argument("compiled", metavar="COMPILED", help="the .tvmdpu artifact written by 'tvm-dpu compile'")
+    p.add_argument("--input", metavar="FILE.npz",
+                   help="input arrays named like the model inputs (default: random normal input)")
+    p.add_argument("--verify", action="store_true",
+                   help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
+    p.set_defaults(func=_run_run)
+
+
+# Subcommand name -> function adding its parser to the subparsers object.
 COMMANDS: dict[str, Callable] = {
     "partition": _add_partition,
+    "compile": _add_compile,
+    "run": _add_run,
 }
 
 

@@ -52,6 +52,13 @@ class PartitionReport:
     def to_json(self) -> dict:
         return {"arch": self.arch, "nodes": [n.to_json() for n in self.nodes], "subgraphs": self.subgraphs}
 
+    @classmethod
+    def from_json(cls, d: dict) -> "PartitionReport":
+        """Inverse of `to_json` (the artifact stores the report)."""
+        nodes = [NodeReport(str(n["name"]), str(n["op"]), str(n["device"]), n["subgraph"], n["reason"])
+                 for n in d["nodes"]]
+        return cls(str(d["arch"]), nodes, int(d["subgraphs"]))
+
     def save_json(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
 

@@ -1,0 +1,234 @@
+"""`tvm_dpu.build`: the end-to-end compiler (frontend -> partition -> per DPU subgraph: XGraph, calibration,
+quantization, code generation -> CPU remainder by TVM LLVM -> one runnable object).
+
+Calibration runs the partitioned model in the Relax VM with every DPU partition replaced by the float reference of
+its XGraph, recording each partition's inputs; each subgraph then gets its fix_points from its own recorded inputs.
+The same VM executable serves the final model: only the packed functions behind the partition symbols change.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.compiler import compile_graph
+from tvm_dpu.errors import DPUError
+from tvm_dpu.passes.partition import binding_node_names, partition_detailed
+from tvm_dpu.passes.report import build_report
+from tvm_dpu.runtime.compiled_model import CompiledModel, InputSpec
+from tvm_dpu.runtime.device import EmulatorDevice
+from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
+from tvm_dpu.runtime.tvm_glue import codegen_hook, register, register_packed
+
+#: Random calibration batches used when the caller gives no data (with a warning: fix_points will be poor).
+RANDOM_CALIBRATION_BATCHES = 2
+
+
+def _input_specs(mod: tvm.IRModule) -> list[InputSpec]:
+    main = mod["main"]
+    specs = []
+    for p in main.params:
+        ty = p.ty
+        try:
+            shape = tuple(int(v) for v in ty.shape.values)
+        except (AttributeError, TypeError, ValueError):
+            raise DPUError(f"model input {p.name!r} has no static shape; give shapes when importing") from None
+        specs.append(InputSpec(p.name, shape, str(ty.dtype)))
+    return specs
+
+
+def calibration_batches(calibration: Any, inputs: list[InputSpec], progress: bool = False) -> list[list[np.ndarray]]:
+    """Normalize calibration data to a list of batches (one array per model input, in input order).
+
+    Accepted: None (random normal inputs, with a warning), an array or dict of arrays with the input shapes or with
+    a leading sample axis (each sample becomes one batch), an .npz path, or an iterable of arrays / dicts.
+    """
+    if calibration is None:
+        warnings.warn("no calibration data: calibrating on random normal inputs; fix_points will not suit real "
+                      "data (pass calibration=... or --calib FILE.npz)", stacklevel=3)
+        rng = np.random.default_rng(0)
+        return [[rng.standard_normal(s.shape).astype(np.float32) for s in inputs]
+                for _ in range(RANDOM_CALIBRATION_BATCHES)]
+    if isinstance(calibration, (str, Path)):
+        with np.load(calibration, allow_pickle=False) as z:
+            calibration = {k: z[k] for k in z.files}
+    if isinstance(calibration, np.ndarray) or isinstance(calibration, Mapping):
+        arrays = _by_input(calibration, inputs)
+        samples = []
+        n = None
+        per_input = []
+        for a, s in zip(arrays, inputs):
+            if tuple(a.shape) == tuple(s.shape):
+                per_input.append([a])
+            elif tuple(a.shape[1:]) == tuple(s.shape[1:]) and a.shape[0] % s.shape[0] == 0:
+                k = s.shape[0]
+                per_input.append([a[i:i + k] for i in range(0, a.shape[0], k)])
+            elif tuple(a.shape[1:]) == tuple(s.shape):
+                per_input.append([a[i] for i in range(a.shape[0])])
+            else:
+                raise DPUError(f"calibration data for input {s.name!r} has shape {a.shape}; expected {s.shape} "
+                               f"or (N, ...) samples of it")
+            n = len(per_input[-1]) if n is None else min(n, len(per_input[-1]))
+        for i in range(n or 0):
+            samples.append([np.asarray(p[i], dtype=np.float32).reshape(s.shape) for p, s in zip(per_input, inputs)])
+        return samples
+    out = []
+    for item in calibration:
+        arrays = _by_input(item, inputs)
+        for a, s in zip(arrays, inputs):
+            if a.size != int(np.prod(s.shape)):
+                raise DPUError(f"calibration sample for input {s.name!r} has shape {a.shape}; expected {s.shape}")
+        out.append([np.asarray(a, dtype=np.float32).reshape(s.shape) for a, s in zip(arrays, inputs)])
+    if not out:
+        raise DPUError("calibration data is empty")
+    return out
+
+
+def _by_input(item: Any, inputs: list[InputSpec]) -> list[np.ndarray]:
+    if isinstance(item, Mapping):
+        missing = [s.name for s in inputs if s.name not in item]
+        if missing:
+            raise DPUError(f"calibration data lacks input(s) {missing} (has {sorted(item)})")
+        return [np.asarray(item[s.name]) for s in inputs]
+    if len(inputs) != 1:
+        raise DPUError(f"the model has {len(inputs)} inputs {[s.name for s in inputs]}: give calibration samples "
+                       "as dicts name -> array")
+    return [np.asarray(item)]
+
+
+def _prepare(mod: Any, shapes: dict | None) -> tvm.IRModule:
+    """Accept an ONNX path / ModelProto (imported and normalized) or a Relax IRModule (normalized)."""
+    from tvm_dpu.frontend import from_onnx, normalize
+
+    if isinstance(mod, tvm.IRModule):
+        return normalize(mod)
+    return from_onnx(mod, shapes)
+
+
+def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibration: Any = None,
+                      shapes: dict | None = None, method: str = "mse", progress: bool = True,
+                      device: Any = None, fix_points: dict[str, int] | None = None) -> tuple[tvm.IRModule, CompiledModel]:
+    """Everything of `build` except the final LLVM compile: returns (module with DPU calls, model without executable)."""
+    from tvm_dpu.quant.calibrate import collect_stats
+    from tvm_dpu.quant.quantize import quantize_graph
+    from tvm_dpu.xgraph.float_ref import run_graph_float
+    from tvm_dpu.xgraph.from_relax import build_float_xgraph
+
+    register()
+    t0 = time.perf_counter()
+    arch_obj: Arch = load_arch(arch)
+    mod = _prepare(mod, shapes)
+    inputs = _input_specs(mod)
+    t_import = time.perf_counter()
+    result = partition_detailed(mod, arch_obj)
+    report = build_report(mod, result)
+    pmod = result.module
+    t_part = time.perf_counter()
+    # A partition function may serve several identical call sites; its XGraph is named after the first one.
+    first_site = {}
+    for sg in result.placement.subgraphs:
+        first_site.setdefault(sg.function, sg)
+    ids = {sym: sg.index for sym, sg in first_site.items()}
+    subgraphs: dict[str, Any] = {}
+
+    def collect(sym: str, fn: relax.Function) -> None:
+        site = first_site.get(sym)
+        names = [binding_node_names(result.infos[t]) for t in site.tags] if site is not None else None
+        subgraphs[sym] = build_float_xgraph(fn, sym, names)
+
+    with codegen_hook(collect):
+        lowered = relax.transform.RunCodegen()(pmod)
+    if "const_name_to_constant" in (lowered.attrs or {}):
+        lowered = lowered.without_attr("const_name_to_constant")
+    t_xg = time.perf_counter()
+    model = CompiledModel(executable=None, arch=arch_obj, runners={}, inputs=inputs, partition_report=report,
+                          subgraph_ids=ids)
+    model.build_info = {"times_s": {"import_normalize": t_import - t0, "partition": t_part - t_import,
+                                    "xgraph": t_xg - t_part}}
+    return lowered, _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device,
+                                           fix_points, collect_stats, quantize_graph, run_graph_float)
+
+
+def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device, fix_points,
+                           collect_stats, quantize_graph, run_graph_float) -> CompiledModel:
+    t0 = time.perf_counter()
+    ex = tvm.compile(lowered, target="llvm")
+    model.executable = ex
+    t_cpu = time.perf_counter()
+    recorded: dict[str, list[dict[str, np.ndarray]]] = {sym: [] for sym in subgraphs}
+    for sym, fs in subgraphs.items():
+        register_packed(sym, _float_runner(fs, recorded[sym], run_graph_float))
+    batches = calibration_batches(calibration, model.inputs) if subgraphs else []
+    if subgraphs:
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        it = batches
+        if progress:
+            from tqdm import tqdm
+
+            it = tqdm(batches, desc="calibrating", unit="batch", file=sys.stderr, leave=False)
+        for batch in it:
+            vm["main"](*[tvm.runtime.tensor(a) for a in batch])
+    t_cal = time.perf_counter()
+    dev = device if device is not None else EmulatorDevice(model.arch)
+    for sym, fs in subgraphs.items():
+        stats = collect_stats(fs.graph, recorded[sym], progress=False)
+        overrides = _overrides_for(fs, fix_points)
+        qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides)
+        csg = compile_graph(qg, model.arch)
+        model.runners[sym] = SubgraphRunner(csg, dev, qg, [tuple(s) for s in fs.output_shapes])
+    t_dpu = time.perf_counter()
+    model.build_info["times_s"].update({"cpu_compile": t_cpu - t0, "calibration": t_cal - t_cpu,
+                                        "quantize_codegen": t_dpu - t_cal})
+    model.build_info["calibration_batches"] = len(batches)
+    return model
+
+
+def _overrides_for(fs, fix_points: dict[str, int] | None) -> dict[str, int] | None:
+    if not fix_points:
+        return None
+    out = {}
+    for name, t in fs.graph.tensors.items():
+        if name in fix_points:
+            out[name] = int(fix_points[name])
+    return out or None
+
+
+def _float_runner(fs, record: list, run_graph_float):
+    n_in = len(fs.input_names)
+
+    def run(*args):
+        feeds = {}
+        for name, a in zip(fs.input_names, args[:n_in]):
+            shape = fs.graph.tensors[name].shape
+            feeds[name] = np.from_dlpack(a).reshape(shape).astype(np.float32)
+        record.append(feeds)
+        res = run_graph_float(fs.graph, feeds)
+        for dst, name, shape in zip(args[n_in:], fs.output_names, fs.output_shapes):
+            dst.copyfrom(np.ascontiguousarray(np.asarray(res[name], dtype=np.float32).reshape(shape)))
+
+    return run
+
+
+def build(mod: Any, target: str = "dpu", *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibration: Any = None,
+          shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
+          fix_points: dict[str, int] | None = None) -> CompiledModel:
+    """Compile `mod` (a Relax IRModule, an ONNX file path or ModelProto) for the DPU.
+
+    The DPU-capable parts become DPU machine code (calibrated on `calibration`: an iterable of input dicts or
+    arrays, a dict/array with a leading sample axis, or an .npz path; random inputs with a warning if None); the
+    rest is compiled by TVM for LLVM. Returns a `CompiledModel` whose `run(inputs)` executes both, with every DPU
+    subgraph on the emulator (or `device`).
+    """
+    if target not in ("dpu", "DPU"):
+        raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
+    lowered, model = build_partitioned(mod, arch=arch, calibration=calibration, shapes=shapes, method=method,
+                                       progress=progress, device=device, fix_points=fix_points)
+    return model

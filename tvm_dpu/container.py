@@ -1,0 +1,112 @@
+"""A safe, versioned, checksummed binary container: a canonical JSON header plus named raw byte sections.
+
+Used by the compiled-model artifact (runtime/artifact.py). Reading never executes anything from the file: the
+header is JSON, the sections are raw bytes the caller interprets (arrays with a declared dtype and shape).
+
+Layout (little-endian)::
+
+    offset  size  field
+    0       8     magic (caller-defined)
+    8       4     format version (uint32)
+    12      8     header length H (uint64)
+    20      8     section area length B (uint64)
+    28      32    sha256 of bytes 60 .. 60+H+B
+    60      H     header: UTF-8 JSON, sorted keys; header["sections"][name] = {offset, nbytes, sha256}
+    60+H    B     sections, each 16-byte aligned (zero filled), offsets relative to the section area
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from typing import Any
+
+from tvm_dpu.errors import ArtifactError
+
+_FIXED = struct.Struct("<8sIQQ32s")
+FIXED_SIZE = _FIXED.size
+_ALIGN = 16
+
+
+def pack(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> bytes:
+    """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes."""
+    area = bytearray()
+    table = {}
+    for name in sorted(sections):
+        raw = bytes(sections[name])
+        area.extend(b"\0" * (-len(area) % _ALIGN))
+        table[name] = {"offset": len(area), "nbytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+        area.extend(raw)
+    head = dict(header)
+    head["sections"] = table
+    hbytes = json.dumps(head, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    payload = hbytes + bytes(area)
+    return _FIXED.pack(magic, version, len(hbytes), len(area), hashlib.sha256(payload).digest()) + payload
+
+
+class Container:
+    """A parsed, verified container: `header` (dict) and `section(name) -> bytes`."""
+
+    def __init__(self, header: dict[str, Any], area: bytes, area_start: int, source: str):
+        self.header = header
+        self._area = area
+        self._start = area_start
+        self.source = source
+
+    def section(self, name: str) -> bytes:
+        entry = self.header["sections"].get(name)
+        if entry is None:
+            raise ArtifactError(f"{self.source}: section {name!r} is missing")
+        off, n = int(entry["offset"]), int(entry["nbytes"])
+        if off < 0 or off + n > len(self._area):
+            raise ArtifactError(f"{self.source}: section {name!r} at offset {self._start + off} (+{n}) lies outside "
+                                f"the file")
+        return self._area[off: off + n]
+
+    def has(self, name: str) -> bool:
+        return name in self.header["sections"]
+
+
+def unpack(data: bytes, magic: bytes, version: int, source: str, what: str) -> Container:
+    """Parse and verify; one ArtifactError per defect, naming the file offset: wrong magic, other version,
+    truncation, trailing bytes, checksum mismatch (with the damaged section), malformed header."""
+    data = bytes(data)
+    if data[: len(magic)] != magic:
+        raise ArtifactError(f"{source}: not a {what} (magic at offset 0 is {data[:8]!r}, expected {magic!r})")
+    if len(data) < FIXED_SIZE:
+        raise ArtifactError(f"{source}: truncated: {len(data)} bytes, the fixed header needs {FIXED_SIZE}")
+    _, ver, hlen, blen, digest = _FIXED.unpack_from(data, 0)
+    if ver != version:
+        raise ArtifactError(f"{source}: {what} format version {ver} (offset 8) is not supported; this tvm-dpu reads "
+                            f"version {version}: rebuild it with this version")
+    end = FIXED_SIZE + hlen + blen
+    if len(data) < end:
+        raise ArtifactError(f"{source}: truncated: the file has {len(data)} bytes but its header says {end}; "
+                            f"data ends at offset {len(data)}")
+    if len(data) > end:
+        raise ArtifactError(f"{source}: {len(data) - end} unexpected trailing bytes from offset {end}")
+    payload = data[FIXED_SIZE:end]
+    if hashlib.sha256(payload).digest() != digest:
+        raise ArtifactError(f"{source}: checksum mismatch (sha256 at offset 28): the file is corrupt, "
+                            f"{_locate(payload, hlen)}")
+    try:
+        header = json.loads(payload[:hlen].decode())
+        if not isinstance(header, dict) or not isinstance(header.get("sections"), dict):
+            raise ValueError("no section table")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{source}: malformed header at offset {FIXED_SIZE}: {e}") from None
+    return Container(header, payload[hlen:], FIXED_SIZE + hlen, source)
+
+
+def _locate(payload: bytes, hlen: int) -> str:
+    try:
+        header = json.loads(payload[:hlen].decode())
+        area = payload[hlen:]
+        for name, e in sorted(header["sections"].items()):
+            raw = area[e["offset"]: e["offset"] + e["nbytes"]]
+            if hashlib.sha256(raw).hexdigest() != e["sha256"]:
+                lo = FIXED_SIZE + hlen + e["offset"]
+                return f"in section {name!r} (bytes {lo}..{lo + e['nbytes'] - 1})"
+        return f"in the header or section padding (header bytes {FIXED_SIZE}..{FIXED_SIZE + hlen - 1})"
+    except Exception:  # the header itself is damaged
+        return f"in the JSON header (bytes {FIXED_SIZE}..{FIXED_SIZE + hlen - 1})"
