@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import FMap, ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import CodegenError, RowPlacement, max_valid_rows, split_even
+from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
 
 #: ALUINIT exec_mode codes (isa1-semantics.md 9.2).
 ALU_MODES = {"dwconv": 0, "prelu": 1, "avgpool": 2, "maxpool": 3, "leaky": 4, "maxreduce": 5,
@@ -112,23 +112,10 @@ def emit_alu(prog: Program, arch: Arch, job: AluJob, x: FMap, y: FMap, x_res: st
 def _tile(prog: Program, arch: Arch, job: AluJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int,
           q0: int, length: int, c0: int, cc: int, n: int, base: int, banks: tuple[int, int, int]) -> None:
     vb0, vb1, buf = banks
-    pt, pl, _, _ = job.pads
-    y0 = p0 * job.sh - pt
-    x0 = q0 * job.sw - pl
-    n_rows = (vpp - 1) * job.sh + job.kh
-    in_cols = (length - 1) * job.sw + job.kw
-    place = RowPlacement(arch.pp, job.sh, in_cols * n, n, base)
-    xs, xe = max(0, x0), min(x.w, x0 + in_cols)
-    for h in range(n_rows):
-        yy = y0 + h
-        if not 0 <= yy < x.h or xe <= xs:
-            continue
-        bank, row0 = place.where(h)
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + bank,
-                  bank_addr=(row0 + (xs - x0) * n) % arch.bank_depth, length=xe - xs, channel=cc,
-                  jump_read=x.pixel_pitch, jump_write=n, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
-    pad_bottom = max(0, y0 + n_rows - x.h)
-    pad_right = max(0, x0 + in_cols - x.w)
+    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, n, base)
+    tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, c0, cc, ("vb0", buf))
+    pad_top, pad_left, pad_bottom, pad_right = tile.pads(x)
+    place = tile.place
     prog.emit("ALUINIT", exec_mode=ALU_MODES[job.mode], kernel_h=job.kh, kernel_w=job.kw, stride_h=job.sh,
               stride_w=job.sw, stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=n,
               channel_offset=n * arch.icp - cc, length=length, shift_prelu_p=job.shift_prelu_p,
@@ -143,7 +130,7 @@ def _tile(prog: Program, arch: Arch, job: AluJob, x: FMap, y: FMap, x_res: str, 
         reads.append(("bias",))
     prog.emit("ALU", reads=tuple(reads), writes=(("vb1", buf),), bank_id_out=vb1, bank_addr_out=base,
               pad_bottom=job.kh - 1 - pad_bottom, valid_pixel_parallel=vpp, bank_id_in=vb0, bank_addr_in=a[0],
-              pad_top=max(0, -y0), pad_left=max(0, -x0), pad_right=job.kw - 1 - pad_right, bank_addr_in_1=a[1],
+              pad_top=pad_top, pad_left=pad_left, pad_right=job.kw - 1 - pad_right, bank_addr_in_1=a[1],
               kernel_d=1, bank_addr_weights=0, bank_addr_in_2=a[2], bank_addr_bias=0, bank_addr_in_3=a[3])
     for r in range(vpp):
         prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import FMap, ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import CodegenError, RowPlacement, max_valid_rows, split_even
+from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
 
 #: Largest value of the 10-bit minus fields jump_read_endl / LOAD length / CONV length.
 FIELD10 = 1024
@@ -69,7 +69,7 @@ def _choose_tile(arch: Arch, job: ConvJob, n_groups: int) -> tuple[int, int, int
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR). x_res / y_res name the DDR tensors for the
     dependency tracker."""
-    pp, icp, ocp = arch.pp, arch.icp, arch.ocp
+    icp, ocp = arch.icp, arch.ocp
     half = arch.bank_depth // 2
     cg_in = ceil_div(job.cin, icp)
     cg_out = ceil_div(job.cout, ocp)
@@ -114,25 +114,10 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res:
                vpp: int, q0: int, length: int, g0: int, n: int, cg_in: int, base: int,
                banks: tuple[int, int, int]) -> None:
     vb0, vb1, buf = banks
-    pt, pl, _, _ = job.pads
-    y0 = p0 * job.sh - pt
-    x0 = q0 * job.sw - pl
-    n_rows = (vpp - 1) * job.sh + job.kh
-    in_cols = (length - 1) * job.sw + job.kw
-    place = RowPlacement(arch.pp, job.sh, in_cols * cg_in, cg_in, base)
-    xs, xe = max(0, x0), min(x.w, x0 + in_cols)
-    for h in range(n_rows):
-        yy = y0 + h
-        if not 0 <= yy < x.h or xe <= xs:
-            continue  # padding rows: masked by pad_top / pad_bottom
-        bank, row0 = place.where(h)
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + bank,
-                  bank_addr=(row0 + (xs - x0) * cg_in) % arch.bank_depth, length=xe - xs, channel=job.cin,
-                  jump_read=x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs))
-    pad_top = max(0, -y0)
-    pad_left = max(0, -x0)
-    pad_bottom = max(0, y0 + n_rows - x.h)
-    pad_right = max(0, x0 + in_cols - x.w)
+    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in, base)
+    tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
+    pad_top, pad_left, pad_bottom, pad_right = tile.pads(x)
+    place = tile.place
     prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
               jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
               stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=vpp, stride_offset_in=0, stride_w=job.sw,

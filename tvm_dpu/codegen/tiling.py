@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_dpu.codegen.layout import ceil_div
+from tvm_dpu.codegen.layout import FMap, ceil_div
 from tvm_dpu.errors import DPUError
 
 
@@ -69,3 +69,43 @@ def split_even(total: int, max_part: int) -> list[tuple[int, int]]:
         out.append((s, size))
         s += size
     return out
+
+
+@dataclass(frozen=True)
+class WindowTile:
+    """The input window of one output tile (vpp rows from p0, `length` columns from q0) of a sliding-window op,
+    placed in an image bank group: fetched row h / column x of the window is image row y0 + h / column x0 + x."""
+
+    y0: int
+    x0: int
+    n_rows: int
+    in_cols: int
+    place: RowPlacement
+
+    @staticmethod
+    def of(pp: int, kh: int, kw: int, sh: int, sw: int, pads: tuple[int, int, int, int], p0: int, vpp: int,
+           q0: int, length: int, groups: int, base: int) -> "WindowTile":
+        in_cols = (length - 1) * sw + kw
+        return WindowTile(p0 * sh - pads[0], q0 * sw - pads[1], (vpp - 1) * sh + kh, in_cols,
+                          RowPlacement(pp, sh, in_cols * groups, groups, base))
+
+    def pads(self, x: FMap) -> tuple[int, int, int, int]:
+        """Padding (top, left, bottom, right) the tile's window needs beyond the edges of x."""
+        return (max(0, -self.y0), max(0, -self.x0), max(0, self.y0 + self.n_rows - x.h),
+                max(0, self.x0 + self.in_cols - x.w))
+
+    def emit_loads(self, prog, bank0: int, depth: int, x: FMap, x_res: str, c0: int, channels: int,
+                   buf_res: tuple) -> None:
+        """One LOAD per image row of the window inside x (padding rows and columns are masked by the op)."""
+        pitch = self.place.pitch
+        xs, xe = max(0, self.x0), min(x.w, self.x0 + self.in_cols)
+        if xe <= xs:
+            return
+        for h in range(self.n_rows):
+            yy = self.y0 + h
+            if not 0 <= yy < x.h:
+                continue
+            bank, row0 = self.place.where(h)
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+                      bank_addr=(row0 + (xs - self.x0) * pitch) % depth, length=xe - xs, channel=channels,
+                      jump_read=x.pixel_pitch, jump_write=pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
