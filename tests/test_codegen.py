@@ -7,8 +7,6 @@ import pytest
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.compiler import compile_graph
-from tvm_dpu.codegen.layout import FMap
-from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.codegen.isa import CONV, LOAD, SAVE
 from tvm_dpu.runtime.emulator import Emulator
