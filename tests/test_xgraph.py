@@ -205,7 +205,7 @@ def test_flipped_bytes_everywhere():
     data = dumps(build())
     header_len = struct.unpack_from("<Q", data, 12)[0]
     header = json.loads(data[FIXED_SIZE:FIXED_SIZE + header_len])
-    w = next(t for t in header["tensors"] if t["name"] == "w")["data"]
+    w = header["sections"]["w"]
     blob_start = FIXED_SIZE + header_len
     # every byte position: one clear ArtifactError, never another exception
     for pos in range(0, len(data), 7):

@@ -29,7 +29,8 @@ _ALIGN = 16
 
 
 def pack(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> bytes:
-    """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes."""
+    """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes.
+    `header` should carry a "format" tag, which `unpack` checks."""
     area = bytearray()
     table = {}
     for name in sorted(sections):
@@ -67,38 +68,46 @@ class Container:
         return name in self.header["sections"]
 
 
-def unpack(data: bytes, magic: bytes, version: int, source: str, what: str) -> Container:
-    """Parse and verify; one ArtifactError per defect, naming the file offset: wrong magic, other version,
-    truncation, trailing bytes, checksum mismatch (with the damaged section), malformed header."""
+def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt: str, *, article: str = "a",
+           label: str = "section {!r}") -> Container:
+    """Parse and verify; one ArtifactError per defect, naming the file offset: wrong magic, unknown version,
+    truncation, trailing bytes, checksum mismatch (naming the damaged section with `label`), malformed header or
+    a format tag other than `fmt`. `kind` names the file type in messages ("XGraph", "tvm-dpu artifact")."""
     data = bytes(data)
     if data[: len(magic)] != magic:
-        raise ArtifactError(f"{source}: not a {what} (magic at offset 0 is {data[:8]!r}, expected {magic!r})")
+        raise ArtifactError(f"{source}: not {article} {kind} file (magic at offset 0 is {data[:8]!r}, expected "
+                            f"{magic!r})")
     if len(data) < FIXED_SIZE:
         raise ArtifactError(f"{source}: truncated: {len(data)} bytes, the fixed header needs {FIXED_SIZE}")
     _, ver, hlen, blen, digest = _FIXED.unpack_from(data, 0)
     if ver != version:
-        raise ArtifactError(f"{source}: {what} format version {ver} (offset 8) is not supported; this tvm-dpu reads "
-                            f"version {version}: rebuild it with this version")
+        raise ArtifactError(f"{source}: unknown {kind} format version {ver} at offset 8 (this reader knows version "
+                            f"{version}; rebuild the file with this tvm-dpu)")
     end = FIXED_SIZE + hlen + blen
     if len(data) < end:
-        raise ArtifactError(f"{source}: truncated: the file has {len(data)} bytes but its header says {end}; "
-                            f"data ends at offset {len(data)}")
+        raise ArtifactError(f"{source}: truncated: {len(data)} bytes, header (offset 12) and section (offset 20) "
+                            f"lengths need {end}; data ends at offset {len(data)}")
     if len(data) > end:
         raise ArtifactError(f"{source}: {len(data) - end} unexpected trailing bytes from offset {end}")
     payload = data[FIXED_SIZE:end]
     if hashlib.sha256(payload).digest() != digest:
-        raise ArtifactError(f"{source}: checksum mismatch (sha256 at offset 28): the file is corrupt, "
-                            f"{_locate(payload, hlen)}")
+        raise ArtifactError(f"{source}: checksum mismatch (sha256 stored at offset 28): the file is corrupt, "
+                            f"{_locate(payload, hlen, label)}")
     try:
         header = json.loads(payload[:hlen].decode())
-        if not isinstance(header, dict) or not isinstance(header.get("sections"), dict):
-            raise ValueError("no section table")
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{source}: malformed header at offset {FIXED_SIZE}: {e}") from None
+    if header.get("format") != fmt:
+        raise ArtifactError(f"{source}: header at offset {FIXED_SIZE}: format tag {header.get('format')!r} is not "
+                            f"{fmt!r}")
+    if not isinstance(header.get("sections"), dict):
+        raise ArtifactError(f"{source}: malformed header at offset {FIXED_SIZE}: no section table")
     return Container(header, payload[hlen:], FIXED_SIZE + hlen, source)
 
 
-def _locate(payload: bytes, hlen: int) -> str:
+def _locate(payload: bytes, hlen: int, label: str) -> str:
     try:
         header = json.loads(payload[:hlen].decode())
         area = payload[hlen:]
@@ -106,7 +115,7 @@ def _locate(payload: bytes, hlen: int) -> str:
             raw = area[e["offset"]: e["offset"] + e["nbytes"]]
             if hashlib.sha256(raw).hexdigest() != e["sha256"]:
                 lo = FIXED_SIZE + hlen + e["offset"]
-                return f"in section {name!r} (bytes {lo}..{lo + e['nbytes'] - 1})"
+                return f"in {label.format(name)} (bytes {lo}..{lo + e['nbytes'] - 1})"
         return f"in the header or section padding (header bytes {FIXED_SIZE}..{FIXED_SIZE + hlen - 1})"
     except Exception:  # the header itself is damaged
         return f"in the JSON header (bytes {FIXED_SIZE}..{FIXED_SIZE + hlen - 1})"

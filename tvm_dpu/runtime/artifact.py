@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.compiler import CompiledSubgraph, TensorBinding
@@ -95,11 +94,9 @@ def load(path: str | os.PathLike[str], device: Any = "emulator") -> CompiledMode
         data = path.read_bytes()
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-    c = unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact")
+    c = unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
     h = c.header
     try:
-        if h.get("format") != "tvm-dpu-artifact":
-            raise ArtifactError(f"{path}: header format tag {h.get('format')!r} is not 'tvm-dpu-artifact'")
         fp = int(h["arch"]["fingerprint"], 16)
         arch = load_arch(h["arch"]["name"])
         if arch.fingerprint != fp:
