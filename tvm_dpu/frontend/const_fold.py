@@ -39,7 +39,7 @@ def static_shape(e: relax.Expr) -> list[int] | None:
 
 def make_const(arr: np.ndarray, names: list[str] | None = None, dtype: str | None = None) -> tvm.ir.GenericConst:
     """A GenericConst of ``arr`` (cast to ``dtype``) carrying ``names`` as provenance."""
-    arr = np.ascontiguousarray(arr if dtype is None else np.asarray(arr).astype(dtype))
+    arr = np.ascontiguousarray(arr if dtype is None else np.asarray(arr).astype(dtype, copy=False))
     c = relax.const(arr, str(arr.dtype))
     return prov.const_with_nodes(c, names or [])
 
@@ -115,7 +115,7 @@ def fold_call(call: relax.Call, names: list[str]) -> tvm.ir.GenericConst | None:
     if list(res.shape) != shape:
         return None
     merged = prov.merge(names, *[a for a in args if isinstance(a, tvm.ir.GenericConst)])
-    return make_const(res.astype(dtype), merged)
+    return make_const(res.astype(dtype, copy=False), merged)
 
 
 def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
