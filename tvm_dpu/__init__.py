@@ -7,6 +7,7 @@ Public API (imported lazily, so `import tvm_dpu` stays cheap):
     partition_for_dpu(mod, arch) -> tvm.IRModule                           Relax BYOC partitioning
     partition(mod, arch) -> (tvm.IRModule, PartitionReport)
     load_arch(spec) -> Arch, list_presets()                                DPU configurations
+    load(path, device="emulator"|"pynq") -> CompiledModel                  a deployed .tvmdpu artifact
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ _EXPORTS = {
     "list_presets": ("tvm_dpu.arch", "list_presets"),
     "Arch": ("tvm_dpu.arch", "Arch"),
     "CompiledModel": ("tvm_dpu.runtime.compiled_model", "CompiledModel"),
+    "load": ("tvm_dpu.runtime.artifact", "load"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -123,41 +123,169 @@ def _add_partition(sub) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # compile
 # ---------------------------------------------------------------------------------------------------------
+#: Keys of vai_c's --options that tvm-dpu understands.
+VAI_C_OPTIONS = ("input_shape", "output_ops")
+
+
+def parse_vai_options(text: str | None, input_names: Sequence[str]) -> tuple[dict[str, list[int]], list[str]]:
+    """vai_c-style ``--options`` JSON -> (input shapes by name, output op names).
+
+    ``input_shape``: "1,3,224,224" for the first input, several inputs separated by ";" in model input order;
+    ``output_ops``: comma-separated ONNX node (or output tensor) names at which to cut the model.
+    """
+    import json
+
+    if not text:
+        return {}, []
+    try:
+        opts = json.loads(text)
+    except ValueError as e:
+        raise FrontendError(f"--options is not valid JSON ({e}): expected e.g. "
+                            '\'{"input_shape": "1,3,224,224", "output_ops": "fc"}\'') from None
+    if not isinstance(opts, dict):
+        raise FrontendError("--options must be a JSON object, e.g. '{\"input_shape\": \"1,3,224,224\"}'")
+    unknown = sorted(set(opts) - set(VAI_C_OPTIONS))
+    if unknown:
+        raise FrontendError(f"--options: unknown key(s) {unknown}; tvm-dpu understands {list(VAI_C_OPTIONS)}")
+    shapes: dict[str, list[int]] = {}
+    if "input_shape" in opts:
+        parts = [p.strip() for p in str(opts["input_shape"]).split(";") if p.strip()]
+        if len(parts) > len(input_names):
+            raise FrontendError(f"--options input_shape gives {len(parts)} shapes but the model has "
+                                f"{len(input_names)} input(s) {list(input_names)}")
+        for name, part in zip(input_names, parts):
+            shapes[name] = parse_input_shape(f"{name}={part}")[1]
+    outs = [o.strip() for o in str(opts.get("output_ops", "")).split(",") if o.strip()]
+    return shapes, outs
+
+
+def _cut_model(model, output_ops: list[str]):
+    """The ONNX model truncated so that `output_ops` (node or tensor names) are its outputs."""
+    import onnx
+    from onnx import helper
+
+    producers = {}
+    for node in model.graph.node:
+        for out in node.output:
+            producers[out] = node
+    by_node = {n.name: n for n in model.graph.node if n.name}
+    tensors = []
+    for name in output_ops:
+        if name in by_node:
+            tensors.append(by_node[name].output[0])
+        elif name in producers:
+            tensors.append(name)
+        else:
+            raise FrontendError(f"--options output_ops: {name!r} is neither a node nor a tensor of the model")
+    needed, stack = set(), list(tensors)
+    while stack:
+        t = stack.pop()
+        node = producers.get(t)
+        if node is None or id(node) in needed:
+            continue
+        needed.add(id(node))
+        stack.extend(node.input)
+    nodes = [n for n in model.graph.node if id(n) in needed]
+    used = {i for n in nodes for i in n.input}
+    inputs = [i for i in model.graph.input if i.name in used]
+    inits = [i for i in model.graph.initializer if i.name in used]
+    inferred = onnx.shape_inference.infer_shapes(model)
+    typed = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
+    untyped = [t for t in tensors if t not in typed]
+    if untyped:
+        raise FrontendError(f"--options output_ops: ONNX shape inference gives no type for {untyped}")
+    outputs = [typed[t] for t in tensors]
+    graph = helper.make_graph(nodes, model.graph.name, inputs, outputs, inits)
+    cut = helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    try:
+        onnx.checker.check_model(cut)
+    except onnx.checker.ValidationError as e:
+        raise FrontendError(f"--options output_ops {output_ops}: the cut model is invalid: {e}") from None
+    return cut
+
+
 def _run_compile(args: argparse.Namespace) -> int:
     import json
     import warnings
 
     from .arch import load_arch
-    from .builder import build
-    from .runtime.artifact import SUFFIX, export
+    from .builder import build_partitioned
+    from .report_html import onnx_node_graph
+    from .runtime.artifact import SUFFIX, export, read_header
 
     arch = load_arch(args.arch)
-    shapes = parse_input_shapes(args.input_shape)
+    shapes = parse_input_shapes(args.input_shape) or {}
     path = Path(args.model)
     if not path.is_file():
         raise FrontendError(f"{path}: no such file")
     name = args.name or path.stem
-    outdir = Path(args.output)
-    outdir.mkdir(parents=True, exist_ok=True)
+    if not name or "/" in name or name.startswith("."):
+        raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
     calib = None
     if args.calib:
         calib = Path(args.calib)
         if not calib.is_file():
             raise FrontendError(f"--calib {calib}: no such file")
+    import onnx
+
+    try:
+        proto = onnx.load(str(path))
+    except Exception as e:  # onnx raises DecodeError / ValueError variously on a malformed file
+        raise FrontendError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    init_names = {i.name for i in proto.graph.initializer}
+    input_names = [i.name for i in proto.graph.input if i.name not in init_names]
+    opt_shapes, output_ops = parse_vai_options(args.options, input_names)
+    for k, v in opt_shapes.items():
+        shapes.setdefault(k, v)
+    if output_ops:
+        proto = _cut_model(proto, output_ops)
+    outdir = Path(args.output)
+    outdir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = build(str(path), arch=arch, calibration=calib, shapes=shapes, progress=not args.quiet)
+        lowered, model = build_partitioned(proto, arch=arch, calibration=calib, shapes=shapes or None,
+                                           progress=not args.quiet)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
-    artifact = export(model, outdir / f"{name}{SUFFIX}")
+    model.cpu_module = lowered
+    model.source_graph = onnx_node_graph(proto)
+    artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data)
     report = model.report()
     (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    header, sizes = read_header(artifact)
+    meta = artifact_meta(header, sizes, artifact)
+    (outdir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if not args.quiet:
         print(model.partition_report.table())
         print()
     print(_subgraph_table(report))
-    print(f"wrote {artifact} ({artifact.stat().st_size} bytes) and {outdir / 'report.json'}")
+    print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
     return EXIT_OK
+
+
+def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
+    """meta.json (like vai_c's): arch, model inputs/outputs, and per DPU subgraph its tensors with fix_points."""
+    import hashlib
+
+    return {
+        "name": path.stem,
+        "artifact": path.name,
+        "artifact_bytes": path.stat().st_size,
+        "artifact_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "tvm_dpu_version": __version__,
+        "arch": header["arch"],
+        "cpu_libs": header.get("cpu_libs"),
+        "inputs": header["inputs"],
+        "outputs": header.get("outputs") or [],
+        "subgraphs": [{
+            "id": s.get("id"), "symbol": s["symbol"], "name": s["name"],
+            "inputs": [{"name": b["name"], "shape": b["shape"], "fix_point": b["fix_point"]} for b in s["inputs"]],
+            "outputs": [{"name": b["name"], "shape": b["shape"], "fix_point": b["fix_point"]} for b in s["outputs"]],
+            "instructions": int(sum(s["instr_counts"].values())),
+            "code_bytes": sizes.get(s["key"] + ".code", 0),
+            "param_bytes": sizes.get(s["key"] + ".params", 0),
+        } for s in header["subgraphs"]],
+    }
 
 
 def _subgraph_table(report: dict) -> str:
@@ -181,7 +309,8 @@ def _add_compile(sub) -> None:
         help="compile an ONNX model: DPU machine code for the DPU parts, LLVM for the rest, one artifact",
         description="Import MODEL.onnx, partition it for ARCH, calibrate and quantize every DPU subgraph "
         "(power-of-two int8), emit DPU machine code, compile the CPU remainder with TVM/LLVM and write "
-        "OUTDIR/NAME.tvmdpu plus OUTDIR/report.json.",
+        "OUTDIR/NAME.tvmdpu (the artifact), OUTDIR/meta.json (arch, inputs/outputs, per subgraph its tensors "
+        "with shapes and fix_points) and OUTDIR/report.json (partition, instruction counts, DDR footprint).",
     )
     _add_model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
@@ -189,6 +318,16 @@ def _add_compile(sub) -> None:
     p.add_argument("--calib", metavar="FILE.npz",
                    help="calibration data: arrays named like the model inputs with a leading sample axis (N, ...); "
                    "without it the model is calibrated on random inputs (a warning says so)")
+    p.add_argument("--options", metavar="JSON",
+                   help='vai_c-style options: \'{"input_shape": "1,3,224,224", "output_ops": "fc1,fc2"}\'. '
+                   'input_shape sets the first input\'s shape (several inputs: "1,3,224,224;1,10" in input order; '
+                   "--input-shape takes precedence); output_ops cuts the model at these ONNX node or tensor names")
+    p.add_argument("--cross", choices=["aarch64"],
+                   help="also put the CPU part cross-compiled for aarch64 Linux (the board) in the artifact; needs "
+                   "aarch64-linux-gnu-gcc (Debian: apt-get install gcc-aarch64-linux-gnu)")
+    p.add_argument("--no-verify-data", action="store_true",
+                   help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
+                   "weights: the artifact shrinks by about half)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the subgraph summary, no progress bar")
     p.set_defaults(func=_run_compile)
 
@@ -201,7 +340,13 @@ def _run_run(args: argparse.Namespace) -> int:
 
     from .runtime.artifact import load
 
-    model = load(args.compiled)
+    if args.device == "pynq":
+        if not args.bitfile:
+            raise FrontendError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
+        model = load(args.compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout)
+    else:
+        model = load(args.compiled)
+    model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
     if args.input:
         with np.load(args.input, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -218,7 +363,6 @@ def _run_run(args: argparse.Namespace) -> int:
     for s in model.inputs:
         if tuple(np.shape(feeds[s.name])) != tuple(s.shape):
             raise FrontendError(f"input {s.name!r} has shape {np.shape(feeds[s.name])}, the model expects {s.shape}")
-    model.set_verify(args.verify)
     outputs = model.run(feeds)
     for i, y in enumerate(outputs):
         flat = y.reshape(-1)
@@ -241,7 +385,7 @@ def _run_run(args: argparse.Namespace) -> int:
 def _add_run(sub) -> None:
     p = sub.add_parser(
         "run",
-        help="run a compiled artifact: CPU part in TVM, DPU subgraphs on the emulator",
+        help="run a compiled artifact: CPU part in TVM, DPU subgraphs on the emulator (or a Pynq board)",
         description="Load NAME.tvmdpu and run it once. With --verify the golden reference runs beside every DPU "
         "subgraph and the exit code is 1 when any element differs.",
     )
@@ -251,7 +395,101 @@ def _add_run(sub) -> None:
     p.add_argument("--verify", action="store_true",
                    help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
+    p.add_argument("--device", choices=["emulator", "pynq"], default="emulator",
+                   help="where the DPU subgraphs run: the bit-exact emulator (default) or the DPU of a Pynq board "
+                   "(needs the pynq package: pip install 'tvm-dpu[pynq]')")
+    p.add_argument("--bitfile", metavar="DPU.bit", help="with --device pynq: the DPUCZDX8G bitstream to load")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="with --device pynq: give up on a DPU run after this many seconds (default 5)")
     p.set_defaults(func=_run_run)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# inspect
+# ---------------------------------------------------------------------------------------------------------
+def _run_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from .runtime.artifact import read_code, read_header
+
+    path = Path(args.artifact)
+    header, sizes = read_header(path)
+    meta = artifact_meta(header, sizes, path)
+    meta["format_sections"] = sizes
+    listings = {}
+    if args.disasm:
+        from .codegen.asm import disassemble
+
+        codes = read_code(path)
+        for s in header["subgraphs"]:
+            listings[s["key"]] = disassemble(codes[s["key"]])
+    if args.json:
+        if args.disasm:
+            for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
+                sg["listing"] = listings[s["key"]].splitlines()
+        print(json.dumps(meta, indent=2))
+        return EXIT_OK
+    a = header["arch"]
+    print(f"{path}: tvm-dpu artifact, {meta['artifact_bytes']} bytes, sha256 {meta['artifact_sha256'][:16]}...")
+    print(f"arch: {a['name']} (fingerprint {a['fingerprint']}); CPU library for: "
+          f"{', '.join(sorted(header.get('cpu_libs') or {'?': ''}))}")
+    for kind in ("inputs", "outputs"):
+        for t in meta[kind]:
+            print(f"model {kind[:-1]}: {t['name']} {tuple(t['shape'])} {t['dtype']}")
+    for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
+        print(f"\nsubgraph {sg['id']}: {sg['instructions']} instructions ({counts})")
+        print(f"  symbol {sg['symbol']}")
+        print(f"  code {sg['code_bytes']} B, params {sg['param_bytes']} B, DDR region sizes by reg_id "
+              f"{ {int(k): v for k, v in s['region_sizes'].items()} }")
+        for kind in ("inputs", "outputs"):
+            for b, raw in zip(sg[kind], s[kind]):
+                f = raw["fmap"]
+                print(f"  {kind[:-1]:6s} {b['name']}: shape {tuple(b['shape'])}, fix_point {b['fix_point']}, "
+                      f"DDR reg {f['reg_id']} offset {f['offset']}")
+        if args.disasm:
+            print(listings[s["key"]], end="")
+    return EXIT_OK
+
+
+def _add_inspect(sub) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="show what an artifact holds: arch, inputs/outputs, DPU subgraphs with fix_points, instructions",
+        description="Read ARTIFACT (checksums verified; nothing in it is executed) and print its arch and "
+        "fingerprint, model inputs and outputs, and every DPU subgraph: tensors with shapes, fix_points and DDR "
+        "places, instruction counts, code and parameter sizes.",
+    )
+    p.add_argument("artifact", metavar="ARTIFACT", help="a .tvmdpu file written by 'tvm-dpu compile'")
+    p.add_argument("--disasm", action="store_true", help="also print the instruction listing of every subgraph")
+    p.add_argument("--json", action="store_true", help="print JSON (the meta.json content plus section sizes; "
+                   "with --disasm a 'listing' per subgraph) instead of text")
+    p.set_defaults(func=_run_inspect)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------------------
+def _run_report(args: argparse.Namespace) -> int:
+    from .report_html import write_report
+
+    out = Path(args.output)
+    info = write_report(Path(args.artifact), out)
+    print(f"wrote {out} ({out.stat().st_size} bytes): {info}")
+    return EXIT_OK
+
+
+def _add_report(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of an artifact (partition graph, cycles, engine timeline)",
+        description="Read ARTIFACT and write one HTML file (no external resources): the partitioned graph with "
+        "DPU and CPU nodes coloured, a table per DPU subgraph (instructions, DDR, fix_points) with its simulated "
+        "cycles, and the engine timeline (LOAD/SAVE/CONV/MISC) of each subgraph from the timing model.",
+    )
+    p.add_argument("artifact", metavar="ARTIFACT", help="a .tvmdpu file written by 'tvm-dpu compile'")
+    p.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="the HTML file to write")
+    p.set_defaults(func=_run_report)
 
 
 # Subcommand name -> function adding its parser to the subparsers object.
@@ -259,6 +497,8 @@ COMMANDS: dict[str, Callable] = {
     "partition": _add_partition,
     "compile": _add_compile,
     "run": _add_run,
+    "inspect": _add_inspect,
+    "report": _add_report,
 }
 
 

@@ -33,7 +33,36 @@ class CompiledModel:
     partition_report: Any = None  # passes.PartitionReport
     subgraph_ids: dict[str, int] = field(default_factory=dict)  # symbol -> report subgraph id
     build_info: dict = field(default_factory=dict)
+    #: The lowered Relax module of the CPU part (with the DPU calls), kept so `export(cross=...)` can recompile it
+    #: for the board; None for a model loaded from an artifact.
+    cpu_module: Any = None
+    #: Model outputs (name, shape, dtype) when known (from `cpu_module` or the artifact).
+    outputs: list[InputSpec] = field(default_factory=list)
+    #: The source model's node graph for reports: [{"name", "op", "inputs": [producer node names]}], or None.
+    source_graph: list[dict] | None = None
     _vm: Any = None
+
+    # -- deployment -----------------------------------------------------------------------------------------
+    def export(self, path: Any, cross: str | None = None, verify_data: bool = True) -> Any:
+        """Write the deployable one-file artifact (.tvmdpu); see `tvm_dpu.runtime.artifact.export`.
+        `cross="aarch64"` adds the CPU library cross-compiled for aarch64 Linux; `verify_data=False` omits the
+        data only golden-reference verification needs. Returns the path."""
+        from tvm_dpu.runtime.artifact import export
+
+        return export(self, path, cross=cross, verify_data=verify_data)
+
+    @property
+    def can_verify(self) -> bool:
+        """Whether every DPU subgraph carries its quantized XGraph (needed by `set_verify`)."""
+        return all(r.graph is not None for r in self.runners.values())
+
+    def output_specs(self) -> list[InputSpec]:
+        """Model outputs: from the lowered module's return type when present, else `outputs`."""
+        if self.cpu_module is not None:
+            specs = _specs_of(self.cpu_module["main"].ret_ty)
+            if specs is not None:
+                return specs
+        return list(self.outputs)
 
     # -- execution ----------------------------------------------------------------------------------------
     def register_functions(self) -> None:
@@ -78,6 +107,11 @@ class CompiledModel:
 
     def set_verify(self, enabled: bool = True) -> None:
         """Run the golden reference beside every DPU subgraph call and record mismatches."""
+        if enabled and not self.can_verify:
+            from tvm_dpu.errors import ArtifactError
+
+            raise ArtifactError("this model has no verification data (exported with verify_data=False / "
+                                "--no-verify-data): re-export it with verification data to verify")
         for r in self.runners.values():
             r.verify = enabled
             r.verify_results.clear()
@@ -113,6 +147,22 @@ class CompiledModel:
             "ddr_total_bytes": int(sum(sum(s["ddr_bytes"].values()) for s in subgraphs)),
             "build": self.build_info,
         }
+
+
+def _specs_of(ty: Any) -> list[InputSpec] | None:
+    fields = getattr(ty, "fields", None)
+    if fields is not None:
+        out = []
+        for f in fields:
+            sub = _specs_of(f)
+            if sub is None:
+                return None
+            out.extend(sub)
+        return [InputSpec(f"output_{i}", s.shape, s.dtype) for i, s in enumerate(out)]
+    try:
+        return [InputSpec("output_0", tuple(int(v) for v in ty.shape.values), str(ty.dtype))]
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def _region_names(sizes: dict[int, int]) -> dict[str, int]:
