@@ -441,19 +441,27 @@ def _single(comp, shape):
     return partition_fn([shape], lambda call, x: call(comp, x))
 
 
-def test_pool_relu_is_not_lowered():
+def test_pool_relu_becomes_pool_then_activation():
     c = composite("dpu.max_pool2d_relu", [T(1, 2, 4, 4)], chain(
         lambda x: with_nodes(nn.max_pool2d(x, 2, strides=2), ["pool7"]), lambda x: with_nodes(nn.relu(x), ["relu7"])))
-    with pytest.raises(UnsupportedCompositeError, match=r"dpu\.max_pool2d_relu.*pool7, relu7.*relu after max_pool2d"):
-        build_float_xgraph(_single(c, T(1, 2, 4, 4)), "g")
+    fn = _single(c, T(1, 2, 4, 4))
+    fs = build_float_xgraph(fn, "g")
+    pool, act = fs.graph.ops
+    assert (pool.type, pool.source, act.type, act.attrs["mode"], act.source) == (
+        "max_pool2d", ["pool7"], "activation", "relu", ["relu7"])
+    assert act.inputs == pool.outputs
+    check_numerics(fn, fs)
 
 
 @pytest.mark.parametrize("act", ["relu", "relu6"])
-def test_standalone_relu_is_not_lowered(act):
+def test_standalone_relu_becomes_activation(act):
     op = (lambda x: nn.relu(x)) if act == "relu" else (lambda x: relax.op.clip(x, 0.0, 6.0))
     c = composite("dpu.activation", [T(1, 2, 4, 4)], chain(lambda x: with_nodes(op(x), ["lonely"])))
-    with pytest.raises(UnsupportedCompositeError, match=rf"lonely.*standalone {act} "):
-        build_float_xgraph(_single(c, T(1, 2, 4, 4)), "g")
+    fn = _single(c, T(1, 2, 4, 4))
+    fs = build_float_xgraph(fn, "g")
+    (a,) = fs.graph.ops
+    assert (a.type, a.attrs, a.source) == ("activation", {"mode": act}, ["lonely"])
+    check_numerics(fn, fs)
 
 
 def test_ceil_mode_avg_pool_with_padding_is_rejected():

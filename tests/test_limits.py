@@ -317,18 +317,55 @@ def test_conv_leaky_flag(name):
     assert check_op(load_arch(name), op) == []
 
 
+def _act(activation: str, alpha: float | None = None, shape=(1, 32, 14, 14)) -> OpDesc:
+    return OpDesc("activation", shape, shape, activation=activation, alpha=alpha)
+
+
 @pytest.mark.parametrize("name", ARCHS)
 def test_dw_leaky_flag(name):
     base = load_arch(name)
     arch = dataclasses.replace(base, dw_leaky=True, alu_activations=("relu", "leaky_relu", "relu6"))
-    assert check_op(arch, _dw(activation="leaky_relu", alpha=0.1)) == []
-    assert check_op(arch, _pool(activation="leaky_relu", alpha=0.1)) == []
-    assert check_op(arch, _dw(activation="leaky_relu", alpha=0.2)) == [
+    # standalone LeakyReLU (ALU mode 4) follows the flag ...
+    assert check_op(arch, _act("leaky_relu", 0.1)) == []
+    assert check_op(base, _act("leaky_relu", 0.1)) == [
+        f"activation leaky_relu not supported for activation on {name} (supported: relu, relu6)"
+    ]
+    assert check_op(arch, _act("leaky_relu", 0.2)) == [
         f"LeakyReLU alpha 0.2 quantizes to 51/256, DPU supports only 26/256 on {name}"
+    ]
+    assert check_op(arch, _pool(activation="leaky_relu", alpha=0.1)) == []
+    # ... but a LeakyReLU fused into the ALU dwconv is rejected even with the flag (not implemented), here
+    # rather than by the quantizer
+    assert check_op(arch, _dw(activation="leaky_relu", alpha=0.1)) == [
+        f"activation leaky_relu not supported for depthwise_conv2d on {name} (supported: relu, relu6)"
     ]
     # the list alone is not enough: the flag gates it
     listed_only = dataclasses.replace(base, alu_activations=("relu", "leaky_relu", "relu6"))
-    assert check_op(listed_only, _dw(activation="leaky_relu", alpha=0.1)) != []
+    assert check_op(listed_only, _act("leaky_relu", 0.1)) != []
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_standalone_activation_kind(name):
+    arch = load_arch(name)
+    assert check_op(arch, _act("relu")) == [] and check_op(arch, _act("relu6")) == []
+    assert check_op(arch, _act("hard_swish")) == [
+        f"activation hard_swish not supported for activation on {name} (supported: relu, relu6)"
+    ]
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_transposed_conv_phase_weights_must_fit_a_bank(name):
+    arch = load_arch(name)
+    ic = 2048 * arch.channel_parallel // 16  # ceil(ic/cp) = 128 rows per tap
+    ok = OpDesc("conv2d_transpose", (1, ic, 4, 4), (1, 8, 8, 8), kernel=(4, 4), stride=(2, 2), pad=(1, 1, 1, 1))
+    rows = 4 * (ic // arch.channel_parallel)
+    reasons = check_op(arch, ok)
+    if rows > arch.bank_depth:
+        assert any("weights of one output phase" in r for r in reasons), reasons
+    else:
+        assert not any("output phase" in r for r in reasons), reasons
+    big = dataclasses.replace(ok, kernel=(16, 16), stride=(1, 1), pad=(0, 0, 0, 0), out_shape=(1, 8, 19, 19))
+    assert any("weights of one output phase" in r for r in check_op(arch, big))
 
 
 def test_board_names_its_dpu():

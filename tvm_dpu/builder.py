@@ -23,6 +23,7 @@ from tvm_dpu.codegen.compiler import compile_graph
 from tvm_dpu.errors import DPUError
 from tvm_dpu.passes.partition import binding_node_names, partition_detailed
 from tvm_dpu.passes.report import build_report
+from tvm_dpu.quant.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
 from tvm_dpu.runtime.compiled_model import CompiledModel, InputSpec
 from tvm_dpu.runtime.device import EmulatorDevice
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
@@ -113,10 +114,32 @@ def _prepare(mod: Any, shapes: dict | None) -> tvm.IRModule:
     return from_onnx(mod, shapes)
 
 
+def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, dict[str, int] | None, bool]:
+    """A QDQ ONNX model (path or ModelProto with QuantizeLinear / DequantizeLinear nodes) becomes its float model
+    and its fix_points (the caller's `fix_points` win on conflicts). Returns (model, fix_points, is_qdq)."""
+    import onnx
+
+    from tvm_dpu.quant.qdq import strip_qdq
+
+    if isinstance(mod, (str, Path)):
+        proto = onnx.load(str(mod))
+    elif isinstance(mod, onnx.ModelProto):
+        proto = mod
+    else:
+        return mod, fix_points, False
+    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
+        return mod, fix_points, False
+    float_model, qdq_fps = strip_qdq(proto)
+    return float_model, {**qdq_fps, **(fix_points or {})}, True
+
+
 def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibration: Any = None,
                       shapes: dict | None = None, method: str = "mse", progress: bool = True,
                       device: Any = None, fix_points: dict[str, int] | None = None) -> tuple[tvm.IRModule, CompiledModel]:
-    """Everything of `build` except the final LLVM compile: returns (module with DPU calls, model without executable)."""
+    """Everything of `build` except the final LLVM compile: returns (module with DPU calls, model without
+    executable).
+
+    `fix_points` are keyed by ONNX tensor names (or XGraph tensor names); a QDQ ONNX model brings its own."""
     from tvm_dpu.quant.calibrate import collect_stats
     from tvm_dpu.quant.quantize import quantize_graph
     from tvm_dpu.xgraph.float_ref import run_graph_float
@@ -125,6 +148,7 @@ def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibrati
     register()
     t0 = time.perf_counter()
     arch_obj: Arch = load_arch(arch)
+    mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points)
     mod = _prepare(mod, shapes)
     inputs = _input_specs(mod)
     t_import = time.perf_counter()
@@ -153,11 +177,25 @@ def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibrati
                           subgraph_ids=ids)
     model.build_info = {"times_s": {"import_normalize": t_import - t0, "partition": t_part - t_import,
                                     "xgraph": t_xg - t_part}}
+    overrides = _overrides(mod, pmod, subgraphs, fix_points)
+    model.build_info["qdq"] = is_qdq
+    # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data).
+    need_stats = {sym for sym, fs in subgraphs.items()
+                  if not is_qdq or uncovered_feature_maps(fs, overrides.get(sym) or {})}
     return lowered, _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device,
-                                           fix_points, collect_stats, quantize_graph, run_graph_float)
+                                           overrides, need_stats, collect_stats, quantize_graph, run_graph_float)
 
 
-def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device, fix_points,
+def _overrides(mod: tvm.IRModule, pmod: tvm.IRModule, subgraphs: dict[str, Any],
+               fix_points: dict[str, int] | None) -> dict[str, dict[str, int] | None]:
+    """Per-subgraph quantizer overrides from ONNX-named fix_points (qdq_names)."""
+    if not fix_points:
+        return {sym: None for sym in subgraphs}
+    names = xgraph_to_onnx(mod, pmod, subgraphs)
+    return {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in subgraphs.items()}
+
+
+def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device, overrides, need_stats,
                            collect_stats, quantize_graph, run_graph_float) -> CompiledModel:
     t0 = time.perf_counter()
     ex = tvm.compile(lowered, target="llvm")
@@ -166,8 +204,8 @@ def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progr
     recorded: dict[str, list[dict[str, np.ndarray]]] = {sym: [] for sym in subgraphs}
     for sym, fs in subgraphs.items():
         register_packed(sym, _float_runner(fs, recorded[sym], run_graph_float))
-    batches = calibration_batches(calibration, model.inputs) if subgraphs else []
-    if subgraphs:
+    batches = calibration_batches(calibration, model.inputs) if need_stats else []
+    if need_stats:
         vm = relax.VirtualMachine(ex, tvm.cpu())
         it = batches
         if progress:
@@ -179,9 +217,8 @@ def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progr
     t_cal = time.perf_counter()
     dev = device if device is not None else EmulatorDevice(model.arch)
     for sym, fs in subgraphs.items():
-        stats = collect_stats(fs.graph, recorded[sym], progress=False)
-        overrides = _overrides_for(fs, fix_points)
-        qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides)
+        stats = collect_stats(fs.graph, recorded[sym], progress=False) if sym in need_stats else None
+        qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
         csg = compile_graph(qg, model.arch)
         model.runners[sym] = SubgraphRunner(csg, dev, qg, [tuple(s) for s in fs.output_shapes])
     t_dpu = time.perf_counter()
@@ -189,16 +226,6 @@ def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progr
                                         "quantize_codegen": t_dpu - t_cal})
     model.build_info["calibration_batches"] = len(batches)
     return model
-
-
-def _overrides_for(fs, fix_points: dict[str, int] | None) -> dict[str, int] | None:
-    if not fix_points:
-        return None
-    out = {}
-    for name, t in fs.graph.tensors.items():
-        if name in fix_points:
-            out[name] = int(fix_points[name])
-    return out or None
 
 
 def _float_runner(fs, record: list, run_graph_float):
@@ -226,9 +253,15 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = "DPUCZDX8G_ISA1_B4096", 
     arrays, a dict/array with a leading sample axis, or an .npz path; random inputs with a warning if None); the
     rest is compiled by TVM for LLVM. Returns a `CompiledModel` whose `run(inputs)` executes both, with every DPU
     subgraph on the emulator (or `device`).
+
+    `fix_points` ({ONNX tensor name: fix_point}, e.g. the second result of `quant.qdq.strip_qdq`) fix those
+    tensors instead of calibrating them. A QDQ ONNX model (QuantizeLinear / DequantizeLinear with power-of-two
+    scales) is stripped and its own fix_points used; when they cover every DPU feature map nothing is calibrated.
+    A non-power-of-two scale is a QuantizationError naming the tensor.
     """
     if target not in ("dpu", "DPU"):
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
     lowered, model = build_partitioned(mod, arch=arch, calibration=calibration, shapes=shapes, method=method,
                                        progress=progress, device=device, fix_points=fix_points)
+    model.cpu_module = lowered  # kept so export(..., cross=...) can recompile the CPU part for the board
     return model

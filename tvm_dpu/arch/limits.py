@@ -216,6 +216,14 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
                 f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {arch.bank_depth} "
                 f"on {target}"
             )
+    if rules.get("in_size_phase"):
+        sub_h, sub_w = math.ceil(kh / max(sh, 1)), math.ceil(kw / max(sw, 1))
+        rows = sub_h * sub_w * math.ceil(ic / cp)
+        if rows > arch.bank_depth:
+            reasons.append(
+                f"ceil(kh/sh)*ceil(kw/sw)*ceil(ic/cp) = {sub_h}*{sub_w}*ceil({ic}/{cp}) = {rows} (weights of one "
+                f"output phase) exceeds bank_depth {arch.bank_depth} on {target}"
+            )
     if "out_channels_max_per_cp" in rules:
         n = rules["out_channels_max_per_cp"]
         if oc > n * cp:

@@ -21,6 +21,7 @@ OP_KINDS = (
     "concat",
     "upsample_nearest",
     "dense",  # inner product; checked as a 1x1 conv over a 1x1 feature map
+    "activation",  # a standalone activation (`activation` names it) on its own engine (the ALU on ISA1)
 )
 
 

@@ -10,12 +10,13 @@ Steps:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import AluJob, emit_alu
+from tvm_dpu.codegen import conv_variants
 from tvm_dpu.codegen.conv import ConvJob, emit_conv
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
@@ -222,7 +223,110 @@ def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
         outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges)
 
 
-_ACT_CODES = {"none": 0, "relu": 1, "leaky_relu": 3, "relu6": 4}
+def _bias_of(graph: Graph, op: Op, n: int) -> np.ndarray:
+    b = graph.param(op, "bias", required=False)
+    return b.data if b is not None else np.zeros(n, np.int8)
+
+
+def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
+    """The polyphase split of a transposed or dilated conv (w in correlation layout (O, I, kh, kw) or
+    (C, 1, kh, kw), unflipped), or None for an ordinary conv."""
+    what = f"op {op.name!r} ({op.type})"
+    dil = tuple(int(d) for d in xops.attr(op, "dilations"))
+    strides = tuple(int(s) for s in xops.attr(op, "strides"))
+    pads = tuple(int(p) for p in xops.attr(op, "pads"))
+    if op.type == "conv2d_transpose":
+        if dil != (1, 1):
+            raise CodegenError(f"{what}: dilated transposed conv is not supported by the code generator")
+        return conv_variants.transposed_phases(x, y, w, strides, pads, what)  # type: ignore[arg-type]
+    if dil == (1, 1):
+        return None
+    return conv_variants.dilated_phases(x, y, w, strides, dil, pads, what)  # type: ignore[arg-type]
+
+
+def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap], params: _Params) -> None:
+    """conv2d (groups 1, any dilation), dense and conv2d_transpose (groups 1) on the CONV engine."""
+    t = op.type
+    out = op.outputs[0]
+    x, y = fmaps[op.inputs[0]], fmaps[out]
+    q = xops.quant_params(op, graph)
+    w = graph.param(op, "weights").data
+    if t == "conv2d" and xops.attr(op, "groups") != 1:
+        raise CodegenError("grouped conv2d (other than depthwise) is not supported by the code generator yet")
+    if t == "conv2d_transpose":
+        if xops.attr(op, "groups") != 1:
+            raise CodegenError("grouped transposed conv (other than depthwise) is not supported by the code "
+                               "generator yet")
+        w = w.transpose(1, 0, 2, 3)  # (I, O, kh, kw) -> (O, I, kh, kw)
+    if t == "dense":
+        w = w.reshape(xops.dense_weights_shape(op, graph))
+        sh, sw, pads = 1, 1, (0, 0, 0, 0)
+        phases = None
+    else:
+        phases = _phases(op, graph, x, y, w)
+        win = xops.conv_window(op, graph)
+        sh, sw, pads = win.sh, win.sw, win.pads
+    b_off = params.add(pack_channel_vector(_bias_of(graph, op, w.shape[0]), arch.ocp))
+
+    def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int]) -> ConvJob:
+        return ConvJob(op.name, wt.shape[2], wt.shape[3], strides[0], strides[1], tuple(pd), wt.shape[1],
+                       wt.shape[0], q.act_type, q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+
+    pack = lambda wt: pack_conv_weights(wt, arch.icp, arch.ocp)  # noqa: E731
+    if phases is None:
+        emit_conv(prog, arch, job(w, params.add(pack(w)), (sh, sw), pads), x, y, op.inputs[0], out)
+        return
+    _emit_phases(prog, arch, op, phases, w, params, pack, job, emit_conv, zero_channels=1)
+
+
+def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+                    params: _Params) -> None:
+    """Depthwise conv (any dilation) and depthwise transposed conv on the ALU (dwconv mode)."""
+    out = op.outputs[0]
+    x, y = fmaps[op.inputs[0]], fmaps[out]
+    q = xops.quant_params(op, graph)
+    w = graph.param(op, "weights").data  # (C, 1, kh, kw) for both
+    b_off = params.add(pack_channel_vector(_bias_of(graph, op, w.shape[0]), arch.icp))
+
+    def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int]) -> AluJob:
+        return AluJob(op.name, "dwconv", wt.shape[0], wt.shape[2], wt.shape[3], strides[0], strides[1],
+                      tuple(pd), act_type=q.act_type, shift_cut=q.shift_cut,
+                      shift_bias=q.shift_bias_isa, w_offset=w_off, b_offset=b_off, params_reg=REG_PARAMS)
+
+    pack = lambda wt: pack_dw_weights(wt, arch.icp)  # noqa: E731
+    phases = _phases(op, graph, x, y, w)
+    if phases is None:
+        win = xops.conv_window(op, graph)
+        emit_alu(prog, arch, job(w, params.add(pack(w)), (win.sh, win.sw), win.pads), x, y, op.inputs[0], out)
+        return
+    _emit_phases(prog, arch, op, phases, w, params, pack, job, emit_alu, zero_channels=w.shape[0])
+
+
+def _emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomposition, w: np.ndarray,
+                 params: _Params, pack, job, emit, zero_channels: int) -> None:
+    """Emit every phase conv of a decomposed op (`job(weights, w_offset, strides, pads)` builds the engine job,
+    `emit` is emit_conv / emit_alu), then the outputs that only see padding."""
+    out = op.outputs[0]
+    shared = None if op.type == "conv2d_transpose" else params.add(pack(w))  # dilated: one kernel for all
+    for ph in phases.phases:
+        w_off = shared if shared is not None else params.add(pack(ph.weights))
+        emit(prog, arch, job(ph.weights, w_off, ph.strides, ph.pads), ph.x, ph.y, op.inputs[0], out)
+    if phases.bias_only:
+        # act(bias) = the op on zeros: a 1x1 conv with zero weights over a zero map kept in the params region
+        # (one input channel on the CONV engine; the ALU keeps channels)
+        zw = np.zeros((w.shape[0], 1, 1, 1), np.int8)
+        w_off = params.add(pack(zw))
+        zx = _zero_map(params, max(v.w for v in phases.bias_only), zero_channels)
+        for v in phases.bias_only:
+            emit(prog, arch, job(zw, w_off, (1, 1), (0, 0, 0, 0)), replace(zx, h=v.h, w=v.w), v, "params", out)
+
+
+def _zero_map(params: _Params, width: int, c: int) -> FMap:
+    """A `width` x c map of zeros in the params region whose rows all alias one another (row pitch 0)."""
+    off = params.add(np.zeros(width * c, np.int8))
+    return FMap(REG_PARAMS, off, 1, width, c, c, 0)
+
+
 
 
 def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
@@ -230,38 +334,10 @@ def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, F
     t = op.type
     out = op.outputs[0]
     y = fmaps[out]
-    if t in ("conv2d", "dense"):
-        if t == "conv2d" and (xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1)):
-            raise CodegenError("grouped or dilated conv2d is not supported by the code generator yet")
-        q = xops.quant_params(op, graph)
-        w = graph.param(op, "weights").data
-        if t == "dense":
-            w = w.reshape(xops.dense_weights_shape(op, graph))
-            kh, kw, sh, sw, pads = w.shape[2], w.shape[3], 1, 1, (0, 0, 0, 0)
-        else:
-            win = xops.conv_window(op, graph)
-            kh, kw, sh, sw, pads = win.kh, win.kw, win.sh, win.sw, win.pads
-        b = graph.param(op, "bias", required=False)
-        bias = b.data if b is not None else np.zeros(w.shape[0], np.int8)
-        w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
-        b_off = params.add(pack_channel_vector(bias, arch.ocp))
-        job = ConvJob(op.name, kh, kw, sh, sw, tuple(pads), w.shape[1], w.shape[0], q.act_type, q.shift_cut,
-                      q.shift_bias_isa, w_off, b_off, REG_PARAMS)
-        emit_conv(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
-    elif t == "depthwise_conv2d":
-        q = xops.quant_params(op, graph)
-        win = xops.conv_window(op, graph)
-        if (win.dh, win.dw) != (1, 1):
-            raise CodegenError("dilated depthwise conv is not supported by the code generator yet")
-        w = graph.param(op, "weights").data
-        b = graph.param(op, "bias", required=False)
-        bias = b.data if b is not None else np.zeros(w.shape[0], np.int8)
-        w_off = params.add(pack_dw_weights(w, arch.icp))
-        b_off = params.add(pack_channel_vector(bias, arch.icp))
-        job = AluJob(op.name, "dwconv", w.shape[0], win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
-                     act_type=q.act_type, shift_cut=q.shift_cut, shift_bias=q.shift_bias_isa, w_offset=w_off,
-                     b_offset=b_off, params_reg=REG_PARAMS)
-        emit_alu(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
+    if t in ("conv2d", "dense", "conv2d_transpose") and not xops.is_depthwise(op, graph):
+        _emit_conv_op(prog, arch, graph, op, fmaps, params)
+    elif t in ("depthwise_conv2d", "conv2d_transpose"):
+        _emit_dwconv_op(prog, arch, graph, op, fmaps, params)
     elif t in ("max_pool2d", "avg_pool2d"):
         q = xops.quant_params(op, graph)
         win = xops.pool_window(op, graph)
@@ -301,7 +377,11 @@ def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, F
         q = xops.quant_params(op, graph)
         mode = xops.attr(op, "mode")
         c = graph.tensors[out].shape[1]
-        if mode == "hard_sigmoid":
+        if mode in ("relu", "relu6"):
+            off = params.add(pack_dw_weights(np.full((c, 1, 1, 1), q.weight, np.int8), arch.icp))
+            job = AluJob(op.name, "dwconv_nobias", c, act_type=q.act_type, shift_cut=q.shift_cut, w_offset=off,
+                         params_reg=REG_PARAMS)
+        elif mode == "hard_sigmoid":
             job = AluJob(op.name, "hsigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
         elif mode == "leaky_relu":
             job = AluJob(op.name, "leaky", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,

@@ -61,7 +61,6 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from ..arch import check_op, load_arch
 from ..arch.opdesc import OpDesc
 from ..frontend.const_fold import static_shape as _frontend_static_shape
-from ..quant.fixpoint import LEAKY_NUM, LEAKY_SHIFT
 from .tags import tag_of
 
 DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
@@ -391,28 +390,16 @@ def _describe_upsample(ctx) -> OpDesc:
     return OpDesc(kind="upsample_nearest", in_shape=in_shape, out_shape=out_shape, scale=(oh // h, ow // w))
 
 
-def _check_standalone_activation(ctx, arch) -> list[str]:
-    """A lone activation runs on the ALU engine: the arch's ALU activation list (leaky only with dw_leaky).
-
-    OpDesc has no kind for a standalone activation, so this mirrors the ALU activation rule of the limits.
-    """
+def _describe_activation(ctx) -> OpDesc:
+    """A lone activation (the ALU's on ISA1); an [N, K] tensor is the free view of [N, K, 1, 1]."""
     act_call = ctx.annotated_expr["root"]
     shape = static_shape(act_call)
-    target = _target(arch)
-    if len(shape) not in (2, 4):  # [N,K] is the free view of [N,K,1,1]
-        return [f"{_short(_op_name(act_call))} on a {len(shape)}-D tensor: the ALU engine takes NCHW feature maps"]
+    if len(shape) not in (2, 4):
+        raise _Reject(f"{_short(_op_name(act_call))} on a {len(shape)}-D tensor: the ALU engine takes NCHW feature "
+                      "maps")
+    shape4 = tuple(shape) + (1, 1) if len(shape) == 2 else tuple(shape)
     act, alpha = _activation(act_call)
-    allowed = tuple(a for a in arch.alu_activations if a != "leaky_relu" or arch.dw_leaky)
-    if arch.dw_leaky and "leaky_relu" not in allowed:
-        allowed += ("leaky_relu",)
-    if act not in allowed:
-        return [f"standalone {act} not supported on the ALU of {target} (supported: {', '.join(allowed) or 'none'})"]
-    if act == "leaky_relu":
-        den = 1 << LEAKY_SHIFT
-        q = math.floor(alpha * den + 0.5)  # DPURound, as the quantizer rounds
-        if q != LEAKY_NUM:
-            return [f"LeakyReLU alpha {alpha:g} quantizes to {q}/{den}, DPU supports only {LEAKY_NUM}/{den} on {target}"]
-    return []
+    return OpDesc(kind="activation", in_shape=shape4, out_shape=shape4, activation=act, alpha=alpha)
 
 
 def _target(arch) -> str:
@@ -425,7 +412,6 @@ def _target(arch) -> str:
 Describer = Callable[..., OpDesc]
 
 # Matches checked here rather than by the arch limits (OpDesc has no kind for them).
-_ALU_ACTIVATION = "alu_activation"
 _FREE_RESHAPE = "free_reshape"
 
 
@@ -447,9 +433,7 @@ def _run_check(arch, describe: Describer | str, ctx) -> bool:
     arch = _resolve_arch(arch)
     try:
         _check_float32_batch1(calls)
-        if describe is _ALU_ACTIVATION:
-            reasons = _check_standalone_activation(ctx, arch)
-        elif describe is _FREE_RESHAPE:
+        if describe is _FREE_RESHAPE:
             root = ctx.annotated_expr["root"]
             _check_free_reshape(static_shape(root.args[0]), static_shape(root))
             reasons = []
@@ -571,7 +555,7 @@ def _specs() -> list[_Spec]:
     up = is_op("relax.image.resize2d")(wildcard(), wildcard())
     specs.append(_Spec("dpu.upsample", up, {"root": up}, _describe_upsample))
     act = _act_pattern(wildcard())
-    specs.append(_Spec("dpu.activation", act, {"root": act}, _ALU_ACTIVATION))
+    specs.append(_Spec("dpu.activation", act, {"root": act}, _describe_activation))
     rs = is_op("relax.reshape")(wildcard(), wildcard())
     specs.append(_Spec("dpu.reshape", rs, {"root": rs}, _FREE_RESHAPE))
     return specs

@@ -213,7 +213,8 @@ class _Quantizer:
                 groups.pin[name] = (fp, "override")
         for op in g.ops:
             out = op.outputs[0]
-            if op.type in CONV_TYPES and opspec.attr(op, "act") == "relu6":
+            if (op.type in CONV_TYPES and opspec.attr(op, "act") == "relu6"
+                    or op.type == "activation" and opspec.attr(op, "mode") == "relu6"):
                 self._pin(out, RELU6_FIX_POINT, "relu6", op)
             elif op.type == "activation" and opspec.attr(op, "mode") == "hard_sigmoid":
                 self._pin(out, rules.HSIGMOID_FIX_POINT, "hard_sigmoid", op)
@@ -225,7 +226,8 @@ class _Quantizer:
                                         f"{groups.pin[groups.find(op.outputs[0])]})")
         inputs = set(g.inputs)
         for op in g.ops:
-            if op.type == "max_pool2d":
+            if op.type == "max_pool2d" or op.type == "activation" and opspec.attr(op, "mode") == "relu":
+                # both keep the scale: sharing the fix_point makes them exact (relu: weight 1, shift 0)
                 groups.union(op.inputs[0], op.outputs[0])
             elif op.type == "concat":
                 for i in op.inputs:

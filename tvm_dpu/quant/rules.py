@@ -331,6 +331,28 @@ def hsigmoid_params(op_name: str, fp_in: int, fp_out: int) -> HSigmoidQuant:
     return HSigmoidQuant(fp_in, shift_cut)
 
 
+@dataclass(frozen=True)
+class ReluQuant(ConvQuant):
+    """Standalone relu / relu6 as ALU mode 6 (depthwise 1x1 conv without bias): acc = x * weight, then the
+    ConvQuant semantics (t = acc / 2**shift_cut, act, DPURound; mode 6 applies shift_cut as is)."""
+
+    weight: int = 1
+
+
+def relu_params(op_name: str, fp_in: int, fp_out: int, act: str) -> ReluQuant:
+    """relu / relu6 on its own: x * 2**k / 2**shift_cut with shift_cut = fp_in + k - fp_out in [0, 16] and the
+    smallest k in [0, 6] (the weight 2**k must be an int8) that makes shift_cut >= 0. relu6 needs fp_out == 4
+    (the clamp is at 96 = 6 * 2**4), like a fused relu6."""
+    if act not in ("relu", "relu6"):
+        raise ValueError(f"relu_params: act {act!r} is not relu / relu6")
+    k = max(0, fp_out - fp_in)
+    if k > 6:
+        raise QuantizationError(f"op {op_name!r}: standalone {act} with output fix_point {fp_out} more than 6 above "
+                                f"the input's {fp_in} needs a weight 2**{k} beyond int8")
+    q = conv_params(op_name, fp_in, k, fp_out, None, act, None, "alu")
+    return ReluQuant(q.shift_cut, 0, 0, act, q.act_type, 1 << k)
+
+
 # -- data movement --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ConcatQuant:

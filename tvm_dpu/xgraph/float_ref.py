@@ -139,7 +139,7 @@ def eval_upsample_nearest(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 
 def eval_activation(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
-    """leaky_relu (the op's alpha), prelu (per-channel slopes), hard_sigmoid = relu6(x + 3) / 6."""
+    """leaky_relu (the op's alpha), prelu (per-channel slopes), hard_sigmoid = relu6(x + 3) / 6, relu, relu6."""
     mode = attr(op, "mode")
     if mode == "leaky_relu":
         return apply_act(x, "leaky_relu", attr(op, "alpha"), op.where())
@@ -149,6 +149,8 @@ def eval_activation(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
         return np.where(x < 0, x * a[None, :, None, None], x)
     if mode == "hard_sigmoid":
         return np.clip(x + 3.0, 0.0, 6.0) / 6.0
+    if mode in ("relu", "relu6"):
+        return apply_act(x, mode, None, op.where())
     raise GraphError(f"{op.where()}: activation mode {mode!r} has no float reference")
 
 

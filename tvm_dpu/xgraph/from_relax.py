@@ -15,12 +15,12 @@ max_pool2d / avg_pool2d                        "max_pool2d" / "avg_pool2d" (ceil
 mean(x, [2, 3], keepdims)                      "avg_pool2d" global
 concat((...), axis=1)                          "concat"
 image.resize2d nearest, integer scale          "upsample_nearest"
-leakyrelu alone                                "activation" mode leaky_relu
+leakyrelu / relu / clip(0, 6) alone            "activation" mode leaky_relu / relu / relu6
+max_pool2d / avg_pool2d + relu                 the pool, then "activation" mode relu
 free reshape [N,K] <-> [N,K,1,1]               no op: the Relax var aliases the XGraph tensor
 =============================================  ==================================================================
 
-act = relu | clip(0, 6) (relu6) | leakyrelu(alpha). Not lowered yet (`UnsupportedCompositeError`): a relu after a
-pool, and relu / relu6 on their own (XGraph has no standalone relu op).
+act = relu | clip(0, 6) (relu6) | leakyrelu(alpha).
 
 Feature maps are 4-D NCHW batch 1; a 2-D Relax tensor [N, K] is the same data as [N, K, 1, 1] and is represented
 by that 4-D tensor. `FloatSubgraph.input_shapes` / `output_shapes` keep the Relax shapes for the runtime.
@@ -386,8 +386,7 @@ class _Builder:
             alpha = float(call.attrs.alpha)
         op = self._fusable(comp, x, uses.get(call.args[0], 0))
         if op is not None and op.type in ("max_pool2d", "avg_pool2d"):
-            raise UnsupportedCompositeError(
-                f"{where}: a {act} after {op.type} is not lowered yet (XGraph has no standalone relu op)")
+            op = None  # pools fuse no activation: pool, then a standalone activation op
         if op is not None and op.attrs.get("act", "none") == "none":
             if op.type in _CONV_TYPES or (op.type == "eltwise_add" and act == "relu"):
                 op.attrs["act"] = act
@@ -397,11 +396,8 @@ class _Builder:
                 return self._out(op, out_shape)
         if op is not None:
             raise FromRelaxError(f"{where}: {act} cannot be fused into {op.type} {op.name!r}")
-        if act != "leaky_relu":
-            raise UnsupportedCompositeError(
-                f"{where}: a standalone {act} is not lowered yet (XGraph has no standalone relu / relu6 op)")
-        op = self._new_op(comp, base, "activation", [x.tensor], _fmap_shape(out_shape, where),
-                          {"mode": "leaky_relu", "alpha": alpha}, own)
+        attrs: dict = {"mode": act} if alpha is None else {"mode": act, "alpha": alpha}
+        op = self._new_op(comp, base, "activation", [x.tensor], _fmap_shape(out_shape, where), attrs, own)
         return self._out(op, out_shape)
 
     # -- pools -------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """Golden reference of element-wise ops (ELEW, isa1-semantics.md 8.3), concat, nearest upsampling and the
-standalone ALU activations (modes 4 leaky, 1 prelu, 7 hard-sigmoid)."""
+standalone ALU activations (modes 4 leaky, 1 prelu, 7 hard-sigmoid, 6 for relu / relu6)."""
 from __future__ import annotations
 
 import numpy as np
 
 from tvm_dpu.quant.fixpoint import HSIGMOID_MUL, saturate_int8, shift_round
 from tvm_dpu.quant.rules import EltwiseQuant, HSigmoidQuant, PreluQuant
+from tvm_dpu.xgraph.golden_conv import requantize
 from tvm_dpu.xgraph.golden_pool import maxpool
 from tvm_dpu.xgraph.graph import Graph, Op
 from tvm_dpu.xgraph.ops import Window, attr, quant_params
@@ -58,6 +59,8 @@ def hsigmoid(x: np.ndarray, q: HSigmoidQuant) -> np.ndarray:
 def eval_activation(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     q = quant_params(op, graph)
     mode = attr(op, "mode")
+    if mode in ("relu", "relu6"):
+        return requantize(x.astype(np.int64) * q.weight, None, q)
     if mode == "leaky_relu":
         return prelu(x, q.multi_factor, q)
     if mode == "prelu":

@@ -9,7 +9,8 @@ depthwise_conv2d    as conv2d; weights (C, 1, kh, kw); runs on the ALU (act none
 conv2d_transpose    strides, pads, dilations, output_padding=[0,0], groups=1, act; weights (I, O/groups, kh, kw)
                     (the ONNX / Relax layout). Computed as a stride-1 conv over the input with (s-1) zeros
                     inserted between pixels, padded by d*(k-1) - pad (plus output_padding at the bottom/right),
-                    with the kernel flipped and its in/out axes swapped.
+                    with the kernel flipped and its in/out axes swapped. groups == C_in == C_out (weights
+                    (C, 1, kh, kw)) is a depthwise transposed conv: it runs on the ALU (act none/relu/relu6).
 dense               act; weights (O, C*H*W) or (O, C, H, W): a conv whose kernel covers the whole input; output
                     (N, O, 1, 1).
 max_pool2d          kernel (required), strides=[1,1], pads=[0,0,0,0]. Padding value -128.
@@ -20,8 +21,9 @@ eltwise_add         1-4 inputs of equal shape, act none/relu.
 eltwise_mul         2 inputs of equal shape, act none/relu.
 concat              axis=1.
 upsample_nearest    scale [sh, sw] (required, integers).
-activation          mode in leaky_relu / prelu / hard_sigmoid (ALU modes 4 / 1 / 7); alpha (leaky);
-                    prelu params: alpha (C,) int8 slopes.
+activation          mode in leaky_relu / prelu / hard_sigmoid (ALU modes 4 / 1 / 7) or relu / relu6 (ALU mode 6,
+                    a 1x1 depthwise conv with the unit weight 2**k and the fused act, quant.rules.relu_params);
+                    alpha (leaky); prelu params: alpha (C,) int8 slopes.
 =================== ======================================================================================
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tvm_dpu.quant import rules
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, check_jsonable
 
 ACTS = ("none", "relu", "relu6", "leaky_relu")
-ACTIVATION_MODES = ("leaky_relu", "prelu", "hard_sigmoid")
+ACTIVATION_MODES = ("leaky_relu", "prelu", "hard_sigmoid", "relu", "relu6")
 CONV_TYPES = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense")
 
 
@@ -309,13 +311,23 @@ def quant_params(op: Op, graph: Graph) -> Any:
     return handler(op, graph)
 
 
+def is_depthwise(op: Op, graph: Graph) -> bool:
+    """Runs on the ALU as a depthwise conv: depthwise_conv2d, or conv2d_transpose with groups == C_in == C_out."""
+    if op.type == "depthwise_conv2d":
+        return True
+    if op.type != "conv2d_transpose":
+        return False
+    g = attr(op, "groups")
+    return g > 1 and g == fmap_shape(graph, op.inputs[0], op)[1] == fmap_shape(graph, op.outputs[0], op)[1]
+
+
 def _q_conv(op: Op, graph: Graph) -> rules.ConvQuant:
     w = graph.param(op, "weights")
     b = graph.param(op, "bias", required=False)
     assert w is not None
     fp_w = fix_point(graph, w.name, op)
     fp_b = fix_point(graph, b.name, op) if b is not None else None
-    engine = "alu" if op.type == "depthwise_conv2d" else "conv"
+    engine = "alu" if is_depthwise(op, graph) else "conv"
     return rules.conv_params(op.name, fix_point(graph, op.inputs[0], op), fp_w, fix_point(graph, op.outputs[0], op),
                              fp_b, attr(op, "act"), attr(op, "alpha"), engine)
 
@@ -346,7 +358,7 @@ def _q_upsample(op: Op, graph: Graph) -> None:
                          "nearest upsampling")
 
 
-def _q_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuant:
+def _q_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuant | rules.ReluQuant:
     fp_in = fix_point(graph, op.inputs[0], op)
     fp_out = fix_point(graph, op.outputs[0], op)
     mode = attr(op, "mode")
@@ -358,6 +370,8 @@ def _q_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuan
         return rules.prelu_params(op.name, fp_in, fix_point(graph, a.name, op), fp_out, a.data)
     if mode == "hard_sigmoid":
         return rules.hsigmoid_params(op.name, fp_in, fp_out)
+    if mode in ("relu", "relu6"):
+        return rules.relu_params(op.name, fp_in, fp_out, mode)
     raise GraphError(f"{op.where()}: activation mode {mode!r} is not one of {ACTIVATION_MODES}")
 
 
