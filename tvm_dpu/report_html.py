@@ -288,7 +288,7 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
                "<span class='sw' style='background:#eceff3'></span>CPU (hover a node for the reason)</p>"
                f"<div class='graphbox'>{graph_svg(nodes, placement)}</div></section>")
     rows = []
-    for s in header["subgraphs"]:
+    for s in _by_id(header["subgraphs"]):
         t = timings.get(s["key"])
         n_ins = sum(s["instr_counts"].values())
         if isinstance(t, Timing):
@@ -310,7 +310,7 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
     for m in sorted(missing):
         out.append(f"<p class='note'>Cycles and timeline: {_esc(m)}.</p>")
     out.append("</section>")
-    for s in header["subgraphs"]:
+    for s in _by_id(header["subgraphs"]):
         t = timings.get(s["key"])
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
         tensors = "".join(f"<tr><td>{kind}</td><td>{_esc(b['name'])}</td><td>{_esc(tuple(b['shape']))}</td>"
@@ -365,3 +365,8 @@ def write_report(artifact: Path, out: Path) -> str:
     return (f"{len(header['subgraphs'])} DPU subgraph(s), {len((header.get('partition') or {}).get('nodes', []))} "
             f"nodes, timing for {n_t}/{len(timings)} subgraph(s)")
 
+
+
+def _by_id(subgraphs: list[dict]) -> list[dict]:
+    """Subgraphs in the report's subgraph-id order (the artifact stores them by symbol)."""
+    return sorted(subgraphs, key=lambda s: (s.get("id") is None, s.get("id") or 0, s["key"]))
