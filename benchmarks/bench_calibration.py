@@ -1,0 +1,137 @@
+"""Calibration report of the timing model: predicted single-core latency / GOPS of our compiled full-size zoo
+models vs the published numbers of shared/docs/dpu-facts.md.
+
+Rows:
+* Vitis AI model zoo v1.4 single-thread latency (ms) on ZCU102 (3 x B4096 @ 281 MHz) and ZCU104 (2 x B4096 @
+  300 MHz); one image on one core. The published figures include pre/post-processing on the ARM; ours are DPU only.
+* DNNVM Table 3 (ZU2 @ 330 MHz, B1152-class) "baseline" (no fusion) GOPS for VGG, ResNet-50, ResNet-152 and
+  GoogLeNet on the `dnnvm-zu2` preset.
+
+One timing parameter set per board (tvm_dpu/timing/params.json); nothing is tuned per network. Our code generator
+has no kernel fusion yet (issue #4 part 2). Also prints the analytic (DNNVM Eq. 1-10) estimate beside the
+simulator and its deviation.
+
+    python benchmarks/bench_calibration.py [--models resnet50,googlenet] [--boards zcu102,dnnvm-zu2]
+                                           [--json benchmarks/results/calibration.json] [--trace-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.timing.analytic import analytic_estimate
+from tvm_dpu.timing.params import load_params
+from tvm_dpu.timing.simulate import simulate_model
+
+#: Vitis AI model zoo v1.4 single-thread latency in ms (dpu-facts.md "Measured performance").
+ZOO_MS = {
+    "zcu102": {"resnet50": 13.75, "resnet18": 5.46, "googlenet": 5.57, "mobilenetv2": 4.0, "vgg16": 49.75},
+    "zcu104": {"resnet50": 12.89, "resnet18": 5.16, "googlenet": 5.27, "mobilenetv2": 3.8, "vgg16": 46.68},
+}
+#: DNNVM Table 3 baseline GOPS on ZU2 @ 330 MHz (dpu-facts.md).
+DNNVM_GOPS = {"dnnvm-zu2": {"vgg16": 325.5, "resnet50": 195.4, "resnet152": 212.5, "googlenet": 183.1}}
+ZOO_NAME = {"resnet50": "cf_resnet50", "resnet18": "cf_resnet18", "googlenet": "cf_inceptionv1",
+            "mobilenetv2": "cf_mobilenetv2", "vgg16": "tf_vgg16", "resnet152": "ResNet-152"}
+
+
+def _build(name: str, board: str):
+    import tvm_dpu
+    from tvm_dpu import zoo
+
+    m = zoo.build_model(name)
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = tvm_dpu.build(m, arch=board, calibration=[zoo.random_input(m, seed=0)], progress=False)
+    return model, time.perf_counter() - t
+
+
+def _analytic(model, board: str) -> float:
+    cycles = 0.0
+    for r in model.runners.values():
+        if getattr(r, "graph", None) is not None:
+            cycles += analytic_estimate(r.graph, board).cycles
+    return cycles / (load_arch(board).freq_mhz * 1e6)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="", help="comma-separated subset of the zoo models (default: all rows)")
+    ap.add_argument("--boards", default="zcu102,zcu104,dnnvm-zu2")
+    ap.add_argument("--json", default=str(Path(__file__).parent / "results" / "calibration.json"))
+    ap.add_argument("--trace-dir", default="", help="also write a Chrome trace + PNG Gantt per model and board")
+    args = ap.parse_args(argv)
+    boards = [b for b in args.boards.split(",") if b]
+    only = {m for m in args.models.split(",") if m}
+    rows = []
+    # one build per (model, DPU): the code depends on the DPU configuration, not on the board clock
+    jobs: dict[tuple[str, str], list[str]] = {}
+    for b in boards:
+        ref = {**ZOO_MS.get(b, {}), **DNNVM_GOPS.get(b, {})}
+        for name in ref:
+            if not only or name in only:
+                jobs.setdefault((name, load_arch(b).dpu_name), []).append(b)
+    for (name, dpu), bs in jobs.items():
+        model, build_s = _build(name, bs[0])
+        print(f"built {name} for {bs[0]} ({dpu}) in {build_s:.1f} s", file=sys.stderr, flush=True)
+        for b in bs:
+            t = time.perf_counter()
+            mt = simulate_model(model, arch=b)
+            sim_s = time.perf_counter() - t
+            ana_s = _analytic(model, b)
+            row = {"board": b, "model": name, "published_as": ZOO_NAME.get(name, name),
+                   "dpu": dpu, "freq_mhz": load_arch(b).freq_mhz,
+                   "pred_latency_ms": mt.latency_s * 1e3, "pred_gops": mt.gops,
+                   "peak_utilisation": mt.peak_utilisation, "ddr_mbytes": mt.ddr_bytes / 1e6,
+                   "analytic_latency_ms": ana_s * 1e3,
+                   "analytic_vs_sim": (ana_s - mt.latency_s) / mt.latency_s if mt.latency_s else None,
+                   "simulate_seconds": sim_s, "engine_utilisation": {
+                       k: v for r in mt.subgraphs.values() for k, v in r.utilisation.items()}
+                   if len(mt.subgraphs) == 1 else None}
+            if b in ZOO_MS and name in ZOO_MS[b]:
+                pub = ZOO_MS[b][name]
+                row.update(metric="latency_ms", published=pub, predicted=row["pred_latency_ms"],
+                           source="Vitis AI model zoo v1.4, single thread (includes ARM pre/post-processing)")
+            else:
+                pub = DNNVM_GOPS[b][name]
+                row.update(metric="gops", published=pub, predicted=row["pred_gops"],
+                           source="DNNVM Table 3 baseline (no fusion), ZU2 @ 330 MHz")
+            row["relative_error"] = (row["predicted"] - pub) / pub
+            rows.append(row)
+            if args.trace_dir:
+                from tvm_dpu.timing.trace import write_chrome_trace, write_gantt_png
+
+                d = Path(args.trace_dir)
+                d.mkdir(parents=True, exist_ok=True)
+                for i, r in enumerate(mt.subgraphs.values()):
+                    write_chrome_trace(r, d / f"{name}_{b}_{i}.trace.json")
+                    write_gantt_png(r, d / f"{name}_{b}_{i}.png", title=f"{name} on {b}")
+    hdr = f"{'board':10} {'model':12} {'metric':10} {'published':>9} {'predicted':>9} {'rel.err':>8} " \
+          f"{'GOPS':>7} {'%peak':>6} {'analytic':>9} {'ana-sim':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(f"{r['board']:10} {r['model']:12} {r['metric']:10} {r['published']:9.2f} {r['predicted']:9.2f} "
+              f"{100 * r['relative_error']:7.1f}% {r['pred_gops']:7.1f} {100 * r['peak_utilisation']:5.1f}% "
+              f"{r['analytic_latency_ms']:8.2f}ms {100 * r['analytic_vs_sim']:7.1f}%")
+    within = sum(abs(r["relative_error"]) <= 0.25 for r in rows)
+    print(f"{within}/{len(rows)} rows within 25%")
+    params = {b: vars(load_params(b)) for b in boards}
+    out = {"rows": rows, "params": params, "within_25pct": within, "n_rows": len(rows),
+           "notes": ["predicted = DPU time only (CPU parts and ARM pre/post-processing left out)",
+                     "no kernel fusion in the code generator yet (issue #4 part 2)",
+                     "one parameter set per board (tvm_dpu/timing/params.json), none per network"]}
+    p = Path(args.json)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(out, indent=1))
+    print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Physical timing parameters of a DPU core and its board (params.json), combined with an `Arch`.
+
+The values are physical (bus widths, DDR efficiency and latency, pipeline fill): one set per arch/board, never per
+network. `params.json` holds the defaults and optional per-board / per-DPU overrides; every value names its source or
+says it is our assumption (docs/timing-model.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.errors import DPUError
+
+
+class TimingError(DPUError, ValueError):
+    """Bad input to the timing model (unknown parameter, deadlocked program, ...)."""
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    """Per-core physical parameters the cycle formulas use (see params.json for sources)."""
+
+    axi_data_bits: int = 128
+    axi_data_ports: int = 2
+    instr_port_bits: int = 32
+    ddr_efficiency: float = 0.7
+    ddr_latency_ns: float = 200.0
+    max_burst_bytes: int = 4096
+    burst_overhead_beats: float = 4.0
+    dma_issue_cycles: float = 4.0
+    conv_fill_cycles: float = 24.0
+    alu_fill_cycles: float = 16.0
+    init_cycles: float = 2.0
+    dma_bank_rows_per_cycle: float = 2.0
+    elew_inputs_per_cycle: int = 1
+    active_cores: int = 1
+
+    def replace(self, **changes: Any) -> "TimingParams":
+        """A copy with some values changed (unknown names raise TimingError)."""
+        _check_keys(changes, "TimingParams.replace")
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """An `Arch` plus its `TimingParams`, with the derived per-cycle quantities used by cost.py."""
+
+    arch: Arch
+    params: TimingParams
+
+    @property
+    def freq_hz(self) -> float:
+        return self.arch.freq_mhz * 1e6
+
+    @property
+    def axi_bytes(self) -> int:
+        """Bytes per beat of one AXI data port."""
+        return self.params.axi_data_bits // 8
+
+    @property
+    def dma_beats_per_cycle(self) -> float:
+        """Beats per cycle all LOAD/SAVE traffic of the core can move: the AXI ports, capped by the core's DDR share."""
+        ddr = (self.arch.ddr_bytes_per_s * self.params.ddr_efficiency / max(1, self.params.active_cores)
+               / self.freq_hz / self.axi_bytes)
+        return min(float(self.params.axi_data_ports), ddr)
+
+    @property
+    def ddr_latency_cycles(self) -> float:
+        return self.params.ddr_latency_ns * 1e-9 * self.freq_hz
+
+    @property
+    def fetch_cycles_per_word(self) -> float:
+        """Cycles to fetch one 32-bit instruction word through the instruction port."""
+        return 32.0 / self.params.instr_port_bits
+
+    @property
+    def peak_ops_per_s(self) -> float:
+        return self.arch.ops_per_clock * self.freq_hz
+
+
+def _fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(TimingParams)}
+
+
+def _check_keys(values: Mapping[str, Any], where: str) -> None:
+    unknown = set(values) - _fields()
+    if unknown:
+        raise TimingError(f"{where}: unknown timing parameter(s) {', '.join(sorted(unknown))}; "
+                          f"known: {', '.join(sorted(_fields()))}")
+
+
+def _public(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    return json.loads(resources.files("tvm_dpu.timing").joinpath("params.json").read_text())
+
+
+def load_params(arch: Arch | str, **overrides: Any) -> TimingParams:
+    """Timing parameters for `arch` (an Arch or preset name): defaults, then the DPU's and the board's overrides from
+    params.json, then `overrides` (keyword arguments, e.g. for experiments)."""
+    a = load_arch(arch)
+    t = _table()
+    values = _public(t.get("defaults", {}))
+    values.update(_public(t.get("dpus", {}).get(a.dpu_name, {})))
+    if a.board:
+        values.update(_public(t.get("boards", {}).get(a.board, {})))
+    values.update(overrides)
+    _check_keys(values, f"timing parameters of {a.name}")
+    return TimingParams(**values)
+
+
+def machine(arch: Arch | str, params: TimingParams | None = None) -> MachineModel:
+    """`MachineModel` of `arch` with `params` (default: load_params(arch))."""
+    a = load_arch(arch)
+    return MachineModel(a, params if params is not None else load_params(a))

@@ -1,0 +1,373 @@
+"""Event-driven simulation of the four DPU engines replaying the dpdon/dpdby token discipline.
+
+Model (docs/timing-model.md):
+
+* Engines LOAD, SAVE, CONV, MISC each execute their own instructions in program order (isa1-semantics.md 10).
+* An instruction starts when its engine is idle, its words have been fetched (one 32-bit word per cycle through
+  the instruction port, prefetched ahead) and one token from each engine of its `dpdon` mask is available.
+  Tokens between an engine pair are counted and consumed in order (codegen/program.py).
+* When it completes it posts one token to each engine of its `dpdby` mask. Compute instructions complete when
+  their cycles are done; LOAD/SAVE free their engine when the last beat has moved and complete `ddr_latency` later.
+* LOAD and SAVE share the core's AXI beat rate (2 ports, capped by the DDR share): max-min fair, each also capped
+  by its own bank-side rate (cost.py).
+* A program whose remaining instructions can never get their tokens raises TimingError naming them.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.isa import decode_program, instr_spec
+from tvm_dpu.timing.cost import ENGINES, CostModel, InstrCost
+from tvm_dpu.timing.params import MachineModel, TimingError, TimingParams, machine
+
+_LOAD, _SAVE = 0, 1
+_EPS = 1e-9
+
+
+@dataclass
+class OpTiming:
+    """Timing of one op (an `op_ranges` entry).
+
+    Engines run ahead of each other, so the instructions of consecutive ops overlap: `span` is the op's first start
+    to last completion, `cycles` the op's contribution to the total, i.e. how far its last completion lies beyond
+    the last completion of all earlier ops (the per-op cycles sum to the program's cycles, minus the END)."""
+
+    name: str
+    first: int
+    end: int
+    start_cycle: float
+    end_cycle: float
+    cycles: float
+    busy: dict[str, float]
+    macs: int
+    ddr_read: int
+    ddr_write: int
+
+    @property
+    def span(self) -> float:
+        return max(0.0, self.end_cycle - self.start_cycle)
+
+
+@dataclass
+class TimingResult:
+    """Outcome of `simulate`. Cycles are DPU core clock cycles; `start`/`end` per instruction (end = engine free),
+    `done` = completion (tokens posted)."""
+
+    arch: str
+    freq_hz: float
+    cycles: float
+    engine_busy: dict[str, float]
+    ddr_read_bytes: int
+    ddr_write_bytes: int
+    macs: int
+    peak_ops_per_s: float
+    names: list[str] = field(default_factory=list)
+    engine_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    done: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ops: list[OpTiming] = field(default_factory=list)
+    model_ops: float | None = None  # real network ops (2*MACs) if the caller knows them, else None
+
+    @property
+    def latency_s(self) -> float:
+        return self.cycles / self.freq_hz
+
+    @property
+    def utilisation(self) -> dict[str, float]:
+        """Busy fraction of each engine over the whole run."""
+        return {e: (b / self.cycles if self.cycles else 0.0) for e, b in self.engine_busy.items()}
+
+    @property
+    def total_ops(self) -> float:
+        """2 x MACs: the network's real ops when given (model_ops), else those of the CONV/dwconv instructions
+        (counting computed output-channel padding)."""
+        return self.model_ops if self.model_ops is not None else 2.0 * self.macs
+
+    @property
+    def gops(self) -> float:
+        return self.total_ops / self.latency_s / 1e9 if self.cycles else 0.0
+
+    @property
+    def peak_utilisation(self) -> float:
+        """Achieved ops/s over the core's peak PP*ICP*OCP*2*f."""
+        return self.gops * 1e9 / self.peak_ops_per_s if self.cycles else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready totals (no per-instruction arrays)."""
+        return {"arch": self.arch, "freq_mhz": self.freq_hz / 1e6, "cycles": self.cycles,
+                "latency_ms": self.latency_s * 1e3, "gops": self.gops, "peak_utilisation": self.peak_utilisation,
+                "engine_busy_cycles": dict(self.engine_busy), "engine_utilisation": self.utilisation,
+                "ddr_read_bytes": self.ddr_read_bytes, "ddr_write_bytes": self.ddr_write_bytes,
+                "macs": self.macs, "instructions": len(self.names)}
+
+
+def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], np.ndarray]:
+    instrs = decode_program(code)
+    cm = CostModel(m)
+    names, dpdon, dpdby, costs = [], [], [], []
+    fetch = np.zeros(len(instrs))
+    words = 0
+    for i, ins in enumerate(instrs):
+        names.append(ins.name)
+        dpdon.append(ins.dpdon)
+        dpdby.append(ins.dpdby)
+        costs.append(cm.cost(i, ins))
+        words += instr_spec(ins.name).words
+        fetch[i] = words * m.fetch_cycles_per_word
+    return names, dpdon, dpdby, costs, fetch
+
+
+def _share(active: dict[int, tuple[float, float]], capacity: float) -> dict[int, float]:
+    """Max-min fair split of `capacity` beats/cycle among DMA engines {engine: (remaining beats, own cap)}."""
+    rates: dict[int, float] = {}
+    left = capacity
+    todo = sorted(active, key=lambda e: active[e][1])
+    while todo:
+        fair = left / len(todo)
+        e = todo[0]
+        cap = active[e][1]
+        r = min(cap, fair)
+        rates[e] = r
+        left -= r
+        todo.pop(0)
+    return rates
+
+
+def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
+             op_ranges: Sequence[tuple[str, int, int]] | None = None, model_ops: float | None = None) -> TimingResult:
+    """Simulate machine code `code` (uint32 words) on one core of `arch`.
+
+    `op_ranges` [(op name, first instr, end instr)] (CompiledSubgraph.op_ranges) adds per-op timings; `model_ops`
+    (the network's real 2*MACs) makes GOPS count real work instead of the instructions' padded MACs.
+    Raises TimingError if the tokens deadlock (naming the blocked instructions) or an instruction has no formula.
+    """
+    a = load_arch(arch)
+    m = machine(a, params)
+    names, dpdon, dpdby, costs, fetch = _costs(code, m)
+    n = len(names)
+    queues: list[list[int]] = [[] for _ in ENGINES]
+    for i, c in enumerate(costs):
+        queues[c.engine].append(i)
+    head = [0] * 4
+    running: list[int | None] = [None] * 4
+    free_at = [0.0] * 4  # compute engines: when the running instruction ends
+    remaining = [0.0] * 4  # DMA engines: beats left
+    min_end = [0.0] * 4  # DMA engines: earliest end (issue + bank side)
+    rate = [0.0] * 4
+    tokens = [[0] * 4 for _ in range(4)]  # tokens[src][dst]
+    posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
+    nan = float("nan")
+    start, end, done = [nan] * n, [nan] * n, [nan] * n
+    fetch = fetch.tolist()
+    needs = [[s for s in range(4) if on >> s & 1] for on in dpdon]
+    posts_to = [[d for d in range(4) if by >> d & 1] for by in dpdby]
+    is_dma = [c.beats > 0 for c in costs]
+    busy = [0.0] * 4
+    capacity = m.dma_beats_per_cycle
+    t = 0.0
+    finished = 0
+
+    def rerate() -> None:
+        active = {}
+        for e in (_LOAD, _SAVE):
+            i = running[e]
+            if i is not None and remaining[e] > 0.0:
+                c = costs[i]
+                own = c.beats / max(c.cycles, _EPS)  # the bank side caps the instruction's beat rate
+                active[e] = (remaining[e], min(own, float(m.params.axi_data_ports)))
+        r = _share(active, capacity)
+        for e in (_LOAD, _SAVE):
+            rate[e] = r.get(e, 0.0)
+
+    while finished < n:
+        # -- start every instruction that can start at t
+        started = False
+        for e in range(4):
+            if running[e] is not None or head[e] >= len(queues[e]):
+                continue
+            i = queues[e][head[e]]
+            if fetch[i] > t + _EPS:
+                continue
+            need = needs[i]
+            if need and any(tokens[s][e] <= 0 for s in need):
+                continue
+            for s in need:
+                tokens[s][e] -= 1
+            head[e] += 1
+            running[e] = i
+            start[i] = t
+            c = costs[i]
+            min_end[e] = t + c.cycles
+            if is_dma[i]:
+                remaining[e] = c.beats
+                started = True
+            else:
+                remaining[e] = 0.0
+                free_at[e] = t + c.cycles
+        if started:
+            rerate()
+        # -- next event
+        cands = []
+        for e in range(4):
+            i = running[e]
+            if i is None:
+                if head[e] < len(queues[e]):
+                    j = queues[e][head[e]]
+                    if fetch[j] > t + _EPS:
+                        cands.append(fetch[j])
+                continue
+            if is_dma[i] and remaining[e] > 0.0:
+                cands.append(t + remaining[e] / rate[e] if rate[e] > 0 else math.inf)
+            else:
+                cands.append(max(min_end[e] if is_dma[i] else free_at[e], t))
+        if posts:
+            cands.append(posts[0][0])
+        if not cands:
+            _deadlock(t, names, queues, head, dpdon, tokens)
+        t_next = min(cands)
+        if math.isinf(t_next):
+            raise TimingError("DMA engines have no bandwidth (check ddr_bytes_per_s / axi parameters)")
+        dt = t_next - t
+        changed = False
+        for e in (_LOAD, _SAVE):
+            i = running[e]
+            if i is not None and remaining[e] > 0.0:
+                remaining[e] = max(0.0, remaining[e] - rate[e] * dt)
+                if remaining[e] <= 1e-6 * max(1.0, costs[i].beats):
+                    remaining[e] = 0.0  # beats done: its share of the AXI rate goes to the other engine
+                    changed = True
+        t = t_next
+        # -- finish instructions whose engine work is over at t
+        for e in range(4):
+            i = running[e]
+            if i is None:
+                continue
+            c = costs[i]
+            if is_dma[i]:
+                if remaining[e] > 0.0 or min_end[e] > t + _EPS:
+                    continue
+            elif free_at[e] > t + _EPS:
+                continue
+            end[i] = t
+            busy[e] += t - start[i]
+            running[e] = None
+            heapq.heappush(posts, (t + c.latency, i))
+            changed = changed or is_dma[i]
+        if changed:
+            rerate()
+        while posts and posts[0][0] <= t + _EPS:
+            tp, i = heapq.heappop(posts)
+            done[i] = tp
+            finished += 1
+            src = costs[i].engine
+            for d in posts_to[i]:
+                tokens[src][d] += 1
+    start, end, done = np.array(start), np.array(end), np.array(done)
+    total = float(np.nanmax(done)) if n else 0.0
+    result = TimingResult(arch=a.name, freq_hz=m.freq_hz, cycles=total,
+                          engine_busy={ENGINES[e]: busy[e] for e in range(4)},
+                          ddr_read_bytes=sum(c.ddr_read for c in costs),
+                          ddr_write_bytes=sum(c.ddr_write for c in costs), macs=sum(c.macs for c in costs),
+                          peak_ops_per_s=m.peak_ops_per_s, names=names,
+                          engine_of=np.array([c.engine for c in costs], dtype=np.int8), start=start, end=end,
+                          done=done, model_ops=model_ops)
+    if op_ranges:
+        frontier = 0.0
+        for name, lo, hi in op_ranges:
+            ot = _op_timing(result, costs, name, lo, hi, frontier)
+            frontier = max(frontier, ot.end_cycle)
+            result.ops.append(ot)
+    return result
+
+
+def _op_timing(r: TimingResult, costs: list[InstrCost], name: str, lo: int, hi: int, frontier: float) -> OpTiming:
+    if not 0 <= lo <= hi <= len(costs):
+        raise TimingError(f"op {name!r}: instruction range [{lo}, {hi}) outside the program ({len(costs)} instr)")
+    busy = {e: 0.0 for e in ENGINES}
+    for i in range(lo, hi):
+        busy[ENGINES[costs[i].engine]] += float(r.end[i] - r.start[i])
+    s = float(np.min(r.start[lo:hi])) if hi > lo else 0.0
+    d = float(np.max(r.done[lo:hi])) if hi > lo else 0.0
+    sub = costs[lo:hi]
+    return OpTiming(name, lo, hi, s, d, max(0.0, d - frontier), busy, sum(c.macs for c in sub), sum(c.ddr_read for c in sub),
+                    sum(c.ddr_write for c in sub))
+
+
+def _deadlock(t: float, names: list[str], queues: list[list[int]], head: list[int], dpdon: list[int],
+              tokens: list[list[int]]) -> None:
+    blocked = []
+    for e in range(4):
+        if head[e] < len(queues[e]):
+            i = queues[e][head[e]]
+            missing = [ENGINES[s] for s in range(4) if dpdon[i] >> s & 1 and tokens[s][e] <= 0]
+            blocked.append(f"instruction {i} ({names[i]}, engine {ENGINES[e]}) waits for a token from "
+                           f"{', '.join(missing) or '?'} that is never posted")
+    raise TimingError(f"deadlock at cycle {t:.0f}: " + "; ".join(blocked))
+
+
+def simulate_subgraph(sg: Any, arch: Arch | str | None = None, params: TimingParams | None = None,
+                      model_ops: float | None = None) -> TimingResult:
+    """Simulate a `CompiledSubgraph` (its code and op_ranges) on `arch` (default: the arch it was compiled for)."""
+    return simulate(sg.code, arch if arch is not None else sg.arch, params, sg.op_ranges, model_ops)
+
+
+@dataclass
+class ModelTiming:
+    """`simulate_model` result: one TimingResult per DPU subgraph, run back to back on one core. CPU parts of the
+    model (pre/post-processing, ops left on the CPU) are NOT included."""
+
+    subgraphs: dict[str, TimingResult]
+
+    @property
+    def cycles(self) -> float:
+        return sum(r.cycles for r in self.subgraphs.values())
+
+    @property
+    def latency_s(self) -> float:
+        return sum(r.latency_s for r in self.subgraphs.values())
+
+    @property
+    def total_ops(self) -> float:
+        return sum(r.total_ops for r in self.subgraphs.values())
+
+    @property
+    def gops(self) -> float:
+        return self.total_ops / self.latency_s / 1e9 if self.latency_s else 0.0
+
+    @property
+    def peak_utilisation(self) -> float:
+        rs = list(self.subgraphs.values())
+        return self.gops * 1e9 / rs[0].peak_ops_per_s if rs and self.latency_s else 0.0
+
+    @property
+    def ddr_bytes(self) -> int:
+        return sum(r.ddr_read_bytes + r.ddr_write_bytes for r in self.subgraphs.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {"latency_ms": self.latency_s * 1e3, "cycles": self.cycles, "gops": self.gops,
+                "peak_utilisation": self.peak_utilisation, "ddr_bytes": self.ddr_bytes,
+                "cpu_time_included": False,
+                "subgraphs": {k: r.summary() for k, r in self.subgraphs.items()}}
+
+
+def simulate_model(model: Any, arch: Arch | str | None = None, params: TimingParams | None = None) -> ModelTiming:
+    """Simulate every DPU subgraph of a tvm_dpu `CompiledModel` (model.runners -> .sg) on one core of `arch`
+    (default: the model's arch). GOPS counts the real ops of each subgraph's XGraph when the runner keeps it.
+    CPU time (ops left on the CPU, pre/post-processing) is left out."""
+    from tvm_dpu.timing.analytic import graph_ops
+
+    a = load_arch(arch if arch is not None else model.arch)
+    out = {}
+    for sym, runner in model.runners.items():
+        g = getattr(runner, "graph", None)
+        ops = graph_ops(g) if g is not None else None
+        out[sym] = simulate_subgraph(runner.sg, a, params, ops)
+    return ModelTiming(out)
