@@ -27,9 +27,19 @@ def compiled(tmp_path_factory):
 
 
 def test_compile_writes_artifact_meta_and_report(compiled):
-    assert sorted(p.name for p in compiled.iterdir()) == ["meta.json", "net.tvmdpu", "report.json"]
     meta = json.loads((compiled / "meta.json").read_text())
     report = json.loads((compiled / "report.json").read_text())
+    # artifact, meta, report and one engine timeline per DPU subgraph (Chrome trace; PNG when matplotlib exists)
+    ids = [s["id"] for s in report["subgraphs"]]
+    expected = {"meta.json", "net.tvmdpu", "report.json"} | {f"net.sg{i}.trace.json" for i in ids}
+    names = {p.name for p in compiled.iterdir()}
+    assert expected <= names and names - expected <= {f"net.sg{i}.png" for i in ids}
+    trace = json.loads((compiled / f"net.sg{ids[0]}.trace.json").read_text())
+    assert trace["traceEvents"]
+    for s in report["subgraphs"]:  # timing model figures per subgraph
+        t = s["timing"]
+        assert t["cycles"] > 0 and 0 < t["peak_utilisation"] <= 1 and t["ddr_read_bytes"] > 0
+    assert report["timing"]["latency_ms"] > 0 and report["timing"]["cpu_time_included"] is False
     assert meta["artifact"] == "net.tvmdpu" and meta["arch"]["name"] == "zcu102"
     assert meta["arch"]["fingerprint"] == report["fingerprint"]
     assert meta["inputs"] == [{"name": "input", "shape": [1, 3, 64, 64], "dtype": "float32"}]

@@ -250,8 +250,10 @@ def _run_compile(args: argparse.Namespace) -> int:
     model.cpu_module = lowered
     model.source_graph = onnx_node_graph(proto)
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data)
-    report = model.report()
+    timing = model.timing()
+    report = model.report(timing)
     (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    timelines = _write_timelines(model, timing, outdir, name)
     header, sizes = read_header(artifact)
     meta = artifact_meta(header, sizes, artifact)
     (outdir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -260,7 +262,27 @@ def _run_compile(args: argparse.Namespace) -> int:
         print()
     print(_subgraph_table(report))
     print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
+    if timelines:
+        print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
     return EXIT_OK
+
+
+def _write_timelines(model, timing, outdir: Path, name: str) -> list[Path]:
+    """Per DPU subgraph: a Chrome trace (open in Perfetto) and, when matplotlib is installed, a PNG Gantt chart."""
+    import warnings
+
+    from .timing.trace import write_chrome_trace, write_gantt_png
+
+    written = []
+    for symbol, result in timing.subgraphs.items():
+        sid = model.subgraph_ids.get(symbol, symbol)
+        written.append(write_chrome_trace(result, outdir / f"{name}.sg{sid}.trace.json"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no matplotlib: the trace alone
+            png = write_gantt_png(result, outdir / f"{name}.sg{sid}.png", title=f"{name} DPU subgraph {sid}")
+        if png is not None:
+            written.append(png)
+    return written
 
 
 def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:

@@ -120,11 +120,24 @@ class CompiledModel:
         return [v for r in self.runners.values() for v in r.verify_results]
 
     # -- reporting ------------------------------------------------------------------------------------------
-    def report(self) -> dict:
-        """Partition, instruction counts per subgraph, DDR footprint."""
+    def timing(self):
+        """Timing model of every DPU subgraph on one core (tvm_dpu.timing.simulate_model; CPU time excluded)."""
+        from tvm_dpu.timing.simulate import simulate_model
+
+        return simulate_model(self)
+
+    def report(self, timing: Any = True) -> dict:
+        """Partition, instruction counts per subgraph, DDR footprint and, with `timing` (True, or a ModelTiming
+        already computed by `timing()`), the timing model's cycles, latency, GOPS, engine utilisation and DDR
+        traffic per subgraph and in total."""
+        if timing is True:
+            model_timing = self.timing() if self.runners else None
+        else:
+            model_timing = timing or None
         subgraphs = []
         for symbol, r in self.runners.items():
             sg = r.sg
+            t = model_timing.subgraphs[symbol].summary() if model_timing is not None else None
             subgraphs.append({
                 "symbol": symbol,
                 "id": self.subgraph_ids.get(symbol),
@@ -136,6 +149,10 @@ class CompiledModel:
                 "ddr_bytes": {name: int(size) for name, size in _region_names(sg.region_sizes).items()},
                 "inputs": [{"name": b.name, "shape": list(b.shape), "fix_point": b.fix_point} for b in sg.inputs],
                 "outputs": [{"name": b.name, "shape": list(b.shape), "fix_point": b.fix_point} for b in sg.outputs],
+                "timing": None if t is None else {
+                    "cycles": t["cycles"], "latency_ms": t["latency_ms"], "gops": t["gops"],
+                    "peak_utilisation": t["peak_utilisation"], "engine_utilisation": t["engine_utilisation"],
+                    "ddr_read_bytes": t["ddr_read_bytes"], "ddr_write_bytes": t["ddr_write_bytes"]},
             })
         subgraphs.sort(key=lambda d: (d["id"] is None, d["id"] if d["id"] is not None else 0, d["symbol"]))
         return {
@@ -145,6 +162,8 @@ class CompiledModel:
             "partition": self.partition_report.to_json() if self.partition_report is not None else None,
             "subgraphs": subgraphs,
             "ddr_total_bytes": int(sum(sum(s["ddr_bytes"].values()) for s in subgraphs)),
+            "timing": None if model_timing is None else {
+                k: v for k, v in model_timing.summary().items() if k != "subgraphs"},
             "build": self.build_info,
         }
 
