@@ -8,6 +8,7 @@ every address wraps modulo depth.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -24,9 +25,25 @@ class Banks:
         self.depth = arch.bank_depth
         self.width = arch.icp
         self.mem = np.zeros((self.num_banks, self.depth, self.width), dtype=np.uint8)
-        # Row view: row key = bank * depth + row.
+        # Row view: row key = bank * depth + row; byte view: byte = key * width + offset.
         self._rows = self.mem.reshape(self.num_banks * self.depth, self.width)
+        self._bytes = self.mem.reshape(-1)
         self.image_ids = frozenset(i for g in self.groups if g.kind == "image" for i in g.ids)
+        self.base_id = {g.name: g.base_id for g in self.groups}  # group name -> first bank id
+        self._blocks: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def row_blocks(self, count: int, nrow: int, jump: int) -> np.ndarray:
+        """Read-only view (keys, count, nrow, width): item [k] is the `count` runs of `nrow` rows starting at row
+        keys k, k + jump, ... (no wrap-around; only keys whose last row exists are included)."""
+        key = (count, nrow, jump)
+        view = self._blocks.get(key)
+        if view is None:
+            span = (count - 1) * jump + nrow - 1
+            rw, bw = self._rows.strides
+            view = np.lib.stride_tricks.as_strided(self._rows, (self._rows.shape[0] - span, count, nrow, self.width),
+                                                   (rw, jump * rw, rw, bw), writeable=False)
+            self._blocks[key] = view
+        return view
 
     def bank(self, bank_id: int) -> np.ndarray:
         """The (depth, width) uint8 view of one bank."""
@@ -39,8 +56,16 @@ class Banks:
         return ", ".join(f"{g.name} {g.ids.start}-{g.ids.stop - 1}" for g in self.groups if g.kind == "image")
 
     # ---- row-granular access ---------------------------------------------------------------
-    def _keys(self, banks: np.ndarray, rows: np.ndarray, nrow: int) -> np.ndarray:
+    @property
+    def rows(self) -> np.ndarray:
+        """(num_banks * depth, width) view of all banks; row key = bank * depth + row."""
+        return self._rows
+
+    def keys(self, banks: np.ndarray, rows: np.ndarray, nrow: int) -> np.ndarray:
         """Row keys (..., nrow) for transfers starting at (bank, row), rows wrapping modulo depth."""
+        return self._keys(banks, rows, nrow)
+
+    def _keys(self, banks: np.ndarray, rows: np.ndarray, nrow: int) -> np.ndarray:
         banks = np.asarray(banks, dtype=np.int64)
         rows = np.asarray(rows, dtype=np.int64)
         r = (rows[..., None] + np.arange(nrow, dtype=np.int64)) % self.depth
@@ -79,6 +104,80 @@ class Banks:
         vals = data.reshape(-1, self.width)
         keys, vals = last_wins(keys, vals)
         self._rows[keys] = vals
+
+
+    # ---- precomputed transfers (the emulator's cached programs) ---------------------------------
+    def row_reader(self, keys: np.ndarray, nbytes: int) -> Callable[[], np.ndarray]:
+        """A function returning the `nbytes` bytes at each row-key list keys[..., nrow], shape keys.shape[:-1] +
+        (nbytes,) uint8, as `read` would. When the keys are one run of consecutive rows the result is a view of
+        the bank memory (valid until the banks change), otherwise a gathered copy."""
+        lead, nrow = keys.shape[:-1], keys.shape[-1]
+        run = consecutive_run(keys)
+        if run is not None:
+            view = self._bytes[run * self.width:(run + keys.size) * self.width].reshape(lead + (nrow * self.width,))
+            view = view[..., :nbytes]
+            return lambda: view
+        rows, flat = self._rows, np.ascontiguousarray(keys.reshape(-1), dtype=np.intp)
+        shape = lead + (nrow * self.width,)
+        if nrow * self.width == nbytes:
+            return lambda: rows[flat].reshape(shape)
+        return lambda: rows[flat].reshape(shape)[..., :nbytes]
+
+    def row_writer(self, keys: np.ndarray, nbytes: int) -> Callable[[np.ndarray], None]:
+        """A function writing data (m, nbytes) uint8 to the row-key lists keys (m, nrow) exactly as `write` does
+        (zero-filled row tails, later items win)."""
+        m, nrow = keys.shape
+        span = nrow * self.width
+        run = consecutive_run(keys)
+        if run is not None:
+            view = self._bytes[run * self.width:(run + keys.size) * self.width].reshape(m, span)
+            if span == nbytes:
+                def write_run(data: np.ndarray) -> None:
+                    view[...] = data
+                return write_run
+            head, tail = view[:, :nbytes], view[:, nbytes:]
+
+            def write_run_padded(data: np.ndarray) -> None:
+                head[...] = data
+                tail[...] = 0
+            return write_run_padded
+        flat = keys.reshape(-1)
+        sel = last_wins_index(flat)
+        rows = self._rows
+        if sel is not None:
+            flat = flat[sel]
+        flat = np.ascontiguousarray(flat, dtype=np.intp)
+        width = self.width
+
+        def write_keys(data: np.ndarray) -> None:
+            if span != nbytes:
+                buf = np.zeros((m, span), dtype=np.uint8)
+                buf[:, :nbytes] = data
+                data = buf
+            vals = data.reshape(-1, width)
+            rows[flat] = vals if sel is None else vals[sel]
+        return write_keys
+
+
+def consecutive_run(keys: np.ndarray) -> int | None:
+    """The first key if `keys` (C order) is k0, k0+1, ..., else None."""
+    flat = keys.reshape(-1)
+    if flat.size == 0:
+        return None
+    k0 = int(flat[0])
+    if int(flat[-1]) - k0 != flat.size - 1 or (flat.size > 1 and not np.all(np.diff(flat) == 1)):
+        return None
+    return k0
+
+
+def last_wins_index(keys: np.ndarray) -> np.ndarray | None:
+    """Indices keeping only the last occurrence of each key (None when the keys are already unique)."""
+    if keys.size <= 1:
+        return None
+    uniq, first_rev = np.unique(keys[::-1], return_index=True)
+    if uniq.size == keys.size:
+        return None
+    return keys.size - 1 - first_rev
 
 
 def last_wins(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,16 +1,17 @@
 """CONV (with the most recent CONVINIT), isa1-semantics.md 6, plus the window fetch shared with the ALU."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from tvm_dpu.quant.fixpoint import LEAKY_NUM, LEAKY_SHIFT, RELU6_MAX, saturate_int8, shift_round
 from tvm_dpu.runtime.banks import fetch_rows, store_rows
 
 if TYPE_CHECKING:
-    from tvm_dpu.runtime.emulator import Ctx, Emulator
+    from tvm_dpu.codegen.isa import Instr
+    from tvm_dpu.runtime.emulator import Ctx, Emulator, Step
 
 #: CONV kernel / stride white-lists of conv_limit (defaults "1-16" / "1-8").
 CONV_KERNEL_MAX = 16
@@ -22,25 +23,19 @@ MAX_ADDR_GROUP = 3
 
 def fetch_window(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nbytes: int,
                  stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...]) -> np.ndarray:
-    """Gather the (height, width, nbytes) int8 input window with the row-fetch rule (3.3)."""
-    pp = emu.arch.pp
-    rm = fetch_rows(bank_id, pp, height, stride_h, offset_in, endl, bases)
-    if height and int(rm.groups.max()) > MAX_ADDR_GROUP:
-        raise ctx.error("bank_id_in", f"window of {height} rows (stride {stride_h}, stride_offset_in {offset_in}) "
-                                      f"wraps the bank group {int(rm.groups.max())} times from bank {bank_id}; "
-                                      f"at most {MAX_ADDR_GROUP} wraps (bank_addr_in_1..3)")
-    rows = rm.rows[:, None] + np.arange(width, dtype=np.int64)[None, :] * jump
-    return emu.banks.read(rm.banks[:, None], rows, nbytes).view(np.int8)
+    """Gather the (height, width, nbytes) int8 input window with the row-fetch rule (3.3), as a fresh array."""
+    nrow = -(-nbytes // emu.banks.width)
+    x = _window_gather(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow, stride_h=stride_h,
+                       offset_in=offset_in, endl=endl, jump=jump, bases=bases)()
+    x = x.reshape(height, width, nrow * emu.banks.width)
+    return (x if nrow * emu.banks.width == nbytes else x[..., :nbytes]).view(np.int8)
 
 
 def apply_pads(x: np.ndarray, kh: int, kw: int, top: int, left: int, bottom_last: int, right_last: int,
                value: int) -> None:
     """Padding of a fetched (H, W, C) window in place, with the 'last valid index' right/bottom encoding (6.3)."""
-    h, w = x.shape[:2]
-    x[:top] = value
-    x[:, :left] = value
-    x[max(0, h - kh + bottom_last + 1):] = value
-    x[:, max(0, w - kw + right_last + 1):] = value
+    for region in _pad_slices(x.shape[0], x.shape[1], kh, kw, top, left, bottom_last, right_last):
+        x[region] = value
 
 
 def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
@@ -56,28 +51,29 @@ def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
     return saturate_int8(out)
 
 
-#: Row-chunk of the exact matmul. One big GEMM makes multi-threaded OpenBLAS spin up threads, which on a
-#: loaded 2-core machine is 10-20x slower than a few single-threaded GEMMs of this size.
-MATMUL_ROWS = 64
+#: Reduction chunk of the float32 GEMM: |int8 * int8| <= 2**14, so any partial sum of <= 1024 products is an
+#: integer of magnitude <= 2**24 and exact in float32 whatever order BLAS adds in; chunks add up in float64.
+GEMM_CHUNK = 1024
 
 
-def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer a (M, K) @ b (K, N) as int64, through float64 BLAS: exact while |sums| < 2**53 (int8/int16
-    products over at most 2**20 terms)."""
-    af = a.astype(np.float64)
-    bf = np.ascontiguousarray(b, dtype=np.float64)
-    out = np.empty((a.shape[0], b.shape[1]), dtype=np.float64)
-    for r in range(0, a.shape[0], MATMUL_ROWS):
-        np.matmul(af[r:r + MATMUL_ROWS], bf, out=out[r:r + MATMUL_ROWS])
-    return out.astype(np.int64)
+def exact_matmul_t(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """a (M, K) @ w (N, K).T for float32 arrays holding int8 values, as exact int64."""
+    k = a.shape[1]
+    if k <= GEMM_CHUNK:
+        return np.matmul(a, w.T).astype(np.int64)
+    acc = np.matmul(a[:, :GEMM_CHUNK], w[:, :GEMM_CHUNK].T).astype(np.float64)
+    for c in range(GEMM_CHUNK, k, GEMM_CHUNK):
+        acc += np.matmul(a[:, c:c + GEMM_CHUNK], w[:, c:c + GEMM_CHUNK].T)
+    return acc.astype(np.int64)
 
 
-def conv(emu: "Emulator", ctx: "Ctx") -> None:
+def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
+    """Check a CONV under CONVINIT `init` and precompute its gathers; returns the step that performs it."""
     f = ctx.ins.fields
-    init = emu.convinit
     ctx.check(init is not None, None, "no CONVINIT before this CONV")
     g = init.fields
     arch = emu.arch
+    banks = emu.banks
     pp, icp, ocp = arch.pp, arch.icp, arch.ocp
     bank_in = emu.check_image_bank(ctx, "bank_id_in")
     bank_out = emu.check_image_bank(ctx, "bank_id_out")
@@ -100,26 +96,95 @@ def conv(emu: "Emulator", ctx: "Ctx") -> None:
     ctx.check(choff <= cin, "channel_offset", f"masks more than the {cin} input channels")
     real_h = (vpp - 1) * sh + kh
     src_w = (L - 1) * sw + kw
-    x = fetch_window(emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nbytes=cin, stride_h=sh,
-                     offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"],
-                     bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]))
-    apply_pads(x, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"], 0)
-    if choff:
-        x[..., cin - choff:] = 0
+    gather_x = _window_gather(emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh,
+                              offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"],
+                              bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"],
+                                     f["bank_addr_in_3"]))
+    pads = _pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
     # Weights: CONVW bank o, tap (i, j) at row bank_addr_weights + (i*kw + j)*cg, Cin bytes.
-    wbase = arch.bank_group("CONVW").base_id
-    taps = f["bank_addr_weights"] + np.arange(kh * kw, dtype=np.int64) * cg
-    w = emu.banks.read((wbase + np.arange(ocp, dtype=np.int64))[:, None], taps[None, :], cin).view(np.int8)
-    bias = emu.banks.read(np.int64(arch.bank_group("BIAS").base_id), np.int64(f["bank_addr_bias"]), ocp)
-    bias = bias.view(np.int8).astype(np.int64)
-    # (vpp, L, Cin, kh, kw) windows -> one (vpp*L, kh*kw*Cin) x (kh*kw*Cin, OCP) product.
-    win = sliding_window_view(x, (kh, kw), axis=(0, 1))[::sh, ::sw][:vpp, :L]
-    patches = win.transpose(0, 1, 3, 4, 2).reshape(vpp * L, kh * kw * cin)
-    acc = exact_matmul(patches, w.reshape(ocp, kh * kw * cin).T)
-    v = 2 * acc + (bias << g["shift_bias"])[None, :]
-    out = activate(v, g["shift_cut"] + 1, act).reshape(vpp, L, ocp)
+    wbase = banks.base_id["CONVW"]
+    ntap = kh * kw
+    taps = f["bank_addr_weights"] + np.arange(ntap, dtype=np.int64) * cg
+    wkeys = banks.keys((wbase + np.arange(ocp, dtype=np.int64))[:, None], taps[None, :], cg).reshape(ocp, -1)
+    w0 = int(f["bank_addr_weights"])
+    if np.array_equal(wkeys, (wbase + np.arange(ocp))[:, None] * banks.depth + w0 + np.arange(ntap * cg)):
+        # Each output channel's taps are one run of rows in its CONVW bank: a view, no gather.
+        wview = as_strided(banks.mem[wbase, w0:], (ocp, ntap * cin), (banks.mem.strides[0], 1), writeable=False)
+
+        def read_w() -> np.ndarray:
+            return wview
+    else:
+        read_w = banks.row_reader(wkeys, ntap * cin)
+    read_bias = banks.row_reader(banks.keys(np.int64(banks.base_id["BIAS"]),
+                                            np.int64(f["bank_addr_bias"]), -(-ocp // banks.width)), ocp)
+    sb, shift = g["shift_bias"], g["shift_cut"] + 1
+    M, K = vpp * L, ntap * cin
+    # (vpp, L, kh, kw, Cin) windows of the (real_h, src_w, Cin) input, as strides of its C-contiguous copy.
+    win_shape = (vpp, L, kh, kw, cin)
+    win_strides = (sh * src_w * cin, sw * cin, src_w * cin, cin, 1)
+    plain = kh == kw == sh == sw == 1
     obanks, orows = store_rows(bank_out, pp, vpp, g["stride_out"], g["stride_offset_out"], g["jump_write_endl"],
                                f["bank_addr_out"])
     rows = orows[:, None] + np.arange(L, dtype=np.int64)[None, :] * g["jump_write"]
-    emu.banks.write(obanks[:, None], rows, out)
-    emu.stats.macs += vpp * L * ocp * kh * kw * cin
+    write = banks.row_writer(banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1), ocp)
+    emu.stats.macs += M * ocp * K
+
+    def conv_step(regions: object) -> None:
+        x = gather_x().view(np.int8).reshape(real_h, src_w, cin)
+        for p in pads:
+            x[p] = 0
+        if plain:
+            a = x.reshape(M, cin).astype(np.float32)
+        else:
+            a = as_strided(x, win_shape, win_strides, writeable=False).astype(np.float32).reshape(M, K)
+        w = read_w().view(np.int8).astype(np.float32)
+        if choff:
+            w.reshape(ocp, ntap, cin)[:, :, cin - choff:] = 0
+        acc = exact_matmul_t(a, w)
+        bias = read_bias().view(np.int8).astype(np.int64)
+        out = activate(2 * acc + (bias << sb), shift, act)
+        write(out.view(np.uint8))
+    return conv_step
+
+
+def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
+                   stride_h: int, offset_in: int, endl: int, jump: int,
+                   bases: tuple[int, ...]) -> Callable[[], np.ndarray]:
+    """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a
+    fresh array; same checks as `fetch_window`."""
+    banks = emu.banks
+    rm = fetch_rows(bank_id, emu.arch.pp, height, stride_h, offset_in, endl, bases)
+    if height and int(rm.groups.max()) > MAX_ADDR_GROUP:
+        raise ctx.error("bank_id_in", f"window of {height} rows (stride {stride_h}, stride_offset_in {offset_in}) "
+                                      f"wraps the bank group {int(rm.groups.max())} times from bank {bank_id}; "
+                                      f"at most {MAX_ADDR_GROUP} wraps (bank_addr_in_1..3)")
+    rows = rm.rows[:, None] + np.arange(width, dtype=np.int64)[None, :] * jump
+    keys = banks.keys(rm.banks[:, None], rows, nrow)  # (height, width, nrow)
+    all_rows = banks.rows
+    if keys.size:
+        starts = keys[:, 0, 0]
+        step = np.arange(width, dtype=np.int64)[:, None] * jump + np.arange(nrow, dtype=np.int64)
+        if np.array_equal(keys, starts[:, None, None] + step):
+            # No row of the window wraps its bank: every image row is a strided block of rows.
+            blocks = banks.row_blocks(width, nrow, jump)
+            starts = np.ascontiguousarray(starts, dtype=np.intp)
+            return lambda: blocks[starts]
+    flat = np.ascontiguousarray(keys, dtype=np.intp)
+    return lambda: all_rows[flat]
+
+
+def _pad_slices(h: int, w: int, kh: int, kw: int, top: int, left: int, bottom_last: int,
+                right_last: int) -> list[tuple[slice, ...]]:
+    """The non-empty regions `apply_pads` overwrites, as index tuples."""
+    bottom = max(0, h - kh + bottom_last + 1)
+    right = max(0, w - kw + right_last + 1)
+    out = []
+    if top > 0:
+        out.append((slice(0, top),))
+    if left > 0:
+        out.append((slice(None), slice(0, left)))
+    if bottom < h:
+        out.append((slice(bottom, None),))
+    if right < w:
+        out.append((slice(None), slice(right, None)))
+    return out

@@ -4,13 +4,26 @@ It executes instructions strictly in program order and ignores dpdon/dpdby, like
 the conformance vectors). Each instruction is one vectorised numpy step (engine modules emu_ddr, emu_conv, emu_alu,
 emu_elew). Every bank id, DDR access and field combination the simulator checks is checked here, with an
 EmulatorError naming the instruction index, the instruction and the field.
+
+A program has no branches, so everything but the data is known before it runs: `run` first compiles the code into
+a list of steps (checks done, bank/DDR index arrays and strided views precomputed) and caches it per code, region
+sizes and INIT state, so running the same program again (one inference per image) only moves and multiplies data.
+A check that fails while compiling becomes a step raising the error at that instruction, so earlier instructions
+still execute first, as in a plain interpreter.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
+import gc
+import glob
+import hashlib
+import os
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -22,6 +35,18 @@ from tvm_dpu.runtime.banks import Banks
 
 #: Number of DDR base-address registers reachable by reg_id (3-bit field).
 NUM_REGIONS = 8
+
+#: Compiled programs kept per Emulator, counted in instructions (least recently used dropped first; the newest is
+#: always kept). A compiled ResNet-50 (13k instructions) holds about 35 MB of index arrays.
+PROGRAM_CACHE_INSTRUCTIONS = 100_000
+
+#: One compiled instruction: performs it against the DDR regions of the current run.
+Step = Callable[[Mapping[int, np.ndarray]], None]
+
+#: BLAS threads while a program runs (environment TVM_DPU_EMU_BLAS_THREADS; 0 leaves BLAS as configured).
+#: CONV GEMMs are narrow (N = OCP = 16 columns): a second thread gains little on an idle 2-core machine and is
+#: 3-5x slower when the cores are busy (OpenBLAS threads spin-wait on each other).
+DEFAULT_BLAS_THREADS = 1
 
 #: Activation names of the Arch lists -> act_type codes.
 ACT_CODES = {"relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hsigmoid": 5, "hswish": 6}
@@ -47,6 +72,30 @@ class EmuStats:
         return {"counts": dict(self.counts), "instructions": self.instructions, "load_bytes": self.load_bytes,
                 "save_bytes": self.save_bytes, "macs": self.macs, "ended": self.ended,
                 "skipped_after_end": self.skipped_after_end, "seconds": self.seconds}
+
+
+@dataclass
+class Program:
+    """A compiled instruction stream: one step per executed instruction plus its static statistics."""
+
+    steps: list[Step]
+    names: list[str]  # instruction name per step
+    convinit: tuple | None  # the CONVINIT in force before the program, when a CONV depends on it
+    uses_convinit: bool
+    static: list[tuple[int, int, int]]  # (load_bytes, save_bytes, macs) per step
+    skipped_after_end: int
+
+    def stats(self, executed: int) -> EmuStats:
+        """Statistics of the first `executed` steps (all of them after a complete run)."""
+        st = EmuStats(counts=Counter(self.names[:executed]))
+        for lb, sb, macs in self.static[:executed]:
+            st.load_bytes += lb
+            st.save_bytes += sb
+            st.macs += macs
+        st.ended = "END" in st.counts
+        if executed == len(self.steps):
+            st.skipped_after_end = self.skipped_after_end
+        return st
 
 
 class Ctx:
@@ -85,6 +134,8 @@ class Emulator:
         self.aluinit: Instr | None = None
         self.elew_fifo: list[Instr] = []
         self.stats = EmuStats()
+        self._programs: OrderedDict[tuple, Program] = OrderedDict()
+        self._acts: dict[str, frozenset[int]] = {}
 
     def reset(self) -> None:
         """Clear banks and INIT state."""
@@ -94,8 +145,14 @@ class Emulator:
         self.elew_fifo = []
 
     # ---- activation white-lists -------------------------------------------------------------
-    def allowed_acts(self, engine: str) -> set[int]:
+    def allowed_acts(self, engine: str) -> frozenset[int]:
         """act_type codes the target allows on engine 'conv', 'alu' or 'elew'."""
+        codes = self._acts.get(engine)
+        if codes is None:
+            codes = self._acts[engine] = frozenset(self._allowed_acts(engine))
+        return codes
+
+    def _allowed_acts(self, engine: str) -> set[int]:
         a = self.arch
         names, leaky_flag = {
             "conv": (a.conv_activations, a.conv_leaky),
@@ -124,43 +181,123 @@ class Emulator:
 
     # ---- main loop ---------------------------------------------------------------------------
     def run(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> EmuStats:
-        """Execute machine code (uint32 words) against DDR `regions` {reg_id: uint8 array}, modified in place."""
+        """Execute machine code (uint32 words) against DDR `regions` {reg_id: uint8 array}, modified in place.
+
+        The first run of a program compiles it (see the module docstring); later runs with regions of the same
+        sizes reuse the compiled steps. `stats.seconds` includes the compile when there was one."""
         t0 = time.perf_counter()
-        self.regions = {}
+        self.regions = self._checked_regions(regions)
+        program = self._program(self._checked_code(code))
+        steps = program.steps
+        stats = self.stats = EmuStats()  # ALU steps add their MACs here while running
+        done = 0
+        try:
+            with blas_threads():
+                for step in steps:
+                    step(self.regions)
+                    done += 1
+        finally:
+            static = program.stats(done)
+            static.macs += stats.macs
+            static.seconds = time.perf_counter() - t0
+            self.stats = static
+        return static
+
+    def prepare(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> None:
+        """Compile `code` for DDR regions of these sizes and cache it, so the first `run` does not pay for it.
+        Errors of the program itself surface when it runs."""
+        self.regions = self._checked_regions(regions)
+        self._program(self._checked_code(code))
+
+    @staticmethod
+    def _checked_code(code: np.ndarray) -> np.ndarray:
+        code = np.asarray(code)
+        if code.dtype != np.uint32:
+            raise EmulatorError(f"code must be a uint32 array, got {code.dtype}")
+        return code
+
+    @staticmethod
+    def _checked_regions(regions: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        out = {}
         for rid, arr in regions.items():
             if not 0 <= int(rid) < NUM_REGIONS:
                 raise EmulatorError(f"DDR region id {rid} outside 0..{NUM_REGIONS - 1}")
             if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.ndim != 1:
                 raise EmulatorError(f"DDR region {rid} must be a 1-D uint8 numpy array")
-            self.regions[int(rid)] = arr
-        code = np.asarray(code)
-        if code.dtype != np.uint32:
-            raise EmulatorError(f"code must be a uint32 array, got {code.dtype}")
-        handlers = {
-            "LOAD": emu_ddr.load, "SAVE": emu_ddr.save,
-            "CONVINIT": Emulator._convinit, "CONV": emu_conv.conv,
-            "ALUINIT": Emulator._aluinit, "ALU": emu_alu.alu,
-            "ELEWINIT": Emulator._elewinit, "ELEW": emu_elew.elew,
-            "END": Emulator._end,
-            "POOLINIT": Emulator._isa0_only, "POOL": Emulator._isa0_only,
-            "DWINIT": Emulator._isa0_only, "DPTWISE": Emulator._isa0_only,
-        }
-        stats = self.stats = EmuStats()
+            out[int(rid)] = arr
+        return out
+
+    def _program(self, code: np.ndarray) -> Program:
+        """The compiled program for `code` against the current region sizes and CONVINIT state (cached)."""
+        key = (hashlib.blake2b(np.ascontiguousarray(code).tobytes(), digest_size=16).digest(), code.size,
+               tuple(sorted((rid, reg.size) for rid, reg in self.regions.items())), self.stop_at_end)
+        program = self._programs.get(key)
+        if program is not None and program.uses_convinit and program.convinit != _init_key(self.convinit):
+            program = None
+        if program is None:
+            # Compiling allocates ~10 small objects per instruction and frees none: skip the cyclic GC's scans.
+            gc_was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                program = self._compile(code)
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
+            self._programs[key] = program
+            total = sum(len(p.steps) for p in self._programs.values())
+            while len(self._programs) > 1 and total > PROGRAM_CACHE_INSTRUCTIONS:
+                total -= len(self._programs.popitem(last=False)[1].steps)
+        self._programs.move_to_end(key)
+        return program
+
+    def _compile(self, code: np.ndarray) -> Program:
         try:
-            program = list(iter_program(code))
+            decoded = [ins for _, ins in iter_program(code)]
         except ISAError as e:
             raise EmulatorError(f"cannot decode program: {e}") from None
-        for index, (_, ins) in enumerate(program):
-            ctx = Ctx(index, ins, self.arch)
-            handlers[ins.name](self, ctx)
-            stats.counts[ins.name] += 1
-            if ins.name == "END":
-                stats.ended = True
-                if self.stop_at_end:
-                    stats.skipped_after_end = len(program) - index - 1
+        runners = {"ALU": emu_alu.alu, "ELEW": emu_elew.elew, "END": Emulator._end,
+                   "CONVINIT": Emulator._convinit, "ALUINIT": Emulator._aluinit, "ELEWINIT": Emulator._elewinit,
+                   "POOLINIT": Emulator._isa0_only, "POOL": Emulator._isa0_only,
+                   "DWINIT": Emulator._isa0_only, "DPTWISE": Emulator._isa0_only}
+        convinit = self.convinit
+        uses_initial = [False]  # a CONV before the program's first CONVINIT depends on the state it starts in
+
+        def plan_conv(emu: Emulator, ctx: Ctx) -> Step:
+            if convinit is self.convinit:
+                uses_initial[0] = True
+            return emu_conv.plan_conv(emu, ctx, convinit)
+        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv}
+        steps: list[Step] = []
+        names: list[str] = []
+        static: list[tuple[int, int, int]] = []
+        skipped = 0
+        saved_stats = self.stats
+        try:
+            for index, ins in enumerate(decoded):
+                ctx = Ctx(index, ins, self.arch)
+                self.stats = scratch = EmuStats()
+                plan = planners.get(ins.name)
+                try:
+                    if plan is not None:
+                        step = plan(self, ctx)
+                    else:
+                        if ins.name == "CONVINIT":
+                            convinit = ins
+                        step = _interpreted_step(self, runners[ins.name], ctx)
+                except EmulatorError as e:
+                    steps.append(_raise_step(e))
+                    names.append(ins.name)
+                    static.append((0, 0, 0))
                     break
-        stats.seconds = time.perf_counter() - t0
-        return stats
+                steps.append(step)
+                names.append(ins.name)
+                static.append((scratch.load_bytes, scratch.save_bytes, scratch.macs))
+                if ins.name == "END" and self.stop_at_end:
+                    skipped = len(decoded) - index - 1
+                    break
+        finally:
+            self.stats = saved_stats
+        return Program(steps, names, _init_key(self.convinit), uses_initial[0], static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
@@ -179,3 +316,59 @@ class Emulator:
         engine = "pool_engine" if ctx.ins.name.startswith("POOL") else "dwconv_engine"
         raise ctx.error(None, f"{self.arch.name} (ISA1) has no {engine}; use ALUINIT/ALU "
                               f"(isa1-semantics.md 0, 12.10)")
+
+
+def _init_key(ins: Instr | None) -> tuple | None:
+    return None if ins is None else (ins.name, tuple(ins.fields.items()))
+
+
+def _interpreted_step(emu: Emulator, handler: Callable[[Emulator, Ctx], None], ctx: Ctx) -> Step:
+    """An instruction interpreted when it runs: INIT/END (state changes), ISA0-only (errors), and ALU / ELEW,
+    which are rare and read INIT state bound at run time (ALUINIT, the ELEWINIT FIFO)."""
+    return lambda regions: handler(emu, ctx)
+
+
+def _raise_step(error: EmulatorError) -> Step:
+    """The instruction whose checks failed while compiling: raises when execution reaches it."""
+    def fail(regions: Mapping[int, np.ndarray]) -> None:
+        raise error
+    return fail
+
+
+@functools.lru_cache(maxsize=1)
+def _openblas_thread_setter() -> Callable[[int], int] | None:
+    """`set(n) -> previous n` for numpy's bundled OpenBLAS, or None when it cannot be found."""
+    import numpy
+    libdir = os.path.dirname(os.path.dirname(numpy.__file__))
+    for path in glob.glob(os.path.join(libdir, "numpy.libs", "*openblas*")):
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
+        except OSError:
+            continue
+        for name in ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                return fn
+    return None
+
+
+@contextlib.contextmanager
+def blas_threads(n: int | None = None) -> Iterator[None]:
+    """Run the body with `n` OpenBLAS threads on this thread (default: TVM_DPU_EMU_BLAS_THREADS or
+    DEFAULT_BLAS_THREADS), restoring the previous count after; no effect when n is 0 or OpenBLAS is not found."""
+    if n is None:
+        env = os.environ.get("TVM_DPU_EMU_BLAS_THREADS", "").strip()
+        try:
+            n = int(env) if env else DEFAULT_BLAS_THREADS
+        except ValueError:
+            raise EmulatorError(f"TVM_DPU_EMU_BLAS_THREADS={env!r} is not an integer") from None
+    setter = _openblas_thread_setter() if n > 0 else None
+    if setter is None:
+        yield
+        return
+    previous = setter(n)
+    try:
+        yield
+    finally:
+        setter(previous)

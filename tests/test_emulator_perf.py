@@ -1,0 +1,170 @@
+"""The emulator's compiled-program path: caching, error order, exact float32 GEMM, BLAS threads, benchmarks."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvm_dpu.arch.arch import find_preset
+from tvm_dpu.codegen.isa import encode_program, make_instr
+from tvm_dpu.errors import EmulatorError
+from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
+from tvm_dpu.runtime import emulator as emu_mod
+from tvm_dpu.runtime.emu_conv import GEMM_CHUNK, exact_matmul_t
+from tvm_dpu.runtime.emulator import Emulator, blas_threads
+
+ARCH = find_preset("DPUCZDX8G_ISA1_B4096")
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load_bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _convinit(shift_cut: int):
+    return make_instr("CONVINIT", kernel_h=1, kernel_w=1, stride_h=1, stride_w=1, stride_out=1,
+                      valid_pixel_parallel=1, jump_read=1, jump_read_endl=1, jump_write=1, jump_write_endl=1,
+                      shift_cut=shift_cut, shift_bias=0, act_type=0)
+
+
+CONV_1X1 = make_instr("CONV", bank_id_in=0, channel_group=1, length=1, bank_id_out=8)
+
+
+def _setup_1x1(emu: Emulator, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x = rng.integers(-128, 128, size=16, dtype=np.int8)
+    w = rng.integers(-128, 128, size=(16, 16), dtype=np.int8)
+    b = rng.integers(-128, 128, size=16, dtype=np.int8)
+    emu.banks.bank(0)[0] = x.view(np.uint8)
+    for o in range(16):
+        emu.banks.bank(emu.banks.base_id["CONVW"] + o)[0] = w[o].view(np.uint8)
+    emu.banks.bank(emu.banks.base_id["BIAS"])[0] = b.view(np.uint8)
+    return x, w, b
+
+
+def test_cached_program_follows_convinit_state():
+    """A CONV compiled against the CONVINIT left by an earlier program must be recompiled when that state changes."""
+    rng = np.random.default_rng(1)
+    emu = Emulator(ARCH)
+    x, w, b = _setup_1x1(emu, rng)
+    acc = w.astype(np.int64) @ x.astype(np.int64)
+    conv_only = encode_program([CONV_1X1])
+    for shift_cut in (2, 5, 2):
+        emu.run(encode_program([_convinit(shift_cut)]), {})
+        emu.run(conv_only, {})
+        want = saturate_int8(shift_round(2 * acc + b.astype(np.int64), shift_cut + 1))
+        assert np.array_equal(emu.banks.bank(8)[0].view(np.int8), want)
+
+
+def test_second_run_reuses_compiled_program(monkeypatch):
+    calls = []
+    real = Emulator._compile
+
+    def counting(self, code):
+        calls.append(len(code))
+        return real(self, code)
+    monkeypatch.setattr(Emulator, "_compile", counting)
+    rng = np.random.default_rng(2)
+    emu = Emulator(ARCH)
+    code = encode_program([_convinit(3), CONV_1X1, make_instr("END")])
+    emu.prepare(code, {})
+    x, w, b = _setup_1x1(emu, rng)
+    first = emu.run(code, {})
+    out1 = emu.banks.bank(8)[0].copy()
+    x2, w2, b2 = _setup_1x1(emu, rng)  # new data, same program
+    second = emu.run(code, {})
+    assert len(calls) == 1
+    assert first.counts == second.counts and second.macs == 16 * 16 and second.ended
+    want = saturate_int8(shift_round(2 * (w2.astype(np.int64) @ x2.astype(np.int64)) + b2.astype(np.int64), 4))
+    assert np.array_equal(emu.banks.bank(8)[0].view(np.int8), want)
+    assert not np.array_equal(out1, emu.banks.bank(8)[0])
+
+
+def test_check_failure_raises_after_earlier_instructions_ran():
+    """A check that fails while compiling is raised when execution reaches that instruction, not before."""
+    load = make_instr("LOAD", bank_id=2, bank_addr=7, length=1, channel=16, jump_read=16, jump_write=1,
+                      broadcast=7, const_value=0x5A, reg_id=0)
+    bad_save = make_instr("SAVE", bank_id=2, bank_addr=7, length=1, channel=16, jump_read=1, jump_write=16,
+                          reg_id=5)
+    emu = Emulator(ARCH)
+    with pytest.raises(EmulatorError, match=r"instruction 1 \(SAVE\) field reg_id=5.*not defined"):
+        emu.run(encode_program([load, bad_save, make_instr("END")]), {0: np.zeros(64, dtype=np.uint8)})
+    assert np.all(emu.banks.bank(2)[7] == 0x5A)
+    assert emu.stats.counts == {"LOAD": 1} and emu.stats.load_bytes == 16 and not emu.stats.ended
+
+
+@pytest.mark.parametrize("k", [GEMM_CHUNK, GEMM_CHUNK + 1, 9 * 512])
+def test_float32_gemm_is_exact_at_the_extremes(k):
+    rng = np.random.default_rng(k)
+    a = np.full((5, k), -128, dtype=np.int64)
+    a[1] = 127
+    a[2:] = rng.integers(-128, 128, size=(3, k))
+    w = np.full((16, k), -128, dtype=np.int64)
+    w[3] = 127
+    got = exact_matmul_t(a.astype(np.float32), w.astype(np.float32))
+    assert got.dtype == np.int64
+    assert np.array_equal(got, a @ w.T)
+
+
+def test_blas_threads_restores_previous_count(monkeypatch):
+    setter = emu_mod._openblas_thread_setter()
+    if setter is None:
+        pytest.skip("numpy's OpenBLAS not found")
+    before = setter(3)
+    try:
+        with blas_threads(1):
+            assert setter(1) == 1
+        assert setter(3) == 3
+        monkeypatch.setenv("TVM_DPU_EMU_BLAS_THREADS", "two")
+        with pytest.raises(EmulatorError, match="TVM_DPU_EMU_BLAS_THREADS"):
+            with blas_threads():
+                pass
+    finally:
+        setter(before)
+
+
+def test_bench_emulator_conv_with_wrapping_windows(tmp_path):
+    """The hand-built conv benchmark (its first tile's windows wrap the bank depth) matches its direct numpy
+    convolution on every run, compiled and cached."""
+    bench = _load_bench("bench_emulator")
+    code, setup, ref, _ = bench.build(bench.B4096, 20, 12, 40, 20, 3, 10, np.random.default_rng(0))
+    emu = Emulator(bench.B4096)
+    for _ in range(2):
+        emu.reset()
+        setup(emu)
+        emu.run(code, {})
+        assert np.array_equal(bench.read_output(emu, 20, 12, 20), ref)
+
+
+@pytest.mark.slow
+def test_bench_e2e_quick(tmp_path):
+    bench = _load_bench("bench_e2e")
+    out = tmp_path / "e2e.json"
+    assert bench.main(["--quick", "--runs", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    row = doc["models"][0]
+    assert row["model"] == "resnet50" and row["reduced"] and row["instructions"] > 0 and row["macs"] > 0
+    assert len(row["run_s"]["all"]) == 1 and row["emulator_s"]["median"] > 0
+
+
+def test_load_and_save_on_strided_regions():
+    """DDR regions may be strided 1-D views; pitched LOAD / SAVE items must follow the view, not its buffer."""
+    backing = np.arange(512, dtype=np.uint8)
+    src = backing[::2]  # 256 bytes, element stride 2
+    dst_backing = np.zeros(512, dtype=np.uint8)
+    dst = dst_backing[::2]
+    load = make_instr("LOAD", bank_id=1, bank_addr=0, length=3, channel=16, jump_read=40, jump_write=1, reg_id=0,
+                      ddr_addr=8)
+    save = make_instr("SAVE", bank_id=1, bank_addr=0, length=3, channel=16, jump_read=1, jump_write=24, reg_id=1,
+                      ddr_addr=4)
+    Emulator(ARCH).run(encode_program([load, save, make_instr("END")]), {0: src, 1: dst})
+    want = np.zeros(256, dtype=np.uint8)
+    for i in range(3):
+        want[4 + 24 * i:4 + 24 * i + 16] = src[8 + 40 * i:8 + 40 * i + 16]
+    assert np.array_equal(dst, want)
+    assert not dst_backing[1::2].any()
