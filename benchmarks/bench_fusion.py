@@ -1,0 +1,168 @@
+"""DNNVM Table 3 equivalent: fusion search cost and speedup (none / greedy / optimal) on full-size zoo models.
+
+For each model and arch the quantized DPU XGraphs come from `tvm_dpu.build` (one random calibration batch:
+fix_points do not change the schedule); with --cache DIR they are saved/loaded as DIR/<model>@<arch>_<i>.xg
+(tvm_dpu.xgraph.save, no pickle), so "graph ms" is measured on the first run only.
+Per arch and mode, three throughputs (GOPS = the graph's 2*MACs / time): the cost model's for the plan over all
+templates (the search the paper times; its median time over --repeat runs is "search ms"), the cost model's for
+the plan restricted to groups with a fused emitter (FUSED_EMITTERS + emittable, what compile_with_fusion uses), and
+tvm_dpu.timing.simulate on that plan's compiled program (when the timing package is importable); "opt/sim" is
+the simulated throughput of the optimal plan searched with the simulator as the cost of each candidate.
+
+    python benchmarks/bench_fusion.py [--models vgg16 resnet50 ...] [--archs dnnvm-zu2 DPUCZDX8G_ISA1_B4096]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+PAPER = {"vgg16": (325.5, 331.5, 334.0, 1.03), "resnet50": (195.4, 221.9, 228.7, 1.17),
+         "resnet152": (212.5, 233.0, 244.1, 1.15), "googlenet": (183.1, 204.6, 231.5, 1.26)}
+MODELS = ("vgg16", "resnet50", "resnet152", "googlenet", "mobilenetv2")
+ARCHS = ("dnnvm-zu2", "DPUCZDX8G_ISA1_B4096")
+
+
+def xgraphs(name: str, arch: str, cache: Path | None) -> tuple[list, float]:
+    """The model's quantized DPU XGraphs for `arch` and the graph generation time (import + partition + XGraph)
+    in s."""
+    from tvm_dpu.xgraph import load, save
+
+    files = sorted(cache.glob(f"{name}@{arch}_*.xg")) if cache else []
+    meta = cache / f"{name}@{arch}.json" if cache else None
+    if files and meta and meta.exists():
+        return [load(f) for f in files], json.loads(meta.read_text())["t_graph"]
+    import tvm_dpu
+    from tvm_dpu import zoo
+
+    model = tvm_dpu.build(zoo.build_model(name), arch=arch, calibration=[zoo.random_input(name)], progress=False)
+    t = model.build_info["times_s"]
+    t_graph = t["import_normalize"] + t["partition"] + t["xgraph"]
+    graphs = [r.graph for r in model.runners.values()]
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+        for i, g in enumerate(graphs):
+            save(g, cache / f"{name}@{arch}_{i}.xg")
+        meta.write_text(json.dumps({"t_graph": t_graph}))
+    return graphs, t_graph
+
+
+def _simulator():
+    try:
+        from tvm_dpu.timing.simulate import simulate
+        return simulate
+    except Exception:  # the timing model is not there (yet)
+        return None
+
+
+def run(models, archs, cache, repeat) -> list[dict]:
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.codegen.tiling import CodegenError
+    from tvm_dpu.fusion.codegen import FUSED_EMITTERS, compile_graph_fused, emittable
+    from tvm_dpu.fusion.costmodel import cost_source
+    from tvm_dpu.fusion.costmodel import ops_count
+    from tvm_dpu.fusion.select import MODES, plan_fusion
+
+    simulate = _simulator()
+    rows = []
+    for name in models:
+        for an in archs:
+            graphs, t_graph = xgraphs(name, an, cache)
+            arch = load_arch(an)
+            row = {"model": name, "arch": an, "nodes": sum(len(g.ops) for g in graphs),
+                   "t_graph_ms": None if t_graph is None else t_graph * 1e3}
+            search = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                plans = [plan_fusion(g, arch, "optimal") for g in graphs]
+                search.append(time.perf_counter() - t0)
+            row["t_search_ms"] = statistics.median(search) * 1e3
+            row["t_isomorphism_ms"] = sum(p.stats["t_isomorphism"] for p in plans) * 1e3
+            row["t_selection_ms"] = sum(p.stats["t_selection"] for p in plans) * 1e3
+            row["fallbacks"] = sum(p.stats.get("fallback", 0) for p in plans)
+            row["subgraphs"] = len(graphs)
+            work = sum(ops_count(g) for g in graphs)
+            hz = arch.freq_mhz * 1e6
+            for mode in MODES:
+                # every template (the search the paper times) -> cost model only
+                row[f"gops_modelall_{mode}"] = work / (sum(plan_fusion(g, arch, mode).cost for g in graphs) / hz) / 1e9
+                # the templates with a fused emitter -> the program that is compiled and simulated
+                t0 = time.perf_counter()
+                ps = [plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable) for g in graphs]
+                try:
+                    compiled = [compile_graph_fused(g, arch, p) for g, p in zip(graphs, ps)]
+                except CodegenError as e:  # the code generator cannot map some op on this arch
+                    compiled = None
+                    row["codegen_error"] = str(e)
+                row[f"t_compile_{mode}_s"] = time.perf_counter() - t0
+                row[f"fused_{mode}"] = sum(len(p.fused()) for p in ps)
+                row[f"gops_model_{mode}"] = work / (sum(p.cost for p in ps) / hz) / 1e9
+                if simulate is not None and compiled is not None:
+                    sims = [simulate(c.code, arch) for c in compiled]
+                    row[f"gops_sim_{mode}"] = work / (sum(r.cycles for r in sims) / hz) / 1e9
+                    row[f"sim_{mode}"] = {
+                        "cycles": sum(r.cycles for r in sims),
+                        "ddr_bytes": sum(r.ddr_read_bytes + r.ddr_write_bytes for r in sims),
+                        "engine_busy": {e: sum(r.engine_busy.get(e, 0.0) for r in sims) for e in sims[0].engine_busy}}
+            # Algorithm 2 with the simulator as the cost of every candidate (DNNVM's simulator evaluation)
+            t0 = time.perf_counter()
+            with cost_source("simulate"):
+                ps = [plan_fusion(g, arch, "optimal", FUSED_EMITTERS, emittable) for g in graphs]
+            row["t_search_simcost_s"] = time.perf_counter() - t0
+            if simulate is not None and row.get("codegen_error") is None:
+                cyc = sum(simulate(compile_graph_fused(g, arch, p).code, arch).cycles for g, p in zip(graphs, ps))
+                row["gops_sim_optimal_simcost"] = work / (cyc / hz) / 1e9
+            for src in ("modelall", "model", "sim"):
+                if f"gops_{src}_none" in row:
+                    row[f"speedup_{src}"] = row[f"gops_{src}_optimal"] / row[f"gops_{src}_none"]
+            row["paper"] = PAPER.get(name)
+            rows.append(row)
+            print(_fmt(row), flush=True)
+    return rows
+
+
+_COLS = f"{'none':>7}{'greedy':>7}{'optim':>7}{'speedup':>8}"
+HEADER = (f"{'model':<12}{'arch':<22}{'nodes':>6}{'graph ms':>10}{'iso ms':>8}{'sel ms':>8}{'search ms':>10}"
+          f"{'compile s':>10} | {_COLS} model, all templates | {_COLS} model, emitted | "
+          f"{_COLS} simulated {'opt/sim':>7} | "
+          "paper none/greedy/opt speedup   (GOPS)")
+
+
+def _fmt(r: dict) -> str:
+    def cols(src: str) -> str:
+        g = "".join(f"{r.get(f'gops_{src}_{m}', float('nan')):7.1f}" for m in ("none", "greedy", "optimal"))
+        return f"{g}{r.get(f'speedup_{src}', float('nan')):>7.2f}x"
+
+    paper = " ".join(str(x) for x in r["paper"]) if r["paper"] else "-"
+    t_graph = r["t_graph_ms"] if r["t_graph_ms"] is not None else float("nan")
+    return (f"{r['model']:<12}{r['arch']:<22}{r['nodes']:>6}{t_graph:>10.1f}{r['t_isomorphism_ms']:>8.1f}"
+            f"{r['t_selection_ms']:>8.1f}{r['t_search_ms']:>10.1f}{r['t_compile_optimal_s']:>10.2f} | "
+            f"{cols('modelall')} | {cols('model')} | {cols('sim')} "
+            f"{r.get('gops_sim_optimal_simcost', float('nan')):7.1f} | {paper}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--archs", nargs="+", default=list(ARCHS))
+    ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fusion.json")
+    a = ap.parse_args(argv)
+    print(HEADER)
+    rows = run(a.models, a.archs, a.cache, a.repeat)
+    fb = sum(r["fallbacks"] for r in rows)
+    print(f"optimal fell back to greedy in {fb} of {sum(r['subgraphs'] for r in rows)} subgraph searches")
+    worse = [(r["model"], r["arch"]) for r in rows if r.get("gops_sim_optimal", 0) < r.get("gops_sim_greedy", 0) - 1e-9]
+    print(f"simulated optimal < simulated greedy on: {worse or 'none'}")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

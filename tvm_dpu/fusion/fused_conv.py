@@ -1,0 +1,416 @@
+"""Fused pipelines on the CONV engine (per output tile, intermediates stay in the image banks):
+
+* conv_add: conv2d + eltwise add, the add done by ELEW on the conv's output tile in VB1 before SAVE;
+* hconv: convs sharing one input, each input tile loaded once for all of them;
+* dw_pw: depthwise conv (ALU) whose output tile in VB1 is the input tile of a pointwise conv.
+
+The tile loop is a twin of codegen.conv.emit_conv / alu.emit_alu with hooks (several jobs per input tile, an
+epilogue between the CONVs and the SAVEs, a cap on the tile width, the input bank group of the CONVs). The
+lead should merge them by giving conv.emit_conv those hooks (see the fusion report).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.compiler import _Params
+from tvm_dpu.codegen.conv import FIELD10, ConvJob, _choose_tile
+from tvm_dpu.codegen.layout import REG_PARAMS, FMap, ceil_div, pack_channel_vector, pack_conv_weights
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
+
+
+def conv_job(arch: Arch, graph: Graph, op: Op, params: _Params) -> ConvJob:
+    """The ConvJob of a conv2d (weights and biases appended to `params`), as the unfused compiler builds it."""
+    if xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1):
+        raise CodegenError(f"op {op.name!r}: grouped or dilated conv2d cannot be fused")
+    q = xops.quant_params(op, graph)
+    w = graph.param(op, "weights").data
+    win = xops.conv_window(op, graph)
+    b = graph.param(op, "bias", required=False)
+    bias = b.data if b is not None else np.zeros(w.shape[0], np.int8)
+    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
+    b_off = params.add(pack_channel_vector(bias, arch.ocp))
+    return ConvJob(op.name, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), w.shape[1], w.shape[0], q.act_type,
+                   q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+
+
+def _load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0) -> None:
+    """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
+    bank) and their biases into BIAS rows from brow0."""
+    icp, ocp = arch.icp, arch.ocp
+    cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
+    wrows = job.kh * job.kw * cg_in
+    convw = arch.bank_group("CONVW").base_id
+    for o in range(min(ocp, job.cout - g0 * ocp)):
+        for i0, cnt in split_even(n * job.kh * job.kw, FIELD10):
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("convw",),), bank_id=convw + o,
+                      bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,
+                      jump_write=cg_in, reg_id=job.params_reg,
+                      ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+              bank_addr=brow0, length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
+              ddr_addr=job.b_offset + g0 * ocp)
+
+
+def _geometry(graph: Graph, op: Op) -> tuple:
+    win = xops.conv_window(op, graph)
+    return win.kh, win.kw, win.sh, win.sw, tuple(win.pads), graph.tensors[op.inputs[0]].shape[1], op.inputs[0]
+
+
+def _probe(arch: Arch, graph: Graph, op: Op) -> ConvJob:
+    """A ConvJob with the geometry of `op` only (for tile choice; no parameters packed)."""
+    kh, kw, sh, sw, pads, cin, _ = _geometry(graph, op)
+    return ConvJob(op.name, kh, kw, sh, sw, pads, cin, graph.tensors[op.outputs[0]].shape[1], 0, 0, 0, 0, 0)
+
+
+def hconv_fits(arch: Arch, graph: Graph, convs: list[Op]) -> bool:
+    """Whether convs sharing one input can run as one pipeline: same window geometry, all weights and biases
+    resident at once, and one output tile of every member in half of VB1."""
+    if len({_geometry(graph, c) for c in convs}) != 1 or arch.icp != arch.ocp:
+        return False
+    for c in convs:
+        if xops.attr(c, "groups") != 1 or tuple(xops.attr(c, "dilations")) != (1, 1):
+            return False
+    jobs = [_probe(arch, graph, c) for c in convs]
+    cg_in = ceil_div(jobs[0].cin, arch.icp)
+    total = sum(ceil_div(j.cout, arch.ocp) for j in jobs)
+    if jobs[0].kh * jobs[0].kw * cg_in * total > arch.bank_depth:
+        return False
+    tile = _choose_tile(arch, jobs[0], total)
+    return tile is not None and tile[2] == total
+
+
+def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
+    if arch.icp != arch.ocp or xops.attr(conv, "groups") != 1 or tuple(xops.attr(conv, "dilations")) != (1, 1):
+        return False
+    job = _probe(arch, graph, conv)
+    wrows = job.kh * job.kw * ceil_div(job.cin, arch.icp)
+    if wrows > arch.bank_depth:
+        return False
+    tile = _choose_tile(arch, job, min(ceil_div(job.cout, arch.ocp), arch.bank_depth // wrows))
+    return tile is not None and arch.bank_depth // 2 // (2 * tile[2]) >= 1
+
+
+def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: dict[str, FMap],
+               params: _Params) -> None:
+    """Convs sharing one input (horizontal fusion): every input tile is loaded once and feeds the CONVs of all
+    members (all weights resident); each member's output tile sits in its own slice of VB1 and is saved to its
+    own map."""
+    if not hconv_fits(arch, graph, convs):
+        raise CodegenError(f"ops {[c.name for c in convs]}: horizontal fusion does not fit {arch.name}")
+    jobs = [conv_job(arch, graph, c, params) for c in convs]
+    x_res = convs[0].inputs[0]
+    x = fmaps[x_res]
+    ocp, half = arch.ocp, arch.bank_depth // 2
+    cg_in = ceil_div(jobs[0].cin, arch.icp)
+    wrows = jobs[0].kh * jobs[0].kw * cg_in
+    ns = [ceil_div(j.cout, ocp) for j in jobs]
+    first = [sum(ns[:i]) for i in range(len(ns))]  # group offset of each member (weights, biases, VB1 slice)
+    vpp, lmax, _ = _choose_tile(arch, jobs[0], sum(ns))
+    for j, n, f in zip(jobs, ns, first):
+        _load_params(prog, arch, j, 0, n, f * wrows, f)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    ys = [fmaps[c.outputs[0]] for c in convs]
+    job0 = jobs[0]
+    buf = 0
+    for p0 in range(0, ys[0].h, vpp):
+        v = min(vpp, ys[0].h - p0)
+        for q0, length in split_even(ys[0].w, lmax):
+            base = buf * half
+            wt = WindowTile.of(arch.pp, job0.kh, job0.kw, job0.sh, job0.sw, job0.pads, p0, v, q0, length, cg_in,
+                               base)
+            wt.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job0.cin, ("vb0", buf))
+            pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
+            a = [b % arch.bank_depth for b in wt.place.bases()]
+            for j, n, f in zip(jobs, ns, first):
+                prog.emit("CONVINIT", act_type=j.act_type, shift_cut=j.shift_cut, shift_bias=j.shift_bias,
+                          jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=n,
+                          jump_write_endl=1, stride_h=j.sh, kernel_h=j.kh, valid_pixel_parallel=v,
+                          stride_offset_in=0, stride_w=j.sw, kernel_w=j.kw, stride_offset_out=0)
+                for gl in range(n):
+                    prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
+                              pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
+                              pad_right=j.kw - 1 - pad_right, pad_bottom=j.kh - 1 - pad_bottom,
+                              bank_addr_out=base + f * length + gl, length=length, bank_id_in=vb0,
+                              bank_addr_weights=(f + gl) * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
+                              bank_addr_bias=f + gl, channel_offset=cg_in * arch.icp - j.cin, bank_addr_in_3=a[3],
+                              bank_addr_in_2=a[2])
+            for c, j, n, f, y in zip(convs, jobs, ns, first, ys):
+                for r in range(v):
+                    prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", c.outputs[0]),), bank_id=vb1 + r,
+                              bank_addr=base + f * length, length=length, channel=j.cout, jump_read=n,
+                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
+            buf ^= 1
+
+
+def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
+                  params: _Params) -> None:
+    """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output)."""
+    if arch.icp != arch.ocp:
+        raise CodegenError(f"op {add.name!r}: fusing an add into a conv needs ICP == OCP")
+    t_conv = conv.outputs[0]
+    k = add.inputs.index(t_conv)
+    other = add.inputs[1 - k]
+    q = xops.quant_params(add, graph)
+    job = conv_job(arch, graph, conv, params)
+    x, y, z = fmaps[conv.inputs[0]], fmaps[add.outputs[0]], fmaps[other]
+    ocp = arch.ocp
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(job.cin, arch.icp)
+    cg_out = ceil_div(job.cout, ocp)
+    wrows = job.kh * job.kw * cg_in
+    if wrows > arch.bank_depth:
+        raise CodegenError(f"op {conv.name!r}: weights need {wrows} rows per CONVW bank (> {arch.bank_depth})")
+    tile = _choose_tile(arch, job, min(cg_out, arch.bank_depth // wrows))
+    if tile is None:
+        raise CodegenError(f"op {conv.name!r}: no conv tile fits half an image bank of {arch.name}")
+    vpp, lmax, chunk = tile
+    lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
+    if lmax < 1:
+        raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
+    vb0 = arch.bank_group("VB0").base_id
+    vb1 = arch.bank_group("VB1").base_id
+    col_tiles = split_even(y.w, lmax)
+    buf = 0
+    for g0, n in split_even(cg_out, chunk):
+        _load_params(prog, arch, job, g0, n)
+        channels = min(n * ocp, job.cout - g0 * ocp)
+        for p0 in range(0, y.h, vpp):
+            v = min(vpp, y.h - p0)
+            for q0, length in col_tiles:
+                base = buf * half
+                wt = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, base)
+                wt.emit_loads(prog, vb0, arch.bank_depth, x, conv.inputs[0], 0, job.cin, ("vb0", buf))
+                opnd = base + length * n
+                for r in range(v):  # the add's other operand, next to the conv's output tile
+                    prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb1", buf, "operand"),), bank_id=vb1 + r,
+                              bank_addr=opnd, length=length, channel=channels, jump_read=z.pixel_pitch,
+                              jump_write=n, reg_id=z.reg_id, ddr_addr=z.addr(p0 + r, q0, g0 * ocp))
+                pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
+                place = wt.place
+                prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+                          jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n,
+                          jump_write_endl=1, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=v,
+                          stride_offset_in=0, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=0)
+                a = [b % arch.bank_depth for b in place.bases()]
+                for gl in range(n):
+                    prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
+                              pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
+                              pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
+                              bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=gl * wrows,
+                              bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=gl,
+                              channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+                addr = {k: base, 1 - k: opnd}  # operand order of the add (shift_read is per operand)
+                for k0 in range(0, v, arch.alu_pp):
+                    rows = min(arch.alu_pp, v - k0)
+                    for i in range(2):
+                        prog.emit("ELEWINIT", bank_id_in=vb1 + k0, share_pp=0, jump_bank=1, id=i,
+                                  jump_read_endl=1, bank_addr_in=addr[i], shift_read=q.shift_read[i], jump_read=n)
+                    prog.emit("ELEW", reads=(("vb1", buf), ("vb1", buf, "operand")), writes=(("vb1", buf),),
+                              bank_id_out=vb1 + k0, elew_type=0, act_type=q.act_type, length=length,
+                              valid_pixel_parallel=rows, num=2, jump_write_endl=1, bank_addr_out=base,
+                              channel_group=n, shift_write=q.shift_write, jump_write=n)
+                for r in range(v):
+                    prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", add.outputs[0]),), bank_id=vb1 + r,
+                              bank_addr=base, length=length, channel=channels, jump_read=n,
+                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, g0 * ocp))
+                buf ^= 1
+
+
+def _dw_pw_tile(arch: Arch, graph: Graph, dw: Op, pw: Op) -> tuple[int, int] | None:
+    """(vpp, L) of the dw_pw pipeline, or None: every channel group of the depthwise in one ALU pass, the
+    pointwise weights resident, and the dw input window, the dw output (VB1) and the pw output (VB0, reusing
+    the consumed window) within half a bank."""
+    if arch.icp != arch.ocp or tuple(xops.attr(dw, "dilations")) != (1, 1):
+        return None
+    win = xops.conv_window(dw, graph)
+    if win.pads[0] > 15 or win.pads[1] > 15:
+        return None
+    half = arch.bank_depth // 2
+    c = graph.tensors[dw.outputs[0]].shape[1]
+    cout = graph.tensors[pw.outputs[0]].shape[1]
+    cg, n_out = ceil_div(c, arch.icp), ceil_div(cout, arch.ocp)
+    if win.kh * win.kw * cg > arch.bank_depth or cg * n_out > arch.bank_depth or cg + n_out > arch.bank_depth:
+        return None
+    try:
+        vpp = max_valid_rows(arch.pp, arch.alu_pp, win.kh, win.sh)
+    except CodegenError:
+        return None
+    n_rows = (vpp - 1) * win.sh + win.kh
+    wraps = ((n_rows - 1) // win.sh) // arch.pp + 1
+    w_out = graph.tensors[dw.outputs[0]].shape[3]
+    for length in range(min(w_out, FIELD10), 0, -1):
+        in_cols = (length - 1) * win.sw + win.kw
+        if (in_cols <= FIELD10 and in_cols * cg <= 8192 and in_cols * cg * wraps * win.sh <= half
+                and length * cg <= half and length * n_out <= half):
+            return vpp, length
+    return None
+
+
+def dw_pw_fits(arch: Arch, graph: Graph, dw: Op, pw: Op) -> bool:
+    return _dw_pw_tile(arch, graph, dw, pw) is not None
+
+
+def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: dict[str, FMap],
+               params: _Params) -> None:
+    """Depthwise conv (ALU) then pointwise conv (CONV) per tile: the ALU leaves all channel groups of its output
+    tile in VB1, the CONVs read them there as their input tile and write into the consumed VB0 window, the SAVEs
+    write the pointwise output; the depthwise output never touches DDR."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+    from tvm_dpu.codegen.layout import pack_dw_weights
+    from tvm_dpu.codegen.tiling import RowPlacement
+
+    tile = _dw_pw_tile(arch, graph, dw, pw)
+    if tile is None:
+        raise CodegenError(f"ops {dw.name!r}+{pw.name!r}: depthwise+pointwise fusion does not fit {arch.name}")
+    vpp, lmax = tile
+    qd = xops.quant_params(dw, graph)
+    win = xops.conv_window(dw, graph)
+    wd = graph.param(dw, "weights").data
+    c = wd.shape[0]
+    bd = graph.param(dw, "bias", required=False)
+    bias_d = bd.data if bd is not None else np.zeros(c, np.int8)
+    wd_off = params.add(pack_dw_weights(wd, arch.icp))
+    bd_off = params.add(pack_channel_vector(bias_d, arch.icp))
+    job = conv_job(arch, graph, pw, params)
+    cp, half = arch.icp, arch.bank_depth // 2
+    cg, n_out = ceil_div(c, cp), ceil_div(job.cout, arch.ocp)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    taps = win.kh * win.kw
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=arch.bank_group("DWCONVW").base_id,
+              bank_addr=0, length=taps, channel=c, jump_read=cg * cp, jump_write=cg, reg_id=REG_PARAMS,
+              ddr_addr=wd_off)
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+              bank_addr=0, length=1, channel=c, jump_read=c, jump_write=cg, reg_id=REG_PARAMS, ddr_addr=bd_off)
+    _load_params(prog, arch, job, 0, n_out, 0, cg)  # pointwise biases after the depthwise ones
+    x, y = fmaps[dw.inputs[0]], fmaps[pw.outputs[0]]
+    buf = 0
+    for p0 in range(0, y.h, vpp):
+        v = min(vpp, y.h - p0)
+        for q0, length in split_even(y.w, lmax):
+            base = buf * half
+            wt = WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0, v, q0, length, cg,
+                               base)
+            wt.emit_loads(prog, vb0, arch.bank_depth, x, dw.inputs[0], 0, c, ("vb0", buf))
+            pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
+            prog.emit("ALUINIT", exec_mode=ALU_MODES["dwconv"], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
+                      stride_w=win.sw, stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=cg,
+                      channel_offset=cg * cp - c, length=length, shift_prelu_p=0, act_type=qd.act_type,
+                      shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut, shift_prelu_n=0, multi_factor=0,
+                      jump_read=cg, jump_read_endl=wt.place.endl, jump_read_weights=cg, jump_write=cg,
+                      jump_write_endl=1)
+            a = [b % arch.bank_depth for b in wt.place.bases()]
+            prog.emit("ALU", reads=(("vb0", buf), ("dwconvw",), ("bias",)), writes=(("vb1", buf),),
+                      bank_id_out=vb1, bank_addr_out=base, pad_bottom=win.kh - 1 - pad_bottom,
+                      valid_pixel_parallel=v, bank_id_in=vb0, bank_addr_in=a[0], pad_top=pad_top, pad_left=pad_left,
+                      pad_right=win.kw - 1 - pad_right, bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0,
+                      bank_addr_in_2=a[2], bank_addr_bias=0, bank_addr_in_3=a[3])
+            place = RowPlacement(arch.pp, 1, length * cg, cg, base)
+            b = [r % arch.bank_depth for r in place.bases()]
+            prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+                      jump_read=cg, jump_read_endl=place.endl, stride_out=1, jump_write=n_out, jump_write_endl=1,
+                      stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
+                      stride_offset_out=0)
+            for gl in range(n_out):
+                prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
+                          pad_left=0, pad_top=0, bank_addr_in=b[0], channel_group=cg, pad_right=0, pad_bottom=0,
+                          bank_addr_out=base + gl, length=length, bank_id_in=vb1, bank_addr_weights=gl * cg,
+                          bank_addr_in_1=b[1], bank_id_out=vb0, bank_addr_bias=cg + gl,
+                          channel_offset=cg * cp - job.cin, bank_addr_in_3=b[3], bank_addr_in_2=b[2])
+            for r in range(v):
+                prog.emit("SAVE", reads=(("vb0", buf),), writes=(("ddr", pw.outputs[0]),), bank_id=vb0 + r,
+                          bank_addr=base, length=length, channel=job.cout, jump_read=n_out,
+                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
+            buf ^= 1
+
+
+def _is_pointwise(graph: Graph, op: Op) -> bool:
+    win = xops.conv_window(op, graph)
+    return (win.kh, win.kw, win.sh, win.sw, tuple(win.pads)) == (1, 1, 1, 1, (0, 0, 0, 0))
+
+
+def _conv_pw_tile(arch: Arch, graph: Graph, a: Op, b: Op) -> tuple[int, int] | None:
+    """(vpp, L) of conv -> pointwise conv with the first conv's output tile (every channel group) kept in VB1,
+    or None: both convs' weights and biases resident, the pointwise output within the consumed VB0 half."""
+    if arch.icp != arch.ocp or not _is_pointwise(graph, b):
+        return None
+    for op in (a, b):
+        if xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1):
+            return None
+    ja = _probe(arch, graph, a)
+    cg_in, cg_mid = ceil_div(ja.cin, arch.icp), ceil_div(ja.cout, arch.ocp)
+    cg_out = ceil_div(graph.tensors[b.outputs[0]].shape[1], arch.ocp)
+    if ja.kh * ja.kw * cg_in * cg_mid + cg_mid * cg_out > arch.bank_depth or cg_mid + cg_out > arch.bank_depth:
+        return None
+    tile = _choose_tile(arch, ja, cg_mid)
+    if tile is None or tile[2] != cg_mid:
+        return None
+    vpp, lmax, _ = tile
+    lmax = min(lmax, arch.bank_depth // 2 // cg_out)
+    return (vpp, lmax) if lmax >= 1 else None
+
+
+def conv_pw_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
+    return _conv_pw_tile(arch, graph, a, b) is not None
+
+
+def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
+                 params: _Params) -> None:
+    """conv -> pointwise conv per tile: the first conv's CONVs leave all its channel groups in VB1, the pointwise
+    CONVs read them there and write into the consumed VB0 window, the SAVEs write the second conv's output; the
+    intermediate never touches DDR."""
+    from tvm_dpu.codegen.tiling import RowPlacement
+
+    tile = _conv_pw_tile(arch, graph, a, b)
+    if tile is None:
+        raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+pointwise fusion does not fit {arch.name}")
+    vpp, lmax = tile
+    ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
+    icp, half = arch.icp, arch.bank_depth // 2
+    cg_in, cg_mid, cg_out = ceil_div(ja.cin, icp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
+    wrows_a = ja.kh * ja.kw * cg_in
+    _load_params(prog, arch, ja, 0, cg_mid, 0, 0)
+    _load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    x, y = fmaps[a.inputs[0]], fmaps[b.outputs[0]]
+    buf = 0
+    for p0 in range(0, y.h, vpp):
+        v = min(vpp, y.h - p0)
+        for q0, length in split_even(y.w, lmax):
+            base = buf * half
+            wt = WindowTile.of(arch.pp, ja.kh, ja.kw, ja.sh, ja.sw, ja.pads, p0, v, q0, length, cg_in, base)
+            wt.emit_loads(prog, vb0, arch.bank_depth, x, a.inputs[0], 0, ja.cin, ("vb0", buf))
+            pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
+            ia = [r % arch.bank_depth for r in wt.place.bases()]
+            prog.emit("CONVINIT", act_type=ja.act_type, shift_cut=ja.shift_cut, shift_bias=ja.shift_bias,
+                      jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=cg_mid,
+                      jump_write_endl=1, stride_h=ja.sh, kernel_h=ja.kh, valid_pixel_parallel=v, stride_offset_in=0,
+                      stride_w=ja.sw, kernel_w=ja.kw, stride_offset_out=0)
+            for gl in range(cg_mid):
+                prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
+                          pad_left=pad_left, pad_top=pad_top, bank_addr_in=ia[0], channel_group=cg_in,
+                          pad_right=ja.kw - 1 - pad_right, pad_bottom=ja.kh - 1 - pad_bottom,
+                          bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=gl * wrows_a,
+                          bank_addr_in_1=ia[1], bank_id_out=vb1, bank_addr_bias=gl,
+                          channel_offset=cg_in * icp - ja.cin, bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
+            place = RowPlacement(arch.pp, 1, length * cg_mid, cg_mid, base)
+            ib = [r % arch.bank_depth for r in place.bases()]
+            prog.emit("CONVINIT", act_type=jb.act_type, shift_cut=jb.shift_cut, shift_bias=jb.shift_bias,
+                      jump_read=cg_mid, jump_read_endl=place.endl, stride_out=1, jump_write=cg_out, jump_write_endl=1,
+                      stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
+                      stride_offset_out=0)
+            for gl in range(cg_out):
+                prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
+                          pad_left=0, pad_top=0, bank_addr_in=ib[0], channel_group=cg_mid, pad_right=0,
+                          pad_bottom=0, bank_addr_out=base + gl, length=length, bank_id_in=vb1,
+                          bank_addr_weights=cg_mid * wrows_a + gl * cg_mid, bank_addr_in_1=ib[1], bank_id_out=vb0,
+                          bank_addr_bias=cg_mid + gl, channel_offset=cg_mid * icp - jb.cin, bank_addr_in_3=ib[3],
+                          bank_addr_in_2=ib[2])
+            for r in range(v):
+                prog.emit("SAVE", reads=(("vb0", buf),), writes=(("ddr", b.outputs[0]),), bank_id=vb0 + r,
+                          bank_addr=base, length=length, channel=jb.cout, jump_read=cg_out,
+                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
+            buf ^= 1

@@ -1,0 +1,364 @@
+"""Choosing the fusions: candidate groups from the template embeddings, and DNNVM Algorithm 2.
+
+Modes:
+* ``none``: every op alone; a concat copies each input into its slice (an honest baseline).
+* ``greedy``: candidates in graph order (first member's position, then template order); the first that does
+  not overlap an earlier pick wins, as GPP compilers do. Legal concats are fused into their producers' SAVEs.
+* ``optimal``: Algorithm 2. Linear edges (a single-consumer output feeding a single-input op) split the graph
+  into paths whose ends are barriers or touch them; inside a path the best split into vertical groups is a DAG
+  shortest path (the Floyd of the paper, on a chain). The branch special cases live at the barriers: an
+  eltwise add fused with the conv ending one of its input branches (which prunes that branch's tail), or convs
+  sharing one input fused horizontally (which prunes the heads of their branches). Each barrier's options are
+  enumerated with the branches' shortest paths recomputed (cached per path and pruned ends), barrier by
+  barrier in graph order, repeated until no barrier changes its choice. If that ever costs more than greedy,
+  the greedy plan is returned (counted in `FusionPlan.stats["fallback"]`).
+
+Only feasible (tile_width) and profitable (cheaper than its members alone) candidates are kept, so every mode
+is at least as fast as ``none`` in the cost model.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.errors import DPUError
+from tvm_dpu.fusion.costmodel import SINGLE, Group, copy_cost, cost, tile_width
+from tvm_dpu.fusion.isomorphism import all_embeddings
+from tvm_dpu.fusion.opgraph import OpGraph
+from tvm_dpu.fusion.templates import TEMPLATES, Template
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph
+
+MODES = ("none", "greedy", "optimal")
+INF = float("inf")
+
+
+class FusionError(DPUError, ValueError):
+    """A bad fusion request (unknown mode, a plan that does not cover the graph, a cyclic grouping)."""
+
+
+@dataclass
+class Candidate:
+    group: Group
+    site: str  # the barrier whose special case it is ("" for vertical candidates)
+    tile_width: int
+    saving: float
+
+
+@dataclass
+class FusionPlan:
+    """Groups covering every op once (singles included) and the concat inputs saved straight into their slice."""
+
+    mode: str
+    groups: list[Group]
+    concat_fused: frozenset[str] = frozenset()
+    cost: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+    def fused(self) -> list[Group]:
+        return [g for g in self.groups if g.template != SINGLE]
+
+
+def candidates(graph: Graph, arch: Arch, og: OpGraph | None = None,
+               templates: tuple[Template, ...] = TEMPLATES,
+               accept: Callable[[Group, Graph, Arch], bool] | None = None) -> list[Candidate]:
+    """Feasible, profitable groups from all embeddings of `templates` (deduplicated: automorphic embeddings of a
+    template give one group), in greedy priority order. `accept` may reject more groups (e.g. those the code
+    generator cannot emit as one pipeline)."""
+    og = og or OpGraph.of(graph)
+    pos = {v: i for i, v in enumerate(og.order)}
+    prio = {t.name: i for i, t in enumerate(TEMPLATES)}
+    out: dict[tuple[str, tuple[str, ...]], Candidate] = {}
+    embs = all_embeddings(og, templates)
+    for t in templates:
+        members_keys = [v.key for v in t.vertices if v.member]
+        anchor = [v.key for v in t.vertices if not v.member]
+        for m in embs[t.name]:
+            members = tuple(sorted((m[k] for k in members_keys), key=pos.__getitem__))
+            key = (t.name, members)
+            if key in out:
+                continue
+            tw = tile_width(members, t.name, graph, arch)
+            if tw is None:
+                continue
+            g = Group(t.name, members)
+            if accept is not None and not accept(g, graph, arch):
+                continue
+            alone = sum(cost(Group(SINGLE, (n,)), graph, arch) for n in members)
+            saving = alone - cost(g, graph, arch)
+            if saving <= 0:
+                continue
+            site = m[anchor[0]] if anchor else (m["add"] if t.kind == "eltwise" else "")
+            out[key] = Candidate(g, site, tw, saving)
+    return sorted(out.values(), key=lambda c: (pos[c.group.ops[0]], prio[c.group.template]))
+
+
+def concat_fusions(graph: Graph) -> frozenset[str]:
+    """Concat inputs that can be saved by their producer straight into the concat's channel slice (same rule as
+    the unfused compiler: produced here, not a graph output, not requantized, used once, not itself a concat)."""
+    producer = graph.producers()
+    outputs = set(graph.outputs)
+    fused: set[str] = set()
+    for op in graph.ops:
+        if op.type != "concat" or xops.attr(op, "axis") % 4 != 1:
+            continue
+        try:
+            requant = xops.quant_params(op, graph).requant
+        except Exception:  # a float graph (no fix_points yet): same fix_point assumed
+            requant = [None] * len(op.inputs)
+        for i, name in enumerate(op.inputs):
+            if (name in producer and name not in outputs and name not in fused and requant[i] is None
+                    and op.inputs.count(name) == 1 and producer[name].type != "concat"):
+                fused.add(name)
+    return frozenset(fused)
+
+
+def plan_cost(groups: list[Group], concat_fused: frozenset[str], graph: Graph, arch: Arch) -> float:
+    """Cycles of a plan in the cost model: its groups plus a copy per concat input not fused."""
+    total = sum(cost(g, graph, arch) for g in groups)
+    for op in graph.ops:
+        if op.type == "concat":
+            total += sum(copy_cost(graph, arch, t) for t in op.inputs if t not in concat_fused)
+    return total
+
+
+def _singles(graph: Graph, taken: set[str]) -> list[Group]:
+    return [Group(SINGLE, (op.name,)) for op in graph.ops if op.name not in taken]
+
+
+def _greedy(graph: Graph, cands: list[Candidate]) -> list[Group]:
+    taken: set[str] = set()
+    groups: list[Group] = []
+    for c in cands:
+        if taken.isdisjoint(c.group.ops):
+            groups.append(c.group)
+            taken.update(c.group.ops)
+    return groups + _singles(graph, taken)
+
+
+class _Search:
+    """State of Algorithm 2 on one graph."""
+
+    def __init__(self, graph: Graph, arch: Arch, og: OpGraph, cands: list[Candidate]):
+        self.graph, self.arch, self.og = graph, arch, og
+        self.paths = self._paths()
+        self.path_of = {n: (i, k) for i, p in enumerate(self.paths) for k, n in enumerate(p)}
+        self.vertical = {c.group.ops: c.group for c in cands if c.site == ""}
+        self.sites: dict[str, list[Candidate]] = {}
+        for c in cands:
+            if c.site:
+                self.sites.setdefault(c.site, []).append(c)
+        pos = {v: i for i, v in enumerate(og.order)}
+        self.site_order = sorted(self.sites, key=pos.__getitem__)
+        self._pc: dict[tuple[int, bool, bool], tuple[float, list[Group]]] = {}
+
+    def _paths(self) -> list[list[str]]:
+        og = self.og
+        nxt: dict[str, str] = {}
+        has_prev: set[str] = set()
+        for u in og.ops:
+            s = og.succ[u]
+            if len(s) == 1 and not og.is_graph_output(u) and og.pred[s[0]] == [u] and len(og.ops[s[0]].inputs) - \
+                    sum(1 for t in og.ops[s[0]].inputs if og.graph.tensors[t].is_const) == 1:
+                nxt[u] = s[0]
+                has_prev.add(s[0])
+        paths = []
+        for u in og.ops:
+            if u in has_prev:
+                continue
+            p = [u]
+            while p[-1] in nxt:
+                p.append(nxt[p[-1]])
+            paths.append(p)
+        return paths
+
+    def path_cost(self, i: int, head: bool, tail: bool) -> tuple[float, list[Group]]:
+        """Shortest execution path of path i with its head / tail op taken by a barrier's special case."""
+        key = (i, head, tail)
+        hit = self._pc.get(key)
+        if hit is not None:
+            return hit
+        p = self.paths[i]
+        lo, hi = (1 if head else 0), len(p) - (1 if tail else 0)
+        if lo > hi:
+            res: tuple[float, list[Group]] = (INF, [])
+        else:
+            seg = p[lo:hi]
+            n = len(seg)
+            best = [0.0] + [INF] * n
+            choice: list[Group | None] = [None] * (n + 1)
+            for j in range(1, n + 1):
+                for i0 in range(j - 1, -1, -1):
+                    ops = tuple(seg[i0:j])
+                    g = Group(SINGLE, ops) if j - i0 == 1 else self.vertical.get(ops)
+                    if g is None:
+                        if j - i0 > 3:
+                            break
+                        continue
+                    c = best[i0] + cost(g, self.graph, self.arch)
+                    if c < best[j]:
+                        best[j], choice[j] = c, g
+            groups: list[Group] = []
+            j = n
+            while j > 0:
+                g = choice[j]
+                assert g is not None
+                groups.append(g)
+                j -= len(g.ops)
+            res = (best[n], groups[::-1])
+        self._pc[key] = res
+        return res
+
+    def claims_of(self, c: Candidate) -> list[tuple[int, int]]:
+        """(path, end) pairs the special candidate takes: end 0 = head, 1 = tail."""
+        out = []
+        for n in c.group.ops:
+            i, k = self.path_of[n]
+            last = len(self.paths[i]) - 1
+            if k == 0 and (c.group.template != "conv_add" or n == c.site):
+                out.append((i, 0))
+            elif k == last:
+                out.append((i, 1))
+            else:
+                return []  # not at a path end: not a special case the search can take
+        return out
+
+    def run(self, max_sweeps: int = 10) -> tuple[list[Group], int]:
+        claim: dict[tuple[int, int], str] = {}
+        chosen: dict[str, Candidate | None] = {s: None for s in self.site_order}
+        claims = {id(c): self.claims_of(c) for cs in self.sites.values() for c in cs}
+        sweeps = 0
+        for sweeps in range(1, max_sweeps + 1):
+            changed = False
+            for s in self.site_order:
+                cur = chosen[s]
+                own = set(claims[id(cur)]) if cur is not None else set()
+                affected = {p for p, _ in own}
+                for c in self.sites[s]:
+                    affected.update(p for p, _ in claims[id(c)])
+
+                def total(opt: Candidate | None) -> float:
+                    mine = set(claims[id(opt)]) if opt is not None else set()
+                    if opt is not None and not mine:
+                        return INF
+                    tot = cost(opt.group, self.graph, self.arch) if opt is not None else 0.0
+                    for p in affected:
+                        ends = []
+                        for e in (0, 1):
+                            other = claim.get((p, e))
+                            if other == s:
+                                other = None
+                            if other is not None and (p, e) in mine:
+                                return INF
+                            ends.append(other is not None or (p, e) in mine)
+                        tot += self.path_cost(p, ends[0], ends[1])[0]
+                    return tot
+
+                best, best_c = total(cur), cur
+                for opt in [None, *self.sites[s]]:
+                    t = total(opt)
+                    if t < best - 1e-9:
+                        best, best_c = t, opt
+                if best_c is not cur:
+                    changed = True
+                    for k in own:
+                        claim.pop(k, None)
+                    if best_c is not None:
+                        for k in claims[id(best_c)]:
+                            claim[k] = s
+                    chosen[s] = best_c
+            if not changed:
+                break
+        groups = [c.group for c in chosen.values() if c is not None]
+        for i in range(len(self.paths)):
+            groups.extend(self.path_cost(i, (i, 0) in claim, (i, 1) in claim)[1])
+        return groups, sweeps
+
+
+def _ordered(graph: Graph, groups: list[Group]) -> list[Group]:
+    """Groups in an executable order (each after the producers of its external inputs); FusionError if the
+    grouping is cyclic or does not cover every op exactly once."""
+    owner: dict[str, int] = {}
+    for gi, g in enumerate(groups):
+        for n in g.ops:
+            if n in owner:
+                raise FusionError(f"fusion plan: op {n!r} is in two groups ({groups[owner[n]].template}, {g.template})")
+            owner[n] = gi
+    missing = [op.name for op in graph.ops if op.name not in owner]
+    if missing or len(owner) != len(graph.ops):
+        raise FusionError(f"fusion plan: op(s) {missing[:5]} are in no group" if missing else
+                          "fusion plan: names ops that are not in the graph")
+    producer = {t: owner[op.name] for op in graph.ops for t in op.outputs}
+    first = {gi: min(i for i, op in enumerate(graph.ops) if owner[op.name] == gi) for gi in range(len(groups))}
+    deps: dict[int, set[int]] = {gi: set() for gi in range(len(groups))}
+    for op in graph.ops:
+        gi = owner[op.name]
+        for t in op.inputs:
+            p = producer.get(t)
+            if p is not None and p != gi:
+                deps[gi].add(p)
+    done: set[int] = set()
+    out: list[Group] = []
+    ready = sorted((gi for gi in deps if not deps[gi]), key=first.__getitem__)
+    users: dict[int, list[int]] = {}
+    for gi, ds in deps.items():
+        for d in ds:
+            users.setdefault(d, []).append(gi)
+    import heapq
+
+    heap = [(first[gi], gi) for gi in ready]
+    heapq.heapify(heap)
+    remaining = {gi: len(ds) for gi, ds in deps.items()}
+    while heap:
+        _, gi = heapq.heappop(heap)
+        done.add(gi)
+        out.append(groups[gi])
+        for u in users.get(gi, ()):
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                heapq.heappush(heap, (first[u], u))
+    if len(out) != len(groups):
+        stuck = [groups[gi].ops for gi in range(len(groups)) if gi not in done][:3]
+        raise FusionError(f"fusion plan: the grouping is cyclic (groups {stuck} wait on each other)")
+    return out
+
+
+def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tuple[str, ...] | None = None,
+                accept: Callable[[Group, Graph, Arch], bool] | None = None) -> FusionPlan:
+    """Choose the fusion groups of `graph` for `arch` in `mode` (none | greedy | optimal), using the templates
+    named in `templates` (default: all of templates.TEMPLATES) and the groups `accept` lets through."""
+    if mode not in MODES:
+        raise FusionError(f"fusion mode {mode!r} is not one of {', '.join(MODES)}")
+    known = {t.name: t for t in TEMPLATES}
+    if templates is not None:
+        bad = [n for n in templates if n not in known]
+        if bad:
+            raise FusionError(f"unknown fusion template(s) {bad} (known: {', '.join(known)})")
+    use = TEMPLATES if templates is None else tuple(t for t in TEMPLATES if t.name in templates)
+    t0 = time.perf_counter()
+    if mode == "none":
+        groups = _singles(graph, set())
+        cf: frozenset[str] = frozenset()
+        return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch),
+                          {"t_isomorphism": 0.0, "t_selection": time.perf_counter() - t0, "candidates": 0})
+    og = OpGraph.of(graph)
+    cands = candidates(graph, arch, og, use, accept)
+    t1 = time.perf_counter()
+    cf = concat_fusions(graph)
+    greedy = _ordered(graph, _greedy(graph, cands))
+    g_cost = plan_cost(greedy, cf, graph, arch)
+    stats = {"t_isomorphism": t1 - t0, "candidates": len(cands), "fallback": 0, "greedy_cost": g_cost}
+    if mode == "greedy":
+        stats["t_selection"] = time.perf_counter() - t1
+        return FusionPlan(mode, greedy, cf, g_cost, stats)
+    groups, sweeps = _Search(graph, arch, og, cands).run()
+    groups = _ordered(graph, groups)
+    o_cost = plan_cost(groups, cf, graph, arch)
+    stats["sweeps"] = sweeps
+    if o_cost > g_cost:
+        groups, o_cost = greedy, g_cost
+        stats["fallback"] = 1
+    stats["t_selection"] = time.perf_counter() - t1
+    return FusionPlan(mode, groups, cf, o_cost, stats)
