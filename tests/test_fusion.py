@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tvm_dpu.arch import load_arch
-from tvm_dpu.fusion.codegen import compile_graph_fused
+from tvm_dpu.codegen.fused import compile_graph_fused
 from tvm_dpu.fusion.costmodel import SINGLE, Group, cost, tile_width
 from tvm_dpu.fusion.isomorphism import embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
@@ -104,7 +104,7 @@ def test_cost_model_rewards_fusion_and_tiling_rejects_oversize():
     assert tile_width((conv, add), "conv_add", g, arch) is not None
     b = _B(1)
     x = b.input(1024, 4, 4)
-    big = b.conv(b.conv(x, 512, 3, p=1), 512, 3, p=1)
+    b.conv(b.conv(x, 512, 3, p=1), 512, 3, p=1)
     names = tuple(op.name for op in b.g.ops)
     assert tile_width(names, "conv_conv", b.g, arch) is None  # 2 x 3x3x1024 weights cannot both stay resident
 
@@ -193,7 +193,7 @@ def test_conv_then_pointwise_keeps_intermediate_on_chip(arch_name):
     alone = compile_graph_fused(b.g, arch, plan_fusion(b.g, arch, "none"))
     assert fused.instr_counts["SAVE"] < alone.instr_counts["SAVE"]
     assert _run(b.g, arch, plan, seed=4) == 0
-    from tvm_dpu.fusion.codegen import emittable
+    from tvm_dpu.codegen.fused import emittable
 
     assert emittable(plan.groups[0], b.g, arch)
     # a windowed second conv is a valid template match but has no fused emitter: compiled member by member

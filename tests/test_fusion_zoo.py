@@ -11,8 +11,8 @@ import pytest
 import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.arch import load_arch
-from tvm_dpu.fusion import FUSED_EMITTERS, TEMPLATES, OpGraph, compile_graph_fused, embeddings_vf2, find_embeddings
-from tvm_dpu.fusion.codegen import emittable
+from tvm_dpu.codegen.fused import FUSED_EMITTERS, compile_graph_fused, emittable
+from tvm_dpu.fusion import TEMPLATES, OpGraph, embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.select import MODES, plan_fusion
 from tvm_dpu.runtime.emulator import Emulator
 from tvm_dpu.xgraph import run_graph
@@ -82,7 +82,7 @@ def test_plans_ordered_and_bit_exact(xgraphs, arch_name):
 @pytest.mark.parametrize("name", ["resnet50", "googlenet", "mobilenetv2"])
 def test_full_size_optimal_bit_exact(name):
     """Full-size models: the optimal plan's program (fused emitters) equals the golden reference on B4096."""
-    from tvm_dpu.fusion import compile_with_fusion
+    from tvm_dpu.codegen.fused import compile_with_fusion
 
     arch = load_arch(ARCHS[0])
     with warnings.catch_warnings():

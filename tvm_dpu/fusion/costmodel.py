@@ -186,7 +186,7 @@ def group_subgraph(graph: Graph, members: tuple[str, ...]) -> Graph:
 def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     """Cycles of the group's own compiled program on the timing simulator (concat alone: 0, its copies are
     charged by the plan, as in the analytic model)."""
-    from tvm_dpu.fusion.codegen import compile_graph_fused
+    from tvm_dpu.codegen.fused import compile_graph_fused
     from tvm_dpu.fusion.select import FusionPlan
     from tvm_dpu.timing.simulate import simulate
 
@@ -268,17 +268,17 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
         wins = {(tuple(xops.attr(o, "strides")), tuple(xops.attr(o, "pads")), _window(o, graph)[:2]) for o in ops}
         if len(wins) != 1:
             return None  # one input tile serves every member only with one window geometry
-        from tvm_dpu.fusion.fused_conv import hconv_fits  # the emitter's own bank budget (all weights resident)
+        from tvm_dpu.codegen.fused_conv import hconv_fits  # the emitter's own bank budget (all weights resident)
 
         if not hconv_fits(arch, graph, ops):
             return None
     if template == "dw_pw":
-        from tvm_dpu.fusion.fused_conv import dw_pw_fits
+        from tvm_dpu.codegen.fused_conv import dw_pw_fits
 
         if not dw_pw_fits(arch, graph, ops[0], ops[1]):
             return None
     if template == "conv_add":
-        from tvm_dpu.fusion.fused_conv import conv_add_fits
+        from tvm_dpu.codegen.fused_conv import conv_add_fits
 
         if not conv_add_fits(arch, graph, ops[0]):
             return None

@@ -19,7 +19,7 @@ from tvm_dpu.codegen.layout import REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, 
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.fusion.costmodel import SINGLE, Group
-from tvm_dpu.fusion.fused_conv import (conv_add_fits, conv_pw_fits, dw_pw_fits, emit_conv_add, emit_conv_pw,
+from tvm_dpu.codegen.fused_conv import (conv_add_fits, conv_pw_fits, dw_pw_fits, emit_conv_add, emit_conv_pw,
                                        emit_dw_pw, emit_hconv, hconv_fits)
 from tvm_dpu.fusion.select import FusionPlan, _ordered, plan_fusion
 from tvm_dpu.xgraph import ops as xops
