@@ -152,3 +152,27 @@ print(sum(r.mismatches for r in m.verify_results()))
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
     loaded = load(path)
     assert loaded.report()["subgraphs"] == compiled.report()["subgraphs"]
+
+
+def test_fusion_modes_end_to_end():
+    """build(..., fusion=none|greedy|optimal): all bit-exact, same outputs up to quantization, and the timing model
+    never ranks optimal below greedy below none."""
+    model = zoo.build_model("resnet18", reduced=True)
+    calib = [zoo.random_input(model, seed=s) for s in range(2)]
+    x = zoo.random_input(model, seed=5)
+    cycles, outs = {}, {}
+    for mode in ("none", "greedy", "optimal"):
+        m = tvm_dpu.build(model, arch="B4096", calibration=calib, progress=False, fusion=mode)
+        m.set_verify(True)
+        outs[mode] = m.run(x)[0]
+        assert sum(r.mismatches for r in m.verify_results()) == 0
+        info = m.build_info["fusion"]
+        assert all(v["mode"] == mode for v in info.values())
+        assert (mode == "none") == all(not v["groups"] for v in info.values())
+        cycles[mode] = m.report()["timing"]["cycles"]
+    # fusion changes no value: same fix_points, same integer results
+    np.testing.assert_array_equal(outs["none"], outs["optimal"])
+    np.testing.assert_array_equal(outs["none"], outs["greedy"])
+    assert cycles["optimal"] <= cycles["greedy"] <= cycles["none"], cycles
+    with pytest.raises(DPUError, match="fusion 'fast'"):
+        tvm_dpu.build(model, arch="B4096", calibration=calib, progress=False, fusion="fast")

@@ -19,8 +19,8 @@ from tvm import relax
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.compiler import compile_graph
 from tvm_dpu.errors import DPUError
+from tvm_dpu.fusion.select import MODES as FUSION_MODES
 from tvm_dpu.passes.partition import binding_node_names, partition_detailed
 from tvm_dpu.passes.report import build_report
 from tvm_dpu.quant.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
@@ -135,7 +135,8 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
 
 def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibration: Any = None,
                       shapes: dict | None = None, method: str = "mse", progress: bool = True,
-                      device: Any = None, fix_points: dict[str, int] | None = None) -> tuple[tvm.IRModule, CompiledModel]:
+                      device: Any = None, fix_points: dict[str, int] | None = None,
+                      fusion: str = "optimal") -> tuple[tvm.IRModule, CompiledModel]:
     """Everything of `build` except the final LLVM compile: returns (module with DPU calls, model without
     executable).
 
@@ -146,6 +147,8 @@ def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibrati
     from tvm_dpu.xgraph.from_relax import build_float_xgraph
 
     register()
+    if fusion not in FUSION_MODES:
+        raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
     t0 = time.perf_counter()
     arch_obj: Arch = load_arch(arch)
     mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points)
@@ -183,7 +186,8 @@ def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibrati
     need_stats = {sym for sym, fs in subgraphs.items()
                   if not is_qdq or uncovered_feature_maps(fs, overrides.get(sym) or {})}
     return lowered, _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device,
-                                           overrides, need_stats, collect_stats, quantize_graph, run_graph_float)
+                                           overrides, need_stats, collect_stats, quantize_graph, run_graph_float,
+                                           fusion)
 
 
 def _overrides(mod: tvm.IRModule, pmod: tvm.IRModule, subgraphs: dict[str, Any],
@@ -196,7 +200,9 @@ def _overrides(mod: tvm.IRModule, pmod: tvm.IRModule, subgraphs: dict[str, Any],
 
 
 def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device, overrides, need_stats,
-                           collect_stats, quantize_graph, run_graph_float) -> CompiledModel:
+                           collect_stats, quantize_graph, run_graph_float, fusion) -> CompiledModel:
+    from tvm_dpu.codegen.fused import compile_with_fusion
+
     t0 = time.perf_counter()
     ex = tvm.compile(lowered, target="llvm")
     model.executable = ex
@@ -219,8 +225,11 @@ def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progr
     for sym, fs in subgraphs.items():
         stats = collect_stats(fs.graph, recorded[sym], progress=False) if sym in need_stats else None
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
-        csg = compile_graph(qg, model.arch)
+        csg, plan = compile_with_fusion(qg, model.arch, fusion)
         model.runners[sym] = SubgraphRunner(csg, dev, qg, [tuple(s) for s in fs.output_shapes])
+        model.build_info.setdefault("fusion", {})[sym] = {
+            "mode": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
+            "cost_cycles": plan.cost, **plan.stats}
     t_dpu = time.perf_counter()
     model.build_info["times_s"].update({"cpu_compile": t_cpu - t0, "calibration": t_cal - t_cpu,
                                         "quantize_codegen": t_dpu - t_cal})
@@ -246,7 +255,7 @@ def _float_runner(fs, record: list, run_graph_float):
 
 def build(mod: Any, target: str = "dpu", *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibration: Any = None,
           shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
-          fix_points: dict[str, int] | None = None) -> CompiledModel:
+          fix_points: dict[str, int] | None = None, fusion: str = "optimal") -> CompiledModel:
     """Compile `mod` (a Relax IRModule, an ONNX file path or ModelProto) for the DPU.
 
     The DPU-capable parts become DPU machine code (calibrated on `calibration`: an iterable of input dicts or
@@ -258,10 +267,13 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = "DPUCZDX8G_ISA1_B4096", 
     tensors instead of calibrating them. A QDQ ONNX model (QuantizeLinear / DequantizeLinear with power-of-two
     scales) is stripped and its own fix_points used; when they cover every DPU feature map nothing is calibrated.
     A non-power-of-two scale is a QuantizationError naming the tensor.
+
+    `fusion` chooses DNNVM's kernel fusion: "none" (every op on its own, concats copied), "greedy" (first template
+    match wins) or "optimal" (Algorithm 2's execution-path search; the default).
     """
     if target not in ("dpu", "DPU"):
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
     lowered, model = build_partitioned(mod, arch=arch, calibration=calibration, shapes=shapes, method=method,
-                                       progress=progress, device=device, fix_points=fix_points)
+                                       progress=progress, device=device, fix_points=fix_points, fusion=fusion)
     model.cpu_module = lowered  # kept so export(..., cross=...) can recompile the CPU part for the board
     return model

@@ -244,7 +244,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         lowered, model = build_partitioned(proto, arch=arch, calibration=calib, shapes=shapes or None,
-                                           progress=not args.quiet)
+                                           progress=not args.quiet, fusion=args.fusion)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     model.cpu_module = lowered
@@ -350,6 +350,9 @@ def _add_compile(sub) -> None:
     p.add_argument("--no-verify-data", action="store_true",
                    help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
                    "weights: the artifact shrinks by about half)")
+    p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal",
+                   help="DNNVM kernel fusion: none (every op alone, concats copied), greedy (first template match "
+                   "wins) or optimal (execution-path search over all template matches; default)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the subgraph summary, no progress bar")
     p.set_defaults(func=_run_compile)
 
