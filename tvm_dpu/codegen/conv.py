@@ -77,7 +77,11 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     if wrows > arch.bank_depth:
         raise CodegenError(f"op {job.name!r}: weights need kh*kw*ceil(ic/icp) = {wrows} rows per CONVW bank, "
                            f"more than bank_depth {arch.bank_depth}")
-    resident = min(cg_out, arch.bank_depth // wrows)
+    # Weights (and biases) of a chunk live in one half of the CONVW (BIAS) banks when they fit, alternating halves
+    # chunk by chunk and op by op, so the next chunk's weights load while this one computes; otherwise they take
+    # the whole bank.
+    halved = cg_out * wrows <= half or cg_out * wrows > arch.bank_depth >= 2 * wrows
+    resident = min(cg_out, (half if halved else arch.bank_depth) // wrows)
     tile = _choose_tile(arch, job, resident)
     if tile is None:
         raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
@@ -92,27 +96,32 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     col_tiles = split_even(y.w, lmax)
     buf = 0
     for g0, n in split_even(cg_out, chunk):
+        if halved:
+            slot = prog.next_slot("convw")
+            wbase, w_res, b_res = slot * half, (("convw", slot),), (("bias", slot),)
+        else:
+            wbase, w_res, b_res = 0, (("convw",),), (("bias",),)  # both halves
         # -- parameters of this chunk: one LOAD per CONVW bank (all n groups, all taps), one for the biases
         items = n * job.kh * job.kw
         for o in range(min(ocp, job.cout - g0 * ocp)):
             for i0, cnt in split_even(items, FIELD10):
-                prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("convw",),),
-                          bank_id=convw + o, bank_addr=i0 * cg_in, length=cnt, channel=cg_in * icp,
+                prog.emit("LOAD", reads=(("ddr", "params"),), writes=w_res,
+                          bank_id=convw + o, bank_addr=wbase + i0 * cg_in, length=cnt, channel=cg_in * icp,
                           jump_read=cg_in * icp, jump_write=cg_in, reg_id=job.params_reg,
                           ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
-        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=bias_bank, bank_addr=0,
-                  length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
-                  ddr_addr=job.b_offset + g0 * ocp)
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=b_res,
+                  bank_id=bias_bank, bank_addr=wbase, length=n, channel=ocp, jump_read=ocp, jump_write=1,
+                  reg_id=job.params_reg, ddr_addr=job.b_offset + g0 * ocp)
         for p0, v in row_tiles:
             for q0, length in col_tiles:
                 _emit_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf * half,
-                           (vb0, vb1, buf))
+                           (vb0, vb1, buf), wbase, w_res + b_res)
                 buf ^= 1
 
 
 def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
                vpp: int, q0: int, length: int, g0: int, n: int, cg_in: int, base: int,
-               banks: tuple[int, int, int]) -> None:
+               banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
     vb0, vb1, buf = banks
     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in, base)
     tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
@@ -125,11 +134,11 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res:
     a = [b % arch.bank_depth for b in place.bases()]
     wrows = job.kh * job.kw * cg_in
     for gl in range(n):
-        prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
+        prog.emit("CONV", reads=(("vb0", buf),) + params, writes=(("vb1", buf),),
                   pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
                   pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
-                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=gl * wrows,
-                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=gl,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * wrows,
+                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
                   channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
     for r in range(vpp):

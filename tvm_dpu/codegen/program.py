@@ -26,6 +26,21 @@ from tvm_dpu.codegen.isa import ENGINE_BITS, Instr, encode_program, instr_spec, 
 
 ENGINES = ("load", "save", "conv", "misc")
 
+#: Parameter buffers split into two slots (halves) that successive ops alternate between (Program.next_slot); a
+#: resource named without a slot, e.g. ("convw",), means the whole buffer, i.e. every slot.
+SLOTTED = {"convw": 2, "bias": 2}
+
+
+def _expand(resources: Iterable) -> tuple:
+    out = []
+    for r in resources:
+        if len(r) == 1 and r[0] in SLOTTED:
+            out.extend((r[0], k) for k in range(SLOTTED[r[0]]))
+        else:
+            out.append(r)
+    return tuple(out)
+
+
 #: INIT instructions configure the op that follows; an identical INIT already in force is not re-emitted.
 _INITS = {"CONVINIT": "conv", "ALUINIT": "alu", "POOLINIT": "pool", "DWINIT": "dw"}
 
@@ -50,9 +65,17 @@ class Program:
     _covered: dict = field(default_factory=dict)
     _init_state: dict = field(default_factory=dict)
     _last_of_engine: dict = field(default_factory=dict)  # engine -> index of its latest instruction
+    _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    def next_slot(self, buffer: str, slots: int = 2) -> int:
+        """Round-robin slot of an on-chip buffer shared by successive ops (e.g. the halves of the CONVW banks), so
+        the next op's parameters can load while this op still computes from the other slot."""
+        slot = (self._slots.get(buffer, slots - 1) + 1) % slots
+        self._slots[buffer] = slot
+        return slot
 
     def emit(self, name: str, reads: Iterable = (), writes: Iterable = (), comment: str = "", **fields: int) -> int:
         """Append instruction `name` with `fields`; returns its index (or that of the identical INIT in force)."""
@@ -64,7 +87,7 @@ class Program:
         engine = spec.category
         instr = make_instr(name, **fields)
         idx = len(self.entries)
-        reads, writes = tuple(reads), tuple(writes)
+        reads, writes = _expand(reads), _expand(writes)
         deps: list[int] = []
         for r in reads:
             if r in self._last_writer:
