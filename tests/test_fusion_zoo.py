@@ -93,3 +93,30 @@ def test_full_size_optimal_bit_exact(name):
         _, plan = compile_with_fusion(r.graph, arch, "optimal")
         assert plan.fused()
         assert _bad(r.graph, arch, plan) == 0, f"{name}/{r.graph.name}"
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("tname", ["conv_pool", "pw_dw"])
+def test_every_conv_window_group_fused_bit_exact(xgraphs, arch_name, tname):
+    """Every conv+pool (pointwise+depthwise) of the model that the fused emitter accepts, all fused at once
+    (whether or not the search picks them), is bit-exact: covers the strips / circular window buffer on real
+    layer shapes."""
+    from tvm_dpu.fusion.costmodel import SINGLE, Group
+    from tvm_dpu.fusion.select import FusionPlan
+
+    name, graphs = xgraphs
+    arch = load_arch(arch_name)
+    template = next(t for t in TEMPLATES if t.name == tname)
+    for g in graphs:
+        og = OpGraph.of(g)
+        groups, used = [], set()
+        for emb in find_embeddings(template, og):
+            members = tuple(emb[v.key] for v in template.vertices)
+            group = Group(tname, members)
+            if used.isdisjoint(members) and emittable(group, g, arch):
+                groups.append(group)
+                used.update(members)
+        if not groups:
+            continue
+        groups += [Group(SINGLE, (op.name,)) for op in g.ops if op.name not in used]
+        assert _bad(g, arch, FusionPlan("manual", groups)) == 0, f"{name}/{g.name} on {arch_name}"

@@ -7,9 +7,11 @@
   the conv's result in VB1, the add's other operand is loaded next to it, one ELEW per ALU_PP rows adds them in
   place, the SAVEs write the add's output; the conv's output never touches DDR), hconv2/hconv3 (one input
   tile load feeds the CONVs of every member), dw_pw and conv_conv with a pointwise second conv (the first op's
-  output tile in VB1 is the pointwise conv's input tile). Other templates (conv_pool, pw_dw, conv_conv with a
-  window), and fused
-  groups that do not fit the banks, are emitted member by member with the unfused emitters (same values).
+  output tile in VB1 is the pointwise conv's input tile), conv_pool and pw_dw (emit_conv_pool: the conv writes
+  its rows with the row-store rule straight into the row-fetch layout of the ALU consumer -- max/avg pool or
+  depthwise conv -- in a circular buffer of VB1, each conv row computed once per column strip). conv_conv with
+  a windowed second conv, and fused groups that do not fit the banks, are emitted member by member with the
+  unfused emitters (same values).
 """
 from __future__ import annotations
 
@@ -19,14 +21,14 @@ from tvm_dpu.codegen.layout import REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, 
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.fusion.costmodel import SINGLE, Group
-from tvm_dpu.codegen.fused_conv import (conv_add_fits, conv_pw_fits, dw_pw_fits, emit_conv_add, emit_conv_pw,
-                                       emit_dw_pw, emit_hconv, hconv_fits)
+from tvm_dpu.codegen.fused_conv import (conv_add_fits, conv_pool_fits, conv_pw_fits, dw_pw_fits, emit_conv_add,
+                                       emit_conv_pool, emit_conv_pw, emit_dw_pw, emit_hconv, hconv_fits)
 from tvm_dpu.fusion.select import FusionPlan, _ordered, plan_fusion
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph
 
 #: Templates with a fused emitter; the others run member by member.
-FUSED_EMITTERS = ("conv_add", "hconv2", "hconv3", "dw_pw", "conv_conv")
+FUSED_EMITTERS = ("conv_add", "hconv2", "hconv3", "dw_pw", "conv_conv", "conv_pool", "pw_dw")
 
 
 def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
@@ -40,6 +42,8 @@ def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
         return dw_pw_fits(arch, graph, ops[0], ops[1])
     if group.template == "conv_conv":
         return conv_pw_fits(arch, graph, ops[0], ops[1])
+    if group.template in ("conv_pool", "pw_dw"):
+        return conv_pool_fits(arch, graph, ops[0], ops[1])
     return False
 
 
@@ -136,7 +140,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledS
     fused = {g for g in groups if g.template != SINGLE and emittable(g, graph, arch)}
     on_chip: set[str] = set()
     for g in fused:
-        if g.template in ("conv_add", "dw_pw", "conv_conv"):
+        if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
             on_chip.update(ops[g.ops[0]].outputs)
     # The liveness walk must follow the emission order.
     order = [ops[n] for g in groups for n in g.ops]
@@ -158,6 +162,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledS
                 emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template == "conv_conv":
                 emit_conv_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused and g.template in ("conv_pool", "pw_dw"):
+                emit_conv_pool(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template == "dw_pw":
                 emit_dw_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused:

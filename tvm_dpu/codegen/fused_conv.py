@@ -2,13 +2,18 @@
 
 * conv_add: conv2d + eltwise add, the add done by ELEW on the conv's output tile in VB1 before SAVE;
 * hconv: convs sharing one input, each input tile loaded once for all of them;
-* dw_pw: depthwise conv (ALU) whose output tile in VB1 is the input tile of a pointwise conv.
+* dw_pw: depthwise conv (ALU) whose output tile in VB1 is the input tile of a pointwise conv;
+* conv_conv (pointwise second conv): the first conv's output tile in VB1 is the second's input tile;
+* conv_pool / pw_dw: a conv feeding an ALU window op (max/avg pool, depthwise conv) through a circular buffer
+  in VB1 in the consumer's row-fetch layout (emit_conv_pool).
 
 The tile loop is a twin of codegen.conv.emit_conv / alu.emit_alu with hooks (several jobs per input tile, an
 epilogue between the CONVs and the SAVEs, a cap on the tile width, the input bank group of the CONVs). The
 lead should merge them by giving conv.emit_conv those hooks (see the fusion report).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -414,3 +419,208 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
                           bank_addr=base, length=length, channel=jb.cout, jump_read=cg_out,
                           jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
             buf ^= 1
+
+
+_ALU_LENGTH = 2048  # ALU length: 11-bit minus field
+
+
+@dataclass(frozen=True)
+class _ConvPoolTile:
+    vc: int  # conv rows per CONV (at most; a CONV never crosses a wrap of the pool's layout)
+    vp: int  # pool rows per ALU
+    lp: int  # pool columns per strip
+    wraps: int  # wraps of the circular window buffer in VB1
+
+
+def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int) -> int:
+    """Most wraps (of PP*s rows) one ALU pass of vp rows can touch, whatever bank it starts at."""
+    return (pp - 1 + (s - 1 + (vp - 1) * s + kh - 1) // s) // pp + 1
+
+
+def _window_of(graph: Graph, consumer: Op):
+    """Window of the ALU consumer of a conv_pool / pw_dw group."""
+    if consumer.type == "depthwise_conv2d":
+        return xops.conv_window(consumer, graph)
+    return xops.pool_window(consumer, graph)
+
+
+def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> _ConvPoolTile | None:
+    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None. The consumer's
+    output is cut into strips of `lp` columns (full height); per strip the conv computes its rows once, top to
+    bottom, into a circular buffer of `wraps` wraps in VB1 laid out for the consumer's row fetch (only the
+    strip's halo columns are recomputed). Budget: all conv weights resident (and the depthwise weights in
+    DWCONVW, its biases after the conv's); VB1 holds the circular window plus two output slots; half of VB0 one
+    conv input window. The widest strip wins (fewest halo columns)."""
+    if arch.icp != arch.ocp or pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
+        return None
+    if xops.attr(conv, "groups") != 1 or tuple(xops.attr(conv, "dilations")) != (1, 1):
+        return None
+    if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
+        return None
+    if pool.type == "depthwise_conv2d" and tuple(xops.attr(pool, "dilations")) != (1, 1):
+        return None
+    win = _window_of(graph, pool)
+    if win.pads[0] > 15 or win.pads[1] > 15 or win.sh > 8:  # ALU 4-bit pads; CONV 3-bit stride_offset_out
+        return None
+    jc = _probe(arch, graph, conv)
+    cg_in, cg_mid = ceil_div(jc.cin, arch.icp), ceil_div(jc.cout, arch.ocp)
+    if jc.kh * jc.kw * cg_in * cg_mid > arch.bank_depth or 2 * cg_mid > arch.bank_depth:
+        return None
+    if pool.type == "depthwise_conv2d" and (win.kh * win.kw * cg_mid > arch.bank_depth
+                                            or graph.tensors[pool.outputs[0]].shape[1] != jc.cout):
+        return None
+    half, pp, depth = arch.bank_depth // 2, arch.pp, arch.bank_depth
+    try:
+        vc = max_valid_rows(pp, pp, jc.kh, jc.sh)
+    except CodegenError:
+        return None
+    vp = arch.alu_pp
+    while vp >= 1 and _pool_pass_wraps(pp, win.sh, win.kh, vp) > 4:
+        vp -= 1
+    if vp < 1:
+        return None
+    need = _pool_pass_wraps(pp, win.sh, win.kh, vp) + 1  # the wraps a pass reads + the one the conv fills
+    wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
+    wc = graph.tensors[conv.outputs[0]].shape[3]
+    wp = graph.tensors[pool.outputs[0]].shape[3]
+    for n_cols in range(1, wp + 1):
+        lp = ceil_div(wp, n_cols)
+        in_p = (lp - 1) * win.sw + win.kw
+        e, lc = in_p * cg_mid, min(in_p, wc)
+        in_c = (lc - 1) * jc.sw + jc.kw
+        if (lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10 or lc > FIELD10 or in_c * cg_in > FIELD10
+                or wraps_c * jc.sh * in_c * cg_in > half):
+            continue
+        wraps = (depth - 2 * lp * cg_mid) // (win.sh * e)
+        if wraps >= need:
+            return _ConvPoolTile(vc, vp, lp, wraps)
+    return None
+
+
+def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
+    """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool."""
+    return _conv_pool_tile(arch, graph, conv, pool) is not None
+
+
+def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
+                   params: _Params) -> None:
+    """conv -> max/avg pool per strip of pool output columns. Conv output row u of the strip is "fetched row"
+    u of the pool's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = pool stride_h); wraps live in a
+    circular buffer of VB1 whose per-wrap base addresses the ALU takes explicitly (bank_addr_in..._3). The
+    CONVs (never crossing a wrap, so the row-store rule with stride_out = S, stride_offset_out = u % S and
+    jump_write_endl = the pool's line pitch places every row) compute each conv row once; as soon as the rows of
+    a pass of vp pool rows are in, one ALU pools them and SAVEs write the result. The conv's output never
+    touches DDR; only the strip's halo columns are computed twice."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+
+    tile = _conv_pool_tile(arch, graph, conv, pool)
+    if tile is None:
+        raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
+    job = conv_job(arch, graph, conv, params)
+    qp = xops.quant_params(pool, graph)
+    win = _window_of(graph, pool)
+    mode = {"max_pool2d": "maxpool", "avg_pool2d": "avgpool", "depthwise_conv2d": "dwconv"}[pool.type]
+    cp, half, depth, pp, sp = arch.icp, arch.bank_depth // 2, arch.bank_depth, arch.pp, win.sh
+    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
+    wrows = job.kh * job.kw * cg_in
+    _load_params(prog, arch, job, 0, cg_mid)
+    alu_reads: tuple = ()
+    if mode == "dwconv":  # depthwise weights in DWCONVW, biases after the conv's in BIAS
+        from tvm_dpu.codegen.layout import pack_dw_weights
+
+        wd = graph.param(pool, "weights").data
+        bd = graph.param(pool, "bias", required=False)
+        bias_d = bd.data if bd is not None else np.zeros(job.cout, np.int8)
+        wd_off = params.add(pack_dw_weights(wd, cp))
+        bd_off = params.add(pack_channel_vector(bias_d, cp))
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),),
+                  bank_id=arch.bank_group("DWCONVW").base_id, bank_addr=0, length=win.kh * win.kw,
+                  channel=job.cout, jump_read=cg_mid * cp, jump_write=cg_mid, reg_id=REG_PARAMS, ddr_addr=wd_off)
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+                  bank_addr=cg_mid, length=1, channel=job.cout, jump_read=job.cout, jump_write=cg_mid,
+                  reg_id=REG_PARAMS, ddr_addr=bd_off)
+        alu_reads = (("dwconvw",), ("bias",))
+        alu_q = dict(act_type=qp.act_type, shift_bias=qp.shift_bias_isa, shift_cut=qp.shift_cut, multi_factor=0)
+    else:
+        alu_q = dict(act_type=0, shift_bias=0, shift_cut=qp.shift_cut,
+                     multi_factor=qp.multi_factor if mode == "avgpool" else 0)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    x, y = fmaps[conv.inputs[0]], fmaps[pool.outputs[0]]
+    _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
+    pt, pleft = win.pads[0], win.pads[1]
+    cbuf, oslot = 0, 0
+    for q0, length in split_even(y.w, tile.lp):
+        in_p = (length - 1) * win.sw + win.kw
+        e = in_p * cg_mid
+        slot_rows = sp * e  # rows of one wrap in every bank
+        out_base = tile.wraps * slot_rows
+        wrap_addr = lambda w: (w % tile.wraps) * slot_rows
+        x0 = q0 * win.sw - pleft
+        c_lo, c_hi = max(0, x0), min(wc, x0 + in_p)
+        lc = c_hi - c_lo
+        p_left, p_right = max(0, -x0), max(0, x0 + in_p - wc)
+        passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
+        nxt = 0  # first pass not yet emitted
+
+        def emit_ready(done: int) -> None:
+            """ALU + SAVEs of every pass whose conv rows [.., done) are all computed."""
+            nonlocal nxt, oslot
+            while nxt < len(passes):
+                j0, v = passes[nxt]
+                u0 = j0 * sp - pt
+                n_fetch = (v - 1) * sp + win.kh
+                if min(hc, u0 + n_fetch) > done:
+                    return
+                m, s0 = divmod(u0, sp)
+                w0 = m // pp  # floor: a pass starting in the top padding begins in wrap -1 (rows masked)
+                top_w = (min(hc, u0 + n_fetch) - 1) // sp // pp
+                a = [wrap_addr(w0 + g) for g in range(4)]
+                reads = tuple(("vb1", "win", w % tile.wraps) for w in range(max(0, w0), top_w + 1))
+                ob = out_base + oslot * length * cg_mid
+                p_top, p_bottom = max(0, -u0), max(0, u0 + n_fetch - hc)
+                prog.emit("ALUINIT", exec_mode=ALU_MODES[mode], kernel_h=win.kh, kernel_w=win.kw, stride_h=sp,
+                          stride_w=win.sw, stride_offset_in=s0, stride_offset_out=0, stride_out=1,
+                          channel_group=cg_mid, channel_offset=cg_mid * cp - job.cout, length=length,
+                          shift_prelu_p=0, shift_prelu_n=0, jump_read=cg_mid, jump_read_endl=e,
+                          jump_read_weights=cg_mid, jump_write=cg_mid, jump_write_endl=1, **alu_q)
+                prog.emit("ALU", reads=reads + alu_reads, writes=(("vb1", "pool", oslot),), bank_id_out=vb1,
+                          bank_addr_out=ob, pad_bottom=win.kh - 1 - p_bottom, valid_pixel_parallel=v,
+                          bank_id_in=vb1 + m % pp, bank_addr_in=a[0], pad_top=p_top, pad_left=p_left,
+                          pad_right=win.kw - 1 - p_right, bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0,
+                          bank_addr_in_2=a[2], bank_addr_bias=cg_mid, bank_addr_in_3=a[3])
+                for r in range(v):
+                    prog.emit("SAVE", reads=(("vb1", "pool", oslot),), writes=(("ddr", pool.outputs[0]),),
+                              bank_id=vb1 + r, bank_addr=ob, length=length, channel=job.cout, jump_read=cg_mid,
+                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(j0 + r, q0, 0))
+                oslot ^= 1
+                nxt += 1
+
+        u = 0
+        while u < hc:
+            m, t0 = divmod(u, sp)
+            w = m // pp
+            nv = min(tile.vc, hc - u, (w + 1) * pp * sp - u)  # stay within wrap w
+            if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
+                raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool window buffer of {tile.wraps} "
+                                   f"wraps overrun")  # the fit check's `need` rules this out
+            ct = WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c_lo, lc, cg_in, cbuf * half)
+            ct.emit_loads(prog, vb0, depth, x, conv.inputs[0], 0, job.cin, ("vb0", cbuf))
+            pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
+            ia = [r % depth for r in ct.place.bases()]
+            out0 = wrap_addr(w) + (c_lo - x0) * cg_mid
+            prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+                      jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid,
+                      jump_write_endl=e, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv,
+                      stride_offset_in=0, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=t0)
+            for gl in range(cg_mid):
+                prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)),
+                          writes=(("vb1", "win", w % tile.wraps),), pad_left=pad_left, pad_top=pad_top,
+                          bank_addr_in=ia[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
+                          pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=lc, bank_id_in=vb0,
+                          bank_addr_weights=gl * wrows, bank_addr_in_1=ia[1], bank_id_out=vb1 + m % pp,
+                          bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin, bank_addr_in_3=ia[3],
+                          bank_addr_in_2=ia[2])
+            cbuf ^= 1
+            u += nv
+            emit_ready(u)
+        emit_ready(hc)

@@ -282,6 +282,11 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
 
         if not conv_add_fits(arch, graph, ops[0]):
             return None
+    if template in ("conv_pool", "pw_dw"):
+        from tvm_dpu.codegen.fused_conv import conv_pool_fits
+
+        if not conv_pool_fits(arch, graph, ops[0], ops[1]):
+            return None
     last = ops[-1]
     _, _, w_out = _fm(graph, last.outputs[0])
     best = None
