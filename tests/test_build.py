@@ -168,6 +168,7 @@ def test_fusion_modes_end_to_end():
         assert sum(r.mismatches for r in m.verify_results()) == 0
         info = m.build_info["fusion"]
         assert all(v["mode"] == mode for v in info.values())
+        assert all(v["plan"] in (mode, "greedy") for v in info.values())
         assert (mode == "none") == all(not v["groups"] for v in info.values())
         cycles[mode] = m.report()["timing"]["cycles"]
     # fusion changes no value: same fix_points, same integer results

@@ -199,9 +199,27 @@ def _overrides(mod: tvm.IRModule, pmod: tvm.IRModule, subgraphs: dict[str, Any],
     return {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in subgraphs.items()}
 
 
+def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
+    """Quantized XGraph -> (CompiledSubgraph, FusionPlan) with DNNVM fusion `fusion`.
+
+    "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
+    plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
+    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept."""
+    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.timing.simulate import simulate
+
+    csg, plan = compile_with_fusion(graph, arch, fusion)
+    if fusion == "optimal":
+        g_csg, g_plan = compile_with_fusion(graph, arch, "greedy")
+        fallback = simulate(g_csg.code, arch).cycles < simulate(csg.code, arch).cycles
+        if fallback:
+            csg, plan = g_csg, g_plan
+        plan.stats["simulated_fallback"] = fallback
+    return csg, plan
+
+
 def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progress, device, overrides, need_stats,
                            collect_stats, quantize_graph, run_graph_float, fusion) -> CompiledModel:
-    from tvm_dpu.codegen.fused import compile_with_fusion
 
     t0 = time.perf_counter()
     ex = tvm.compile(lowered, target="llvm")
@@ -225,10 +243,10 @@ def _calibrate_and_compile(model, lowered, subgraphs, calibration, method, progr
     for sym, fs in subgraphs.items():
         stats = collect_stats(fs.graph, recorded[sym], progress=False) if sym in need_stats else None
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
-        csg, plan = compile_with_fusion(qg, model.arch, fusion)
+        csg, plan = compile_subgraph(qg, model.arch, fusion)
         model.runners[sym] = SubgraphRunner(csg, dev, qg, [tuple(s) for s in fs.output_shapes])
         model.build_info.setdefault("fusion", {})[sym] = {
-            "mode": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
+            "mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
             "cost_cycles": plan.cost, **plan.stats}
     t_dpu = time.perf_counter()
     model.build_info["times_s"].update({"cpu_compile": t_cpu - t0, "calibration": t_cal - t_cpu,
