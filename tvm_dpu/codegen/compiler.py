@@ -24,6 +24,7 @@ from tvm_dpu.codegen.layout import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK,
                                     pack_conv_weights, pack_dw_weights)
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
+from tvm_dpu.fusion.select import concat_fusions
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
@@ -104,21 +105,21 @@ def _dims(graph: Graph, name: str) -> tuple[int, int, int]:
     return s[2], s[3], s[1]
 
 
-def _plan_ddr(graph: Graph) -> tuple[dict[str, FMap], dict[str, tuple[str, int]], dict[int, int]]:
-    """FMap of every feature map, the concat aliases (tensor -> (concat output, channel offset)), region sizes."""
+def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozenset[str] | set[str] = frozenset(),
+             span: dict[str, int] | None = None) -> tuple[dict[str, FMap], dict[str, tuple[str, int]], dict[int, int]]:
+    """FMap of every DDR feature map, the concat aliases (tensor -> (concat output, channel offset)) restricted
+    to `alias_ok`, and the region sizes. Tensors in `on_chip` get no DDR place. `span` maps an op name to the
+    index of the last op of its fused group: the group's inputs stay live (are not reused for its outputs)
+    until the whole group has run, since a fused pipeline reads and writes tile by tile."""
+    span = span or {}
     outputs = set(graph.outputs)
-    inputs = set(graph.inputs)
-    producer = graph.producers()
     alias: dict[str, tuple[str, int]] = {}
     for op in graph.ops:
         if op.type != "concat" or xops.attr(op, "axis") % 4 != 1:
             continue
-        q = xops.quant_params(op, graph)
         c0 = 0
-        for i, name in enumerate(op.inputs):
-            ok = (name in producer and name not in outputs and name not in alias and q.requant[i] is None
-                  and op.inputs.count(name) == 1 and producer[name].type != "concat")
-            if ok:
+        for name in op.inputs:
+            if name in alias_ok and name not in outputs and name not in alias:
                 alias[name] = (op.outputs[0], c0)
             c0 += graph.tensors[name].shape[1]
 
@@ -129,37 +130,39 @@ def _plan_ddr(graph: Graph) -> tuple[dict[str, FMap], dict[str, tuple[str, int]]
             c0 += off
         return name, c0
 
-    # liveness over root buffers
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, op in enumerate(graph.ops):
         for t in op.outputs:
+            if t in on_chip:
+                continue
             r = root(t)[0]
             first.setdefault(r, i)
             last[r] = max(last.get(r, i), i)
         for t in op.inputs:
-            if graph.tensors[t].is_const:
+            if graph.tensors[t].is_const or t in on_chip:
                 continue
             r = root(t)[0]
-            last[r] = max(last.get(r, i), i)
+            end = span.get(op.name, i)
+            last[r] = max(last.get(r, end), end)
     fmaps: dict[str, FMap] = {}
     sizes = {REG_INPUT: 0, REG_OUTPUT: 0, REG_WORK: 0}
-    for name in graph.inputs:
-        h, w, c = _dims(graph, name)
-        fmaps[name] = FMap.dense(REG_INPUT, sizes[REG_INPUT], h, w, c)
-        sizes[REG_INPUT] += align(h * w * c)
-    for name in graph.outputs:
-        if name in fmaps:
-            continue
-        h, w, c = _dims(graph, name)
-        fmaps[name] = FMap.dense(REG_OUTPUT, sizes[REG_OUTPUT], h, w, c)
-        sizes[REG_OUTPUT] += align(h * w * c)
+    for reg, names in ((REG_INPUT, graph.inputs), (REG_OUTPUT, graph.outputs)):
+        for name in names:
+            if name in fmaps:
+                continue
+            h, w, c = _dims(graph, name)
+            fmaps[name] = FMap.dense(reg, sizes[reg], h, w, c)
+            sizes[reg] += align(h * w * c)
     work = _Allocator()
     frees: dict[int, list[str]] = {}
     for r, i in last.items():
         frees.setdefault(i, []).append(r)
+    inputs = set(graph.inputs)
     for i, op in enumerate(graph.ops):
         for t in op.outputs:
+            if t in on_chip:
+                continue
             r = root(t)[0]
             if r in fmaps or first.get(r) != i:
                 continue
@@ -171,12 +174,13 @@ def _plan_ddr(graph: Graph) -> tuple[dict[str, FMap], dict[str, tuple[str, int]]
                 work.release(fm.offset, fm.h * fm.w * fm.c)
     sizes[REG_WORK] = work.top
     for name, t in graph.tensors.items():
-        if name in fmaps or t.is_const:
+        if name in fmaps or t.is_const or name in on_chip:
             continue
         r, c0 = root(name)
         if r in fmaps:
             fmaps[name] = fmaps[r].channels(c0, t.shape[1])
     return fmaps, alias, sizes
+
 
 
 class _Params:
@@ -201,7 +205,7 @@ class _Params:
 def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
     """Compile a validated, quantized XGraph for `arch`."""
     graph.validate()
-    fmaps, alias, sizes = _plan_ddr(graph)
+    fmaps, alias, sizes = plan_ddr(graph, concat_fusions(graph))
     params = _Params()
     prog = Program()
     op_ranges = []

@@ -16,15 +16,14 @@
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.compiler import (CompiledSubgraph, TensorBinding, _Allocator, _dims, _emit_op, _Params)
-from tvm_dpu.codegen.layout import REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, FMap, align
+from tvm_dpu.codegen.compiler import CompiledSubgraph, TensorBinding, _emit_op, _Params, plan_ddr
+from tvm_dpu.codegen.layout import REG_PARAMS, align
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.fusion.costmodel import SINGLE, Group
 from tvm_dpu.codegen.fused_conv import (conv_add_fits, conv_pool_fits, conv_pw_fits, dw_pw_fits, emit_conv_add,
                                        emit_conv_pool, emit_conv_pw, emit_dw_pw, emit_hconv, hconv_fits)
 from tvm_dpu.fusion.select import FusionPlan, _ordered, plan_fusion
-from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph
 
 #: Templates with a fused emitter; the others run member by member.
@@ -45,83 +44,6 @@ def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
     if group.template in ("conv_pool", "pw_dw"):
         return conv_pool_fits(arch, graph, ops[0], ops[1])
     return False
-
-
-def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozenset[str] | set[str] = frozenset(),
-             span: dict[str, int] | None = None) -> tuple[dict[str, FMap], dict[str, tuple[str, int]], dict[int, int]]:
-    """FMap of every DDR feature map, the concat aliases (tensor -> (concat output, channel offset)) restricted
-    to `alias_ok`, and the region sizes. Tensors in `on_chip` get no DDR place. `span` maps an op name to the
-    index of the last op of its fused group: the group's inputs stay live (are not reused for its outputs)
-    until the whole group has run, since a fused pipeline reads and writes tile by tile."""
-    span = span or {}
-    outputs = set(graph.outputs)
-    alias: dict[str, tuple[str, int]] = {}
-    for op in graph.ops:
-        if op.type != "concat" or xops.attr(op, "axis") % 4 != 1:
-            continue
-        c0 = 0
-        for name in op.inputs:
-            if name in alias_ok and name not in outputs and name not in alias:
-                alias[name] = (op.outputs[0], c0)
-            c0 += graph.tensors[name].shape[1]
-
-    def root(name: str) -> tuple[str, int]:
-        c0 = 0
-        while name in alias:
-            name, off = alias[name]
-            c0 += off
-        return name, c0
-
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, op in enumerate(graph.ops):
-        for t in op.outputs:
-            if t in on_chip:
-                continue
-            r = root(t)[0]
-            first.setdefault(r, i)
-            last[r] = max(last.get(r, i), i)
-        for t in op.inputs:
-            if graph.tensors[t].is_const or t in on_chip:
-                continue
-            r = root(t)[0]
-            end = span.get(op.name, i)
-            last[r] = max(last.get(r, end), end)
-    fmaps: dict[str, FMap] = {}
-    sizes = {REG_INPUT: 0, REG_OUTPUT: 0, REG_WORK: 0}
-    for reg, names in ((REG_INPUT, graph.inputs), (REG_OUTPUT, graph.outputs)):
-        for name in names:
-            if name in fmaps:
-                continue
-            h, w, c = _dims(graph, name)
-            fmaps[name] = FMap.dense(reg, sizes[reg], h, w, c)
-            sizes[reg] += align(h * w * c)
-    work = _Allocator()
-    frees: dict[int, list[str]] = {}
-    for r, i in last.items():
-        frees.setdefault(i, []).append(r)
-    inputs = set(graph.inputs)
-    for i, op in enumerate(graph.ops):
-        for t in op.outputs:
-            if t in on_chip:
-                continue
-            r = root(t)[0]
-            if r in fmaps or first.get(r) != i:
-                continue
-            h, w, c = _dims(graph, r)
-            fmaps[r] = FMap.dense(REG_WORK, work.alloc(h * w * c), h, w, c)
-        for r in frees.get(i, []):
-            fm = fmaps.get(r)
-            if fm is not None and fm.reg_id == REG_WORK and r not in inputs:
-                work.release(fm.offset, fm.h * fm.w * fm.c)
-    sizes[REG_WORK] = work.top
-    for name, t in graph.tensors.items():
-        if name in fmaps or t.is_const or name in on_chip:
-            continue
-        r, c0 = root(name)
-        if r in fmaps:
-            fmaps[name] = fmaps[r].channels(c0, t.shape[1])
-    return fmaps, alias, sizes
 
 
 def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal") -> tuple[CompiledSubgraph, FusionPlan]:
