@@ -13,12 +13,13 @@ import pytest
 
 from tvm_dpu import zoo
 from tvm_dpu.arch import load_arch
-from tvm_dpu.builder import build_partitioned
+from tvm_dpu.builder import build
 from tvm_dpu.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.runtime import artifact
 from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC, load, read_header
 from tvm_dpu.runtime.device import EmulatorDevice
+from tvm_dpu.toolchains import ELF_MACHINES, elf_machine
 
 ARCH = "zcu102"
 
@@ -26,8 +27,7 @@ ARCH = "zcu102"
 def _build(seed_count=2):
     model = zoo.build_model("mixed_cnn")
     calib = [zoo.random_input(model, seed=s) for s in range(seed_count)]
-    lowered, compiled = build_partitioned(model, arch=ARCH, calibration=calib, progress=False)
-    compiled.cpu_module = lowered
+    compiled = build(model, arch=ARCH, calibration=calib, progress=False)
     return model, compiled
 
 
@@ -59,7 +59,7 @@ print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}}")
     header, sizes = read_header(path)
     assert header["outputs"] == [{"name": "output_0", "shape": [1, 10], "dtype": "float32"}]
     assert [s["id"] for s in header["subgraphs"]] == sorted(compiled.subgraph_ids.values())
-    assert all(sizes[f"{s['key']}.code"] > 0 for s in header["subgraphs"])
+    assert all(s["code_bytes"] > 0 and s["param_bytes"] > 0 for s in header["subgraphs"])
 
 
 def _damage(path, tmp_path, fn, name):
@@ -74,7 +74,7 @@ def test_truncated_flipped_version_and_magic_each_one_clear_error(built, tmp_pat
     _, _, path = built
     header, _ = read_header(path)
     hlen = struct.unpack_from("<Q", path.read_bytes(), 12)[0]
-    sec = header["sections"]["sg0.code"]
+    sec = header["sections"][f"lib.{artifact.host_machine()}"]
     code_at = FIXED_SIZE + hlen + sec["offset"]
 
     def truncate(d):
@@ -89,7 +89,7 @@ def test_truncated_flipped_version_and_magic_each_one_clear_error(built, tmp_pat
     def magic(d):
         d[0:8] = b"NOTADPU!"
 
-    cases = [(truncate, r"truncated: \d+ bytes"), (flip, r"checksum mismatch .* section 'sg0\.code'"),
+    cases = [(truncate, r"truncated: \d+ bytes"), (flip, r"checksum mismatch .* section 'lib\."),
              (version, rf"unknown tvm-dpu artifact format version {FORMAT_VERSION + 1}"),
              (magic, "not a tvm-dpu artifact file")]
     for fn, pattern in cases:
@@ -124,16 +124,20 @@ def test_consistent_but_wrong_content(built, tmp_path):
     _, _, path = built
 
     def no_lib_for_this_machine(h, s):
-        s["cpu_lib.riscv64"] = s.pop("cpu_lib")
-        h["cpu_libs"] = {"riscv64": "cpu_lib.riscv64"}
+        s["lib.riscv64"] = s.pop(f"lib.{artifact.host_machine()}")
+        h["cpu_libs"] = {"riscv64": "lib.riscv64"}
 
     def arch_lies(h, s):
         h["arch"]["fingerprint"] = hex(load_arch("DPUCZDX8G_ISA1_B512").fingerprint)
 
     def missing_key(h, s):
-        del h["subgraphs"][0]["region_sizes"]
+        del h["subgraphs"][0]["key"]
 
-    for edit, pattern in [(no_lib_for_this_machine, r"no CPU library for this machine .*riscv64"),
+    def unknown_symbol(h, s):
+        h["subgraphs"][0]["symbol"] = "fused_not_there_dpu"
+
+    for edit, pattern in [(no_lib_for_this_machine, r"no library for this machine .*riscv64"),
+                          (unknown_symbol, "fused_not_there_dpu is listed in the header but its library has no"),
                           (arch_lies, "has fingerprint .* but the artifact says"),
                           (missing_key, "malformed artifact header: KeyError")]:
         with pytest.raises(ArtifactError, match=pattern):
@@ -146,17 +150,17 @@ def test_loading_executes_nothing_but_the_checked_cpu_library():
         assert forbidden not in src
 
 
-def test_dpu_sections_are_deterministic(built, tmp_path):
+def test_artifacts_are_deterministic(built, tmp_path):
+    """Two builds of one model give byte-identical artifacts (library with the DPU programs included)."""
     _, _, path = built
     _, again = _build()
     path2 = again.export(tmp_path / "again.tvmdpu")
     c1 = unpack(path.read_bytes(), MAGIC, FORMAT_VERSION, "a", "tvm-dpu artifact", "tvm-dpu-artifact")
     c2 = unpack(path2.read_bytes(), MAGIC, FORMAT_VERSION, "b", "tvm-dpu artifact", "tvm-dpu-artifact")
-    dpu = sorted(n for n in c1.header["sections"] if n.startswith("sg"))
-    assert dpu and dpu == sorted(n for n in c2.header["sections"] if n.startswith("sg"))
-    for n in dpu:
+    assert sorted(c1.header["sections"]) == sorted(c2.header["sections"])
+    for n in c1.header["sections"]:
         assert c1.section(n) == c2.section(n), n
-    assert json.dumps(c1.header["subgraphs"], sort_keys=True) == json.dumps(c2.header["subgraphs"], sort_keys=True)
+    assert path.read_bytes() == path2.read_bytes()
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None,
@@ -165,10 +169,16 @@ def test_cross_compiled_cpu_library_is_aarch64(built, tmp_path):
     model, compiled, _ = built
     path = compiled.export(tmp_path / "board.tvmdpu", cross="aarch64")
     header, sizes = read_header(path)
-    assert header["cpu_libs"]["aarch64"] == "cpu_lib.aarch64"
+    assert header["cpu_libs"]["aarch64"] == "lib.aarch64"
     c = unpack(path.read_bytes(), MAGIC, FORMAT_VERSION, "x", "tvm-dpu artifact", "tvm-dpu-artifact")
-    assert artifact.elf_machine(c.section("cpu_lib.aarch64")) == 183
-    assert artifact.elf_machine(c.section("cpu_lib")) == artifact.ELF_MACHINES[artifact.host_machine()]
+    assert elf_machine(c.section("lib.aarch64")) == 183
+    host = artifact.host_machine()
+    assert elf_machine(c.section(f"lib.{host}")) == ELF_MACHINES[host]
+    # The board's library carries the same DPU programs as the host's.
+    from tvm_dpu.program_blob import find_blobs
+
+    board = {p.symbol: p.digest for p in find_blobs(c.section("lib.aarch64"), "aarch64")}
+    assert board == {p.symbol: p.digest for p in find_blobs(c.section(f"lib.{host}"), host)} and board
     x = zoo.random_input(model, seed=2)  # the host still runs it, with its own library
     np.testing.assert_array_equal(load(path).run(x)[0], compiled.run(x)[0])
 
@@ -179,9 +189,9 @@ def test_cross_compile_errors(built, tmp_path, monkeypatch):
         compiled.export(tmp_path / "x.tvmdpu", cross="mips")
     loaded = load(built[2])
     if shutil.which("aarch64-linux-gnu-gcc") is not None:
-        with pytest.raises(ArtifactError, match="lowered Relax module"):
+        with pytest.raises(ArtifactError, match="Relax module"):
             loaded.export(tmp_path / "y.tvmdpu", cross="aarch64")
-    monkeypatch.setattr(artifact.shutil, "which", lambda name: None)
+    monkeypatch.setattr("tvm_dpu.toolchains.shutil.which", lambda name: None)
     with pytest.raises(ArtifactError, match="apt-get install gcc-aarch64-linux-gnu"):
         compiled.export(tmp_path / "z.tvmdpu", cross="aarch64")
 

@@ -111,23 +111,6 @@ def test_relax_module_input_and_wrong_target():
         compiled.run(np.zeros((1, 3, 32, 32), np.float32))
 
 
-def test_tvm_compile_with_dpu_pipeline():
-    """The TVM-native spelling: tvm.compile(mod, target="dpu", relax_pipeline="dpu")."""
-    import tvm_dpu.runtime.tvm_glue as glue
-
-    glue.register()
-    model = zoo.build_model("mixed_cnn")
-    mod = tvm_dpu.from_onnx(model)
-    x = zoo.random_input(model, seed=3)
-    pipeline = relax.get_pipeline("dpu", arch="zcu102", calibration=[x], progress=False)
-    ex = tvm.compile(mod, target="dpu", relax_pipeline=pipeline)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    y = vm["main"](tvm.runtime.tensor(x)).numpy()
-    ref = _ort(model, x)
-    assert y.shape == ref.shape and int(np.argmax(y)) == int(np.argmax(ref))
-    assert "dpu" in tvm.target.tag.list_tags()
-
-
 def test_artifact_round_trip_in_fresh_process(tmp_path):
     from tvm_dpu.runtime.artifact import export, load
 

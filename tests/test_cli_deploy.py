@@ -94,7 +94,9 @@ def test_inspect_text_json_and_disasm(compiled, capsys):
     for sg in data["subgraphs"]:
         assert len(sg["listing"]) == sg["instructions"]
         assert sg["listing"][-1].split()[2] == "END"
-    assert data["format_sections"]["cpu_lib"] > 0
+    from tvm_dpu.toolchains import host_machine
+
+    assert data["format_sections"][f"lib.{host_machine()}"] > 0
     assert main(["inspect", art, "--disasm"]) == 0
     assert " LOAD dpdon=" in capsys.readouterr().out
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tvm_dpu import zoo
-from tvm_dpu.builder import build_partitioned
+from tvm_dpu.builder import build
 from tvm_dpu.codegen.layout import REG_INPUT
 from tvm_dpu.errors import ArtifactError, DPUError
 from tvm_dpu.runtime import pynq_driver as regs
@@ -29,7 +29,7 @@ ARCH = "zcu102"
 def built(tmp_path_factory):
     model = zoo.build_model("mixed_cnn")
     calib = [zoo.random_input(model, seed=s) for s in range(2)]
-    lowered, compiled = build_partitioned(model, arch=ARCH, calibration=calib, progress=False)
+    compiled = build(model, arch=ARCH, calibration=calib, progress=False)
     path = compiled.export(tmp_path_factory.mktemp("art") / "m.tvmdpu")
     return model, compiled, path
 

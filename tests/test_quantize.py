@@ -356,19 +356,13 @@ def test_float_graph_required_and_bad_method():
 def _zoo_float_xgraphs(name: str) -> list[Graph]:
     """Float XGraphs of the DPU partitions of a reduced zoo model (frontend -> partition -> from_relax)."""
     from_relax = pytest.importorskip("tvm_dpu.xgraph.from_relax")
-    from tvm import relax
-
     from tvm_dpu import zoo
     from tvm_dpu.frontend import from_onnx
     from tvm_dpu.passes import partition
-    from tvm_dpu.runtime.tvm_glue import codegen_hook, register
+    from tvm_dpu.passes.dpu_compile import dpu_functions
 
-    register()
     pmod, _ = partition(from_onnx(zoo.build_model(name, reduced=True)), load_arch("DPUCZDX8G_ISA1_B4096"))
-    graphs: list[Graph] = []
-    with codegen_hook(lambda sym, fn: graphs.append(from_relax.build_float_xgraph(fn, sym).graph)):
-        relax.transform.RunCodegen()(pmod)
-    return graphs
+    return [from_relax.build_float_xgraph(fn, sym).graph for sym, fn in dpu_functions(pmod).items()]
 
 
 @pytest.mark.parametrize("name,bound", [("resnet18", 18.0), ("mobilenetv2", 12.0)])

@@ -33,7 +33,7 @@ model = zoo.build_model("mixed_cnn")
 compiled = tvm_dpu.build(model, arch="zcu102", progress=False,
                          calibration=[zoo.random_input(model, seed=s) for s in range(2 if SMALL else 8)])
 workdir = Path(tempfile.mkdtemp(prefix="tvmdpu_tutorial_"))
-cross = "aarch64" if shutil.which("aarch64-linux-gnu-gcc") and compiled.cpu_module is not None else None
+cross = "aarch64" if shutil.which("aarch64-linux-gnu-gcc") and compiled.relax_module is not None else None
 path = compiled.export(workdir / "mixed_cnn.tvmdpu", cross=cross)
 print(f"wrote {path}: {path.stat().st_size} bytes, CPU library for the board included: {cross is not None}")
 

@@ -1,6 +1,15 @@
 """tvm-dpu: compile CNNs for the Xilinx DPUCZDX8G (ISA1) accelerator through TVM Relax BYOC.
 
-Public API (imported lazily, so `import tvm_dpu` stays cheap):
+Importing the package registers the TVM plugin: the "dpu" target tag, the "dpu" Relax pipeline, the
+`relax.ext.dpu` codegen and the runtime function the DPU partitions of a TVM module call. So
+
+    tvm.compile(mod, target="dpu")                                             # default arch and options
+    tvm.compile(mod, target="dpu", relax_pipeline=relax.get_pipeline("dpu", arch=..., calibration=...))
+    ex.export_library("m.so"); relax.VirtualMachine(tvm.runtime.load_module("m.so"), tvm.cpu())
+
+work after `import tvm_dpu` (in the deploying process too: it provides the DPU runtime).
+
+Public API (the rest is imported lazily):
 
     build(mod, target="dpu", arch=..., calibration=...) -> CompiledModel   end-to-end compiler
     from_onnx(path, shapes=None) -> tvm.IRModule                           ONNX frontend (normalized Relax)
@@ -8,6 +17,7 @@ Public API (imported lazily, so `import tvm_dpu` stays cheap):
     partition(mod, arch) -> (tvm.IRModule, PartitionReport)
     load_arch(spec) -> Arch, list_presets()                                DPU configurations
     load(path, device="emulator"|"pynq") -> CompiledModel                  a deployed .tvmdpu artifact
+    set_device("emulator"|"pynq"|device), use_device(device)              where DPU partitions of TVM modules run
 """
 from __future__ import annotations
 
@@ -24,6 +34,9 @@ _EXPORTS = {
     "Arch": ("tvm_dpu.arch", "Arch"),
     "CompiledModel": ("tvm_dpu.runtime.compiled_model", "CompiledModel"),
     "load": ("tvm_dpu.runtime.artifact", "load"),
+    "set_device": ("tvm_dpu.runtime.dispatch", "set_device"),
+    "use_device": ("tvm_dpu.runtime.dispatch", "use_device"),
+    "get_device": ("tvm_dpu.runtime.dispatch", "get_device"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -38,3 +51,14 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'tvm_dpu' has no attribute {name!r}")
+
+
+def _register_plugin() -> None:
+    from tvm_dpu.passes.pipeline import register
+    from tvm_dpu.runtime.dispatch import register_dispatcher
+
+    register_dispatcher()
+    register()
+
+
+_register_plugin()

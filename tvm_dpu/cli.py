@@ -209,7 +209,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     import warnings
 
     from .arch import load_arch
-    from .builder import build_partitioned
+    from .builder import build
     from .report_html import onnx_node_graph
     from .runtime.artifact import SUFFIX, export, read_header
 
@@ -243,11 +243,10 @@ def _run_compile(args: argparse.Namespace) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lowered, model = build_partitioned(proto, arch=arch, calibration=calib, shapes=shapes or None,
-                                           progress=not args.quiet, fusion=args.fusion)
+        model = build(proto, arch=arch, calibration=calib, shapes=shapes or None, progress=not args.quiet,
+                      fusion=args.fusion)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
-    model.cpu_module = lowered
     model.source_graph = onnx_node_graph(proto)
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data)
     timing = model.timing()
@@ -304,8 +303,8 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
             "inputs": [{"name": b["name"], "shape": b["shape"], "fix_point": b["fix_point"]} for b in s["inputs"]],
             "outputs": [{"name": b["name"], "shape": b["shape"], "fix_point": b["fix_point"]} for b in s["outputs"]],
             "instructions": int(sum(s["instr_counts"].values())),
-            "code_bytes": sizes.get(s["key"] + ".code", 0),
-            "param_bytes": sizes.get(s["key"] + ".params", 0),
+            "code_bytes": s["code_bytes"],
+            "param_bytes": s["param_bytes"],
         } for s in header["subgraphs"]],
     }
 

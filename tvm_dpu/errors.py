@@ -2,8 +2,22 @@
 from __future__ import annotations
 
 
+def _register_with_tvm_ffi(cls: type) -> None:
+    """Let `cls` cross TVM's FFI with its type: an error raised inside a TVM callback (a pass, relax.ext.dpu, the
+    DPU runtime function the VM calls) reaches the caller as this class instead of a RuntimeError."""
+    try:
+        import tvm_ffi
+    except ImportError:  # no TVM: nothing crosses an FFI
+        return
+    tvm_ffi.register_error(f"tvm_dpu.{cls.__name__}", cls)
+
+
 class DPUError(Exception):
     """Base class for every error tvm-dpu raises on purpose."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _register_with_tvm_ffi(cls)
 
 
 class ArchError(DPUError, ValueError):
@@ -32,3 +46,6 @@ class EmulatorError(DPUError):
 
 class ArtifactError(DPUError, ValueError):
     """A compiled artifact that is truncated, corrupt, of the wrong version or built for another DPU."""
+
+
+_register_with_tvm_ffi(DPUError)

@@ -278,8 +278,9 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
                f"<b>nodes</b><span>{len(part['nodes'])} ({n_dpu} on the DPU in {len(header['subgraphs'])} "
                f"subgraph(s), {len(part['nodes']) - n_dpu} on the CPU)</span>{io}"
                f"{_dpu_time(timings)}"
-               f"<b>artifact</b><span>{artifact_bytes:,} bytes (CPU library "
-               f"{sizes.get('cpu_lib', 0):,} B for {_esc(', '.join(sorted(header.get('cpu_libs') or {})))})"
+               f"<b>artifact</b><span>{artifact_bytes:,} bytes (TVM library with the DPU programs: "
+               + ", ".join(f"{_esc(m)} {sizes.get(str(sec), 0):,} B"
+                           for m, sec in sorted((header.get('cpu_libs') or {}).items())) + ")"
                "</span></div></section>")
     ids = sorted({n["subgraph"] for n in part["nodes"] if n["device"] == "dpu" and n["subgraph"] is not None})
     legend = "".join(f"<span class='sw' style='background:{_DPU_FILLS[i % len(_DPU_FILLS)]};border-color:"
@@ -298,8 +299,8 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
             cyc = lat = "-"
         rows.append(f"<tr><td>{_esc(s.get('id'))}</td><td>{_esc(_op_span(s))}</td>"
                     f"<td class='num'>{len(s['op_ranges'])}</td><td class='num'>{n_ins:,}</td>"
-                    f"<td class='num'>{sizes.get(s['key'] + '.code', 0):,}</td>"
-                    f"<td class='num'>{sizes.get(s['key'] + '.params', 0):,}</td>"
+                    f"<td class='num'>{s.get('code_bytes', 0):,}</td>"
+                    f"<td class='num'>{s.get('param_bytes', 0):,}</td>"
                     f"<td class='num'>{sum(int(v) for v in s['region_sizes'].values()):,}</td>"
                     f"<td class='num'>{cyc}</td><td class='num'>{lat}</td></tr>")
     out.append("<section><h2>DPU subgraphs</h2><table><tr><th>id</th><th>first op \u2192 last op</th><th class='num'>ops</th>"

@@ -400,8 +400,14 @@ def partition(mod: tvm.IRModule, arch) -> tuple[tvm.IRModule, PartitionReport]:
     return result.module, report
 
 
-def partition_for_dpu(mod: tvm.IRModule, arch) -> tvm.IRModule:
-    """Partition `mod` for `arch` and return only the module (see `partition`)."""
+def partition_for_dpu(mod: tvm.IRModule, arch, normalize: bool = True) -> tvm.IRModule:
+    """The BYOC entry for TVM users: normalize `mod` (tvm-dpu's frontend passes: BN/scale/pad folding, dense ->
+    conv, ...; a no-op on a module from `tvm_dpu.from_onnx`) and partition it for `arch`; returns the module
+    (see `partition`), ready for `tvm.compile(p, target="dpu", relax_pipeline=relax.get_pipeline("dpu", ...))`."""
+    if normalize:
+        from ..frontend import normalize as normalize_mod
+
+        mod = normalize_mod(mod)
     return partition_detailed(mod, arch).module
 
 

@@ -1,25 +1,25 @@
-"""The deployable artifact (.tvmdpu): one file with the CPU library and every compiled DPU subgraph.
+"""The deployable artifact (.tvmdpu): one file wrapping TVM's exported library (the CPU part with every DPU
+partition's program embedded by the BYOC codegen, exactly what `ex.export_library` writes) with the model's
+metadata and the data golden verification needs.
 
 A `container` (JSON header + checksummed raw sections) holding:
 
-* ``cpu_lib``: the TVM LLVM library of the CPU part for the build machine (a shared object exported by TVM), and
-  with ``export(..., cross="aarch64")`` also ``cpu_lib.aarch64``, the same CPU part compiled for aarch64 Linux
-  (the board); the header's ``cpu_libs`` maps machine name -> section, and `load` picks the running machine's;
-* per DPU subgraph ``sg<i>.code`` (uint32 LE machine words), ``sg<i>.params`` (the parameter region bytes) and
-  ``sg<i>.xgraph`` (the quantized XGraph in its own safe format, for `--verify`);
-* in the header: format version, arch name and fingerprint, model inputs, per subgraph its symbol, DDR region
-  sizes, input/output bindings (DDR place, shape, fix_point), instruction counts, and the partition report.
+* ``lib.<machine>``: the exported shared library for each machine it was built for: the build machine always,
+  and aarch64 Linux (the board) with ``export(..., cross="aarch64")``; the header's ``cpu_libs`` maps machine name
+  -> section, and `load` picks the running machine's;
+* per DPU subgraph ``sg<i>.xgraph``: the quantized XGraph in its own safe format (only `--verify` needs it);
+* in the header: format version, arch name and fingerprint, model inputs and outputs, per subgraph its symbol
+  and report id, the partition report and build options. Wall-clock timings are not stored (same inputs give
+  the same bytes); they go to report.json.
 
-Loading parses JSON and raw bytes only. The CPU library is native code by nature: it is loaded (after its checksum
+Loading parses JSON and raw bytes only. The library is native code by nature: it is loaded (after its checksum
 is verified) with TVM's module loader, exactly like any TVM deployment; nothing else in the file can execute.
+The DPU programs inside it are read back (program_blob.find_blobs) for reports, inspect and verification.
 """
 from __future__ import annotations
 
 import os
-import platform
-import shutil
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,120 +27,95 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.compiler import CompiledSubgraph, TensorBinding
-from tvm_dpu.codegen.layout import FMap
 from tvm_dpu.container import pack, unpack
-from tvm_dpu.errors import ArchError, ArtifactError
-from tvm_dpu.runtime.compiled_model import CompiledModel, InputSpec
+from tvm_dpu.errors import ArtifactError, DPUError
+from tvm_dpu.program_blob import Program, find_blobs
+from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
+from tvm_dpu.toolchains import CROSS_TARGETS, ELF_MACHINES, elf_machine, host_machine
+from tvm_dpu.types import InputSpec
 from tvm_dpu.xgraph import serialize
 
 MAGIC = b"TVMDPU\x00A"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SUFFIX = ".tvmdpu"
 
 
-def _binding_json(b: TensorBinding) -> dict:
-    return {"name": b.name, "shape": list(b.shape), "fix_point": int(b.fix_point), "fmap": asdict(b.fmap)}
+def _export_library(ex: Any, fcompile: Any = None) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = Path(tmp) / "model.so"
+        ex.export_library(str(lib), fcompile=fcompile) if fcompile is not None else ex.export_library(str(lib))
+        return lib.read_bytes()
 
 
-def _binding(d: dict) -> TensorBinding:
-    return TensorBinding(d["name"], tuple(d["shape"]), int(d["fix_point"]), FMap(**d["fmap"]))
-
-
-#: Cross targets of `export(cross=...)`: name -> (machine name as platform.machine() reports it, TVM target, cc).
-CROSS_TARGETS = {
-    "aarch64": ("aarch64", {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}, "aarch64-linux-gnu-gcc"),
-}
-_MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
-
-#: ELF e_machine of each machine name (to label the host library and to check cross output).
-ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
-
-
-def host_machine() -> str:
-    m = platform.machine().lower()
-    return _MACHINE_ALIASES.get(m, m)
-
-
-def elf_machine(data: bytes) -> int | None:
-    """e_machine of an ELF image (None if `data` is not ELF)."""
-    if len(data) < 20 or data[:4] != b"\x7fELF":
-        return None
-    return int.from_bytes(data[18:20], "little" if data[5] == 1 else "big")
-
-
-def cross_compile_cpu(model: CompiledModel, cross: str) -> bytes:
-    """The CPU part of `model` compiled and linked for `cross` (a key of CROSS_TARGETS)."""
+def cross_compile(model: CompiledModel, cross: str) -> bytes:
+    """TVM's exported library of `model` built for `cross` (a key of CROSS_TARGETS): the CPU part and the DPU
+    trampolines compiled for that machine (the pipeline "dpu_lowering" embeds the model's compiled programs)."""
     from tvm.support import cc as tvm_cc
 
     if cross not in CROSS_TARGETS:
         raise ArtifactError(f"cross={cross!r}: unknown cross target (known: {sorted(CROSS_TARGETS)})")
     machine, target, compiler = CROSS_TARGETS[cross]
-    if shutil.which(compiler) is None:
-        raise ArtifactError(f"cross={cross!r} needs the cross compiler {compiler!r} on PATH (Debian/Ubuntu: "
-                            "apt-get install gcc-aarch64-linux-gnu)")
-    if model.cpu_module is None:
-        raise ArtifactError("cross-compiling needs the model's lowered Relax module (CompiledModel.cpu_module), "
-                            "which this model does not carry; build it with tvm_dpu.build in this process")
-    ex = tvm.compile(model.cpu_module, target=tvm.target.Target(target))
-    with tempfile.TemporaryDirectory() as tmp:
-        lib = Path(tmp) / f"cpu_{machine}.so"
-        # The triple also governs the object that packs imported modules (constants): without it TVM packs them
-        # for the build machine and the link fails.
-        fcompile = tvm_cc.cross_compiler(compiler, get_target_triple=lambda: target["mtriple"])
-        try:
-            ex.export_library(str(lib), fcompile=fcompile)
-        except RuntimeError as e:
-            raise ArtifactError(f"cross-compiling the CPU part for {cross} failed: {' '.join(str(e).split())[:600]}"
-                                ) from None
-        data = lib.read_bytes()
+    if model.relax_module is None:
+        raise ArtifactError("cross-compiling needs the model's Relax module (CompiledModel.relax_module), which "
+                            "this model does not carry; build it with tvm_dpu.build in this process")
+    try:
+        ex = tvm.compile(model.relax_module, target=tvm.target.Target(target), relax_pipeline="dpu_lowering")
+        # The triple also governs the object that packs imported modules: without it TVM packs them for the
+        # build machine and the link fails.
+        data = _export_library(ex, tvm_cc.cross_compiler(compiler, get_target_triple=lambda: target["mtriple"]))
+    except DPUError as e:
+        raise ArtifactError(f"cross-compiling for {cross}: {e}") from None
+    except RuntimeError as e:
+        raise ArtifactError(f"cross-compiling the CPU part for {cross} failed: {' '.join(str(e).split())[:600]}"
+                            ) from None
     if elf_machine(data) != ELF_MACHINES.get(machine):
-        raise ArtifactError(f"cross-compiled CPU library is not an {machine} ELF (e_machine {elf_machine(data)})")
+        raise ArtifactError(f"cross-compiled library is not an {machine} ELF (e_machine {elf_machine(data)})")
     return data
+
+
+def _without_timings(obj: Any) -> Any:
+    """`obj` without wall-clock figures ("times_s" and "t_*" keys): they differ between identical builds and
+    belong in report.json, not in a file that must be byte-identical for the same inputs."""
+    if isinstance(obj, dict):
+        return {k: _without_timings(v) for k, v in obj.items() if k != "times_s" and not str(k).startswith("t_")}
+    if isinstance(obj, list):
+        return [_without_timings(v) for v in obj]
+    return obj
+
+
+def _ordered(model: CompiledModel) -> list[tuple[str, SubgraphRunner]]:
+    # Subgraph order (and so section names) follows the partition's subgraph ids: deterministic and readable.
+    return sorted(model.runners.items(), key=lambda kv: (model.subgraph_ids.get(kv[0]) is None,
+                                                         model.subgraph_ids.get(kv[0]) or 0, kv[0]))
 
 
 def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None = None,
            verify_data: bool = True) -> Path:
-    """Write `model` to one file; returns the path. `cross="aarch64"` adds the CPU library compiled for aarch64
-    Linux (the Zynq UltraScale+ boards) beside the build machine's, with the cross toolchain
-    aarch64-linux-gnu-gcc (ArtifactError if absent). `verify_data=False` leaves out the quantized XGraphs that
-    only golden-reference verification needs (they hold a second copy of the weights: about half the file)."""
+    """Write `model` to one file; returns the path. `cross="aarch64"` adds the library built for aarch64 Linux
+    (the Zynq UltraScale+ boards) beside the build machine's, with the cross toolchain aarch64-linux-gnu-gcc
+    (ArtifactError if absent). `verify_data=False` leaves out the quantized XGraphs that only golden-reference
+    verification needs (they hold a second copy of the weights: about half the file)."""
     path = Path(path)
     sections: dict[str, bytes] = {}
     cpu_libs = {}
     if cross is not None:  # first: its errors (no toolchain, ...) should not wait for the host export
         machine = CROSS_TARGETS.get(cross, (cross,))[0]
-        sections[f"cpu_lib.{machine}"] = cross_compile_cpu(model, cross)
+        sections[f"lib.{machine}"] = cross_compile(model, cross)
+        cpu_libs[machine] = f"lib.{machine}"
     if not isinstance(model.executable, relax.VMExecutable):
         raise ArtifactError("this model's CPU part is a loaded library, not a compiled executable: a model loaded "
                             "from an artifact cannot be exported again (copy the .tvmdpu file instead)")
-    with tempfile.TemporaryDirectory() as tmp:
-        lib = Path(tmp) / "cpu.so"
-        model.executable.export_library(str(lib))
-        sections["cpu_lib"] = lib.read_bytes()
-    cpu_libs[host_machine()] = "cpu_lib"
-    if cross is not None:
-        cpu_libs[machine] = f"cpu_lib.{machine}"
+    host = host_machine()
+    sections[f"lib.{host}"] = _export_library(model.executable)
+    cpu_libs[host] = f"lib.{host}"
     subgraphs = []
-    # Subgraph order (and so section names) follows the partition's subgraph ids: deterministic and readable.
-    order = sorted(model.runners.items(), key=lambda kv: (model.subgraph_ids.get(kv[0]) is None,
-                                                          model.subgraph_ids.get(kv[0]) or 0, kv[0]))
-    for i, (symbol, r) in enumerate(order):
-        sg = r.sg
+    for i, (symbol, r) in enumerate(_ordered(model)):
         key = f"sg{i}"
-        sections[f"{key}.code"] = np.ascontiguousarray(sg.code, dtype="<u4").tobytes()
-        sections[f"{key}.params"] = np.ascontiguousarray(sg.params, dtype=np.uint8).tobytes()
         if r.graph is not None and verify_data:
             sections[f"{key}.xgraph"] = serialize.dumps(r.graph)
-        subgraphs.append({
-            "key": key, "symbol": symbol, "id": model.subgraph_ids.get(symbol), "name": sg.name,
-            "region_sizes": {str(k): int(v) for k, v in sg.region_sizes.items()},
-            "inputs": [_binding_json(b) for b in sg.inputs], "outputs": [_binding_json(b) for b in sg.outputs],
-            "output_shapes": [list(s) for s in r.output_shapes], "instr_counts": dict(sg.instr_counts),
-            "op_ranges": [list(x) for x in sg.op_ranges],
-        })
+        subgraphs.append({"key": key, "symbol": symbol, "id": model.subgraph_ids.get(symbol), "name": r.sg.name})
+    build = _without_timings(model.build_info)
     header = {
         "format": "tvm-dpu-artifact",
         "arch": {"name": model.arch.name, "fingerprint": hex(model.arch.fingerprint)},
@@ -149,7 +124,7 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
         "graph": model.source_graph,
         "subgraphs": subgraphs,
         "partition": model.partition_report.to_json() if model.partition_report is not None else None,
-        "build": model.build_info,
+        "build": build,
         "cpu_libs": cpu_libs,
     }
     data = pack(MAGIC, FORMAT_VERSION, header, sections)
@@ -157,15 +132,6 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     tmp_path.write_bytes(data)
     os.replace(tmp_path, path)
     return path
-
-
-def _arch_of(name: str, fp: int):
-    try:
-        return load_arch(name)
-    except ArchError:  # a core described only by its fingerprint
-        from tvm_dpu.arch.fingerprint import arch_from_fingerprint
-
-        return arch_from_fingerprint(fp)
 
 
 def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
@@ -192,54 +158,85 @@ def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
     return device
 
 
-def load(path: str | os.PathLike[str], device: Any = "emulator", **device_options: Any) -> CompiledModel:
-    """Load an artifact in this process and return a runnable `CompiledModel`.
-
-    `device`: "emulator" (default), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a
-    device object. The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). The DPU
-    functions are registered before the Relax VM is created. Nothing in the file is executed except the CPU
-    library, which is loaded only after its checksum has been verified.
-    """
-    from tvm_dpu.runtime.tvm_glue import register
-
-    register()
-    path = Path(path)
+def _open(path: Path):
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-    c = unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
+    return unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
+
+
+def _library_section(c, path: Path, machine: str | None = None) -> tuple[str, bytes]:
+    libs = c.header.get("cpu_libs")
+    if not isinstance(libs, dict) or not libs:
+        raise ArtifactError(f"{path}: malformed artifact header: no library table (cpu_libs)")
+    machine = machine or host_machine()
+    if machine not in libs:
+        raise ArtifactError(f"{path}: no library for this machine ({machine}); the artifact has "
+                            f"{sorted(libs)}: export it with cross={machine!r} or run it on one of those")
+    return machine, c.section(str(libs[machine]))
+
+
+def programs(path: str | os.PathLike[str]) -> dict[str, Program]:
+    """Symbol -> DPU program embedded in the artifact's library (the first library listed if this machine has
+    none), without loading the library."""
+    path = Path(path)
+    return _programs_of(_open(path), path)
+
+
+def _programs_of(c, path: Path) -> dict[str, Program]:
+    libs = c.header.get("cpu_libs") or {}
+    machine = host_machine() if host_machine() in libs else (sorted(libs)[0] if libs else None)
+    name, lib = _library_section(c, path, machine)
+    return {p.symbol: p for p in find_blobs(lib, f"{path}:lib.{name}")}
+
+
+def load(path: str | os.PathLike[str], device: Any = "emulator", **device_options: Any) -> CompiledModel:
+    """Load an artifact in this process and return a runnable `CompiledModel`.
+
+    `device`: "emulator" (default), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a
+    device object. The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). Nothing in
+    the file is executed except the library, which is loaded only after its checksum has been verified and the
+    DPU programs inside it have been checked against the header.
+    """
+    from tvm_dpu.runtime.device import arch_of
+
+    path = Path(path)
+    c = _open(path)
     h = c.header
     try:
         fp = int(h["arch"]["fingerprint"], 16)
-        arch = _arch_of(h["arch"]["name"], fp)
-        if arch.fingerprint != fp:
-            raise ArtifactError(f"{path}: arch {arch.name!r} has fingerprint {hex(arch.fingerprint)} here but the "
-                                f"artifact says {hex(fp)}")
+        arch = arch_of(str(h["arch"]["name"]), fp, "the artifact")
     except ArtifactError:
         raise
-    except (KeyError, TypeError, ValueError) as e:
+    except DPUError as e:
+        raise ArtifactError(f"{path}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
+    machine, lib_bytes = _library_section(c, path)
+    found = {p.symbol: p for p in find_blobs(lib_bytes, f"{path}:lib.{machine}")}
     dev = _device_for(device, arch, fp, path, device_options)
     try:
         runners = {}
         ids = {}
         for s in h["subgraphs"]:
-            code = np.frombuffer(c.section(s["key"] + ".code"), dtype="<u4").astype(np.uint32)
-            params = np.frombuffer(c.section(s["key"] + ".params"), dtype=np.uint8).copy()
-            graph = serialize.loads(c.section(s["key"] + ".xgraph"), f"{path}:{s['key']}.xgraph") \
-                if c.has(s["key"] + ".xgraph") else None
-            sg = CompiledSubgraph(
-                name=s["name"], arch=arch.name, fingerprint=fp, code=code, params=params,
-                region_sizes={int(k): int(v) for k, v in s["region_sizes"].items()},
-                inputs=[_binding(b) for b in s["inputs"]], outputs=[_binding(b) for b in s["outputs"]],
-                instr_counts={k: int(v) for k, v in s["instr_counts"].items()},
-                op_ranges=[(str(a), int(b), int(e)) for a, b, e in s["op_ranges"]])
-            runners[s["symbol"]] = SubgraphRunner(sg, dev, graph, [tuple(x) for x in s["output_shapes"]])
+            symbol = str(s["symbol"])
+            prog = found.get(symbol)
+            if prog is None:
+                raise ArtifactError(f"{path}: subgraph {symbol} is listed in the header but its library has no "
+                                    f"program for it (has {sorted(found)})")
+            if prog.fingerprint != fp:
+                raise ArtifactError(f"{path}: subgraph {symbol} was compiled for fingerprint {prog.fingerprint:#x}, "
+                                    f"the artifact says {fp:#x}")
+            key = str(s["key"])
+            graph = serialize.loads(c.section(key + ".xgraph"), f"{path}:{key}.xgraph") \
+                if c.has(key + ".xgraph") else None
+            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes)
             if s.get("id") is not None:
-                ids[s["symbol"]] = int(s["id"])
-        inputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in h["inputs"]]
-        outputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in h.get("outputs") or []]
+                ids[symbol] = int(s["id"])
+        inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]
+        outputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"]))
+                   for i in h.get("outputs") or []]
         source_graph = h.get("graph")
         report = None
         if h.get("partition") is not None:
@@ -248,39 +245,47 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", **device_option
             report = PartitionReport.from_json(h["partition"])
     except ArtifactError:
         raise
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
-    libs = h.get("cpu_libs") or {host_machine(): "cpu_lib"}
-    machine = host_machine()
-    if machine not in libs:
-        raise ArtifactError(f"{path}: no CPU library for this machine ({machine}); the artifact has "
-                            f"{sorted(libs)}: export it with cross={machine!r} or run it on one of those")
     with tempfile.TemporaryDirectory() as tmp:
-        lib_path = Path(tmp) / "cpu.so"
-        lib_path.write_bytes(c.section(libs[machine]))
+        lib_path = Path(tmp) / "model.so"
+        lib_path.write_bytes(lib_bytes)
         lib = tvm.runtime.load_module(str(lib_path))
-    model = CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs, partition_report=report,
-                          subgraph_ids=ids, build_info=dict(h.get("build") or {}), outputs=outputs,
-                          source_graph=source_graph)
-    model.register_functions()  # before any VM exists (the VM binds the DPU functions at construction)
-    return model
+    return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs, partition_report=report,
+                         subgraph_ids=ids, build_info=dict(h.get("build") or {}), outputs=outputs,
+                         source_graph=source_graph, device=dev)
 
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
-    """(header, section name -> size in bytes) of an artifact, verified, without loading its CPU library."""
+    """(header, section name -> size in bytes) of an artifact, verified, without loading its library.
+
+    Each header subgraph is completed from its program inside the library (the one place that data lives):
+    "inputs"/"outputs" (bindings with fix_points and DDR places), "region_sizes", "instr_counts", "op_ranges",
+    "output_shapes", "code_bytes", "param_bytes"."""
+    from tvm_dpu.program_blob import binding_json
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-    c = unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
-    sizes = {name: int(e["nbytes"]) for name, e in sorted(c.header["sections"].items())}
-    return c.header, sizes
+    c = _open(path)
+    header = c.header
+    sizes = {name: int(e["nbytes"]) for name, e in sorted(header["sections"].items())}
+    progs = _programs_of(c, path)
+    for s in header.get("subgraphs") or []:
+        prog = progs.get(str(s.get("symbol")))
+        if prog is None:
+            raise ArtifactError(f"{path}: subgraph {s.get('symbol')} is listed in the header but its library has "
+                                f"no program for it (has {sorted(progs)})")
+        sg = prog.sg
+        s.update({"inputs": [binding_json(b) for b in sg.inputs], "outputs": [binding_json(b) for b in sg.outputs],
+                  "region_sizes": {str(k): int(v) for k, v in sorted(sg.region_sizes.items())},
+                  "instr_counts": dict(sg.instr_counts), "op_ranges": [list(x) for x in sg.op_ranges],
+                  "output_shapes": [list(x) for x in prog.output_shapes],
+                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes)})
+    return header, sizes
 
 
 def read_code(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Subgraph key -> machine code (uint32 words) of an artifact, without loading its CPU library."""
+    """Subgraph key -> machine code (uint32 words) of an artifact, without loading its library."""
     path = Path(path)
-    c = unpack(path.read_bytes(), MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
-    return {s["key"]: np.frombuffer(c.section(s["key"] + ".code"), dtype="<u4").astype(np.uint32)
-            for s in c.header["subgraphs"]}
+    c = _open(path)
+    progs = _programs_of(c, path)
+    return {str(s["key"]): progs[str(s["symbol"])].sg.code for s in c.header["subgraphs"] if s["symbol"] in progs}

@@ -1,7 +1,9 @@
-"""The object `tvm_dpu.build` returns: the CPU part as a Relax VM executable, every DPU subgraph compiled, one
-`run` for both."""
+"""The object `tvm_dpu.build` and `tvm_dpu.load` return: TVM's module (the CPU part, with every DPU partition's
+program embedded by the BYOC codegen), the device the DPU partitions run on, and what reports and verification
+need. One `run` executes both."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -10,37 +12,37 @@ import tvm
 from tvm import relax
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.runtime.dispatch import use_device
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner, VerifyResult
-from tvm_dpu.runtime.tvm_glue import register_packed
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "float32"
+from tvm_dpu.types import InputSpec
 
 
 @dataclass
 class CompiledModel:
     """A model compiled for the DPU: `run(inputs) -> outputs` executes the CPU part in the Relax VM and every DPU
-    partition on the device (the emulator unless a board device was given)."""
+    partition on `device` (the emulator unless a board device was given). Safe to call from many threads: each
+    thread gets its own VM, and the device serialises or separates what it must."""
 
-    executable: Any  # tvm.relax.VMExecutable
+    executable: Any  # tvm.relax.VMExecutable (built in this process) or tvm.runtime.Module (loaded)
     arch: Arch
-    runners: dict[str, SubgraphRunner]  # partition symbol -> runner
+    runners: dict[str, SubgraphRunner]  # partition symbol -> its compiled subgraph, for reports and verification
     inputs: list[InputSpec]
     partition_report: Any = None  # passes.PartitionReport
     subgraph_ids: dict[str, int] = field(default_factory=dict)  # symbol -> report subgraph id
     build_info: dict = field(default_factory=dict)
-    #: The lowered Relax module of the CPU part (with the DPU calls), kept so `export(cross=...)` can recompile it
-    #: for the board; None for a model loaded from an artifact.
-    cpu_module: Any = None
-    #: Model outputs (name, shape, dtype) when known (from `cpu_module` or the artifact).
+    #: The partitioned Relax module whose DPU functions carry their programs (before RunCodegen), kept so
+    #: `export(cross=...)` can build the CPU part for the board; None for a model loaded from an artifact.
+    relax_module: Any = None
+    #: Model outputs (name, shape, dtype) when known (from `relax_module` or the artifact).
     outputs: list[InputSpec] = field(default_factory=list)
     #: The source model's node graph for reports: [{"name", "op", "inputs": [producer node names]}], or None.
     source_graph: list[dict] | None = None
-    _vm: Any = None
+    #: Where the DPU partitions run (None: an emulator of `arch`).
+    device: Any = None
+    _verify: bool = False
+    _lib: Any = None
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- deployment -----------------------------------------------------------------------------------------
     def export(self, path: Any, cross: str | None = None, verify_data: bool = True) -> Any:
@@ -57,26 +59,41 @@ class CompiledModel:
         return all(r.graph is not None for r in self.runners.values())
 
     def output_specs(self) -> list[InputSpec]:
-        """Model outputs: from the lowered module's return type when present, else `outputs`."""
-        if self.cpu_module is not None:
-            specs = _specs_of(self.cpu_module["main"].ret_ty)
+        """Model outputs: from the Relax module's return type when present, else `outputs`."""
+        if self.relax_module is not None:
+            specs = _specs_of(self.relax_module["main"].ret_ty)
             if specs is not None:
                 return specs
         return list(self.outputs)
 
     # -- execution ----------------------------------------------------------------------------------------
-    def register_functions(self) -> None:
-        """Register this model's DPU functions (must precede VM construction; the VM binds them then)."""
-        for symbol, runner in self.runners.items():
-            register_packed(symbol, runner.packed())
+    @property
+    def library(self) -> Any:
+        """TVM's runtime module of this model (the executable linked once, DPU programs inside)."""
+        with self._lock:
+            if self._lib is None:
+                ex = self.executable
+                self._lib = ex.jit() if isinstance(ex, relax.VMExecutable) else ex
+            return self._lib
 
     @property
     def vm(self) -> relax.VirtualMachine:
-        """The Relax VM running the CPU part; it calls this model's DPU runners."""
-        if self._vm is None:
-            self.register_functions()
-            self._vm = relax.VirtualMachine(self.executable, tvm.cpu())
-        return self._vm
+        """This thread's Relax VM over `library` (a VM is not safe to share between threads)."""
+        vm = getattr(self._local, "vm", None)
+        if vm is None:
+            vm = self._local.vm = relax.VirtualMachine(self.library, tvm.cpu())
+        return vm
+
+    def dpu_device(self) -> Any:
+        """The device the DPU partitions run on (an emulator of `arch` unless one was given)."""
+        with self._lock:
+            if self.device is None:
+                from tvm_dpu.runtime.device import EmulatorDevice
+
+                self.device = EmulatorDevice(self.arch)
+                for r in self.runners.values():
+                    r.device = self.device
+            return self.device
 
     def _feeds(self, inputs: Any) -> list[np.ndarray]:
         if isinstance(inputs, Mapping):
@@ -102,7 +119,9 @@ class CompiledModel:
 
     def run(self, inputs: Any) -> list[np.ndarray]:
         """Run the whole model. `inputs`: dict name -> array, a list in input order, or one array."""
-        res = self.vm["main"](*[tvm.runtime.tensor(a) for a in self._feeds(inputs)])
+        feeds = [tvm.runtime.tensor(a) for a in self._feeds(inputs)]
+        with use_device(self.dpu_device(), observer=self._observe if self._verify else None):
+            res = self.vm["main"](*feeds)
         return _to_numpy(res)
 
     def set_verify(self, enabled: bool = True) -> None:
@@ -112,9 +131,20 @@ class CompiledModel:
 
             raise ArtifactError("this model has no verification data (exported with verify_data=False / "
                                 "--no-verify-data): re-export it with verification data to verify")
-        for r in self.runners.values():
-            r.verify = enabled
-            r.verify_results.clear()
+        with self._lock:
+            self._verify = enabled
+            for r in self.runners.values():
+                r.verify_results.clear()
+
+    def _observe(self, symbol: str, program: Any, qin: list, qout: list) -> None:
+        runner = self.runners.get(symbol)
+        if runner is None or runner.graph is None:
+            from tvm_dpu.errors import DPUError
+
+            raise DPUError(f"verify: DPU partition {symbol} ran but this model has no verification data for it")
+        result = runner.check(qin, qout)
+        with self._lock:
+            runner.verify_results.append(result)
 
     def verify_results(self) -> list[VerifyResult]:
         return [v for r in self.runners.values() for v in r.verify_results]

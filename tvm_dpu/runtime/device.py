@@ -13,6 +13,7 @@ Two levels share one contract:
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Protocol
 
@@ -46,17 +47,43 @@ class Device(Protocol):
 
 
 class EmulatorDevice:
-    """The bit-exact instruction emulator standing in for the DPU (one core)."""
+    """The bit-exact instruction emulator standing in for the DPU (one core). Safe to share between threads:
+    each thread runs its own emulator state (banks, INIT registers, compiled-program cache)."""
 
     name = "emulator"
 
     def __init__(self, arch: Arch):
         self.arch = arch
-        self.emulator = Emulator(arch)
+        self._local = threading.local()
         self.last_stats: EmuStats | None = None
+
+    @property
+    def emulator(self) -> Emulator:
+        """This thread's emulator."""
+        emu = getattr(self._local, "emulator", None)
+        if emu is None:
+            emu = self._local.emulator = Emulator(self.arch)
+        return emu
 
     def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
         self.last_stats = self.emulator.run(sg.code, regions)
+
+
+def arch_of(name: str, fingerprint: int, claimed_by: str = "the program") -> Arch:
+    """The arch a compiled program names: the preset `name`, or (for a core known only by its fingerprint) the
+    arch decoded from `fingerprint`; ArchError if the preset's fingerprint is not `fingerprint`."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.arch.fingerprint import arch_from_fingerprint
+    from tvm_dpu.errors import ArchError
+
+    try:
+        arch = load_arch(name)
+    except ArchError:
+        return arch_from_fingerprint(fingerprint)
+    if arch.fingerprint != fingerprint:
+        raise ArchError(f"arch {name!r} has fingerprint {arch.fingerprint:#x} here but {claimed_by} says "
+                        f"{fingerprint:#x}")
+    return arch
 
 
 def page_align(n: int) -> int:
@@ -80,6 +107,8 @@ class RegisterDevice:
     def __init__(self) -> None:
         self._buffers: dict[int, tuple[CompiledSubgraph, Any, dict[int, Any]]] = {}
         self.last_seconds: float | None = None
+        # One core runs one program at a time: calls from several threads take turns.
+        self._run_lock = threading.Lock()
 
     # -- primitives (subclass) ------------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Any:
@@ -138,7 +167,12 @@ class RegisterDevice:
                               f"{type(e).__name__}: {e}") from None
 
     def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
-        """Copy in, point the DPU at code and regions, start, wait (timeout), copy out; regions updated in place."""
+        """Copy in, point the DPU at code and regions, start, wait (timeout), copy out; regions updated in place.
+        Serialised per device (thread-safe)."""
+        with self._run_lock:
+            self._execute(sg, regions)
+
+    def _execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
         code, bufs = self.buffers_for(sg)
         if not self.is_idle():
             raise DeviceError(f"the DPU is busy before starting {sg.name!r} (status {self._status_text()}); "

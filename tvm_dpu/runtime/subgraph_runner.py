@@ -1,7 +1,7 @@
 """Running one compiled DPU subgraph from float tensors: quantize, place in DDR, execute, read back, dequantize.
 
-This is the body of the packed function the Relax VM calls for every DPU partition (R.call_dps_packed): the VM
-hands float32 inputs and pre-allocated float32 outputs; the DPU computes in int8 with power-of-two scales.
+This is the body of every DPU partition call (runtime/dispatch.py): the Relax VM hands float32 inputs and
+pre-allocated float32 outputs; the DPU computes in int8 with power-of-two scales.
 """
 from __future__ import annotations
 
@@ -33,8 +33,31 @@ class VerifyResult:
     first: list[str] = field(default_factory=list)  # e.g. "op 'conv1': 3 of 4096 elements differ"
 
 
+def run_int8(sg: CompiledSubgraph, device, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """int8 NCHW inputs -> int8 NCHW outputs of `sg`, through fresh DDR regions and `device`."""
+    regions = sg.new_regions()
+    for b, x in zip(sg.inputs, inputs):
+        b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(x).reshape(b.shape))
+    device.execute(sg, regions)
+    return [b.fmap.from_ddr(regions[b.fmap.reg_id]) for b in sg.outputs]
+
+
+def execute_float(sg: CompiledSubgraph, device, inputs: list[np.ndarray],
+                  output_shapes: list[tuple[int, ...]]) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """float inputs (any shape with the right element count) -> (int8 inputs, int8 outputs, float outputs in
+    `output_shapes`): quantize, run on `device`, dequantize."""
+    if len(inputs) != len(sg.inputs):
+        raise ValueError(f"DPU subgraph {sg.name!r} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+    qin = [quantize_tensor(np.asarray(x).reshape(b.shape), b.fix_point) for b, x in zip(sg.inputs, inputs)]
+    qout = run_int8(sg, device, qin)
+    outs = [dequantize_tensor(q, b.fix_point).reshape(s) for q, b, s in zip(qout, sg.outputs, output_shapes)]
+    return qin, qout, outs
+
+
 class SubgraphRunner:
-    """Executes `sg` on `device`; `graph` (the quantized XGraph) is only used by verify mode."""
+    """One compiled DPU subgraph of a model, as the model sees it: its code (`sg`), the device it runs on, the
+    quantized XGraph (`graph`, for golden verification; None when the model carries no verification data) and
+    the Relax output shapes. The model's TVM module runs the code; this object verifies and reports."""
 
     def __init__(self, sg: CompiledSubgraph, device, graph: Graph | None = None,
                  output_shapes: list[tuple[int, ...]] | None = None):
@@ -42,31 +65,14 @@ class SubgraphRunner:
         self.device = device
         self.graph = graph
         self.output_shapes = output_shapes or [b.shape for b in sg.outputs]
-        self.calls = 0
-        self.verify = False
         self.verify_results: list[VerifyResult] = []
 
-    def run_int8(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """int8 NCHW inputs -> int8 NCHW outputs, through DDR and the device."""
-        regions = self.sg.new_regions()
-        for b, x in zip(self.sg.inputs, inputs):
-            b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(x).reshape(b.shape))
-        self.device.execute(self.sg, regions)
-        return [b.fmap.from_ddr(regions[b.fmap.reg_id]) for b in self.sg.outputs]
-
     def run_float(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """float inputs (any shape with the right element count) -> float outputs in the Relax output shapes."""
-        self.calls += 1
-        if len(inputs) != len(self.sg.inputs):
-            raise ValueError(f"DPU subgraph {self.sg.name!r} takes {len(self.sg.inputs)} inputs, got {len(inputs)}")
-        qin = [quantize_tensor(np.asarray(x).reshape(b.shape), b.fix_point) for b, x in zip(self.sg.inputs, inputs)]
-        qout = self.run_int8(qin)
-        if self.verify:
-            self._verify(qin, qout)
-        return [dequantize_tensor(q, b.fix_point).reshape(s)
-                for q, b, s in zip(qout, self.sg.outputs, self.output_shapes)]
+        """Run this subgraph alone on its device: float inputs -> float outputs (Relax output shapes)."""
+        return execute_float(self.sg, self.device, inputs, self.output_shapes)[2]
 
-    def _verify(self, qin: list[np.ndarray], qout: list[np.ndarray]) -> None:
+    def check(self, qin: list[np.ndarray], qout: list[np.ndarray]) -> VerifyResult:
+        """Golden reference of `graph` on `qin` vs the device's `qout`."""
         from tvm_dpu.xgraph.golden import run_graph
 
         assert self.graph is not None, "verify needs the quantized XGraph"
@@ -80,17 +86,4 @@ class SubgraphRunner:
             total += q.size
             if diff:
                 notes.append(f"output {b.name!r}: {diff} of {q.size} elements differ")
-        self.verify_results.append(VerifyResult(self.sg.name, bad, total, notes))
-
-    def packed(self):
-        """The function to register for the Relax VM: run(*inputs, *outputs) in destination-passing style."""
-        n_in = len(self.sg.inputs)
-
-        def run(*args):
-            ins = [np.from_dlpack(a) for a in args[:n_in]]
-            outs = args[n_in:]
-            results = self.run_float(ins)
-            for dst, val in zip(outs, results):
-                dst.copyfrom(np.ascontiguousarray(val, dtype=np.float32))
-
-        return run
+        return VerifyResult(self.sg.name, bad, total, notes)

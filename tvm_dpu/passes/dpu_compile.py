@@ -1,0 +1,256 @@
+"""Compile every DPU partition of a partitioned Relax module: float XGraph, calibration, quantization, code
+generation; each partition function gets its program (program_blob bytes) as the attribute `tvm_dpu.program`,
+which `relax.ext.dpu` (ext_module.py) embeds in TVM's module.
+
+Calibration runs the partitioned model in the Relax VM with every DPU partition replaced by a call to
+`tvm_dpu.calibration(index, ...)`, which runs the float reference of that partition's XGraph and records its
+inputs; each partition then gets its fix_points from its own recorded inputs. The recording belongs to the
+calibration run (a context variable), never to a process-wide table.
+"""
+from __future__ import annotations
+
+import contextvars
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.errors import DPUError
+from tvm_dpu.passes.ext_module import PROGRAM_ATTR
+from tvm_dpu.program_blob import pack_program
+from tvm_dpu.types import InputSpec
+
+CALIBRATION_FUNC = "tvm_dpu.calibration"
+
+
+@dataclass
+class DPUPartition:
+    """One compiled DPU partition."""
+
+    symbol: str
+    float_graph: Any  # xgraph.from_relax.FloatSubgraph
+    qgraph: Any  # the quantized XGraph (golden verification)
+    sg: Any  # codegen CompiledSubgraph
+    plan: Any  # fusion plan
+    blob: bytes  # program_blob bytes, what the module embeds
+
+    @property
+    def output_shapes(self) -> list[tuple[int, ...]]:
+        return [tuple(s) for s in self.float_graph.output_shapes]
+
+
+@dataclass
+class DPUCompileResult:
+    """The partitioned module with every DPU function's program attached, and what the build learnt."""
+
+    module: tvm.IRModule
+    arch: Arch
+    inputs: list[InputSpec]
+    partitions: dict[str, DPUPartition]
+    report: Any = None  # passes.PartitionReport (None for a module partitioned by the caller)
+    subgraph_ids: dict[str, int] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+def input_specs(mod: tvm.IRModule) -> list[InputSpec]:
+    """Inputs of `main` (ValueError-free: DPUError for a dynamic shape)."""
+    specs = []
+    for p in mod["main"].params:
+        ty = p.ty
+        try:
+            shape = tuple(int(v) for v in ty.shape.values)
+        except (AttributeError, TypeError, ValueError):
+            raise DPUError(f"model input {p.name!r} has no static shape; give shapes when importing") from None
+        specs.append(InputSpec(p.name, shape, str(ty.dtype)))
+    return specs
+
+
+def dpu_functions(mod: tvm.IRModule) -> dict[str, relax.Function]:
+    """Partition symbol -> function, for every function with Codegen="dpu" (sorted by symbol)."""
+    out = {}
+    for gv, fn in mod.functions.items():
+        if isinstance(fn, relax.Function) and fn.attrs is not None and str(fn.attrs.get("Codegen", "")) == "dpu":
+            out[gv.name_hint] = fn
+    return dict(sorted(out.items()))
+
+
+def is_partitioned(mod: tvm.IRModule) -> bool:
+    return bool(dpu_functions(mod))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Calibration run
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class _CalibrationRun:
+    float_graphs: list[Any]  # FloatSubgraph per partition index
+    recorded: list[list[dict[str, np.ndarray]]]
+
+
+_CALIBRATION: contextvars.ContextVar[_CalibrationRun | None] = contextvars.ContextVar("tvm_dpu_calibration",
+                                                                                      default=None)
+
+
+def _calibration_call(index: int, *args: Any) -> None:
+    from tvm_dpu.xgraph.float_ref import run_graph_float
+
+    run = _CALIBRATION.get()
+    if run is None:
+        raise DPUError("tvm_dpu.calibration was called outside a tvm-dpu calibration run")
+    fs = run.float_graphs[int(index)]
+    n_in = len(fs.input_names)
+    feeds = {}
+    for name, a in zip(fs.input_names, args[:n_in]):
+        feeds[name] = np.from_dlpack(a).reshape(fs.graph.tensors[name].shape).astype(np.float32)
+    run.recorded[int(index)].append(feeds)
+    res = run_graph_float(fs.graph, feeds)
+    for dst, name, shape in zip(args[n_in:], fs.output_names, fs.output_shapes):
+        dst.copyfrom(np.ascontiguousarray(np.asarray(res[name], dtype=np.float32).reshape(shape)))
+
+
+def register_calibration() -> None:
+    tvm_ffi.register_global_func(CALIBRATION_FUNC, _calibration_call, override=True)
+
+
+@mutator
+class _ToCalibrationCalls(PyExprMutator):
+    """Calls of DPU partition functions -> call_dps_packed("tvm_dpu.calibration", (index, *args))."""
+
+    def __init__(self, mod: tvm.IRModule, index: dict[str, int]):
+        super().__init__(mod)
+        self.index = index
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        op = call.op
+        if isinstance(op, tvm.ir.GlobalVar) and op.name_hint in self.index:
+            args = [relax.prim_value(self.index[op.name_hint]), *call.args]
+            fields = getattr(call.ty, "fields", None)  # a tuple of outputs: DPS takes the list of tensor types
+            return relax.call_dps_packed(CALIBRATION_FUNC, args, out_ty=list(fields) if fields is not None else call.ty)
+        return call
+
+
+def calibration_module(mod: tvm.IRModule, symbols: list[str]) -> tvm.IRModule:
+    """`mod` with every DPU partition call replaced by a calibration call (partition i -> index i)."""
+    index = {s: i for i, s in enumerate(symbols)}
+    main = _ToCalibrationCalls(mod, index).visit_expr(mod["main"])
+    out = tvm.IRModule({gv: fn for gv, fn in mod.functions.items() if gv.name_hint not in index})
+    out[out.get_global_var("main")] = main
+    return out.with_attrs(mod.attrs) if mod.attrs is not None else out
+
+
+def record_partition_inputs(mod: tvm.IRModule, symbols: list[str], float_graphs: list[Any],
+                            batches: list[list[np.ndarray]], progress: bool) -> list[list[dict[str, np.ndarray]]]:
+    """Run the model on `batches` with float references behind the partitions; per partition, its inputs."""
+    run = _CalibrationRun(float_graphs, [[] for _ in symbols])
+    if not batches:
+        return run.recorded
+    ex = tvm.compile(calibration_module(mod, symbols), target="llvm", relax_pipeline=_cpu_lowering())
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    it = batches
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(batches, desc="calibrating", unit="batch", file=sys.stderr, leave=False)
+    token = _CALIBRATION.set(run)
+    try:
+        for batch in it:
+            vm["main"](*[tvm.runtime.tensor(a) for a in batch])
+    finally:
+        _CALIBRATION.reset(token)
+    return run.recorded
+
+
+def _cpu_lowering():
+    from tvm_dpu.passes.pipeline import cpu_lowering
+
+    return cpu_lowering()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-partition compile
+# ---------------------------------------------------------------------------------------------------------
+def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
+    """Quantized XGraph -> (CompiledSubgraph, FusionPlan) with DNNVM fusion `fusion`.
+
+    "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
+    plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
+    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept."""
+    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.timing.simulate import simulate
+
+    csg, plan = compile_with_fusion(graph, arch, fusion)
+    if fusion == "optimal":
+        g_csg, g_plan = compile_with_fusion(graph, arch, "greedy")
+        fallback = simulate(g_csg.code, arch).cycles < simulate(csg.code, arch).cycles
+        if fallback:
+            csg, plan = g_csg, g_plan
+        plan.stats["simulated_fallback"] = fallback
+    return csg, plan
+
+
+def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
+                           fusion: str = "optimal", fix_points: Mapping[str, int] | None = None,
+                           is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
+                           source_mod: tvm.IRModule | None = None, progress: bool = False) -> DPUCompileResult:
+    """Compile every Codegen="dpu" function of the partitioned module `pmod` for `arch`.
+
+    `calibration`: see quant.calib_data.calibration_batches (None: random inputs, with a warning).
+    `fix_points` ({ONNX tensor name: fix_point}) fix those tensors instead of calibrating them; with `is_qdq`
+    a partition whose feature maps are all fixed needs no calibration. `call_names[symbol]` are the ONNX node
+    names of the partition's calls (provenance for the XGraph); `source_mod` the module before partitioning (to
+    map ONNX tensor names onto XGraph tensors)."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.fusion.select import MODES as FUSION_MODES
+    from tvm_dpu.quant.calib_data import calibration_batches
+    from tvm_dpu.quant.calibrate import collect_stats
+    from tvm_dpu.quant.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
+    from tvm_dpu.quant.quantize import quantize_graph
+    from tvm_dpu.xgraph.from_relax import build_float_xgraph
+
+    if fusion not in FUSION_MODES:
+        raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
+    arch_obj: Arch = load_arch(arch)
+    t0 = time.perf_counter()
+    inputs = input_specs(pmod)
+    functions = dpu_functions(pmod)
+    symbols = list(functions)
+    float_graphs = {sym: build_float_xgraph(fn, sym, (call_names or {}).get(sym)) for sym, fn in functions.items()}
+    if fix_points:
+        names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)
+        overrides = {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in float_graphs.items()}
+    else:
+        overrides = {sym: None for sym in symbols}
+    # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data).
+    need_stats = {sym for sym, fs in float_graphs.items()
+                  if not is_qdq or uncovered_feature_maps(fs, overrides.get(sym) or {})}
+    t_xg = time.perf_counter()
+    batches = calibration_batches(calibration, inputs) if need_stats else []
+    recorded = record_partition_inputs(pmod, symbols, [float_graphs[s] for s in symbols], batches, progress)
+    t_cal = time.perf_counter()
+    partitions: dict[str, DPUPartition] = {}
+    fusion_info = {}
+    module = tvm.IRModule(dict(pmod.functions), attrs=pmod.attrs)  # pmod itself stays as it was
+    for i, sym in enumerate(symbols):
+        fs = float_graphs[sym]
+        stats = collect_stats(fs.graph, recorded[i], progress=False) if sym in need_stats else None
+        qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
+        csg, plan = compile_subgraph(qg, arch_obj, fusion)
+        blob = pack_program(sym, csg, [tuple(s) for s in fs.output_shapes])
+        partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob)
+        fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
+                            "cost_cycles": plan.cost, **plan.stats}
+        gv = module.get_global_var(sym)
+        tensor = tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy())
+        module[gv] = functions[sym].with_attr(PROGRAM_ATTR, tensor)
+    t_dpu = time.perf_counter()
+    info = {"times_s": {"xgraph": t_xg - t0, "calibration": t_cal - t_xg, "quantize_codegen": t_dpu - t_cal},
+            "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq}
+    return DPUCompileResult(module, arch_obj, inputs, partitions, info=info)

@@ -1,0 +1,138 @@
+"""TVM registration: the "dpu" target tag, the "dpu" Relax pipeline, the `relax.ext.dpu` codegen, and the
+calibration function. `import tvm_dpu` registers all of them (`register()`), so these spellings work:
+
+    tvm.compile(mod, target="dpu")                               # default arch, random calibration (warns)
+    tvm.compile(mod, target="dpu", relax_pipeline=relax.get_pipeline("dpu", arch=..., calibration=..., fusion=...))
+    tvm.compile(tvm_dpu.partition_for_dpu(mod, arch), target="dpu", relax_pipeline=relax.get_pipeline("dpu", ...))
+    tvm.compile(compiled.relax_module, target=<any CPU target>, relax_pipeline="dpu_lowering")  # programs attached
+
+`relax.build` picks its pipeline by name ("default"), never by target, so a plain `target="dpu"` would compile
+everything for the CPU. `register()` therefore wraps the "default" pipeline factory: when the target being built
+carries the "dpu" key (the "dpu" tag does), the default pipeline is the DPU pipeline with default options; for
+every other target it is TVM's own default pipeline, unchanged.
+
+The DPU pipeline: normalize and partition (unless the module is already partitioned), compile every DPU
+partition (dpu_compile.py: calibration, quantization, code generation), `RunCodegen` (ext_module.py embeds each
+program in a runtime module), drop the constant copies RunCodegen attaches, then TVM's default lowering of the rest.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+
+#: Arch used when the pipeline is not told one (tvm.compile(mod, target="dpu")).
+DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
+
+_STATE: dict[str, Any] = {"registered": False, "default_factory": None}
+
+
+def cpu_lowering() -> tvm.transform.Pass:
+    """TVM's own default Relax pipeline (what tvm.compile runs for a CPU target)."""
+    factory = _STATE["default_factory"] or relax.pipeline.PIPELINE_MAP["default"]
+    return factory()
+
+
+def lower_dpu_module(mod: tvm.IRModule) -> tvm.IRModule:
+    """A module whose DPU partitions carry their programs -> RunCodegen + TVM lowering."""
+    mod = relax.transform.RunCodegen()(mod)
+    if "const_name_to_constant" in (mod.attrs or {}):
+        # RunCodegen copies the partitions' weights there; the programs already hold them (the .so would double).
+        mod = mod.without_attr("const_name_to_constant")
+    return cpu_lowering()(mod)
+
+
+def compiled_dpu_lowering() -> tvm.transform.Pass:
+    """Pipeline for a module whose DPU partitions already carry programs (e.g. recompiling for another CPU)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="DPULowering")
+    def _lower(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return lower_dpu_module(mod)
+
+    return _lower
+
+
+def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
+                        fusion: str = "optimal", method: str = "mse", fix_points: dict[str, int] | None = None,
+                        is_qdq: bool = False, normalize: bool = True, progress: bool = False):
+    """Partition `mod` for `arch` (unless it already is) and compile its DPU partitions: a DPUCompileResult."""
+    from tvm_dpu.passes.dpu_compile import compile_dpu_partitions, is_partitioned
+    from tvm_dpu.passes.partition import binding_node_names, partition_detailed
+    from tvm_dpu.passes.report import build_report
+
+    if is_partitioned(mod):
+        return compile_dpu_partitions(mod, arch, calibration=calibration, method=method, fusion=fusion,
+                                      fix_points=fix_points, is_qdq=is_qdq, progress=progress)
+    if normalize:
+        from tvm_dpu.frontend import normalize as normalize_mod
+
+        mod = normalize_mod(mod)
+    part = partition_detailed(mod, arch)
+    first_site = {}
+    for sg in part.placement.subgraphs:  # a function may serve several identical call sites: name it by the first
+        first_site.setdefault(sg.function, sg)
+    call_names = {sym: [binding_node_names(part.infos[t]) for t in sg.tags] for sym, sg in first_site.items()}
+    result = compile_dpu_partitions(part.module, arch, calibration=calibration, method=method, fusion=fusion,
+                                    fix_points=fix_points, is_qdq=is_qdq, call_names=call_names, source_mod=mod,
+                                    progress=progress)
+    result.report = build_report(mod, part)
+    result.subgraph_ids = {sym: sg.index for sym, sg in first_site.items()}
+    return result
+
+
+def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str = "optimal", method: str = "mse",
+                 fix_points: dict[str, int] | None = None, is_qdq: bool = False, normalize: bool = True,
+                 progress: bool = False, record: list | None = None) -> tvm.transform.Pass:
+    """The "dpu" Relax pipeline (`relax.get_pipeline("dpu", **options)`).
+
+    Options: `arch` (preset name, arch.json path or Arch), `calibration` (arrays, dicts, an .npz path, ...; None
+    calibrates on random inputs with a warning), `fusion` ("none" | "greedy" | "optimal"), `method` ("mse" |
+    "minmax"), `fix_points` ({ONNX tensor name: fix_point}), `normalize` (run tvm-dpu's normalization first).
+    `record`, if a list, receives the DPUCompileResult (partition report, compiled subgraphs) of each run."""
+
+    @tvm.transform.module_pass(opt_level=0, name="DPUPipeline")
+    def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        result = prepare_and_compile(mod, arch=arch, calibration=calibration, fusion=fusion, method=method,
+                                     fix_points=fix_points, is_qdq=is_qdq, normalize=normalize, progress=progress)
+        if record is not None:
+            record.append(result)
+        return lower_dpu_module(result.module)
+
+    return _pipeline
+
+
+def _default_for_target(**kwargs: Any) -> tvm.transform.Pass:
+    """The "default" pipeline factory after register(): the DPU pipeline for targets with the "dpu" key."""
+    original = _STATE["default_factory"]
+
+    @tvm.transform.module_pass(opt_level=0, name="DefaultOrDPU")
+    def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        target = tvm.target.Target.current(allow_none=True)
+        if target is not None and "dpu" in list(target.keys):
+            return dpu_pipeline()(mod)
+        return original(**kwargs)(mod)
+
+    return _pipeline
+
+
+def register() -> None:
+    """Register the "dpu" target tag, the "dpu" pipeline, relax.ext.dpu, the calibration and dispatch functions,
+    and the target-aware "default" pipeline (idempotent)."""
+    if _STATE["registered"]:
+        return
+    from tvm_dpu.passes.dpu_compile import register_calibration
+    from tvm_dpu.passes.ext_module import register_codegen
+
+    register_codegen()
+    register_calibration()
+    tvm.target.tag.register_tag("dpu", {"kind": "llvm", "keys": ["dpu", "cpu"]}, override=True)
+    pipelines = relax.pipeline.PIPELINE_MAP
+    if "dpu" not in pipelines:
+        relax.register_pipeline("dpu")(dpu_pipeline)
+    if "dpu_lowering" not in pipelines:
+        relax.register_pipeline("dpu_lowering")(compiled_dpu_lowering)
+    if _STATE["default_factory"] is None:
+        _STATE["default_factory"] = pipelines["default"]
+        pipelines["default"] = _default_for_target
+    _STATE["registered"] = True

@@ -1,0 +1,73 @@
+"""Calibration data in every form users give it, normalized to batches (one float32 array per model input)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from tvm_dpu.errors import DPUError
+from tvm_dpu.types import InputSpec
+
+#: Random calibration batches used when the caller gives no data (with a warning: fix_points will be poor).
+RANDOM_CALIBRATION_BATCHES = 2
+
+
+def calibration_batches(calibration: Any, inputs: list[InputSpec], progress: bool = False) -> list[list[np.ndarray]]:
+    """Normalize calibration data to a list of batches (one array per model input, in input order).
+
+    Accepted: None (random normal inputs, with a warning), an array or dict of arrays with the input shapes or with
+    a leading sample axis (each sample becomes one batch), an .npz path, or an iterable of arrays / dicts.
+    """
+    if calibration is None:
+        warnings.warn("no calibration data: calibrating on random normal inputs; fix_points will not suit real "
+                      "data (pass calibration=... or --calib FILE.npz)", stacklevel=3)
+        rng = np.random.default_rng(0)
+        return [[rng.standard_normal(s.shape).astype(np.float32) for s in inputs]
+                for _ in range(RANDOM_CALIBRATION_BATCHES)]
+    if isinstance(calibration, (str, Path)):
+        with np.load(calibration, allow_pickle=False) as z:
+            calibration = {k: z[k] for k in z.files}
+    if isinstance(calibration, np.ndarray) or isinstance(calibration, Mapping):
+        arrays = _by_input(calibration, inputs)
+        samples = []
+        n = None
+        per_input = []
+        for a, s in zip(arrays, inputs):
+            if tuple(a.shape) == tuple(s.shape):
+                per_input.append([a])
+            elif tuple(a.shape[1:]) == tuple(s.shape[1:]) and a.shape[0] % s.shape[0] == 0:
+                k = s.shape[0]
+                per_input.append([a[i:i + k] for i in range(0, a.shape[0], k)])
+            elif tuple(a.shape[1:]) == tuple(s.shape):
+                per_input.append([a[i] for i in range(a.shape[0])])
+            else:
+                raise DPUError(f"calibration data for input {s.name!r} has shape {a.shape}; expected {s.shape} "
+                               f"or (N, ...) samples of it")
+            n = len(per_input[-1]) if n is None else min(n, len(per_input[-1]))
+        for i in range(n or 0):
+            samples.append([np.asarray(p[i], dtype=np.float32).reshape(s.shape) for p, s in zip(per_input, inputs)])
+        return samples
+    out = []
+    for item in calibration:
+        arrays = _by_input(item, inputs)
+        for a, s in zip(arrays, inputs):
+            if a.size != int(np.prod(s.shape)):
+                raise DPUError(f"calibration sample for input {s.name!r} has shape {a.shape}; expected {s.shape}")
+        out.append([np.asarray(a, dtype=np.float32).reshape(s.shape) for a, s in zip(arrays, inputs)])
+    if not out:
+        raise DPUError("calibration data is empty")
+    return out
+
+
+def _by_input(item: Any, inputs: list[InputSpec]) -> list[np.ndarray]:
+    if isinstance(item, Mapping):
+        missing = [s.name for s in inputs if s.name not in item]
+        if missing:
+            raise DPUError(f"calibration data lacks input(s) {missing} (has {sorted(item)})")
+        return [np.asarray(item[s.name]) for s in inputs]
+    if len(inputs) != 1:
+        raise DPUError(f"the model has {len(inputs)} inputs {[s.name for s in inputs]}: give calibration samples "
+                       "as dicts name -> array")
+    return [np.asarray(item)]

@@ -1,0 +1,160 @@
+"""The host side of every DPU partition: the function the BYOC trampolines call, and the choice of device.
+
+Each DPU partition in a TVM module is a small native function (passes/ext_module.py) that calls the global
+function `tvm_dpu.runtime.dispatch(symbol, blob_address, blob_size, *inputs, *outputs)`, registered when
+`tvm_dpu` is imported. The program it runs is the one embedded in the calling module (its bytes at
+`blob_address`): nothing is looked up by symbol in a process-wide table, so two models with the same partition
+names keep their own code. Parsed programs are cached by (address, size, content digest) and hold no copy of the
+module's memory beyond what parsing needs; the cache is bounded.
+
+Device choice, innermost first: `with tvm_dpu.use_device(dev):` around the call (what `CompiledModel.run` does,
+per thread), else the process default set by `tvm_dpu.set_device("emulator" | "pynq" | device)`, else an
+emulator of the program's arch. The device's DPU fingerprint must equal the program's.
+"""
+from __future__ import annotations
+
+import contextvars
+import ctypes
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from tvm_dpu.container import FIXED_SIZE
+from tvm_dpu.errors import DPUError
+from tvm_dpu.program_blob import DISPATCH_FUNC, Program, digest_of, unpack_program
+from tvm_dpu.runtime.subgraph_runner import execute_float
+
+#: Parsed programs kept (each is small: its machine code and parameters are copied once, but a model has few).
+PROGRAM_CACHE_ENTRIES = 64
+
+#: Called after every DPU call inside `use_device(..., observer=f)`: f(symbol, program, int8 inputs, int8 outputs).
+Observer = Callable[[str, Program, list, list], None]
+
+
+@dataclass(frozen=True)
+class _Context:
+    device: Any
+    observer: Observer | None
+
+
+_CONTEXT: contextvars.ContextVar[_Context | None] = contextvars.ContextVar("tvm_dpu_device", default=None)
+_LOCK = threading.Lock()
+_PROGRAMS: OrderedDict[tuple[int, int, bytes], Program] = OrderedDict()
+_DEFAULT: dict[str, Any] = {"spec": "emulator", "options": {}, "device": None}
+_EMULATORS: dict[tuple[str, int], Any] = {}
+
+
+def set_device(device: Any = "emulator", **options: Any) -> None:
+    """Choose where DPU partitions of TVM modules run in this process when no `use_device` block says otherwise:
+    "emulator" (default: the bit-exact instruction emulator of each program's arch), "pynq" (a `PynqDevice(**options)`,
+    e.g. bitfile="dpu.bit"; created on first use) or a device object (with `.arch` and `.execute(sg, regions)`)."""
+    if isinstance(device, str) and device not in ("emulator", "pynq"):
+        raise DPUError(f"device {device!r}: expected 'emulator', 'pynq' or a device object")
+    if device == "emulator" and options:
+        raise DPUError(f"device 'emulator' takes no options (got {sorted(options)})")
+    if not isinstance(device, str):
+        _check_device(device)
+    with _LOCK:
+        _DEFAULT.update(spec=device, options=dict(options), device=None if isinstance(device, str) else device)
+
+
+def get_device() -> Any:
+    """The device spec of this thread's context or the process default ("emulator", "pynq" or a device)."""
+    ctx = _CONTEXT.get()
+    return ctx.device if ctx is not None else _DEFAULT["spec"]
+
+
+@contextmanager
+def use_device(device: Any, observer: Observer | None = None) -> Iterator[None]:
+    """Within the block (this thread / context only), DPU partitions run on `device`; `observer` sees every call."""
+    _check_device(device)
+    token = _CONTEXT.set(_Context(device, observer))
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def _check_device(device: Any) -> None:
+    if getattr(device, "arch", None) is None or not callable(getattr(device, "execute", None)):
+        raise DPUError(f"device {device!r} is not a DPU device (needs .arch and .execute(sg, regions))")
+
+
+def _emulator_for(program: Program) -> Any:
+    from tvm_dpu.runtime.device import EmulatorDevice, arch_of
+
+    key = (program.sg.arch, program.fingerprint)
+    with _LOCK:
+        dev = _EMULATORS.get(key)
+        if dev is None:
+            dev = _EMULATORS[key] = EmulatorDevice(arch_of(program.sg.arch, program.fingerprint))
+    return dev
+
+
+def _default_device(program: Program) -> Any:
+    spec = _DEFAULT["spec"]
+    if spec == "emulator":
+        return _emulator_for(program)
+    with _LOCK:
+        if _DEFAULT["device"] is None:
+            from tvm_dpu.runtime.pynq_driver import PynqDevice
+
+            _DEFAULT["device"] = PynqDevice(**_DEFAULT["options"])
+        return _DEFAULT["device"]
+
+
+def program_at(address: int, size: int, symbol: str) -> Program:
+    """The parsed program whose blob lies at `address` (cached; verified on first sight)."""
+    if size < FIXED_SIZE or address <= 0:
+        raise DPUError(f"DPU partition {symbol}: no program bytes (address {address:#x}, {size} bytes)")
+    key = (address, size, digest_of(ctypes.string_at(address, FIXED_SIZE)))
+    with _LOCK:
+        prog = _PROGRAMS.get(key)
+        if prog is not None:
+            _PROGRAMS.move_to_end(key)
+            return prog
+    prog = unpack_program(ctypes.string_at(address, size), f"DPU partition {symbol}")
+    with _LOCK:
+        _PROGRAMS[key] = prog
+        while len(_PROGRAMS) > PROGRAM_CACHE_ENTRIES:
+            _PROGRAMS.popitem(last=False)
+    return prog
+
+
+def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:
+    """Run one DPU partition call: float32 inputs, then the preallocated float32 outputs (destination passing)."""
+    prog = program_at(int(address), int(size), str(symbol))
+    n_in = len(prog.sg.inputs)
+    if len(args) != n_in + len(prog.sg.outputs):
+        raise DPUError(f"DPU partition {symbol}: called with {len(args)} tensors, the program takes {n_in} inputs "
+                       f"and {len(prog.sg.outputs)} outputs")
+    ctx = _CONTEXT.get()
+    device = ctx.device if ctx is not None else _default_device(prog)
+    dev_fp = int(device.arch.fingerprint)
+    if dev_fp != prog.fingerprint:
+        raise DPUError(f"DPU partition {symbol} was compiled for DPU fingerprint {prog.fingerprint:#x} "
+                       f"({prog.sg.arch}) but the device has {dev_fp:#x} ({device.arch.name}): recompile for the "
+                       "device's arch or choose another device")
+    inputs = [np.from_dlpack(a) for a in args[:n_in]]
+    qin, qout, outs = execute_float(prog.sg, device, inputs, prog.output_shapes)
+    for dst, val in zip(args[n_in:], outs):
+        dst.copyfrom(np.ascontiguousarray(val, dtype=np.float32))
+    if ctx is not None and ctx.observer is not None:
+        ctx.observer(str(symbol), prog, qin, qout)
+
+
+_REGISTERED = False
+
+
+def register_dispatcher() -> None:
+    """Register `tvm_dpu.runtime.dispatch` (idempotent); `import tvm_dpu` does it."""
+    global _REGISTERED
+    if not _REGISTERED:
+        import tvm_ffi
+
+        tvm_ffi.register_global_func(DISPATCH_FUNC, dispatch, override=True)
+        _REGISTERED = True
