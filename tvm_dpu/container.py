@@ -64,6 +64,11 @@ class Container:
                                 f"the file")
         return self._area[off: off + n]
 
+    def area_offset(self, name: str) -> int:
+        """Offset of section `name` from the start of the container."""
+        self.section(name)  # bounds-checked
+        return self._start + int(self.header["sections"][name]["offset"])
+
     def has(self, name: str) -> bool:
         return name in self.header["sections"]
 

@@ -36,6 +36,8 @@ class Program:
     sg: CompiledSubgraph
     output_shapes: list[tuple[int, ...]]
     digest: bytes  # the container's sha256: identifies the content
+    #: Where the code and parameter bytes lie in the blob: {"code": (offset, nbytes), "params": (...)}.
+    spans: dict[str, tuple[int, int]]
 
     @property
     def fingerprint(self) -> int:
@@ -89,7 +91,8 @@ def unpack_program(data: bytes, source: str) -> Program:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactError(f"{source}: malformed DPU subgraph header: {type(e).__name__}: {e}") from None
-    return Program(symbol, sg, shapes, digest_of(data))
+    spans = {name: (c.area_offset(name), len(c.section(name))) for name in ("code", "params")}
+    return Program(symbol, sg, shapes, digest_of(data), spans)
 
 
 def find_blobs(data: bytes, source: str) -> list[Program]:

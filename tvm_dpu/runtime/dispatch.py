@@ -28,7 +28,7 @@ from tvm_dpu.errors import DPUError
 from tvm_dpu.program_blob import DISPATCH_FUNC, Program, digest_of, unpack_program
 from tvm_dpu.runtime.subgraph_runner import execute_float
 
-#: Parsed programs kept (each is small: its machine code and parameters are copied once, but a model has few).
+#: Parsed programs kept (each is small: its code and parameters are views of the calling module's memory).
 PROGRAM_CACHE_ENTRIES = 64
 
 #: Called after every DPU call inside `use_device(..., observer=f)`: f(symbol, program, int8 inputs, int8 outputs).
@@ -117,11 +117,23 @@ def program_at(address: int, size: int, symbol: str) -> Program:
         if prog is not None:
             _PROGRAMS.move_to_end(key)
             return prog
-    prog = unpack_program(ctypes.string_at(address, size), f"DPU partition {symbol}")
+    prog = _in_place(unpack_program(ctypes.string_at(address, size), f"DPU partition {symbol}"), address)
     with _LOCK:
         _PROGRAMS[key] = prog
         while len(_PROGRAMS) > PROGRAM_CACHE_ENTRIES:
             _PROGRAMS.popitem(last=False)
+    return prog
+
+
+def _in_place(prog: Program, address: int) -> Program:
+    """`prog` with its code and parameters as read-only views of the module's own bytes (verified just before):
+    the cache then holds no copy of them, so dropping the module frees them."""
+    for name, dtype in (("code", "<u4"), ("params", np.uint8)):
+        off, n = prog.spans[name]
+        view = np.frombuffer((ctypes.c_char * n).from_address(address + off), dtype=dtype) if n else \
+            np.zeros(0, dtype=dtype)
+        view.flags.writeable = False
+        setattr(prog.sg, name, view)
     return prog
 
 
