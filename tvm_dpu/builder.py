@@ -15,6 +15,7 @@ import tvm
 
 from tvm_dpu.errors import DPUError
 from tvm_dpu.passes.pipeline import DEFAULT_ARCH, dpu_pipeline, register
+from tvm_dpu.program_blob import digest_of
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 
@@ -82,7 +83,8 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
         from tvm_dpu.runtime.device import EmulatorDevice
 
         device = EmulatorDevice(result.arch)
-    runners = {sym: SubgraphRunner(p.sg, device, p.qgraph, p.output_shapes) for sym, p in result.partitions.items()}
+    runners = {sym: SubgraphRunner(p.sg, device, p.qgraph, p.output_shapes, digest_of(p.blob))
+               for sym, p in result.partitions.items()}
     info = dict(result.info)
     times = dict(info.pop("times_s"))
     dpu_s = sum(times.values())

@@ -248,7 +248,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     model.source_graph = onnx_node_graph(proto)
-    artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data)
+    artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
+                      sign=args.sign)
     timing = model.timing()
     report = model.report(timing)
     (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -346,6 +347,9 @@ def _add_compile(sub) -> None:
     p.add_argument("--cross", choices=["aarch64"],
                    help="also put the CPU part cross-compiled for aarch64 Linux (the board) in the artifact; needs "
                    "aarch64-linux-gnu-gcc (Debian: apt-get install gcc-aarch64-linux-gnu)")
+    p.add_argument("--sign", metavar="KEYFILE",
+                   help="sign the artifact with this Ed25519 private key ('tvm-dpu keygen' makes one): the signature "
+                   "covers every byte, CPU library included")
     p.add_argument("--no-verify-data", action="store_true",
                    help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
                    "weights: the artifact shrinks by about half)")
@@ -367,9 +371,10 @@ def _run_run(args: argparse.Namespace) -> int:
     if args.device == "pynq":
         if not args.bitfile:
             raise FrontendError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
-        model = load(args.compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout)
+        model = load(args.compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout,
+                     trusted_keys=args.require_signature)
     else:
-        model = load(args.compiled)
+        model = load(args.compiled, trusted_keys=args.require_signature)
     model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
     if args.input:
         with np.load(args.input, allow_pickle=False) as z:
@@ -425,7 +430,29 @@ def _add_run(sub) -> None:
     p.add_argument("--bitfile", metavar="DPU.bit", help="with --device pynq: the DPUCZDX8G bitstream to load")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="with --device pynq: give up on a DPU run after this many seconds (default 5)")
+    p.add_argument("--require-signature", metavar="PUBKEY", action="append",
+                   help="refuse the artifact unless it is signed by this Ed25519 public key (PEM or raw 32 bytes; "
+                   "repeat for several trusted keys); checked before anything in the file is used")
     p.set_defaults(func=_run_run)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# keygen
+# ---------------------------------------------------------------------------------------------------------
+def _run_keygen(args: argparse.Namespace) -> int:
+    from .signing import generate_keypair
+
+    priv, pub = generate_keypair(args.prefix)
+    print(f"wrote {priv} (private: sign with 'tvm-dpu compile --sign {priv}') and {pub} (public: check with "
+          f"'tvm-dpu run --require-signature {pub}')")
+    return EXIT_OK
+
+
+def _add_keygen(sub) -> None:
+    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing artifacts",
+                       description="Write PREFIX.key (private key, PEM, mode 0600) and PREFIX.pub (public key, PEM).")
+    p.add_argument("prefix", metavar="PREFIX", help="path prefix of the two key files")
+    p.set_defaults(func=_run_keygen)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -523,6 +550,7 @@ COMMANDS: dict[str, Callable] = {
     "run": _add_run,
     "inspect": _add_inspect,
     "report": _add_report,
+    "keygen": _add_keygen,
 }
 
 

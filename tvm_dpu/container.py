@@ -53,16 +53,30 @@ class Container:
         self._area = area
         self._start = area_start
         self.source = source
+        self._verified: set[str] = set()
 
     def section(self, name: str) -> bytes:
+        """The bytes of section `name`, checked against its own entry (place inside the file, sha256)."""
         entry = self.header["sections"].get(name)
         if entry is None:
             raise ArtifactError(f"{self.source}: section {name!r} is missing")
-        off, n = int(entry["offset"]), int(entry["nbytes"])
-        if off < 0 or off + n > len(self._area):
+        try:
+            off, n, digest = entry["offset"], entry["nbytes"], entry["sha256"]
+            if not (isinstance(off, int) and isinstance(n, int) and isinstance(digest, str)) or \
+                    isinstance(off, bool) or isinstance(n, bool):
+                raise TypeError
+        except (KeyError, TypeError):
+            raise ArtifactError(f"{self.source}: section table entry {name!r} is malformed: {entry!r:.120}") from None
+        if off < 0 or n < 0 or off + n > len(self._area):
             raise ArtifactError(f"{self.source}: section {name!r} at offset {self._start + off} (+{n}) lies outside "
                                 f"the file")
-        return self._area[off: off + n]
+        raw = self._area[off: off + n]
+        if name not in self._verified:
+            if hashlib.sha256(raw).hexdigest() != digest:
+                raise ArtifactError(f"{self.source}: section {name!r} (bytes {self._start + off}.."
+                                    f"{self._start + off + n - 1}) does not match its own sha256 in the section table")
+            self._verified.add(name)
+        return raw
 
     def area_offset(self, name: str) -> int:
         """Offset of section `name` from the start of the container."""

@@ -49,3 +49,7 @@ class ArtifactError(DPUError, ValueError):
 
 
 _register_with_tvm_ffi(DPUError)
+
+
+class RunError(DPUError, RuntimeError):
+    """Running a compiled model failed inside TVM's VM (the message keeps TVM's own words)."""

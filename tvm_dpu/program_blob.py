@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tvm_dpu.codegen.compiler import CompiledSubgraph, TensorBinding
-from tvm_dpu.codegen.layout import FMap
+from tvm_dpu.codegen.layout import REG_PARAMS, FMap
 from tvm_dpu.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError
+from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 
 MAGIC = b"TVMDPUSG"
 FORMAT_VERSION = 1
@@ -72,25 +73,91 @@ def digest_of(prefix: bytes) -> bytes:
     return _FIXED.unpack_from(prefix, 0)[4]
 
 
+#: Bounds a program's header must respect (a DPU core addresses 8 DDR regions; a region above 4 GiB or a tensor
+#: with more than 2**31 elements is not something this compiler writes).
+NUM_REGIONS = 8
+MAX_REGION_BYTES = 1 << 32
+MAX_ELEMENTS = 1 << 31
+
+
+def _shape(v, what: str) -> tuple[int, ...]:
+    dims = tuple(need_int(d, f"{what}[{i}]", 1, MAX_ELEMENTS) for i, d in enumerate(need_list(v, what)))
+    if not dims or int(np.prod(dims, dtype=np.int64)) > MAX_ELEMENTS:
+        raise SchemaError(f"{what} {list(dims)} is empty or too large")
+    return dims
+
+
+def _binding(d, what: str, regions: dict[int, int]) -> TensorBinding:
+    d = need_dict(d, what)
+    f = need_dict(d.get("fmap"), f"{what}.fmap")
+    reg = need_int(f.get("reg_id"), f"{what}.fmap.reg_id", 0, NUM_REGIONS - 1)
+    if reg not in regions:
+        raise SchemaError(f"{what}.fmap.reg_id {reg} is not a region of this program ({sorted(regions)})")
+    h, w, c = (need_int(f.get(k), f"{what}.fmap.{k}", 1, MAX_ELEMENTS) for k in ("h", "w", "c"))
+    pixel = need_int(f.get("pixel_pitch"), f"{what}.fmap.pixel_pitch", c, MAX_REGION_BYTES)
+    row = need_int(f.get("row_pitch"), f"{what}.fmap.row_pitch", (w - 1) * pixel + c, MAX_REGION_BYTES)
+    off = need_int(f.get("offset"), f"{what}.fmap.offset", 0, MAX_REGION_BYTES)
+    if set(f) != {"reg_id", "offset", "h", "w", "c", "pixel_pitch", "row_pitch"}:
+        raise SchemaError(f"{what}.fmap has fields {sorted(f)}")
+    fmap = FMap(reg, off, h, w, c, pixel, row)
+    if off + fmap.nbytes > regions[reg]:
+        raise SchemaError(f"{what}.fmap (offset {off}, {fmap.nbytes} bytes) reaches past DDR region {reg} "
+                   f"({regions[reg]} bytes)")
+    shape = _shape(d.get("shape"), f"{what}.shape")
+    if len(shape) != 4 or shape[0] != 1 or shape[1:] != (c, h, w):
+        raise SchemaError(f"{what}.shape {list(shape)} is not (1, c, h, w) = (1, {c}, {h}, {w}) of its feature map")
+    fp = need_int(d.get("fix_point"), f"{what}.fix_point", -128, 127)
+    return TensorBinding(need_str(d.get("name"), f"{what}.name"), shape, fp, fmap)
+
+
 def unpack_program(data: bytes, source: str) -> Program:
-    """Parse and verify a blob (ArtifactError naming `source` on any defect)."""
+    """Parse and verify a blob: the container's checksums, then every header value against the schema (types,
+    ranges, feature maps inside their DDR regions, shapes consistent with them) before anything is used.
+    One ArtifactError naming `source` and the field on any defect."""
     c = unpack(data, MAGIC, FORMAT_VERSION, source, "DPU subgraph", FORMAT_TAG)
     h = c.header
     try:
+        regions = {need_int(int(k) if isinstance(k, str) and k.isdigit() else k, f"region_sizes key {k!r}", 0,
+                        NUM_REGIONS - 1): need_int(v, f"region_sizes[{k}]", 0, MAX_REGION_BYTES)
+                   for k, v in need_dict(h.get("region_sizes"), "region_sizes").items()}
+        code_raw, params_raw = c.section("code"), c.section("params")
+        if not code_raw or len(code_raw) % 4:
+            raise SchemaError(f"section 'code' has {len(code_raw)} bytes, not a whole number of 32-bit words")
+        if len(params_raw) > regions.get(REG_PARAMS, 0):
+            raise SchemaError(f"section 'params' ({len(params_raw)} bytes) does not fit DDR region {REG_PARAMS} "
+                       f"({regions.get(REG_PARAMS, 0)} bytes)")
+        n_words = len(code_raw) // 4
+        inputs = [_binding(b, f"inputs[{i}]", regions) for i, b in enumerate(need_list(h.get("inputs"), "inputs"))]
+        outputs = [_binding(b, f"outputs[{i}]", regions) for i, b in enumerate(need_list(h.get("outputs"), "outputs"))]
+        if not outputs:
+            raise SchemaError("a program without outputs")
+        shapes = [_shape(s, f"output_shapes[{i}]")
+                  for i, s in enumerate(need_list(h.get("output_shapes"), "output_shapes", len(outputs)))]
+        for i, (s, b) in enumerate(zip(shapes, outputs)):
+            if int(np.prod(s)) != int(np.prod(b.shape)):
+                raise SchemaError(f"output_shapes[{i}] {list(s)} does not hold the {int(np.prod(b.shape))} elements of "
+                           f"output {b.name!r}")
+        counts = {need_str(k, "instr_counts key"): need_int(v, f"instr_counts[{k}]", 0, n_words)
+                  for k, v in need_dict(h.get("instr_counts"), "instr_counts").items()}
+        ranges = []
+        for i, r in enumerate(need_list(h.get("op_ranges"), "op_ranges")):
+            name, lo, hi = need_list(r, f"op_ranges[{i}]", 3)
+            lo = need_int(lo, f"op_ranges[{i}] start", 0, n_words)
+            ranges.append((need_str(name, f"op_ranges[{i}] name"), lo, need_int(hi, f"op_ranges[{i}] end", lo, n_words)))
+        fp_text = need_str(h.get("fingerprint"), "fingerprint")
+        try:
+            fingerprint = int(fp_text, 16)
+        except ValueError:
+            raise SchemaError(f"fingerprint {fp_text!r:.40} is not a hex number") from None
+        need_int(fingerprint, "fingerprint", 0, (1 << 64) - 1)
         sg = CompiledSubgraph(
-            name=str(h["name"]), arch=str(h["arch"]), fingerprint=int(h["fingerprint"], 16),
-            code=np.frombuffer(c.section("code"), dtype="<u4").astype(np.uint32),
-            params=np.frombuffer(c.section("params"), dtype=np.uint8).copy(),
-            region_sizes={int(k): int(v) for k, v in h["region_sizes"].items()},
-            inputs=[binding_from_json(b) for b in h["inputs"]], outputs=[binding_from_json(b) for b in h["outputs"]],
-            instr_counts={str(k): int(v) for k, v in h["instr_counts"].items()},
-            op_ranges=[(str(a), int(b), int(e)) for a, b, e in h["op_ranges"]])
-        shapes = [tuple(int(x) for x in s) for s in h["output_shapes"]]
-        symbol = str(h["symbol"])
-    except ArtifactError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ArtifactError(f"{source}: malformed DPU subgraph header: {type(e).__name__}: {e}") from None
+            name=need_str(h.get("name"), "name"), arch=need_str(h.get("arch"), "arch"), fingerprint=fingerprint,
+            code=np.frombuffer(code_raw, dtype="<u4").astype(np.uint32),
+            params=np.frombuffer(params_raw, dtype=np.uint8).copy(), region_sizes=regions, inputs=inputs,
+            outputs=outputs, instr_counts=counts, op_ranges=ranges)
+        symbol = need_str(h.get("symbol"), "symbol")
+    except SchemaError as e:
+        raise ArtifactError(f"{source}: DPU subgraph header: {e}") from None
     spans = {name: (c.area_offset(name), len(c.section(name))) for name in ("code", "params")}
     return Program(symbol, sg, shapes, digest_of(data), spans)
 

@@ -71,6 +71,11 @@ class FMap:
         return self._view(region).view(np.int8).transpose(2, 0, 1)[None].copy()
 
     def _view(self, region: np.ndarray) -> np.ndarray:
+        # as_strided trusts its arguments: a map reaching past its region would read or write foreign memory.
+        if self.offset < 0 or min(self.h, self.w, self.c) < 1 or self.pixel_pitch < self.c or \
+                self.row_pitch < (self.w - 1) * self.pixel_pitch + self.c or \
+                self.offset + self.nbytes > region.size:
+            raise ValueError(f"feature map {self} does not lie inside its DDR region of {region.size} bytes")
         return np.lib.stride_tricks.as_strided(region[self.offset:], shape=(self.h, self.w, self.c),
                                                strides=(self.row_pitch, self.pixel_pitch, 1), writeable=True)
 

@@ -19,6 +19,7 @@ The DPU programs inside it are read back (program_blob.find_blobs) for reports, 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,13 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm_dpu import signing
 from tvm_dpu.container import pack, unpack
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import Program, find_blobs
+from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
+from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 from tvm_dpu.toolchains import CROSS_TARGETS, ELF_MACHINES, elf_machine, host_machine
 from tvm_dpu.types import InputSpec
 from tvm_dpu.xgraph import serialize
@@ -91,11 +94,12 @@ def _ordered(model: CompiledModel) -> list[tuple[str, SubgraphRunner]]:
 
 
 def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None = None,
-           verify_data: bool = True) -> Path:
+           verify_data: bool = True, sign: str | os.PathLike[str] | None = None) -> Path:
     """Write `model` to one file; returns the path. `cross="aarch64"` adds the library built for aarch64 Linux
     (the Zynq UltraScale+ boards) beside the build machine's, with the cross toolchain aarch64-linux-gnu-gcc
     (ArtifactError if absent). `verify_data=False` leaves out the quantized XGraphs that only golden-reference
-    verification needs (they hold a second copy of the weights: about half the file)."""
+    verification needs (they hold a second copy of the weights: about half the file). `sign` (an Ed25519 private
+    key file) appends a signature over every byte (tvm_dpu.signing)."""
     path = Path(path)
     sections: dict[str, bytes] = {}
     cpu_libs = {}
@@ -114,7 +118,8 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
         key = f"sg{i}"
         if r.graph is not None and verify_data:
             sections[f"{key}.xgraph"] = serialize.dumps(r.graph)
-        subgraphs.append({"key": key, "symbol": symbol, "id": model.subgraph_ids.get(symbol), "name": r.sg.name})
+        subgraphs.append({"key": key, "symbol": symbol, "id": model.subgraph_ids.get(symbol), "name": r.sg.name,
+                          "program_sha256": r.program_digest.hex()})
     build = _without_timings(model.build_info)
     header = {
         "format": "tvm-dpu-artifact",
@@ -128,6 +133,8 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
         "cpu_libs": cpu_libs,
     }
     data = pack(MAGIC, FORMAT_VERSION, header, sections)
+    if sign is not None:
+        data = signing.sign(data, sign)
     tmp_path = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp_path.write_bytes(data)
     os.replace(tmp_path, path)
@@ -158,12 +165,100 @@ def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
     return device
 
 
-def _open(path: Path):
+#: dtypes a model input or output may have (the DPU side quantizes float32).
+IO_DTYPES = ("float32",)
+_SECTION_NAME = re.compile(r"^(lib\.[a-z0-9_]+|sg[0-9]+\.xgraph)$")
+
+
+def _check_header(h: dict) -> None:
+    """Every header value against the format's schema (SchemaError naming the field)."""
+    need_str(h.get("format"), "format")
+    arch = need_dict(h.get("arch"), "arch")
+    need_str(arch.get("name"), "arch.name")
+    fp = need_str(arch.get("fingerprint"), "arch.fingerprint")
+    if not re.fullmatch(r"0x[0-9a-f]{1,16}", fp):
+        raise SchemaError(f"arch.fingerprint {fp!r:.40} is not a 64-bit hex number")
+    for kind in ("inputs", "outputs"):
+        for i, t in enumerate(need_list(h.get(kind), kind)):
+            t = need_dict(t, f"{kind}[{i}]")
+            need_str(t.get("name"), f"{kind}[{i}].name")
+            dims = [need_int(d, f"{kind}[{i}].shape[{j}]", 0, MAX_ELEMENTS)
+                    for j, d in enumerate(need_list(t.get("shape"), f"{kind}[{i}].shape"))]
+            if int(np.prod(dims, dtype=np.float64)) > MAX_ELEMENTS:
+                raise SchemaError(f"{kind}[{i}].shape {dims} is too large")
+            if t.get("dtype") not in IO_DTYPES:
+                raise SchemaError(f"{kind}[{i}].dtype {t.get('dtype')!r:.30} is not one of {IO_DTYPES}")
+    if not h["inputs"]:
+        raise SchemaError("the model has no inputs")
+    sections = h["sections"]
+    for name in sections:
+        if not _SECTION_NAME.match(str(name)):
+            raise SchemaError(f"unknown section {name!r:.60}")
+    keys = set()
+    for i, sg in enumerate(need_list(h.get("subgraphs"), "subgraphs")):
+        sg = need_dict(sg, f"subgraphs[{i}]")
+        key = need_str(sg.get("key"), f"subgraphs[{i}].key")
+        if key != f"sg{i}":
+            raise SchemaError(f"subgraphs[{i}].key {key!r:.30} is not 'sg{i}'")
+        keys.add(key)
+        need_str(sg.get("symbol"), f"subgraphs[{i}].symbol")
+        need_str(sg.get("name"), f"subgraphs[{i}].name")
+        if not re.fullmatch(r"[0-9a-f]{64}", need_str(sg.get("program_sha256"), f"subgraphs[{i}].program_sha256")):
+            raise SchemaError(f"subgraphs[{i}].program_sha256 is not a sha256 hex digest")
+        if sg.get("id") is not None:
+            need_int(sg.get("id"), f"subgraphs[{i}].id", 0, 1 << 20)
+    for name in sections:
+        if name.endswith(".xgraph") and name.split(".")[0] not in keys:
+            raise SchemaError(f"section {name!r} belongs to no subgraph")
+    libs = need_dict(h.get("cpu_libs"), "cpu_libs")
+    if not libs:
+        raise SchemaError("cpu_libs is empty")
+    for machine, sec in libs.items():
+        if need_str(sec, f"cpu_libs[{machine!r}]") != f"lib.{machine}" or sec not in sections:
+            raise SchemaError(f"cpu_libs[{machine!r:.30}] = {sec!r:.40} is not a library section of this file")
+    part = h.get("partition")
+    if part is not None:
+        part = need_dict(part, "partition")
+        need_str(part.get("arch"), "partition.arch")
+        need_int(part.get("subgraphs"), "partition.subgraphs", 0, 1 << 20)
+        for i, n in enumerate(need_list(part.get("nodes"), "partition.nodes")):
+            n = need_dict(n, f"partition.nodes[{i}]")
+            need_str(n.get("name"), f"partition.nodes[{i}].name")
+            need_str(n.get("op"), f"partition.nodes[{i}].op")
+            if n.get("device") not in ("dpu", "cpu"):
+                raise SchemaError(f"partition.nodes[{i}].device {n.get('device')!r:.20} is not 'dpu' or 'cpu'")
+            if n.get("subgraph") is not None:
+                need_int(n.get("subgraph"), f"partition.nodes[{i}].subgraph", 0, 1 << 20)
+            if n.get("reason") is not None:
+                need_str(n.get("reason"), f"partition.nodes[{i}].reason")
+    graph = h.get("graph")
+    if graph is not None:
+        for i, n in enumerate(need_list(graph, "graph")):
+            n = need_dict(n, f"graph[{i}]")
+            need_str(n.get("name"), f"graph[{i}].name")
+            need_str(n.get("op"), f"graph[{i}].op")
+            for j, p in enumerate(need_list(n.get("inputs"), f"graph[{i}].inputs")):
+                need_str(p, f"graph[{i}].inputs[{j}]")
+    need_dict(h.get("build", {}), "build")
+
+
+def _open(path: Path, trusted_keys: Any = None):
+    """The verified container of an artifact: the signature (required, by one of `trusted_keys`, when they are
+    given), checksums, then every header value."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-    return unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
+    if trusted_keys is not None:
+        data = signing.verify(data, trusted_keys, str(path))
+    else:
+        data, _ = signing.split(data)
+    c = unpack(data, MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
+    try:
+        _check_header(c.header)
+    except SchemaError as e:
+        raise ArtifactError(f"{path}: malformed artifact header: {e}") from None
+    return c
 
 
 def _library_section(c, path: Path, machine: str | None = None) -> tuple[str, bytes]:
@@ -191,8 +286,12 @@ def _programs_of(c, path: Path) -> dict[str, Program]:
     return {p.symbol: p for p in find_blobs(lib, f"{path}:lib.{name}")}
 
 
-def load(path: str | os.PathLike[str], device: Any = "emulator", **device_options: Any) -> CompiledModel:
+def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None,
+         **device_options: Any) -> CompiledModel:
     """Load an artifact in this process and return a runnable `CompiledModel`.
+
+    `trusted_keys` (Ed25519 public keys: key files, raw 32 bytes or key objects): require a valid signature by one
+    of them, checked before anything else in the file is used.
 
     `device`: "emulator" (default), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a
     device object. The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). Nothing in
@@ -202,7 +301,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", **device_option
     from tvm_dpu.runtime.device import arch_of
 
     path = Path(path)
-    c = _open(path)
+    c = _open(path, trusted_keys)
     h = c.header
     try:
         fp = int(h["arch"]["fingerprint"], 16)
@@ -225,13 +324,16 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", **device_option
             if prog is None:
                 raise ArtifactError(f"{path}: subgraph {symbol} is listed in the header but its library has no "
                                     f"program for it (has {sorted(found)})")
+            if prog.digest.hex() != s["program_sha256"]:
+                raise ArtifactError(f"{path}: the DPU program of subgraph {symbol} in the library is not the one the "
+                                    "header names (program_sha256 differs): the library was changed")
             if prog.fingerprint != fp:
                 raise ArtifactError(f"{path}: subgraph {symbol} was compiled for fingerprint {prog.fingerprint:#x}, "
                                     f"the artifact says {fp:#x}")
             key = str(s["key"])
             graph = serialize.loads(c.section(key + ".xgraph"), f"{path}:{key}.xgraph") \
                 if c.has(key + ".xgraph") else None
-            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes)
+            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest)
             if s.get("id") is not None:
                 ids[symbol] = int(s["id"])
         inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]

@@ -12,6 +12,7 @@ import tvm
 from tvm import relax
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.errors import DPUError, RunError
 from tvm_dpu.runtime.dispatch import use_device
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner, VerifyResult
 from tvm_dpu.types import InputSpec
@@ -45,13 +46,14 @@ class CompiledModel:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- deployment -----------------------------------------------------------------------------------------
-    def export(self, path: Any, cross: str | None = None, verify_data: bool = True) -> Any:
+    def export(self, path: Any, cross: str | None = None, verify_data: bool = True, sign: Any = None) -> Any:
         """Write the deployable one-file artifact (.tvmdpu); see `tvm_dpu.runtime.artifact.export`.
-        `cross="aarch64"` adds the CPU library cross-compiled for aarch64 Linux; `verify_data=False` omits the
-        data only golden-reference verification needs. Returns the path."""
+        `cross="aarch64"` adds the library cross-compiled for aarch64 Linux; `verify_data=False` omits the
+        data only golden-reference verification needs; `sign` (an Ed25519 private key file) signs the file.
+        Returns the path."""
         from tvm_dpu.runtime.artifact import export
 
-        return export(self, path, cross=cross, verify_data=verify_data)
+        return export(self, path, cross=cross, verify_data=verify_data, sign=sign)
 
     @property
     def can_verify(self) -> bool:
@@ -120,8 +122,15 @@ class CompiledModel:
     def run(self, inputs: Any) -> list[np.ndarray]:
         """Run the whole model. `inputs`: dict name -> array, a list in input order, or one array."""
         feeds = [tvm.runtime.tensor(a) for a in self._feeds(inputs)]
-        with use_device(self.dpu_device(), observer=self._observe if self._verify else None):
-            res = self.vm["main"](*feeds)
+        try:
+            with use_device(self.dpu_device(), observer=self._observe if self._verify else None):
+                res = self.vm["main"](*feeds)
+        except DPUError:
+            raise
+        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
+            # TVM's VM checks shapes and dtypes itself; its errors are about this model's inputs or library.
+            raise RunError(f"running the model failed in TVM's VM: {type(e).__name__}: "
+                           f"{' '.join(str(e).split())[:500]}") from None
         return _to_numpy(res)
 
     def set_verify(self, enabled: bool = True) -> None:

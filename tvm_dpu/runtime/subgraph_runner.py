@@ -60,8 +60,10 @@ class SubgraphRunner:
     the Relax output shapes. The model's TVM module runs the code; this object verifies and reports."""
 
     def __init__(self, sg: CompiledSubgraph, device, graph: Graph | None = None,
-                 output_shapes: list[tuple[int, ...]] | None = None):
+                 output_shapes: list[tuple[int, ...]] | None = None, program_digest: bytes = b""):
         self.sg = sg
+        #: sha256 of the program blob TVM's module embeds for this subgraph (program_blob.digest_of).
+        self.program_digest = program_digest
         self.device = device
         self.graph = graph
         self.output_shapes = output_shapes or [b.shape for b in sg.outputs]
