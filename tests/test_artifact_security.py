@@ -249,3 +249,39 @@ def test_cli_sign_and_require_signature(built, tmp_path, capsys):
     _, pub2 = generate_keypair(tmp_path / "k2")
     assert main(["run", art, "--require-signature", str(pub2)]) == 2
     assert "not a trusted key" in capsys.readouterr().err
+
+
+def test_same_bytes_from_another_process(built, tmp_path):
+    """Byte-identical artifacts across processes (different hash seeds, temp dirs, wall clocks)."""
+    import os
+    import subprocess
+    import sys
+
+    path, _, _, _ = built
+    code = f"""
+import tvm_dpu
+from tvm_dpu import zoo
+model = zoo.build_model("mixed_cnn")
+c = tvm_dpu.build(model, arch={ARCH!r}, calibration=[zoo.random_input(model, seed=s) for s in range(2)], progress=False)
+c.export({str(tmp_path / 'other.tvmdpu')!r})
+"""
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "other.tvmdpu").read_bytes() == path.read_bytes()
+
+
+def test_loaded_model_from_8_threads(built):
+    """One loaded model, 8 threads x 20 runs: every output equals the sequential one, no crash."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path, _, _, _ = built
+    m = load(path)
+    model = zoo.build_model("mixed_cnn")
+    xs = [zoo.random_input(model, seed=s) for s in range(4)]
+    expected = [m.run(x)[0] for x in xs]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda i: (i % 4, m.run(xs[i % 4])[0]), range(160)))
+    assert len(results) == 160
+    for i, y in results:
+        np.testing.assert_array_equal(y, expected[i])
