@@ -50,7 +50,7 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
 
 def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
           shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
-          fix_points: dict[str, int] | None = None, fusion: str = "optimal") -> CompiledModel:
+          fix_points: dict[str, int] | None = None, fusion: str = "optimal", plugins: Any = None) -> CompiledModel:
     """Compile `mod` (a Relax IRModule, an ONNX file path or ModelProto) for the DPU.
 
     The DPU-capable parts become DPU machine code (calibrated on `calibration`: an iterable of input dicts or
@@ -65,6 +65,9 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
 
     `fusion` chooses DNNVM's kernel fusion: "none" (every op on its own, concats copied), "greedy" (first template
     match wins) or "optimal" (Algorithm 2's execution-path search; the default).
+
+    `plugins`: custom-IP plugins (names, "a,b", or Plugin objects; see tvm_dpu.plugins), applied in order before
+    DPU partitioning; the ops they claim run on their IP (their "sim" runner on the emulator).
     """
     if target not in ("dpu", "DPU"):
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
@@ -75,7 +78,7 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     t_import = time.perf_counter()
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,
-                            is_qdq=is_qdq, normalize=False, progress=progress, record=record)
+                            is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins)
     ex = tvm.compile(mod, target="dpu", relax_pipeline=pipeline)
     t_end = time.perf_counter()
     (result,) = record
@@ -86,10 +89,11 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     runners = {sym: SubgraphRunner(p.sg, device, p.qgraph, p.output_shapes, digest_of(p.blob))
                for sym, p in result.partitions.items()}
     info = dict(result.info)
+    plugin_subgraphs = info.pop("plugin_subgraphs")
     times = dict(info.pop("times_s"))
     dpu_s = sum(times.values())
     times.update({"import_normalize": t_import - t0, "partition_and_cpu_compile": (t_end - t_import) - dpu_s})
     info["times_s"] = times
     return CompiledModel(executable=ex, arch=result.arch, runners=runners, inputs=result.inputs,
                          partition_report=result.report, subgraph_ids=result.subgraph_ids, build_info=info,
-                         relax_module=result.module, device=device)
+                         relax_module=result.module, device=device, plugin_subgraphs=plugin_subgraphs)

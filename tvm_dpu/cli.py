@@ -124,14 +124,25 @@ def _add_partition(sub) -> None:
 # compile
 # ---------------------------------------------------------------------------------------------------------
 #: Keys of vai_c's --options that tvm-dpu understands.
-VAI_C_OPTIONS = ("input_shape", "output_ops")
+VAI_C_OPTIONS = ("input_shape", "output_ops", "plugins")
+
+
+def vai_plugins(text: str | None) -> list[str]:
+    """The ``plugins`` of vai_c-style ``--options`` ("a,b": custom-IP plugins applied in order before DPU
+    partitioning). The JSON itself is checked by `parse_vai_options`."""
+    import json
+
+    if not text:
+        return []
+    return [p.strip() for p in str(json.loads(text).get("plugins", "")).split(",") if p.strip()]
 
 
 def parse_vai_options(text: str | None, input_names: Sequence[str]) -> tuple[dict[str, list[int]], list[str]]:
     """vai_c-style ``--options`` JSON -> (input shapes by name, output op names).
 
     ``input_shape``: "1,3,224,224" for the first input, several inputs separated by ";" in model input order;
-    ``output_ops``: comma-separated ONNX node (or output tensor) names at which to cut the model.
+    ``output_ops``: comma-separated ONNX node (or output tensor) names at which to cut the model;
+    ``plugins``: see `vai_plugins`.
     """
     import json
 
@@ -244,7 +255,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = build(proto, arch=arch, calibration=calib, shapes=shapes or None, progress=not args.quiet,
-                      fusion=args.fusion)
+                      fusion=args.fusion, plugins=vai_plugins(args.options))
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     model.source_graph = onnx_node_graph(proto)
@@ -307,6 +318,7 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
             "code_bytes": s["code_bytes"],
             "param_bytes": s["param_bytes"],
         } for s in header["subgraphs"]],
+        "plugin_subgraphs": header.get("plugin_subgraphs") or [],
     }
 
 
@@ -341,7 +353,7 @@ def _add_compile(sub) -> None:
                    help="calibration data: arrays named like the model inputs with a leading sample axis (N, ...); "
                    "without it the model is calibrated on random inputs (a warning says so)")
     p.add_argument("--options", metavar="JSON",
-                   help='vai_c-style options: \'{"input_shape": "1,3,224,224", "output_ops": "fc1,fc2"}\'. '
+                   help='vai_c-style options: \'{"input_shape": "1,3,224,224", "output_ops": "fc1,fc2", "plugins": "softmax_ip"}\'. '
                    'input_shape sets the first input\'s shape (several inputs: "1,3,224,224;1,10" in input order; '
                    "--input-shape takes precedence); output_ops cuts the model at these ONNX node or tensor names")
     p.add_argument("--cross", choices=["aarch64"],
@@ -500,6 +512,9 @@ def _run_inspect(args: argparse.Namespace) -> int:
                       f"DDR reg {f['reg_id']} offset {f['offset']}")
         if args.disasm:
             print(listings[s["key"]], end="")
+    for p in meta["plugin_subgraphs"]:
+        print(f"\nplugin subgraph {p['symbol']}: device {p['device']} (plugin {p['plugin']} version {p['version']}), "
+              f"nodes {', '.join(p['nodes']) or '-'}")
     return EXIT_OK
 
 

@@ -162,19 +162,71 @@ def unpack_program(data: bytes, source: str) -> Program:
     return Program(symbol, sg, shapes, digest_of(data), spans)
 
 
-def find_blobs(data: bytes, source: str) -> list[Program]:
-    """Every subgraph blob embedded in `data` (an exported shared library), in file order. A magic match whose
-    framing does not hold (a coincidence in machine code) is skipped; a blob that frames but fails its checksum
-    or header checks is an ArtifactError naming its offset."""
+def _scan(data: bytes, magic: bytes, version: int, parse):
+    """parse(blob bytes, source suffix) for every blob framed with `magic` / `version` in `data`, in file order. A
+    magic match whose framing does not hold (a coincidence in machine code) is skipped; a blob that frames but
+    fails its checksums or header checks is an ArtifactError naming its offset."""
     out = []
-    pos = data.find(MAGIC)
+    pos = data.find(magic)
     while pos >= 0:
         if pos + FIXED_SIZE <= len(data):
             _, ver, hlen, blen, _ = _FIXED.unpack_from(data, pos)
             end = pos + FIXED_SIZE + hlen + blen
-            if ver == FORMAT_VERSION and end <= len(data):
-                out.append(unpack_program(data[pos:end], f"{source} (DPU subgraph at offset {pos})"))
-                pos = data.find(MAGIC, end)
+            if ver == version and end <= len(data):
+                out.append(parse(data[pos:end], pos))
+                pos = data.find(magic, end)
                 continue
-        pos = data.find(MAGIC, pos + 1)
+        pos = data.find(magic, pos + 1)
     return out
+
+
+def find_blobs(data: bytes, source: str) -> list[Program]:
+    """Every DPU subgraph blob embedded in `data` (an exported shared library), in file order."""
+    return _scan(data, MAGIC, FORMAT_VERSION,
+                 lambda blob, pos: unpack_program(blob, f"{source} (DPU subgraph at offset {pos})"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Custom-IP plugin subgraphs (tvm_dpu.plugins): the same framing, the plugin's own bytes as the payload
+# ---------------------------------------------------------------------------------------------------------
+PLUGIN_MAGIC = b"TVMDPUPL"
+PLUGIN_FORMAT_VERSION = 1
+PLUGIN_FORMAT_TAG = "tvm-dpu-plugin-subgraph"
+#: The host function every plugin partition's trampoline calls (plugins/runtime.py registers it).
+PLUGIN_DISPATCH_FUNC = "tvm_dpu.plugins.dispatch"
+
+
+def pack_plugin_program(plugin: str, version: str, device: str, symbol: str, input_shapes, output_shapes,
+                        nodes: list[str], payload: bytes) -> bytes:
+    header = {"format": PLUGIN_FORMAT_TAG, "plugin": plugin, "version": version, "device": device, "symbol": symbol,
+              "input_shapes": [[int(d) for d in s] for s in input_shapes],
+              "output_shapes": [[int(d) for d in s] for s in output_shapes], "nodes": [str(n) for n in nodes]}
+    return pack(PLUGIN_MAGIC, PLUGIN_FORMAT_VERSION, header, {"payload": bytes(payload)})
+
+
+def unpack_plugin_program(data: bytes, source: str) -> tuple[dict, bytes]:
+    """(header, payload) of a plugin subgraph blob, every header value checked (ArtifactError on any defect)."""
+    c = unpack(data, PLUGIN_MAGIC, PLUGIN_FORMAT_VERSION, source, "plugin subgraph", PLUGIN_FORMAT_TAG)
+    h = c.header
+    try:
+        for key in ("plugin", "version", "device", "symbol"):
+            need_str(h.get(key), key)
+        for key in ("input_shapes", "output_shapes"):
+            for i, s in enumerate(need_list(h.get(key), key)):
+                _shape(s, f"{key}[{i}]")
+        for i, n in enumerate(need_list(h.get("nodes"), "nodes")):
+            need_str(n, f"nodes[{i}]")
+    except SchemaError as e:
+        raise ArtifactError(f"{source}: plugin subgraph header: {e}") from None
+    return h, c.section("payload")
+
+
+def plugin_summary(header: dict) -> dict:
+    """What reports and the artifact header show of a plugin subgraph."""
+    return {k: header[k] for k in ("symbol", "plugin", "version", "device", "nodes")}
+
+
+def find_plugin_blobs(data: bytes, source: str) -> list[tuple[dict, bytes]]:
+    """Every plugin subgraph blob embedded in `data` (an exported library), in file order."""
+    return _scan(data, PLUGIN_MAGIC, PLUGIN_FORMAT_VERSION,
+                 lambda blob, pos: unpack_plugin_program(blob, f"{source} (plugin subgraph at offset {pos})"))

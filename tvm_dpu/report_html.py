@@ -162,12 +162,14 @@ def graph_svg(nodes: list[dict], placement: dict[str, dict]) -> str:
         x, y = box(n["name"])
         p = placement.get(n["name"], {})
         sg = p.get("subgraph")
-        on_dpu = p.get("device") == "dpu"
+        dev = p.get("device") or "cpu"
+        on_dpu = dev == "dpu"
         fill, stroke = (_DPU_FILLS[sg % len(_DPU_FILLS)], _DPU_STROKES[sg % len(_DPU_STROKES)]) if on_dpu and \
-            sg is not None else ("#eceff3", "#7b8494")
-        tip = f"{n['name']} ({n['op']}): " + (f"DPU subgraph {sg}" if on_dpu else f"CPU. {p.get('reason') or ''}")
+            sg is not None else (("#fff3d6", "#c98a00") if dev != "cpu" else ("#eceff3", "#7b8494"))
+        tip = f"{n['name']} ({n['op']}): " + (f"DPU subgraph {sg}" if on_dpu else f"CPU. {p.get('reason') or ''}"
+                                               if dev == "cpu" else f"custom IP {dev} (plugin subgraph {sg})")
         label = n["name"] if len(n["name"]) <= 18 else n["name"][:17] + "\u2026"
-        tag = f"DPU {sg}" if on_dpu else "CPU"
+        tag = f"DPU {sg}" if on_dpu else ("CPU" if dev == "cpu" else dev)
         parts.append(f"<g><title>{_esc(tip)}</title><rect x='{x:.1f}' y='{y:.1f}' width='{w}' height='{h}' rx='6' "
                      f"fill='{fill}' stroke='{stroke}' stroke-width='1.5'/>"
                      f"<text x='{x + 8:.1f}' y='{y + 14:.1f}' class='nn'>{_esc(label)}</text>"
@@ -307,6 +309,12 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
                "<th class='num'>instructions</th><th class='num'>code B</th><th class='num'>params B</th>"
                "<th class='num'>DDR B</th><th class='num'>cycles</th><th class='num'>latency ms</th></tr>" +
                "".join(rows) + "</table>")
+    plugin_rows = "".join(f"<tr><td>{_esc(p['symbol'])}</td><td>{_esc(p['device'])}</td><td>{_esc(p['plugin'])} "
+                          f"{_esc(p['version'])}</td><td>{_esc(', '.join(p['nodes']))}</td></tr>"
+                          for p in header.get("plugin_subgraphs") or [])
+    if plugin_rows:
+        out.append("<h3>Custom-IP plugin subgraphs</h3><table><tr><th>symbol</th><th>device</th><th>plugin</th>"
+                   "<th>nodes</th></tr>" + plugin_rows + "</table>")
     missing = {t for t in timings.values() if isinstance(t, str)}
     for m in sorted(missing):
         out.append(f"<p class='note'>Cycles and timeline: {_esc(m)}.</p>")

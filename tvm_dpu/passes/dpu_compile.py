@@ -13,7 +13,7 @@ import contextvars
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -24,7 +24,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
 from tvm_dpu.passes.ext_module import PROGRAM_ATTR
-from tvm_dpu.program_blob import pack_program
+from tvm_dpu.program_blob import pack_program, plugin_summary, unpack_plugin_program
 from tvm_dpu.types import InputSpec
 
 CALIBRATION_FUNC = "tvm_dpu.calibration"
@@ -72,26 +72,46 @@ def input_specs(mod: tvm.IRModule) -> list[InputSpec]:
     return specs
 
 
-def dpu_functions(mod: tvm.IRModule) -> dict[str, relax.Function]:
-    """Partition symbol -> function, for every function with Codegen="dpu" (sorted by symbol)."""
+def codegen_functions(mod: tvm.IRModule, codegen: str) -> dict[str, relax.Function]:
+    """Partition symbol -> function, for every function with Codegen=`codegen` (sorted by symbol)."""
     out = {}
     for gv, fn in mod.functions.items():
-        if isinstance(fn, relax.Function) and fn.attrs is not None and str(fn.attrs.get("Codegen", "")) == "dpu":
+        if isinstance(fn, relax.Function) and fn.attrs is not None and str(fn.attrs.get("Codegen", "")) == codegen:
             out[gv.name_hint] = fn
     return dict(sorted(out.items()))
+
+
+def dpu_functions(mod: tvm.IRModule) -> dict[str, relax.Function]:
+    """Partition symbol -> function, for every function with Codegen="dpu" (sorted by symbol)."""
+    return codegen_functions(mod, "dpu")
 
 
 def is_partitioned(mod: tvm.IRModule) -> bool:
     return bool(dpu_functions(mod))
 
 
+@dataclass
+class ExternalCompiler:
+    """How partitions of another codegen (a custom-IP plugin) are calibrated and compiled beside the DPU's:
+    `float_reference(function, symbol, inputs) -> outputs` during the calibration run, then
+    `compile(function, symbol, recorded inputs) -> program bytes` (attached as the `tvm_dpu.program` attribute
+    that the codegen `relax.ext.<codegen>` embeds)."""
+
+    codegen: str
+    float_reference: Callable[[relax.Function, str, list[np.ndarray]], list[np.ndarray]]
+    compile: Callable[[relax.Function, str, list[list[np.ndarray]]], bytes]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Calibration run
 # ---------------------------------------------------------------------------------------------------------
+#: Evaluates one partition on float inputs during calibration (and records them): float arrays -> float arrays.
+Evaluator = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
 @dataclass
 class _CalibrationRun:
-    float_graphs: list[Any]  # FloatSubgraph per partition index
-    recorded: list[list[dict[str, np.ndarray]]]
+    evaluators: list[Evaluator]  # per partition index
 
 
 _CALIBRATION: contextvars.ContextVar[_CalibrationRun | None] = contextvars.ContextVar("tvm_dpu_calibration",
@@ -99,20 +119,38 @@ _CALIBRATION: contextvars.ContextVar[_CalibrationRun | None] = contextvars.Conte
 
 
 def _calibration_call(index: int, *args: Any) -> None:
-    from tvm_dpu.xgraph.float_ref import run_graph_float
-
     run = _CALIBRATION.get()
     if run is None:
         raise DPUError("tvm_dpu.calibration was called outside a tvm-dpu calibration run")
-    fs = run.float_graphs[int(index)]
-    n_in = len(fs.input_names)
-    feeds = {}
-    for name, a in zip(fs.input_names, args[:n_in]):
-        feeds[name] = np.from_dlpack(a).reshape(fs.graph.tensors[name].shape).astype(np.float32)
-    run.recorded[int(index)].append(feeds)
-    res = run_graph_float(fs.graph, feeds)
-    for dst, name, shape in zip(args[n_in:], fs.output_names, fs.output_shapes):
-        dst.copyfrom(np.ascontiguousarray(np.asarray(res[name], dtype=np.float32).reshape(shape)))
+    evaluate = run.evaluators[int(index)]
+    n_out = len(args) - evaluate.n_inputs
+    outs = evaluate([np.from_dlpack(a) for a in args[:len(args) - n_out]])
+    for dst, val in zip(args[len(args) - n_out:], outs):
+        dst.copyfrom(np.ascontiguousarray(np.asarray(val, dtype=np.float32).reshape(tuple(dst.shape))))
+
+
+def _dpu_evaluator(fs: Any, record: list) -> Evaluator:
+    from tvm_dpu.xgraph.float_ref import run_graph_float
+
+    def evaluate(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        feeds = {name: np.asarray(a).reshape(fs.graph.tensors[name].shape).astype(np.float32)
+                 for name, a in zip(fs.input_names, inputs)}
+        record.append(feeds)
+        res = run_graph_float(fs.graph, feeds)
+        return [res[name] for name in fs.output_names]
+
+    evaluate.n_inputs = len(fs.input_names)
+    return evaluate
+
+
+def _external_evaluator(ext: ExternalCompiler, fn: relax.Function, symbol: str, record: list) -> Evaluator:
+    def evaluate(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        inputs = [np.array(a, dtype=np.float32) for a in inputs]
+        record.append(inputs)
+        return ext.float_reference(fn, symbol, inputs)
+
+    evaluate.n_inputs = len(fn.params)
+    return evaluate
 
 
 def register_calibration() -> None:
@@ -146,12 +184,13 @@ def calibration_module(mod: tvm.IRModule, symbols: list[str]) -> tvm.IRModule:
     return out.with_attrs(mod.attrs) if mod.attrs is not None else out
 
 
-def record_partition_inputs(mod: tvm.IRModule, symbols: list[str], float_graphs: list[Any],
-                            batches: list[list[np.ndarray]], progress: bool) -> list[list[dict[str, np.ndarray]]]:
-    """Run the model on `batches` with float references behind the partitions; per partition, its inputs."""
-    run = _CalibrationRun(float_graphs, [[] for _ in symbols])
+def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Evaluator],
+                    batches: list[list[np.ndarray]], progress: bool) -> None:
+    """Run the model on `batches` with `evaluators[i]` (float references that record their inputs) behind
+    partition `symbols[i]`."""
+    run = _CalibrationRun(evaluators)
     if not batches:
-        return run.recorded
+        return
     ex = tvm.compile(calibration_module(mod, symbols), target="llvm", relax_pipeline=_cpu_lowering())
     vm = relax.VirtualMachine(ex, tvm.cpu())
     it = batches
@@ -165,7 +204,6 @@ def record_partition_inputs(mod: tvm.IRModule, symbols: list[str], float_graphs:
             vm["main"](*[tvm.runtime.tensor(a) for a in batch])
     finally:
         _CALIBRATION.reset(token)
-    return run.recorded
 
 
 def _cpu_lowering():
@@ -199,14 +237,16 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
 def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
                            fusion: str = "optimal", fix_points: Mapping[str, int] | None = None,
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
-                           source_mod: tvm.IRModule | None = None, progress: bool = False) -> DPUCompileResult:
+                           source_mod: tvm.IRModule | None = None, progress: bool = False,
+                           external: Sequence[ExternalCompiler] = ()) -> DPUCompileResult:
     """Compile every Codegen="dpu" function of the partitioned module `pmod` for `arch`.
 
     `calibration`: see quant.calib_data.calibration_batches (None: random inputs, with a warning).
     `fix_points` ({ONNX tensor name: fix_point}) fix those tensors instead of calibrating them; with `is_qdq`
     a partition whose feature maps are all fixed needs no calibration. `call_names[symbol]` are the ONNX node
     names of the partition's calls (provenance for the XGraph); `source_mod` the module before partitioning (to
-    map ONNX tensor names onto XGraph tensors)."""
+    map ONNX tensor names onto XGraph tensors). `external`: partitions of other codegens (plugins) calibrated in
+    the same run and compiled by their own compilers."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.fusion.select import MODES as FUSION_MODES
     from tvm_dpu.quant.calib_data import calibration_batches
@@ -231,13 +271,18 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data).
     need_stats = {sym for sym, fs in float_graphs.items()
                   if not is_qdq or uncovered_feature_maps(fs, overrides.get(sym) or {})}
+    ext_functions = {sym: (fn, ext) for ext in external for sym, fn in codegen_functions(pmod, ext.codegen).items()}
     t_xg = time.perf_counter()
-    batches = calibration_batches(calibration, inputs) if need_stats else []
-    recorded = record_partition_inputs(pmod, symbols, [float_graphs[s] for s in symbols], batches, progress)
+    batches = calibration_batches(calibration, inputs) if need_stats or ext_functions else []
+    recorded: list[list] = [[] for _ in range(len(symbols) + len(ext_functions))]
+    evaluators = [_dpu_evaluator(float_graphs[s], recorded[i]) for i, s in enumerate(symbols)]
+    evaluators += [_external_evaluator(ext, fn, sym, recorded[len(symbols) + j])
+                   for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
+    run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
     t_cal = time.perf_counter()
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
-    module = tvm.IRModule(dict(pmod.functions), attrs=pmod.attrs)  # pmod itself stays as it was
+    module = pmod.clone()  # pmod itself stays as it was
     for i, sym in enumerate(symbols):
         fs = float_graphs[sym]
         stats = collect_stats(fs.graph, recorded[i], progress=False) if sym in need_stats else None
@@ -250,7 +295,14 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         gv = module.get_global_var(sym)
         tensor = tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy())
         module[gv] = functions[sym].with_attr(PROGRAM_ATTR, tensor)
+    plugin_subgraphs = []
+    for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
+        blob = ext.compile(fn, sym, recorded[len(symbols) + j])
+        plugin_subgraphs.append(plugin_summary(unpack_plugin_program(blob, sym)[0]))
+        module[module.get_global_var(sym)] = fn.with_attr(
+            PROGRAM_ATTR, tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy()))
     t_dpu = time.perf_counter()
     info = {"times_s": {"xgraph": t_xg - t0, "calibration": t_cal - t_xg, "quantize_codegen": t_dpu - t_cal},
-            "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq}
+            "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq,
+            "plugin_subgraphs": plugin_subgraphs}
     return DPUCompileResult(module, arch_obj, inputs, partitions, info=info)

@@ -90,8 +90,9 @@ def _include_dir() -> str:
     return str(Path(tvm_ffi.__file__).resolve().parent / "include")
 
 
-def trampoline_object(symbol: str, blob: bytes, machine: str) -> bytes:
-    """The compiled C object (ELF bytes) for one partition: `blob` embedded, `__tvm_ffi_<symbol>` defined."""
+def trampoline_object(symbol: str, blob: bytes, machine: str, dispatch: str = DISPATCH_FUNC) -> bytes:
+    """The compiled C object (ELF bytes) for one partition: `blob` embedded, `__tvm_ffi_<symbol>` defined, calling
+    the host function `dispatch`."""
     if not _SYMBOL_RE.match(symbol):
         raise DPUError(f"DPU partition symbol {symbol!r} is not a C identifier")
     cc = c_compiler(machine)
@@ -101,7 +102,7 @@ def trampoline_object(symbol: str, blob: bytes, machine: str) -> bytes:
         # Fixed relative file names and a fixed local label: the object's bytes depend on the blob and the symbol
         # only (deterministic artifacts), and symbols of any length fit.
         (Path(tmp) / "partition.c").write_text(
-            _TRAMPOLINE.format(symbol=symbol, label="program", path="program.bin", dispatch=DISPATCH_FUNC))
+            _TRAMPOLINE.format(symbol=symbol, label="program", path="program.bin", dispatch=dispatch))
         obj = Path(tmp) / "partition.o"
         cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", "-I", _include_dir(), "partition.c", "-o", "partition.o"]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
@@ -120,22 +121,31 @@ def _blob_of(fn, symbol: str) -> bytes:
     return np.asarray(attrs[PROGRAM_ATTR].numpy(), dtype=np.uint8).tobytes()
 
 
-def dpu_codegen(functions, options, constant_names):
-    """The `relax.ext.dpu` hook: one static-library runtime module per partition function."""
-    target = tvm.target.Target.current(allow_none=True)
-    mtriple = None
-    if target is not None:
-        mtriple = str(target.attrs["mtriple"]) if "mtriple" in target.attrs else None
-    machine = machine_of_triple(mtriple)
-    modules = []
-    with tempfile.TemporaryDirectory(prefix="tvm_dpu_") as tmp:
-        for i, fn in enumerate(functions):
-            symbol = str(fn.attrs["global_symbol"])
-            obj = Path(tmp) / f"partition{i}.o"
-            obj.write_bytes(trampoline_object(symbol, _blob_of(fn, symbol), machine))
-            # load_static_library keeps the object's bytes: the file can go with the directory.
-            modules.append(tvm.runtime.load_static_library(str(obj), [symbol]))
-    return modules
+def embedding_codegen(dispatch: str):
+    """A BYOC codegen hook that embeds each partition's `tvm_dpu.program` bytes in a static-library module whose
+    packed function calls the host function `dispatch` (the DPU's, or a custom-IP plugin's)."""
+
+    def codegen(functions, options, constant_names):
+        target = tvm.target.Target.current(allow_none=True)
+        mtriple = None
+        if target is not None:
+            mtriple = str(target.attrs["mtriple"]) if "mtriple" in target.attrs else None
+        machine = machine_of_triple(mtriple)
+        modules = []
+        with tempfile.TemporaryDirectory(prefix="tvm_dpu_") as tmp:
+            for i, fn in enumerate(functions):
+                symbol = str(fn.attrs["global_symbol"])
+                obj = Path(tmp) / f"partition{i}.o"
+                obj.write_bytes(trampoline_object(symbol, _blob_of(fn, symbol), machine, dispatch))
+                # load_static_library keeps the object's bytes: the file can go with the directory.
+                modules.append(tvm.runtime.load_static_library(str(obj), [symbol]))
+        return modules
+
+    return codegen
+
+
+#: The `relax.ext.dpu` hook: one static-library runtime module per DPU partition function.
+dpu_codegen = embedding_codegen(DISPATCH_FUNC)
 
 
 def register_codegen() -> None:

@@ -21,6 +21,7 @@ original spans (ONNX provenance) are restored before the module is returned.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import tvm
 import tvm_ffi
@@ -52,22 +53,39 @@ class BindingInfo:
 
 @dataclass
 class SubgraphInfo:
-    """One DPU call site in the partitioned ``main`` (subgraph ids follow main's topological order)."""
+    """One DPU (or plugin) call site in the partitioned ``main`` (ids follow main's topological order)."""
 
     index: int
-    function: str  # GlobalVar name of the Codegen="dpu" function
+    function: str  # GlobalVar name of the Codegen="dpu" (or plugin codegen) function
     tags: list[int] = field(default_factory=list)  # original bindings it computes, in its order
     composites: list[str] = field(default_factory=list)  # Composite names of its coarse ops
     has_conv: bool = False
+    codegen: str = "dpu"
 
 
 @dataclass
 class Placement:
     """Where every original binding ended up."""
 
-    device: dict[int, str]  # tag -> "dpu" | "cpu"
-    subgraph: dict[int, int]  # tag -> subgraph index (dpu tags only)
+    device: dict[int, str]  # tag -> "dpu" | "cpu" | a plugin's device name
+    subgraph: dict[int, int]  # tag -> subgraph index (dpu tags: in `subgraphs`; plugin tags: in `plugin_subgraphs`)
     subgraphs: list[SubgraphInfo]
+    plugin_subgraphs: list[SubgraphInfo] = field(default_factory=list)
+
+
+@dataclass
+class ExternalClaim:
+    """Bindings of main claimed before DPU partitioning (a custom-IP plugin): they become functions with
+    Codegen=`codegen` (compiled by `relax.ext.<codegen>`), shown in reports as running on `device`."""
+
+    codegen: str
+    device: str
+    tags: set[int]
+
+
+#: A claimer sees the tagged module, its bindings and the tags already claimed by earlier claimers, and returns
+#: its claim (plugins/ builds one per enabled plugin; passes/ knows nothing else of plugins).
+Claimer = Callable[[tvm.IRModule, "list[BindingInfo]", set], ExternalClaim]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -283,8 +301,12 @@ def _is_dpu_function(fn) -> bool:
     return isinstance(fn, relax.Function) and fn.attrs is not None and "Codegen" in fn.attrs and str(fn.attrs["Codegen"]) == "dpu"
 
 
-def trace_placement(partitioned: tvm.IRModule, orig_main: relax.Function, infos: list[BindingInfo]) -> Placement:
-    """Map every original binding of `orig_main` to "dpu" (with its subgraph) or "cpu"."""
+def trace_placement(partitioned: tvm.IRModule, orig_main: relax.Function, infos: list[BindingInfo],
+                    plugin_devices: dict[str, str] | None = None) -> Placement:
+    """Map every original binding of `orig_main` to "dpu" (with its subgraph), a plugin's device (functions whose
+    Codegen is a key of `plugin_devices`) or "cpu"."""
+    plugin_devices = plugin_devices or {}
+    plugin_subgraphs: list[SubgraphInfo] = []
     tracer = _Tracer(orig_main, infos)
     main = partitioned["main"]
     env = dict(zip(main.params, tracer.orig_params))
@@ -296,6 +318,17 @@ def trace_placement(partitioned: tvm.IRModule, orig_main: relax.Function, infos:
             val = b.value
             if isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.GlobalVar):
                 fn = partitioned[val.op]
+                codegen = str(fn.attrs["Codegen"]) if isinstance(fn, relax.Function) and fn.attrs is not None \
+                    and "Codegen" in fn.attrs else None
+                if codegen in plugin_devices:
+                    psg = SubgraphInfo(len(plugin_subgraphs), val.op.name_hint, codegen=codegen)
+                    env[b.var] = tracer.run_function(fn, [tracer.resolve(env, a) for a in val.args], psg.tags,
+                                                     psg.composites)
+                    for t in psg.tags:
+                        device[t] = plugin_devices[codegen]
+                        subgraph[t] = psg.index
+                    plugin_subgraphs.append(psg)
+                    continue
                 if not _is_dpu_function(fn):
                     raise PartitionError(
                         f"main calls the function {val.op.name_hint}: only modules whose main holds Relax op calls "
@@ -318,7 +351,7 @@ def trace_placement(partitioned: tvm.IRModule, orig_main: relax.Function, infos:
         # Bindings dead in the original (never reached from main's output) stay on the CPU side.
         for t in missing:
             device[t] = "cpu"
-    return Placement(device, subgraph, subgraphs)
+    return Placement(device, subgraph, subgraphs, plugin_subgraphs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -358,23 +391,52 @@ class PartitionResult:
     session: CheckSession
 
 
-def partition_detailed(mod: tvm.IRModule, arch) -> PartitionResult:
-    """`partition` returning the internal placement too (used by the report and by tests)."""
+def _claim_patterns(claims: Sequence[ExternalClaim], infos: list[BindingInfo]) -> list[tuple]:
+    """One pattern per (claim, op type) that matches exactly the claimed bindings (by tag), for FuseOpsByPattern.
+    Adjacent claimed bindings of one claim merge into one function (MergeCompositeFunctions, cycle-free)."""
+    from tvm.relax.dpl import is_op, wildcard
+
+    out = []
+    for claim in claims:
+        by_op: dict[tuple[str, int], set[int]] = {}
+        for t in sorted(claim.tags):
+            info = infos[t]
+            by_op.setdefault((info.op, len(info.call.args)), set()).add(t)
+        for (op, nargs), tags in sorted(by_op.items()):
+            root = is_op(op)(*[wildcard() for _ in range(nargs)])
+            out.append((f"{claim.codegen}.{op.replace('.', '_')}_{nargs}", root, {"root": root},
+                        lambda ctx, tags=frozenset(tags): tag_of(ctx.annotated_expr["root"]) in tags))
+    return out
+
+
+def partition_detailed(mod: tvm.IRModule, arch, claimers: Sequence[Claimer] = ()) -> PartitionResult:
+    """`partition` returning the internal placement too (used by the report and by tests). `claimers` (custom-IP
+    plugins, in order) claim bindings before DPU partitioning."""
     from ..arch import load_arch
 
     arch = load_arch(arch)
     mod = _ensure_dataflow(mod)
     tagged, infos = _tag_main(mod)
     names = {i.tag: binding_node_names(i) for i in infos}
-    excluded: dict[int, str] = {}
+    claims: list[ExternalClaim] = []
+    claimed: set[int] = set()
+    for claimer in claimers:
+        claim = claimer(tagged, infos, set(claimed))
+        if claim.tags & claimed:
+            raise PartitionError(f"plugin {claim.device!r} claims ops an earlier plugin claimed")
+        claims.append(claim)
+        claimed |= claim.tags
+    plugin_devices = {c.codegen: c.device for c in claims}
+    extra = _claim_patterns(claims, infos)
+    excluded: dict[int, str] = {t: f"claimed by plugin {c.device}" for c in claims for t in c.tags}
     for _ in range(_MAX_ROUNDS):
         session = CheckSession(arch=arch, excluded=dict(excluded), names=names)
         with check_session(session):
             fused = relax.transform.FuseOpsByPattern(
-                dpu_patterns(arch), bind_constants=True, annotate_codegen=False
+                extra + dpu_patterns(arch), bind_constants=True, annotate_codegen=False
             )(tagged)
             merged = relax.transform.MergeCompositeFunctions()(fused)
-        placement = trace_placement(merged, tagged["main"], infos)
+        placement = trace_placement(merged, tagged["main"], infos, plugin_devices)
         lone = [sg for sg in placement.subgraphs if is_lone(sg)]
         if not lone:
             break

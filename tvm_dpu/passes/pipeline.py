@@ -55,27 +55,33 @@ def compiled_dpu_lowering() -> tvm.transform.Pass:
 
 def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
                         fusion: str = "optimal", method: str = "mse", fix_points: dict[str, int] | None = None,
-                        is_qdq: bool = False, normalize: bool = True, progress: bool = False):
-    """Partition `mod` for `arch` (unless it already is) and compile its DPU partitions: a DPUCompileResult."""
+                        is_qdq: bool = False, normalize: bool = True, progress: bool = False, plugins: Any = None):
+    """Partition `mod` for `arch` (unless it already is; enabled `plugins` claim their ops first) and compile its
+    DPU and plugin partitions: a DPUCompileResult."""
     from tvm_dpu.passes.dpu_compile import compile_dpu_partitions, is_partitioned
     from tvm_dpu.passes.partition import binding_node_names, partition_detailed
     from tvm_dpu.passes.report import build_report
 
+    claimers, external = [], []
+    if plugins:  # custom IP sits above the DPU flow: its glue is imported only when asked for
+        from tvm_dpu.plugins.glue import prepare
+
+        claimers, external = prepare(plugins)
     if is_partitioned(mod):
         return compile_dpu_partitions(mod, arch, calibration=calibration, method=method, fusion=fusion,
-                                      fix_points=fix_points, is_qdq=is_qdq, progress=progress)
+                                      fix_points=fix_points, is_qdq=is_qdq, progress=progress, external=external)
     if normalize:
         from tvm_dpu.frontend import normalize as normalize_mod
 
         mod = normalize_mod(mod)
-    part = partition_detailed(mod, arch)
+    part = partition_detailed(mod, arch, claimers)
     first_site = {}
     for sg in part.placement.subgraphs:  # a function may serve several identical call sites: name it by the first
         first_site.setdefault(sg.function, sg)
     call_names = {sym: [binding_node_names(part.infos[t]) for t in sg.tags] for sym, sg in first_site.items()}
     result = compile_dpu_partitions(part.module, arch, calibration=calibration, method=method, fusion=fusion,
                                     fix_points=fix_points, is_qdq=is_qdq, call_names=call_names, source_mod=mod,
-                                    progress=progress)
+                                    progress=progress, external=external)
     result.report = build_report(mod, part)
     result.subgraph_ids = {sym: sg.index for sym, sg in first_site.items()}
     return result
@@ -83,18 +89,20 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
 
 def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str = "optimal", method: str = "mse",
                  fix_points: dict[str, int] | None = None, is_qdq: bool = False, normalize: bool = True,
-                 progress: bool = False, record: list | None = None) -> tvm.transform.Pass:
+                 progress: bool = False, record: list | None = None, plugins: Any = None) -> tvm.transform.Pass:
     """The "dpu" Relax pipeline (`relax.get_pipeline("dpu", **options)`).
 
     Options: `arch` (preset name, arch.json path or Arch), `calibration` (arrays, dicts, an .npz path, ...; None
     calibrates on random inputs with a warning), `fusion` ("none" | "greedy" | "optimal"), `method` ("mse" |
-    "minmax"), `fix_points` ({ONNX tensor name: fix_point}), `normalize` (run tvm-dpu's normalization first).
+    "minmax"), `fix_points` ({ONNX tensor name: fix_point}), `normalize` (run tvm-dpu's normalization first),
+    `plugins` (custom-IP plugins by name, "a,b" or a list, applied in order before DPU partitioning).
     `record`, if a list, receives the DPUCompileResult (partition report, compiled subgraphs) of each run."""
 
     @tvm.transform.module_pass(opt_level=0, name="DPUPipeline")
     def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         result = prepare_and_compile(mod, arch=arch, calibration=calibration, fusion=fusion, method=method,
-                                     fix_points=fix_points, is_qdq=is_qdq, normalize=normalize, progress=progress)
+                                     fix_points=fix_points, is_qdq=is_qdq, normalize=normalize, progress=progress,
+                                     plugins=plugins)
         if record is not None:
             record.append(result)
         return lower_dpu_module(result.module)

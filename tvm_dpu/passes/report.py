@@ -78,9 +78,14 @@ class PartitionReport:
 
     def summary(self) -> str:
         k, m = len(self.dpu_nodes), len(self.cpu_nodes)
+        others: dict[str, int] = {}
+        for n in self.nodes:
+            if n.device not in ("dpu", "cpu"):
+                others[n.device] = others.get(n.device, 0) + 1
+        plugins = "".join(f", {c} on {d}" for d, c in sorted(others.items()))
         return (
-            f"{len(self.nodes)} nodes: {k} on DPU in {self.subgraphs} subgraph{'s' if self.subgraphs != 1 else ''}, "
-            f"{m} on CPU ({self.arch})"
+            f"{len(self.nodes)} nodes: {k} on DPU in {self.subgraphs} subgraph{'s' if self.subgraphs != 1 else ''}"
+            f"{plugins}, {m} on CPU ({self.arch})"
         )
 
     def table(self) -> str:
@@ -171,8 +176,8 @@ def build_report(mod, result: "PartitionResult") -> PartitionReport:
                     name=str(info.var.name),
                     op=label,
                     device=dev,
-                    subgraph=placement.subgraph.get(info.tag) if dev == "dpu" else None,
-                    reason=None if dev == "dpu" else _binding_reason(result, info.tag, label),
+                    subgraph=placement.subgraph.get(info.tag) if dev != "cpu" else None,
+                    reason=None if dev != "cpu" else _binding_reason(result, info.tag, label),
                 )
             )
         return report
@@ -211,7 +216,10 @@ def build_report(mod, result: "PartitionResult") -> PartitionReport:
         if tags:
             compute = [t for t in tags if _short(infos[t].op) not in _LAYOUT_OPS] or tags
             cpu = [t for t in compute if placement.device[t] == "cpu"]
-            if not cpu:
+            plugin = [t for t in compute if placement.device[t] not in ("cpu", "dpu")]
+            if plugin:  # a custom-IP plugin claimed the node
+                res = (placement.device[plugin[0]], placement.subgraph[plugin[0]], None)
+            elif not cpu:
                 res = ("dpu", placement.subgraph[compute[0]], None)
             else:  # the first op of the node left on the CPU explains it (e.g. the conv of a conv+bias)
                 res = ("cpu", None, _binding_reason(result, cpu[0], op_label))

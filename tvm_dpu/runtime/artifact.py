@@ -31,7 +31,7 @@ from tvm import relax
 from tvm_dpu import signing
 from tvm_dpu.container import pack, unpack
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs
+from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
@@ -121,6 +121,7 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
         subgraphs.append({"key": key, "symbol": symbol, "id": model.subgraph_ids.get(symbol), "name": r.sg.name,
                           "program_sha256": r.program_digest.hex()})
     build = _without_timings(model.build_info)
+    plugin_subgraphs = [plugin_summary(h) for h, _ in find_plugin_blobs(sections[f"lib.{host}"], "library")]
     header = {
         "format": "tvm-dpu-artifact",
         "arch": {"name": model.arch.name, "fingerprint": hex(model.arch.fingerprint)},
@@ -131,6 +132,7 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
         "partition": model.partition_report.to_json() if model.partition_report is not None else None,
         "build": build,
         "cpu_libs": cpu_libs,
+        "plugin_subgraphs": plugin_subgraphs,
     }
     data = pack(MAGIC, FORMAT_VERSION, header, sections)
     if sign is not None:
@@ -225,8 +227,7 @@ def _check_header(h: dict) -> None:
             n = need_dict(n, f"partition.nodes[{i}]")
             need_str(n.get("name"), f"partition.nodes[{i}].name")
             need_str(n.get("op"), f"partition.nodes[{i}].op")
-            if n.get("device") not in ("dpu", "cpu"):
-                raise SchemaError(f"partition.nodes[{i}].device {n.get('device')!r:.20} is not 'dpu' or 'cpu'")
+            need_str(n.get("device"), f"partition.nodes[{i}].device")
             if n.get("subgraph") is not None:
                 need_int(n.get("subgraph"), f"partition.nodes[{i}].subgraph", 0, 1 << 20)
             if n.get("reason") is not None:
@@ -240,6 +241,10 @@ def _check_header(h: dict) -> None:
             for j, p in enumerate(need_list(n.get("inputs"), f"graph[{i}].inputs")):
                 need_str(p, f"graph[{i}].inputs[{j}]")
     need_dict(h.get("build", {}), "build")
+    for i, p in enumerate(need_list(h.get("plugin_subgraphs", []), "plugin_subgraphs")):
+        p = need_dict(p, f"plugin_subgraphs[{i}]")
+        for k in ("symbol", "plugin", "version", "device"):
+            need_str(p.get(k), f"plugin_subgraphs[{i}].{k}")
 
 
 def _open(path: Path, trusted_keys: Any = None):
@@ -286,6 +291,26 @@ def _programs_of(c, path: Path) -> dict[str, Program]:
     return {p.symbol: p for p in find_blobs(lib, f"{path}:lib.{name}")}
 
 
+def _check_plugins_installed(plugin_subgraphs: list[dict], path: Path) -> None:
+    """Every plugin the library's subgraphs name is installed in the same version (ArtifactError otherwise): the
+    artifact carries the plugins' data, the code that runs it comes from the installed plugin."""
+    if not plugin_subgraphs:
+        return
+    # Custom-IP plugins sit above the runtime; only an artifact that uses one reaches for their registry.
+    from tvm_dpu.plugins.registry import PluginError, get_plugin
+
+    for s in plugin_subgraphs:
+        try:
+            installed = get_plugin(s["plugin"])
+        except PluginError as e:
+            raise ArtifactError(f"{path}: subgraph {s['symbol']} runs on plugin {s['plugin']!r} version "
+                                f"{s['version']}, which is not installed here ({e})") from None
+        if str(installed.version) != s["version"]:
+            raise ArtifactError(f"{path}: subgraph {s['symbol']} was compiled by plugin {s['plugin']!r} version "
+                                f"{s['version']}; version {installed.version} is installed: install that version "
+                                "or recompile")
+
+
 def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None,
          **device_options: Any) -> CompiledModel:
     """Load an artifact in this process and return a runnable `CompiledModel`.
@@ -314,6 +339,8 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
         raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
     machine, lib_bytes = _library_section(c, path)
     found = {p.symbol: p for p in find_blobs(lib_bytes, f"{path}:lib.{machine}")}
+    plugin_subgraphs = [plugin_summary(hd) for hd, _ in find_plugin_blobs(lib_bytes, f"{path}:lib.{machine}")]
+    _check_plugins_installed(plugin_subgraphs, path)
     dev = _device_for(device, arch, fp, path, device_options)
     try:
         runners = {}
@@ -355,7 +382,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
         lib = tvm.runtime.load_module(str(lib_path))
     return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs, partition_report=report,
                          subgraph_ids=ids, build_info=dict(h.get("build") or {}), outputs=outputs,
-                         source_graph=source_graph, device=dev)
+                         source_graph=source_graph, device=dev, plugin_subgraphs=plugin_subgraphs)
 
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:

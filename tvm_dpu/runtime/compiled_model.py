@@ -40,6 +40,8 @@ class CompiledModel:
     source_graph: list[dict] | None = None
     #: Where the DPU partitions run (None: an emulator of `arch`).
     device: Any = None
+    #: Subgraphs run by custom-IP plugins: [{"symbol", "plugin", "version", "device", "nodes"}].
+    plugin_subgraphs: list[dict] = field(default_factory=list)
     _verify: bool = False
     _lib: Any = None
     _local: threading.local = field(default_factory=threading.local, repr=False)
@@ -201,6 +203,7 @@ class CompiledModel:
             "partition": self.partition_report.to_json() if self.partition_report is not None else None,
             "subgraphs": subgraphs,
             "ddr_total_bytes": int(sum(sum(s["ddr_bytes"].values()) for s in subgraphs)),
+            "plugin_subgraphs": list(self.plugin_subgraphs),
             "timing": None if model_timing is None else {
                 k: v for k, v in model_timing.summary().items() if k != "subgraphs"},
             "build": self.build_info,
