@@ -1,6 +1,7 @@
 """ISA1 conformance: the emulator against AMD sim-runner outputs, the encoder against sim-runner's assembler.
 
-Vectors: ../shared/conformance/isa1 relative to the repository root (format in its README.md).
+Vectors: tests/data/isa1_conformance (a copy of the project's shared/conformance/isa1, produced with AMD's ISA1
+simulator; format and provenance in its README.md).
 """
 from __future__ import annotations
 
@@ -15,10 +16,7 @@ from tvm_dpu.codegen.asm import assemble
 from tvm_dpu.codegen.isa import Instr, decode, encode, encode_program, mask_from_str
 from tvm_dpu.runtime.emulator import Emulator
 
-CONF_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "conformance" / "isa1"
-
-if not (CONF_DIR / "cases.json").is_file():
-    pytest.skip(f"ISA1 conformance vectors not found at {CONF_DIR}", allow_module_level=True)
+CONF_DIR = Path(__file__).resolve().parent / "data" / "isa1_conformance"
 
 CASES = json.loads((CONF_DIR / "cases.json").read_text())
 ENCODINGS = json.loads((CONF_DIR / "encoding.json").read_text())
