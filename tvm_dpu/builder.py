@@ -48,6 +48,14 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
     return float_model, {**qdq_fps, **(fix_points or {})}, True
 
 
+def import_model(mod: Any, shapes: dict | None = None, fix_points: dict[str, int] | None = None
+                 ) -> tuple[tvm.IRModule, dict[str, int] | None, bool]:
+    """What every compile (and `tvm-dpu partition`) starts from: (normalized Relax module, fix_points, is_qdq).
+    A QDQ ONNX model is stripped to its float model first and brings its own fix_points."""
+    mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points)
+    return _prepare(mod, shapes), fix_points, is_qdq
+
+
 def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
           shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
           fix_points: dict[str, int] | None = None, fusion: str = "optimal", plugins: Any = None) -> CompiledModel:
@@ -73,8 +81,7 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
     register()
     t0 = time.perf_counter()
-    mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points)
-    mod = _prepare(mod, shapes)
+    mod, fix_points, is_qdq = import_model(mod, shapes, fix_points)
     t_import = time.perf_counter()
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,

@@ -83,9 +83,9 @@ def _load_model(args: argparse.Namespace):
         raise FrontendError(f"{path}: no such file")
     if path.is_dir():
         raise FrontendError(f"{path}: is a directory, expected an ONNX file")
-    from .frontend import from_onnx
+    from .builder import import_model
 
-    return arch, from_onnx(str(path), shapes)
+    return arch, import_model(str(path), shapes)[0]  # QDQ stripped exactly as compile strips it
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -378,6 +378,7 @@ def _add_compile(sub) -> None:
 def _run_run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from .feeds import load_npz
     from .runtime.artifact import load
 
     if args.device == "pynq":
@@ -389,21 +390,16 @@ def _run_run(args: argparse.Namespace) -> int:
         model = load(args.compiled, trusted_keys=args.require_signature)
     model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
     if args.input:
-        with np.load(args.input, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-        if len(model.inputs) == 1 and model.inputs[0].name not in data and len(data) == 1:
-            data = {model.inputs[0].name: next(iter(data.values()))}
-        missing = [s.name for s in model.inputs if s.name not in data]
-        if missing:
-            raise FrontendError(f"--input {args.input}: no array named {missing} (has {sorted(data)})")
-        feeds = {s.name: data[s.name] for s in model.inputs}
+        feeds = load_npz(args.input, "--input")
+        if len(model.inputs) == 1 and model.inputs[0].name not in feeds and len(feeds) == 1:
+            feeds = {model.inputs[0].name: next(iter(feeds.values()))}  # one array: whatever its name
     else:
         rng = np.random.default_rng(0)
         feeds = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in model.inputs}
         print("no --input: running on random normal input (seed 0)")
-    for s in model.inputs:
-        if tuple(np.shape(feeds[s.name])) != tuple(s.shape):
-            raise FrontendError(f"input {s.name!r} has shape {np.shape(feeds[s.name])}, the model expects {s.shape}")
+    if args.verify and not model.runners:
+        raise DPUError(f"--verify: {args.compiled} has no DPU subgraph, so there is nothing to verify "
+                       "(every node runs on the CPU or a plugin)")
     outputs = model.run(feeds)
     for i, y in enumerate(outputs):
         flat = y.reshape(-1)

@@ -51,5 +51,9 @@ class ArtifactError(DPUError, ValueError):
 _register_with_tvm_ffi(DPUError)
 
 
+class InputError(DPUError, ValueError):
+    """Input or calibration data that cannot be used: unreadable file, wrong names, dtype, shape, NaN/Inf."""
+
+
 class RunError(DPUError, RuntimeError):
     """Running a compiled model failed inside TVM's VM (the message keeps TVM's own words)."""

@@ -44,13 +44,14 @@ from .const_fold import fold_constants
 from .dense_to_conv import dense_to_conv
 from .fold_bn import batch_norm_to_affine, fold_affine, fold_batch_norm
 from .fold_pad import fold_pad
-from .pool import mean_to_avg_pool
+from .pool import absorb_dpu_avgpool_scale, mean_to_avg_pool
 from .activation import _rule as _act_rule
 from .cleanup import _rule as _noop_rule
 from .const_fold import _rule as _const_rule
 from .dense_to_conv import _rule as _dense_rule
 from .fold_bn import _affine_rule, _bn_rule
 from .fold_pad import _rule as _pad_rule
+from .pool import _dpu_scale_rule
 from .pool import _rule as _mean_rule
 from .rewrite import Rewriter, _bindings, _vars_in, rewrite_module
 
@@ -120,6 +121,7 @@ PASSES = (
     ("fold_pad", fold_pad),
     ("dense_to_conv", dense_to_conv),
     ("mean_to_avg_pool", mean_to_avg_pool),
+    ("absorb_dpu_avgpool_scale", absorb_dpu_avgpool_scale),
     ("canonicalize_activations", canonicalize_activations),
     ("remove_noops", remove_noops),
 )
@@ -127,7 +129,8 @@ PASSES = (
 
 # The same rewrites as PASSES, chained per binding so that normalize() needs one sweep (+ one clean-up sweep)
 # instead of nine: each rule sees the already-rewritten producers, so chains still fold completely.
-RULES = (_const_rule, _noop_rule, _bn_rule, _affine_rule, _pad_rule, _dense_rule, _mean_rule, _act_rule)
+RULES = (_const_rule, _noop_rule, _bn_rule, _affine_rule, _pad_rule, _dense_rule, _mean_rule, _dpu_scale_rule,
+         _act_rule)
 
 
 def normalize(mod: tvm.IRModule, *, separate_passes: bool = False) -> tvm.IRModule:

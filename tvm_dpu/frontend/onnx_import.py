@@ -81,8 +81,76 @@ def _check_model(model: onnx.ModelProto, where: str) -> None:
         else:
             onnx.checker.check_model(model)
     except Exception as err:  # noqa: BLE001 - onnx raises ValidationError and a few others
-        first = str(err).strip().splitlines()
-        raise FrontendError(f"{where}: onnx.checker rejected the model: {first[0] if first else err}") from None
+        text = " ".join(str(err).split()) or type(err).__name__  # the whole message, on one line
+        raise FrontendError(f"{where}: onnx.checker rejected the model: {text}") from None
+
+
+def with_output_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """`model` with a shape declared on every graph output, inferred where the file has none (quantizers write
+    such outputs; onnxruntime infers them, the checker does not). Unchanged when all are declared."""
+    if all(o.type.tensor_type.HasField("shape") for o in model.graph.output):
+        return model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - inference raises InferenceError and others
+        raise FrontendError(f"{where}: graph outputs have no declared shape and ONNX shape inference failed: "
+                            f"{' '.join(str(err).split())}") from None
+    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for o in out.graph.output:
+        if not o.type.tensor_type.HasField("shape"):
+            v = known.get(o.name)
+            if v is None or not v.type.tensor_type.HasField("shape"):
+                raise FrontendError(f"{where}: graph output {o.name!r} has no declared shape and ONNX shape "
+                                    "inference cannot find one")
+            o.type.tensor_type.shape.CopyFrom(v.type.tensor_type.shape)
+    return out
+
+
+def topologically_sorted(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """`model` with its nodes in topological order (AMD Quark writes XINT8 models whose nodes are not; onnxruntime
+    and the ONNX spec's evaluator accept them, the checker and TVM's importer do not). Nodes already in order keep
+    it; otherwise a stable Kahn order (ties by original position). The model is returned unchanged when sorted; a
+    cycle is a FrontendError naming its nodes."""
+    graph = model.graph
+    known = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    produced = {o: k for k, n in enumerate(graph.node) for o in n.output}
+    deps = []
+    for n in graph.node:
+        inner = set()
+        for attr in n.attribute:  # subgraph bodies (If/Loop) may read outer tensors
+            for sub in list(attr.g.node if attr.HasField("g") else []) + [x for g in attr.graphs for x in g.node]:
+                inner.update(sub.input)
+        deps.append({produced[i] for i in list(n.input) + sorted(inner) if i not in known and i in produced})
+    if all(all(d < k for d in ds) for k, ds in enumerate(deps)):
+        return model
+    import heapq
+
+    users: dict[int, list[int]] = {}
+    missing = [len(ds) for ds in deps]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users.setdefault(d, []).append(k)
+    ready = [k for k, m in enumerate(missing) if m == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users.get(k, []):
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(graph.node):
+        stuck = [graph.node[k].name or graph.node[k].op_type for k in range(len(graph.node)) if k not in set(order)]
+        raise FrontendError(f"{where}: the graph has a cycle: node(s) {stuck[:8]} wait on each other (or on a node "
+                            "that does)")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend([graph.node[k] for k in order])
+    return out
 
 
 def model_opset(model: onnx.ModelProto) -> int:
@@ -422,6 +490,12 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
     """
     model, where = _load(path_or_model)
     opset = _check_opset(model, where)  # before the checker: its message for a too-new opset is less clear
+    sorted_model = topologically_sorted(model, where)
+    if sorted_model is not model:  # check what is imported (the file on disk is in the old order)
+        model, where = sorted_model, f"{where} (nodes sorted topologically)"
+    shaped = with_output_shapes(model, where)
+    if shaped is not model:
+        model, where = shaped, where if where.startswith("<") or "(" in where else f"{where} (output shapes inferred)"
     _check_model(model, where)
     graph = model.graph
     names = stable_node_names(graph)

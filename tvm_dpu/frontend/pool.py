@@ -5,7 +5,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .const_fold import static_shape
+from ..quant.fixpoint import avgpool_factor
+from . import provenance as prov
+from .const_fold import const_array, static_shape
 from .rewrite import Rewriter, op_name, rewrite_module
 
 
@@ -30,3 +32,30 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 def mean_to_avg_pool(mod: tvm.IRModule) -> tvm.IRModule:
     """Spatial mean -> global avg_pool2d (+ reshape)."""
     return rewrite_module(mod, _rule)
+
+
+def _dpu_scale_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """``multiply(avg_pool2d(x), c)`` with the scalar c = kh*kw * m / 2**s of the DPU's average-pool factor m / 2**s
+    -> ``avg_pool2d(x)``. AMD Quark writes this pair for the DPU's average pool (the exact mean times the DPU's
+    rounding of 1/(kh*kw)); the DPU's own average pool computes exactly that product, so the Mul is absorbed and the
+    pool stays on the DPU. Any other constant is a real Mul and is left alone."""
+    if op_name(value) != "relax.multiply":
+        return None
+    a, b = value.args
+    for pooled, const in ((a, b), (b, a)):
+        pool = rw.producer_call(pooled, "relax.nn.avg_pool2d")
+        c = const_array(const)
+        if pool is None or c is None or c.size != 1 or not rw.single_use(pooled):
+            continue
+        kh, kw = (int(k) for k in pool.attrs.pool_size)
+        m, sh = avgpool_factor(kh, kw)
+        dpu = kh * kw * m / 2.0 ** sh
+        if abs(float(c.reshape(())) - dpu) <= 1e-6 * dpu and static_shape(value) == static_shape(pooled):
+            rw.absorb(rw.cur_names, pooled)
+            return pooled
+    return None
+
+
+def absorb_dpu_avgpool_scale(mod: tvm.IRModule) -> tvm.IRModule:
+    """Quark's avg_pool + Mul(DPU factor) -> avg_pool (see _dpu_scale_rule)."""
+    return rewrite_module(mod, _dpu_scale_rule)

@@ -81,6 +81,46 @@ def codegen_functions(mod: tvm.IRModule, codegen: str) -> dict[str, relax.Functi
     return dict(sorted(out.items()))
 
 
+def available_memory_bytes() -> int:
+    """Memory this process can still allocate (MemAvailable; the physical total where /proc is absent)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_memory(mod: tvm.IRModule, inputs: list[InputSpec]) -> None:
+    """Refuse shapes whose feature maps cannot fit in memory, before anything is allocated: the largest tensor of
+    main (float32) must fit in a quarter of the available memory (calibration keeps several alive at once)."""
+    largest, where = 0, ""
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            try:
+                n = int(np.prod([int(v) for v in b.var.ty.shape.values], dtype=np.float64))
+            except (AttributeError, TypeError, ValueError):
+                continue
+            if n * 4 > largest:
+                largest, where = n * 4, str(b.var.name)
+    for s in inputs:
+        n = int(np.prod(s.shape, dtype=np.float64)) * 4
+        if n > largest:
+            largest, where = n, f"input {s.name!r}"
+    avail = available_memory_bytes()
+    if largest > avail // 4:
+        from tvm_dpu.errors import InputError
+
+        shapes = ", ".join(f"{s.name}={list(s.shape)}" for s in inputs)
+        raise InputError(f"input shape(s) {shapes}: the largest feature map ({where}) needs {largest / 2**30:.1f} "
+                         f"GiB as float32, more than a quarter of the {avail / 2**30:.1f} GiB available: use "
+                         "smaller input shapes")
+
+
 def dpu_functions(mod: tvm.IRModule) -> dict[str, relax.Function]:
     """Partition symbol -> function, for every function with Codegen="dpu" (sorted by symbol)."""
     return codegen_functions(mod, "dpu")
@@ -258,8 +298,14 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     if fusion not in FUSION_MODES:
         raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
     arch_obj: Arch = load_arch(arch)
+    if arch_obj.isa != 1:
+        from tvm_dpu.errors import ArchError
+
+        raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
+                        "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
     t0 = time.perf_counter()
     inputs = input_specs(pmod)
+    check_memory(pmod, inputs)
     functions = dpu_functions(pmod)
     symbols = list(functions)
     float_graphs = {sym: build_float_xgraph(fn, sym, (call_names or {}).get(sym)) for sym, fn in functions.items()}

@@ -7,7 +7,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tvm_dpu.errors import DPUError
+from tvm_dpu.errors import DPUError, InputError
+from tvm_dpu.feeds import arrays_by_name, check_array, load_npz
 from tvm_dpu.types import InputSpec
 
 #: Random calibration batches used when the caller gives no data (with a warning: fix_points will be poor).
@@ -26,9 +27,24 @@ def calibration_batches(calibration: Any, inputs: list[InputSpec], progress: boo
         rng = np.random.default_rng(0)
         return [[rng.standard_normal(s.shape).astype(np.float32) for s in inputs]
                 for _ in range(RANDOM_CALIBRATION_BATCHES)]
+    batches = _batches(calibration, inputs)
+    _warn_if_uninformative(batches, inputs)
+    return batches
+
+
+def _warn_if_uninformative(batches: list[list[np.ndarray]], inputs: list[InputSpec]) -> None:
+    for i, s in enumerate(inputs):
+        lo = min(float(b[i].min()) for b in batches)
+        hi = max(float(b[i].max()) for b in batches)
+        if lo == hi:
+            what = "all zero" if lo == 0 else f"constant ({lo:g})"
+            warnings.warn(f"calibration data for input {s.name!r} is {what} in all {len(batches)} sample(s): the "
+                          "fix_points will not suit real data; calibrate on representative inputs", stacklevel=4)
+
+
+def _batches(calibration: Any, inputs: list[InputSpec]) -> list[list[np.ndarray]]:
     if isinstance(calibration, (str, Path)):
-        with np.load(calibration, allow_pickle=False) as z:
-            calibration = {k: z[k] for k in z.files}
+        calibration = load_npz(calibration, "calibration file")
     if isinstance(calibration, np.ndarray) or isinstance(calibration, Mapping):
         arrays = _by_input(calibration, inputs)
         samples = []
@@ -43,31 +59,32 @@ def calibration_batches(calibration: Any, inputs: list[InputSpec], progress: boo
             elif tuple(a.shape[1:]) == tuple(s.shape):
                 per_input.append([a[i] for i in range(a.shape[0])])
             else:
-                raise DPUError(f"calibration data for input {s.name!r} has shape {a.shape}; expected {s.shape} "
-                               f"or (N, ...) samples of it")
+                raise InputError(f"calibration data for input {s.name!r} has shape {a.shape}; expected {s.shape} "
+                                 f"or (N, ...) samples of it")
             n = len(per_input[-1]) if n is None else min(n, len(per_input[-1]))
         for i in range(n or 0):
-            samples.append([np.asarray(p[i], dtype=np.float32).reshape(s.shape) for p, s in zip(per_input, inputs)])
+            samples.append([check_array(s.name, np.reshape(p[i], s.shape), s.shape, "calibration data for input")
+                            for p, s in zip(per_input, inputs)])
+        if not samples:
+            raise InputError("calibration data is empty")
         return samples
     out = []
     for item in calibration:
         arrays = _by_input(item, inputs)
         for a, s in zip(arrays, inputs):
             if a.size != int(np.prod(s.shape)):
-                raise DPUError(f"calibration sample for input {s.name!r} has shape {a.shape}; expected {s.shape}")
-        out.append([np.asarray(a, dtype=np.float32).reshape(s.shape) for a, s in zip(arrays, inputs)])
+                raise InputError(f"calibration sample for input {s.name!r} has shape {a.shape}; expected {s.shape}")
+        out.append([check_array(s.name, np.reshape(a, s.shape), s.shape, "calibration data for input")
+                    for a, s in zip(arrays, inputs)])
     if not out:
-        raise DPUError("calibration data is empty")
+        raise InputError("calibration data is empty")
     return out
 
 
 def _by_input(item: Any, inputs: list[InputSpec]) -> list[np.ndarray]:
     if isinstance(item, Mapping):
-        missing = [s.name for s in inputs if s.name not in item]
-        if missing:
-            raise DPUError(f"calibration data lacks input(s) {missing} (has {sorted(item)})")
-        return [np.asarray(item[s.name]) for s in inputs]
+        return [np.asarray(a) for a in arrays_by_name(item, [s.name for s in inputs], "calibration data")]
     if len(inputs) != 1:
-        raise DPUError(f"the model has {len(inputs)} inputs {[s.name for s in inputs]}: give calibration samples "
-                       "as dicts name -> array")
+        raise InputError(f"the model has {len(inputs)} inputs {[s.name for s in inputs]}: give calibration samples "
+                         "as dicts name -> array")
     return [np.asarray(item)]

@@ -13,6 +13,7 @@ from tvm import relax
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError, RunError
+from tvm_dpu.feeds import arrays_by_name, check_array
 from tvm_dpu.runtime.dispatch import use_device
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner, VerifyResult
 from tvm_dpu.types import InputSpec
@@ -100,26 +101,9 @@ class CompiledModel:
             return self.device
 
     def _feeds(self, inputs: Any) -> list[np.ndarray]:
-        if isinstance(inputs, Mapping):
-            missing = [s.name for s in self.inputs if s.name not in inputs]
-            if missing:
-                raise ValueError(f"missing model input(s) {missing}; the model takes "
-                                 f"{[(s.name, s.shape) for s in self.inputs]}")
-            arrays = [inputs[s.name] for s in self.inputs]
-        elif isinstance(inputs, np.ndarray) or not isinstance(inputs, Sequence):
-            arrays = [inputs]
-        else:
-            arrays = list(inputs)
-        if len(arrays) != len(self.inputs):
-            raise ValueError(f"the model takes {len(self.inputs)} input(s) {[s.name for s in self.inputs]}, "
-                             f"got {len(arrays)}")
-        out = []
-        for spec, a in zip(self.inputs, arrays):
-            a = np.asarray(a, dtype=spec.dtype)
-            if tuple(a.shape) != tuple(spec.shape):
-                raise ValueError(f"input {spec.name!r} has shape {tuple(a.shape)}, expected {spec.shape}")
-            out.append(np.ascontiguousarray(a))
-        return out
+        names = [s.name for s in self.inputs]
+        arrays = arrays_by_name(inputs, names, "model inputs")
+        return [check_array(s.name, a, s.shape) for s, a in zip(self.inputs, arrays)]
 
     def run(self, inputs: Any) -> list[np.ndarray]:
         """Run the whole model. `inputs`: dict name -> array, a list in input order, or one array."""
