@@ -37,7 +37,9 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
     from tvm_dpu.quant.qdq import strip_qdq
 
     if isinstance(mod, (str, Path)):
-        proto = onnx.load(str(mod))
+        from tvm_dpu.frontend.onnx_import import load_model
+
+        proto = load_model(str(mod))[0]
     elif isinstance(mod, onnx.ModelProto):
         proto = mod
     else:

@@ -51,7 +51,8 @@ def supported_opsets() -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- loading & checks
-def _load(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
+def load_model(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
+    """(ModelProto, where) from a path, bytes or ModelProto; FrontendError for anything unreadable."""
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model, "<in-memory model>"
     if isinstance(path_or_model, (bytes, bytearray)):
@@ -488,7 +489,7 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
     Raises :class:`~tvm_dpu.errors.FrontendError` for an unreadable or invalid model, an unsupported opset or
     op, a dynamic input without ``shapes``, a ``shapes`` key that is not an input, or a node the importer rejects.
     """
-    model, where = _load(path_or_model)
+    model, where = load_model(path_or_model)
     opset = _check_opset(model, where)  # before the checker: its message for a too-new opset is less clear
     sorted_model = topologically_sorted(model, where)
     if sorted_model is not model:  # check what is imported (the file on disk is in the old order)
@@ -524,4 +525,4 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
     return mod
 
 
-__all__ = ["from_onnx", "supported_opsets", "model_opset", "stable_node_names", "parse_input_shapes"]
+__all__ = ["from_onnx", "load_model", "supported_opsets", "model_opset", "stable_node_names", "parse_input_shapes"]

@@ -1,0 +1,350 @@
+"""Reliability campaigns: bad artifacts and bad inputs against the runtime, counted per outcome.
+
+Campaigns (each case runs in a child process, so a crash or a hang is seen and counted, not suffered):
+
+* header   artifact header values replaced by random JSON values, all checksums recomputed
+* program  numbers in a DPU program's header edited inside the library, the program's and the file's checksums
+           recomputed (the header's program digest left as written)
+* forged   the same, with the header's program digest recomputed too: only a signature can tell (outcomes are
+           listed; a run with a trusted key must refuse every one)
+* bytes    bit flips, truncations, byte runs and header swaps with no checksum recomputed
+* npz      bad .npz files given to `tvm-dpu run --input`
+* inputs   NaN/Inf, wrong dtypes, extra/missing names, wrong shapes given to `CompiledModel.run`
+* threads  one loaded model, 8 threads x 20 runs
+
+Outcome columns: `clean` (the project's error), `same` (ran, same output), `changed` (forged only: ran with another
+output), `other_exc` (any other exception), `crash` (the child died), `hang` (timeout), `wrong` (ran with another
+output where that is a defect). The bad columns are other_exc, crash, hang, wrong (and, for forged, a signed run
+that is not refused).
+
+    python benchmarks/bench_reliability.py                 # 200 cases per mutation campaign -> results/reliability.json
+    python benchmarks/bench_reliability.py --cases 20      # a quick run (CI runs a seeded part like this)
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "reliability.json"
+ROOT = Path(__file__).resolve().parents[1]
+ARCH = "zcu102"
+BAD = ("other_exc", "crash", "hang", "wrong")
+
+
+# ------------------------------------------------------------------------------------------ building the cases
+def _container(path: Path):
+    from tvm_dpu.container import unpack
+    from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC
+
+    c = unpack(path.read_bytes(), MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
+    return {k: v for k, v in c.header.items() if k != "sections"}, {n: c.section(n) for n in c.header["sections"]}
+
+
+def _pack(header, sections) -> bytes:
+    from tvm_dpu.container import pack
+    from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC
+
+    return pack(MAGIC, FORMAT_VERSION, header, sections)
+
+
+def _leaves(obj, prefix=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, prefix + (i,))
+    if prefix:
+        yield prefix
+
+
+def _random_json(rng: random.Random):
+    return rng.choice([None, True, False, 0, -1, 1, 7, 2**31, -2**40, 2**70, 0.5, 1e308, "", "x", "0x1",
+                       "lib.x86_64", [], [1, 2], [-1], {}, {"a": 1}, [[1, 3, 64, 64]], "sg0", "float64"])
+
+
+def header_cases(art: Path, n: int, seed: int, d: Path) -> list[Path]:
+    header, sections = _container(art)
+    paths = list(p for p in _leaves(header) if p[0] != "build")
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        h = json.loads(json.dumps(header))
+        path = rng.choice(paths)
+        node = h
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = _random_json(rng)
+        f = d / f"header{i}.tvmdpu"
+        f.write_bytes(_pack(h, sections))
+        out.append(f)
+    return out
+
+
+def _program_mutant(header, sections, rng: random.Random, forge: bool) -> bytes:
+    from tvm_dpu.program_blob import MAGIC as BLOB_MAGIC
+    from tvm_dpu.toolchains import host_machine
+
+    key = f"lib.{host_machine()}"
+    lib = bytearray(sections[key])
+    starts = [m.start() for m in re.finditer(re.escape(BLOB_MAGIC), bytes(lib))]
+    pos = rng.choice(starts)
+    hlen = int.from_bytes(lib[pos + 12: pos + 20], "little")
+    blen = int.from_bytes(lib[pos + 20: pos + 28], "little")
+    old_digest = bytes(lib[pos + 28: pos + 60]).hex()
+    text = lib[pos + 60: pos + 60 + hlen].decode()
+    nums = list(re.finditer(r"(?<=[:\[,])\d+", text))
+    m = rng.choice(nums)
+    width = m.end() - m.start()
+    new = str(rng.randrange(10 ** width)).rjust(width)  # same length, still valid JSON (leading blanks)
+    text = text[:m.start()] + new + text[m.end():]
+    lib[pos + 60: pos + 60 + hlen] = text.encode()
+    lib[pos + 28: pos + 60] = hashlib.sha256(bytes(lib[pos + 60: pos + 60 + hlen + blen])).digest()
+    h = json.loads(json.dumps(header))
+    if forge:
+        for sg in h["subgraphs"]:
+            if sg.get("program_sha256") == old_digest:
+                sg["program_sha256"] = bytes(lib[pos + 28: pos + 60]).hex()
+    s = dict(sections)
+    s[key] = bytes(lib)
+    return _pack(h, s)
+
+
+def program_cases(art: Path, n: int, seed: int, d: Path, forge: bool) -> list[Path]:
+    header, sections = _container(art)
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        f = d / f"{'forged' if forge else 'program'}{i}.tvmdpu"
+        f.write_bytes(_program_mutant(header, sections, rng, forge))
+        out.append(f)
+    return out
+
+
+def byte_cases(art: Path, n: int, seed: int, d: Path) -> list[Path]:
+    data = art.read_bytes()
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        b = bytearray(data)
+        kind = rng.choice(["flip", "truncate", "run", "swap"])
+        if kind == "flip":
+            for _ in range(rng.randint(1, 8)):
+                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        elif kind == "truncate":
+            del b[rng.randrange(len(b)):]
+        elif kind == "run":
+            at = rng.randrange(len(b))
+            b[at: at + rng.randint(1, 64)] = bytes([rng.randrange(256)]) * rng.randint(1, 64)
+        else:
+            b[:60] = bytes(rng.randrange(256) for _ in range(60))
+        f = d / f"bytes{i}.tvmdpu"
+        f.write_bytes(bytes(b))
+        out.append(f)
+    return out
+
+
+def npz_cases(d: Path) -> list[Path]:
+    import pickle
+
+    x = np.zeros((1, 3, 64, 64), np.float32)
+    (d / "empty.npz").write_bytes(b"")
+    (d / "text.npz").write_text("input = 1\n")
+    np.save(d / "one.npy", x)
+    os.replace(d / "one.npy", d / "renamed.npz")
+    np.savez(d / "objects.npz", input=np.array([x, None], dtype=object))
+    (d / "pickled.npz").write_bytes(pickle.dumps({"input": x}))
+    np.savez(d / "wrongname.npz", a=x, b=x)
+    np.savez(d / "nan.npz", input=np.full_like(x, np.nan))
+    np.savez(d / "complex.npz", input=x.astype(np.complex64))
+    np.savez(d / "shape.npz", input=x[:, :, :5])
+    return [d / f for f in ("empty.npz", "text.npz", "renamed.npz", "objects.npz", "pickled.npz", "wrongname.npz",
+                            "nan.npz", "complex.npz", "shape.npz", "missing.npz")]
+
+
+# ------------------------------------------------------------------------------------------ the child: run cases
+def child(args) -> None:
+    import tvm_dpu
+    from tvm_dpu.errors import DPUError
+
+    cases = json.loads(Path(args.child).read_text())
+    x = np.load(cases["x"])
+    expected = np.load(cases["expected"])
+    for i in range(args.start, len(cases["items"])):
+        item = cases["items"][i]
+        kind = item["kind"]
+        try:
+            if kind == "artifact":
+                m = tvm_dpu.load(item["path"], trusted_keys=item.get("trusted"))
+                y = m.run(x)[0]
+                out = "same" if np.array_equal(y, expected) else ("changed" if item.get("forged") else "wrong")
+            elif kind == "npz":
+                from tvm_dpu.cli import main
+
+                rc = main(["run", cases["artifact"], "--input", item["path"]])
+                out = "clean" if rc == 2 else "wrong"
+            elif kind == "input":
+                m = tvm_dpu.load(cases["artifact"])
+                m.run(_bad_input(item["case"], x))
+                out = "wrong"  # a bad input that ran
+            else:
+                raise ValueError(kind)
+        except DPUError:
+            out = "clean"
+        except Exception as e:  # noqa: BLE001 - counting foreign exceptions is the point
+            out = "other_exc"
+            print(f"# case {i}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+        print(json.dumps({"i": i, "outcome": out}), flush=True)
+
+
+def _bad_input(case: str, x: np.ndarray):
+    return {"nan": np.where(np.arange(x.size).reshape(x.shape) % 7 == 0, np.nan, x),
+            "inf": x * np.inf, "bool": x > 0, "complex": x.astype(np.complex64),
+            "object": np.array(x, dtype=object), "str": x.astype(str), "extra": {"input": x, "more": x},
+            "missing": {"other": x}, "shape": x[:, :, :10], "rank": x[0], "list": [x, x]}[case]
+
+
+INPUT_CASES = ["nan", "inf", "bool", "complex", "object", "str", "extra", "missing", "shape", "rank", "list"]
+
+
+def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: float) -> dict:
+    counts = {k: 0 for k in ("cases", "clean", "same", "changed") + BAD}
+    spec = d / f"{name}.json"
+    spec.write_text(json.dumps({**common, "items": items}))
+    start = 0
+    while start < len(items):
+        proc = subprocess.Popen([sys.executable, __file__, "--child", str(spec), "--start", str(start)],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        done = start
+        t_case = time.monotonic()
+        try:
+            import selectors
+
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                if not sel.select(timeout=max(0.0, timeout - (time.monotonic() - t_case))):
+                    proc.kill()
+                    counts["hang"] += 1
+                    done += 1
+                    break
+                line = proc.stdout.readline()
+                if not line:
+                    proc.wait()
+                    if done < len(items):  # died in the middle of case `done`
+                        counts["crash"] += 1
+                        done += 1
+                    break
+                rec = json.loads(line)
+                counts[rec["outcome"]] += 1
+                done = rec["i"] + 1
+                t_case = time.monotonic()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        start = done
+    counts["cases"] = len(items)
+    return counts
+
+
+def thread_campaign(art: Path, x: np.ndarray, expected: np.ndarray, threads: int = 8, runs: int = 20) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tvm_dpu
+
+    m = tvm_dpu.load(art)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(lambda _: m.run(x)[0], range(threads * runs)))
+    wrong = sum(not np.array_equal(y, expected) for y in results)
+    return {"cases": len(results), "clean": 0, "same": len(results) - wrong, "changed": 0, "other_exc": 0,
+            "crash": 0, "hang": 0, "wrong": wrong}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=200, help="cases per mutation campaign (default 200)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take before it is a hang")
+    ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    import tvm_dpu
+    from tvm_dpu import zoo
+    from tvm_dpu.signing import generate_keypair
+
+    t0 = time.perf_counter()
+    d = Path(tempfile.mkdtemp(prefix="tvm_dpu_rel_"))
+    model = zoo.build_model("mixed_cnn")
+    compiled = tvm_dpu.build(model, arch=ARCH, calibration=[zoo.random_input(model, seed=s) for s in range(2)],
+                             progress=False)
+    art = compiled.export(d / "model.tvmdpu")
+    priv, pub = generate_keypair(d / "key")
+    x = zoo.random_input(model, seed=3)
+    expected = compiled.run(x)[0]
+    np.save(d / "x.npy", x)
+    np.save(d / "expected.npy", expected)
+    common = {"x": str(d / "x.npy"), "expected": str(d / "expected.npy"), "artifact": str(art)}
+    n = args.cases
+    forged = program_cases(art, n, args.seed + 2, d, forge=True)
+    campaigns = {
+        "header": [{"kind": "artifact", "path": str(p)} for p in header_cases(art, n, args.seed, d)],
+        "program": [{"kind": "artifact", "path": str(p)} for p in program_cases(art, n, args.seed + 1, d, False)],
+        "forged": [{"kind": "artifact", "path": str(p), "forged": True} for p in forged],
+        "bytes": [{"kind": "artifact", "path": str(p)} for p in byte_cases(art, n, args.seed + 3, d)],
+        "npz": [{"kind": "npz", "path": str(p)} for p in npz_cases(d)],
+        "inputs": [{"kind": "input", "case": c} for c in INPUT_CASES],
+    }
+    # Forged files carrying the trailer of the original's signature: with the key trusted, every one must be
+    # refused (the signature covers every byte).
+    from tvm_dpu.signing import TRAILER_SIZE, sign
+
+    trailer = sign(art.read_bytes(), priv)[-TRAILER_SIZE:]
+    signed = []
+    for p in forged[: max(1, n // 4)]:
+        q = p.with_suffix(".signed")
+        q.write_bytes(p.read_bytes() + trailer)
+        signed.append({"kind": "artifact", "path": str(q), "trusted": [str(pub)]})
+    campaigns["forged+signature"] = signed
+    results = {}
+    for name, items in campaigns.items():
+        results[name] = run_campaign(name, items, common, d, args.timeout)
+    results["threads"] = thread_campaign(art, x, expected)
+    # A signed forged file that loaded would be a defect: count it as wrong.
+    fs = results["forged+signature"]
+    fs["wrong"] += fs["same"] + fs["changed"]
+    fs["same"] = fs["changed"] = 0
+    cols = ("cases", "clean", "same", "changed") + BAD
+    rows = [("campaign",) + cols] + [(k,) + tuple(str(v[c]) for c in cols) for k, v in results.items()]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for j, r in enumerate(rows):
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+    bad = sum(v[c] for v in results.values() for c in BAD)
+    print(f"bad outcomes (other exceptions, crashes, hangs, wrong outputs): {bad}; "
+          f"{time.perf_counter() - t0:.0f} s")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"cases_per_campaign": n, "seed": args.seed, "results": results,
+                                     "bad_total": bad}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""A small seeded part of benchmarks/bench_reliability.py in every test run: bad artifacts and bad inputs give the
+project's error or the original output; no other exception, crash, hang or wrong output."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_reliability.py"
+
+
+def test_reliability_campaigns_small(tmp_path):
+    out = tmp_path / "rel.json"
+    proc = subprocess.run([sys.executable, str(BENCH), "--cases", "4", "--seed", "7", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["bad_total"] == 0
+    results = data["results"]
+    assert results["program"]["clean"] == results["program"]["cases"] == 4  # the header's digest catches each
+    assert results["bytes"]["clean"] == 4 and results["npz"]["clean"] == results["npz"]["cases"]
+    assert results["threads"]["same"] == results["threads"]["cases"] == 160
