@@ -9,7 +9,8 @@ from .const_fold import static_shape
 from .rewrite import Rewriter, op_name, rewrite_module
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of mean_to_avg_pool (one binding)."""
     if op_name(value) != "relax.mean":
         return None
     x = value.args[0]
@@ -29,4 +30,4 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def mean_to_avg_pool(mod: tvm.IRModule) -> tvm.IRModule:
     """Spatial mean -> global avg_pool2d (+ reshape)."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)
