@@ -163,7 +163,7 @@ def _arch_of(name: str, fp: int):
     try:
         return load_arch(name)
     except ArchError:  # a core described only by its fingerprint
-        from tvm_dpu.arch.fingerprint import arch_from_fingerprint
+        from tvm_dpu.arch.arch import arch_from_fingerprint
 
         return arch_from_fingerprint(fp)
 
