@@ -61,7 +61,8 @@ def _simulator():
 def run(models, archs, cache, repeat) -> list[dict]:
     from tvm_dpu.arch import load_arch
     from tvm_dpu.codegen.tiling import CodegenError
-    from tvm_dpu.codegen.fused import FUSED_EMITTERS, compile_graph_fused, emittable
+    from tvm_dpu.codegen.compiler import compile_graph_fused
+    from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
     from tvm_dpu.fusion.costmodel import cost_source
     from tvm_dpu.fusion.costmodel import ops_count
     from tvm_dpu.fusion.select import MODES, plan_fusion

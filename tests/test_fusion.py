@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 
 from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.fused import compile_graph_fused, emittable
-from tvm_dpu.fusion.costmodel import SINGLE, Group, cost, tile_width
+from tvm_dpu.codegen.compiler import compile_graph_fused
+from tvm_dpu.codegen.fused import emittable
+from tvm_dpu.fusion.costmodel import cost, tile_width
 from tvm_dpu.fusion.isomorphism import embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
-from tvm_dpu.fusion.select import MODES, FusionError, FusionPlan, plan_fusion
+from tvm_dpu.errors import FusionError
+from tvm_dpu.fusion.select import MODES, plan_fusion
+from tvm_dpu.types import SINGLE, FusionPlan, Group
 from tvm_dpu.fusion.templates import TEMPLATES
 from tvm_dpu.runtime.emulator import Emulator
 from tvm_dpu.xgraph import Graph, run_graph
@@ -170,7 +173,7 @@ def test_optimal_falls_back_to_greedy_when_the_search_is_worse(monkeypatch):
 @pytest.mark.parametrize("arch_name", ARCHS)
 def test_singles_with_legal_concats_reproduce_compile_graph(arch_name):
     from tvm_dpu.codegen.compiler import compile_graph
-    from tvm_dpu.fusion.select import concat_fusions
+    from tvm_dpu.codegen.compiler import concat_fusions
 
     g, arch = _block(), load_arch(arch_name)
     plan = FusionPlan("manual", [Group(SINGLE, (op.name,)) for op in g.ops], concat_fusions(g))
@@ -246,7 +249,7 @@ def test_conv_pool_fused_bit_exact(arch_name, case):
 def test_conv_pool_is_chosen_and_faster_in_the_timing_model():
     """ResNet-50 stem (conv7x7s2 + maxpool3x3s2 at 224x224): the search picks the fused group and the timing
     model agrees it is faster than the ops alone."""
-    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.fusion.select import compile_with_fusion
     from tvm_dpu.timing.simulate import simulate_subgraph
 
     g, arch = _conv_pool_graph(3, 224, 224, 64, 7, 2, 3, "max_pool2d", 3, 2, 1, seed=3), load_arch(ARCHS[0])

@@ -205,7 +205,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
     plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
     greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept."""
-    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.fusion.select import compile_with_fusion
     from tvm_dpu.timing.simulate import simulate
 
     csg, plan = compile_with_fusion(graph, arch, fusion)

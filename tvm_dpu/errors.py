@@ -32,3 +32,7 @@ class EmulatorError(DPUError):
 
 class ArtifactError(DPUError, ValueError):
     """A compiled artifact that is truncated, corrupt, of the wrong version or built for another DPU."""
+
+
+class FusionError(DPUError, ValueError):
+    """A bad fusion request (unknown mode, a plan that does not cover the graph, a cyclic grouping)."""

@@ -24,24 +24,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.compiler import compile_graph_fused
+from tvm_dpu.codegen.fused_conv import conv_add_fits, conv_pool_fits, dw_pw_fits, hconv_fits
 from tvm_dpu.codegen.layout import ceil_div
+from tvm_dpu.codegen.tiling import FIELD10
+from tvm_dpu.timing.simulate import simulate
+from tvm_dpu.types import SINGLE, FusionPlan, Group
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
 #: Cycles from a LOAD's request to its first data (AXI + DDR controller), paid once per op/group pipeline.
 DDR_LATENCY = 200
-_FIELD10 = 1024
-
-SINGLE = "single"
-
-
-@dataclass(frozen=True)
-class Group:
-    """One execution unit of a plan: a template's fused members (topological order) or one op alone."""
-
-    template: str
-    ops: tuple[str, ...]
-
 
 def _fm(graph: Graph, name: str) -> tuple[int, int, int]:
     s = graph.tensors[name].shape
@@ -186,10 +179,6 @@ def group_subgraph(graph: Graph, members: tuple[str, ...]) -> Graph:
 def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     """Cycles of the group's own compiled program on the timing simulator (concat alone: 0, its copies are
     charged by the plan, as in the analytic model)."""
-    from tvm_dpu.codegen.fused import compile_graph_fused
-    from tvm_dpu.fusion.select import FusionPlan
-    from tvm_dpu.timing.simulate import simulate
-
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
     sub = group_subgraph(graph, group.ops)
@@ -268,29 +257,21 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
         wins = {(tuple(xops.attr(o, "strides")), tuple(xops.attr(o, "pads")), _window(o, graph)[:2]) for o in ops}
         if len(wins) != 1:
             return None  # one input tile serves every member only with one window geometry
-        from tvm_dpu.codegen.fused_conv import hconv_fits  # the emitter's own bank budget (all weights resident)
-
         if not hconv_fits(arch, graph, ops):
             return None
     if template == "dw_pw":
-        from tvm_dpu.codegen.fused_conv import dw_pw_fits
-
         if not dw_pw_fits(arch, graph, ops[0], ops[1]):
             return None
     if template == "conv_add":
-        from tvm_dpu.codegen.fused_conv import conv_add_fits
-
         if not conv_add_fits(arch, graph, ops[0]):
             return None
     if template in ("conv_pool", "pw_dw"):
-        from tvm_dpu.codegen.fused_conv import conv_pool_fits
-
         if not conv_pool_fits(arch, graph, ops[0], ops[1]):
             return None
     last = ops[-1]
     _, _, w_out = _fm(graph, last.outputs[0])
     best = None
-    for tw in range(min(w_out, _FIELD10), 0, -1):
+    for tw in range(min(w_out, FIELD10), 0, -1):
         if _fits(ops, template, graph, arch, tw, half):
             best = tw
             break
@@ -314,7 +295,7 @@ def _fits(ops: list[Op], template: str, graph: Graph, arch: Arch, tw: int, half:
         cg = ceil_div(cin, arch.icp) if op.type in ("conv2d", "dense") else 1
         n_rows = (arch.pp - 1) * sh + kh
         wraps = ((n_rows - 1) // sh) // arch.pp + 1
-        if in_cols * cg * wraps * sh > half or in_cols > _FIELD10:
+        if in_cols * cg * wraps * sh > half or in_cols > FIELD10:
             return False
         cols = in_cols
     return True

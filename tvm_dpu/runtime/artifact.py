@@ -28,8 +28,7 @@ import tvm
 from tvm import relax
 
 from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.compiler import CompiledSubgraph, TensorBinding
-from tvm_dpu.codegen.layout import FMap
+from tvm_dpu.types import CompiledSubgraph, FMap, TensorBinding
 from tvm_dpu.container import pack, unpack
 from tvm_dpu.errors import ArchError, ArtifactError
 from tvm_dpu.runtime.compiled_model import CompiledModel, InputSpec

@@ -185,7 +185,7 @@ def _specs_of(ty: Any) -> list[InputSpec] | None:
 
 
 def _region_names(sizes: dict[int, int]) -> dict[str, int]:
-    from tvm_dpu.codegen.layout import REGION_NAMES
+    from tvm_dpu.types import REGION_NAMES
 
     return {REGION_NAMES.get(k, f"reg{k}"): v for k, v in sorted(sizes.items())}
 

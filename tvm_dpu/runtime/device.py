@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.compiler import CompiledSubgraph
+from tvm_dpu.types import CompiledSubgraph
 from tvm_dpu.errors import DPUError
 from tvm_dpu.runtime.emulator import NUM_REGIONS, EmuStats, Emulator
 

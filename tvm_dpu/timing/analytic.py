@@ -1,7 +1,7 @@
 """Fast analytic latency estimate per layer from an XGraph: DNNVM's cost model (arXiv version, Eq. 1-10).
 
 For each op: Acomp (Eq. 1, 2*MACs), the tiled data exchange Aac = alpha_in*beta_in + alpha_p*beta_p +
-alpha_o*beta_out (Eq. 2-8) with the tile <Tw, Th, Tic, Toc> our code generator picks (codegen/conv.py), and
+alpha_o*beta_out (Eq. 2-8) with the tile <Tw, Th, Tic, Toc> our code generator picks (codegen.tiling.conv_tile), and
 CTC = Acomp / Aac (Eq. 9). The layer's cycles are a roofline: max(compute cycles, transfer cycles), where compute
 cycles count the engine's PP/ICP/OCP granularity (as cost.py) and transfer cycles move the LOAD bytes and the SAVE
 bytes at the per-engine rate (one ICP-byte bank row per cycle, within the core's AXI/DDR rate). Layers run one
@@ -17,6 +17,7 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.tiling import conv_tile
 from tvm_dpu.timing.params import MachineModel, TimingParams, machine
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
@@ -102,8 +103,6 @@ def _transfer(m: MachineModel, load: float, save: float) -> float:
 
 
 def _conv_layer(m: MachineModel, op: Op, g: Graph) -> LayerEstimate:
-    from tvm_dpu.codegen.conv import ConvJob, _choose_tile
-
     a, p = m.arch, m.params
     _, ic, ih, iw = g.tensors[op.inputs[0]].shape
     _, oc, oh, ow = g.tensors[op.outputs[0]].shape
@@ -114,8 +113,7 @@ def _conv_layer(m: MachineModel, op: Op, g: Graph) -> LayerEstimate:
         kh, kw, sh, sw, pads = win.kh, win.kw, win.sh, win.sw, win.pads
     cg_in, cg_out = _ceil(ic, a.icp), _ceil(oc, a.ocp)
     resident = max(1, min(cg_out, a.bank_depth // max(1, kh * kw * cg_in)))
-    job = ConvJob(op.name, kh, kw, sh, sw, tuple(pads), ic, oc, 0, 0, 0, 0, 0)
-    tile = _choose_tile(a, job, resident)
+    tile = conv_tile(a, ic, kh, kw, sh, sw, resident)
     vpp, tw, chunk = tile if tile is not None else (a.pp, ow, 1)
     tw = _ceil(ow, _ceil(ow, tw))  # the columns are split evenly (codegen split_even)
     th, toc, tic = min(vpp, oh), min(chunk * a.ocp, cg_out * a.ocp), ic

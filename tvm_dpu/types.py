@@ -1,0 +1,134 @@
+"""Data types that cross stages, in one leaf module every stage may import.
+
+* `FMap` and the DDR region numbering: where a feature map lives, as LOAD/SAVE address it (codegen writes it,
+  the runtime reads and writes tensors through it).
+* `TensorBinding`, `CompiledSubgraph`: what codegen hands the runtime (and the artifact stores).
+* `Group`, `FusionPlan`: what the fusion search hands codegen.
+
+Imports only the standard library and numpy, so importing it never drags a stage in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+# -- DDR layout ----------------------------------------------------------------------------------------------
+#: reg_id of each DDR region of a compiled DPU subgraph (data, fixed for the whole project).
+REG_PARAMS = 0  # weights, biases, slopes (constant, laid out in bank order)
+REG_WORK = 1  # intermediate feature maps (liveness-reused)
+REG_INPUT = 2  # subgraph inputs
+REG_OUTPUT = 3  # subgraph outputs
+REGION_NAMES = {REG_PARAMS: "params", REG_WORK: "workspace", REG_INPUT: "input", REG_OUTPUT: "output"}
+
+
+@dataclass(frozen=True)
+class FMap:
+    """An int8 NHWC feature map (batch 1) in a DDR region.
+
+    Byte (y, x, c) lives at `offset + y*row_pitch + x*pixel_pitch + c` in the region of base-address register
+    `reg_id` (isa1-semantics.md 4). A map may be a channel slice of a wider map (pixel_pitch > c): that is how
+    a concat costs nothing, its producers simply save into their slice."""
+
+    reg_id: int
+    offset: int
+    h: int
+    w: int
+    c: int
+    pixel_pitch: int
+    row_pitch: int
+
+    @staticmethod
+    def dense(reg_id: int, offset: int, h: int, w: int, c: int) -> "FMap":
+        return FMap(reg_id, offset, h, w, c, c, w * c)
+
+    def addr(self, y: int, x: int, c: int = 0) -> int:
+        return self.offset + y * self.row_pitch + x * self.pixel_pitch + c
+
+    @property
+    def nbytes(self) -> int:
+        """Extent in bytes from the first to one past the last byte of the map."""
+        return (self.h - 1) * self.row_pitch + (self.w - 1) * self.pixel_pitch + self.c
+
+    def channels(self, c0: int, c: int) -> "FMap":
+        """The view of channels [c0, c0 + c)."""
+        return replace(self, offset=self.offset + c0, c=c)
+
+    def to_ddr(self, region: np.ndarray, nchw: np.ndarray) -> None:
+        """Write an int8 (1, C, H, W) array into `region` at this map's place."""
+        t = np.ascontiguousarray(np.asarray(nchw, dtype=np.int8).reshape(self.c, self.h, self.w).transpose(1, 2, 0))
+        view = self._view(region)
+        view[...] = t.view(np.uint8)
+
+    def from_ddr(self, region: np.ndarray) -> np.ndarray:
+        """Read this map out of `region` as an int8 (1, C, H, W) array."""
+        return self._view(region).view(np.int8).transpose(2, 0, 1)[None].copy()
+
+    def _view(self, region: np.ndarray) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(region[self.offset:], shape=(self.h, self.w, self.c),
+                                               strides=(self.row_pitch, self.pixel_pitch, 1), writeable=True)
+
+
+# -- compiled subgraph ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorBinding:
+    """Where a subgraph input/output lives in DDR and how to (de)quantize it."""
+
+    name: str
+    shape: tuple[int, ...]  # logical NCHW
+    fix_point: int
+    fmap: FMap
+
+
+@dataclass
+class CompiledSubgraph:
+    """A DPU subgraph ready to run: machine code, parameter blob, DDR region sizes and tensor bindings."""
+
+    name: str
+    arch: str
+    fingerprint: int
+    code: np.ndarray  # uint32 words
+    params: np.ndarray  # uint8 bytes of REG_PARAMS
+    region_sizes: dict[int, int]
+    inputs: list[TensorBinding]
+    outputs: list[TensorBinding]
+    instr_counts: dict[str, int] = field(default_factory=dict)
+    op_ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (op name, first instr, end instr)
+
+    @property
+    def ddr_bytes(self) -> int:
+        return sum(self.region_sizes.values())
+
+    def new_regions(self) -> dict[int, np.ndarray]:
+        """Fresh DDR regions for one run: params copied, the rest zeroed."""
+        regions = {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()}
+        regions[REG_PARAMS][: len(self.params)] = self.params
+        return regions
+
+
+# -- fusion plan ---------------------------------------------------------------------------------------------
+#: Template name of a group that is one op alone.
+SINGLE = "single"
+
+
+@dataclass(frozen=True)
+class Group:
+    """One execution unit of a plan: a template's fused members (topological order) or one op alone."""
+
+    template: str
+    ops: tuple[str, ...]
+
+
+@dataclass
+class FusionPlan:
+    """Groups covering every op once (singles included) and the concat inputs saved straight into their slice."""
+
+    mode: str
+    groups: list[Group]
+    concat_fused: frozenset[str] = frozenset()
+    cost: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+    def fused(self) -> list[Group]:
+        return [g for g in self.groups if g.template != SINGLE]
+
