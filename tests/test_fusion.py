@@ -17,6 +17,7 @@ from tvm_dpu.types import SINGLE, FusionPlan, Group
 from tvm_dpu.fusion.templates import TEMPLATES
 from tvm_dpu.runtime.emulator import Emulator
 from tvm_dpu.xgraph import Graph, run_graph
+from tvm_dpu.xgraph.validate import validate_graph
 from test_codegen import _B
 
 ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
@@ -48,7 +49,7 @@ def _block() -> Graph:
     h2 = b.conv(p, 8, 1)
     out = b.op("concat", [h1, h2], (1, 16, 10, 9), 3)
     b.g.outputs = [out]
-    b.g.validate()
+    validate_graph(b.g)
     return b.g
 
 
@@ -149,7 +150,7 @@ def test_dw_pw_keeps_depthwise_output_on_chip(arch_name):
               strides=[2, 2], pads=[1, 1, 1, 1], act="relu6")
     pw = b.conv(dw, 20, 1, act="none")
     b.g.outputs = [pw]
-    b.g.validate()
+    validate_graph(b.g)
     arch = load_arch(arch_name)
     plan = _manual(b.g, "dw_pw", [op.name for op in b.g.ops])
     fused = compile_graph_fused(b.g, arch, plan)
@@ -217,7 +218,7 @@ def _conv_pool_graph(cin: int, h: int, w: int, cout: int, k: int, s: int, p: int
     ho, wo = (hc + 2 * pp - pk) // ps + 1, (wc + 2 * pp - pk) // ps + 1
     out = b.op(pool, [c], (1, cout, ho, wo), 3, kernel=[pk, pk], strides=[ps, ps], pads=[pp, pp, pp, pp])
     b.g.outputs = [out]
-    b.g.validate()
+    validate_graph(b.g)
     return b.g
 
 
@@ -270,7 +271,7 @@ def _pw_dw_graph(cin: int, h: int, w: int, cmid: int, k: int, s: int, p: int, se
                {"weights": b.const((cmid, 1, k, k), 6), "bias": b.const((cmid,), 4)},
                strides=[s, s], pads=[p, p, p, p], groups=cmid, act="relu6")
     b.g.outputs = [out]
-    b.g.validate()
+    validate_graph(b.g)
     return b.g
 
 

@@ -23,7 +23,7 @@ from tvm_dpu.errors import DPUError
 from tvm_dpu.fusion.select import MODES as FUSION_MODES
 from tvm_dpu.passes.partition import binding_node_names, partition_detailed
 from tvm_dpu.passes.report import build_report
-from tvm_dpu.quant.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
+from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
 from tvm_dpu.runtime.compiled_model import CompiledModel, InputSpec
 from tvm_dpu.runtime.device import EmulatorDevice
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
@@ -141,10 +141,10 @@ def build_partitioned(mod: Any, *, arch: Any = "DPUCZDX8G_ISA1_B4096", calibrati
     executable).
 
     `fix_points` are keyed by ONNX tensor names (or XGraph tensor names); a QDQ ONNX model brings its own."""
-    from tvm_dpu.quant.calibrate import collect_stats
+    from tvm_dpu.quant.calibration import collect_stats
     from tvm_dpu.quant.quantize import quantize_graph
     from tvm_dpu.xgraph.float_ref import run_graph_float
-    from tvm_dpu.xgraph.from_relax import build_float_xgraph
+    from tvm_dpu.passes.from_relax import build_float_xgraph
 
     register()
     if fusion not in FUSION_MODES:

@@ -4,12 +4,16 @@
   the runtime reads and writes tensors through it).
 * `TensorBinding`, `CompiledSubgraph`: what codegen hands the runtime (and the artifact stores).
 * `Group`, `FusionPlan`: what the fusion search hands codegen.
+* `NodeReport`, `PartitionReport`: where each model node runs and why (built by passes.report, stored in the
+  artifact and read back by the runtime).
 
 Imports only the standard library and numpy, so importing it never drags a stage in.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -132,3 +136,79 @@ class FusionPlan:
     def fused(self) -> list[Group]:
         return [g for g in self.groups if g.template != SINGLE]
 
+
+# -- partition report ---------------------------------------------------------------------------------------
+@dataclass
+class NodeReport:
+    """Placement of one model node."""
+
+    name: str
+    op: str
+    device: str  # "dpu" | "cpu"
+    subgraph: int | None
+    reason: str | None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "op": self.op, "device": self.device, "subgraph": self.subgraph, "reason": self.reason}
+
+
+@dataclass
+class PartitionReport:
+    """Per-node placement of a partitioned model (see module docstring)."""
+
+    arch: str
+    nodes: list[NodeReport] = field(default_factory=list)
+    subgraphs: int = 0
+
+    def to_json(self) -> dict:
+        return {"arch": self.arch, "nodes": [n.to_json() for n in self.nodes], "subgraphs": self.subgraphs}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PartitionReport":
+        """Inverse of `to_json` (the artifact stores the report)."""
+        nodes = [NodeReport(str(n["name"]), str(n["op"]), str(n["device"]), n["subgraph"], n["reason"])
+                 for n in d["nodes"]]
+        return cls(str(d["arch"]), nodes, int(d["subgraphs"]))
+
+    def save_json(self, path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    @property
+    def dpu_nodes(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.device == "dpu"]
+
+    @property
+    def cpu_nodes(self) -> list[NodeReport]:
+        return [n for n in self.nodes if n.device == "cpu"]
+
+    def node(self, name: str) -> NodeReport:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node named {name!r} in the partition report")
+
+    def summary(self) -> str:
+        k, m = len(self.dpu_nodes), len(self.cpu_nodes)
+        return (
+            f"{len(self.nodes)} nodes: {k} on DPU in {self.subgraphs} subgraph{'s' if self.subgraphs != 1 else ''}, "
+            f"{m} on CPU ({self.arch})"
+        )
+
+    def table(self) -> str:
+        headers = ("node", "op", "device", "subgraph", "reason")
+        rows = [
+            (n.name, n.op, n.device, "" if n.subgraph is None else str(n.subgraph), n.reason or "")
+            for n in self.nodes
+        ]
+        widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+        def line(cells) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+        out = [line(headers), line(["-" * w for w in widths])]
+        out += [line(r) for r in rows]
+        out.append(self.summary())
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()

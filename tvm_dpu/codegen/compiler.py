@@ -33,6 +33,7 @@ from tvm_dpu.types import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, SINGLE, 
                            Group, TensorBinding)
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
+from tvm_dpu.xgraph.validate import validate_graph
 
 
 class _Allocator:
@@ -241,7 +242,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledS
       conv_conv with a windowed second conv, and fused groups that do not fit the banks, are emitted member by
       member with the unfused emitters (same values).
     """
-    graph.validate()
+    validate_graph(graph)
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
     ops = {op.name: op for op in graph.ops}
     fused = {g for g in groups if g.template != SINGLE and emittable(g, graph, arch)}

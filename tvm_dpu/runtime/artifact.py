@@ -28,7 +28,7 @@ import tvm
 from tvm import relax
 
 from tvm_dpu.arch import load_arch
-from tvm_dpu.types import CompiledSubgraph, FMap, TensorBinding
+from tvm_dpu.types import CompiledSubgraph, FMap, PartitionReport, TensorBinding
 from tvm_dpu.container import pack, unpack
 from tvm_dpu.errors import ArchError, ArtifactError
 from tvm_dpu.runtime.compiled_model import CompiledModel, InputSpec
@@ -242,8 +242,6 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", **device_option
         source_graph = h.get("graph")
         report = None
         if h.get("partition") is not None:
-            from tvm_dpu.passes.report import PartitionReport
-
             report = PartitionReport.from_json(h["partition"])
     except ArtifactError:
         raise
