@@ -8,7 +8,7 @@ import pytest
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
 from tvm_dpu.codegen.fused import emittable
-from tvm_dpu.fusion.costmodel import cost, tile_width
+from tvm_dpu.fusion.cost import cost, tile_width
 from tvm_dpu.fusion.isomorphism import embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.errors import FusionError

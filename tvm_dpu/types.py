@@ -4,6 +4,8 @@
   the runtime reads and writes tensors through it).
 * `TensorBinding`, `CompiledSubgraph`: what codegen hands the runtime (and the artifact stores).
 * `Group`, `FusionPlan`: what the fusion search hands codegen.
+* `TensorDesc`, `LayerDesc`: one coarse op as the analytic cost model sees it (xgraph.ops.layer_desc builds it,
+  timing.analytic reads it, so the timing stage needs no XGraph).
 * `NodeReport`, `PartitionReport`: where each model node runs and why (built by passes.report, stored in the
   artifact and read back by the runtime).
 
@@ -135,6 +137,43 @@ class FusionPlan:
 
     def fused(self) -> list[Group]:
         return [g for g in self.groups if g.template != SINGLE]
+
+
+# -- cost-model view of an op ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorDesc:
+    """A tensor an op reads or writes: its name, logical shape and whether it is a constant."""
+
+    name: str
+    shape: tuple[int, ...]
+    const: bool = False
+
+    @property
+    def chw(self) -> tuple[int, int, int]:
+        """(C, H, W) of a feature map; (C, 1, 1) of a 2-D (N, C) tensor."""
+        s = self.shape
+        return (s[1], s[2], s[3]) if len(s) == 4 else (s[1], 1, 1)
+
+    @property
+    def nbytes(self) -> int:
+        """int8 bytes of one batch element (C * H * W)."""
+        c, h, w = self.chw
+        return c * h * w
+
+
+@dataclass(frozen=True)
+class LayerDesc:
+    """One coarse op with the numbers the analytic DNNVM cost model (timing.analytic) needs."""
+
+    name: str
+    type: str
+    inputs: tuple[TensorDesc, ...]  # every input in op order, constants included
+    outputs: tuple[TensorDesc, ...]
+    window: tuple[int, int, int, int] = (1, 1, 1, 1)  # kh, kw, sh, sw (dense: the whole input; point ops: 1s)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    groups: int = 1
+    weights: int = 0  # weight elements (0: no weights)
+    macs: int = 0  # multiply-accumulates (conv2d, dense, depthwise_conv2d; 0 for the others)
 
 
 # -- partition report ---------------------------------------------------------------------------------------

@@ -121,8 +121,8 @@ class CompiledModel:
 
     # -- reporting ------------------------------------------------------------------------------------------
     def timing(self):
-        """Timing model of every DPU subgraph on one core (tvm_dpu.timing.simulate_model; CPU time excluded)."""
-        from tvm_dpu.timing.simulate import simulate_model
+        """Timing model of every DPU subgraph on one core (tvm_dpu.runtime.model_timing; CPU time excluded)."""
+        from tvm_dpu.runtime.model_timing import simulate_model
 
         return simulate_model(self)
 
