@@ -63,6 +63,13 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # produced, decoding it with the ISA table)
     "tvm_dpu.runtime": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.codegen.isa", "tvm_dpu.timing"})
     | QUANT_ARITH,
+    # multi-board pipelines and custom-IP plugins sit above runtime (below the builder and the CLI)
+    "tvm_dpu.pipeline": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
+                                   "tvm_dpu.passes", "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing",
+                                   "tvm_dpu.runtime"}),
+    "tvm_dpu.plugins": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
+                                  "tvm_dpu.passes", "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing",
+                                  "tvm_dpu.runtime"}),
 }
 
 #: Arrows allowed for now against LAYERS and left out of the cycle check, each with its reason. Both are in
