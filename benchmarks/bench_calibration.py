@@ -27,7 +27,8 @@ from pathlib import Path
 from tvm_dpu.arch import load_arch
 from tvm_dpu.timing.analytic import analytic_estimate
 from tvm_dpu.timing.params import load_params
-from tvm_dpu.timing.simulate import simulate_model
+from tvm_dpu.runtime.model_timing import simulate_model
+from tvm_dpu.xgraph.ops import layer_descs
 
 #: Vitis AI model zoo v1.4 single-thread latency in ms (dpu-facts.md "Measured performance").
 ZOO_MS = {
@@ -57,7 +58,7 @@ def _analytic(model, board: str) -> float:
     cycles = 0.0
     for r in model.runners.values():
         if getattr(r, "graph", None) is not None:
-            cycles += analytic_estimate(r.graph, board).cycles
+            cycles += analytic_estimate(layer_descs(r.graph), board).cycles
     return cycles / (load_arch(board).freq_mhz * 1e6)
 
 

@@ -61,9 +61,11 @@ def _simulator():
 def run(models, archs, cache, repeat) -> list[dict]:
     from tvm_dpu.arch import load_arch
     from tvm_dpu.codegen.tiling import CodegenError
-    from tvm_dpu.codegen.fused import FUSED_EMITTERS, compile_graph_fused, emittable
-    from tvm_dpu.fusion.costmodel import cost_source
-    from tvm_dpu.fusion.costmodel import ops_count
+    from tvm_dpu.codegen.compiler import compile_graph_fused
+    from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
+    from tvm_dpu.fusion.cost import cost_source
+    from tvm_dpu.timing.analytic import graph_ops
+    from tvm_dpu.xgraph.ops import layer_descs
     from tvm_dpu.fusion.select import MODES, plan_fusion
 
     simulate = _simulator()
@@ -84,7 +86,7 @@ def run(models, archs, cache, repeat) -> list[dict]:
             row["t_selection_ms"] = sum(p.stats["t_selection"] for p in plans) * 1e3
             row["fallbacks"] = sum(p.stats.get("fallback", 0) for p in plans)
             row["subgraphs"] = len(graphs)
-            work = sum(ops_count(g) for g in graphs)
+            work = sum(graph_ops(layer_descs(g)) for g in graphs)
             hz = arch.freq_mhz * 1e6
             sims_by_mode = {}
             for mode in MODES:

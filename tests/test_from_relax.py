@@ -27,12 +27,13 @@ from tvm_dpu.passes import partition_detailed
 from tvm_dpu.passes.partition import binding_node_names
 from tvm_dpu.passes.report import build_report
 from tvm_dpu.xgraph.float_ref import run_graph_float
-from tvm_dpu.xgraph.from_relax import (
+from tvm_dpu.passes.from_relax import (
     FloatSubgraph,
     FromRelaxError,
     UnsupportedCompositeError,
     build_float_xgraph,
 )
+from tvm_dpu.xgraph.validate import validate_graph
 
 ARCHS = ("zcu102", "DPUCZDX8G_ISA1_B1152")
 RTOL = 1e-4
@@ -176,7 +177,7 @@ def test_zoo_partitions(name, arch):
 
         fs = build_float_xgraph(fn, fname, call_names[index])
         g = fs.graph
-        g.validate()
+        validate_graph(g)
         assert g.name == fname
         assert all(t.dtype == "float32" and t.fix_point is None for t in g.tensors.values())
         assert fs.input_shapes == [tuple(int(v) for v in p.ty.shape.values) for p in fn.params]

@@ -6,14 +6,18 @@ import numpy as np
 import pytest
 
 from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.fused import compile_graph_fused, emittable
-from tvm_dpu.fusion.costmodel import SINGLE, Group, cost, tile_width
+from tvm_dpu.codegen.compiler import compile_graph_fused
+from tvm_dpu.codegen.fused import emittable
+from tvm_dpu.fusion.cost import cost, tile_width
 from tvm_dpu.fusion.isomorphism import embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
-from tvm_dpu.fusion.select import MODES, FusionError, FusionPlan, plan_fusion
+from tvm_dpu.errors import FusionError
+from tvm_dpu.fusion.select import MODES, plan_fusion
+from tvm_dpu.types import SINGLE, FusionPlan, Group
 from tvm_dpu.fusion.templates import TEMPLATES
 from tvm_dpu.runtime.emulator import Emulator
 from tvm_dpu.xgraph import Graph, run_graph
+from tvm_dpu.xgraph.validate import validate_graph
 from test_codegen import _B
 
 ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
@@ -45,7 +49,7 @@ def _block() -> Graph:
     h2 = b.conv(p, 8, 1)
     out = b.op("concat", [h1, h2], (1, 16, 10, 9), 3)
     b.g.outputs = [out]
-    b.g.validate()
+    validate_graph(b.g)
     return b.g
 
 
@@ -146,7 +150,7 @@ def test_dw_pw_keeps_depthwise_output_on_chip(arch_name):
               strides=[2, 2], pads=[1, 1, 1, 1], act="relu6")
     pw = b.conv(dw, 20, 1, act="none")
     b.g.outputs = [pw]
-    b.g.validate()
+    validate_graph(b.g)
     arch = load_arch(arch_name)
     plan = _manual(b.g, "dw_pw", [op.name for op in b.g.ops])
     fused = compile_graph_fused(b.g, arch, plan)
@@ -170,7 +174,7 @@ def test_optimal_falls_back_to_greedy_when_the_search_is_worse(monkeypatch):
 @pytest.mark.parametrize("arch_name", ARCHS)
 def test_singles_with_legal_concats_reproduce_compile_graph(arch_name):
     from tvm_dpu.codegen.compiler import compile_graph
-    from tvm_dpu.fusion.select import concat_fusions
+    from tvm_dpu.codegen.compiler import concat_fusions
 
     g, arch = _block(), load_arch(arch_name)
     plan = FusionPlan("manual", [Group(SINGLE, (op.name,)) for op in g.ops], concat_fusions(g))
@@ -214,7 +218,7 @@ def _conv_pool_graph(cin: int, h: int, w: int, cout: int, k: int, s: int, p: int
     ho, wo = (hc + 2 * pp - pk) // ps + 1, (wc + 2 * pp - pk) // ps + 1
     out = b.op(pool, [c], (1, cout, ho, wo), 3, kernel=[pk, pk], strides=[ps, ps], pads=[pp, pp, pp, pp])
     b.g.outputs = [out]
-    b.g.validate()
+    validate_graph(b.g)
     return b.g
 
 
@@ -246,7 +250,7 @@ def test_conv_pool_fused_bit_exact(arch_name, case):
 def test_conv_pool_is_chosen_and_faster_in_the_timing_model():
     """ResNet-50 stem (conv7x7s2 + maxpool3x3s2 at 224x224): the search picks the fused group and the timing
     model agrees it is faster than the ops alone."""
-    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.fusion.select import compile_with_fusion
     from tvm_dpu.timing.simulate import simulate_subgraph
 
     g, arch = _conv_pool_graph(3, 224, 224, 64, 7, 2, 3, "max_pool2d", 3, 2, 1, seed=3), load_arch(ARCHS[0])
@@ -267,7 +271,7 @@ def _pw_dw_graph(cin: int, h: int, w: int, cmid: int, k: int, s: int, p: int, se
                {"weights": b.const((cmid, 1, k, k), 6), "bias": b.const((cmid,), 4)},
                strides=[s, s], pads=[p, p, p, p], groups=cmid, act="relu6")
     b.g.outputs = [out]
-    b.g.validate()
+    validate_graph(b.g)
     return b.g
 
 

@@ -11,7 +11,8 @@ import pytest
 import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.fused import FUSED_EMITTERS, compile_graph_fused, emittable
+from tvm_dpu.codegen.compiler import compile_graph_fused
+from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.fusion import TEMPLATES, OpGraph, embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.select import MODES, plan_fusion
 from tvm_dpu.runtime.emulator import Emulator
@@ -82,7 +83,7 @@ def test_plans_ordered_and_bit_exact(xgraphs, arch_name):
 @pytest.mark.parametrize("name", ["resnet50", "googlenet", "mobilenetv2"])
 def test_full_size_optimal_bit_exact(name):
     """Full-size models: the optimal plan's program (fused emitters) equals the golden reference on B4096."""
-    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.fusion.select import compile_with_fusion
 
     arch = load_arch(ARCHS[0])
     with warnings.catch_warnings():
@@ -101,8 +102,7 @@ def test_every_conv_window_group_fused_bit_exact(xgraphs, arch_name, tname):
     """Every conv+pool (pointwise+depthwise) of the model that the fused emitter accepts, all fused at once
     (whether or not the search picks them), is bit-exact: covers the strips / circular window buffer on real
     layer shapes."""
-    from tvm_dpu.fusion.costmodel import SINGLE, Group
-    from tvm_dpu.fusion.select import FusionPlan
+    from tvm_dpu.types import SINGLE, FusionPlan, Group
 
     name, graphs = xgraphs
     arch = load_arch(arch_name)

@@ -16,9 +16,9 @@ from tvm import relax
 
 from tvm_dpu.frontend import from_onnx
 from tvm_dpu.frontend.provenance import node_names, source_nodes
+from tvm_dpu.types import PartitionReport
 from tvm_dpu.passes import (
     LONE_OP_MAX,
-    PartitionReport,
     dpu_patterns,
     partition,
     partition_for_dpu,

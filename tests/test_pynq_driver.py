@@ -14,7 +14,7 @@ import pytest
 
 from tvm_dpu import zoo
 from tvm_dpu.builder import build
-from tvm_dpu.codegen.layout import REG_INPUT
+from tvm_dpu.types import REG_INPUT
 from tvm_dpu.errors import ArtifactError, DPUError
 from tvm_dpu.runtime import pynq_driver as regs
 from tvm_dpu.runtime.artifact import load
@@ -110,7 +110,7 @@ def test_missing_flush_is_visible_to_the_simulation(built, monkeypatch):
 def test_hung_core_times_out_with_status():
     sim = SimulatedPynq(ARCH, hang=True)
     dev = _device(sim, timeout_s=0.15)
-    from tvm_dpu.codegen.compiler import CompiledSubgraph
+    from tvm_dpu.types import CompiledSubgraph
     from tvm_dpu.codegen.isa import encode_program, make_instr
 
     code = encode_program([make_instr("END")])
@@ -126,7 +126,7 @@ def test_hung_core_times_out_with_status():
 
 
 def test_faulting_program_times_out_and_the_simulation_names_the_fault():
-    from tvm_dpu.codegen.compiler import CompiledSubgraph
+    from tvm_dpu.types import CompiledSubgraph
     from tvm_dpu.codegen.isa import encode_program, make_instr
 
     sim = SimulatedPynq(ARCH)
@@ -141,7 +141,7 @@ def test_faulting_program_times_out_and_the_simulation_names_the_fault():
 
 def test_device_errors_are_clear():
     with pytest.raises(DeviceError, match="contiguous memory"):
-        from tvm_dpu.codegen.compiler import CompiledSubgraph
+        from tvm_dpu.types import CompiledSubgraph
         from tvm_dpu.codegen.isa import encode_program, make_instr
 
         sim = SimulatedPynq(ARCH, fail_allocation=True)

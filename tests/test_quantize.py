@@ -9,12 +9,13 @@ import tvm_dpu.quant as quant
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.compiler import compile_graph
 from tvm_dpu.errors import QuantizationError
-from tvm_dpu.quant.calibrate import choose_fix_point, collect_stats, quantize_values
+from tvm_dpu.quant.calibration import choose_fix_point, collect_stats, quantize_values
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.quant.quantize import quantize_graph, quantize_with_report
 from tvm_dpu.runtime.emulator import Emulator
 from tvm_dpu.xgraph import Graph, Op, Tensor, quant_params, run_graph
 from tvm_dpu.xgraph.float_ref import run_graph_float
+from tvm_dpu.xgraph.validate import validate_graph
 
 
 class _FB:
@@ -90,7 +91,7 @@ def _quantized_vs_float(gf: Graph, gq: Graph, feeds_f: dict[str, np.ndarray]) ->
 
 
 def _all_quant_params(gq: Graph) -> None:
-    gq.validate()
+    validate_graph(gq)
     for op in gq.ops:
         quant_params(op, gq)
     for t in gq.tensors.values():
@@ -355,7 +356,7 @@ def test_float_graph_required_and_bad_method():
 
 def _zoo_float_xgraphs(name: str) -> list[Graph]:
     """Float XGraphs of the DPU partitions of a reduced zoo model (frontend -> partition -> from_relax)."""
-    from_relax = pytest.importorskip("tvm_dpu.xgraph.from_relax")
+    from_relax = pytest.importorskip("tvm_dpu.passes.from_relax")
     from tvm_dpu import zoo
     from tvm_dpu.frontend import from_onnx
     from tvm_dpu.passes import partition

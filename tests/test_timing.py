@@ -16,6 +16,7 @@ from tvm_dpu.timing.params import TimingError, load_params, machine
 from tvm_dpu.timing.simulate import simulate, simulate_subgraph
 from tvm_dpu.timing.trace import chrome_trace, write_chrome_trace, write_gantt_png
 from tvm_dpu.xgraph import Graph, Op, Tensor
+from tvm_dpu.xgraph.ops import layer_descs
 
 ARCH = "zcu102"
 
@@ -179,13 +180,13 @@ def _graph(seed: int = 0) -> Graph:
 def test_compiled_graph_per_op_cycles_and_ops():
     g = _graph()
     sg = compile_graph(g, load_arch(ARCH))
-    r = simulate_subgraph(sg, ARCH, model_ops=graph_ops(g))
+    r = simulate_subgraph(sg, ARCH, model_ops=graph_ops(layer_descs(g)))
     assert [o.name for o in r.ops] == [op.name for op in g.ops]
     assert sum(o.cycles for o in r.ops) <= r.cycles + 1e-6
     assert sum(o.cycles for o in r.ops) > 0.9 * r.cycles
     conv_ops = [o for o in r.ops if o.macs]
     assert len(conv_ops) == 2 and conv_ops[1].macs > conv_ops[0].macs
-    assert r.total_ops == graph_ops(g) == 2 * 28 * 28 * 64 * 9 * (32 + 64)
+    assert r.total_ops == graph_ops(layer_descs(g)) == 2 * 28 * 28 * 64 * 9 * (32 + 64)
     assert r.macs * 2 >= r.total_ops  # instructions compute channel padding too
     assert r.ddr_read_bytes > 0 and r.ddr_write_bytes > 0
 
@@ -195,12 +196,12 @@ def test_analytic_close_to_simulator(arch):
     """The DNNVM-style roofline estimate stays within 30% of the simulated cycles on a small compiled graph."""
     g = _graph(1)
     r = simulate_subgraph(compile_graph(g, load_arch(arch)), arch)
-    est = analytic_estimate(g, arch)
+    est = analytic_estimate(layer_descs(g), arch)
     cmp = compare(est, r)
     assert abs(cmp["relative_deviation"]) < 0.3, cmp
     convs = [l for l in est.layers if l.type == "conv2d"]
     assert all(l.tile is not None and l.ctc > 0 for l in convs)
-    assert est.total_ops == graph_ops(g)
+    assert est.total_ops == graph_ops(layer_descs(g))
 
 
 def test_chrome_trace_schema(tmp_path):
@@ -235,7 +236,7 @@ def test_simulate_model_sums_subgraphs():
     """simulate_model adds the DPU subgraphs of a CompiledModel-like object (runners -> .sg, .graph)."""
     from types import SimpleNamespace
 
-    from tvm_dpu.timing.simulate import simulate_model
+    from tvm_dpu.runtime.model_timing import simulate_model
 
     arch = load_arch(ARCH)
     g0, g1 = _graph(0), _graph(2)
@@ -243,6 +244,6 @@ def test_simulate_model_sums_subgraphs():
     mt = simulate_model(SimpleNamespace(runners=runners, arch=arch))
     parts = [simulate_subgraph(r.sg, arch) for r in runners.values()]
     assert mt.cycles == pytest.approx(sum(p.cycles for p in parts))
-    assert mt.total_ops == graph_ops(g0) + graph_ops(g1)
+    assert mt.total_ops == graph_ops(layer_descs(g0)) + graph_ops(layer_descs(g1))
     assert mt.gops == pytest.approx(mt.total_ops / mt.latency_s / 1e9)
     assert mt.summary()["cpu_time_included"] is False

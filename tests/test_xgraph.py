@@ -11,6 +11,7 @@ import pytest
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.xgraph import Graph, GraphError, Op, Subgraph, Tensor, dumps, load, loads, run_graph, save
 from tvm_dpu.xgraph.serialize import FIXED_SIZE, FORMAT_VERSION, MAGIC
+from tvm_dpu.xgraph.validate import validate_graph
 
 
 def build(order: int = 0) -> Graph:
@@ -41,7 +42,7 @@ def build(order: int = 0) -> Graph:
 
 def test_valid_graph_passes():
     g = build()
-    g.validate()
+    validate_graph(g)
     out = run_graph(g, {"in": np.zeros((1, 3, 8, 8), np.int8)})
     assert out["cat"].shape == (1, 8, 4, 4)
 
@@ -51,12 +52,12 @@ def test_dangling_input():
     g = build()
     g.ops[1].inputs = ["nowhere"]
     with pytest.raises(GraphError, match="'pool'.*'nowhere' is not defined"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.tensors["orphan"] = Tensor("orphan", (1, 4, 8, 8), "int8", 5)
     g.ops[1].inputs = ["orphan"]
     with pytest.raises(GraphError, match="'pool'.*dangling input 'orphan'"):
-        g.validate()
+        validate_graph(g)
 
 
 def test_cycle_and_order():
@@ -64,11 +65,11 @@ def test_cycle_and_order():
     g.ops[0].inputs = ["s"]  # conv reads add's output: conv -> pool -> add -> conv
     g.tensors["in"].shape = (1, 3, 8, 8)
     with pytest.raises(GraphError, match="cycle through ops"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.ops[0], g.ops[1] = g.ops[1], g.ops[0]
     with pytest.raises(GraphError, match="'pool'.*produced later by op 'conv'"):
-        g.validate()
+        validate_graph(g)
 
 
 def test_shape_mismatch():
@@ -76,68 +77,68 @@ def test_shape_mismatch():
     g.tensors["p"].shape = (1, 4, 5, 5)
     msg = "'pool'.*shape mismatch.*declared \\(1, 4, 5, 5\\).*inferred \\(1, 4, 4, 4\\)"
     with pytest.raises(GraphError, match=msg):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.tensors["b"] = Tensor("b", (5,), "int8", 6, np.zeros(5, np.int8))
     with pytest.raises(GraphError, match="'conv'.*bias 'b' must have shape \\(4,\\)"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.tensors["w"].data = np.zeros((4, 3, 3, 2), np.int8)
     with pytest.raises(GraphError, match="tensor 'w': data shape"):
-        g.validate()
+        validate_graph(g)
 
 
 def test_missing_fix_point():
     g = build()
     g.tensors["p"].fix_point = None
     with pytest.raises(GraphError, match="tensor 'p': int8 tensor without fix_point"):
-        g.validate()
+        validate_graph(g)
 
 
 def test_op_level_errors():
     g = build()
     g.ops[1].type = "lrn"
     with pytest.raises(GraphError, match="'pool'.*unsupported op type 'lrn'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     del g.ops[1].attrs["kernel"]
     with pytest.raises(GraphError, match="'pool'.*missing attribute 'kernel'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.ops[0].params = {"bias": "b"}
     with pytest.raises(GraphError, match="'conv'.*missing parameter 'weights'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.ops[0].attrs["act"] = "gelu"
     with pytest.raises(GraphError, match="'conv'.*act 'gelu'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.ops[0].attrs["blob"] = {"a": 1}
     with pytest.raises(GraphError, match="'conv'.*attribute 'blob'.*not a JSON scalar"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.ops[2].outputs = ["p"]
     with pytest.raises(GraphError, match="'add'.*'p' is already written by op 'pool'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.ops[3].inputs = ["s", "c"]
     with pytest.raises(GraphError, match="'concat'.*input 'c'.*does not match"):
-        g.validate()
+        validate_graph(g)
 
 
 def test_subgraph_errors():
     g = build()
     g.root.children.append(Subgraph("cpu0", "cpu", ["pool"]))
     with pytest.raises(GraphError, match="op 'pool' already in subgraph 'dpu0'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.root.children[0].device = "gpu"
     with pytest.raises(GraphError, match="device 'gpu'"):
-        g.validate()
+        validate_graph(g)
     g = build()
     g.root.children[0].ops.append("ghost")
     with pytest.raises(GraphError, match="unknown op 'ghost'"):
-        g.validate()
+        validate_graph(g)
 
 
 # -- serialization -----------------------------------------------------------------------------------------

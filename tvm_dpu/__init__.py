@@ -28,7 +28,7 @@ _EXPORTS = {
     "from_onnx": ("tvm_dpu.frontend", "from_onnx"),
     "partition_for_dpu": ("tvm_dpu.passes", "partition_for_dpu"),
     "partition": ("tvm_dpu.passes", "partition"),
-    "PartitionReport": ("tvm_dpu.passes", "PartitionReport"),
+    "PartitionReport": ("tvm_dpu.types", "PartitionReport"),
     "load_arch": ("tvm_dpu.arch", "load_arch"),
     "list_presets": ("tvm_dpu.arch", "list_presets"),
     "Arch": ("tvm_dpu.arch", "Arch"),

@@ -57,3 +57,7 @@ class InputError(DPUError, ValueError):
 
 class RunError(DPUError, RuntimeError):
     """Running a compiled model failed inside TVM's VM (the message keeps TVM's own words)."""
+
+
+class FusionError(DPUError, ValueError):
+    """A bad fusion request (unknown mode, a plan that does not cover the graph, a cyclic grouping)."""

@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tvm_dpu.codegen.compiler import CompiledSubgraph, TensorBinding
-from tvm_dpu.codegen.layout import REG_PARAMS, FMap
 from tvm_dpu.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
+from tvm_dpu.types import REG_PARAMS, CompiledSubgraph, FMap, TensorBinding
 
 MAGIC = b"TVMDPUSG"
 FORMAT_VERSION = 1

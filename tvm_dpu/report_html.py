@@ -363,7 +363,7 @@ def write_report(artifact: Path, out: Path) -> str:
     try:
         arch = load_arch(header["arch"]["name"])
     except ArchError:
-        from tvm_dpu.arch.fingerprint import arch_from_fingerprint
+        from tvm_dpu.arch.arch import arch_from_fingerprint
 
         arch = arch_from_fingerprint(header["arch"]["fingerprint"])
     timings = {s["key"]: subgraph_timing(codes[s["key"]], arch, [tuple(r) for r in s["op_ranges"]])

@@ -1,6 +1,6 @@
 """DPU configurations as data (presets.json, arch.json, fingerprint) and per-target operator limits."""
 from tvm_dpu.arch.arch import Arch, BankGroup, list_presets, load_arch
-from tvm_dpu.arch.fingerprint import arch_from_fingerprint, decode_fingerprint
+from tvm_dpu.arch.arch import arch_from_fingerprint, decode_fingerprint
 from tvm_dpu.arch.limits import check_op
 from tvm_dpu.arch.opdesc import OpDesc
 

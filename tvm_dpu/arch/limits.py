@@ -13,10 +13,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tvm_dpu.arch.arch import Arch
+from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, Arch
 from tvm_dpu.arch.opdesc import OP_KINDS, OpDesc
 from tvm_dpu.errors import ArchError
-from tvm_dpu.quant.fixpoint import LEAKY_NUM, LEAKY_SHIFT
 
 LIMITS_FILE = Path(__file__).with_name("limits.json")
 

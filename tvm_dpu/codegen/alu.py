@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.layout import FMap, ceil_div
+from tvm_dpu.codegen.layout import ceil_div
+from tvm_dpu.types import FMap
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
 

@@ -1,4 +1,4 @@
-"""XGraph (quantized DPU subgraph) -> machine code, DDR layout and parameter blob (no kernel fusion).
+"""XGraph (quantized DPU subgraph) + fusion plan -> machine code, DDR layout and parameter blob.
 
 Steps:
 1. DDR allocation. Inputs go to REG_INPUT, outputs to REG_OUTPUT, every other feature map to REG_WORK with
@@ -6,11 +6,14 @@ Steps:
    save straight into channel slices of the concat buffer (aliases); other inputs get a copy (or a requantizing
    1x1 ALU max pool) into their slice.
 2. Parameters: each conv-class op's weights and biases packed in bank order into REG_PARAMS.
-3. Emission, op by op in topological order, with the per-engine emitters (conv.py, alu.py, elew.py, copy.py).
+3. Emission, group by group of a fusion plan (`compile_graph_fused`): a lone op with the per-engine emitters
+   (conv.py, alu.py, elew.py, copy.py), a fused group with its pipeline (fused_conv.py). `compile_graph` is the
+   same path with a plan of single ops.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import heapq
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,49 +23,17 @@ from tvm_dpu.codegen import conv_variants
 from tvm_dpu.codegen.conv import ConvJob, emit_conv
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
-from tvm_dpu.codegen.layout import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, FMap, align, pack_channel_vector,
-                                    pack_conv_weights, pack_dw_weights)
+from tvm_dpu.codegen.layout import ParamBlob, align, pack_channel_vector, pack_conv_weights, pack_dw_weights
 from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.fused import emittable
+from tvm_dpu.codegen.fused_conv import emit_conv_add, emit_conv_pool, emit_conv_pw, emit_dw_pw, emit_hconv
 from tvm_dpu.codegen.tiling import CodegenError
-from tvm_dpu.fusion.select import concat_fusions
+from tvm_dpu.errors import FusionError
+from tvm_dpu.types import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, SINGLE, CompiledSubgraph, FMap, FusionPlan,
+                           Group, TensorBinding)
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
-
-
-@dataclass(frozen=True)
-class TensorBinding:
-    """Where a subgraph input/output lives in DDR and how to (de)quantize it."""
-
-    name: str
-    shape: tuple[int, ...]  # logical NCHW
-    fix_point: int
-    fmap: FMap
-
-
-@dataclass
-class CompiledSubgraph:
-    """A DPU subgraph ready to run: machine code, parameter blob, DDR region sizes and tensor bindings."""
-
-    name: str
-    arch: str
-    fingerprint: int
-    code: np.ndarray  # uint32 words
-    params: np.ndarray  # uint8 bytes of REG_PARAMS
-    region_sizes: dict[int, int]
-    inputs: list[TensorBinding]
-    outputs: list[TensorBinding]
-    instr_counts: dict[str, int] = field(default_factory=dict)
-    op_ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (op name, first instr, end instr)
-
-    @property
-    def ddr_bytes(self) -> int:
-        return sum(self.region_sizes.values())
-
-    def new_regions(self) -> dict[int, np.ndarray]:
-        """Fresh DDR regions for one run: params copied, the rest zeroed."""
-        regions = {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()}
-        regions[REG_PARAMS][: len(self.params)] = self.params
-        return regions
+from tvm_dpu.xgraph.validate import validate_graph
 
 
 class _Allocator:
@@ -183,40 +154,143 @@ def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozens
 
 
 
-class _Params:
-    def __init__(self) -> None:
-        self.chunks: list[np.ndarray] = []
-        self.size = 0
+def concat_fusions(graph: Graph) -> frozenset[str]:
+    """Concat inputs that can be saved by their producer straight into the concat's channel slice (produced here,
+    not a graph output, not requantized, used once, not itself a concat): the aliases plan_ddr may make."""
+    producer = graph.producers()
+    outputs = set(graph.outputs)
+    fused: set[str] = set()
+    for op in graph.ops:
+        if op.type != "concat" or xops.attr(op, "axis") % 4 != 1:
+            continue
+        try:
+            requant = xops.quant_params(op, graph).requant
+        except Exception:  # a float graph (no fix_points yet): same fix_point assumed
+            requant = [None] * len(op.inputs)
+        for i, name in enumerate(op.inputs):
+            if (name in producer and name not in outputs and name not in fused and requant[i] is None
+                    and op.inputs.count(name) == 1 and producer[name].type != "concat"):
+                fused.add(name)
+    return frozenset(fused)
 
-    def add(self, data: np.ndarray) -> int:
-        off = self.size
-        b = np.asarray(data, dtype=np.int8).view(np.uint8).ravel()
-        pad = align(len(b)) - len(b)
-        self.chunks.append(b)
-        if pad:
-            self.chunks.append(np.zeros(pad, dtype=np.uint8))
-        self.size += len(b) + pad
-        return off
 
-    def blob(self) -> np.ndarray:
-        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.uint8)
+def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
+    """Groups in an executable order (each after the producers of its external inputs, ties by first op in graph
+    order); FusionError if the grouping is cyclic or does not cover every op exactly once."""
+    owner: dict[str, int] = {}
+    for gi, g in enumerate(groups):
+        for n in g.ops:
+            if n in owner:
+                raise FusionError(f"fusion plan: op {n!r} is in two groups ({groups[owner[n]].template}, {g.template})")
+            owner[n] = gi
+    missing = [op.name for op in graph.ops if op.name not in owner]
+    if missing or len(owner) != len(graph.ops):
+        raise FusionError(f"fusion plan: op(s) {missing[:5]} are in no group" if missing else
+                          "fusion plan: names ops that are not in the graph")
+    producer = {t: owner[op.name] for op in graph.ops for t in op.outputs}
+    first = {gi: min(i for i, op in enumerate(graph.ops) if owner[op.name] == gi) for gi in range(len(groups))}
+    deps: dict[int, set[int]] = {gi: set() for gi in range(len(groups))}
+    for op in graph.ops:
+        gi = owner[op.name]
+        for t in op.inputs:
+            p = producer.get(t)
+            if p is not None and p != gi:
+                deps[gi].add(p)
+    done: set[int] = set()
+    out: list[Group] = []
+    users: dict[int, list[int]] = {}
+    for gi, ds in deps.items():
+        for d in ds:
+            users.setdefault(d, []).append(gi)
+    heap = [(first[gi], gi) for gi in deps if not deps[gi]]
+    heapq.heapify(heap)
+    remaining = {gi: len(ds) for gi, ds in deps.items()}
+    while heap:
+        _, gi = heapq.heappop(heap)
+        done.add(gi)
+        out.append(groups[gi])
+        for u in users.get(gi, ()):
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                heapq.heappush(heap, (first[u], u))
+    if len(out) != len(groups):
+        stuck = [groups[gi].ops for gi in range(len(groups)) if gi not in done][:3]
+        raise FusionError(f"fusion plan: the grouping is cyclic (groups {stuck} wait on each other)")
+    return out
 
 
 def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
-    """Compile a validated, quantized XGraph for `arch`."""
-    graph.validate()
-    fmaps, alias, sizes = plan_ddr(graph, concat_fusions(graph))
-    params = _Params()
+    """Compile a validated, quantized XGraph for `arch` op by op: the fused compiler with a plan of single ops
+    whose legal concat inputs are saved straight into their slice."""
+    plan = FusionPlan("none", [Group(SINGLE, (op.name,)) for op in graph.ops], concat_fusions(graph))
+    return compile_graph_fused(graph, arch, plan)
+
+
+def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledSubgraph:
+    """Compile `graph` for `arch` following `plan` (a fusion plan, e.g. fusion.plan_fusion's).
+
+    * DDR plan (`plan_ddr`): inputs, outputs, liveness-reused workspace; the concat inputs of
+      `plan.concat_fused` alias their slice (the others are copied by the concat, so plan "none" pays real
+      copies) and the intermediates a fused pipeline keeps on chip never reach DDR.
+    * Groups are emitted in plan order. Fused pipelines (fused_conv.py): conv_add (per output tile the CONVs leave
+      the conv's result in VB1, the add's other operand is loaded next to it, one ELEW per ALU_PP rows adds them
+      in place, the SAVEs write the add's output; the conv's output never touches DDR), hconv2/hconv3 (one input
+      tile load feeds the CONVs of every member), dw_pw and conv_conv with a pointwise second conv (the first
+      op's output tile in VB1 is the pointwise conv's input tile), conv_pool and pw_dw (emit_conv_pool: the conv
+      writes its rows with the row-store rule straight into the row-fetch layout of the ALU consumer -- max/avg
+      pool or depthwise conv -- in a circular buffer of VB1, each conv row computed once per column strip).
+      conv_conv with a windowed second conv, and fused groups that do not fit the banks, are emitted member by
+      member with the unfused emitters (same values).
+    """
+    validate_graph(graph)
+    groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
+    ops = {op.name: op for op in graph.ops}
+    fused = {g for g in groups if g.template != SINGLE and emittable(g, graph, arch)}
+    on_chip: set[str] = set()
+    for g in fused:
+        if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
+            on_chip.update(ops[g.ops[0]].outputs)
+    # The liveness walk must follow the emission order.
+    order = [ops[n] for g in groups for n in g.ops]
+    emit_graph = Graph(graph.name, graph.tensors, order, graph.inputs, graph.outputs)
+    span: dict[str, int] = {}
+    i = 0
+    for g in groups:
+        i += len(g.ops)
+        if g in fused:
+            span.update({n: i - 1 for n in g.ops})
+    fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span)
+    params = ParamBlob()
     prog = Program()
     op_ranges = []
-    for op in graph.ops:
+    for g in groups:
         start = len(prog)
         try:
-            _emit_op(prog, arch, graph, op, fmaps, alias, params)
+            if g in fused and g.template == "conv_add":
+                emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused and g.template == "conv_conv":
+                emit_conv_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused and g.template in ("conv_pool", "pw_dw"):
+                emit_conv_pool(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused and g.template == "dw_pw":
+                emit_dw_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused:
+                emit_hconv(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
+            else:
+                for n in g.ops:
+                    s = len(prog)
+                    _emit_op(prog, arch, graph, ops[n], fmaps, alias, params)
+                    if len(g.ops) > 1:
+                        op_ranges.append((n, s, len(prog)))
         except CodegenError as e:
             msg = str(e)
-            raise CodegenError(msg if op.name in msg else f"op {op.name!r} ({op.type}): {msg}") from None
-        op_ranges.append((op.name, start, len(prog)))
+            if any(n in msg for n in g.ops):
+                raise
+            where = f"op {g.ops[0]!r} ({ops[g.ops[0]].type})" if len(g.ops) == 1 else \
+                f"group {g.template} {list(g.ops)}"
+            raise CodegenError(f"{where}: {msg}") from None
+        if len(g.ops) == 1 or g in fused:
+            op_ranges.append(("+".join(g.ops), start, len(prog)))
     prog.end()
     sizes[REG_PARAMS] = params.size
     region_sizes = {reg: align(max(size, 1), 4096) for reg, size in sizes.items()}
@@ -248,7 +322,7 @@ def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_varia
     return conv_variants.dilated_phases(x, y, w, strides, dil, pads, what)  # type: ignore[arg-type]
 
 
-def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap], params: _Params) -> None:
+def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap], params: ParamBlob) -> None:
     """conv2d (groups 1, any dilation), dense and conv2d_transpose (groups 1) on the CONV engine."""
     t = op.type
     out = op.outputs[0]
@@ -284,7 +358,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
 
 
 def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
-                    params: _Params) -> None:
+                    params: ParamBlob) -> None:
     """Depthwise conv (any dilation) and depthwise transposed conv on the ALU (dwconv mode)."""
     out = op.outputs[0]
     x, y = fmaps[op.inputs[0]], fmaps[out]
@@ -307,7 +381,7 @@ def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict
 
 
 def _emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomposition, w: np.ndarray,
-                 params: _Params, pack, job, emit, zero_channels: int) -> None:
+                 params: ParamBlob, pack, job, emit, zero_channels: int) -> None:
     """Emit every phase conv of a decomposed op (`job(weights, w_offset, strides, pads)` builds the engine job,
     `emit` is emit_conv / emit_alu), then the outputs that only see padding."""
     out = op.outputs[0]
@@ -325,7 +399,7 @@ def _emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomp
             emit(prog, arch, job(zw, w_off, (1, 1), (0, 0, 0, 0)), replace(zx, h=v.h, w=v.w), v, "params", out)
 
 
-def _zero_map(params: _Params, width: int, c: int) -> FMap:
+def _zero_map(params: ParamBlob, width: int, c: int) -> FMap:
     """A `width` x c map of zeros in the params region whose rows all alias one another (row pitch 0)."""
     off = params.add(np.zeros(width * c, np.int8))
     return FMap(REG_PARAMS, off, 1, width, c, c, 0)
@@ -334,7 +408,7 @@ def _zero_map(params: _Params, width: int, c: int) -> FMap:
 
 
 def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
-             alias: dict[str, tuple[str, int]], params: _Params) -> None:
+             alias: dict[str, tuple[str, int]], params: ParamBlob) -> None:
     t = op.type
     out = op.outputs[0]
     y = fmaps[out]

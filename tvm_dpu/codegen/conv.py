@@ -17,13 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.layout import FMap, ceil_div
+from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
-
-#: Largest value of the 10-bit minus fields jump_read_endl / LOAD length / CONV length.
-FIELD10 = 1024
-
+from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, conv_tile, max_valid_rows, split_even
+from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
 class ConvJob:
@@ -44,26 +41,10 @@ class ConvJob:
     b_offset: int  # byte offset of the packed biases (cg_out * OCP bytes)
     params_reg: int = 0
 
-
-def _choose_tile(arch: Arch, job: ConvJob, n_groups: int) -> tuple[int, int, int] | None:
-    """(vpp, L, chunk) for the widest tile, or None."""
-    half = arch.bank_depth // 2
-    cg_in = ceil_div(job.cin, arch.icp)
-    vpp = max_valid_rows(arch.pp, arch.pp, job.kh, job.sh)
-    chunk = n_groups
-    while chunk >= 1:
-        for v in range(vpp, 0, -1):
-            nr = (v - 1) * job.sh + job.kh
-            wraps = ((nr - 1) // job.sh) // arch.pp + 1
-            e_max = min(FIELD10, half // (wraps * job.sh))
-            in_cols = e_max // cg_in
-            if in_cols < job.kw:
-                continue
-            lim = min((in_cols - job.kw) // job.sw + 1, half // chunk, FIELD10)
-            if lim >= 1:
-                return v, lim, chunk
-        chunk //= 2
-    return None
+    @property
+    def geometry(self) -> tuple[int, int, int, int, int]:
+        """(cin, kh, kw, sh, sw): what the tile choice (tiling.conv_tile) depends on."""
+        return self.cin, self.kh, self.kw, self.sh, self.sw
 
 
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
@@ -82,7 +63,7 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     # the whole bank.
     halved = cg_out * wrows <= half or cg_out * wrows > arch.bank_depth >= 2 * wrows
     resident = min(cg_out, (half if halved else arch.bank_depth) // wrows)
-    tile = _choose_tile(arch, job, resident)
+    tile = conv_tile(arch, *job.geometry, resident)
     if tile is None:
         raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
                            f"half an image bank ({half} rows) of {arch.name}")

@@ -27,7 +27,8 @@ from math import gcd
 
 import numpy as np
 
-from tvm_dpu.codegen.layout import FMap, ceil_div
+from tvm_dpu.codegen.layout import ceil_div
+from tvm_dpu.types import FMap
 from tvm_dpu.codegen.tiling import CodegenError
 
 

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.compiler import _Params
-from tvm_dpu.codegen.conv import FIELD10, ConvJob, _choose_tile
-from tvm_dpu.codegen.layout import REG_PARAMS, FMap, ceil_div, pack_channel_vector, pack_conv_weights
+from tvm_dpu.codegen.conv import ConvJob
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
+from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, conv_tile, max_valid_rows, split_even
+from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
 
-def conv_job(arch: Arch, graph: Graph, op: Op, params: _Params) -> ConvJob:
+def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
     """The ConvJob of a conv2d (weights and biases appended to `params`), as the unfused compiler builds it."""
     if xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1):
         raise CodegenError(f"op {op.name!r}: grouped or dilated conv2d cannot be fused")
@@ -84,7 +84,7 @@ def hconv_fits(arch: Arch, graph: Graph, convs: list[Op]) -> bool:
     total = sum(ceil_div(j.cout, arch.ocp) for j in jobs)
     if jobs[0].kh * jobs[0].kw * cg_in * total > arch.bank_depth:
         return False
-    tile = _choose_tile(arch, jobs[0], total)
+    tile = conv_tile(arch, *jobs[0].geometry, total)
     return tile is not None and tile[2] == total
 
 
@@ -95,12 +95,12 @@ def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
     wrows = job.kh * job.kw * ceil_div(job.cin, arch.icp)
     if wrows > arch.bank_depth:
         return False
-    tile = _choose_tile(arch, job, min(ceil_div(job.cout, arch.ocp), arch.bank_depth // wrows))
+    tile = conv_tile(arch, *job.geometry, min(ceil_div(job.cout, arch.ocp), arch.bank_depth // wrows))
     return tile is not None and arch.bank_depth // 2 // (2 * tile[2]) >= 1
 
 
 def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: dict[str, FMap],
-               params: _Params) -> None:
+               params: ParamBlob) -> None:
     """Convs sharing one input (horizontal fusion): every input tile is loaded once and feeds the CONVs of all
     members (all weights resident); each member's output tile sits in its own slice of VB1 and is saved to its
     own map."""
@@ -114,7 +114,7 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
     wrows = jobs[0].kh * jobs[0].kw * cg_in
     ns = [ceil_div(j.cout, ocp) for j in jobs]
     first = [sum(ns[:i]) for i in range(len(ns))]  # group offset of each member (weights, biases, VB1 slice)
-    vpp, lmax, _ = _choose_tile(arch, jobs[0], sum(ns))
+    vpp, lmax, _ = conv_tile(arch, *jobs[0].geometry, sum(ns))
     for j, n, f in zip(jobs, ns, first):
         _load_params(prog, arch, j, 0, n, f * wrows, f)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
@@ -152,7 +152,7 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
 
 
 def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
-                  params: _Params) -> None:
+                  params: ParamBlob) -> None:
     """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output)."""
     if arch.icp != arch.ocp:
         raise CodegenError(f"op {add.name!r}: fusing an add into a conv needs ICP == OCP")
@@ -169,7 +169,7 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     wrows = job.kh * job.kw * cg_in
     if wrows > arch.bank_depth:
         raise CodegenError(f"op {conv.name!r}: weights need {wrows} rows per CONVW bank (> {arch.bank_depth})")
-    tile = _choose_tile(arch, job, min(cg_out, arch.bank_depth // wrows))
+    tile = conv_tile(arch, *job.geometry, min(cg_out, arch.bank_depth // wrows))
     if tile is None:
         raise CodegenError(f"op {conv.name!r}: no conv tile fits half an image bank of {arch.name}")
     vpp, lmax, chunk = tile
@@ -260,7 +260,7 @@ def dw_pw_fits(arch: Arch, graph: Graph, dw: Op, pw: Op) -> bool:
 
 
 def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: dict[str, FMap],
-               params: _Params) -> None:
+               params: ParamBlob) -> None:
     """Depthwise conv (ALU) then pointwise conv (CONV) per tile: the ALU leaves all channel groups of its output
     tile in VB1, the CONVs read them there as their input tile and write into the consumed VB0 window, the SAVEs
     write the pointwise output; the depthwise output never touches DDR."""
@@ -350,7 +350,7 @@ def _conv_pw_tile(arch: Arch, graph: Graph, a: Op, b: Op) -> tuple[int, int] | N
     cg_out = ceil_div(graph.tensors[b.outputs[0]].shape[1], arch.ocp)
     if ja.kh * ja.kw * cg_in * cg_mid + cg_mid * cg_out > arch.bank_depth or cg_mid + cg_out > arch.bank_depth:
         return None
-    tile = _choose_tile(arch, ja, cg_mid)
+    tile = conv_tile(arch, *ja.geometry, cg_mid)
     if tile is None or tile[2] != cg_mid:
         return None
     vpp, lmax, _ = tile
@@ -363,7 +363,7 @@ def conv_pw_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
 
 
 def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
-                 params: _Params) -> None:
+                 params: ParamBlob) -> None:
     """conv -> pointwise conv per tile: the first conv's CONVs leave all its channel groups in VB1, the pointwise
     CONVs read them there and write into the consumed VB0 window, the SAVEs write the second conv's output; the
     intermediate never touches DDR."""
@@ -503,7 +503,7 @@ def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
 
 
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
-                   params: _Params) -> None:
+                   params: ParamBlob) -> None:
     """conv -> max/avg pool per strip of pool output columns. Conv output row u of the strip is "fetched row"
     u of the pool's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = pool stride_h); wraps live in a
     circular buffer of VB1 whose per-wrap base addresses the ALU takes explicitly (bank_addr_in..._3). The

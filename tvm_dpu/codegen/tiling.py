@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_dpu.codegen.layout import FMap, ceil_div
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.errors import DPUError
+from tvm_dpu.types import FMap
 
 
 class CodegenError(DPUError):
@@ -20,6 +22,9 @@ class CodegenError(DPUError):
 
 #: Maximum number of bank wraps one fetch may span (bank_addr_in, _1, _2, _3).
 MAX_WRAPS = 4
+
+#: Largest value of the 10-bit minus fields jump_read_endl / LOAD length / CONV length.
+FIELD10 = 1024
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,32 @@ def max_valid_rows(pp: int, vpp_max: int, kh: int, sh: int) -> int:
         raise CodegenError(f"kernel height {kh} with stride {sh} needs more than {MAX_WRAPS} bank wraps of "
                            f"{pp} banks")
     return vpp
+
+
+def conv_tile(arch: Arch, cin: int, kh: int, kw: int, sh: int, sw: int,
+              n_groups: int) -> tuple[int, int, int] | None:
+    """(vpp, L, chunk) of the widest CONV tile (vpp output rows, L output columns, chunk resident output-channel
+    groups, at most `n_groups`) whose input window and output fit half an image bank, or None.
+
+    Here rather than in conv.py because it is the bank-geometry rule alone (row-fetch wraps, 10-bit fields), which
+    the fused emitters and the analytic timing model (tvm_dpu.timing.analytic) share with the CONV emitter."""
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(cin, arch.icp)
+    vpp = max_valid_rows(arch.pp, arch.pp, kh, sh)
+    chunk = n_groups
+    while chunk >= 1:
+        for v in range(vpp, 0, -1):
+            nr = (v - 1) * sh + kh
+            wraps = ((nr - 1) // sh) // arch.pp + 1
+            e_max = min(FIELD10, half // (wraps * sh))
+            in_cols = e_max // cg_in
+            if in_cols < kw:
+                continue
+            lim = min((in_cols - kw) // sw + 1, half // chunk, FIELD10)
+            if lim >= 1:
+                return v, lim, chunk
+        chunk //= 2
+    return None
 
 
 def split_even(total: int, max_part: int) -> list[tuple[int, int]]:

@@ -59,7 +59,8 @@ def _hoist_over_reshape(rw: Rewriter, value: relax.Expr):
     return prov.with_nodes(relax.op.reshape(act, rs.args[1]), prov.node_names(rs) or rw.cur_names)
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of canonicalize_activations (one binding)."""
     out = _clamp_rule(rw, var, value)
     if out is not None and not isinstance(out, relax.Call):
         return out  # an unbounded clamp: gone
@@ -99,4 +100,4 @@ def _clamp_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def canonicalize_activations(mod: tvm.IRModule) -> tvm.IRModule:
     """relu / clip / scalar minimum / scalar maximum chains -> relu or clip(x, lo, hi)."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)

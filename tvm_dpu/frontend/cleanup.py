@@ -11,7 +11,8 @@ from .const_fold import static_shape
 from .rewrite import Rewriter, op_name, rewrite_module
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of remove_noops (one binding)."""
     if isinstance(value, relax.TupleGetItem) and value.index == 0:
         drop = rw.producer_call(value.tuple_value, "relax.nn.dropout")
         if drop is not None:
@@ -39,4 +40,4 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def remove_noops(mod: tvm.IRModule) -> tvm.IRModule:
     """Drop Dropout / identity reshapes / same-type casts and merge reshape chains."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)

@@ -118,7 +118,8 @@ def fold_call(call: relax.Call, names: list[str]) -> tvm.ir.GenericConst | None:
     return make_const(res.astype(dtype, copy=False), merged)
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of fold_constants (one binding)."""
     if isinstance(value, relax.Call):
         return fold_call(value, rw.cur_names)
     if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Tuple):
@@ -130,4 +131,4 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
     """Fold constant subexpressions in numpy (see :data:`FOLDERS` for the ops handled)."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)

@@ -18,7 +18,7 @@ from tvm import relax
 
 from . import provenance as prov
 from .const_fold import const_array, make_const, static_shape
-from .fold_bn import _as_affine, per_channel
+from .fold_bn import as_affine, per_channel
 from .rewrite import Rewriter, op_name, rewrite_module
 
 
@@ -37,7 +37,7 @@ def _legal(mm: relax.Call) -> bool:
 
 
 def _bias_of(value: relax.Expr, m: int) -> np.ndarray | None:
-    aff = _as_affine(value) if isinstance(value, relax.Call) else None
+    aff = as_affine(value) if isinstance(value, relax.Call) else None
     if aff is None or aff[0] != "add":
         return None
     return per_channel(aff[2], [1, m], 1)
@@ -66,7 +66,8 @@ def _emit_conv(rw: Rewriter, mm: relax.Call, bias: np.ndarray | None, names: lis
     return prov.with_nodes(relax.op.reshape(out, [n, m]), names)
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of dense_to_conv (one binding)."""
     name = op_name(value)
     if name == "relax.matmul":
         if not _legal(value):
@@ -77,7 +78,7 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
             return None  # the bias add rewrites the pair
         return _emit_conv(rw, value, None, rw.cur_names)
     if name == "relax.add":
-        aff = _as_affine(value)
+        aff = as_affine(value)
         if aff is None or aff[0] != "add":
             return None
         mm = _dense(rw, aff[1], need_single_use=True)
@@ -93,4 +94,4 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def dense_to_conv(mod: tvm.IRModule) -> tvm.IRModule:
     """matmul(x[N,K], const W) (+ bias) -> conv2d + reshape (see module docstring)."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)

@@ -32,7 +32,8 @@ LINEAR_OPS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul")
 
 
 # --------------------------------------------------------------------------------------------- BN -> affine
-def _bn_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def bn_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of batch_norm_to_affine (one binding)."""
     if not isinstance(value, relax.TupleGetItem) or value.index != 0:
         return None
     bn = rw.producer_call(value.tuple_value, "relax.nn.batch_norm")
@@ -66,7 +67,7 @@ def _bn_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def batch_norm_to_affine(mod: tvm.IRModule) -> tvm.IRModule:
     """Inference batch_norm -> per-channel multiply + add of numpy-computed constants."""
-    return rewrite_module(mod, _bn_rule)
+    return rewrite_module(mod, bn_rule)
 
 
 # --------------------------------------------------------------------------------------------- affine folding
@@ -181,7 +182,7 @@ def emit_linear(rw: Rewriter, lin: Linear, weight: np.ndarray, bias: np.ndarray 
     return prov.with_nodes(relax.op.add(out, make_const(bias.reshape(bshape), dtype=dtype)), names)
 
 
-def _as_affine(value: relax.Call):
+def as_affine(value: relax.Call):
     """(kind 'mul'|'add', activation operand, constant array) for x*c, c*x, x+c, c+x, x-c, x/c."""
     name = op_name(value)
     if name not in ("relax.multiply", "relax.add", "relax.subtract", "relax.divide") or len(value.args) != 2:
@@ -209,7 +210,7 @@ def _fold_input_scale(rw: Rewriter, value: relax.Call):
     mul = rw.producer_call(src, "relax.multiply")
     if w is None or mul is None or not rw.single_use(src):
         return None
-    aff = _as_affine(mul)
+    aff = as_affine(mul)
     if aff is None or aff[0] != "mul" or aff[2].size != 1:
         return None
     dtype = str(value.ty.dtype)
@@ -220,12 +221,13 @@ def _fold_input_scale(rw: Rewriter, value: relax.Call):
     return prov.with_nodes(relax.Call(value.op, [aff[1], new_w], value.attrs, value.ty_args), names)
 
 
-def _affine_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def affine_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of fold_affine (one binding)."""
     if not isinstance(value, relax.Call):
         return None
     if op_name(value) in LINEAR_OPS:
         return _fold_input_scale(rw, value)
-    aff = _as_affine(value)
+    aff = as_affine(value)
     if aff is None:
         return None
     kind, y, c = aff
@@ -255,7 +257,7 @@ def fold_into_linear(rw: Rewriter, lin: Linear, scale: np.ndarray | None, shift:
 
 def fold_affine(mod: tvm.IRModule) -> tvm.IRModule:
     """Fold per-channel constant scale / shift after conv / conv_transpose / matmul into weight and bias."""
-    return rewrite_module(mod, _affine_rule)
+    return rewrite_module(mod, affine_rule)
 
 
 def fold_batch_norm(mod: tvm.IRModule) -> tvm.IRModule:

@@ -14,7 +14,8 @@ from . import provenance as prov
 from .rewrite import Rewriter, op_name, rewrite_module
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of fold_pad (one binding)."""
     if op_name(value) != "relax.nn.conv2d" or value.attrs.data_layout != "NCHW":
         return None
     src = value.args[0]
@@ -40,4 +41,4 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def fold_pad(mod: tvm.IRModule) -> tvm.IRModule:
     """Constant-zero Pad followed by conv2d -> conv2d with larger padding."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)

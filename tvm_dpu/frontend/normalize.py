@@ -45,15 +45,15 @@ from .dense_to_conv import dense_to_conv
 from .fold_bn import batch_norm_to_affine, fold_affine, fold_batch_norm
 from .fold_pad import fold_pad
 from .pool import absorb_dpu_avgpool_scale, mean_to_avg_pool
-from .activation import _rule as _act_rule
-from .cleanup import _rule as _noop_rule
-from .const_fold import _rule as _const_rule
-from .dense_to_conv import _rule as _dense_rule
-from .fold_bn import _affine_rule, _bn_rule
-from .fold_pad import _rule as _pad_rule
-from .pool import _dpu_scale_rule
-from .pool import _rule as _mean_rule
-from .rewrite import Rewriter, _bindings, _vars_in, rewrite_module
+from .activation import rule as _act_rule
+from .cleanup import rule as _noop_rule
+from .const_fold import rule as _const_rule
+from .dense_to_conv import rule as _dense_rule
+from .fold_bn import affine_rule as _affine_rule, bn_rule as _bn_rule
+from .fold_pad import rule as _pad_rule
+from .pool import dpu_scale_rule as _dpu_scale_rule
+from .pool import rule as _mean_rule
+from .rewrite import Rewriter, bindings, vars_in, rewrite_module
 
 
 def ensure_provenance(mod: tvm.IRModule) -> tvm.IRModule:
@@ -62,7 +62,7 @@ def ensure_provenance(mod: tvm.IRModule) -> tvm.IRModule:
     need = False
     for _, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            for _, b in _bindings(func):
+            for _, b in bindings(func):
                 if isinstance(b.value, relax.Call) and not prov.has_provenance(b.value):
                     need = True
                     break
@@ -79,10 +79,10 @@ def ensure_provenance(mod: tvm.IRModule) -> tvm.IRModule:
         for _, func in out.functions.items():
             if not isinstance(func, relax.Function):
                 continue
-            for _, b in _bindings(func):
+            for _, b in bindings(func):
                 if isinstance(b.value, relax.Call):
                     refs: list = []
-                    _vars_in(b.value, refs)
+                    vars_in(b.value, refs)
                     op = b.value.op
                     for n in prov.node_names(b.value):
                         nodes.append({"name": n, "op": str(op.name) if isinstance(op, tvm.ir.Op) else str(op),

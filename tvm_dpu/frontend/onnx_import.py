@@ -34,7 +34,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
 from ..errors import FrontendError
 from . import provenance as prov
-from .rewrite import Rewriter, _bindings
+from .rewrite import Rewriter, bindings
 
 _DIRECT_OPS = {"If", "Constant"}  # handled by the importer outside its converter table
 
@@ -395,7 +395,7 @@ def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[st
                        table: dict[str, Any]) -> tvm.IRModule:
     gv = mod.get_global_var("main")
     func = mod[gv]
-    binds = _bindings(func)
+    binds = bindings(func)
     pos = {b.var: i for i, (_, b) in enumerate(binds)}
     owner: list[list[str] | None] = [None] * len(binds)
     var_node: dict[relax.Var, str] = {}

@@ -6,12 +6,12 @@ import tvm
 from tvm import relax
 
 from ..quant.fixpoint import avgpool_factor
-from . import provenance as prov
 from .const_fold import const_array, static_shape
 from .rewrite import Rewriter, op_name, rewrite_module
 
 
-def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+    """Rewriter callback of mean_to_avg_pool (one binding)."""
     if op_name(value) != "relax.mean":
         return None
     x = value.args[0]
@@ -31,10 +31,10 @@ def _rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 def mean_to_avg_pool(mod: tvm.IRModule) -> tvm.IRModule:
     """Spatial mean -> global avg_pool2d (+ reshape)."""
-    return rewrite_module(mod, _rule)
+    return rewrite_module(mod, rule)
 
 
-def _dpu_scale_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
+def dpu_scale_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
     """``multiply(avg_pool2d(x), c)`` with the scalar c = kh*kw * m / 2**s of the DPU's average-pool factor m / 2**s
     -> ``avg_pool2d(x)``. AMD Quark writes this pair for the DPU's average pool (the exact mean times the DPU's
     rounding of 1/(kh*kw)); the DPU's own average pool computes exactly that product, so the Mul is absorbed and the
@@ -57,5 +57,5 @@ def _dpu_scale_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
 
 
 def absorb_dpu_avgpool_scale(mod: tvm.IRModule) -> tvm.IRModule:
-    """Quark's avg_pool + Mul(DPU factor) -> avg_pool (see _dpu_scale_rule)."""
-    return rewrite_module(mod, _dpu_scale_rule)
+    """Quark's avg_pool + Mul(DPU factor) -> avg_pool (see dpu_scale_rule)."""
+    return rewrite_module(mod, dpu_scale_rule)

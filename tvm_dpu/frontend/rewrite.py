@@ -29,7 +29,7 @@ Rules = Rule | Sequence[Rule] | None
 _LEAF = (relax.Var, tvm.ir.Constant, relax.ShapeExpr, relax.ExternFunc, tvm.ir.GlobalVar, tvm.ir.Op)
 
 
-def _vars_in(e: relax.Expr, out: list[relax.Var]) -> None:
+def vars_in(e: relax.Expr, out: list[relax.Var]) -> None:
     """Vars referenced by an ANF value (with multiplicity)."""
     if isinstance(e, relax.Var):
         out.append(e)
@@ -37,12 +37,12 @@ def _vars_in(e: relax.Expr, out: list[relax.Var]) -> None:
         if isinstance(e.op, relax.Var):
             out.append(e.op)
         for a in e.args:
-            _vars_in(a, out)
+            vars_in(a, out)
     elif isinstance(e, relax.Tuple):
         for f in e.fields:
-            _vars_in(f, out)
+            vars_in(f, out)
     elif isinstance(e, relax.TupleGetItem):
-        _vars_in(e.tuple_value, out)
+        vars_in(e.tuple_value, out)
     elif isinstance(e, _LEAF):
         return
     else:
@@ -56,7 +56,8 @@ def op_name(e: relax.Expr) -> str | None:
     return None
 
 
-def _bindings(func: relax.Function):
+def bindings(func: relax.Function):
+    """(block, binding) pairs of a function body in order."""
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         return []
@@ -76,7 +77,7 @@ class Rewriter:
         self._bb: relax.BlockBuilder | None = None
         self.cur_names: list[str] = []
         self._live, self.old_uses, self.old_consumers = self._liveness(func)
-        self.old_value = {b.var: b.value for _, b in _bindings(func)}
+        self.old_value = {b.var: b.value for _, b in bindings(func)}
 
     # ---------------------------------------------------------------- analysis of the input function
     @staticmethod
@@ -84,20 +85,20 @@ class Rewriter:
         used: list[relax.Var] = []
         body = func.body
         if isinstance(body, relax.SeqExpr):
-            _vars_in(body.body, used)
+            vars_in(body.body, used)
         else:
-            _vars_in(body, used)
+            vars_in(body, used)
         live_set = set(used)
         uses: dict[relax.Var, int] = {}
         consumers: dict[relax.Var, list[relax.Var]] = {}
         for v in used:
             uses[v] = uses.get(v, 0) + 1
         live: set[relax.Var] = set()
-        for blk, b in reversed(_bindings(func)):
+        for blk, b in reversed(bindings(func)):
             if b.var in live_set or not isinstance(blk, relax.DataflowBlock):
                 live.add(b.var)
                 refs: list[relax.Var] = []
-                _vars_in(b.value, refs)
+                vars_in(b.value, refs)
                 for v in refs:
                     live_set.add(v)
                     uses[v] = uses.get(v, 0) + 1
@@ -276,12 +277,12 @@ class Rewriter:
         producer: dict[relax.Var, list[str]] = {}
         first_user: dict[relax.Var, list[str]] = {}
         live = self._liveness(func)[0]
-        for _, b in _bindings(func):
+        for _, b in bindings(func):
             if isinstance(b.value, relax.Call) and b.var in live:
                 names = prov.node_names(b.value)
                 producer[b.var] = names
                 refs: list[relax.Var] = []
-                _vars_in(b.value, refs)
+                vars_in(b.value, refs)
                 for r in refs:
                     first_user.setdefault(r, names)
         for names, var in self._pending_absorb:

@@ -23,20 +23,18 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.errors import DPUError
-from tvm_dpu.fusion.costmodel import SINGLE, Group, copy_cost, cost, tile_width
+from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
+from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
+from tvm_dpu.errors import FusionError
+from tvm_dpu.fusion.cost import copy_cost, cost, tile_width
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.templates import TEMPLATES, Template
-from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.types import SINGLE, CompiledSubgraph, FusionPlan, Group
 from tvm_dpu.xgraph.graph import Graph
 
 MODES = ("none", "greedy", "optimal")
 INF = float("inf")
-
-
-class FusionError(DPUError, ValueError):
-    """A bad fusion request (unknown mode, a plan that does not cover the graph, a cyclic grouping)."""
 
 
 @dataclass
@@ -45,20 +43,6 @@ class Candidate:
     site: str  # the barrier whose special case it is ("" for vertical candidates)
     tile_width: int
     saving: float
-
-
-@dataclass
-class FusionPlan:
-    """Groups covering every op once (singles included) and the concat inputs saved straight into their slice."""
-
-    mode: str
-    groups: list[Group]
-    concat_fused: frozenset[str] = frozenset()
-    cost: float = 0.0
-    stats: dict = field(default_factory=dict)
-
-    def fused(self) -> list[Group]:
-        return [g for g in self.groups if g.template != SINGLE]
 
 
 def candidates(graph: Graph, arch: Arch, og: OpGraph | None = None,
@@ -93,26 +77,6 @@ def candidates(graph: Graph, arch: Arch, og: OpGraph | None = None,
             site = m[anchor[0]] if anchor else (m["add"] if t.kind == "eltwise" else "")
             out[key] = Candidate(g, site, tw, saving)
     return sorted(out.values(), key=lambda c: (pos[c.group.ops[0]], prio[c.group.template]))
-
-
-def concat_fusions(graph: Graph) -> frozenset[str]:
-    """Concat inputs that can be saved by their producer straight into the concat's channel slice (same rule as
-    the unfused compiler: produced here, not a graph output, not requantized, used once, not itself a concat)."""
-    producer = graph.producers()
-    outputs = set(graph.outputs)
-    fused: set[str] = set()
-    for op in graph.ops:
-        if op.type != "concat" or xops.attr(op, "axis") % 4 != 1:
-            continue
-        try:
-            requant = xops.quant_params(op, graph).requant
-        except Exception:  # a float graph (no fix_points yet): same fix_point assumed
-            requant = [None] * len(op.inputs)
-        for i, name in enumerate(op.inputs):
-            if (name in producer and name not in outputs and name not in fused and requant[i] is None
-                    and op.inputs.count(name) == 1 and producer[name].type != "concat"):
-                fused.add(name)
-    return frozenset(fused)
 
 
 def plan_cost(groups: list[Group], concat_fused: frozenset[str], graph: Graph, arch: Arch) -> float:
@@ -277,54 +241,6 @@ class _Search:
         return groups, sweeps
 
 
-def _ordered(graph: Graph, groups: list[Group]) -> list[Group]:
-    """Groups in an executable order (each after the producers of its external inputs); FusionError if the
-    grouping is cyclic or does not cover every op exactly once."""
-    owner: dict[str, int] = {}
-    for gi, g in enumerate(groups):
-        for n in g.ops:
-            if n in owner:
-                raise FusionError(f"fusion plan: op {n!r} is in two groups ({groups[owner[n]].template}, {g.template})")
-            owner[n] = gi
-    missing = [op.name for op in graph.ops if op.name not in owner]
-    if missing or len(owner) != len(graph.ops):
-        raise FusionError(f"fusion plan: op(s) {missing[:5]} are in no group" if missing else
-                          "fusion plan: names ops that are not in the graph")
-    producer = {t: owner[op.name] for op in graph.ops for t in op.outputs}
-    first = {gi: min(i for i, op in enumerate(graph.ops) if owner[op.name] == gi) for gi in range(len(groups))}
-    deps: dict[int, set[int]] = {gi: set() for gi in range(len(groups))}
-    for op in graph.ops:
-        gi = owner[op.name]
-        for t in op.inputs:
-            p = producer.get(t)
-            if p is not None and p != gi:
-                deps[gi].add(p)
-    done: set[int] = set()
-    out: list[Group] = []
-    ready = sorted((gi for gi in deps if not deps[gi]), key=first.__getitem__)
-    users: dict[int, list[int]] = {}
-    for gi, ds in deps.items():
-        for d in ds:
-            users.setdefault(d, []).append(gi)
-    import heapq
-
-    heap = [(first[gi], gi) for gi in ready]
-    heapq.heapify(heap)
-    remaining = {gi: len(ds) for gi, ds in deps.items()}
-    while heap:
-        _, gi = heapq.heappop(heap)
-        done.add(gi)
-        out.append(groups[gi])
-        for u in users.get(gi, ()):
-            remaining[u] -= 1
-            if remaining[u] == 0:
-                heapq.heappush(heap, (first[u], u))
-    if len(out) != len(groups):
-        stuck = [groups[gi].ops for gi in range(len(groups)) if gi not in done][:3]
-        raise FusionError(f"fusion plan: the grouping is cyclic (groups {stuck} wait on each other)")
-    return out
-
-
 def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tuple[str, ...] | None = None,
                 accept: Callable[[Group, Graph, Arch], bool] | None = None) -> FusionPlan:
     """Choose the fusion groups of `graph` for `arch` in `mode` (none | greedy | optimal), using the templates
@@ -347,14 +263,14 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     cands = candidates(graph, arch, og, use, accept)
     t1 = time.perf_counter()
     cf = concat_fusions(graph)
-    greedy = _ordered(graph, _greedy(graph, cands))
+    greedy = order_groups(graph, _greedy(graph, cands))
     g_cost = plan_cost(greedy, cf, graph, arch)
     stats = {"t_isomorphism": t1 - t0, "candidates": len(cands), "fallback": 0, "greedy_cost": g_cost}
     if mode == "greedy":
         stats["t_selection"] = time.perf_counter() - t1
         return FusionPlan(mode, greedy, cf, g_cost, stats)
     groups, sweeps = _Search(graph, arch, og, cands).run()
-    groups = _ordered(graph, groups)
+    groups = order_groups(graph, groups)
     o_cost = plan_cost(groups, cf, graph, arch)
     stats["sweeps"] = sweeps
     if o_cost > g_cost:
@@ -362,3 +278,10 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
         stats["fallback"] = 1
     stats["t_selection"] = time.perf_counter() - t1
     return FusionPlan(mode, groups, cf, o_cost, stats)
+
+
+def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal") -> tuple[CompiledSubgraph, FusionPlan]:
+    """Plan (with the templates that have a fused emitter, so the plan's gains are the program's) and compile:
+    the one call the builder needs for `fusion="none"|"greedy"|"optimal"`."""
+    plan = plan_fusion(graph, arch, mode, FUSED_EMITTERS, emittable)
+    return compile_graph_fused(graph, arch, plan), plan

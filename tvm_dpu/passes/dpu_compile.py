@@ -23,7 +23,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
-from tvm_dpu.passes.ext_module import PROGRAM_ATTR
+from tvm_dpu.passes.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.program_blob import pack_program, plugin_summary, unpack_plugin_program
 from tvm_dpu.types import InputSpec
 
@@ -35,7 +35,7 @@ class DPUPartition:
     """One compiled DPU partition."""
 
     symbol: str
-    float_graph: Any  # xgraph.from_relax.FloatSubgraph
+    float_graph: Any  # passes.from_relax.FloatSubgraph
     qgraph: Any  # the quantized XGraph (golden verification)
     sg: Any  # codegen CompiledSubgraph
     plan: Any  # fusion plan
@@ -231,7 +231,7 @@ def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Eval
     run = _CalibrationRun(evaluators)
     if not batches:
         return
-    ex = tvm.compile(calibration_module(mod, symbols), target="llvm", relax_pipeline=_cpu_lowering())
+    ex = tvm.compile(calibration_module(mod, symbols), target="llvm", relax_pipeline=cpu_lowering())
     vm = relax.VirtualMachine(ex, tvm.cpu())
     it = batches
     if progress:
@@ -246,12 +246,6 @@ def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Eval
         _CALIBRATION.reset(token)
 
 
-def _cpu_lowering():
-    from tvm_dpu.passes.pipeline import cpu_lowering
-
-    return cpu_lowering()
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Per-partition compile
 # ---------------------------------------------------------------------------------------------------------
@@ -261,7 +255,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
     plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
     greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept."""
-    from tvm_dpu.codegen.fused import compile_with_fusion
+    from tvm_dpu.fusion.select import compile_with_fusion
     from tvm_dpu.timing.simulate import simulate
 
     csg, plan = compile_with_fusion(graph, arch, fusion)
@@ -290,10 +284,10 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     from tvm_dpu.arch import load_arch
     from tvm_dpu.fusion.select import MODES as FUSION_MODES
     from tvm_dpu.quant.calib_data import calibration_batches
-    from tvm_dpu.quant.calibrate import collect_stats
-    from tvm_dpu.quant.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
+    from tvm_dpu.passes.from_relax import build_float_xgraph
+    from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
+    from tvm_dpu.quant.calibration import collect_stats
     from tvm_dpu.quant.quantize import quantize_graph
-    from tvm_dpu.xgraph.from_relax import build_float_xgraph
 
     if fusion not in FUSION_MODES:
         raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")

@@ -150,3 +150,15 @@ dpu_codegen = embedding_codegen(DISPATCH_FUNC)
 
 def register_codegen() -> None:
     tvm_ffi.register_global_func("relax.ext.dpu", dpu_codegen, override=True)
+
+
+#: TVM's own "default" pipeline factory, saved before passes.pipeline.register() wraps it.
+TVM_DEFAULT_PIPELINE: dict = {"factory": None}
+
+
+def cpu_lowering() -> tvm.transform.Pass:
+    """TVM's own default Relax pipeline (what tvm.compile runs for a CPU target)."""
+    from tvm import relax
+
+    factory = TVM_DEFAULT_PIPELINE["factory"] or relax.pipeline.PIPELINE_MAP["default"]
+    return factory()

@@ -22,16 +22,12 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from tvm_dpu.passes.ext_module import TVM_DEFAULT_PIPELINE, cpu_lowering
+
 #: Arch used when the pipeline is not told one (tvm.compile(mod, target="dpu")).
 DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
 
-_STATE: dict[str, Any] = {"registered": False, "default_factory": None}
-
-
-def cpu_lowering() -> tvm.transform.Pass:
-    """TVM's own default Relax pipeline (what tvm.compile runs for a CPU target)."""
-    factory = _STATE["default_factory"] or relax.pipeline.PIPELINE_MAP["default"]
-    return factory()
+_STATE: dict[str, Any] = {"registered": False}
 
 
 def lower_dpu_module(mod: tvm.IRModule) -> tvm.IRModule:
@@ -112,7 +108,7 @@ def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str 
 
 def _default_for_target(**kwargs: Any) -> tvm.transform.Pass:
     """The "default" pipeline factory after register(): the DPU pipeline for targets with the "dpu" key."""
-    original = _STATE["default_factory"]
+    original = TVM_DEFAULT_PIPELINE["factory"]
 
     @tvm.transform.module_pass(opt_level=0, name="DefaultOrDPU")
     def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -140,7 +136,7 @@ def register() -> None:
         relax.register_pipeline("dpu")(dpu_pipeline)
     if "dpu_lowering" not in pipelines:
         relax.register_pipeline("dpu_lowering")(compiled_dpu_lowering)
-    if _STATE["default_factory"] is None:
-        _STATE["default_factory"] = pipelines["default"]
+    if TVM_DEFAULT_PIPELINE["factory"] is None:
+        TVM_DEFAULT_PIPELINE["factory"] = pipelines["default"]
         pipelines["default"] = _default_for_target
     _STATE["registered"] = True

@@ -1,4 +1,5 @@
-"""The partition report: every node of the original model, where it runs, and why not on the DPU.
+"""Building the partition report (tvm_dpu.types.PartitionReport): every node of the original model, where it
+runs, and why not on the DPU.
 
 Rows follow the ORIGINAL model: the ONNX node list stored by the frontend in the module attribute
 "tvm_dpu.source_nodes" (nodes removed by import-time folding inherit the placement of the node they were
@@ -14,9 +15,9 @@ topological order of ``main``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tvm_dpu.types import NodeReport, PartitionReport
 
 if TYPE_CHECKING:  # pragma: no cover
     from .partition import PartitionResult
@@ -25,87 +26,6 @@ SOURCE_NODES_ATTR = "tvm_dpu.source_nodes"
 
 # ONNX-style names for Relax ops in generic reasons when the model has no provenance.
 _NOT_ON_DPU_FMT = "{op} has no DPU implementation"
-
-
-@dataclass
-class NodeReport:
-    """Placement of one model node."""
-
-    name: str
-    op: str
-    device: str  # "dpu" | "cpu"
-    subgraph: int | None
-    reason: str | None
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "op": self.op, "device": self.device, "subgraph": self.subgraph, "reason": self.reason}
-
-
-@dataclass
-class PartitionReport:
-    """Per-node placement of a partitioned model (see module docstring)."""
-
-    arch: str
-    nodes: list[NodeReport] = field(default_factory=list)
-    subgraphs: int = 0
-
-    def to_json(self) -> dict:
-        return {"arch": self.arch, "nodes": [n.to_json() for n in self.nodes], "subgraphs": self.subgraphs}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "PartitionReport":
-        """Inverse of `to_json` (the artifact stores the report)."""
-        nodes = [NodeReport(str(n["name"]), str(n["op"]), str(n["device"]), n["subgraph"], n["reason"])
-                 for n in d["nodes"]]
-        return cls(str(d["arch"]), nodes, int(d["subgraphs"]))
-
-    def save_json(self, path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
-
-    @property
-    def dpu_nodes(self) -> list[NodeReport]:
-        return [n for n in self.nodes if n.device == "dpu"]
-
-    @property
-    def cpu_nodes(self) -> list[NodeReport]:
-        return [n for n in self.nodes if n.device == "cpu"]
-
-    def node(self, name: str) -> NodeReport:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(f"no node named {name!r} in the partition report")
-
-    def summary(self) -> str:
-        k, m = len(self.dpu_nodes), len(self.cpu_nodes)
-        others: dict[str, int] = {}
-        for n in self.nodes:
-            if n.device not in ("dpu", "cpu"):
-                others[n.device] = others.get(n.device, 0) + 1
-        plugins = "".join(f", {c} on {d}" for d, c in sorted(others.items()))
-        return (
-            f"{len(self.nodes)} nodes: {k} on DPU in {self.subgraphs} subgraph{'s' if self.subgraphs != 1 else ''}"
-            f"{plugins}, {m} on CPU ({self.arch})"
-        )
-
-    def table(self) -> str:
-        headers = ("node", "op", "device", "subgraph", "reason")
-        rows = [
-            (n.name, n.op, n.device, "" if n.subgraph is None else str(n.subgraph), n.reason or "")
-            for n in self.nodes
-        ]
-        widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-        def line(cells) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-        out = [line(headers), line(["-" * w for w in widths])]
-        out += [line(r) for r in rows]
-        out.append(self.summary())
-        return "\n".join(out)
-
-    def __str__(self) -> str:
-        return self.table()
 
 
 # ---------------------------------------------------------------------------------------------------------

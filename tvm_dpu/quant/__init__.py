@@ -1,5 +1,5 @@
-"""Quantization: fixed-point primitives (`fixpoint`), DPU constraints (`rules`), calibration (`calibrate`),
-float XGraph -> int8 XGraph (`quantize`) and pre-quantized QDQ ONNX import (`qdq`).
+"""Quantization: fixed-point primitives (`fixpoint`), DPU constraints (`rules`), calibration statistics
+(`calibration`), float XGraph -> int8 XGraph (`quantize`) and pre-quantized QDQ ONNX import (`qdq`).
 
     >>> stats = collect_stats(graph_f, batches)            # float graph on user data
     >>> graph_q = quantize_graph(graph_f, stats)           # int8 graph the DPU runs
@@ -15,12 +15,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CalibrationStats": "calibrate",
-    "TensorStats": "calibrate",
-    "collect_stats": "calibrate",
-    "choose_fix_point": "calibrate",
-    "minmax_fix_point": "calibrate",
-    "calibrate": "calibrate",  # the module is callable: it forwards to calibrate.calibrate
+    "CalibrationStats": "calibration",
+    "TensorStats": "calibration",
+    "collect_stats": "calibration",
+    "choose_fix_point": "calibration",
+    "minmax_fix_point": "calibration",
+    "calibrate": "quantize",
     "QuantReport": "quantize",
     "QuantResult": "quantize",
     "TensorFix": "quantize",
@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = importlib.import_module(f"{__name__}.{module_name}")
-    value = module if name == module_name else getattr(module, name)
+    value = getattr(module, name)
     globals()[name] = value
     return value
 

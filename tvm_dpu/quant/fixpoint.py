@@ -12,12 +12,12 @@ import math
 
 import numpy as np
 
+from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
+
 INT8_MIN = -128
 INT8_MAX = 127
 
-#: LeakyReLU slope forced by the quantizer and hard-wired in CONV act_type 3: 26/256.
-LEAKY_NUM = 26
-LEAKY_SHIFT = 8
+#: LeakyReLU slope forced by the quantizer (the one CONV act_type 3 hard-wires, arch.arch.LEAKY_NUM / 2**LEAKY_SHIFT).
 LEAKY_ALPHA = LEAKY_NUM / (1 << LEAKY_SHIFT)
 
 #: ReLU6 threshold of CONV/ALU act_type 4: 6 * 2**4, i.e. the output must have fix_point 4.

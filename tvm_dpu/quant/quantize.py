@@ -2,7 +2,7 @@
 
 Order of decisions (each step only narrows what the previous one chose):
 
-1. Feature maps: fp from the calibration statistics (`calibrate.choose_fix_point`, method "mse" or "minmax"),
+1. Feature maps: fp from the calibration statistics (`calibration.choose_fix_point`, method "mse" or "minmax"),
    or from `overrides` (tensor name -> fp, e.g. the fix_points of a QDQ model), which are never changed.
 2. Pins: a ReLU6 output has fp 4 (the DPU clamps at 96 = 6 * 2**4); a hard-sigmoid output fp 7
    (`rules.HSIGMOID_FIX_POINT`). An override that contradicts a pin is an error.
@@ -31,16 +31,18 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from tvm_dpu.errors import DPUError, QuantizationError
 from tvm_dpu.quant import rules
-from tvm_dpu.quant.calibrate import (
+from tvm_dpu.quant.calibration import (
     METHODS,
     CalibrationStats,
+    collect_stats,
     choose_fix_point,
     minmax_fix_point,
     quantize_values,
@@ -49,6 +51,7 @@ from tvm_dpu.quant.calibrate import (
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA, RELU6_FIX_POINT
 from tvm_dpu.xgraph import ops as opspec
 from tvm_dpu.xgraph.graph import Graph, Op, Tensor
+from tvm_dpu.xgraph.validate import validate_graph
 
 CONV_TYPES = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense")
 #: Largest shift_bias = fp_in + fp_w - fp_bias (its ISA field is shift_bias + 1 <= 20).
@@ -141,7 +144,7 @@ def quantize_graph(graph_f: Graph, stats: CalibrationStats | None, *, method: st
                    overrides: Mapping[str, int] | None = None) -> Graph:
     """The int8 XGraph of float XGraph `graph_f` (see the module docstring for every rule applied).
 
-    `stats` comes from `calibrate.collect_stats` on `graph_f`; it may be None when `overrides` gives the fp of
+    `stats` comes from `calibration.collect_stats` on `graph_f`; it may be None when `overrides` gives the fp of
     every feature map (a QDQ model). `overrides`: tensor name -> fp forced (feature maps or constants).
     Raises QuantizationError naming the op or tensor when the DPU cannot run the graph with any fix_points.
     Use `quantize_with_report` to get the chosen fix_points and the adjustments too.
@@ -161,7 +164,7 @@ class _Quantizer:
             raise QuantizationError(f"unknown fix_point method {method!r} (use one of {', '.join(METHODS)})")
         self.g, self.stats, self.method = g, stats, method
         self.report = QuantReport(g.name, method)
-        g.validate()
+        validate_graph(g)
         for name, fp in overrides.items():
             if name not in g.tensors:
                 raise QuantizationError(f"override for tensor {name!r}: graph {g.name!r} has no such tensor")
@@ -436,7 +439,7 @@ class _Quantizer:
 
     def _check(self, out: Graph) -> None:
         try:
-            out.validate()
+            validate_graph(out)
         except DPUError as e:
             raise QuantizationError(f"quantized graph {out.name!r} is invalid: {e}") from None
         for op in out.ops:
@@ -450,3 +453,10 @@ class _Quantizer:
 
 
 __all__ = ["QuantReport", "QuantResult", "TensorFix", "quantize_graph", "quantize_with_report"]
+
+
+def calibrate(graph_f: Graph, batches: Iterable[Any], method: str = "mse", progress: bool = True,
+              overrides: Mapping[str, int] | None = None) -> Graph:
+    """Float XGraph + calibration batches -> int8 XGraph (`calibration.collect_stats` then `quantize_graph`)."""
+    stats = collect_stats(graph_f, batches, progress=progress)
+    return quantize_graph(graph_f, stats, method=method, overrides=overrides)

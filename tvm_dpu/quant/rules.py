@@ -20,13 +20,12 @@ from typing import Sequence
 
 import numpy as np
 
+from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.errors import QuantizationError
 from tvm_dpu.quant.fixpoint import (
     HSIGMOID_SHIFT,
     INT8_MAX,
     LEAKY_ALPHA,
-    LEAKY_NUM,
-    LEAKY_SHIFT,
     RELU6_FIX_POINT,
     avgpool_factor,
 )

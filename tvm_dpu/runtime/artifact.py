@@ -36,7 +36,7 @@ from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 from tvm_dpu.toolchains import CROSS_TARGETS, ELF_MACHINES, elf_machine, host_machine
-from tvm_dpu.types import InputSpec
+from tvm_dpu.types import InputSpec, PartitionReport
 from tvm_dpu.xgraph import serialize
 
 MAGIC = b"TVMDPU\x00A"
@@ -369,8 +369,6 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
         source_graph = h.get("graph")
         report = None
         if h.get("partition") is not None:
-            from tvm_dpu.passes.report import PartitionReport
-
             report = PartitionReport.from_json(h["partition"])
     except ArtifactError:
         raise

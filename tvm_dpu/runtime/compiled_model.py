@@ -146,8 +146,8 @@ class CompiledModel:
 
     # -- reporting ------------------------------------------------------------------------------------------
     def timing(self):
-        """Timing model of every DPU subgraph on one core (tvm_dpu.timing.simulate_model; CPU time excluded)."""
-        from tvm_dpu.timing.simulate import simulate_model
+        """Timing model of every DPU subgraph on one core (tvm_dpu.runtime.model_timing; CPU time excluded)."""
+        from tvm_dpu.runtime.model_timing import simulate_model
 
         return simulate_model(self)
 
@@ -211,7 +211,7 @@ def _specs_of(ty: Any) -> list[InputSpec] | None:
 
 
 def _region_names(sizes: dict[int, int]) -> dict[str, int]:
-    from tvm_dpu.codegen.layout import REGION_NAMES
+    from tvm_dpu.types import REGION_NAMES
 
     return {REGION_NAMES.get(k, f"reg{k}"): v for k, v in sorted(sizes.items())}
 

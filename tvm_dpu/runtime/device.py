@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.compiler import CompiledSubgraph
+from tvm_dpu.types import CompiledSubgraph
 from tvm_dpu.errors import DPUError
 from tvm_dpu.runtime.emulator import NUM_REGIONS, EmuStats, Emulator
 
@@ -73,7 +73,7 @@ def arch_of(name: str, fingerprint: int, claimed_by: str = "the program") -> Arc
     """The arch a compiled program names: the preset `name`, or (for a core known only by its fingerprint) the
     arch decoded from `fingerprint`; ArchError if the preset's fingerprint is not `fingerprint`."""
     from tvm_dpu.arch import load_arch
-    from tvm_dpu.arch.fingerprint import arch_from_fingerprint
+    from tvm_dpu.arch.arch import arch_from_fingerprint
     from tvm_dpu.errors import ArchError
 
     try:

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tvm_dpu.quant.fixpoint import LEAKY_NUM, LEAKY_SHIFT, RELU6_MAX, saturate_int8, shift_round
+from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
+from tvm_dpu.quant.fixpoint import RELU6_MAX, saturate_int8, shift_round
 from tvm_dpu.runtime.banks import fetch_rows, store_rows
 
 if TYPE_CHECKING:

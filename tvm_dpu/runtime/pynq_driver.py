@@ -131,7 +131,7 @@ class PynqDevice(RegisterDevice):
         return self.read_reg(FINGERPRINT_LO) | (self.read_reg(FINGERPRINT_HI) << 32)
 
     def _arch_from_registers(self) -> Arch:
-        from tvm_dpu.arch.fingerprint import arch_from_fingerprint
+        from tvm_dpu.arch.arch import arch_from_fingerprint
 
         fp = self.read_fingerprint()
         try:

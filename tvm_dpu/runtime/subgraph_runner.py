@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tvm_dpu.codegen.compiler import CompiledSubgraph
+from tvm_dpu.types import CompiledSubgraph
 from tvm_dpu.quant.fixpoint import dpu_round
 from tvm_dpu.xgraph.graph import Graph
 

@@ -1,15 +1,35 @@
-"""Fast analytic latency estimate per layer from an XGraph: DNNVM's cost model (arXiv version, Eq. 1-10).
+"""The analytic DNNVM cost model (arXiv version, Eq. 1-10), at two granularities, over `types.LayerDesc`.
 
-For each op: Acomp (Eq. 1, 2*MACs), the tiled data exchange Aac = alpha_in*beta_in + alpha_p*beta_p +
-alpha_o*beta_out (Eq. 2-8) with the tile <Tw, Th, Tic, Toc> our code generator picks (codegen/conv.py), and
-CTC = Acomp / Aac (Eq. 9). The layer's cycles are a roofline: max(compute cycles, transfer cycles), where compute
-cycles count the engine's PP/ICP/OCP granularity (as cost.py) and transfer cycles move the LOAD bytes and the SAVE
-bytes at the per-engine rate (one ICP-byte bank row per cycle, within the core's AXI/DDR rate). Layers run one
-after another (no overlap between layers). Deviation from our schedule: Eq. 6 reloads parameters per spatial tile;
-our code keeps a chunk of output-channel weights resident, so alpha_p = ceil(OC/Toc) here.
+Both views read an op through `LayerDesc` (built from the XGraph by `xgraph.ops.layer_desc`), so this module needs
+no XGraph; every number comes from the arch (PP, ICP, OCP, ALU_PP, bank depth, clock, DDR bandwidth) and the
+timing parameters.
+
+Per layer (`analytic_estimate`, for reports and the comparison with the simulator): for each op, Acomp (Eq. 1,
+2*MACs), the tiled data exchange Aac = alpha_in*beta_in + alpha_p*beta_p + alpha_o*beta_out (Eq. 2-8) with the
+tile <Tw, Th, Tic, Toc> our code generator picks (codegen.tiling.conv_tile), and CTC = Acomp / Aac (Eq. 9). The
+layer's cycles are a roofline: max(compute cycles, transfer cycles), where compute cycles count the engine's
+PP/ICP/OCP granularity (as cost.py) and transfer cycles move the LOAD bytes and the SAVE bytes at the per-engine
+rate (one ICP-byte bank row per cycle, within the core's AXI/DDR rate). Layers run one after another (no overlap
+between layers). Deviation from our schedule: Eq. 6 reloads parameters per spatial tile; our code keeps a chunk of
+output-channel weights resident, so alpha_p = ceil(OC/Toc) here.
+
+Per group (`group_cycles`, the cost the fusion search ranks candidates with; fast enough for the whole
+ResNet-152 search to stay well under 0.5 s):
+
+* DDR traffic of the group: its external input feature maps (a map read by several members is loaded once:
+  horizontal fusion; a conv reloads its input once per chunk of resident output-channel groups), all weights and
+  biases, and the external outputs (maps consumed outside the group or graph outputs). Intermediates of a fused
+  group never touch DDR. Cycles = bytes / (ddr_bytes_per_s / clock).
+* Engine cycles: CONV = ceil(ic/ICP) * ceil(oc/OCP) * ceil(H/PP) * W * kh * kw; MISC (pool, depthwise, eltwise) =
+  ceil(c/ICP) * ceil(H/ALU_PP) * W * taps (eltwise: number of operands).
+* A group runs its engines concurrently (LOAD/SAVE, CONV and MISC overlap through double buffering), so its time
+  is max(DDR, CONV, MISC) plus a pipeline fill: a fixed DDR latency plus one tile's share of that time. Ops run
+  alone pay that per op; that is what fusion saves, together with the intermediate traffic. DDR_LATENCY is the
+  only constant.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,35 +37,26 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.tiling import conv_tile
 from tvm_dpu.timing.params import MachineModel, TimingParams, machine
-from tvm_dpu.xgraph import ops as xops
-from tvm_dpu.xgraph.graph import Graph, Op
+from tvm_dpu.types import LayerDesc
 
 _CONV = ("conv2d", "dense")
+
+#: Cycles from a LOAD's request to its first data (AXI + DDR controller), paid once per op/group pipeline.
+DDR_LATENCY = 200
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def op_macs(op: Op, graph: Graph) -> int:
-    """Multiply-accumulates of one op (conv2d, dense, depthwise_conv2d; 0 for the others)."""
-    if op.type == "dense":
-        o, c, h, w = xops.dense_weights_shape(op, graph)
-        return int(o * c * h * w)
-    if op.type in ("conv2d", "depthwise_conv2d"):
-        wshape = graph.param(op, "weights").shape
-        _, oc, oh, ow = graph.tensors[op.outputs[0]].shape
-        per_out = int(np.prod(wshape[1:]))  # (ic/groups)*kh*kw; depthwise weights are (C, 1, kh, kw)
-        return int(oc * oh * ow * per_out)
-    return 0
+def graph_ops(layers: Sequence[LayerDesc]) -> float:
+    """Acomp of a graph (Eq. 1): 2 x MACs of its conv-class ops."""
+    return float(sum(2 * layer.macs for layer in layers))
 
 
-def graph_ops(graph: Graph) -> float:
-    """Acomp of the whole graph (Eq. 1): 2 x MACs of its conv-class ops."""
-    return float(sum(2 * op_macs(op, graph) for op in graph.ops))
-
-
+# -- per layer ------------------------------------------------------------------------------------------------
 @dataclass
 class LayerEstimate:
     """Analytic estimate of one op."""
@@ -101,21 +112,14 @@ def _transfer(m: MachineModel, load: float, save: float) -> float:
     return max(load / min(per_engine, total), save / min(per_engine, total), (load + save) / total)
 
 
-def _conv_layer(m: MachineModel, op: Op, g: Graph) -> LayerEstimate:
-    from tvm_dpu.codegen.conv import ConvJob, _choose_tile
-
+def _conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
     a, p = m.arch, m.params
-    _, ic, ih, iw = g.tensors[op.inputs[0]].shape
-    _, oc, oh, ow = g.tensors[op.outputs[0]].shape
-    if op.type == "dense":
-        kh, kw, sh, sw, pads = ih, iw, 1, 1, (0, 0, 0, 0)
-    else:
-        win = xops.conv_window(op, g)
-        kh, kw, sh, sw, pads = win.kh, win.kw, win.sh, win.sw, win.pads
+    _, ic, ih, iw = op.inputs[0].shape
+    _, oc, oh, ow = op.outputs[0].shape
+    kh, kw, sh, sw = op.window
     cg_in, cg_out = _ceil(ic, a.icp), _ceil(oc, a.ocp)
     resident = max(1, min(cg_out, a.bank_depth // max(1, kh * kw * cg_in)))
-    job = ConvJob(op.name, kh, kw, sh, sw, tuple(pads), ic, oc, 0, 0, 0, 0, 0)
-    tile = _choose_tile(a, job, resident)
+    tile = conv_tile(a, ic, kh, kw, sh, sw, resident)
     vpp, tw, chunk = tile if tile is not None else (a.pp, ow, 1)
     tw = _ceil(ow, _ceil(ow, tw))  # the columns are split evenly (codegen split_even)
     th, toc, tic = min(vpp, oh), min(chunk * a.ocp, cg_out * a.ocp), ic
@@ -129,22 +133,21 @@ def _conv_layer(m: MachineModel, op: Op, g: Graph) -> LayerEstimate:
     load = alpha_in * beta_in + min(alpha_p * beta_p, (kw * kh * ic + 1) * cg_out * a.ocp)
     save = min(alpha_o * beta_out, oc * oh * ow)
     compute = cg_out * trips * (kh * kw * cg_in * tw + p.conv_fill_cycles)
-    return LayerEstimate(op.name, op.type, 2.0 * op_macs(op, g), load, save, compute, _transfer(m, load, save),
+    return LayerEstimate(op.name, op.type, 2.0 * op.macs, load, save, compute, _transfer(m, load, save),
                          (tw, th, tic, toc))
 
 
-def _alu_layer(m: MachineModel, op: Op, g: Graph) -> LayerEstimate:
+def _alu_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
     a, p = m.arch, m.params
-    ins = [g.tensors[i].shape for i in op.inputs if i in g.tensors and len(g.tensors[i].shape) == 4]
-    out = g.tensors[op.outputs[0]].shape
+    ins = [t.shape for t in op.inputs if len(t.shape) == 4]
+    out = op.outputs[0].shape
     _, c, oh, ow = out if len(out) == 4 else (1, int(np.prod(out[1:])), 1, 1)
     cg = _ceil(c, a.icp)
     load = float(sum(int(np.prod(s[1:])) for s in ins))
     save = float(c * oh * ow)
     taps, per_pixel = 1, 1
     if op.type in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
-        win = xops.conv_window(op, g) if op.type == "depthwise_conv2d" else xops.pool_window(op, g)
-        taps = win.kh * win.kw
+        taps = op.window[0] * op.window[1]
         if op.type == "depthwise_conv2d":
             load += c * (taps + 1)
     elif op.type in ("eltwise_add", "eltwise_mul"):
@@ -155,18 +158,17 @@ def _alu_layer(m: MachineModel, op: Op, g: Graph) -> LayerEstimate:
     rows = _ceil(oh, a.alu_pp)
     compute = 0.0 if op.type in ("concat", "upsample_nearest") else rows * (ow * taps * cg * per_pixel +
                                                                               p.alu_fill_cycles)
-    return LayerEstimate(op.name, op.type, 2.0 * op_macs(op, g), load, save, compute, _transfer(m, load, save))
+    return LayerEstimate(op.name, op.type, 2.0 * op.macs, load, save, compute, _transfer(m, load, save))
 
 
-def analytic_estimate(graph: Graph, arch: Arch | str, params: TimingParams | None = None) -> AnalyticResult:
-    """DNNVM-style analytic estimate of every op of a (quantized or float) XGraph on one core of `arch`."""
+def analytic_estimate(layers: Sequence[LayerDesc], arch: Arch | str,
+                      params: TimingParams | None = None) -> AnalyticResult:
+    """DNNVM-style analytic estimate of every op of a graph (`xgraph.ops.layer_descs(graph)`, quantized or
+    float) on one core of `arch`."""
     m = machine(load_arch(arch), params)
     res = AnalyticResult(m.arch.name, m.freq_hz)
-    for op in graph.ops:
-        if op.type in _CONV:
-            res.layers.append(_conv_layer(m, op, graph))
-        else:
-            res.layers.append(_alu_layer(m, op, graph))
+    for op in layers:
+        res.layers.append(_conv_layer(m, op) if op.type in _CONV else _alu_layer(m, op))
     return res
 
 
@@ -178,3 +180,81 @@ def compare(analytic: AnalyticResult, sim: Any) -> dict[str, Any]:
             for l in analytic.layers]
     dev = (analytic.cycles - sim.cycles) / sim.cycles if sim.cycles else float("nan")
     return {"analytic_cycles": analytic.cycles, "sim_cycles": sim.cycles, "relative_deviation": dev, "layers": rows}
+
+
+# -- per fused group ------------------------------------------------------------------------------------------
+def ddr_bytes_per_cycle(arch: Arch) -> float:
+    return arch.ddr_bytes_per_s / (arch.freq_mhz * 1e6)
+
+
+def weight_rows(op: LayerDesc, arch: Arch) -> tuple[int, int]:
+    """(CONVW rows per output-channel group, output-channel groups) of a CONV-engine op."""
+    kh, kw, _, _ = op.window
+    return kh * kw * _ceil(op.inputs[0].chw[0], arch.icp), _ceil(op.outputs[0].chw[0], arch.ocp)
+
+
+@dataclass
+class _Work:
+    conv: float = 0.0
+    misc: float = 0.0
+    weights: int = 0
+    reload: int = 1  # how many times the op reads its input
+
+
+def _work(op: LayerDesc, arch: Arch) -> _Work:
+    t = op.type
+    c_out, h, w = op.outputs[0].chw
+    wk = _Work()
+    if t in ("conv2d", "dense", "conv2d_transpose"):
+        kh, kw, _, _ = op.window
+        cin = op.inputs[0].chw[0]
+        wk.conv = _ceil(cin // op.groups, arch.icp) * _ceil(c_out, arch.ocp) * _ceil(h, arch.pp) * w * kh * kw
+        rows, cg_out = weight_rows(op, arch)
+        wk.reload = _ceil(cg_out, max(1, arch.bank_depth // max(rows, 1)))
+        wk.weights = op.weights + c_out
+    elif t in ("depthwise_conv2d", "max_pool2d", "avg_pool2d"):
+        kh, kw, _, _ = op.window
+        wk.misc = _ceil(c_out, arch.icp) * _ceil(h, arch.alu_pp) * w * kh * kw
+        if t == "depthwise_conv2d":
+            wk.weights = op.weights + c_out
+    elif t in ("eltwise_add", "eltwise_mul", "activation"):
+        wk.misc = _ceil(c_out, arch.icp) * _ceil(h, arch.alu_pp) * w * len(op.inputs)
+    # concat / upsample: pure data movement (their LOAD/SAVE bytes are counted by the caller)
+    return wk
+
+
+def group_cycles(members: Sequence[LayerDesc], template: str, arch: Arch, consumers: Mapping[str, int],
+                 graph_outputs: set[str] | frozenset[str]) -> float:
+    """Cycles of running `members` (topological order) as one group of `template` ("single" for one op alone).
+    `consumers` counts the ops reading each tensor in the whole graph and `graph_outputs` names its outputs:
+    together they say which outputs leave the group (and are saved)."""
+    if len(members) == 1 and members[0].type == "concat":
+        return 0.0  # its copies are charged per non-fused input by the plan (copy_cycles)
+    inside_out = {t.name for op in members for t in op.outputs}
+    loads: dict[str, int] = {}
+    conv = misc = 0.0
+    wbytes = saves = 0
+    for op in members:
+        wk = _work(op, arch)
+        if template == "dw_pw" and op.type == "conv2d":
+            wk.conv *= arch.pp / arch.alu_pp  # the pointwise CONVs get the ALU's ALU_PP rows per tile, not PP
+        conv += wk.conv
+        misc += wk.misc
+        wbytes += wk.weights
+        for t in op.inputs:
+            if t.const or t.name in inside_out:
+                continue
+            loads[t.name] = max(loads.get(t.name, 0), t.nbytes * wk.reload)
+        for t in op.outputs:
+            inner = sum(1 for o in members if any(i.name == t.name for i in o.inputs))
+            if t.name in graph_outputs or consumers.get(t.name, 0) > inner:
+                saves += t.nbytes
+    ddr = (sum(loads.values()) + wbytes + saves) / ddr_bytes_per_cycle(arch)
+    busy = max(ddr, conv, misc)
+    tiles = max(1, _ceil(members[-1].outputs[0].chw[1], arch.pp))
+    return DDR_LATENCY + busy + busy / tiles
+
+
+def copy_cycles(nbytes: int, arch: Arch) -> float:
+    """Cycles of copying `nbytes` of a concat input into its slice (LOAD + SAVE through a bank, plan "none")."""
+    return DDR_LATENCY + 2 * nbytes / ddr_bytes_per_cycle(arch)

@@ -321,8 +321,8 @@ def simulate_subgraph(sg: Any, arch: Arch | str | None = None, params: TimingPar
 
 @dataclass
 class ModelTiming:
-    """`simulate_model` result: one TimingResult per DPU subgraph, run back to back on one core. CPU parts of the
-    model (pre/post-processing, ops left on the CPU) are NOT included."""
+    """`runtime.model_timing.simulate_model` result: one TimingResult per DPU subgraph, run back to back on one
+    core. CPU parts of the model (pre/post-processing, ops left on the CPU) are NOT included."""
 
     subgraphs: dict[str, TimingResult]
 
@@ -356,18 +356,3 @@ class ModelTiming:
                 "peak_utilisation": self.peak_utilisation, "ddr_bytes": self.ddr_bytes,
                 "cpu_time_included": False,
                 "subgraphs": {k: r.summary() for k, r in self.subgraphs.items()}}
-
-
-def simulate_model(model: Any, arch: Arch | str | None = None, params: TimingParams | None = None) -> ModelTiming:
-    """Simulate every DPU subgraph of a tvm_dpu `CompiledModel` (model.runners -> .sg) on one core of `arch`
-    (default: the model's arch). GOPS counts the real ops of each subgraph's XGraph when the runner keeps it.
-    CPU time (ops left on the CPU, pre/post-processing) is left out."""
-    from tvm_dpu.timing.analytic import graph_ops
-
-    a = load_arch(arch if arch is not None else model.arch)
-    out = {}
-    for sym, runner in model.runners.items():
-        g = getattr(runner, "graph", None)
-        ops = graph_ops(g) if g is not None else None
-        out[sym] = simulate_subgraph(runner.sg, a, params, ops)
-    return ModelTiming(out)

@@ -19,6 +19,7 @@ import numpy as np
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Tensor
 from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window
+from tvm_dpu.xgraph.validate import validate_graph
 
 FloatEvaluator = Callable[..., np.ndarray]
 
@@ -201,7 +202,7 @@ def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool =
 
     Returns the graph outputs by name, or every computed tensor (inputs included) with keep_all=True.
     """
-    graph.validate()
+    validate_graph(graph)
     missing = [n for n in graph.inputs if n not in feeds]
     if missing:
         raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")

@@ -16,6 +16,7 @@ from tvm_dpu.xgraph.golden_conv import eval_conv2d, eval_conv2d_transpose, eval_
 from tvm_dpu.xgraph.golden_misc import eval_activation, eval_concat, eval_eltwise, eval_upsample_nearest
 from tvm_dpu.xgraph.golden_pool import eval_avg_pool2d, eval_max_pool2d
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op
+from tvm_dpu.xgraph.validate import validate_graph
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -64,7 +65,7 @@ def run_op(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.nda
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
     """Run the whole graph on int8 `feeds` (one per graph input). Returns the graph outputs by name, or every
     computed tensor with keep_all=True (handy to find the first layer where two implementations differ)."""
-    graph.validate()
+    validate_graph(graph)
     missing = [n for n in graph.inputs if n not in feeds]
     if missing:
         raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvm_dpu.quant.fixpoint import LEAKY_NUM, LEAKY_SHIFT, RELU6_MAX, saturate_int8, shift_round
+from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
+from tvm_dpu.quant.fixpoint import RELU6_MAX, saturate_int8, shift_round
 from tvm_dpu.quant.rules import ConvQuant
 from tvm_dpu.xgraph.graph import Graph, Op
 from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, quant_params

@@ -28,10 +28,12 @@ activation          mode in leaky_relu / prelu / hard_sigmoid (ALU modes 4 / 1 /
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tvm_dpu.quant import rules
+from tvm_dpu.types import LayerDesc, TensorDesc
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, check_jsonable
 
 ACTS = ("none", "relu", "relu6", "leaky_relu")
@@ -159,6 +161,42 @@ def dense_weights_shape(op: Op, graph: Graph) -> tuple[int, int, int, int]:
         return w.shape  # type: ignore[return-value]
     raise GraphError(f"{op.where()}: dense weights {w.name!r} of shape {w.shape} do not match input (C, H, W) = "
                      f"{(c, h, wd)}")
+
+
+def op_macs(op: Op, graph: Graph) -> int:
+    """Multiply-accumulates of one op (conv2d, dense, depthwise_conv2d; 0 for the others)."""
+    if op.type == "dense":
+        o, c, h, w = dense_weights_shape(op, graph)
+        return int(o * c * h * w)
+    if op.type in ("conv2d", "depthwise_conv2d"):
+        wshape = graph.param(op, "weights").shape
+        _, oc, oh, ow = graph.tensors[op.outputs[0]].shape
+        per_out = math.prod(wshape[1:])  # (ic/groups)*kh*kw; depthwise weights are (C, 1, kh, kw)
+        return int(oc * oh * ow * per_out)
+    return 0
+
+
+def layer_desc(op: Op, graph: Graph) -> LayerDesc:
+    """The cost-model view of `op` (tvm_dpu.types.LayerDesc)."""
+    tdesc = lambda n: TensorDesc(n, tuple(graph.tensors[n].shape), graph.tensors[n].is_const)  # noqa: E731
+    win = None
+    if op.type in ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense"):
+        win = conv_window(op, graph)
+    elif op.type in ("max_pool2d", "avg_pool2d"):
+        win = pool_window(op, graph)
+    wname = op.params.get("weights")
+    return LayerDesc(
+        op.name, op.type, tuple(tdesc(n) for n in op.inputs), tuple(tdesc(n) for n in op.outputs),
+        window=(win.kh, win.kw, win.sh, win.sw) if win else (1, 1, 1, 1),
+        pads=tuple(win.pads) if win else (0, 0, 0, 0),
+        groups=int(attr(op, "groups")) if op.type in ("conv2d", "conv2d_transpose") else 1,
+        weights=int(graph.tensors[wname].data.size) if wname is not None else 0,
+        macs=op_macs(op, graph))
+
+
+def layer_descs(graph: Graph) -> list[LayerDesc]:
+    """`layer_desc` of every op of `graph`, in graph order."""
+    return [layer_desc(op, graph) for op in graph.ops]
 
 
 # -- shape inference ------------------------------------------------------------------------------------

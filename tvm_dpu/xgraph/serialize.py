@@ -16,6 +16,7 @@ import numpy as np
 from tvm_dpu import container
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Subgraph, Tensor
+from tvm_dpu.xgraph.validate import validate_graph
 
 MAGIC = b"DPUXGRPH"
 FORMAT_VERSION = 1
@@ -45,7 +46,7 @@ def _jsonify(value: Any) -> Any:
 
 def dumps(graph: Graph) -> bytes:
     """Serialize `graph` (validated first) to bytes; each constant is a container section named by its tensor."""
-    graph.validate()
+    validate_graph(graph)
     sections: dict[str, bytes] = {}
     tensors = []
     for name in sorted(graph.tensors):
@@ -101,7 +102,7 @@ def _build(c: container.Container) -> Graph:
               list(o["source"])) for o in header["ops"]]
     root = None if header["root"] is None else _subgraph_from_json(header["root"])
     g = Graph(header["name"], tensors, ops, list(header["inputs"]), list(header["outputs"]), root)
-    g.validate()
+    validate_graph(g)
     return g
 
 

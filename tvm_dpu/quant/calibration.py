@@ -10,15 +10,12 @@ the mean squared error between x and DPURound-and-saturate(x * 2**fp) * 2**-fp o
 that clips a few outliers usually beats the min-max step on heavy-tailed activations; `method="minmax"` keeps
 the min-max choice.
 
-`calibrate(graph_f, batches, ...)` is the one-call path: statistics, then `quantize.quantize_graph`. The module
-itself is callable and forwards to it, so ``tvm_dpu.quant.calibrate(graph_f, batches)`` works whichever of the
-module or the function the package attribute holds.
+The one-call path (statistics, then the quantizer) is `quantize.calibrate`, exported as `tvm_dpu.quant.calibrate`.
 """
 from __future__ import annotations
 
 import math
 import sys
-import types
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +25,7 @@ import numpy as np
 
 from tvm_dpu.errors import QuantizationError
 from tvm_dpu.quant.fixpoint import INT8_MAX, INT8_MIN
+from tvm_dpu.xgraph.validate import validate_graph
 
 if TYPE_CHECKING:
     from tvm_dpu.xgraph.graph import Graph
@@ -228,7 +226,7 @@ def collect_stats(graph: Graph, batches: Iterable[Any], *, progress: bool = True
 
     if max_samples < 1:
         raise QuantizationError(f"max_samples must be positive, got {max_samples}")
-    graph.validate()
+    validate_graph(graph)
     fmaps = list(graph.inputs) + [o for op in graph.ops for o in op.outputs]
     stats = CalibrationStats(graph.name, tensors={n: TensorStats(n, max_samples, seed) for n in fmaps})
     total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
@@ -251,24 +249,3 @@ def collect_stats(graph: Graph, batches: Iterable[Any], *, progress: bool = True
         raise QuantizationError(f"calibration of graph {graph.name!r}: the batch iterable is empty; give at least "
                                 "one batch of representative inputs")
     return stats
-
-
-# -- one call -----------------------------------------------------------------------------------------------
-def calibrate(graph_f: Graph, batches: Iterable[Any], method: str = "mse", progress: bool = True,
-              overrides: Mapping[str, int] | None = None) -> Graph:
-    """Float XGraph + calibration batches -> int8 XGraph (`collect_stats` then `quantize.quantize_graph`)."""
-    from tvm_dpu.quant.quantize import quantize_graph
-
-    stats = collect_stats(graph_f, batches, progress=progress)
-    return quantize_graph(graph_f, stats, method=method, overrides=overrides)
-
-
-class _CallableModule(types.ModuleType):
-    """Lets ``tvm_dpu.quant.calibrate`` be called even when it names this module: importing a submodule makes it
-    the package attribute of the same name, which would otherwise hide the convenience function."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Graph:
-        return calibrate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -41,6 +41,7 @@ from tvm_dpu.errors import DPUError
 from tvm_dpu.frontend.provenance import merge, node_names
 from tvm_dpu.passes.patterns import pattern_names
 from tvm_dpu.xgraph.graph import Graph, Op, Tensor
+from tvm_dpu.xgraph.validate import validate_graph
 
 _ACTS = {"relax.nn.relu": "relu", "relax.clip": "relu6", "relax.nn.leakyrelu": "leaky_relu"}
 _CONV_OPS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose")
@@ -90,7 +91,7 @@ def build_float_xgraph(func: relax.Function, name: str,
     fs = builder.build(func)
     if call_names is not None and builder.n_calls != len(call_names):
         raise FromRelaxError(f"partition {name!r}: {len(call_names)} call names given for {builder.n_calls} calls")
-    fs.graph.validate()
+    validate_graph(fs.graph)
     return fs
 
 
