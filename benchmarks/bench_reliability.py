@@ -107,7 +107,9 @@ def _program_mutant(header, sections, rng: random.Random, forge: bool) -> bytes:
     nums = list(re.finditer(r"(?<=[:\[,])\d+", text))
     m = rng.choice(nums)
     width = m.end() - m.start()
-    new = str(rng.randrange(10 ** width)).rjust(width)  # same length, still valid JSON (leading blanks)
+    new = m.group(0)
+    while new.strip() == m.group(0):  # a real change: same length, still valid JSON (leading blanks)
+        new = str(rng.randrange(10 ** width)).rjust(width)
     text = text[:m.start()] + new + text[m.end():]
     lib[pos + 60: pos + 60 + hlen] = text.encode()
     lib[pos + 28: pos + 60] = hashlib.sha256(bytes(lib[pos + 60: pos + 60 + hlen + blen])).digest()
