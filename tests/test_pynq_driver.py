@@ -188,3 +188,67 @@ def test_on_board(built):  # pragma: no cover - runs only on a board
     m.set_verify(True)
     m.run(zoo.random_input(model, seed=1))
     assert sum(r.mismatches for r in m.verify_results()) == 0
+
+
+def test_before_every_start_the_done_state_is_cleared_and_hp_set(built):
+    """AMD's runtime writes 1 to 0x40 and 0x07070f0f to 0x48 before every start; the simulated IP, like the real
+    one, ignores a second start without the 0x40 write."""
+    _, compiled, _ = built
+    sg = next(iter(compiled.runners.values())).sg
+    sim = SimulatedPynq(ARCH)
+    dev = _device(sim)
+    for _ in range(2):
+        dev.execute(sg, sg.new_regions())
+    writes = sim.dpu.writes
+    starts = [i for i, w in enumerate(writes) if w == (regs.AP_CTRL, regs.AP_START)]
+    assert len(starts) == 2 and sim.dpu.runs == 2
+    for s in starts:
+        before = writes[:s]
+        assert (regs.INT_CLEAR, 1) in before[-3:] and (regs.HP_BUS, 0x07070F0F) in before[-3:]
+
+    class NoClear(PynqDevice):
+        def start(self):
+            self.write_reg(regs.AP_CTRL, regs.AP_START)
+
+    sim2 = SimulatedPynq(ARCH)
+    dev2 = NoClear(bitfile="dpu.bit", pynq=sim2, timeout_s=0.2)
+    dev2.execute(sg, sg.new_regions())
+    with pytest.raises(DeviceTimeoutError):
+        dev2.execute(sg, sg.new_regions())
+    assert "INT_CLEAR" in sim2.dpu.fault and sim2.dpu.runs == 1
+
+
+def test_ap_done_clears_on_read_and_addresses_are_40_bit(built):
+    _, compiled, _ = built
+    sg = next(iter(compiled.runners.values())).sg
+    sim = SimulatedPynq(ARCH)
+    dev = _device(sim)
+    sim.dpu.write(regs.INT_CLEAR, 1)
+    dev.execute(sg, sg.new_regions())
+    sim.dpu.regs[regs.AP_CTRL] |= regs.AP_DONE
+    assert dev.read_reg(regs.AP_CTRL) & regs.AP_DONE and not dev.read_reg(regs.AP_CTRL) & regs.AP_DONE
+    with pytest.raises(DeviceError, match="40-bit"):
+        dev.set_base_address(0, 1 << 40)
+    with pytest.raises(DeviceError, match="40-bit"):
+        dev.set_instruction_address(1 << 41)
+
+
+def test_cores_found_from_the_hardware_description(built):
+    """Three cores at irregular register windows: core i is the i-th window by address, each runs on its own."""
+    import tvm_dpu
+    from tvm_dpu.runtime.pynq_driver import dpu_cores
+
+    _, compiled, _ = built
+    sg = next(iter(compiled.runners.values())).sg
+    sim = SimulatedPynq(ARCH, cores=3)
+    cores = dpu_cores(sim.ip_dict)
+    assert [e["phys_addr"] for _, e in cores] == sorted(e["phys_addr"] for e in sim.ip_dict.values())
+    devs = [PynqDevice(bitfile="dpu.bit", pynq=sim, core=i) for i in range(3)]
+    for i, d in enumerate(devs):
+        d.execute(sg, sg.new_regions())
+        assert [dpu.runs for dpu in sim.dpus][i] == 1
+    assert [dpu.runs for dpu in sim.dpus] == [1, 1, 1]
+    with pytest.raises(DeviceError, match="has 3 DPU core"):
+        PynqDevice(bitfile="dpu.bit", pynq=sim, core=3)
+    emus = tvm_dpu.devices("zcu102")
+    assert len(emus) == 3 and [d.core for d in emus] == [0, 1, 2] and len({id(d) for d in emus}) == 3

@@ -18,6 +18,7 @@ Public API (the rest is imported lazily):
     load_arch(spec) -> Arch, list_presets()                                DPU configurations
     load(path, device="emulator"|"pynq") -> CompiledModel                  a deployed .tvmdpu artifact
     set_device("emulator"|"pynq"|device), use_device(device)              where DPU partitions of TVM modules run
+    devices(arch, kind="emulator"|"pynq") -> one device per DPU core        pin models to cores
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ _EXPORTS = {
     "set_device": ("tvm_dpu.runtime.dispatch", "set_device"),
     "use_device": ("tvm_dpu.runtime.dispatch", "use_device"),
     "get_device": ("tvm_dpu.runtime.dispatch", "get_device"),
+    "devices": ("tvm_dpu.runtime.device", "devices"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -111,6 +111,7 @@ class SimulatedDPU:
     runs: int = 0
     writes: list[tuple[int, int]] = field(default_factory=list)  # every register write, in order
     _polls_left: int = 0
+    _armed: bool = True  # a start is accepted; after a run, only once INT_CLEAR (0x40) has been written
 
     def __post_init__(self) -> None:
         self.regs[regs.AP_CTRL] = regs.AP_IDLE
@@ -123,14 +124,25 @@ class SimulatedDPU:
             self._polls_left -= 1
             if self._polls_left == 0:
                 self._finish()
-        return self.regs.get(offset, 0)
+        value = self.regs.get(offset, 0)
+        if offset == regs.AP_CTRL and value & regs.AP_DONE:
+            self.regs[offset] = value & ~regs.AP_DONE  # ap_done is clear-on-read, as the IP does
+        return value
 
     def write(self, offset: int, value: int) -> None:
         value = int(value) & 0xFFFFFFFF
         self.writes.append((offset, value))
         if offset == regs.AP_CTRL:
             if value & regs.AP_START:
+                if not self._armed:  # the IP ignores a start until the done state is cleared through 0x40
+                    self.fault = "AP_START without writing 1 to INT_CLEAR (0x40) after the previous run: ignored"
+                    return
                 self._start()
+            return
+        if offset == regs.INT_CLEAR:
+            if value & 1:
+                self._armed = True
+            self.regs[offset] = value
             return
         if offset == regs.ISR:
             self.regs[regs.ISR] = self.regs.get(regs.ISR, 0) & ~value  # toggle-on-write clear of set bits
@@ -142,6 +154,7 @@ class SimulatedDPU:
 
     def _start(self) -> None:
         self.regs[regs.AP_CTRL] = regs.AP_START  # busy: not idle, not done
+        self._armed = False
         self.fault = None
         if self.hang:
             return
@@ -204,20 +217,28 @@ class _SimMMIO:
 
 
 class SimulatedPynq:
-    """A SIMULATION of the `pynq` module for one board with one DPU core: pass as `PynqDevice(pynq=...)`.
+    """A SIMULATION of the `pynq` module for one board with `cores` DPU cores: pass as `PynqDevice(pynq=...)`.
 
-    `arch`: the DPU configuration the simulated bitstream reports through its fingerprint registers.
+    `arch`: the DPU configuration the simulated bitstream reports through its fingerprint registers. Core i has
+    its own 4 KiB register window; the windows are placed at irregular offsets (as an overlay's hardware
+    description may place them), so a driver must take them from the ip_dict, not assume a stride.
     """
 
     IP_NAME = "DPUCZDX8G_1"
+    #: Offsets of the cores' register windows from SIM_DPU_BASE (deliberately not a fixed stride).
+    CORE_OFFSETS = (0x0, 0x3000, 0x5000, 0x10000)
 
     def __init__(self, arch: Any = "DPUCZDX8G_ISA1_B4096", *, hang: bool = False, latency_polls: int = 0,
-                 fail_allocation: bool = False):
+                 fail_allocation: bool = False, cores: int = 1):
         self.ddr = SimulatedDDR()
-        self.dpu = SimulatedDPU(load_arch(arch), self.ddr, hang=hang, latency_polls=latency_polls)
+        self.dpus = [SimulatedDPU(load_arch(arch), self.ddr, hang=hang, latency_polls=latency_polls)
+                     for _ in range(cores)]
+        self.dpu = self.dpus[0]
         self.fail_allocation = fail_allocation
-        self.ip_dict = {self.IP_NAME: {"phys_addr": SIM_DPU_BASE, "addr_range": regs.REG_SPACE,
-                                       "type": "xilinx.com:RTLKernel:DPUCZDX8G:1.0"}}
+        self.ip_dict = {f"DPUCZDX8G_{i + 1}": {"phys_addr": SIM_DPU_BASE + self.CORE_OFFSETS[i],
+                                               "addr_range": regs.REG_SPACE,
+                                               "type": "xilinx.com:RTLKernel:DPUCZDX8G:1.0"}
+                        for i in range(cores)}
 
     def Overlay(self, bitfile: str, *args: Any, **kwargs: Any) -> _SimOverlay:  # noqa: N802 (pynq's spelling)
         return _SimOverlay(bitfile, self.ip_dict)
@@ -228,6 +249,7 @@ class SimulatedPynq:
         return self.ddr.allocate(shape, dtype)
 
     def MMIO(self, base_addr: int, length: int = 4, **kwargs: Any) -> _SimMMIO:  # noqa: N802
-        if base_addr != SIM_DPU_BASE:
-            raise ValueError(f"no simulated device at 0x{base_addr:x}")
-        return _SimMMIO(self.dpu, base_addr, length)
+        for i, dpu in enumerate(self.dpus):
+            if base_addr == SIM_DPU_BASE + self.CORE_OFFSETS[i]:
+                return _SimMMIO(dpu, base_addr, length)
+        raise ValueError(f"no simulated device at 0x{base_addr:x}")
