@@ -38,7 +38,7 @@ _EXPORTS = {
     "set_device": ("tvm_dpu.runtime.dispatch", "set_device"),
     "use_device": ("tvm_dpu.runtime.dispatch", "use_device"),
     "get_device": ("tvm_dpu.runtime.dispatch", "get_device"),
-    "devices": ("tvm_dpu.runtime.device", "devices"),
+    "devices": ("tvm_dpu.runtime.cores", "devices"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -69,28 +69,6 @@ class EmulatorDevice:
         self.last_stats = self.emulator.run(sg.code, regions)
 
 
-def devices(arch: Any, kind: str = "emulator", **options: Any) -> list:
-    """One device per DPU core of `arch` (a board preset such as "zcu102" has 3): the virtual DPUs of one FPGA.
-    `kind`: "emulator" (an independent emulator per core) or "pynq" (`PynqDevice(core=i, **options)`, each core
-    through its own register window). Pin a model to a core by passing one of them as its device."""
-    from tvm_dpu.arch import load_arch
-
-    arch = load_arch(arch)
-    if kind == "emulator":
-        if options:
-            raise DeviceError(f"emulator devices take no options (got {sorted(options)})")
-        out = [EmulatorDevice(arch) for _ in range(arch.cores)]
-    elif kind == "pynq":
-        from tvm_dpu.runtime.pynq_driver import PynqDevice
-
-        out = [PynqDevice(core=i, arch=arch, **options) for i in range(arch.cores)]
-    else:
-        raise DeviceError(f"kind {kind!r}: expected 'emulator' or 'pynq'")
-    for i, dev in enumerate(out):
-        dev.core = i
-    return out
-
-
 def arch_of(name: str, fingerprint: int, claimed_by: str = "the program") -> Arch:
     """The arch a compiled program names: the preset `name`, or (for a core known only by its fingerprint) the
     arch decoded from `fingerprint`; ArchError if the preset's fingerprint is not `fingerprint`."""
