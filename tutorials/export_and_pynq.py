@@ -2,9 +2,9 @@
 Export an artifact and deploy it on a Pynq board
 ================================================
 
-``compiled.export(path)`` writes one ``.tvmdpu`` file holding everything a board needs: the CPU part as a TVM
-library, every DPU subgraph's machine code and weights, the tensors' fix_points, the DPU fingerprint, a format
-version and checksums. ``tvm_dpu.runtime.artifact.load(path, device=...)`` runs it in another process, on the
+``compiled.export(path)`` writes one ``.tvmdpu`` file holding everything a board needs: TVM's library with every
+DPU subgraph's machine code, weights and tensor fix_points inside, the DPU fingerprint, a format version and
+checksums (optionally an Ed25519 signature: ``export(path, sign="key.key")``). ``tvm_dpu.runtime.artifact.load(path, device=...)`` runs it in another process, on the
 emulator or, on a board, through the Pynq driver.
 
 Set ``TVM_DPU_TUTORIAL_SMALL=1`` (or pass ``--small``) for fewer calibration samples.
@@ -40,8 +40,8 @@ print(f"wrote {path}: {path.stat().st_size} bytes, CPU library for the board inc
 ######################################################################
 # Load in a fresh process
 # -----------------------
-# Loading verifies every checksum, checks the DPU fingerprint against the device, registers the DPU functions
-# and only then creates the Relax VM. Nothing but the (checksummed) CPU library is executed from the file.
+# Loading verifies every checksum and every header value, checks the DPU fingerprint against the device, and only
+# then loads the library and creates the Relax VM. Nothing but the (checksummed) library is executed from the file.
 x = zoo.random_input(model, seed=3)
 np.save(workdir / "x.npy", x)
 script = f"""
@@ -53,7 +53,7 @@ np.save({str(workdir / 'y.npy')!r}, m.run(np.load({str(workdir / 'x.npy')!r}))[0
 subprocess.run([sys.executable, "-c", script], check=True)
 y = np.load(workdir / "y.npy")
 assert np.array_equal(y, compiled.run(x)[0])
-print("fresh-process output equals the in-process output:", y.argmax())
+print(f"fresh-process output equals the in-process output (bit for bit); predicted class {int(y.argmax())}")
 
 ######################################################################
 # On the board

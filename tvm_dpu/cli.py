@@ -254,7 +254,9 @@ def _run_compile(args: argparse.Namespace) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = build(proto, arch=arch, calibration=calib, shapes=shapes or None, progress=not args.quiet,
+        # The file itself when it is compiled as is, so that errors name it (a cut model exists only in memory).
+        source = proto if output_ops else str(path)
+        model = build(source, arch=arch, calibration=calib, shapes=shapes or None, progress=not args.quiet,
                       fusion=args.fusion, plugins=vai_plugins(args.options))
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
@@ -323,10 +325,14 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
 
 
 def _subgraph_table(report: dict) -> str:
-    rows = [("subgraph", "ops", "instructions", "CONV", "ALU", "ELEW", "LOAD", "SAVE", "DDR bytes")]
+    # "nodes": the model's (ONNX) nodes the subgraph computes; "ops": the coarse DPU ops they became.
+    nodes = (report.get("partition") or {}).get("nodes") or []
+    rows = [("subgraph", "nodes", "ops", "instructions", "CONV", "ALU", "ELEW", "LOAD", "SAVE", "DDR bytes")]
     for s in report["subgraphs"]:
         c = s["instruction_counts"]
-        rows.append((str(s["id"]), str(s["ops"]), str(s["instructions"]), str(c.get("CONV", 0)), str(c.get("ALU", 0)),
+        n_nodes = sum(1 for n in nodes if n.get("device") == "dpu" and n.get("subgraph") == s["id"])
+        rows.append((str(s["id"]), str(n_nodes), str(s["ops"]), str(s["instructions"]), str(c.get("CONV", 0)),
+                     str(c.get("ALU", 0)),
                      str(c.get("ELEW", 0)), str(c.get("LOAD", 0)), str(c.get("SAVE", 0)),
                      str(sum(s["ddr_bytes"].values()))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

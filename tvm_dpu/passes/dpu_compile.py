@@ -323,7 +323,12 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
     module = pmod.clone()  # pmod itself stays as it was
-    for i, sym in enumerate(symbols):
+    steps = enumerate(symbols)
+    if progress and symbols:  # quantization and code generation dominate long compiles: show where they are
+        from tqdm import tqdm
+
+        steps = tqdm(steps, total=len(symbols), desc="DPU subgraphs", unit="subgraph", file=sys.stderr, leave=False)
+    for i, sym in steps:
         fs = float_graphs[sym]
         stats = collect_stats(fs.graph, recorded[i], progress=False) if sym in need_stats else None
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
