@@ -251,4 +251,4 @@ def test_cores_found_from_the_hardware_description(built):
     with pytest.raises(DeviceError, match="has 3 DPU core"):
         PynqDevice(bitfile="dpu.bit", pynq=sim, core=3)
     emus = tvm_dpu.devices("zcu102")
-    assert len(emus) == 3 and [d.core for d in emus] == [0, 1, 2] and len({id(d) for d in emus}) == 3
+    assert len(emus) == 3 and [d.core for d in emus] == [0, 1, 2] and len({id(d.device) for d in emus}) == 3

@@ -39,6 +39,7 @@ _EXPORTS = {
     "use_device": ("tvm_dpu.runtime.dispatch", "use_device"),
     "get_device": ("tvm_dpu.runtime.dispatch", "get_device"),
     "devices": ("tvm_dpu.runtime.cores", "devices"),
+    "serve": ("tvm_dpu.runtime.cores", "serve"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -1,26 +1,116 @@
-"""The cores of one DPU device as separate devices (virtual DPUs): one device object per core."""
+"""The cores of one DPU device as separate devices (virtual DPUs, fGrain's idea on the DPUCZDX8G), and several
+models served concurrently on them (multi-tenant).
+
+A `VirtualDPU` is one core: it runs one program at a time (a core has one instruction stream), so models that
+share a core take turns, and models on different cores run at the same time. It counts what it ran and for how
+long, so throughput per model and per core can be reported.
+"""
 from __future__ import annotations
 
-from typing import Any
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
 
 from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import Arch
 from tvm_dpu.runtime.device import DeviceError, EmulatorDevice
 from tvm_dpu.runtime.pynq_driver import PynqDevice
+from tvm_dpu.types import CompiledSubgraph
 
 
-def devices(arch: Any, kind: str = "emulator", **options: Any) -> list:
-    """One device per DPU core of `arch` (a board preset such as "zcu102" has 3): the virtual DPUs of one FPGA.
-    `kind`: "emulator" (an independent emulator per core) or "pynq" (`PynqDevice(core=i, **options)`, each core
-    through its own register window). Pin a model to a core by passing one of them as its device."""
+class VirtualDPU:
+    """Core `core` of a DPU device: `execute` runs on the wrapped device (an emulator or a Pynq core), one program
+    at a time, and accumulates `runs` and `busy_s`."""
+
+    def __init__(self, device: Any, core: int):
+        self.device = device
+        self.core = core
+        self.arch: Arch = device.arch
+        self.name = f"{getattr(device, 'name', 'dpu')}:core{core}"
+        self.runs = 0
+        self.busy_s = 0.0
+        self._lock = threading.Lock()
+
+    def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
+        with self._lock:
+            t0 = time.perf_counter()
+            try:
+                self.device.execute(sg, regions)
+            finally:
+                self.busy_s += time.perf_counter() - t0
+                self.runs += 1
+
+    @property
+    def last_stats(self):
+        return getattr(self.device, "last_stats", None)
+
+    def __repr__(self) -> str:
+        return f"VirtualDPU({self.name}, {self.arch.name})"
+
+
+def devices(arch: Any, kind: str = "emulator", **options: Any) -> list[VirtualDPU]:
+    """One virtual DPU per core of `arch` (a board preset such as "zcu102" has 3). `kind`: "emulator" (an
+    independent emulator per core) or "pynq" (`PynqDevice(core=i, **options)`, each core through its own register
+    window). Pin a model to a core by giving it one of them as its device (`tvm_dpu.load(path, device=d)`,
+    `build(..., device=d)`)."""
     arch = load_arch(arch)
     if kind == "emulator":
         if options:
             raise DeviceError(f"emulator devices take no options (got {sorted(options)})")
-        out = [EmulatorDevice(arch) for _ in range(arch.cores)]
-    elif kind == "pynq":
-        out = [PynqDevice(core=i, arch=arch, **options) for i in range(arch.cores)]
-    else:
-        raise DeviceError(f"kind {kind!r}: expected 'emulator' or 'pynq'")
-    for i, dev in enumerate(out):
-        dev.core = i
-    return out
+        return [VirtualDPU(EmulatorDevice(arch), i) for i in range(arch.cores)]
+    if kind == "pynq":
+        return [VirtualDPU(PynqDevice(core=i, arch=arch, **options), i) for i in range(arch.cores)]
+    raise DeviceError(f"kind {kind!r}: expected 'emulator' or 'pynq'")
+
+
+@dataclass
+class TenantReport:
+    """What `serve` measured: per model its runs and throughput, per core its runs and busy share."""
+
+    seconds: float
+    models: list[dict] = field(default_factory=list)
+    cores: list[dict] = field(default_factory=list)
+
+    def table(self) -> str:
+        lines = [f"{'model':<12} {'core':>4} {'runs':>5} {'runs/s':>8}"]
+        lines += [f"{m['name']:<12} {m['core']:>4} {m['runs']:>5} {m['runs_per_s']:>8.2f}" for m in self.models]
+        lines += [f"core {c['core']}: {c['runs']} DPU programs, busy {100 * c['busy_share']:.0f}% of "
+                  f"{self.seconds:.2f} s" for c in self.cores]
+        return "\n".join(lines)
+
+
+def serve(models: Sequence[Any], inputs: Sequence[Any], runs: int, names: Sequence[str] | None = None
+          ) -> tuple[TenantReport, list[list[np.ndarray]]]:
+    """Run each of `models` (CompiledModels, each pinned to a VirtualDPU through its `device`) `runs` times on its
+    input, all models at once from their own threads. Returns the report and each model's last outputs."""
+    names = list(names or [f"model{i}" for i in range(len(models))])
+    cores = {id(m.device): m.device for m in models}
+    for d in cores.values():
+        if not isinstance(d, VirtualDPU):
+            raise DeviceError(f"serve: give each model a device from tvm_dpu.devices(...), not {d!r}")
+    base = {k: (d.runs, d.busy_s) for k, d in cores.items()}
+
+    def loop(i: int) -> tuple[float, list[np.ndarray]]:
+        t0 = time.perf_counter()
+        out = None
+        for _ in range(runs):
+            out = models[i].run(inputs[i])
+        return time.perf_counter() - t0, out
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=len(models)) as pool:
+        results = list(pool.map(loop, range(len(models))))
+    total = time.perf_counter() - t0
+    report = TenantReport(total)
+    for name, m, (secs, _) in zip(names, models, results):
+        report.models.append({"name": name, "core": m.device.core, "runs": runs, "seconds": secs,
+                              "runs_per_s": runs / secs if secs > 0 else float("inf")})
+    for k, d in sorted(cores.items(), key=lambda kv: kv[1].core):
+        runs0, busy0 = base[k]
+        report.cores.append({"core": d.core, "runs": d.runs - runs0, "busy_s": d.busy_s - busy0,
+                             "busy_share": (d.busy_s - busy0) / total if total > 0 else 0.0})
+    return report, [r[1] for r in results]
