@@ -1,5 +1,23 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration and fixtures."""
 from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The bundled mixed CPU/DPU example network (ONNX ModelProto)."""
+    from tvm_dpu import zoo
+
+    return zoo.build_model("mixed_cnn")
+
+
+@pytest.fixture(scope="module")
+def calib(model):
+    """Two seeded calibration inputs for `model`."""
+    from tvm_dpu import zoo
+
+    return [zoo.random_input(model, seed=s) for s in range(2)]
 
 _CONFORMANCE = "test_isa1_conformance.py::"
 _KINDS = {"::test_case[": "cases", "::test_encoding[": "encodings"}

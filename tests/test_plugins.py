@@ -47,16 +47,6 @@ class SigmoidLUT(Plugin):
 
 
 @pytest.fixture(scope="module")
-def model():
-    return zoo.build_model("mixed_cnn")
-
-
-@pytest.fixture(scope="module")
-def calib(model):
-    return [zoo.random_input(model, seed=s) for s in range(2)]
-
-
-@pytest.fixture(scope="module")
 def with_softmax(model, calib):
     return tvm_dpu.build(model, arch=ARCH, calibration=calib, progress=False, plugins=["softmax_ip"])
 

@@ -38,16 +38,6 @@ class SpyDevice(EmulatorDevice):
 
 
 @pytest.fixture(scope="module")
-def model():
-    return zoo.build_model("mixed_cnn")
-
-
-@pytest.fixture(scope="module")
-def calib(model):
-    return [zoo.random_input(model, seed=s) for s in range(2)]
-
-
-@pytest.fixture(scope="module")
 def reference(model, calib):
     """tvm_dpu.build's output for the options the TVM spellings use."""
     x = zoo.random_input(model, seed=9)
