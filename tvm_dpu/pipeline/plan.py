@@ -1,0 +1,222 @@
+"""Stage planning: cut a chain of ops into one stage per board, minimising the slowest stage.
+
+A frame flows through the boards in order; with frames pipelined, throughput is 1 / (slowest stage time). A
+stage's time is its ops' predicted time on that stage's board plus the time to send what crosses its outgoing cut
+over the link (every tensor produced at or before the cut and used after it is sent, so a tensor that skips
+stages is sent at every cut it crosses). Each stage must also fit its board's memory: its weights plus its largest
+feature-map working set, within `Board.ddr_bytes`.
+
+`plan_chain` is exact: dynamic programming over (boards used, ops covered) with the bottleneck as the objective,
+O(boards x ops^2). Boards may differ (an op's time is given per board arch).
+
+`op_chain` builds the chain of a compiled single-DPU-subgraph model from the timing model (per-op cycles of the
+program as compiled) and its XGraph (tensor sizes, weights).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Sequence
+
+from tvm_dpu.errors import DPUError
+
+
+class PlanError(DPUError, ValueError):
+    """No feasible plan (too few ops, a stage that cannot fit a board's memory) or a bad request."""
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    gbit_per_s: float
+    latency_us: float
+
+    def seconds(self, nbytes: int) -> float:
+        return 0.0 if nbytes <= 0 else self.latency_us * 1e-6 + nbytes * 8 / (self.gbit_per_s * 1e9)
+
+
+@dataclass(frozen=True)
+class Board:
+    """One board of the pipeline: its DPU arch (name, the key of `OpCost.seconds`) and usable DDR bytes."""
+
+    name: str
+    arch: str
+    ddr_bytes: int
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op of the chain: predicted seconds per board arch, its weight bytes, its working-set bytes (inputs +
+    outputs in DDR), and the bytes that cross a cut placed right after it."""
+
+    name: str
+    seconds: dict[str, float]
+    param_bytes: int
+    work_bytes: int
+    cut_bytes: int
+
+
+@dataclass
+class Stage:
+    board: Board
+    first: int  # index of the first op
+    end: int  # one past the last op
+    compute_s: float
+    send_bytes: int
+    send_s: float
+    memory_bytes: int
+
+    @property
+    def seconds(self) -> float:
+        return self.compute_s + self.send_s
+
+
+@dataclass
+class Plan:
+    stages: list[Stage]
+    link: Link
+    ops: list[str] = field(default_factory=list)
+
+    @property
+    def bottleneck_s(self) -> float:
+        return max(s.seconds for s in self.stages)
+
+    @property
+    def fps(self) -> float:
+        return 1.0 / self.bottleneck_s if self.bottleneck_s > 0 else float("inf")
+
+    def to_json(self) -> dict:
+        return {"link": self.link.name, "bottleneck_ms": self.bottleneck_s * 1e3, "fps": self.fps,
+                "stages": [{"board": s.board.name, "arch": s.board.arch, "ops": self.ops[s.first:s.end],
+                            "first": s.first, "end": s.end, "compute_ms": s.compute_s * 1e3,
+                            "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3, "memory_bytes": s.memory_bytes}
+                           for s in self.stages]}
+
+
+def _data() -> dict:
+    return json.loads(resources.files("tvm_dpu.pipeline").joinpath("links.json").read_text())
+
+
+def load_link(name: str) -> Link:
+    """A link model by name ("serial-8.5g", "gbe"; see links.json)."""
+    links = _data()["links"]
+    if name not in links:
+        raise PlanError(f"link {name!r}: known links are {sorted(links)}")
+    d = links[name]
+    return Link(name, float(d["gbit_per_s"]), float(d["latency_us"]))
+
+
+def board_ddr_bytes(board: str) -> int:
+    """Usable DDR of a board preset: its PS DDR less a quarter kept for the OS and the CPU side."""
+    table = _data()["board_ddr_bytes"]
+    if board not in table:
+        raise PlanError(f"board {board!r}: DDR size unknown (known: {sorted(k for k in table if k[0] != '_')}); "
+                        "give Board(..., ddr_bytes=...)")
+    return int(table[board]) * 3 // 4
+
+
+def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Plan:
+    """The plan of `ops` (in order) over `boards` (in pipeline order, one stage each, every stage non-empty) with
+    the smallest bottleneck stage time; PlanError when none fits."""
+    n, k = len(ops), len(boards)
+    if k == 0:
+        raise PlanError("no boards")
+    if n < k:
+        raise PlanError(f"{n} ops cannot fill {k} stages (each board needs at least one op)")
+    for b in boards:
+        missing = [o.name for o in ops if b.arch not in o.seconds]
+        if missing:
+            raise PlanError(f"board {b.name}: no predicted time on {b.arch} for op(s) {missing[:5]}")
+
+    def stage(b: Board, i: int, j: int) -> Stage | None:
+        params = sum(o.param_bytes for o in ops[i:j])
+        memory = params + max(o.work_bytes for o in ops[i:j])
+        if memory > b.ddr_bytes:
+            return None
+        send = ops[j - 1].cut_bytes if j < n else 0
+        return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory)
+
+    inf = float("inf")
+    # best[s][j]: smallest bottleneck of ops[0:j] on boards[0:s]; choice[s][j]: where stage s-1 starts.
+    best = [[inf] * (n + 1) for _ in range(k + 1)]
+    choice = [[-1] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = 0.0
+    for s in range(1, k + 1):
+        for j in range(s, n - (k - s) + 1):
+            for i in range(s - 1, j):
+                if best[s - 1][i] == inf:
+                    continue
+                st = stage(boards[s - 1], i, j)
+                if st is None:
+                    continue
+                value = max(best[s - 1][i], st.seconds)
+                if value < best[s][j]:
+                    best[s][j], choice[s][j] = value, i
+    if best[k][n] == inf:
+        worst = max(ops, key=lambda o: o.param_bytes + o.work_bytes)
+        raise PlanError(f"no way to fit the model on {k} board(s): every split leaves a stage beyond its board's "
+                        f"memory (the largest op, {worst.name!r}, needs {worst.param_bytes + worst.work_bytes} B; "
+                        f"smallest board {min(b.ddr_bytes for b in boards)} B)")
+    stages, j = [], n
+    for s in range(k, 0, -1):
+        i = choice[s][j]
+        stages.append(stage(boards[s - 1], i, j))
+        j = i
+    return Plan(list(reversed(stages)), link, [o.name for o in ops])
+
+
+def op_chain(model: Any, boards: Sequence[Board]) -> list[OpCost]:
+    """The op chain of a compiled model with one DPU subgraph (`CompiledModel`): per op, the timing model's
+    cycles of the program as compiled, re-simulated for each distinct board arch, and from the quantized XGraph the
+    weight bytes, working-set bytes and the bytes crossing a cut after it."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.timing.simulate import simulate
+
+    if len(model.runners) != 1:
+        raise PlanError(f"op_chain handles a model with one DPU subgraph; this one has {len(model.runners)}")
+    (runner,) = model.runners.values()
+    graph, sg = runner.graph, runner.sg
+    if graph is None:
+        raise PlanError("op_chain needs the quantized XGraph (a model built in this process, or an artifact with "
+                        "verification data)")
+    # The chain's units are the program's op ranges: a fused group ("conv2+add") is one unit, never cut inside.
+    units = [name for name, _, _ in sg.op_ranges]
+    per_arch: dict[str, list[float]] = {}
+    for b in boards:
+        if b.arch not in per_arch:
+            timing = simulate(sg.code, load_arch(b.arch), op_ranges=sg.op_ranges)
+            per_arch[b.arch] = [ot.cycles / timing.freq_hz for ot in timing.ops]
+    unit_of_op = {member: u for u, name in enumerate(units) for member in name.split("+")}
+    unit_ops: list[list] = [[] for _ in units]
+    produced_at: dict[str, int] = {t: -1 for t in graph.inputs}
+    last_use: dict[str, int] = {}
+    current = 0
+    for op in graph.ops:  # ops without instructions of their own (an aliased concat) join the unit before them
+        current = unit_of_op.get(op.name, current)
+        unit_ops[current].append(op)
+        for t in op.inputs:
+            last_use[t] = max(last_use.get(t, -1), current)
+        for t in op.outputs:
+            produced_at[t] = current
+    for t in graph.outputs:
+        last_use[t] = len(units)  # the model output leaves the last stage
+
+    def nbytes(t: str) -> int:
+        tensor = graph.tensors[t]
+        size = 1
+        for d in tensor.shape:
+            size *= int(d)
+        return size * (4 if tensor.dtype in ("int32", "float32") else 1)
+
+    out = []
+    for u, name in enumerate(units):
+        ops_u = unit_ops[u]
+        fmaps = {t for op in ops_u for t in list(op.inputs) + list(op.outputs)
+                 if t in graph.tensors and graph.tensors[t].data is None}
+        out.append(OpCost(
+            name=name, seconds={a: per_arch[a][u] for a in per_arch},
+            param_bytes=sum(nbytes(t) for op in ops_u for t in op.params.values()),
+            work_bytes=sum(nbytes(t) for t in fmaps),
+            cut_bytes=sum(nbytes(t) for t, p in produced_at.items() if p <= u < last_use.get(t, -1))))
+    return out
