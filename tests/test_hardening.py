@@ -203,3 +203,26 @@ def test_partition_reports_what_compile_does_for_qdq(tmp_path, capsys):
     assert main(["partition", str(path), "--arch", ARCH]) == 0
     text = capsys.readouterr().out
     assert "DequantizeLinear has no DPU implementation" not in text and " dpu " in text
+
+
+def test_unsorted_qdq_model_compiles_like_the_sorted_one():
+    """Quark's XINT8 models are QDQ *and* not topologically sorted. QDQ stripping prunes in reverse topological
+    order, so a Constant listed after the node that reads it must not be dropped as unused."""
+    from test_qdq import _grid_inputs
+    from test_qdq import _model as qdq_model
+
+    def with_offset(model, constant_last):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        const = helper.make_node("Constant", [], ["off"], name="off_const",
+                                 value=numpy_helper.from_array(np.full((1, 2, 1, 1), 0.25, np.float32), "off"))
+        add = helper.make_node("Add", ["Zd", "off"], ["Out"], name="add_off")
+        m.graph.node.extend([add, const] if constant_last else [const, add])
+        del m.graph.output[:]
+        m.graph.output.extend([helper.make_tensor_value_info("Out", TensorProto.FLOAT, [1, 2, 5, 5])])
+        return m
+
+    x = _grid_inputs(1)[0].astype(np.float32)
+    a = tvm_dpu.build(with_offset(qdq_model(), False), arch=ARCH, progress=False).run(x)[0]
+    b = tvm_dpu.build(with_offset(qdq_model(), True), arch=ARCH, progress=False).run(x)[0]
+    np.testing.assert_array_equal(a, b)

@@ -36,17 +36,18 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
 
     from tvm_dpu.quant.qdq import strip_qdq
 
-    if isinstance(mod, (str, Path)):
-        from tvm_dpu.frontend.onnx_import import load_model
+    from tvm_dpu.frontend.onnx_import import load_model, topologically_sorted
 
-        proto = load_model(str(mod))[0]
+    if isinstance(mod, (str, Path)):
+        proto, where = load_model(str(mod))
     elif isinstance(mod, onnx.ModelProto):
-        proto = mod
+        proto, where = mod, "<in-memory model>"
     else:
         return mod, fix_points, False
     if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
         return mod, fix_points, False
-    float_model, qdq_fps = strip_qdq(proto)
+    # Quark writes XINT8 models whose nodes are not in topological order; stripping walks them in order.
+    float_model, qdq_fps = strip_qdq(topologically_sorted(proto, where))
     return float_model, {**qdq_fps, **(fix_points or {})}, True
 
 
