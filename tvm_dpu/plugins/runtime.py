@@ -8,24 +8,19 @@ calling module, finds the installed plugin of that name and version, and runs on
 from __future__ import annotations
 
 import contextvars
-import ctypes
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import numpy as np
 
-from tvm_dpu.container import FIXED_SIZE
 from tvm_dpu.plugins.api import PluginError
 from tvm_dpu.plugins.registry import get_plugin
 from tvm_dpu.program_blob import PLUGIN_DISPATCH_FUNC, unpack_plugin_program
+from tvm_dpu.runtime.dispatch import cached_blob
 
 _MODES = ("ref", "sim", "run")
 _DEFAULT = {"mode": None}
 _MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("tvm_dpu_plugin_runner", default=None)
-_LOCK = threading.Lock()
-_CACHE: OrderedDict[tuple[int, int, bytes], tuple[dict, bytes]] = OrderedDict()
 
 
 def set_runner(mode: str | None) -> None:
@@ -59,19 +54,8 @@ def current_mode() -> str:
 
 
 def _program(symbol: str, address: int, size: int) -> tuple[dict, bytes]:
-    if size < FIXED_SIZE or address <= 0:
-        raise PluginError(f"plugin partition {symbol}: no program bytes")
-    key = (address, size, ctypes.string_at(address + 28, 32))
-    with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            return hit
-    parsed = unpack_plugin_program(ctypes.string_at(address, size), f"plugin partition {symbol}")
-    with _LOCK:
-        _CACHE[key] = parsed
-        while len(_CACHE) > 64:
-            _CACHE.popitem(last=False)
-    return parsed
+    what = f"plugin partition {symbol}"
+    return cached_blob(address, size, "plugin", what, lambda data: unpack_plugin_program(data, what))
 
 
 def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:

@@ -43,7 +43,7 @@ class _Context:
 
 _CONTEXT: contextvars.ContextVar[_Context | None] = contextvars.ContextVar("tvm_dpu_device", default=None)
 _LOCK = threading.Lock()
-_PROGRAMS: OrderedDict[tuple[int, int, bytes], Program] = OrderedDict()
+_PROGRAMS: OrderedDict[tuple[str, int, int, bytes], Any] = OrderedDict()
 _DEFAULT: dict[str, Any] = {"spec": "emulator", "options": {}, "device": None}
 _EMULATORS: dict[tuple[str, int], Any] = {}
 
@@ -107,22 +107,30 @@ def _default_device(program: Program) -> Any:
         return _DEFAULT["device"]
 
 
-def program_at(address: int, size: int, symbol: str) -> Program:
-    """The parsed program whose blob lies at `address` (cached; verified on first sight)."""
+def cached_blob(address: int, size: int, kind: str, what: str, parse: Callable[[bytes], Any]) -> Any:
+    """`parse(bytes)` of the blob of `kind` a module embeds at `address`, cached by (kind, address, size, content
+    digest): parsed and verified on first sight, later found from its 60-byte fixed header alone. One bounded cache
+    serves every kind of embedded program (DPU subgraphs here, custom-IP plugin subgraphs in plugins/runtime.py)."""
     if size < FIXED_SIZE or address <= 0:
-        raise DPUError(f"DPU partition {symbol}: no program bytes (address {address:#x}, {size} bytes)")
-    key = (address, size, digest_of(ctypes.string_at(address, FIXED_SIZE)))
+        raise DPUError(f"{what}: no program bytes (address {address:#x}, {size} bytes)")
+    key = (kind, address, size, digest_of(ctypes.string_at(address, FIXED_SIZE)))
     with _LOCK:
-        prog = _PROGRAMS.get(key)
-        if prog is not None:
+        hit = _PROGRAMS.get(key)
+        if hit is not None:
             _PROGRAMS.move_to_end(key)
-            return prog
-    prog = _in_place(unpack_program(ctypes.string_at(address, size), f"DPU partition {symbol}"), address)
+            return hit
+    parsed = parse(ctypes.string_at(address, size))
     with _LOCK:
-        _PROGRAMS[key] = prog
+        _PROGRAMS[key] = parsed
         while len(_PROGRAMS) > PROGRAM_CACHE_ENTRIES:
             _PROGRAMS.popitem(last=False)
-    return prog
+    return parsed
+
+
+def program_at(address: int, size: int, symbol: str) -> Program:
+    """The parsed program whose blob lies at `address` (cached; verified on first sight)."""
+    what = f"DPU partition {symbol}"
+    return cached_blob(address, size, "dpu", what, lambda data: _in_place(unpack_program(data, what), address))
 
 
 def _in_place(prog: Program, address: int) -> Program:
