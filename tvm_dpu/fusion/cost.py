@@ -80,29 +80,12 @@ def cost(group: Group, graph: Graph, arch: Arch) -> float:
     return v
 
 
-def group_subgraph(graph: Graph, members: tuple[str, ...]) -> Graph:
-    """The members as a graph of their own: external feature maps become its inputs, maps used outside the
-    group (or graph outputs) its outputs."""
-    names = set(members)
-    ops = [op for op in graph.ops if op.name in names]
-    produced = {t for op in ops for t in op.outputs}
-    used_outside = {t for op in graph.ops if op.name not in names for t in op.inputs} | set(graph.outputs)
-    inputs: list[str] = []
-    for op in ops:
-        for t in op.inputs:
-            if not graph.tensors[t].is_const and t not in produced and t not in inputs:
-                inputs.append(t)
-    outputs = [t for op in ops for t in op.outputs if t in used_outside]
-    used = set(inputs) | produced | {t for op in ops for t in op.inputs} | {t for op in ops for t in op.params.values()}
-    return Graph(f"{graph.name}:{'+'.join(members)}", {t: graph.tensors[t] for t in used}, ops, inputs, outputs)
-
-
 def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     """Cycles of the group's own compiled program on the timing simulator (concat alone: 0, its copies are
     charged by the plan, as in the analytic model)."""
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
-    sub = group_subgraph(graph, group.ops)
+    sub = graph.extract(group.ops)
     compiled = compile_graph_fused(sub, arch, FusionPlan("cost", [group]))
     return float(simulate(compiled.code, arch).cycles)
 

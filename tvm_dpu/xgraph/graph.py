@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -140,6 +140,29 @@ class Graph:
     def producers(self) -> dict[str, Op]:
         """Tensor name -> the op that writes it."""
         return {t: op for op in self.ops for t in op.outputs}
+
+    def extract(self, members: Sequence[str], name: str | None = None) -> "Graph":
+        """The ops named in `members` as a graph of their own, in this graph's op order: feature maps they read
+        but do not produce become its inputs (in first-use order), maps they produce that are read outside them
+        (or are this graph's outputs) its outputs (in production order). Tensors are shared, not copied, so
+        quantization (fix points) carries over."""
+        names = set(members)
+        unknown = names - {op.name for op in self.ops}
+        if unknown:
+            raise GraphError(f"graph {self.name!r}: no op(s) {sorted(unknown)[:5]} to extract")
+        ops = [op for op in self.ops if op.name in names]
+        produced = {t for op in ops for t in op.outputs}
+        used_outside = {t for op in self.ops if op.name not in names for t in op.inputs} | set(self.outputs)
+        inputs: list[str] = []
+        for op in ops:
+            for t in op.inputs:
+                if not self.tensors[t].is_const and t not in produced and t not in inputs:
+                    inputs.append(t)
+        outputs = [t for op in ops for t in op.outputs if t in used_outside]
+        used = set(inputs) | produced | {t for op in ops for t in op.inputs} | \
+            {t for op in ops for t in op.params.values()}
+        return Graph(name or f"{self.name}:{'+'.join(op.name for op in ops)}", {t: self.tensors[t] for t in used
+                     if t in self.tensors}, ops, inputs, outputs)
 
     def param(self, op: Op, role: str, required: bool = True) -> Tensor | None:
         """The constant tensor bound to `role` of `op`, or None when optional and absent."""
