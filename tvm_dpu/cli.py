@@ -381,11 +381,60 @@ def _add_compile(sub) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # run
 # ---------------------------------------------------------------------------------------------------------
+def _print_outputs(outputs: list) -> None:
+    import numpy as np
+
+    for i, y in enumerate(outputs):
+        flat = y.reshape(-1)
+        top = ", ".join(f"{int(k)}:{flat[k]:.4f}" for k in np.argsort(-flat)[:5])
+        print(f"output {i}: shape {tuple(y.shape)}, top-5 [{top}]")
+
+
+def _is_pipeline(path: str) -> bool:
+    p = Path(path)
+    return p.suffix == ".json" or (p.is_dir() and (p / "pipeline.json").is_file())
+
+
+def _run_pipeline_file(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .feeds import load_npz
+    from .pipeline.model import PipelineModel
+
+    if args.verify:
+        raise FrontendError("--verify runs on one artifact; verify each stage with 'tvm-dpu run stageN.tvmdpu "
+                            "--verify', or compare with the single-board run ('tvm-dpu pipeline' checks it)")
+    if args.device == "pynq" and args.executor == "local":
+        raise FrontendError("--device pynq with a pipeline needs --executor ray (one board per stage actor)")
+    device_options = {"bitfile": args.bitfile, "timeout_s": args.timeout} if args.device == "pynq" else {}
+    pipe = PipelineModel.load(args.compiled, executor=args.executor, device=args.device, device_options=device_options,
+                              trusted_keys=args.require_signature)
+    if args.input:
+        feeds = load_npz(args.input, "--input")
+        if len(pipe.inputs) == 1 and pipe.inputs[0].name not in feeds and len(feeds) == 1:
+            feeds = {pipe.inputs[0].name: next(iter(feeds.values()))}
+    else:
+        rng = np.random.default_rng(0)
+        feeds = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in pipe.inputs}
+        print("no --input: running on random normal input (seed 0)")
+    with pipe:
+        outputs = pipe.run(feeds)
+    print(f"ran {len(pipe.stages)} stages with the {args.executor} executor")
+    _print_outputs(outputs)
+    if args.output:
+        np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
+        print(f"wrote {args.output}")
+    return EXIT_OK
+
+
 def _run_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .feeds import load_npz
     from .runtime.artifact import load
+
+    if _is_pipeline(args.compiled):
+        return _run_pipeline_file(args)
 
     if args.device == "pynq":
         if not args.bitfile:
@@ -407,10 +456,7 @@ def _run_run(args: argparse.Namespace) -> int:
         raise DPUError(f"--verify: {args.compiled} has no DPU subgraph, so there is nothing to verify "
                        "(every node runs on the CPU or a plugin)")
     outputs = model.run(feeds)
-    for i, y in enumerate(outputs):
-        flat = y.reshape(-1)
-        top = ", ".join(f"{int(k)}:{flat[k]:.4f}" for k in np.argsort(-flat)[:5])
-        print(f"output {i}: shape {tuple(y.shape)}, top-5 [{top}]")
+    _print_outputs(outputs)
     if args.output:
         np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
         print(f"wrote {args.output}")
@@ -432,9 +478,13 @@ def _add_run(sub) -> None:
         description="Load NAME.tvmdpu and run it once. With --verify the golden reference runs beside every DPU "
         "subgraph and the exit code is 1 when any element differs.",
     )
-    p.add_argument("compiled", metavar="COMPILED", help="the .tvmdpu artifact written by 'tvm-dpu compile'")
+    p.add_argument("compiled", metavar="COMPILED", help="the .tvmdpu artifact written by 'tvm-dpu compile', or the "
+                   "pipeline.json (or its directory) written by 'tvm-dpu pipeline'")
     p.add_argument("--input", metavar="FILE.npz",
                    help="input arrays named like the model inputs (default: random normal input)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="for a pipeline: run the stages on threads here (default) or as Ray actors, one per board "
+                   "(pip install 'tvm-dpu[cluster]'; joins the cluster of RAY_ADDRESS, else starts a local one)")
     p.add_argument("--verify", action="store_true",
                    help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
@@ -542,6 +592,16 @@ def _run_report(args: argparse.Namespace) -> int:
     from .report_html import write_report
 
     out = Path(args.output)
+    if _is_pipeline(args.artifact):
+        from .pipeline.model import read_pipeline_json
+        from .report_html import render_pipeline
+
+        doc_path = Path(args.artifact)
+        doc_path = doc_path / "pipeline.json" if doc_path.is_dir() else doc_path
+        doc = read_pipeline_json(doc_path)
+        out.write_text(render_pipeline(doc, doc_path.parent.name), encoding="utf-8")
+        print(f"wrote {out} ({out.stat().st_size} bytes): {len(doc['stages'])}-stage pipeline")
+        return EXIT_OK
     info = write_report(Path(args.artifact), out)
     print(f"wrote {out} ({out.stat().st_size} bytes): {info}")
     return EXIT_OK
@@ -560,6 +620,179 @@ def _add_report(sub) -> None:
     p.set_defaults(func=_run_report)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# pipeline
+# ---------------------------------------------------------------------------------------------------------
+def _run_pipeline(args: argparse.Namespace) -> int:
+    import json
+    import warnings
+
+    import numpy as np
+
+    from .builder import build
+    from .pipeline.model import PipelineModel, boards_for
+    from .pipeline.plan import load_link
+    from .report_html import render_pipeline
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise FrontendError(f"{path}: no such file")
+    if args.boards < 1:
+        raise FrontendError(f"--boards {args.boards}: a pipeline needs at least one board")
+    calib = None
+    if args.calib:
+        calib = Path(args.calib)
+        if not calib.is_file():
+            raise FrontendError(f"--calib {calib}: no such file")
+    load_link(args.link)  # a bad --link fails before the compile
+    if (args.arch is None) == (args.part is None):
+        raise FrontendError("give either --arch (each board's DPU) or --part (each board's FPGA part: the DPU is "
+                            "chosen by design-space exploration)")
+    ddr = None if args.ddr_mib is None else int(args.ddr_mib) * 1024 * 1024
+    boards = boards_for(args.arch, args.boards, ddr) if args.arch else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build(str(path), arch=boards[0].arch if boards else "B4096", calibration=calib,
+                      shapes=parse_input_shapes(args.input_shape), progress=not args.quiet, fusion=args.fusion)
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    if boards is None:
+        from .pipeline.dse import choose_boards, device_budget
+
+        parts = [p.strip() for p in args.part.split(",") if p.strip()]
+        if len(parts) == 1:
+            parts *= args.boards
+        if len(parts) != args.boards:
+            raise FrontendError(f"--part: {len(parts)} parts for {args.boards} boards (give one, or one per board)")
+        boards = choose_boards(model, [device_budget(p) for p in parts], ddr or 2048 * 1024 * 1024,
+                               fusion=args.fusion)
+        for b, part in zip(boards, parts):
+            print(f"{b.name}: {part} -> {b.arch} (fastest single-core DPU that fits, design-space exploration)")
+    pipe = PipelineModel.from_model(model, boards, link=args.link, fusion=args.fusion, executor=args.executor)
+    outdir = Path(args.output)
+    doc_path = pipe.save(outdir, sign=args.sign)
+    doc = json.loads(doc_path.read_text())
+    (outdir / "pipeline.html").write_text(render_pipeline(doc, path.stem), encoding="utf-8")
+    print(pipe.table())
+    # One frame through the pipeline with the chosen executor, against the single-board model.
+    if calib is not None:
+        from .quant.calib_data import calibration_batches
+
+        first = dict(zip([s.name for s in model.inputs], calibration_batches(calib, model.inputs)[0]))
+    else:
+        rng = np.random.default_rng(0)
+        first = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in model.inputs}
+    with pipe:
+        got = pipe.run(first)
+    want = model.run(first)
+    same = len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+    print(f"check ({args.executor} executor): pipelined output "
+          f"{'bit-identical to' if same else 'DIFFERS from'} the single-board run")
+    print(f"wrote {len(pipe.stages)} stage artifacts, {doc_path} and {outdir / 'pipeline.html'}")
+    return EXIT_OK if same else 1
+
+
+def _add_pipeline(sub) -> None:
+    p = sub.add_parser(
+        "pipeline",
+        help="split a model over N boards (balanced stages, one artifact per board) and check it runs",
+        description="Compile MODEL.onnx, cut it into --boards stages at op granularity minimising the slowest "
+        "stage (timing model + link model), compile each stage for its board and write OUTDIR/stage<i>.tvmdpu, "
+        "OUTDIR/pipeline.json and OUTDIR/pipeline.html. Run it with 'tvm-dpu run OUTDIR/pipeline.json'.",
+    )
+    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to read")
+    p.add_argument("--arch", metavar="ARCH[,ARCH...]",
+                   help="each board's DPU: one preset for every board (e.g. zcu102, ultra96, dnnvm-zu2) or one per "
+                   "board, comma-separated (boards may differ)")
+    p.add_argument("--part", metavar="PART[,PART...]",
+                   help="instead of --arch: each board's FPGA part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg); its DPU is "
+                   "picked by design-space exploration ('tvm-dpu dse'); DDR per board from --ddr-mib (default 2048)")
+    p.add_argument("--boards", type=int, required=True, metavar="N", help="number of boards (pipeline stages)")
+    p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs (a leading sample axis per array)")
+    p.add_argument("--link", default="serial-8.5g", metavar="LINK",
+                   help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links, default) or gbe")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="executor of the check run: threads here (default) or Ray actors")
+    p.add_argument("--ddr-mib", type=int, metavar="MiB",
+                   help="usable DDR per board (default: from the board preset; needed for a bare DPU config)")
+    p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal", help="kernel fusion")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                   help="static shape of model input NAME (repeat for several inputs)")
+    p.add_argument("--sign", metavar="KEYFILE", help="sign every stage artifact with this Ed25519 private key")
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_pipeline)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# dse
+# ---------------------------------------------------------------------------------------------------------
+def _run_dse(args: argparse.Namespace) -> int:
+    import json
+    import warnings
+
+    from .builder import build
+    from .pipeline.dse import algorithm1, device_budget, explore, table_text
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise FrontendError(f"{path}: no such file")
+    budget = device_budget(args.part) if args.part else {}
+    dsp = args.dsp if args.dsp is not None else budget.get("dsp")
+    bram = args.bram if args.bram is not None else budget.get("bram36k")
+    lut = args.lut if args.lut is not None else budget.get("lut")
+    if dsp is None or bram is None:
+        raise FrontendError("give the board's budget: --dsp N --bram N (BRAM36K blocks), or --part PART")
+    try:
+        clocks = [float(c) for c in args.clock_mhz.split(",") if c.strip()]
+    except ValueError:
+        raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: expected numbers separated by commas") from None
+    if not clocks or any(c <= 0 for c in clocks):
+        raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build(str(path), arch="B4096", calibration=args.calib, shapes=parse_input_shapes(args.input_shape),
+                      progress=not args.quiet)
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    cands = explore(model, int(dsp), float(bram), None if lut is None else int(lut), clocks, args.max_cores,
+                    args.dsp_usage, args.ddr_gbps * 1e9 / 8 if args.ddr_gbps else 17.1e9)
+    print(f"budget: {dsp} DSP, {bram} BRAM36K{'' if lut is None else f', {lut} LUT'}; "
+          f"{len(cands)} configurations fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
+    print(table_text(cands, args.top))
+    if args.json:
+        Path(args.json).write_text(json.dumps([c.to_json() for c in cands], indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+def _add_dse(sub) -> None:
+    p = sub.add_parser(
+        "dse",
+        help="rank the DPU configurations (B512..B4096, cores, clock) that fit a board's DSP/BRAM budget",
+        description="Design-space exploration (the PYNQ-cluster paper's Algorithm 1, generalised): every DPUCZDX8G "
+        "configuration whose PG338 resource cost fits the budget, ranked by the predicted throughput of MODEL "
+        "(timing model, DDR-capped).",
+    )
+    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to read")
+    p.add_argument("--dsp", type=int, metavar="N", help="DSP48 slices available for the DPU")
+    p.add_argument("--bram", type=float, metavar="N", help="BRAM36K blocks available for the DPU")
+    p.add_argument("--lut", type=int, metavar="N", help="LUTs available for the DPU (default: not checked)")
+    p.add_argument("--part", metavar="PART", help="take the budget of a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, "
+                   "zu7ev, zu9eg); --dsp/--bram/--lut override it")
+    p.add_argument("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)")
+    p.add_argument("--max-cores", type=int, default=4, metavar="N", help="most cores to try (PG338: up to 4)")
+    p.add_argument("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option")
+    p.add_argument("--ddr-gbps", type=float, metavar="GBIT/S", help="board DDR bandwidth (default 136.8 = 17.1 GB/s)")
+    p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                   help="static shape of model input NAME (repeat for several inputs)")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default 20)")
+    p.add_argument("--json", metavar="FILE.json", help="also write every candidate as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_dse)
+
+
 # Subcommand name -> function adding its parser to the subparsers object.
 COMMANDS: dict[str, Callable] = {
     "partition": _add_partition,
@@ -568,6 +801,8 @@ COMMANDS: dict[str, Callable] = {
     "inspect": _add_inspect,
     "report": _add_report,
     "keygen": _add_keygen,
+    "pipeline": _add_pipeline,
+    "dse": _add_dse,
 }
 
 

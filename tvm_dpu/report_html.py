@@ -379,3 +379,44 @@ def write_report(artifact: Path, out: Path) -> str:
 def _by_id(subgraphs: list[dict]) -> list[dict]:
     """Subgraphs in the report's subgraph-id order (the artifact stores them by symbol)."""
     return sorted(subgraphs, key=lambda s: (s.get("id") is None, s.get("id") or 0, s["key"]))
+
+
+def render_pipeline(doc: dict, title: str) -> str:
+    """HTML page of a multi-board pipeline (a pipeline.json document): the stages (board, arch, ops, predicted
+    time, bytes sent) and a bar per stage of compute and link time, the bottleneck marked."""
+    from tvm_dpu.pipeline.plan import load_link
+
+    plan = doc.get("plan") or {}
+    link = load_link(plan["link"]) if plan.get("link") else None
+    stages = doc["stages"]
+    times = [(s["predicted_ms"], link.seconds(s["send_bytes"]) * 1e3 if link else 0.0) for s in stages]
+    total = [c + l for c, l in times]
+    worst = max(range(len(stages)), key=lambda i: total[i])
+    scale = 640.0 / max(max(total), 1e-12)
+    bars = []
+    for i, (c, l) in enumerate(times):
+        y = 8 + i * 26
+        bars.append(f'<text x="4" y="{y + 13}" class="eng">stage {i}</text>'
+                    f'<rect x="70" y="{y}" width="{c * scale:.1f}" height="18" fill="#4c78a8"/>'
+                    f'<rect x="{70 + c * scale:.1f}" y="{y}" width="{l * scale:.1f}" height="18" fill="#f58518"/>'
+                    f'<text x="{76 + (c + l) * scale:.1f}" y="{y + 13}" class="tick">{c + l:.3f} ms'
+                    f'{" (bottleneck)" if i == worst else ""}</text>')
+    svg = (f'<svg width="900" height="{16 + 26 * len(stages)}" xmlns="http://www.w3.org/2000/svg">'
+           + "".join(bars) + "</svg>")
+    rows = "".join(
+        f"<tr><td class=num>{s['index']}</td><td>{_esc(s['board'])}</td><td>{_esc(s['arch'])}</td>"
+        f"<td class=num>{len(s['ops'])}</td><td>{_esc(_short(s['ops'][0], 40))} &hellip; "
+        f"{_esc(_short(s['ops'][-1], 40))}</td><td class=num>{s['predicted_ms']:.3f}</td>"
+        f"<td class=num>{s['send_bytes']}</td><td class=num>{times[i][1]:.3f}</td>"
+        f"<td>{_esc(s.get('artifact', ''))}</td></tr>" for i, s in enumerate(stages))
+    fps = 1e3 / total[worst] if total[worst] > 0 else float("inf")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)} pipeline</title>"
+            f"<style>{_CSS}</style></head><body><header><h1>{_esc(title)}: {len(stages)}-board pipeline</h1>"
+            f"<p>link {_esc(plan.get('link', '?'))}; predicted {fps:.1f} frames/s, bottleneck stage {worst}</p>"
+            "</header><main><section><h2>Stages</h2><table><tr><th class=num>stage</th><th>board</th><th>arch</th>"
+            "<th class=num>ops</th><th>ops (first &hellip; last)</th><th class=num>predicted ms</th>"
+            "<th class=num>bytes sent</th><th class=num>link ms</th><th>artifact</th></tr>"
+            f"{rows}</table></section><section><h2>Stage times</h2><p class=legend>"
+            "<span class=sw style='background:#4c78a8'></span>DPU (timing model)"
+            "<span class=sw style='background:#f58518'></span>sending to the next board (link model)</p>"
+            f"{svg}</section></main></body></html>")

@@ -38,11 +38,20 @@ class Link:
 
 @dataclass(frozen=True)
 class Board:
-    """One board of the pipeline: its DPU arch (name, the key of `OpCost.seconds`) and usable DDR bytes."""
+    """One board of the pipeline: its DPU arch (a preset name or a label; the key of `OpCost.seconds`), usable
+    DDR bytes and, for a configuration that is no preset (design-space exploration picks clock and size), the
+    `Arch` itself in `spec`."""
 
     name: str
     arch: str
     ddr_bytes: int
+    spec: Any = field(default=None, compare=False)
+
+    def load(self) -> Any:
+        """The board's `Arch`."""
+        from tvm_dpu.arch import load_arch
+
+        return self.spec if self.spec is not None else load_arch(self.arch)
 
 
 @dataclass(frozen=True)
@@ -166,57 +175,81 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Pl
     return Plan(list(reversed(stages)), link, [o.name for o in ops])
 
 
+@dataclass
+class ChainUnit:
+    """One unit of a model's op chain: a code range of the compiled program (a fused group such as "conv2+add" is
+    one unit, never cut inside) and the XGraph ops it covers (an op without instructions of its own, such as an
+    aliased concat, joins the unit before it)."""
+
+    name: str
+    ops: list  # xgraph.graph.Op
+
+
+def single_subgraph(model: Any):
+    """The one `SubgraphRunner` of a model whose DPU part is one subgraph with its quantized XGraph; PlanError
+    otherwise."""
+    if len(model.runners) != 1:
+        raise PlanError(f"a pipeline splits a model with one DPU subgraph; this one has {len(model.runners)}")
+    (runner,) = model.runners.values()
+    if runner.graph is None:
+        raise PlanError("splitting a model needs its quantized XGraph (a model built in this process, or an artifact "
+                        "with verification data)")
+    return runner
+
+
+def chain_units(model: Any) -> list[ChainUnit]:
+    """The units of `model`'s single DPU subgraph in program order (see `ChainUnit`)."""
+    runner = single_subgraph(model)
+    units = [ChainUnit(name, []) for name, _, _ in runner.sg.op_ranges]
+    unit_of_op = {member: u for u, unit in enumerate(units) for member in unit.name.split("+")}
+    current = 0
+    for op in runner.graph.ops:
+        current = unit_of_op.get(op.name, current)
+        units[current].ops.append(op)
+    return units
+
+
+def tensor_bytes(graph: Any, name: str) -> int:
+    """Bytes of an XGraph tensor as the DPU stores it (int8 feature maps, int32 / float32 where typed so)."""
+    tensor = graph.tensors[name]
+    size = 1
+    for d in tensor.shape:
+        size *= int(d)
+    return size * (4 if tensor.dtype in ("int32", "float32") else 1)
+
+
 def op_chain(model: Any, boards: Sequence[Board]) -> list[OpCost]:
-    """The op chain of a compiled model with one DPU subgraph (`CompiledModel`): per op, the timing model's
-    cycles of the program as compiled, re-simulated for each distinct board arch, and from the quantized XGraph the
-    weight bytes, working-set bytes and the bytes crossing a cut after it."""
-    from tvm_dpu.arch import load_arch
+    """The op chain of a compiled single-DPU-subgraph model (`CompiledModel`): per unit (`chain_units`), the timing
+    model's cycles of the program as compiled, re-simulated for each distinct board arch, and from the quantized
+    XGraph the weight bytes, working-set bytes and the bytes crossing a cut after it."""
     from tvm_dpu.timing.simulate import simulate
 
-    if len(model.runners) != 1:
-        raise PlanError(f"op_chain handles a model with one DPU subgraph; this one has {len(model.runners)}")
-    (runner,) = model.runners.values()
+    runner = single_subgraph(model)
     graph, sg = runner.graph, runner.sg
-    if graph is None:
-        raise PlanError("op_chain needs the quantized XGraph (a model built in this process, or an artifact with "
-                        "verification data)")
-    # The chain's units are the program's op ranges: a fused group ("conv2+add") is one unit, never cut inside.
-    units = [name for name, _, _ in sg.op_ranges]
+    units = chain_units(model)
     per_arch: dict[str, list[float]] = {}
     for b in boards:
         if b.arch not in per_arch:
-            timing = simulate(sg.code, load_arch(b.arch), op_ranges=sg.op_ranges)
+            timing = simulate(sg.code, b.load(), op_ranges=sg.op_ranges)
             per_arch[b.arch] = [ot.cycles / timing.freq_hz for ot in timing.ops]
-    unit_of_op = {member: u for u, name in enumerate(units) for member in name.split("+")}
-    unit_ops: list[list] = [[] for _ in units]
     produced_at: dict[str, int] = {t: -1 for t in graph.inputs}
     last_use: dict[str, int] = {}
-    current = 0
-    for op in graph.ops:  # ops without instructions of their own (an aliased concat) join the unit before them
-        current = unit_of_op.get(op.name, current)
-        unit_ops[current].append(op)
-        for t in op.inputs:
-            last_use[t] = max(last_use.get(t, -1), current)
-        for t in op.outputs:
-            produced_at[t] = current
+    for u, unit in enumerate(units):
+        for op in unit.ops:
+            for t in op.inputs:
+                last_use[t] = max(last_use.get(t, -1), u)
+            for t in op.outputs:
+                produced_at[t] = u
     for t in graph.outputs:
         last_use[t] = len(units)  # the model output leaves the last stage
 
-    def nbytes(t: str) -> int:
-        tensor = graph.tensors[t]
-        size = 1
-        for d in tensor.shape:
-            size *= int(d)
-        return size * (4 if tensor.dtype in ("int32", "float32") else 1)
-
     out = []
-    for u, name in enumerate(units):
-        ops_u = unit_ops[u]
-        fmaps = {t for op in ops_u for t in list(op.inputs) + list(op.outputs)
+    for u, unit in enumerate(units):
+        fmaps = {t for op in unit.ops for t in list(op.inputs) + list(op.outputs)
                  if t in graph.tensors and graph.tensors[t].data is None}
         out.append(OpCost(
-            name=name, seconds={a: per_arch[a][u] for a in per_arch},
-            param_bytes=sum(nbytes(t) for op in ops_u for t in op.params.values()),
-            work_bytes=sum(nbytes(t) for t in fmaps),
-            cut_bytes=sum(nbytes(t) for t, p in produced_at.items() if p <= u < last_use.get(t, -1))))
+            name=unit.name, seconds={a: per_arch[a][u] for a in per_arch},
+            param_bytes=sum(tensor_bytes(graph, t) for op in unit.ops for t in op.params.values()),
+            work_bytes=sum(tensor_bytes(graph, t) for t in fmaps),
+            cut_bytes=sum(tensor_bytes(graph, t) for t, p in produced_at.items() if p <= u < last_use.get(t, -1))))
     return out

@@ -1,0 +1,325 @@
+"""Multi-board pipelines: stage models bit-identical to the single-board run (local and Ray executors),
+streaming in order with bounded frames in flight, a failing stage named in the error with no hang, pipeline
+files checked before use, the CLI, and design-space exploration."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tvm_dpu
+from tvm_dpu import zoo
+from tvm_dpu.errors import DPUError
+from tvm_dpu.pipeline import Board, PlanError
+from tvm_dpu.pipeline.dse import algorithm1, device_budget, explore, resource_table
+from tvm_dpu.pipeline.model import PipelineError, PipelineModel, boards_for
+
+NAME = "resnet50"
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return [zoo.random_input(NAME, reduced=True, seed=s) for s in range(5)]
+
+
+@pytest.fixture(scope="module")
+def single(frames):
+    return tvm_dpu.build(zoo.build_model(NAME, reduced=True), arch="zcu102", calibration=frames[:2], progress=False)
+
+
+@pytest.fixture(scope="module")
+def reference(single, frames):
+    return [single.run(x) for x in frames]
+
+
+@pytest.fixture(scope="module")
+def pipe3(single):
+    return PipelineModel.from_model(single, boards=3)
+
+
+@pytest.fixture(scope="module")
+def saved(pipe3, tmp_path_factory):
+    return pipe3.save(tmp_path_factory.mktemp("pipe"))
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def _stage_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("tvm-dpu-stage") or t.name == "tvm-dpu-feeder"]
+
+
+def test_stages_cover_the_model_once_and_chain(pipe3, single):
+    ops = [op for st in pipe3.stages for op in st.spec.ops]
+    graph = next(iter(single.runners.values())).graph
+    assert sorted(ops) == sorted(op.name for op in graph.ops) and len(ops) == len(set(ops))
+    assert pipe3.stages[0].spec.inputs == [s.name for s in single.inputs]
+    for a, b in zip(pipe3.stages, pipe3.stages[1:]):
+        assert a.spec.outputs == b.spec.inputs  # what one stage sends is exactly what the next takes
+        assert set(a.spec.wire_fix_points) == set(a.spec.outputs) and a.spec.send_bytes > 0
+    assert pipe3.stages[-1].spec.send_bytes == 0 and pipe3.stages[-1].spec.wire_fix_points == {}
+
+
+def test_local_stream_is_bit_identical_and_in_order(pipe3, frames, reference):
+    outs = list(pipe3.run_stream(frames, max_in_flight=3))
+    assert len(outs) == len(frames)
+    for got, want in zip(outs, reference):
+        assert _same(got, want)
+    assert _same(pipe3.run(frames[1]), reference[1])
+    assert not _stage_threads()
+
+
+def test_max_in_flight_bounds_frames_inside(pipe3, frames):
+    pulled = []
+
+    def source():
+        for i, x in enumerate(frames):
+            pulled.append(i)
+            yield x
+
+    for k in (1, 2):
+        pulled.clear()
+        for i, _ in enumerate(pipe3.run_stream(source(), max_in_flight=k)):
+            assert len(pulled) <= i + 1 + k
+    with pytest.raises(PipelineError, match="max_in_flight"):
+        list(pipe3.run_stream(frames, max_in_flight=0))
+
+
+def test_heterogeneous_boards_bit_identical(single, frames, reference):
+    boards = boards_for("zcu102,ultra96,dnnvm-zu2")
+    pipe = PipelineModel.from_model(single, boards)
+    assert [st.model.arch.name for st in pipe.stages] == [b.load().name for b in boards]
+    assert _same(pipe.run(frames[0]), reference[0])
+
+
+def test_failing_stage_stops_stream_naming_stage_and_frame(single, frames, reference):
+    pipe = PipelineModel.from_model(single, boards=3)
+    stage = pipe.stages[1]
+    original = stage.run_payload
+    seen = []
+
+    def flaky(payload, fix_points):
+        seen.append(1)
+        if len(seen) == 3:
+            raise RuntimeError("DPU timeout (injected)")
+        return original(payload, fix_points)
+
+    stage.run_payload = flaky
+    got = []
+    with pytest.raises(PipelineError, match=r"stage 1 \(board1, zcu102\) failed on frame 2: RuntimeError: DPU "
+                                            r"timeout \(injected\)"):
+        for out in pipe.run_stream(frames, max_in_flight=2):
+            got.append(out)
+    assert len(got) == 2 and all(_same(g, r) for g, r in zip(got, reference))  # nothing lost or reordered
+    deadline = time.monotonic() + 5
+    while _stage_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _stage_threads()  # every stage thread ended: no hang
+
+
+def test_bad_frame_is_an_input_error(pipe3, frames):
+    bad = np.zeros((1, 3, 32, 32), np.float32)
+    got = []
+    with pytest.raises(DPUError, match="input"):
+        for out in pipe3.run_stream([frames[0], bad, frames[1]]):
+            got.append(out)
+    assert len(got) == 1
+
+
+def test_model_with_several_dpu_subgraphs_is_refused(model, calib):
+    mixed = tvm_dpu.build(model, arch="zcu102", calibration=calib, progress=False)
+    with pytest.raises(PlanError, match="one DPU subgraph"):
+        PipelineModel.from_model(mixed, boards=2)
+
+
+def test_too_many_boards_and_unknown_board(single):
+    n = len(next(iter(single.runners.values())).sg.op_ranges)
+    with pytest.raises(PlanError, match="cannot fill"):
+        PipelineModel.from_model(single, boards=n + 1)
+    with pytest.raises(PlanError, match="DDR size unknown"):
+        boards_for("B1152", 2)
+    with pytest.raises(PlanError, match="one per board"):
+        boards_for("zcu102,zcu104", 3)
+
+
+def test_stage_memory_checked_against_board_ddr(single):
+    with pytest.raises(PlanError, match="memory"):
+        PipelineModel.from_model(single, boards=2, ddr_bytes=4096)
+
+
+def test_save_load_round_trip_and_stage_artifacts_verify(saved, frames, reference):
+    pipe = PipelineModel.load(saved)
+    assert _same(pipe.run(frames[2]), reference[2])
+    doc = json.loads(saved.read_text())
+    assert [s["artifact"] for s in doc["stages"]] == ["stage0.tvmdpu", "stage1.tvmdpu", "stage2.tvmdpu"]
+    stage1 = tvm_dpu.load(saved.parent / "stage1.tvmdpu")  # each stage is an ordinary artifact
+    stage1.set_verify(True)
+    x = [np.zeros(s.shape, np.float32) + 0.25 for s in stage1.inputs]
+    stage1.run(x)
+    assert [r.mismatches for r in stage1.verify_results()] == [0]
+
+
+def test_save_is_deterministic(pipe3, tmp_path):
+    a = pipe3.save(tmp_path / "a")
+    b = pipe3.save(tmp_path / "b")
+    assert a.read_bytes() == b.read_bytes()
+    for i in range(len(pipe3.stages)):
+        assert (a.parent / f"stage{i}.tvmdpu").read_bytes() == (b.parent / f"stage{i}.tvmdpu").read_bytes()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["stages"][0].update(artifact="../stage0.tvmdpu"), "file name beside pipeline.json"),
+    (lambda d: d["stages"][1].update(sha256="0" * 64), "does not match the sha256"),
+    (lambda d: d["stages"][1].update(index=7), r"stages\[1\].index"),
+    (lambda d: d.update(format="other"), "format"),
+    (lambda d: d["stages"][0]["wire_fix_points"].update(x=1000), "wire_fix_points"),
+    (lambda d: d["stages"][2].update(artifact="missing.tvmdpu"), "missing"),
+])
+def test_tampered_pipeline_file_is_refused(saved, tmp_path, edit, message):
+    import shutil
+
+    for f in saved.parent.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    doc = json.loads(saved.read_text())
+    edit(doc)
+    (tmp_path / "pipeline.json").write_text(json.dumps(doc))
+    with pytest.raises(PipelineError, match=message):
+        PipelineModel.load(tmp_path / "pipeline.json")
+
+
+def test_modified_stage_artifact_is_refused(saved, tmp_path):
+    import shutil
+
+    for f in saved.parent.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    data = bytearray((tmp_path / "stage1.tvmdpu").read_bytes())
+    data[-10] ^= 1
+    (tmp_path / "stage1.tvmdpu").write_bytes(bytes(data))
+    with pytest.raises(PipelineError, match="stage 1: stage1.tvmdpu does not match"):
+        PipelineModel.load(tmp_path)
+
+
+# -- Ray executor: a real local Ray cluster -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tvm-dpu[cluster]')")
+    ray.init(num_cpus=2, resources={"dpu_board": 4}, include_dashboard=False, log_to_driver=False,
+             object_store_memory=128 * 1024 * 1024)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_stream_bit_identical_and_errors_name_the_stage(ray_cluster, saved, frames, reference):
+    pipe = PipelineModel.load(saved, executor="ray")
+    try:
+        outs = list(pipe.run_stream(frames, max_in_flight=2))
+        assert all(_same(g, r) for g, r in zip(outs, reference)) and len(outs) == len(frames)
+        engine = pipe._engine_for_run()
+        assert len(engine.actors) == 3 and len(engine.where) == 3
+        good = [pipe._first_payload(x) for x in frames[:2]]
+        bad = {"input": np.zeros((1, 3, 8, 8), np.float32)}  # reaches stage 0's actor as it is
+        got = []
+        with pytest.raises(PipelineError, match=r"stage 0 \(board0, zcu102, Ray actor on .*\) failed on frame 2"):
+            for out in engine.stream(good + [bad, good[0]], 2):
+                got.append(out)
+        assert len(got) == 2
+        assert _same(pipe.run(frames[3]), reference[3])  # the actors survive a failed frame
+    finally:
+        pipe.close()
+
+
+def test_ray_needs_the_board_resource(ray_cluster, saved):
+    pipe = PipelineModel.load(saved, executor="ray", resource="fpga_that_nobody_has")
+    with pytest.raises(PipelineError, match="offers 0 'fpga_that_nobody_has'"):
+        pipe.run(np.zeros(pipe.inputs[0].shape, np.float32))
+
+
+def test_ray_actor_that_cannot_load_is_reported(ray_cluster, saved):
+    pipe = PipelineModel.load(saved, executor="ray", device="pynq")
+    with pytest.raises(PipelineError, match="starting the stage actors failed"):
+        pipe.run(np.zeros(pipe.inputs[0].shape, np.float32))
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------------
+def test_cli_pipeline_run_report(tmp_path, frames, capsys):
+    from tvm_dpu.cli import main
+
+    onnx_path = zoo.save_model(NAME, tmp_path / "r.onnx", reduced=True)
+    np.savez(tmp_path / "calib.npz", input=np.concatenate(frames[:2]))
+    out = tmp_path / "out"
+    assert main(["pipeline", str(onnx_path), "--arch", "zcu102", "--boards", "2", "--calib",
+                 str(tmp_path / "calib.npz"), "-o", str(out), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "bit-identical to the single-board run" in text and "bottleneck: stage" in text
+    assert {p.name for p in out.iterdir()} >= {"stage0.tvmdpu", "stage1.tvmdpu", "pipeline.json", "pipeline.html"}
+    np.savez(tmp_path / "x.npz", input=frames[0])
+    assert main(["run", str(out / "pipeline.json"), "--input", str(tmp_path / "x.npz"), "-o",
+                 str(tmp_path / "y.npz")]) == 0
+    assert "ran 2 stages with the local executor" in capsys.readouterr().out
+    assert main(["report", str(out), "-o", str(tmp_path / "p.html")]) == 0
+    html = (tmp_path / "p.html").read_text()
+    assert "2-board pipeline" in html and "stage1.tvmdpu" in html
+    assert main(["pipeline", str(onnx_path), "--boards", "2", "-o", str(out), "-q"]) == 2
+    assert "either --arch" in capsys.readouterr().err
+    assert main(["pipeline", str(onnx_path), "--arch", "zcu102", "--boards", "2", "--link", "wifi", "-o",
+                 str(out), "-q"]) == 2
+    assert "link 'wifi'" in capsys.readouterr().err
+
+
+def test_cli_pipeline_with_parts_picks_boards_by_dse(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    onnx_path = zoo.save_model(NAME, tmp_path / "r.onnx", reduced=True)
+    assert main(["pipeline", str(onnx_path), "--part", "zu3eg,zu9eg", "--boards", "2", "-o", str(tmp_path / "o"),
+                 "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "zu3eg -> B" in text and "zu9eg -> B4096@300MHz" in text and "bit-identical" in text
+
+
+def test_cli_dse(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    onnx_path = zoo.save_model(NAME, tmp_path / "r.onnx", reduced=True)
+    assert main(["dse", str(onnx_path), "--part", "zu3eg", "--json", str(tmp_path / "d.json"), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "Algorithm 1 (DSP only) would pick B1024" in text and "rank dpu" in text
+    rows = json.loads((tmp_path / "d.json").read_text())
+    assert rows and all(r["dsp"] <= 360 and r["bram36k"] <= 216 for r in rows)
+    assert main(["dse", str(onnx_path), "--dsp", "50", "--bram", "10", "-q"]) == 2
+    assert "no DPU configuration fits" in capsys.readouterr().err
+
+
+# -- design-space exploration -----------------------------------------------------------------------------------
+def test_algorithm1_doubles_to_and_ti_within_the_dsp_budget():
+    # To x Ti <= 2 x DSP: 98 DSP -> 128 MACs (none of the DPUs is that small), 194 -> 256 = B512,
+    # 360 -> 512 = B1024 (PP 8 x 8 x 8), 2520 -> 4096 = B4096 (largest: 2048 MACs).
+    assert algorithm1(60) is None
+    assert algorithm1(194) == "B512"
+    assert algorithm1(360) == "B1024"
+    assert algorithm1(2520) == "B4096"
+
+
+def test_explore_respects_the_budget_and_ranks_by_throughput(single):
+    table = resource_table()
+    assert set(table) == {"B512", "B800", "B1024", "B1152", "B1600", "B2304", "B3136", "B4096"}
+    budget = device_budget("zu3eg")
+    cands = explore(single, budget["dsp"], budget["bram36k"], budget["lut"])
+    for c in cands:
+        cost = table[c.dpu]
+        assert c.dsp == c.cores * cost["dsp"] <= budget["dsp"]
+        assert c.bram36k <= budget["bram36k"] and c.lut <= budget["lut"]
+    assert [c.fps for c in cands] == sorted((c.fps for c in cands), reverse=True)
+    big = explore(single, *[device_budget("zu9eg")[k] for k in ("dsp", "bram36k", "lut")])
+    assert big[0].fps >= cands[0].fps  # a larger budget never predicts less
+    one = [c for c in cands if c.cores == 1]
+    assert {c.dpu for c in one} == {"B512", "B800", "B1024", "B1152", "B1600"}  # B2304 needs 386 DSP > 360
+    slow_ddr = explore(single, budget["dsp"], budget["bram36k"], ddr_bytes_per_s=1e6)
+    # One core is already slowed by the DDR in the timing model; several cores cannot share more than it gives.
+    multi = [c for c in slow_ddr if c.cores > 1]
+    assert multi and all(c.ddr_bound and c.fps == pytest.approx(1e6 / c.ddr_bytes_per_frame) for c in multi)
+    with pytest.raises(PlanError, match="no DPU configuration fits"):
+        explore(single, 10, 10)

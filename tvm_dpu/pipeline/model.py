@@ -1,0 +1,264 @@
+"""`PipelineModel`: a model cut into stages, one per board, run with frames pipelined across the boards.
+
+    pipe = PipelineModel.from_model(compiled, boards=3, link="serial-8.5g")   # plan + per-stage compile
+    pipe.run(x)                                    # one frame, bit-identical to compiled.run(x)
+    for y in pipe.run_stream(frames, max_in_flight=4): ...   # outputs in frame order
+    pipe.save("out/")                              # stage<i>.tvmdpu + pipeline.json
+    PipelineModel.load("out/pipeline.json", executor="ray")
+
+Executors (`executor=`): "local" (tvm_dpu.pipeline.local: a thread and a bounded queue per stage, each stage on
+its own emulator or device; the default) and "ray" (tvm_dpu.pipeline.ray_executor: one Ray actor per stage).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from tvm_dpu.pipeline.plan import Board, Plan, PlanError, board_ddr_bytes, load_link, op_chain, plan_chain
+from tvm_dpu.pipeline.stages import PipelineError, PipelineStage, StageSpec, compile_stages
+from tvm_dpu.types import InputSpec
+
+FORMAT = "tvm-dpu-pipeline"
+VERSION = 1
+EXECUTORS = ("local", "ray")
+
+
+def boards_for(archs: Sequence[str] | str, n: int | None = None, ddr_bytes: int | None = None) -> list[Board]:
+    """Boards of a pipeline: `archs` is one arch / board preset for all `n` boards or one per board; each board's
+    DDR from its board preset (`links.json`) unless `ddr_bytes` is given."""
+    if isinstance(archs, str):
+        archs = [a.strip() for a in archs.split(",") if a.strip()]
+    archs = list(archs)
+    if n is None:
+        n = len(archs)
+    if n < 1:
+        raise PlanError(f"boards = {n}: a pipeline needs at least one board")
+    if len(archs) == 1:
+        archs = archs * n
+    if len(archs) != n:
+        raise PlanError(f"{len(archs)} archs given for {n} boards: give one arch, or one per board")
+    return [Board(f"board{i}", a, ddr_bytes if ddr_bytes is not None else board_ddr_bytes(a))
+            for i, a in enumerate(archs)]
+
+
+class PipelineModel:
+    """A model cut into pipeline stages (see module docstring). Safe to call from many threads: every call of
+    `run` / `run_stream` gets its own frames through the stages."""
+
+    def __init__(self, stages: Sequence[PipelineStage], inputs: Sequence[InputSpec], plan: dict | None = None,
+                 executor: str = "local", executor_options: dict | None = None):
+        if executor not in EXECUTORS:
+            raise PipelineError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+        self.stages = list(stages)
+        self.inputs = list(inputs)
+        self.plan = plan or {}
+        self.executor = executor
+        self.executor_options = dict(executor_options or {})
+        #: fix point of every tensor that crosses a link
+        self.fix_points: dict[str, int] = {}
+        for st in self.stages:
+            self.fix_points.update(st.spec.wire_fix_points)
+        self._check_chain()
+        self._engine: Any = None
+
+    def _check_chain(self) -> None:
+        have = {s.name for s in self.inputs}
+        for st in self.stages:
+            missing = [t for t in st.spec.inputs if t not in have]
+            if missing:
+                raise PipelineError(f"stage {st.spec.index} needs {missing}, which no earlier stage sends")
+            have = set(st.spec.outputs)
+
+    # -- construction --------------------------------------------------------------------------------------
+    @classmethod
+    def from_model(cls, model: Any, boards: int | Sequence[Board] = 2, link: str = "serial-8.5g",
+                   arch: Sequence[str] | str | None = None, ddr_bytes: int | None = None, fusion: str = "optimal",
+                   executor: str = "local", **executor_options: Any) -> "PipelineModel":
+        """Plan `model` (a `CompiledModel` with one DPU subgraph) over `boards` (a count of boards of `arch`,
+        default the model's arch, or Board objects) with the link model `link`, and compile each stage for its
+        board."""
+        if isinstance(boards, int):
+            boards = boards_for(arch or model.arch.name, boards, ddr_bytes)
+        plan = plan_chain(op_chain(model, boards), boards, load_link(link))
+        return cls.from_plan(model, plan, fusion, executor, **executor_options)
+
+    @classmethod
+    def from_plan(cls, model: Any, plan: Plan, fusion: str = "optimal", executor: str = "local",
+                  **executor_options: Any) -> "PipelineModel":
+        stages = [PipelineStage(spec, cm) for spec, cm in compile_stages(model, plan, fusion)]
+        return cls(stages, model.inputs, plan.to_json(), executor, executor_options)
+
+    # -- execution ------------------------------------------------------------------------------------------
+    def _engine_for_run(self) -> Any:
+        if self._engine is None:
+            if self.executor == "ray":
+                from tvm_dpu.pipeline.ray_executor import RayEngine
+
+                self._engine = RayEngine(self, **self.executor_options)
+            else:
+                from tvm_dpu.pipeline.local import LocalEngine
+
+                self._engine = LocalEngine(self, **self.executor_options)
+        return self._engine
+
+    def _first_payload(self, frame: Any) -> dict[str, np.ndarray]:
+        from tvm_dpu.feeds import arrays_by_name, check_array
+
+        names = [s.name for s in self.inputs]
+        arrays = arrays_by_name(frame, names, "pipeline inputs")
+        return {s.name: check_array(s.name, a, s.shape) for s, a in zip(self.inputs, arrays)}
+
+    def run(self, inputs: Any) -> list[np.ndarray]:
+        """One frame through every stage: the model's outputs (float32), bit-identical to the single-board run."""
+        return next(iter(self.run_stream([inputs], max_in_flight=1)))
+
+    def run_stream(self, frames: Iterable[Any], max_in_flight: int = 4) -> Iterator[list[np.ndarray]]:
+        """Outputs of `frames` in order, with up to `max_in_flight` frames inside the pipeline at once. A stage
+        that raises stops the stream with a PipelineError naming the stage and frame; frames before it are
+        yielded, none after it."""
+        if int(max_in_flight) < 1:
+            raise PipelineError(f"max_in_flight = {max_in_flight}: must be at least 1")
+        payloads = (self._first_payload(f) for f in frames)
+        last = self.stages[-1].spec.outputs
+        for out in self._engine_for_run().stream(payloads, int(max_in_flight)):
+            yield [np.asarray(out[n]) for n in last]
+
+    def close(self) -> None:
+        """Release the executor (Ray actors); the model can run again afterwards."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    def __enter__(self) -> "PipelineModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- reporting ------------------------------------------------------------------------------------------
+    def table(self) -> str:
+        """The stages as a text table: board, arch, ops, predicted ms, bytes sent."""
+        rows = [f"{'stage':>5} {'board':<8} {'arch':<22} {'ops':>4}  {'first op':<22} {'last op':<22} "
+                f"{'pred ms':>8} {'sent B':>9} {'link ms':>8}"]
+        link = self.plan.get("link")
+        for st in self.stages:
+            s = st.spec
+            link_ms = load_link(link).seconds(s.send_bytes) * 1e3 if link else 0.0
+            rows.append(f"{s.index:>5} {s.board:<8} {s.arch:<22} {len(s.ops):>4}  {s.ops[0][:22]:<22} "
+                        f"{s.ops[-1][:22]:<22} {s.predicted_ms:>8.3f} {s.send_bytes:>9} {link_ms:>8.3f}")
+        slowest = max(self.stages, key=lambda st: st.spec.predicted_ms + (
+            load_link(link).seconds(st.spec.send_bytes) * 1e3 if link else 0.0))
+        bottleneck = slowest.spec.predicted_ms + (load_link(link).seconds(slowest.spec.send_bytes) * 1e3
+                                                  if link else 0.0)
+        rows.append(f"bottleneck: stage {slowest.spec.index} ({bottleneck:.3f} ms) -> predicted "
+                    f"{1e3 / bottleneck if bottleneck > 0 else float('inf'):.1f} frames/s over link {link}")
+        return "\n".join(rows)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION,
+                "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in self.inputs],
+                "plan": self.plan, "stages": [st.spec.to_json() for st in self.stages]}
+
+    # -- files ----------------------------------------------------------------------------------------------
+    def save(self, outdir: str | os.PathLike[str], sign: Any = None, verify_data: bool = True) -> Path:
+        """Write one artifact per stage (`stage<i>.tvmdpu`) and `pipeline.json` (stages, their files' sha256,
+        the plan) into `outdir`; returns the path of pipeline.json."""
+        outdir = Path(outdir)
+        outdir.mkdir(parents=True, exist_ok=True)
+        doc = self.to_json()
+        for st, d in zip(self.stages, doc["stages"]):
+            name = f"stage{st.spec.index}.tvmdpu"
+            st.model.export(outdir / name, verify_data=verify_data, sign=sign)
+            d["artifact"] = name
+            d["sha256"] = hashlib.sha256((outdir / name).read_bytes()).hexdigest()
+        path = outdir / "pipeline.json"
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], executor: str = "local", device: Any = "emulator",
+             device_options: dict | None = None, trusted_keys: Any = None,
+             **executor_options: Any) -> "PipelineModel":
+        """Load a pipeline written by `save` (pipeline.json, or the directory holding it). Every stage artifact
+        is checked against the sha256 pipeline.json records before it is loaded (and loaded with the usual
+        artifact checks, signatures with `trusted_keys`). `device` / `device_options`: what runs each stage
+        ("emulator", or "pynq" with e.g. bitfile=...): with the local executor here, with "ray" in each stage's
+        actor (on its board), the driver then keeping emulator copies only to check the files."""
+        from tvm_dpu.runtime.artifact import load as load_artifact
+
+        path = Path(path)
+        if path.is_dir():
+            path = path / "pipeline.json"
+        doc = read_pipeline_json(path)
+        stages = []
+        for d in doc["stages"]:
+            file = path.parent / d["artifact"]
+            data = file.read_bytes() if file.is_file() else None
+            if data is None:
+                raise PipelineError(f"{path}: stage {d['index']}: artifact {d['artifact']!r} is missing")
+            if hashlib.sha256(data).hexdigest() != d["sha256"]:
+                raise PipelineError(f"{path}: stage {d['index']}: {d['artifact']} does not match the sha256 "
+                                    "pipeline.json records (modified or from another pipeline)")
+            spec = StageSpec(index=d["index"], board=d["board"], arch=d["arch"], ops=d["ops"], inputs=d["inputs"],
+                             outputs=d["outputs"], wire_fix_points=d["wire_fix_points"],
+                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"])
+            local = load_artifact(file, device=device, trusted_keys=trusted_keys, **(device_options or {})) \
+                if executor == "local" else load_artifact(file, trusted_keys=trusted_keys)
+            stages.append(PipelineStage(spec, local, file))
+        inputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in doc["inputs"]]
+        if executor == "ray":
+            executor_options.update(device=device, device_options=device_options or {}, trusted_keys=trusted_keys)
+        return cls(stages, inputs, doc["plan"], executor, executor_options)
+
+
+def read_pipeline_json(path: Path) -> dict:
+    """pipeline.json, checked against its schema (types, ranges, plain file names) before anything uses it."""
+    from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
+
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PipelineError(f"{path}: not a pipeline file ({e})") from None
+    try:
+        need_dict(doc, "pipeline.json")
+        if doc.get("format") != FORMAT:
+            raise SchemaError(f"format must be {FORMAT!r}, got {doc.get('format')!r:.40}")
+        need_int(doc.get("version"), "version", VERSION, VERSION)
+        for i, spec in enumerate(need_list(doc.get("inputs"), "inputs")):
+            need_dict(spec, f"inputs[{i}]")
+            need_str(spec.get("name"), f"inputs[{i}].name")
+            for j, d in enumerate(need_list(spec.get("shape"), f"inputs[{i}].shape")):
+                need_int(d, f"inputs[{i}].shape[{j}]", 1, 1 << 31)
+            if spec.get("dtype") != "float32":
+                raise SchemaError(f"inputs[{i}].dtype must be 'float32'")
+        stages = need_list(doc.get("stages"), "stages")
+        if not stages:
+            raise SchemaError("stages must not be empty")
+        for i, d in enumerate(stages):
+            where = f"stages[{i}]"
+            need_dict(d, where)
+            need_int(d.get("index"), f"{where}.index", i, i)
+            for key in ("board", "arch", "artifact", "sha256"):
+                need_str(d.get(key), f"{where}.{key}")
+            if Path(d["artifact"]).name != d["artifact"] or d["artifact"] in (".", ".."):
+                raise SchemaError(f"{where}.artifact must be a file name beside pipeline.json, got "
+                                  f"{d['artifact']!r:.60}")
+            for key in ("ops", "inputs", "outputs"):
+                for j, v in enumerate(need_list(d.get(key), f"{where}.{key}")):
+                    need_str(v, f"{where}.{key}[{j}]")
+            for name, fp in need_dict(d.get("wire_fix_points"), f"{where}.wire_fix_points").items():
+                need_int(fp, f"{where}.wire_fix_points[{name!r}]", -64, 64)
+            if not isinstance(d.get("predicted_ms"), (int, float)) or isinstance(d.get("predicted_ms"), bool):
+                raise SchemaError(f"{where}.predicted_ms must be a number")
+            need_int(d.get("send_bytes"), f"{where}.send_bytes", 0, 1 << 40)
+        need_dict(doc.get("plan", {}), "plan")
+    except SchemaError as e:
+        raise PipelineError(f"{path}: {e}") from None
+    return doc
