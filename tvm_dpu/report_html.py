@@ -390,16 +390,16 @@ def render_pipeline(doc: dict, title: str) -> str:
     link = load_link(plan["link"]) if plan.get("link") else None
     stages = doc["stages"]
     times = [(s["predicted_ms"], link.seconds(s["send_bytes"]) * 1e3 if link else 0.0) for s in stages]
-    total = [c + l for c, l in times]
+    total = [link.period(c, l) if link else c for c, l in times]
     worst = max(range(len(stages)), key=lambda i: total[i])
-    scale = 640.0 / max(max(total), 1e-12)
+    scale = 640.0 / max(max(c + l for c, l in times), 1e-12)
     bars = []
     for i, (c, l) in enumerate(times):
         y = 8 + i * 26
         bars.append(f'<text x="4" y="{y + 13}" class="eng">stage {i}</text>'
                     f'<rect x="70" y="{y}" width="{c * scale:.1f}" height="18" fill="#4c78a8"/>'
                     f'<rect x="{70 + c * scale:.1f}" y="{y}" width="{l * scale:.1f}" height="18" fill="#f58518"/>'
-                    f'<text x="{76 + (c + l) * scale:.1f}" y="{y + 13}" class="tick">{c + l:.3f} ms'
+                    f'<text x="{76 + (c + l) * scale:.1f}" y="{y + 13}" class="tick">{total[i]:.3f} ms per frame'
                     f'{" (bottleneck)" if i == worst else ""}</text>')
     svg = (f'<svg width="900" height="{16 + 26 * len(stages)}" xmlns="http://www.w3.org/2000/svg">'
            + "".join(bars) + "</svg>")
@@ -418,5 +418,6 @@ def render_pipeline(doc: dict, title: str) -> str:
             "<th class=num>bytes sent</th><th class=num>link ms</th><th>artifact</th></tr>"
             f"{rows}</table></section><section><h2>Stage times</h2><p class=legend>"
             "<span class=sw style='background:#4c78a8'></span>DPU (timing model)"
-            "<span class=sw style='background:#f58518'></span>sending to the next board (link model)</p>"
+            "<span class=sw style='background:#f58518'></span>sending to the next board (link model; "
+            f"{'overlapping the next frame, so a stage takes the longer of the two' if link is not None and link.overlap else 'after the compute'})</p>"
             f"{svg}</section></main></body></html>")

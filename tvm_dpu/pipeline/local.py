@@ -1,121 +1,134 @@
-"""The "local" pipeline executor: one thread and one bounded queue per stage, in this process.
+"""The "local" pipeline executor: one thread and one queue per stage, in this process.
 
-Each stage runs on its own device (an emulator of its arch unless the stage model was given one), so stages work
-on different frames at the same time, as boards would. Frames stay in order because every queue is FIFO and every
-stage handles one frame at a time. A failure travels down the queues in its frame's place, so frames before it
-are delivered and the consumer raises when it reaches it; then every thread is told to stop (queue operations
-poll a stop flag, so nothing waits forever on a queue nobody serves).
+Each stage runs on its own device (an emulator of its arch unless the stage model was given one) from its own
+long-lived thread, so stages work on different frames at the same time, as boards would, and each keeps its
+Relax VM between frames. Several streams may run at once: a frame carries its stream, and the last stage hands it
+to that stream's result queue. Frames of a stream stay in order because every queue is FIFO and every stage
+handles one frame at a time. The caller's thread feeds its own frames, at most `max_in_flight` at a time.
+
+A failure travels down the stages in its frame's place (later stages pass it on), so the frames before it are
+delivered and the consumer raises when it reaches it; frames of a stream that has stopped are dropped by the
+stages. The threads end when the engine is closed or collected.
 """
 from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-_POLL_S = 0.05
-_STOP = object()
+_STOP = None  # sentinel on a stage queue: the thread ends
 
 
 @dataclass
 class _Failure:
-    stage: int | None  # None: the frame itself was bad (raised while reading the input)
-    frame: int
+    stage: int
     error: BaseException
+
+
+@dataclass
+class _Stream:
+    results: queue.Queue = field(default_factory=queue.Queue)
+    stopped: bool = False
+
+
+def _serve(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
+    """Body of stage `index`'s thread (no reference to the engine, so the engine can be collected)."""
+    while True:
+        item = inbox.get()
+        if item is _STOP:
+            if outbox is not None:
+                outbox.put(_STOP)
+            return
+        stream, seq, payload = item
+        if stream.stopped:
+            continue
+        if not isinstance(payload, _Failure):
+            try:
+                payload = stage.run_payload(payload, fix_points)
+            except BaseException as e:  # noqa: BLE001 - handed to the stream's consumer, which raises it
+                payload = _Failure(index, e)
+        if outbox is None:
+            stream.results.put((seq, payload))
+        else:
+            outbox.put((stream, seq, payload))
+
+
+def _stop_threads(first: queue.Queue) -> None:
+    first.put(_STOP)
 
 
 class LocalEngine:
     """Runs a PipelineModel's stages on threads of this process."""
 
     def __init__(self, pipe: Any):
-        self.pipe = pipe
+        stages = pipe.stages
+        self._stages = stages
+        self._inboxes = [queue.Queue() for _ in stages]
+        self._threads = []
+        for i, st in enumerate(stages):
+            outbox = self._inboxes[i + 1] if i + 1 < len(stages) else None
+            t = threading.Thread(target=_serve, args=(st, dict(pipe.fix_points), i, self._inboxes[i], outbox),
+                                 name=f"tvm-dpu-stage{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        self._finalizer = weakref.finalize(self, _stop_threads, self._inboxes[0])
+
+    def stats(self) -> list[dict]:
+        """Per stage: frames run and seconds spent in them."""
+        return [st.stats() for st in self._stages]
 
     def close(self) -> None:
-        """Nothing persists between streams (threads live for one stream)."""
+        """End the stage threads (after the frames already queued)."""
+        self._finalizer()
+        for t in self._threads:
+            t.join(timeout=30.0)
+
+    def _next_result(self, stream: _Stream) -> tuple[int, Any]:
+        from tvm_dpu.pipeline.stages import PipelineError
+
+        while True:
+            try:
+                return stream.results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [i for i, t in enumerate(self._threads) if not t.is_alive()]
+                if dead:  # closed from another thread while this stream waited
+                    raise PipelineError(f"stage thread(s) {dead} ended (the executor was closed) with frames in "
+                                        "flight") from None
 
     def stream(self, payloads: Iterable[dict], max_in_flight: int) -> Iterator[dict]:
         from tvm_dpu.pipeline.stages import PipelineError
 
-        stages = self.pipe.stages
-        fix_points = self.pipe.fix_points
-        n = len(stages)
-        queues = [queue.Queue(maxsize=max_in_flight) for _ in range(n + 1)]
-        stop = threading.Event()
-        slots = threading.Semaphore(max_in_flight)
-
-        def put(q: queue.Queue, item: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=_POLL_S)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def get(q: queue.Queue) -> Any:
-            while not stop.is_set():
-                try:
-                    return q.get(timeout=_POLL_S)
-                except queue.Empty:
-                    continue
-            return _STOP
-
-        def worker(i: int) -> None:
-            stage = stages[i]
-            while True:
-                item = get(queues[i])
-                if item is _STOP:
-                    put(queues[i + 1], _STOP)
-                    return
-                seq, payload = item
-                if not isinstance(payload, _Failure):
-                    try:
-                        payload = stage.run_payload(payload, fix_points)
-                    except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
-                        payload = _Failure(i, seq, e)
-                if not put(queues[i + 1], (seq, payload)):
-                    return
-
-        def feeder() -> None:
-            seq = 0
-            it = iter(payloads)
-            while True:
-                while not slots.acquire(timeout=_POLL_S):
-                    if stop.is_set():
-                        return
-                try:
-                    payload = next(it)
-                except StopIteration:
-                    break
-                except BaseException as e:  # noqa: BLE001 - a bad frame: raised by the consumer in its place
-                    put(queues[0], (seq, _Failure(None, seq, e)))
-                    break
-                if not put(queues[0], (seq, payload)):
-                    return
-                seq += 1
-            put(queues[0], _STOP)
-
-        threads = [threading.Thread(target=worker, args=(i,), name=f"tvm-dpu-stage{i}", daemon=True)
-                   for i in range(n)]
-        threads.append(threading.Thread(target=feeder, name="tvm-dpu-feeder", daemon=True))
-        for t in threads:
-            t.start()
+        if not self._finalizer.alive:
+            raise PipelineError("this pipeline's local executor is closed")
+        stream = _Stream()
+        frames = iter(payloads)
+        fed = done = 0
+        bad_input: BaseException | None = None
         try:
             while True:
-                item = queues[n].get()
-                if item is _STOP:
+                while bad_input is None and fed - done < max_in_flight:
+                    try:
+                        payload = next(frames)
+                    except StopIteration:
+                        break
+                    except Exception as e:  # noqa: BLE001 - a bad frame: raised after the frames before it
+                        bad_input = e
+                        break
+                    self._inboxes[0].put((stream, fed, payload))
+                    fed += 1
+                if done == fed:
+                    if bad_input is not None:
+                        raise bad_input
                     return
-                seq, payload = item
-                slots.release()
+                seq, payload = self._next_result(stream)
+                done += 1
                 if isinstance(payload, _Failure):
-                    if payload.stage is None:
-                        raise payload.error
-                    spec = stages[payload.stage].spec
+                    spec = self._stages[payload.stage].spec
                     e = payload.error
                     raise PipelineError(f"stage {spec.index} ({spec.board}, {spec.arch}) failed on frame {seq}: "
                                         f"{type(e).__name__}: {e}") from e
                 yield payload
         finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=5.0)
+            stream.stopped = True  # frames of this stream still queued are dropped

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -65,6 +66,7 @@ class PipelineModel:
             self.fix_points.update(st.spec.wire_fix_points)
         self._check_chain()
         self._engine: Any = None
+        self._engine_lock = threading.Lock()
 
     def _check_chain(self) -> None:
         have = {s.name for s in self.inputs}
@@ -95,16 +97,17 @@ class PipelineModel:
 
     # -- execution ------------------------------------------------------------------------------------------
     def _engine_for_run(self) -> Any:
-        if self._engine is None:
-            if self.executor == "ray":
-                from tvm_dpu.pipeline.ray_executor import RayEngine
+        with self._engine_lock:
+            if self._engine is None:
+                if self.executor == "ray":
+                    from tvm_dpu.pipeline.ray_executor import RayEngine
 
-                self._engine = RayEngine(self, **self.executor_options)
-            else:
-                from tvm_dpu.pipeline.local import LocalEngine
+                    self._engine = RayEngine(self, **self.executor_options)
+                else:
+                    from tvm_dpu.pipeline.local import LocalEngine
 
-                self._engine = LocalEngine(self, **self.executor_options)
-        return self._engine
+                    self._engine = LocalEngine(self, **self.executor_options)
+            return self._engine
 
     def _first_payload(self, frame: Any) -> dict[str, np.ndarray]:
         from tvm_dpu.feeds import arrays_by_name, check_array
@@ -128,11 +131,17 @@ class PipelineModel:
         for out in self._engine_for_run().stream(payloads, int(max_in_flight)):
             yield [np.asarray(out[n]) for n in last]
 
+    def stage_stats(self) -> list[dict]:
+        """Per stage: {"stage", "runs", "busy_s"} counted where the stage runs (this process, or its Ray actor),
+        since the executor started."""
+        return self._engine_for_run().stats()
+
     def close(self) -> None:
-        """Release the executor (Ray actors); the model can run again afterwards."""
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
+        """Release the executor (stage threads, Ray actors); the model can run again afterwards."""
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
 
     def __enter__(self) -> "PipelineModel":
         return self
@@ -141,22 +150,30 @@ class PipelineModel:
         self.close()
 
     # -- reporting ------------------------------------------------------------------------------------------
+    def stage_periods_ms(self) -> list[tuple[float, float, float]]:
+        """Per stage: (compute ms, send ms, period ms) under the plan's link model."""
+        link = load_link(self.plan["link"]) if self.plan.get("link") else None
+        out = []
+        for st in self.stages:
+            compute = st.spec.predicted_ms
+            send = link.seconds(st.spec.send_bytes) * 1e3 if link else 0.0
+            out.append((compute, send, link.period(compute, send) if link else compute))
+        return out
+
     def table(self) -> str:
-        """The stages as a text table: board, arch, ops, predicted ms, bytes sent."""
+        """The stages as a text table: board, arch, ops, predicted ms, bytes sent, link ms."""
         rows = [f"{'stage':>5} {'board':<8} {'arch':<22} {'ops':>4}  {'first op':<22} {'last op':<22} "
                 f"{'pred ms':>8} {'sent B':>9} {'link ms':>8}"]
-        link = self.plan.get("link")
-        for st in self.stages:
+        periods = self.stage_periods_ms()
+        for st, (_, send, _) in zip(self.stages, periods):
             s = st.spec
-            link_ms = load_link(link).seconds(s.send_bytes) * 1e3 if link else 0.0
             rows.append(f"{s.index:>5} {s.board:<8} {s.arch:<22} {len(s.ops):>4}  {s.ops[0][:22]:<22} "
-                        f"{s.ops[-1][:22]:<22} {s.predicted_ms:>8.3f} {s.send_bytes:>9} {link_ms:>8.3f}")
-        slowest = max(self.stages, key=lambda st: st.spec.predicted_ms + (
-            load_link(link).seconds(st.spec.send_bytes) * 1e3 if link else 0.0))
-        bottleneck = slowest.spec.predicted_ms + (load_link(link).seconds(slowest.spec.send_bytes) * 1e3
-                                                  if link else 0.0)
-        rows.append(f"bottleneck: stage {slowest.spec.index} ({bottleneck:.3f} ms) -> predicted "
-                    f"{1e3 / bottleneck if bottleneck > 0 else float('inf'):.1f} frames/s over link {link}")
+                        f"{s.ops[-1][:22]:<22} {s.predicted_ms:>8.3f} {s.send_bytes:>9} {send:>8.3f}")
+        worst = max(range(len(periods)), key=lambda i: periods[i][2])
+        bottleneck = periods[worst][2]
+        rows.append(f"bottleneck: stage {worst} ({bottleneck:.3f} ms per frame) -> predicted "
+                    f"{1e3 / bottleneck if bottleneck > 0 else float('inf'):.1f} frames/s over link "
+                    f"{self.plan.get('link')}; latency {sum(c + l for c, l, _ in periods):.3f} ms")
         return "\n".join(rows)
 
     def to_json(self) -> dict:

@@ -1,10 +1,14 @@
 """Stage planning: cut a chain of ops into one stage per board, minimising the slowest stage.
 
-A frame flows through the boards in order; with frames pipelined, throughput is 1 / (slowest stage time). A
-stage's time is its ops' predicted time on that stage's board plus the time to send what crosses its outgoing cut
-over the link (every tensor produced at or before the cut and used after it is sent, so a tensor that skips
-stages is sent at every cut it crosses). Each stage must also fit its board's memory: its weights plus its largest
-feature-map working set, within `Board.ddr_bytes`.
+A frame flows through the boards in order; with frames pipelined, throughput is 1 / (slowest stage period). A
+stage computes its ops (their predicted time on that stage's board) and sends what crosses its outgoing cut over
+the link (every tensor produced at or before the cut and used after it is sent, so a tensor that skips stages is
+sent at every cut it crosses). With an overlapped link (`Link.overlap`, the default for every link in
+links.json) the board's DMA sends frame f while the DPU computes frame f+1 from a second output buffer, so the
+stage period is max(compute, send) and the stage holds its outgoing tensors twice; otherwise the period is
+compute + send. A frame's latency is the sum of every stage's compute and send. Each stage must fit its board's
+memory: its weights plus its largest feature-map working set (plus the second output buffer), within
+`Board.ddr_bytes`.
 
 `plan_chain` is exact: dynamic programming over (boards used, ops covered) with the bottleneck as the objective,
 O(boards x ops^2). Boards may differ (an op's time is given per board arch).
@@ -28,12 +32,19 @@ class PlanError(DPUError, ValueError):
 
 @dataclass(frozen=True)
 class Link:
+    """A link model: bandwidth, per-transfer latency and whether sending overlaps the next frame's compute."""
+
     name: str
     gbit_per_s: float
     latency_us: float
+    overlap: bool = True
 
     def seconds(self, nbytes: int) -> float:
         return 0.0 if nbytes <= 0 else self.latency_us * 1e-6 + nbytes * 8 / (self.gbit_per_s * 1e9)
+
+    def period(self, compute_s: float, send_s: float) -> float:
+        """A stage's period (its time per frame in the pipeline) from its compute and send times."""
+        return max(compute_s, send_s) if self.overlap else compute_s + send_s
 
 
 @dataclass(frozen=True)
@@ -75,10 +86,12 @@ class Stage:
     send_bytes: int
     send_s: float
     memory_bytes: int
+    overlap: bool = True  # the link's: sending overlaps the next frame's compute
 
     @property
     def seconds(self) -> float:
-        return self.compute_s + self.send_s
+        """The stage's period: time per frame once frames are pipelined."""
+        return max(self.compute_s, self.send_s) if self.overlap else self.compute_s + self.send_s
 
 
 @dataclass
@@ -95,8 +108,14 @@ class Plan:
     def fps(self) -> float:
         return 1.0 / self.bottleneck_s if self.bottleneck_s > 0 else float("inf")
 
+    @property
+    def latency_s(self) -> float:
+        """One frame from the first stage's input to the last stage's output."""
+        return sum(s.compute_s + s.send_s for s in self.stages)
+
     def to_json(self) -> dict:
-        return {"link": self.link.name, "bottleneck_ms": self.bottleneck_s * 1e3, "fps": self.fps,
+        return {"link": self.link.name, "overlap": self.link.overlap, "bottleneck_ms": self.bottleneck_s * 1e3,
+                "fps": self.fps, "latency_ms": self.latency_s * 1e3,
                 "stages": [{"board": s.board.name, "arch": s.board.arch, "ops": self.ops[s.first:s.end],
                             "first": s.first, "end": s.end, "compute_ms": s.compute_s * 1e3,
                             "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3, "memory_bytes": s.memory_bytes}
@@ -113,7 +132,7 @@ def load_link(name: str) -> Link:
     if name not in links:
         raise PlanError(f"link {name!r}: known links are {sorted(links)}")
     d = links[name]
-    return Link(name, float(d["gbit_per_s"]), float(d["latency_us"]))
+    return Link(name, float(d["gbit_per_s"]), float(d["latency_us"]), bool(d.get("overlap", True)))
 
 
 def board_ddr_bytes(board: str) -> int:
@@ -139,12 +158,13 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Pl
             raise PlanError(f"board {b.name}: no predicted time on {b.arch} for op(s) {missing[:5]}")
 
     def stage(b: Board, i: int, j: int) -> Stage | None:
+        send = ops[j - 1].cut_bytes if j < n else 0
         params = sum(o.param_bytes for o in ops[i:j])
-        memory = params + max(o.work_bytes for o in ops[i:j])
+        memory = params + max(o.work_bytes for o in ops[i:j]) + (send if link.overlap else 0)
         if memory > b.ddr_bytes:
             return None
-        send = ops[j - 1].cut_bytes if j < n else 0
-        return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory)
+        return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
+                     link.overlap)
 
     inf = float("inf")
     # best[s][j]: smallest bottleneck of ops[0:j] on boards[0:s]; choice[s][j]: where stage s-1 starts.

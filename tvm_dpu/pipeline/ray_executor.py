@@ -45,6 +45,9 @@ class _StageActor:
     def ping(self) -> str:
         return self.where
 
+    def stats(self) -> dict:
+        return {**self.stage.stats(), "where": self.where}
+
     def run(self, seq: int, payload: dict) -> dict:
         from tvm_dpu.pipeline.stages import PipelineError
 
@@ -116,6 +119,10 @@ class RayEngine:
                 yield self._collect(*pending.popleft())
         while pending:
             yield self._collect(*pending.popleft())
+
+    def stats(self) -> list[dict]:
+        """Per stage: frames run and seconds spent in them (measured in the actors)."""
+        return self.ray.get([a.stats.remote() for a in self.actors], timeout=self.timeout_s)
 
     def _collect(self, seq: int, ref: Any) -> dict:
         from tvm_dpu.pipeline.stages import PipelineError

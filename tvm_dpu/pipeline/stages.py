@@ -17,6 +17,7 @@ round trip is exact.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -64,11 +65,23 @@ class PipelineStage:
     model: Any  # CompiledModel
     #: The .tvmdpu file the stage was loaded from (None: built in this process).
     artifact: Path | None = None
+    #: Frames this stage ran and the seconds it spent in them (for utilisation and executor overhead).
+    runs: int = 0
+    busy_s: float = 0.0
 
     def run_payload(self, payload: dict[str, np.ndarray], fix_points: Mapping[str, int]) -> dict[str, np.ndarray]:
         """Wire payload in -> wire payload out (see `to_wire`)."""
-        outs = self.model.run(from_wire(payload, self.spec.inputs, fix_points))
-        return to_wire(outs, self.spec.outputs, self.spec.wire_fix_points)
+        t0 = time.perf_counter()
+        try:
+            outs = self.model.run(from_wire(payload, self.spec.inputs, fix_points))
+            return to_wire(outs, self.spec.outputs, self.spec.wire_fix_points)
+        finally:
+            # One executor thread / actor runs a stage, so these counters have one writer.
+            self.busy_s += time.perf_counter() - t0
+            self.runs += 1
+
+    def stats(self) -> dict:
+        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s}
 
 
 def to_wire(arrays: Sequence[np.ndarray], names: Sequence[str], fix_points: Mapping[str, int]) -> dict[str, Any]:

@@ -64,7 +64,10 @@ class CompiledModel:
         return all(r.graph is not None for r in self.runners.values())
 
     def output_specs(self) -> list[InputSpec]:
-        """Model outputs: from the Relax module's return type when present, else `outputs`."""
+        """Model outputs: `outputs` when given (e.g. a pipeline stage names what it sends), else from the Relax
+        module's return type."""
+        if self.outputs:
+            return list(self.outputs)
         if self.relax_module is not None:
             specs = _specs_of(self.relax_module["main"].ret_ty)
             if specs is not None:
