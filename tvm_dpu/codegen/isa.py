@@ -141,28 +141,45 @@ def mask_from_str(s: str) -> int:
     return int(s, 2)
 
 
+#: Per instruction name: (spec, field names, [(name, word, pos, mask, lo, hi, minus)]), built on first use so
+#: encoding a long program does not walk the field objects again for every instruction.
+_ENCODERS: dict[str, tuple] = {}
+
+
+def _encoder(name: str) -> tuple:
+    enc = _ENCODERS.get(name)
+    if enc is None:
+        spec = instr_spec(name)
+        enc = _ENCODERS[name] = (spec, frozenset(spec.field_names), [
+            (f.name, f.word, f.pos, (1 << f.len) - 1, f.min_value, f.max_value, f.minus) for f in spec.fields])
+    return enc
+
+
 def encode(instr: Instr) -> list[int]:
     """Machine words of one instruction. ISAError names the instruction and field on any bad value."""
-    spec = instr_spec(instr.name)
-    unknown = set(instr.fields) - set(spec.field_names)
-    if unknown:
-        raise ISAError(f"{instr.name}: unknown field(s) {', '.join(sorted(unknown))}")
+    spec, names, fields = _encoder(instr.name)
+    values = instr.fields
+    if len(values) != len(names) or not names.issuperset(values):
+        unknown = set(values) - names
+        if unknown:
+            raise ISAError(f"{instr.name}: unknown field(s) {', '.join(sorted(unknown))}")
     for dep_name, dep in (("dpdon", instr.dpdon), ("dpdby", instr.dpdby)):
         if not isinstance(dep, (int, np.integer)) or not 0 <= int(dep) <= 15:
             raise ISAError(f"{instr.name}: {dep_name}={dep!r} outside 0..15")
     words = [0] * spec.words
     words[0] = (spec.opcode << 28) | (int(instr.dpdon) << 24) | (int(instr.dpdby) << 20)
-    for f in spec.fields:
-        if f.name not in instr.fields:
-            raise ISAError(f"{instr.name}: missing field {f.name}")
-        v = instr.fields[f.name]
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise ISAError(f"{instr.name}: field {f.name}={v!r} is not an integer")
-        v = int(v)
-        if not f.min_value <= v <= f.max_value:
-            raise ISAError(f"{instr.name}: field {f.name}={v} outside {f.min_value}..{f.max_value}"
-                           + (" (minus field)" if f.minus else ""))
-        words[f.word] |= ((v - 1 if f.minus else v) & ((1 << f.len) - 1)) << f.pos
+    for fname, word, pos, mask, lo, hi, minus in fields:
+        try:
+            v = values[fname]
+        except KeyError:
+            raise ISAError(f"{instr.name}: missing field {fname}") from None
+        if v.__class__ is not int:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ISAError(f"{instr.name}: field {fname}={v!r} is not an integer")
+            v = int(v)
+        if not lo <= v <= hi:
+            raise ISAError(f"{instr.name}: field {fname}={v} outside {lo}..{hi}" + (" (minus field)" if minus else ""))
+        words[word] |= ((v - 1 if minus else v) & mask) << pos
     return words
 
 

@@ -169,14 +169,15 @@ def _calibration_call(index: int, *args: Any) -> None:
         dst.copyfrom(np.ascontiguousarray(np.asarray(val, dtype=np.float32).reshape(tuple(dst.shape))))
 
 
-def _dpu_evaluator(fs: Any, record: list) -> Evaluator:
+def _dpu_evaluator(fs: Any, collector: Any) -> Evaluator:
+    """The partition's float reference for the calibration run; with a `StatsCollector`, the same evaluation also
+    folds every feature map into the calibration statistics (one float run per sample, not two)."""
     from tvm_dpu.xgraph.float_ref import run_graph_float
 
     def evaluate(inputs: list[np.ndarray]) -> list[np.ndarray]:
         feeds = {name: np.asarray(a).reshape(fs.graph.tensors[name].shape).astype(np.float32)
                  for name, a in zip(fs.input_names, inputs)}
-        record.append(feeds)
-        res = run_graph_float(fs.graph, feeds)
+        res = collector.run(feeds) if collector is not None else run_graph_float(fs.graph, feeds)
         return [res[name] for name in fs.output_names]
 
     evaluate.n_inputs = len(fs.input_names)
@@ -286,7 +287,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     from tvm_dpu.quant.calib_data import calibration_batches
     from tvm_dpu.passes.from_relax import build_float_xgraph
     from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
-    from tvm_dpu.quant.calibration import collect_stats
+    from tvm_dpu.quant.calibration import StatsCollector
     from tvm_dpu.quant.quantize import quantize_graph
 
     if fusion not in FUSION_MODES:
@@ -315,7 +316,8 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     t_xg = time.perf_counter()
     batches = calibration_batches(calibration, inputs) if need_stats or ext_functions else []
     recorded: list[list] = [[] for _ in range(len(symbols) + len(ext_functions))]
-    evaluators = [_dpu_evaluator(float_graphs[s], recorded[i]) for i, s in enumerate(symbols)]
+    collectors = {s: StatsCollector(float_graphs[s].graph) for s in symbols if s in need_stats}
+    evaluators = [_dpu_evaluator(float_graphs[s], collectors.get(s)) for s in symbols]
     evaluators += [_external_evaluator(ext, fn, sym, recorded[len(symbols) + j])
                    for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
     run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
@@ -330,7 +332,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         steps = tqdm(steps, total=len(symbols), desc="DPU subgraphs", unit="subgraph", file=sys.stderr, leave=False)
     for i, sym in steps:
         fs = float_graphs[sym]
-        stats = collect_stats(fs.graph, recorded[i], progress=False) if sym in need_stats else None
+        stats = collectors[sym].result() if sym in need_stats else None
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
         csg, plan = compile_subgraph(qg, arch_obj, fusion)
         blob = pack_program(sym, csg, [tuple(s) for s in fs.output_shapes])

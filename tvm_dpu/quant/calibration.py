@@ -93,9 +93,19 @@ def choose_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | N
     base = minmax_fix_point(lo, hi, default)
     if method == "minmax" or (lo == 0.0 and hi == 0.0) or values.size == 0:
         return base
-    best_fp, best_err = base, quant_mse(values, base)
-    for fp in range(base + 1, base + span + 1):
-        err = quant_mse(values, fp)
+    best_fp, best_err = base, math.inf
+    buf = np.empty_like(values)
+    for fp in range(base, base + span + 1):
+        # quant_mse(values, fp) in one reused buffer: the same float64 operations in the same order (the int8
+        # round trip of quantize_values is the identity on these clipped integers), so the same errors.
+        np.multiply(values, 2.0 ** fp, out=buf)
+        buf += 0.5
+        np.floor(buf, out=buf)
+        np.clip(buf, INT8_MIN, INT8_MAX, out=buf)
+        buf *= 2.0 ** -fp
+        np.subtract(values, buf, out=buf)
+        np.multiply(buf, buf, out=buf)
+        err = float(np.mean(buf))
         if err < best_err:
             best_fp, best_err = fp, err
     return best_fp
@@ -210,6 +220,43 @@ def _feeds(graph: Graph, batch: Any, index: int) -> dict[str, np.ndarray]:
     return out
 
 
+class StatsCollector:
+    """The statistics of every feature map of a float graph, folded in run by run: `run(batch)` evaluates the
+    graph (float64 reference) on one batch, folds its feature maps into the statistics and returns every computed
+    tensor, so a caller that needs the graph's outputs anyway (the calibration run of a partitioned model) runs it
+    once per sample. `result()` gives the CalibrationStats; `collect_stats` is this over an iterable."""
+
+    def __init__(self, graph: Graph, max_samples: int = DEFAULT_MAX_SAMPLES, seed: int = 0):
+        if max_samples < 1:
+            raise QuantizationError(f"max_samples must be positive, got {max_samples}")
+        validate_graph(graph)
+        self.graph = graph
+        self.fmaps = list(graph.inputs) + [o for op in graph.ops for o in op.outputs]
+        self.stats = CalibrationStats(graph.name, tensors={n: TensorStats(n, max_samples, seed) for n in self.fmaps})
+
+    def run(self, batch: Any) -> dict[str, np.ndarray]:
+        from tvm_dpu.errors import DPUError
+        from tvm_dpu.xgraph.float_ref import run_graph_float
+
+        i = self.stats.batches
+        feeds = _feeds(self.graph, batch, i)
+        try:
+            env = run_graph_float(self.graph, feeds, keep_all=True)
+        except DPUError as e:
+            raise QuantizationError(f"calibration batch {i}: {e}") from None
+        for name in self.fmaps:
+            self.stats.tensors[name].add(env[name])
+        self.stats.batches += 1
+        self.stats.samples += next(iter(feeds.values())).shape[0]
+        return env
+
+    def result(self) -> CalibrationStats:
+        if self.stats.batches == 0:
+            raise QuantizationError(f"calibration of graph {self.graph.name!r}: the batch iterable is empty; give "
+                                    "at least one batch of representative inputs")
+        return self.stats
+
+
 def collect_stats(graph: Graph, batches: Iterable[Any], *, progress: bool = True,
                   max_samples: int = DEFAULT_MAX_SAMPLES, seed: int = 0) -> CalibrationStats:
     """Run the float `graph` on each batch and collect the statistics of every feature map.
@@ -221,31 +268,13 @@ def collect_stats(graph: Graph, batches: Iterable[Any], *, progress: bool = True
     """
     from tqdm.auto import tqdm
 
-    from tvm_dpu.errors import DPUError
-    from tvm_dpu.xgraph.float_ref import run_graph_float
-
-    if max_samples < 1:
-        raise QuantizationError(f"max_samples must be positive, got {max_samples}")
-    validate_graph(graph)
-    fmaps = list(graph.inputs) + [o for op in graph.ops for o in op.outputs]
-    stats = CalibrationStats(graph.name, tensors={n: TensorStats(n, max_samples, seed) for n in fmaps})
+    collector = StatsCollector(graph, max_samples, seed)
     total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
     bar = tqdm(batches, total=total, desc=f"calibrating {graph.name}", unit="batch", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     try:
-        for i, batch in enumerate(bar):
-            feeds = _feeds(graph, batch, i)
-            try:
-                env = run_graph_float(graph, feeds, keep_all=True)
-            except DPUError as e:
-                raise QuantizationError(f"calibration batch {i}: {e}") from None
-            for name in fmaps:
-                stats.tensors[name].add(env[name])
-            stats.batches += 1
-            stats.samples += next(iter(feeds.values())).shape[0]
+        for batch in bar:
+            collector.run(batch)
     finally:
         bar.close()
-    if stats.batches == 0:
-        raise QuantizationError(f"calibration of graph {graph.name!r}: the batch iterable is empty; give at least "
-                                "one batch of representative inputs")
-    return stats
+    return collector.result()
