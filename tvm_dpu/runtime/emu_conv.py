@@ -97,6 +97,9 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     ctx.check(choff <= cin, "channel_offset", f"masks more than the {cin} input channels")
     real_h = (vpp - 1) * sh + kh
     src_w = (L - 1) * sw + kw
+    # The window is gathered into a buffer of this step (steps are per emulator, and an emulator serves one
+    # thread), so the im2col view below is made once, not per run.
+    xbuf = np.empty((real_h, src_w, cg, banks.width), np.uint8)
     gather_x = _window_gather(emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh,
                               offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"],
                               bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"],
@@ -130,14 +133,16 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     write = banks.row_writer(banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1), ocp)
     emu.stats.macs += M * ocp * K
 
+    x = xbuf.view(np.int8).reshape(real_h, src_w, cin)
+    window = x.reshape(M, cin) if plain else as_strided(x, win_shape, win_strides, writeable=False)
+    abuf = np.empty(window.shape, np.float32)
+    a = abuf.reshape(M, K)
+
     def conv_step(regions: object) -> None:
-        x = gather_x().view(np.int8).reshape(real_h, src_w, cin)
+        np.copyto(xbuf, gather_x())
         for p in pads:
             x[p] = 0
-        if plain:
-            a = x.reshape(M, cin).astype(np.float32)
-        else:
-            a = as_strided(x, win_shape, win_strides, writeable=False).astype(np.float32).reshape(M, K)
+        np.copyto(abuf, window)
         w = read_w().view(np.int8).astype(np.float32)
         if choff:
             w.reshape(ocp, ntap, cin)[:, :, cin - choff:] = 0
