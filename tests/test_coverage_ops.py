@@ -77,6 +77,43 @@ def test_dilated_depthwise(arch, s, d):
     _check(b.g, arch)
 
 
+def _gconv(b: _B, x: str, cout: int, k: int, groups: int, s: int = 1, p: int = 0, d: int = 1, act: str = "relu",
+           fp_out: int = 3) -> str:
+    _, c, h, w = b.shape(x)
+    ho, wo = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+    params = {"weights": b.const((cout, c // groups, k, k), 7), "bias": b.const((cout,), 5)}
+    return b.op("conv2d", [x], (1, cout, ho, wo), fp_out, params, strides=[s, s], pads=[p] * 4,
+                dilations=[d, d], groups=groups, act=act)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("cin,cout,groups,k,s,p,d", [
+    (64, 64, 32, 3, 1, 1, 1),  # ResNeXt 32x4d-style: 2 channels in and out per group
+    (48, 96, 4, 3, 2, 1, 1),  # 12 -> 24 per group: the slices straddle ICP/OCP boundaries on B4096
+    (40, 20, 2, 1, 1, 0, 1),  # pointwise group conv (ShuffleNet v1)
+    (24, 36, 3, 3, 1, 2, 2),  # dilated: each group split into phases
+])
+def test_grouped_conv2d(arch, cin, cout, groups, k, s, p, d):
+    """groups > 1, not depthwise: one conv per group on channel slices of the input and output maps."""
+    b = _B(cin + cout + groups)
+    x = b.input(cin, 9, 11)
+    _gconv(b, x, cout, k, groups, s, p, d)
+    _check(b.g, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_grouped_conv2d_between_convs_and_into_concat(arch):
+    """A grouped conv whose output is a concat slice (two levels of channel views) and whose input is a slice."""
+    b = _B(12)
+    x = b.input(16, 8, 8)
+    c1 = b.conv(x, 32, 1, fp_out=3)
+    g = _gconv(b, c1, 32, 3, 8, p=1, fp_out=3)
+    other = b.conv(x, 8, 1, fp_out=3)
+    cat = b.op("concat", [other, g], (1, 40, 8, 8), 3, axis=1)
+    _gconv(b, cat, 20, 1, 4, act="none", fp_out=2)
+    _check(b.g, arch)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode,fp_in,fp_out", [("relu", 3, 3), ("relu", 5, 2), ("relu", 1, 6), ("relu6", 6, 4),
                                                ("relu6", 2, 4)])
@@ -164,6 +201,13 @@ def _e2e_models():
         {**head, "wd": _w(rng, 8, 8, 3, 3), "bd": rng.standard_normal(8) * 0.1, "wdw": _w(rng, 8, 1, 3, 3),
          "w1": _w(rng, 4, 8, 1, 1)},
         (1, 3, 13, 14))
+    models["grouped_conv"] = _onnx_model(conv_in + [
+        mk("Conv", ["r0", "w1", "b1"], ["c1"]), mk("Relu", ["c1"], ["r1"]),  # 8 -> 32
+        mk("Conv", ["r1", "wg", "bg"], ["g"], pads=[1, 1, 1, 1], strides=[2, 2], group=8, name="gconv"),
+        mk("Relu", ["g"], ["rg"]),
+        mk("Conv", ["rg", "wp"], ["Y"], group=4, name="gpw")],  # pointwise group conv 32 -> 8
+        {**head, "w1": _w(rng, 32, 8, 1, 1), "b1": rng.standard_normal(32) * 0.1, "wg": _w(rng, 32, 4, 3, 3),
+         "bg": rng.standard_normal(32) * 0.1, "wp": _w(rng, 8, 8, 1, 1)}, (1, 3, 12, 13))
     models["maxpool_relu"] = _onnx_model([
         mk("Conv", ["X", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
         mk("MaxPool", ["c0"], ["p"], kernel_shape=[2, 2], strides=[2, 2]), mk("Relu", ["p"], ["rp"]),
@@ -201,6 +245,21 @@ def test_build_small_onnx_models(name):
     assert y.shape == ref.shape
     cos = float(np.dot(y.ravel(), ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
     assert cos > 0.99, cos
+
+
+def test_grouped_conv_report_says_decomposed():
+    import tvm_dpu
+
+    model = _E2E["grouped_conv"]
+    calib = [np.random.default_rng(2).standard_normal((1, 3, 12, 13)).astype(np.float32)]
+    compiled = tvm_dpu.build(model, arch=ARCHS[0], calibration=calib, progress=False)
+    rep = compiled.partition_report
+    g, pw = rep.node("gconv"), rep.node("gpw")
+    assert g.device == pw.device == "dpu" and g.reason is None
+    assert g.note == "grouped conv decomposed into 8 group convs (4 -> 4 channels each) on the CONV engine"
+    assert pw.note == "grouped conv decomposed into 4 group convs (8 -> 2 channels each) on the CONV engine"
+    assert rep.to_json()["nodes"][[n.name for n in rep.nodes].index("gconv")]["note"] == g.note
+    assert "decomposed into 8 group convs" in rep.table()
 
 
 # -- QDQ models through tvm_dpu.build ---------------------------------------------------------------------

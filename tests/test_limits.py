@@ -121,9 +121,17 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
          [f"activation hard_swish not supported for conv2d on {t} (supported: {conv_acts})"]),
         ("conv_prelu", _conv(activation="prelu"),
          [f"activation prelu not supported for conv2d on {t} (supported: {conv_acts})"]),
-        ("conv_groups_2", _conv(groups=2),
-         [f"groups 2 not supported on {t}: conv2d needs groups == 1, or groups == in_channels == out_channels "
-          f"for depthwise (in_channels 32, out_channels 32)"]),
+        # grouped (not depthwise): checked as one of its group convs (in/G -> out/G channels)
+        ("conv_groups_2", _conv(groups=2), []),
+        ("conv_groups_32x4d", _conv(c=128, groups=32), []),
+        ("conv_groups_not_dividing", _conv(c=32, oc=30, groups=4),
+         [f"groups 4 do not divide in_channels 32 and out_channels 30 on {t}"]),
+        ("conv_groups_oc_per_group_max", _conv(c=8, oc=2 * n, groups=2, kernel=(1, 1), pad=(0, 0, 0, 0)), []),
+        ("conv_groups_oc_per_group_over", _conv(c=8, oc=2 * n + 2, groups=2, kernel=(1, 1), pad=(0, 0, 0, 0)),
+         [f"each of the 2 group convs: output channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("conv_groups_hswish", _conv(groups=2, activation="hard_swish"),
+         [f"activation hard_swish not supported for grouped conv2d (each of its 2 group convs) on {t} "
+          f"(supported: {conv_acts})"]),
         ("conv_groups_dw", _conv(groups=32), []),
         ("conv_groups_dw_leaky", _conv(groups=32, activation="leaky_relu", alpha=0.1),
          [f"activation leaky_relu not supported for conv2d (as depthwise_conv2d) on {t} (supported: relu, relu6)"]),

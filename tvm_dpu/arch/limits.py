@@ -66,8 +66,18 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
-    """Map grouped convs to their depthwise kind and global pooling to an avg pool; report bad groupings."""
+def _grouped(op: OpDesc, rules_by_kind: dict[str, Any]) -> int:
+    """G when `op` is a grouped conv2d (1 < groups, not depthwise) that the profile runs as G group convs
+    (conv2d rule "grouped": "per_group"), else 0."""
+    g, ic, oc = op.groups, op.in_channels, op.out_channels
+    if op.kind != "conv2d" or g <= 1 or g == ic == oc:
+        return 0
+    return g if rules_by_kind.get("conv2d", {}).get("grouped") == "per_group" else 0
+
+
+def _resolve_kind(op: OpDesc, target: str, per_group: bool = False) -> tuple[OpDesc, list[str]]:
+    """Map grouped convs to their depthwise kind (or, `per_group`, to one group's conv2d) and global pooling to an
+    avg pool; report bad groupings."""
     ic, oc, g = op.in_channels, op.out_channels, op.groups
     depthwise = g == ic == oc and g > 1
     if op.kind in ("conv2d", "conv2d_transpose"):
@@ -75,6 +85,12 @@ def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
             return op, []
         if depthwise:
             return replace(op, kind=f"depthwise_{op.kind}"), []
+        if per_group:
+            if ic % g or oc % g:
+                return op, [f"groups {g} do not divide in_channels {ic} and out_channels {oc} on {target}"]
+            n, _, h, w = op.in_shape
+            return replace(op, in_shape=(n, ic // g, h, w), out_shape=(op.out_shape[0], oc // g, *op.out_shape[2:]),
+                           groups=1), []
         return op, [
             f"groups {g} not supported on {target}: {op.kind} needs groups == 1, or groups == in_channels == "
             f"out_channels for depthwise (in_channels {ic}, out_channels {oc})"
@@ -88,6 +104,16 @@ def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
         h, w = int(op.in_shape[2]), int(op.in_shape[3])
         return replace(op, kind="avg_pool2d", kernel=(h, w), stride=(1, 1), pad=(0, 0, 0, 0)), []
     return op, []
+
+
+def placement_note(arch: Arch, op: OpDesc) -> str | None:
+    """How a supported `op` is mapped when that is not one-to-one (for the partition report), else None: a grouped
+    conv2d runs as G group convs."""
+    g = _grouped(op, profile_rules(arch))
+    if not g:
+        return None
+    return (f"grouped conv decomposed into {g} group convs ({op.in_channels // g} -> {op.out_channels // g} "
+            f"channels each) on the CONV engine")
 
 
 def _allowed_activations(arch: Arch, source: str | list[str]) -> tuple[str, ...]:
@@ -156,8 +182,13 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         return [f"op kind {op.kind!r} not supported on {target}"]
     _validate(op)
     orig_kind = op.kind
-    op, reasons = _resolve_kind(op, target)
+    groups = _grouped(op, rules_by_kind)
+    op, reasons = _resolve_kind(op, target, per_group=bool(groups))
     kind = op.kind if op.kind == orig_kind else f"{orig_kind} (as {op.kind})"
+    if groups:
+        if reasons:  # groups that do not divide the channels: there are no group convs to check
+            return reasons
+        kind = f"grouped conv2d (each of its {groups} group convs)"
     rules = rules_by_kind[op.kind]
     if "as" in rules:
         rules = rules_by_kind[rules["as"]]
@@ -239,4 +270,7 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         reasons += bad or _pair("upsample scale", scale, rules["scale"], target)
     if "activations" in rules:
         reasons += _check_activation(arch, op, kind, rules["activations"], target)
+    if groups and reasons:  # the numbers above are those of one group conv
+        reasons = [f"each of the {groups} group convs: {r}" if not r.startswith("activation") else r
+                   for r in reasons]
     return reasons

@@ -59,6 +59,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 
 from ..arch import check_op, load_arch
+from ..arch.limits import placement_note
 from ..arch.opdesc import OpDesc
 from ..frontend.const_fold import static_shape as _frontend_static_shape
 from .tags import tag_of
@@ -86,6 +87,7 @@ class CheckSession:
     rejections: dict[int, tuple[int, str]] = field(default_factory=dict)
     excluded: dict[int, str] = field(default_factory=dict)
     names: dict[int, list[str]] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)  # tag -> how an accepted op is mapped (limits.placement_note)
 
     def record(self, tags: list[int | None], size: int, reason: str) -> None:
         for t in tags:
@@ -443,6 +445,9 @@ def _run_check(arch, describe: Describer | str, ctx) -> bool:
             if name:
                 desc = dataclasses.replace(desc, name=name)
             reasons = list(check_op(arch, desc))
+            note = placement_note(arch, desc) if not reasons and session is not None else None
+            if note:
+                session.notes.update({t: note for t in tags[:1] if t is not None})  # the conv call of the match
     except _Reject as err:
         reasons = [str(err)]
     if reasons and session is not None:
