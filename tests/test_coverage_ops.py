@@ -115,6 +115,38 @@ def test_grouped_conv2d_between_convs_and_into_concat(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("c,h,w,fps,fp_out,act", [
+    (40, 9, 11, (4, 7), 4, "none"),  # SE: map times a hard-sigmoid gate (fix_point 7)
+    (16, 3, 5, (3, 7), 2, "relu"),
+    (300, 2, 3, (5, 6), 6, "none"),  # more channel groups than one chunk of the tile
+    (24, 10, 7, (2, 2), 0, "none"),
+])
+def test_eltwise_mul_channel_gate(arch, c, h, w, fps, fp_out, act):
+    """(N,C,H,W) * (N,C,1,1): the gate is broadcast by the ELEW engine itself (share_pp, jump_read 0)."""
+    b = _B(c + h)
+    x = b.input(c, h, w, fp=fps[0])
+    g = b.input(c, 1, 1, fp=fps[1])
+    b.op("eltwise_mul", [x, g], (1, c, h, w), fp_out, act=act)
+    _check(b.g, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_se_block_and_hard_swish(arch):
+    """Squeeze-and-excitation: global avg pool -> 1x1 conv relu -> 1x1 conv -> hard sigmoid (ALU mode 7) ->
+    channel-gate multiply; then hard swish x * hard_sigmoid(x) as ALU mode 7 + an equal-shape ELEW multiply."""
+    b = _B(77)
+    x = b.input(48, 7, 9, fp=4)
+    p = b.op("avg_pool2d", [x], (1, 48, 1, 1), 4, kernel=[7, 9], strides=[1, 1])
+    r = b.conv(p, 12, 1, fp_out=4)
+    e = b.conv(r, 48, 1, fp_out=4, act="none")
+    gate = b.op("activation", [e], (1, 48, 1, 1), 7, mode="hard_sigmoid")
+    se = b.op("eltwise_mul", [x, gate], (1, 48, 7, 9), 4)
+    hs = b.op("activation", [se], (1, 48, 7, 9), 7, mode="hard_sigmoid")
+    b.op("eltwise_mul", [se, hs], (1, 48, 7, 9), 4)
+    _check(b.g, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode,fp_in,fp_out", [("relu", 3, 3), ("relu", 5, 2), ("relu", 1, 6), ("relu6", 6, 4),
                                                ("relu6", 2, 4)])
 def test_standalone_relu(arch, mode, fp_in, fp_out):
