@@ -240,6 +240,16 @@ def _e2e_models():
         mk("Conv", ["rg", "wp"], ["Y"], group=4, name="gpw")],  # pointwise group conv 32 -> 8
         {**head, "w1": _w(rng, 32, 8, 1, 1), "b1": rng.standard_normal(32) * 0.1, "wg": _w(rng, 32, 4, 3, 3),
          "bg": rng.standard_normal(32) * 0.1, "wp": _w(rng, 8, 8, 1, 1)}, (1, 3, 12, 13))
+    se_w = {"ws1": _w(rng, 4, 8, 1, 1), "bs1": rng.standard_normal(4) * 0.1, "ws2": _w(rng, 8, 4, 1, 1),
+            "bs2": rng.standard_normal(8) * 0.1, "w1": _w(rng, 4, 8, 1, 1)}
+    se = [mk("GlobalAveragePool", ["r0"], ["p"]), mk("Conv", ["p", "ws1", "bs1"], ["s1"]), mk("Relu", ["s1"], ["s1r"]),
+          mk("Conv", ["s1r", "ws2", "bs2"], ["s2"])]
+    models["se_hard_sigmoid"] = _onnx_model(conv_in + se + [  # MobileNetV3 SE: gate = HardSigmoid(1/6, 0.5)
+        mk("HardSigmoid", ["s2"], ["g"], alpha=1 / 6, beta=0.5, name="hsig"), mk("Mul", ["r0", "g"], ["m"], name="se"),
+        mk("Conv", ["m", "w1"], ["Y"])], {**head, **se_w}, (1, 3, 11, 11))
+    models["conv_hard_swish"] = _onnx_model([  # MobileNetV3 stem: conv -> HardSwish (x * relu6(x + 3) / 6)
+        mk("Conv", ["X", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]), mk("HardSwish", ["c0"], ["h"], name="hswish"),
+        mk("Conv", ["h", "w1"], ["Y"])], {**head, "w1": _w(rng, 4, 8, 1, 1)}, (1, 3, 10, 9))
     models["maxpool_relu"] = _onnx_model([
         mk("Conv", ["X", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
         mk("MaxPool", ["c0"], ["p"], kernel_shape=[2, 2], strides=[2, 2]), mk("Relu", ["p"], ["rp"]),
@@ -277,6 +287,35 @@ def test_build_small_onnx_models(name):
     assert y.shape == ref.shape
     cos = float(np.dot(y.ravel(), ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
     assert cos > 0.99, cos
+
+
+def test_hard_sigmoid_on_the_alu_is_the_rounded_exact_value():
+    """ALU mode 7 computes (x + 3) * 2731 / 2**14 (2731/2**14 ~ 1/6) at output fix_point 7: for every int8 input
+    at input fix_points 0..11 that equals DPURound(relu6(x + 3) / 6 * 128), saturated at 127 (1.0 -> 127/128),
+    so the only error against the float hard sigmoid is the output quantization (at most 1 LSB = 1/128, at 1.0)."""
+    import math
+    from fractions import Fraction
+
+    from tvm_dpu.quant.rules import hsigmoid_params
+    from tvm_dpu.xgraph.golden_misc import hsigmoid
+
+    x = np.arange(-128, 128)
+    for fp in range(12):
+        got = hsigmoid(x, hsigmoid_params("h", fp, 7))
+        exact = [min(127, math.floor(min(max(Fraction(int(v), 2 ** fp) + 3, 0), 6) / 6 * 128 + Fraction(1, 2)))
+                 for v in x]
+        assert got.tolist() == exact, fp
+        ref = np.clip(x / 2.0 ** fp + 3, 0, 6) / 6
+        assert np.abs(got / 128 - ref).max() <= 1 / 128
+
+
+def test_se_report_places_gate_and_multiply_on_the_dpu():
+    import tvm_dpu
+
+    model = _E2E["se_hard_sigmoid"]
+    calib = [np.random.default_rng(3).standard_normal((1, 3, 11, 11)).astype(np.float32)]
+    rep = tvm_dpu.build(model, arch=ARCHS[0], calibration=calib, progress=False).partition_report
+    assert rep.node("hsig").device == rep.node("se").device == "dpu" and rep.subgraphs == 1
 
 
 def test_grouped_conv_report_says_decomposed():

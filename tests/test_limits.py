@@ -267,7 +267,16 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
          [f"activation relu6 not supported for eltwise_add on {t} (supported: relu)"]),
         ("elew_leaky", _elew(activation="leaky_relu", alpha=0.1),
          [f"activation leaky_relu not supported for eltwise_add on {t} (supported: relu)"]),
-        ("elew_mul", _elew(kind="eltwise_mul"), [f"eltwise_mul not supported on {t}"]),
+        # element-wise multiply (ELEW mult): two operands, equal shapes or a channel gate N x C x 1 x 1
+        ("elew_mul", _elew(kind="eltwise_mul"), []),
+        ("elew_mul_gate", _elew(kind="eltwise_mul", in_shape2=(1, 32, 1, 1)), []),
+        ("elew_mul_gate_relu", _elew(kind="eltwise_mul", in_shape2=(1, 32, 1, 1), activation="relu"), []),
+        ("elew_mul_row_broadcast", _elew(kind="eltwise_mul", in_shape2=(1, 32, 8, 1)),
+         [f"operand shapes 1x32x8x8 and 1x32x8x1: eltwise_mul takes equal shapes or a channel gate 1x32x1x1 on {t}"]),
+        ("elew_mul_inputs_3", _elew(kind="eltwise_mul", n=3), [f"num_inputs 3 exceeds [2,2] on {t}"]),
+        ("elew_mul_ic_over", _elew(kind="eltwise_mul", c=n + 1), [f"input channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("elew_add_gate", _elew(in_shape2=(1, 32, 1, 1)),
+         [f"operand shapes 1x32x8x8 and 1x32x1x1: eltwise_add takes equal shapes on {t}"]),
         # ---- concat, upsample
         ("concat_ok", OpDesc("concat", (1, 32, 8, 8), (1, 96, 8, 8), num_inputs=3), []),
         ("concat_relu", OpDesc("concat", (1, 32, 8, 8), (1, 64, 8, 8), num_inputs=2, activation="relu"),
@@ -336,7 +345,7 @@ def test_dw_leaky_flag(name):
     # standalone LeakyReLU (ALU mode 4) follows the flag ...
     assert check_op(arch, _act("leaky_relu", 0.1)) == []
     assert check_op(base, _act("leaky_relu", 0.1)) == [
-        f"activation leaky_relu not supported for activation on {name} (supported: relu, relu6)"
+        f"activation leaky_relu not supported for activation on {name} (supported: relu, relu6, hard_sigmoid)"
     ]
     assert check_op(arch, _act("leaky_relu", 0.2)) == [
         f"LeakyReLU alpha 0.2 quantizes to 51/256, DPU supports only 26/256 on {name}"
@@ -356,8 +365,14 @@ def test_dw_leaky_flag(name):
 def test_standalone_activation_kind(name):
     arch = load_arch(name)
     assert check_op(arch, _act("relu")) == [] and check_op(arch, _act("relu6")) == []
+    assert check_op(arch, _act("hard_sigmoid")) == []  # ALU mode 7
     assert check_op(arch, _act("hard_swish")) == [
-        f"activation hard_swish not supported for activation on {name} (supported: relu, relu6)"
+        f"activation hard_swish not supported for activation on {name} (supported: relu, relu6, hard_sigmoid)"
+    ]
+    assert check_op(arch, _act("sigmoid")) == [
+        f"activation sigmoid not supported for activation on {name} (supported: relu, relu6, hard_sigmoid): it "
+        "needs exp, which no ISA1 engine computes (ALU modes: dwconv, prelu, leaky, avg/max pool, hsigmoid); a model "
+        "trained with hard_sigmoid runs on the DPU"
     ]
 
 

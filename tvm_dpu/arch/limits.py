@@ -62,6 +62,10 @@ def _pair(label: str, hw: tuple[int, int], bounds: list[int], target: str) -> li
     return _range(label, tuple(hw), f"{hw[0]}x{hw[1]}", bounds[0], bounds[1], target)
 
 
+def _shape(s: tuple[int, ...]) -> str:
+    return "x".join(str(int(d)) for d in s)
+
+
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
@@ -127,14 +131,15 @@ def _allowed_activations(arch: Arch, source: str | list[str]) -> tuple[str, ...]
     return tuple(a for a in acts if a != "leaky_relu" or leaky)
 
 
-def _check_activation(arch: Arch, op: OpDesc, kind: str, source: str | list[str], target: str) -> list[str]:
+def _check_activation(arch: Arch, op: OpDesc, kind: str, rules: dict[str, Any], target: str) -> list[str]:
     if op.activation is None:
         return []
-    allowed = _allowed_activations(arch, source)
+    allowed = _allowed_activations(arch, rules["activations"]) + tuple(rules.get("alu_modes", ()))
     if op.activation not in allowed:
+        why = rules.get("why_not", {}).get(op.activation)
         return [
             f"activation {op.activation} not supported for {kind} on {target} "
-            f"(supported: {', '.join(allowed) or 'none'})"
+            f"(supported: {', '.join(allowed) or 'none'})" + (f": {why}" if why else "")
         ]
     if op.activation == "leaky_relu":
         den = 1 << LEAKY_SHIFT
@@ -262,6 +267,12 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         n = rules["in_channels_max_per_cp"]
         if ic > n * cp:
             reasons.append(f"input channels {ic} exceed {n}*{cp}={n * cp} on {target}")
+    if op.in_shape2 is not None and tuple(op.in_shape2) != tuple(op.in_shape):
+        gate = (*op.in_shape[:2], 1, 1)
+        if not (rules.get("broadcast") == "channel_gate" and tuple(op.in_shape2) == gate):
+            allowed = f"equal shapes or a channel gate {_shape(gate)}" if rules.get("broadcast") else "equal shapes"
+            reasons.append(f"operand shapes {_shape(op.in_shape)} and {_shape(op.in_shape2)}: {op.kind} takes "
+                           f"{allowed} on {target}")
     if "inputs" in rules:
         lo, hi = rules["inputs"]
         reasons += _range("num_inputs", op.num_inputs, str(op.num_inputs), lo, hi, target)
@@ -269,7 +280,7 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         scale, bad = _upsample_scale(op, target)
         reasons += bad or _pair("upsample scale", scale, rules["scale"], target)
     if "activations" in rules:
-        reasons += _check_activation(arch, op, kind, rules["activations"], target)
+        reasons += _check_activation(arch, op, kind, rules, target)
     if groups and reasons:  # the numbers above are those of one group conv
         reasons = [f"each of the {groups} group convs: {r}" if not r.startswith("activation") else r
                    for r in reasons]

@@ -61,6 +61,8 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from ..arch import check_op, load_arch
 from ..arch.limits import placement_note
 from ..arch.opdesc import OpDesc
+from ..frontend.activation import HARD_SIGMOID_FORMS, close
+from ..frontend.const_fold import const_array
 from ..frontend.const_fold import static_shape as _frontend_static_shape
 from .tags import tag_of
 
@@ -195,6 +197,8 @@ def _activation(act) -> tuple[str | None, float | None]:
         return "relu", None
     if name == "relax.nn.leakyrelu":
         return "leaky_relu", float(act.attrs.alpha)
+    if name == "relax.sigmoid":
+        return "sigmoid", None  # matched only so that the limits say why it stays on the CPU
     if name == "relax.clip":
         lo, hi = _float(act.args[1]), _float(act.args[2])
         if lo == 0.0 and hi == 6.0:
@@ -352,6 +356,69 @@ def _describe_add(ctx) -> OpDesc:
         raise _Reject(f"add of {len(sa)}-D tensors: the DPU eltwise engine takes NCHW feature maps")
     act, alpha = _activation(ann.get("act"))
     return OpDesc(kind="eltwise_add", in_shape=sa, out_shape=so, num_inputs=2, activation=act, alpha=alpha)
+
+
+def _describe_mul(ctx) -> OpDesc:
+    """multiply of two feature maps: equal shapes, or a map times an N x C x 1 x 1 channel gate (either order)."""
+    mul = ctx.annotated_expr["root"]
+    a, b = mul.args
+    if _is_const(a) or _is_const(b):
+        raise _Reject("multiply by a constant: only a scale folded into a conv or pool runs on the DPU")
+    sa, sb, so = static_shape(a), static_shape(b), static_shape(mul)
+    if len(so) != 4:
+        raise _Reject(f"multiply of {len(so)}-D tensors: the DPU eltwise engine takes NCHW feature maps")
+    other = sb if sa == so else sa
+    return OpDesc(kind="eltwise_mul", in_shape=so, out_shape=so, num_inputs=2,
+                  in_shape2=None if other == so else other)
+
+
+# The constants a dpu.hard_sigmoid* match annotates, in the order of frontend.activation.HARD_SIGMOID_FORMS.
+_HSIG_KEYS = {"dpu.hard_sigmoid": ("mul_add_clip", ("alpha", "beta", "lo", "hi")),
+              "dpu.hard_sigmoid_div": ("add_clip_div", ("three", "lo", "hi", "six"))}
+
+
+def _const_scalar(expr) -> float | None:
+    """A scalar tensor constant or prim value as a float, else None."""
+    v = const_array(expr)
+    if v is not None:
+        return float(v.reshape(-1)[0]) if v.size == 1 else None
+    try:
+        return _float(expr)
+    except (TypeError, ValueError):
+        return None
+
+
+def _describe_hard_sigmoid(ctx) -> OpDesc:
+    """relu6(x + 3) / 6 in one of the HARD_SIGMOID_FORMS (constants checked to float32 precision): ALU mode 7."""
+    ann = ctx.annotated_expr
+    root = ann["root"]
+    form, keys = _HSIG_KEYS["dpu.hard_sigmoid" if "alpha" in ann else "dpu.hard_sigmoid_div"]
+    wants = [w for _, consts in HARD_SIGMOID_FORMS[form] for w in consts]
+    for key, want in zip(keys, wants):
+        got = _const_scalar(ann[key])
+        if not close(got, want):
+            raise _Reject(f"not a hard sigmoid relu6(x + 3) / 6: {key} = {got} instead of {want:g}")
+    shape = static_shape(root)
+    if len(shape) not in (2, 4):
+        raise _Reject(f"hard sigmoid on a {len(shape)}-D tensor: the ALU engine takes NCHW feature maps")
+    shape4 = tuple(shape) + (1, 1) if len(shape) == 2 else tuple(shape)
+    return OpDesc(kind="activation", in_shape=shape4, out_shape=shape4, activation="hard_sigmoid")
+
+
+def _hard_sigmoid_specs() -> list[_Spec]:
+    alpha, beta = is_const(), is_const()
+    x = wildcard()
+    mul = is_op("relax.multiply")(x, alpha) | is_op("relax.multiply")(alpha, x)
+    lo, hi = wildcard(), wildcard()
+    a = is_op("relax.clip")(is_op("relax.add")(mul, beta), lo, hi)
+    three, six, lo2, hi2 = is_const(), is_const(), wildcard(), wildcard()
+    b = is_op("relax.divide")(is_op("relax.clip")(is_op("relax.add")(wildcard(), three), lo2, hi2), six)
+    return [
+        _Spec("dpu.hard_sigmoid", a, {"alpha": alpha, "beta": beta, "lo": lo, "hi": hi, "root": a},
+              _describe_hard_sigmoid),
+        _Spec("dpu.hard_sigmoid_div", b, {"three": three, "six": six, "lo": lo2, "hi": hi2, "root": b},
+              _describe_hard_sigmoid),
+    ]
 
 
 def _describe_concat(ctx) -> OpDesc:
@@ -551,6 +618,9 @@ def _specs() -> list[_Spec]:
     specs.append(_Spec("dpu.add_relu", add_relu, {"add": add, "act": add_relu, "root": add_relu}, _describe_add))
     add2 = is_op("relax.add")(wildcard(), wildcard())
     specs.append(_Spec("dpu.add", add2, {"add": add2, "root": add2}, _describe_add))
+    specs += _hard_sigmoid_specs()
+    mul = is_op("relax.multiply")(wildcard(), wildcard())
+    specs.append(_Spec("dpu.mul", mul, {"root": mul}, _describe_mul))
     specs += _pool_specs("relax.nn.max_pool2d", "max_pool2d")
     specs += _pool_specs("relax.nn.avg_pool2d", "avg_pool2d")
     mean = is_op("relax.mean")(wildcard())
@@ -559,6 +629,8 @@ def _specs() -> list[_Spec]:
     specs.append(_Spec("dpu.concat", cat, {"root": cat}, _describe_concat))
     up = is_op("relax.image.resize2d")(wildcard(), wildcard())
     specs.append(_Spec("dpu.upsample", up, {"root": up}, _describe_upsample))
+    sig = is_op("relax.sigmoid")(wildcard())  # never accepted: checked so the report quotes the limit
+    specs.append(_Spec("dpu.sigmoid", sig, {"root": sig}, _describe_activation))
     act = _act_pattern(wildcard())
     specs.append(_Spec("dpu.activation", act, {"root": act}, _describe_activation))
     rs = is_op("relax.reshape")(wildcard(), wildcard())
