@@ -171,6 +171,39 @@ class GraphBuilder:
     def sigmoid(self, x: Tensor, name: str) -> Tensor:
         return self.node("Sigmoid", name, [x.name], x.shape)
 
+    def hard_sigmoid(self, x: Tensor, name: str) -> Tensor:
+        """relu6(x + 3) / 6, as PyTorch exports F.hardsigmoid (HardSigmoid alpha 1/6, beta 0.5)."""
+        return self.node("HardSigmoid", name, [x.name], x.shape, alpha=1.0 / 6.0, beta=0.5)
+
+    def hard_swish(self, x: Tensor, name: str) -> Tensor:
+        return self.node("HardSwish", name, [x.name], x.shape)
+
+    def mul(self, a: Tensor, b: Tensor, name: str) -> Tensor:
+        """Element-wise product; `b` may be an N x C x 1 x 1 channel gate (squeeze-and-excitation)."""
+        if b.shape != a.shape and b.shape != (*a.shape[:2], 1, 1):
+            raise ValueError(f"{name}: Mul operand {b.shape} is neither {a.shape} nor a channel gate of it")
+        return self.node("Mul", name, [a.name, b.name], a.shape)
+
+    def split(self, x: Tensor, name: str, parts: int) -> list[Tensor]:
+        """Equal split along the channels; outputs named "<name>.0", "<name>.1", ..."""
+        n, c, h, w = x.shape
+        if c % parts:
+            raise ValueError(f"{name}: {c} channels do not split into {parts} equal parts")
+        self._claim(name)
+        outs = [self._claim(f"{name}.{i}") for i in range(parts)]
+        sizes = self.constant(f"{name}.split", np.full(parts, c // parts, dtype=np.int64))
+        self.nodes.append(helper.make_node("Split", [x.name, sizes], outs, name=name, axis=1))
+        return [Tensor(o, (n, c // parts, h, w)) for o in outs]
+
+    def reshape(self, x: Tensor, name: str, shape: tuple[int, ...]) -> Tensor:
+        if int(np.prod(shape)) != int(np.prod(x.shape)):
+            raise ValueError(f"{name}: cannot reshape {x.shape} to {shape}")
+        target = self.constant(f"{name}.shape", np.array(shape, dtype=np.int64))
+        return self.node("Reshape", name, [x.name, target], tuple(shape))
+
+    def transpose(self, x: Tensor, name: str, perm: tuple[int, ...]) -> Tensor:
+        return self.node("Transpose", name, [x.name], tuple(x.shape[p] for p in perm), perm=list(perm))
+
     def _pool(self, op: str, x: Tensor, name: str, kernel: int, stride: int, pad: int | tuple[int, ...]) -> Tensor:
         n, c, h, w = x.shape
         pt, pl, pb, pr = _pads(pad)
