@@ -439,3 +439,30 @@ def test_qdq_fix_points_reach_a_subgraph_fed_by_a_cpu_op():
     first, second = graphs
     assert [first.tensors[n].fix_point for n in (first.inputs[0], first.outputs[0])] == [5, 4]
     assert [second.tensors[n].fix_point for n in (second.inputs[0], second.outputs[0])] == [7, 5]
+
+
+# -- zoo models that need the new coverage (reduced variants) ---------------------------------------------------
+@pytest.mark.parametrize("name", ["resnext50_32x4d", "mobilenetv3_small"])
+def test_zoo_grouped_and_se_models_run_wholly_on_the_dpu(name):
+    """Reduced ResNeXt-50 (grouped 3x3 convs) and MobileNetV3-Small (SE gates, hard sigmoid / swish, also after
+    the classifier's Gemm): one DPU subgraph, golden == emulator, cosine > 0.99 vs onnxruntime."""
+    import onnxruntime as ort
+
+    import tvm_dpu
+    from tvm_dpu import zoo
+
+    model = zoo.build_model(name, reduced=True)
+    compiled = tvm_dpu.build(model, arch=ARCHS[0], calibration=[zoo.random_input(model, seed=0)], progress=False)
+    rep = compiled.partition_report
+    assert not rep.cpu_nodes and rep.subgraphs == 1, [(n.name, n.reason) for n in rep.cpu_nodes]
+    if name == "resnext50_32x4d":
+        assert rep.node("layer1.0.conv2").note == ("grouped conv decomposed into 4 group convs (4 -> 4 channels "
+                                                   "each) on the CONV engine")
+    x = zoo.random_input(model, seed=1)
+    compiled.set_verify(True)
+    y = compiled.run(x)[0]
+    assert sum(r.mismatches for r in compiled.verify_results()) == 0
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})[0]
+    cos = float(np.dot(y.ravel(), ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
+    assert cos > 0.99, cos

@@ -387,7 +387,8 @@ class _Builder:
         if a.shape != out_shape:
             a, b = b, a
         gate = (*out_shape[:2], 1, 1)
-        if a.shape != out_shape or len(out_shape) != 4 or b.shape not in (out_shape, gate):
+        flat = len(out_shape) == 2 and a.shape == b.shape == out_shape  # [N, K]: the view of [N, K, 1, 1]
+        if not flat and (a.shape != out_shape or len(out_shape) != 4 or b.shape not in (out_shape, gate)):
             raise FromRelaxError(f"{where}: multiply {list(a.shape)} * {list(b.shape)} is neither element-wise nor "
                                  f"by a channel gate {list(gate)}")
         op = self._new_op(comp, base, "eltwise_mul", [a.tensor, b.tensor], _fmap_shape(out_shape, where),

@@ -359,12 +359,15 @@ def _describe_add(ctx) -> OpDesc:
 
 
 def _describe_mul(ctx) -> OpDesc:
-    """multiply of two feature maps: equal shapes, or a map times an N x C x 1 x 1 channel gate (either order)."""
+    """multiply of two feature maps: equal shapes (also [N, K]), or a map times an N x C x 1 x 1 channel gate (either
+    order)."""
     mul = ctx.annotated_expr["root"]
     a, b = mul.args
     if _is_const(a) or _is_const(b):
         raise _Reject("multiply by a constant: only a scale folded into a conv or pool runs on the DPU")
     sa, sb, so = static_shape(a), static_shape(b), static_shape(mul)
+    if len(so) == 2 and sa == sb == so:  # [N, K] is the free view of [N, K, 1, 1] (a hard swish after a Gemm)
+        sa = sb = so = tuple(so) + (1, 1)
     if len(so) != 4:
         raise _Reject(f"multiply of {len(so)}-D tensors: the DPU eltwise engine takes NCHW feature maps")
     other = sb if sa == so else sa
