@@ -171,6 +171,27 @@ class GraphBuilder:
     def sigmoid(self, x: Tensor, name: str) -> Tensor:
         return self.node("Sigmoid", name, [x.name], x.shape)
 
+    def conv_transpose(self, x: Tensor, name: str, out_channels: int, kernel: int, stride: int,
+                       gain: float = RELU_GAIN) -> Tensor:
+        """ConvTranspose2d without padding (k x k, stride s; U-Net's 2x2 / 2 up-convolution), weights I x O x k x k,
+        He-normal over the taps that reach one output pixel, small random bias."""
+        n, c, h, w = x.shape
+        fan_in = c * max(1, (kernel // stride) ** 2)
+        weight = self.he_normal((c, out_channels, kernel, kernel), fan_in, gain)
+        inputs = [x.name, self.constant(f"{name}.weight", weight), self.constant(f"{name}.bias",
+                                                                                self.small_bias(out_channels))]
+        oh, ow = (h - 1) * stride + kernel, (w - 1) * stride + kernel
+        return self.node("ConvTranspose", name, inputs, (n, out_channels, oh, ow), kernel_shape=[kernel, kernel],
+                         strides=[stride, stride])
+
+    def upsample(self, x: Tensor, name: str, scale: int) -> Tensor:
+        """Nearest-neighbour Resize by an integer factor (asymmetric coordinates, floor rounding: pure replication,
+        like Darknet's upsample layer)."""
+        n, c, h, w = x.shape
+        scales = self.constant(f"{name}.scales", np.array([1, 1, scale, scale], dtype=np.float32))
+        return self.node("Resize", name, [x.name, "", scales], (n, c, h * scale, w * scale), mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
     def hard_sigmoid(self, x: Tensor, name: str) -> Tensor:
         """relu6(x + 3) / 6, as PyTorch exports F.hardsigmoid (HardSigmoid alpha 1/6, beta 0.5)."""
         return self.node("HardSigmoid", name, [x.name], x.shape, alpha=1.0 / 6.0, beta=0.5)

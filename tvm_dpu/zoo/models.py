@@ -241,9 +241,14 @@ def mobilenetv2(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tenso
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# MobileNetV3-Small, torchvision layout: squeeze-and-excitation (HardSigmoid gate) and hard swish
+# MobileNetV3-Small / -Large, torchvision layout: squeeze-and-excitation (HardSigmoid gate) and hard swish
 # ----------------------------------------------------------------------------------------------------------------
 # (kernel, expanded channels, output channels, SE, activation "RE" relu / "HS" hard swish, stride)
+_MBV3_LARGE = ((3, 16, 16, False, "RE", 1), (3, 64, 24, False, "RE", 2), (3, 72, 24, False, "RE", 1),
+               (5, 72, 40, True, "RE", 2), (5, 120, 40, True, "RE", 1), (5, 120, 40, True, "RE", 1),
+               (3, 240, 80, False, "HS", 2), (3, 200, 80, False, "HS", 1), (3, 184, 80, False, "HS", 1),
+               (3, 184, 80, False, "HS", 1), (3, 480, 112, True, "HS", 1), (3, 672, 112, True, "HS", 1),
+               (5, 672, 160, True, "HS", 2), (5, 960, 160, True, "HS", 1), (5, 960, 160, True, "HS", 1))
 _MBV3_SMALL = ((3, 16, 16, True, "RE", 2), (3, 72, 24, False, "RE", 2), (3, 88, 24, False, "RE", 1),
                (5, 96, 40, True, "HS", 2), (5, 240, 40, True, "HS", 1), (5, 240, 40, True, "HS", 1),
                (5, 120, 48, True, "HS", 1), (5, 144, 48, True, "HS", 1), (5, 288, 96, True, "HS", 2),
@@ -276,28 +281,35 @@ def _squeeze_excitation(b: GraphBuilder, x: Tensor, name: str, squeeze: int) -> 
     return b.mul(x, s, f"{name}.mul")
 
 
-def mobilenetv3_small(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
-    x = _conv_bn_act(b, x, "features.0", v.ch(16), 3, 2, "HS")
-    for i, (k, exp, out, se, act, s) in enumerate(_MBV3_SMALL, start=1):
-        name = f"features.{i}.block"
-        c_exp, c_out = v.ch(exp), v.ch(out)
-        residual = s == 1 and x.channels == c_out
-        y, j = x, 0
-        if c_exp != x.channels:
-            y, j = _conv_bn_act(b, y, f"{name}.{j}", c_exp, 1, 1, act), j + 1
-        y, j = _conv_bn_act(b, y, f"{name}.{j}", c_exp, k, s, act, group=c_exp), j + 1
-        if se:
-            y, j = _squeeze_excitation(b, y, f"{name}.{j}", v.ch(_make_divisible(exp // 4))), j + 1
-        y = _conv_bn_act(b, y, f"{name}.{j}", c_out, 1, 1, None,
-                         gain=LINEAR_GAIN * (math.sqrt(RESIDUAL_BRANCH_VAR) if residual else 1.0))
-        x = b.add(x, y, f"features.{i}.add") if residual else y
-        if s == 2 or i == len(_MBV3_SMALL):
-            stages.mark(x)
-    x = stages.mark(_conv_bn_act(b, x, "features.12", v.ch(576), 1, 1, "HS"))
-    x = b.flatten(b.global_avgpool(x, "avgpool"), "flatten")
-    x = b.hard_swish(b.gemm(x, "classifier.0", v.ch(1024)), "classifier.1")
-    x = b.dropout(x, "classifier.2", 0.2)
-    return b.gemm(x, "classifier.3", v.classes, gain=LINEAR_GAIN)
+def _mobilenetv3(settings: tuple, last_channel: int) -> ModelFn:
+    def build(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+        x = _conv_bn_act(b, x, "features.0", v.ch(16), 3, 2, "HS")
+        for i, (k, exp, out, se, act, s) in enumerate(settings, start=1):
+            name = f"features.{i}.block"
+            c_exp, c_out = v.ch(exp), v.ch(out)
+            residual = s == 1 and x.channels == c_out
+            y, j = x, 0
+            if c_exp != x.channels:
+                y, j = _conv_bn_act(b, y, f"{name}.{j}", c_exp, 1, 1, act), j + 1
+            y, j = _conv_bn_act(b, y, f"{name}.{j}", c_exp, k, s, act, group=c_exp), j + 1
+            if se:
+                y, j = _squeeze_excitation(b, y, f"{name}.{j}", v.ch(_make_divisible(exp // 4))), j + 1
+            y = _conv_bn_act(b, y, f"{name}.{j}", c_out, 1, 1, None,
+                             gain=LINEAR_GAIN * (math.sqrt(RESIDUAL_BRANCH_VAR) if residual else 1.0))
+            x = b.add(x, y, f"features.{i}.add") if residual else y
+            if s == 2 or i == len(settings):
+                stages.mark(x)
+        x = stages.mark(_conv_bn_act(b, x, f"features.{len(settings) + 1}", v.ch(6 * settings[-1][2]), 1, 1, "HS"))
+        x = b.flatten(b.global_avgpool(x, "avgpool"), "flatten")
+        x = b.hard_swish(b.gemm(x, "classifier.0", v.ch(last_channel)), "classifier.1")
+        x = b.dropout(x, "classifier.2", 0.2)
+        return b.gemm(x, "classifier.3", v.classes, gain=LINEAR_GAIN)
+
+    return build
+
+
+mobilenetv3_small = _mobilenetv3(_MBV3_SMALL, 1024)
+mobilenetv3_large = _mobilenetv3(_MBV3_LARGE, 1280)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -374,6 +386,67 @@ def shufflenetv2(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tens
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# YOLOv3-tiny-style detector (Darknet yolov3-tiny.cfg): conv+BN+leaky(0.1), max pools (one 2x2/1 with end padding),
+# two heads at strides 32 and 16, the second fed by a nearest 2x upsample concatenated with a stride-16 feature map
+# ----------------------------------------------------------------------------------------------------------------
+YOLO_ANCHORS_PER_SCALE = 3
+
+
+def _dark(b: GraphBuilder, x: Tensor, name: str, c: int, k: int) -> Tensor:
+    x = b.batchnorm(b.conv(x, f"{name}.conv", c, k, 1, (k - 1) // 2, bias=False), f"{name}.bn")
+    return b.leaky_relu(x, f"{name}.leaky", alpha=0.1)
+
+
+def yolov3_tiny(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    """Output: both heads, each (N, 3 * (5 + classes), H*W), concatenated along the cell axis (the decode of boxes is
+    the host's work, as in Darknet)."""
+    for i, c in enumerate((16, 32, 64, 128), start=0):
+        x = b.maxpool(_dark(b, x, f"layer{2 * i}", v.ch(c), 3), f"layer{2 * i + 1}.maxpool", 2, 2)
+    route8 = stages.mark(_dark(b, x, "layer8", v.ch(256), 3))
+    x = b.maxpool(route8, "layer9.maxpool", 2, 2)
+    x = _dark(b, x, "layer10", v.ch(512), 3)
+    x = b.maxpool(x, "layer11.maxpool", 2, 1, (0, 0, 1, 1))  # Darknet's size-2 stride-1 pool keeps 13x13
+    x = _dark(b, x, "layer12", v.ch(1024), 3)
+    route13 = stages.mark(_dark(b, x, "layer13", v.ch(256), 1))
+    out_c = YOLO_ANCHORS_PER_SCALE * (5 + v.classes)
+    h1 = b.conv(_dark(b, route13, "layer14", v.ch(512), 3), "layer15.conv", out_c, 1, gain=LINEAR_GAIN)
+    y = b.upsample(_dark(b, route13, "layer18", v.ch(128), 1), "layer19.upsample", 2)
+    y = stages.mark(b.concat([y, route8], "layer20.route"))
+    h2 = b.conv(_dark(b, y, "layer21", v.ch(256), 3), "layer22.conv", out_c, 1, gain=LINEAR_GAIN)
+    heads = [b.reshape(h, f"{h.name}.flat", (h.shape[0], out_c, h.shape[2] * h.shape[3])) for h in (h1, h2)]
+    n = heads[0].shape[0]
+    return b.node("Concat", "detections", [t.name for t in heads],
+                  (n, out_c, sum(t.shape[2] for t in heads)), axis=2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# U-Net-style segmenter (Ronneberger et al. with same-padding convs and BN): 4 down steps, 2x2/2 transposed-conv up
+# steps, skip concats, per-pixel class scores
+# ----------------------------------------------------------------------------------------------------------------
+_UNET_WIDTHS = (64, 128, 256, 512, 1024)
+
+
+def _double_conv(b: GraphBuilder, x: Tensor, name: str, c: int) -> Tensor:
+    for i in (1, 2):
+        x = b.relu(b.batchnorm(b.conv(x, f"{name}.conv{i}", c, 3, 1, 1, bias=False), f"{name}.bn{i}"),
+                   f"{name}.relu{i}")
+    return x
+
+
+def unet(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    skips = []
+    for i, c in enumerate(_UNET_WIDTHS[:-1]):
+        x = _double_conv(b, x, f"down{i}", v.ch(c))
+        skips.append(stages.mark(x))
+        x = b.maxpool(x, f"down{i}.pool", 2, 2)
+    x = stages.mark(_double_conv(b, x, "bottleneck", v.ch(_UNET_WIDTHS[-1])))
+    for i, c in reversed(list(enumerate(_UNET_WIDTHS[:-1]))):
+        up = b.conv_transpose(x, f"up{i}.upconv", v.ch(c), 2, 2, gain=LINEAR_GAIN)
+        x = _double_conv(b, b.concat([skips[i], up], f"up{i}.cat"), f"up{i}", v.ch(c))
+    return b.conv(x, "head", v.classes, 1, gain=LINEAR_GAIN)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # mixed_cnn: a small ResNet-18-flavoured demo whose operators land on both sides of the DPU/CPU partition
 # ----------------------------------------------------------------------------------------------------------------
 MIXED_CNN_RESOLUTION = 64
@@ -424,6 +497,10 @@ REGISTRY: dict[str, ModelInfo] = {
     "mobilenetv3_small": ModelInfo(mobilenetv3_small, FULL, REDUCED),
     "squeezenet1_1": ModelInfo(squeezenet1_1, FULL, REDUCED),
     "shufflenetv2": ModelInfo(shufflenetv2, FULL, REDUCED),
+    "mobilenetv3_large": ModelInfo(mobilenetv3_large, FULL, REDUCED),
+    # Detection / segmentation: COCO's 80 classes at 416 (YOLOv3-tiny's input), 21 VOC classes at 256.
+    "yolov3_tiny": ModelInfo(yolov3_tiny, Variant(416, 1, 80), Variant(64, 8, 10)),
+    "unet": ModelInfo(unet, Variant(256, 1, 21), Variant(64, 8, 10)),
     # Already small: the reduced variant is the same model.
     "mixed_cnn": ModelInfo(mixed_cnn, _MIXED, _MIXED),
 }
