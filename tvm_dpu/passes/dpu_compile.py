@@ -173,7 +173,8 @@ def _dpu_evaluator(fs: Any, record: list) -> Evaluator:
     from tvm_dpu.xgraph.float_ref import run_graph_float
 
     def evaluate(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        feeds = {name: np.asarray(a).reshape(fs.graph.tensors[name].shape).astype(np.float32)
+        # the XGraph is one image; a batch of N goes through the float reference at once (its ops take any N)
+        feeds = {name: np.asarray(a).reshape((-1, *fs.graph.tensors[name].shape[1:])).astype(np.float32)
                  for name, a in zip(fs.input_names, inputs)}
         record.append(feeds)
         res = run_graph_float(fs.graph, feeds)

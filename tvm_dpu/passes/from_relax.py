@@ -24,7 +24,7 @@ free reshape [N,K] <-> [N,K,1,1]               no op: the Relax var aliases the 
 
 act = relu | clip(0, 6) (relu6) | leakyrelu(alpha).
 
-Feature maps are 4-D NCHW batch 1; a 2-D Relax tensor [N, K] is the same data as [N, K, 1, 1] and is represented
+Feature maps are 4-D NCHW, one image (a batch runs image by image); a 2-D Relax tensor [N, K] is the same data as [N, K, 1, 1] and is represented
 by that 4-D tensor. `FloatSubgraph.input_shapes` / `output_shapes` keep the Relax shapes for the runtime.
 Every op records in `Op.source` the ONNX node names of the Relax calls it came from (frontend provenance, or the
 partitioner's trace passed as `call_names`, see `build_float_xgraph`); its name is the first of them, made unique.
@@ -129,14 +129,16 @@ def _shape(expr: relax.Expr, where: str) -> tuple[int, ...]:
 
 
 def _fmap_shape(shape: tuple[int, ...], where: str) -> tuple[int, int, int, int]:
-    """The 4-D NCHW XGraph shape of a Relax tensor shape ([N, K] is [N, K, 1, 1])."""
+    """The 4-D NCHW XGraph shape of a Relax tensor shape ([N, K] is [N, K, 1, 1]), for ONE image: the XGraph and its
+    program are batch 1, a batch of N runs as N calls (runtime/subgraph_runner.execute_float); the Relax shapes,
+    batch included, stay in FloatSubgraph.input_shapes / output_shapes."""
     if len(shape) == 2:
         shape = (shape[0], shape[1], 1, 1)
     if len(shape) != 4:
         raise FromRelaxError(f"{where}: {len(shape)}-D tensor {list(shape)}; DPU feature maps are NCHW")
-    if shape[0] != 1:
-        raise FromRelaxError(f"{where}: batch {shape[0]}; DPU subgraphs run batch 1")
-    return shape  # type: ignore[return-value]
+    if shape[0] < 1:
+        raise FromRelaxError(f"{where}: batch {shape[0]}")
+    return (1, *shape[1:])  # type: ignore[return-value]
 
 
 def _ints(values) -> list[int]:

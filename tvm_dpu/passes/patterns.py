@@ -35,9 +35,8 @@ called outside one.
 
 Every check converts the match into an `OpDesc` and asks `tvm_dpu.arch.check_op(arch, desc)`; the arch's limits
 decide. The checks here add only what is not an arch limit: float32 only, NCHW / OIHW (IOHW for transposed conv)
-layouts, static shapes, batch 1 (decision: the DPU runs one image per core; a batch N > 1 could run as a host
-loop of batch-1 calls, but the partitioner does not build that loop, so such ops stay on the CPU with the
-reason "batch N: ..."), per-channel bias, ReLU6 given as clip(0, 6) exactly, free reshapes only, no broadcasting
+layouts, static shapes, one batch size per match (the DPU runs one image per core: a DPU subgraph is compiled
+for one image and a batch of N runs as N calls of it, runtime/subgraph_runner.execute_float), per-channel bias, ReLU6 given as clip(0, 6) exactly, free reshapes only, no broadcasting
 in eltwise add, concat along channels only, nearest resize that is a pure pixel replication.
 
 Rejections are recorded in the active `CheckSession` against every binding of the match, keeping for each
@@ -175,17 +174,21 @@ def _short(op_name: str) -> str:
     return op_name.split(".")[-1]
 
 
-def _check_float32_batch1(calls: list) -> None:
+def _check_float32_batch(calls: list) -> None:
+    """float32 only; every op of a match (and its data inputs) on the same batch size, which the subgraph then runs
+    image by image."""
     for c in calls:
         dtype = str(getattr(c.ty, "dtype", ""))
         if dtype and dtype != "float32":
             raise _Reject(f"{_short(_op_name(c))} has dtype {dtype}: only float32 models are partitioned")
+    batches = set()
     for c in calls:
-        shape = static_shape(c)
-        if len(shape) >= 1 and shape[0] != 1:
-            raise _Reject(
-                f"batch {shape[0]}: the DPU runs batch 1 per core (run a batch as a host loop of batch-1 calls)"
-            )
+        for e in [c] + [a for a in c.args if not _is_const(a) and hasattr(getattr(a, "ty", None), "shape")]:
+            shape = static_shape(e)
+            if len(shape) >= 1:
+                batches.add(int(shape[0]))
+    if len(batches) > 1:
+        raise _Reject(f"batch sizes {sorted(batches)} mixed in one op: a DPU subgraph runs image by image")
 
 
 def _activation(act) -> tuple[str | None, float | None]:
@@ -504,7 +507,7 @@ def _run_check(arch, describe: Describer | str, ctx) -> bool:
         return False  # structural: a smaller variant will match instead; not a DPU limit
     arch = _resolve_arch(arch)
     try:
-        _check_float32_batch1(calls)
+        _check_float32_batch(calls)
         if describe is _FREE_RESHAPE:
             root = ctx.annotated_expr["root"]
             _check_free_reshape(static_shape(root.args[0]), static_shape(root))
