@@ -247,6 +247,9 @@ def _e2e_models():
     models["se_hard_sigmoid"] = _onnx_model(conv_in + se + [  # MobileNetV3 SE: gate = HardSigmoid(1/6, 0.5)
         mk("HardSigmoid", ["s2"], ["g"], alpha=1 / 6, beta=0.5, name="hsig"), mk("Mul", ["r0", "g"], ["m"], name="se"),
         mk("Conv", ["m", "w1"], ["Y"])], {**head, **se_w}, (1, 3, 11, 11))
+    models["se_gate_first"] = _onnx_model(conv_in + se + [  # Mul(gate, x): the gate goes second in the XGraph
+        mk("HardSigmoid", ["s2"], ["g"], alpha=1 / 6, beta=0.5), mk("Mul", ["g", "r0"], ["m"]),
+        mk("Conv", ["m", "w1"], ["Y"])], {**head, **se_w}, (1, 3, 9, 9))
     models["conv_hard_swish"] = _onnx_model([  # MobileNetV3 stem: conv -> HardSwish (x * relu6(x + 3) / 6)
         mk("Conv", ["X", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]), mk("HardSwish", ["c0"], ["h"], name="hswish"),
         mk("Conv", ["h", "w1"], ["Y"])], {**head, "w1": _w(rng, 4, 8, 1, 1)}, (1, 3, 10, 9))
