@@ -499,3 +499,25 @@ def test_batch_runs_on_the_dpu_image_by_image():
         None, {"input": x})[0]
     cos = float(np.dot(y.ravel(), ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
     assert cos > 0.99, cos
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_pool_window_wraps_limit_matches_codegen(arch):
+    """limits.json window_wraps_max: a global average pool of 4*PP rows compiles (bit-exact), 4*PP+1 rows is
+    refused by the limits and cannot be emitted either (full-size MobileNetV3's 56x56 SE pool)."""
+    from tvm_dpu.arch import OpDesc, check_op, load_arch
+    from tvm_dpu.codegen.compiler import compile_graph
+    from tvm_dpu.codegen.tiling import CodegenError
+
+    a = load_arch(arch)
+    for k, ok in ((4 * a.pp, True), (4 * a.pp + 1, False)):
+        assert (check_op(a, OpDesc("global_avg_pool", (1, 8, k, k), (1, 8, 1, 1))) == []) is ok
+        b = _B(k)
+        x = b.input(8, k, k)
+        b.op("avg_pool2d", [x], (1, 8, 1, 1), 4, kernel=[k, k], strides=[1, 1])
+        if ok:
+            _check(b.g, arch)
+        else:
+            b.g.outputs = [b.g.ops[-1].outputs[0]]
+            with pytest.raises(CodegenError, match="bank wraps"):
+                compile_graph(b.g, a)

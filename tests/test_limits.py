@@ -57,7 +57,7 @@ def _dense(features, oc=10, **kw) -> OpDesc:
 
 def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
     """(id, op, expected reasons) for one ISA1 arch."""
-    t, cp, bd = arch.target_label, arch.icp, arch.bank_depth
+    t, cp, bd, pp = arch.target_label, arch.icp, arch.bank_depth, arch.pp
     n = 256 * cp  # the 256*channel_parallel channel ceiling
     conv_acts = "relu, leaky_relu, relu6"
     c_in_ok = bd // 256 * cp  # 16x16 kernel: 256*ceil(ic/cp) <= bank_depth
@@ -220,9 +220,16 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
             for kind, tag in (("max_pool2d", "max"), ("avg_pool2d", "avg"))
             for entry in (
                 (f"{tag}_ok", _pool(kind), []),
-                (f"{tag}_kernel_256", _pool(kind, kernel=(256, 256), stride=(1, 1), pad=(0, 0, 0, 0)), []),
-                (f"{tag}_kernel_257", _pool(kind, kernel=(257, 257), stride=(1, 1), pad=(0, 0, 0, 0)),
+                (f"{tag}_kernel_256", _pool(kind, kernel=(256, 256), stride=(256, 256), pad=(0, 0, 0, 0)), []),
+                (f"{tag}_kernel_257", _pool(kind, kernel=(257, 257), stride=(256, 256), pad=(0, 0, 0, 0)),
                  [f"kernel 257x257 exceeds [1,256] on {t}"]),
+                # the window of one output row: (kh-1)//sh < 4 * PP (four base addresses per ALU fetch)
+                (f"{tag}_wraps_max", _pool(kind, kernel=(4 * pp, 4 * pp), stride=(1, 1), pad=(0, 0, 0, 0)), []),
+                (f"{tag}_wraps_over", _pool(kind, kernel=(4 * pp + 1, 4 * pp + 1), stride=(1, 1), pad=(0, 0, 0, 0)),
+                 [f"kernel_h {4 * pp + 1} with stride_h 1: one output row's window spans 5 wraps of the PP={pp} "
+                  f"image banks, more than the 4 base addresses of an ALU fetch on {t}"]),
+                (f"{tag}_wraps_strided", _pool(kind, kernel=(8 * pp, 8 * pp), stride=(2, 2),
+                                               pad=(0, 0, 0, 0)), []),
                 (f"{tag}_kernel_1", _pool(kind, kernel=(1, 1), stride=(1, 1), pad=(0, 0, 0, 0)), []),
                 (f"{tag}_stride_256", _pool(kind, stride=(256, 256)), []),
                 (f"{tag}_stride_257", _pool(kind, stride=(257, 257)), [f"stride 257x257 exceeds [1,256] on {t}"]),
@@ -248,9 +255,15 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
         ("avg_nonsquare", _pool("avg_pool2d", kernel=(3, 5), pad=(0, 0, 0, 0)),
          [f"kernel 3x5 is not square (w == h required) on {t}"]),
         ("avg_count_include_pad_false", _pool("avg_pool2d", count_include_pad=False), []),
-        ("gap_256", _gap(256, 256), []),
+        ("gap_4pp", _gap(4 * pp, 4 * pp), []),
+        ("gap_256", _gap(256, 256),
+         [f"kernel_h 256 with stride_h 1: one output row's window spans {255 // pp + 1} wraps of the PP={pp} image "
+          f"banks, more than the 4 base addresses of an ALU fetch on {t}"]),
         ("gap_1", _gap(1, 1), []),
-        ("gap_257", _gap(257, 257), [f"kernel 257x257 exceeds [1,256] on {t}"]),
+        ("gap_257", _gap(257, 257), [f"kernel 257x257 exceeds [1,256] on {t}",
+                                     f"kernel_h 257 with stride_h 1: one output row's window spans {256 // pp + 1} "
+                                     f"wraps of the PP={pp} image banks, more than the 4 base addresses of an ALU "
+                                     f"fetch on {t}"]),
         ("gap_nonsquare", _gap(7, 8), [f"kernel 7x8 is not square (w == h required) on {t}"]),
         ("gap_relu6", _gap(7, 7, activation="relu6"), []),
         ("gap_leaky", _gap(7, 7, activation="leaky_relu", alpha=0.1),

@@ -16,7 +16,8 @@ from tvm_dpu import zoo
 
 REPO = Path(__file__).resolve().parents[1]
 NETWORKS = ("vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mobilenetv2", "resnext50_32x4d",
-            "mobilenetv3_small", "squeezenet1_1", "shufflenetv2", "mobilenetv3_large", "yolov3_tiny", "unet")
+            "mobilenetv3_small", "squeezenet1_1", "shufflenetv2", "mobilenetv3_large", "efficientnet_b0",
+            "yolov3_tiny", "unet")
 # Output shape per class count when it is not (1, classes): detection heads and per-pixel scores.
 OUTPUT_SHAPES = {
     "yolov3_tiny": lambda classes, full: (1, 3 * (5 + classes), 13 * 13 + 26 * 26 if full else 2 * 2 + 4 * 4),
@@ -44,6 +45,10 @@ EXPECTED_OPS: dict[str, dict[str, int]] = {
                      "Gemm": 1},
     "mobilenetv3_large": {"Conv": 62, "BatchNormalization": 46, "HardSwish": 21, "Relu": 19, "HardSigmoid": 8,
                           "Mul": 8, "Add": 10, "GlobalAveragePool": 9, "Gemm": 2},
+    # 16 MBConv blocks (15 expand, 16 depthwise, 16 SE x 2 fc, 16 project) + stem + head; SiLU = Sigmoid + Mul
+    # (49 of them) and 16 SE gates (Sigmoid, Mul)
+    "efficientnet_b0": {"Conv": 81, "BatchNormalization": 49, "Sigmoid": 65, "Mul": 65, "Add": 9,
+                        "GlobalAveragePool": 17, "Gemm": 1},
     # 13 convs (11 conv+BN+leaky, 2 linear heads), 6 max pools, one 2x nearest upsample, the route concat and the
     # concat of the two flattened heads
     "yolov3_tiny": {"Conv": 13, "BatchNormalization": 11, "LeakyRelu": 11, "MaxPool": 6, "Resize": 1, "Concat": 2,
@@ -56,9 +61,9 @@ EXPECTED_OPS: dict[str, dict[str, int]] = {
 PUBLISHED_PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "resnet152": 60_192_808, "vgg16": 138_357_544,
                     "mobilenetv2": 3_504_872, "googlenet": 7.0e6, "resnext50_32x4d": 25_028_904,
                     "mobilenetv3_small": 2_542_856, "squeezenet1_1": 1_235_496, "shufflenetv2": 2_278_604,
-                    "mobilenetv3_large": 5_483_032}
+                    "mobilenetv3_large": 5_483_032, "efficientnet_b0": 5_288_548}
 FAST_FULL = ("resnet18", "googlenet", "mobilenetv2", "mobilenetv3_small", "squeezenet1_1", "shufflenetv2",
-             "mobilenetv3_large")  # full-size builds well under a second
+             "mobilenetv3_large", "efficientnet_b0")  # full-size builds well under a second
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:

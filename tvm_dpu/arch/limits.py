@@ -244,6 +244,12 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
             hi = rules["engine_pad_max"][side]
             if p > hi:
                 reasons.append(f"pad_{side} {p} exceeds the ALU pad field [0,{hi}] on {target}")
+    if "window_wraps_max" in rules and sh >= 1:
+        n, pp = rules["window_wraps_max"], arch.pp
+        wraps = ((kh - 1) // sh) // pp + 1  # of the rows one output row fetches (codegen.tiling.max_valid_rows)
+        if wraps > n:
+            reasons.append(f"kernel_h {kh} with stride_h {sh}: one output row's window spans {wraps} wraps of the "
+                           f"PP={pp} image banks, more than the {n} base addresses of an ALU fetch on {target}")
     if rules.get("in_size"):
         rows = kw * kh * math.ceil(ic / cp)
         if rows > arch.bank_depth:

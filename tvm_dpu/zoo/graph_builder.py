@@ -192,6 +192,10 @@ class GraphBuilder:
         return self.node("Resize", name, [x.name, "", scales], (n, c, h * scale, w * scale), mode="nearest",
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
+    def silu(self, x: Tensor, name: str) -> Tensor:
+        """x * sigmoid(x) as PyTorch exports nn.SiLU at opset 17: Sigmoid "<name>.sigmoid", then Mul "<name>"."""
+        return self.mul(x, self.sigmoid(x, f"{name}.sigmoid"), name)
+
     def hard_sigmoid(self, x: Tensor, name: str) -> Tensor:
         """relu6(x + 3) / 6, as PyTorch exports F.hardsigmoid (HardSigmoid alpha 1/6, beta 0.5)."""
         return self.node("HardSigmoid", name, [x.name], x.shape, alpha=1.0 / 6.0, beta=0.5)

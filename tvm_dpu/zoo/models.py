@@ -386,6 +386,50 @@ def shufflenetv2(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tens
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# EfficientNet-B0, torchvision layout: MBConv blocks with SiLU (x * sigmoid(x)) and sigmoid-gated SE
+# ----------------------------------------------------------------------------------------------------------------
+# (expand ratio, kernel, first stride, input channels, output channels, layers)
+_EFFNET_B0 = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+              (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+
+def _conv_bn_silu(b: GraphBuilder, x: Tensor, name: str, c: int, k: int, stride: int = 1, group: int = 1,
+                  act: bool = True, gain: float | None = None) -> Tensor:
+    x = b.conv(x, f"{name}.0", c, k, stride, (k - 1) // 2, group=group, bias=False,
+               **({} if gain is None else {"gain": gain}))
+    x = b.batchnorm(x, f"{name}.1")
+    return b.silu(x, f"{name}.2") if act else x
+
+
+def efficientnet_b0(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    x = _conv_bn_silu(b, x, "features.0", v.ch(32), 3, 2)
+    for s, (t, k, stride, c_in, c_out, layers) in enumerate(_EFFNET_B0, start=1):
+        branch_gain = math.sqrt(RESIDUAL_BRANCH_VAR / layers)
+        for j in range(layers):
+            name = f"features.{s}.{j}.block"
+            block_in = v.ch(c_in) if j == 0 else v.ch(c_out)
+            residual = j > 0  # stride 1 and in == out
+            y, i = x, 0
+            c_exp = block_in * t
+            if t != 1:
+                y, i = _conv_bn_silu(b, y, f"{name}.{i}", c_exp, 1), i + 1
+            y, i = _conv_bn_silu(b, y, f"{name}.{i}", c_exp, k, stride if j == 0 else 1, group=c_exp), i + 1
+            se = f"{name}.{i}"
+            g = b.global_avgpool(y, f"{se}.avgpool")
+            g = b.silu(b.conv(g, f"{se}.fc1", max(1, block_in // 4), 1), f"{se}.activation")
+            g = b.sigmoid(b.conv(g, f"{se}.fc2", c_exp, 1, gain=LINEAR_GAIN), f"{se}.scale_activation")
+            y = b.mul(y, g, f"{se}.mul")
+            y = _conv_bn_silu(b, y, f"{name}.{i + 1}", v.ch(c_out), 1, act=False,
+                              gain=LINEAR_GAIN * (branch_gain if residual else 1.0))
+            x = b.add(x, y, f"features.{s}.{j}.add") if residual else y
+        stages.mark(x)
+    x = stages.mark(_conv_bn_silu(b, x, "features.8", v.ch(1280), 1))
+    x = b.flatten(b.global_avgpool(x, "avgpool"), "flatten")
+    x = b.dropout(x, "classifier.0", 0.2)
+    return b.gemm(x, "classifier.1", v.classes, gain=LINEAR_GAIN)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # YOLOv3-tiny-style detector (Darknet yolov3-tiny.cfg): conv+BN+leaky(0.1), max pools (one 2x2/1 with end padding),
 # two heads at strides 32 and 16, the second fed by a nearest 2x upsample concatenated with a stride-16 feature map
 # ----------------------------------------------------------------------------------------------------------------
@@ -498,6 +542,8 @@ REGISTRY: dict[str, ModelInfo] = {
     "squeezenet1_1": ModelInfo(squeezenet1_1, FULL, REDUCED),
     "shufflenetv2": ModelInfo(shufflenetv2, FULL, REDUCED),
     "mobilenetv3_large": ModelInfo(mobilenetv3_large, FULL, REDUCED),
+    # Reduced at 32 x 32: at 64 its first SE pool (32 x 32) exceeds B1152's ALU window (4 * PP = 16 rows).
+    "efficientnet_b0": ModelInfo(efficientnet_b0, FULL, Variant(resolution=32, width_divisor=8, classes=10)),
     # Detection / segmentation: COCO's 80 classes at 416 (YOLOv3-tiny's input), 21 VOC classes at 256.
     "yolov3_tiny": ModelInfo(yolov3_tiny, Variant(416, 1, 80), Variant(64, 8, 10)),
     "unet": ModelInfo(unet, Variant(256, 1, 21), Variant(64, 8, 10)),
