@@ -287,7 +287,8 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
         ("elew_mul_row_broadcast", _elew(kind="eltwise_mul", in_shape2=(1, 32, 8, 1)),
          [f"operand shapes 1x32x8x8 and 1x32x8x1: eltwise_mul takes equal shapes or a channel gate 1x32x1x1 on {t}"]),
         ("elew_mul_inputs_3", _elew(kind="eltwise_mul", n=3), [f"num_inputs 3 exceeds [2,2] on {t}"]),
-        ("elew_mul_ic_over", _elew(kind="eltwise_mul", c=n + 1), [f"input channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("elew_mul_ic_over", _elew(kind="eltwise_mul", c=n + 1),
+         [f"input channels {n + 1} exceed 256*{cp}={n} on {t}"]),
         ("elew_add_gate", _elew(in_shape2=(1, 32, 1, 1)),
          [f"operand shapes 1x32x8x8 and 1x32x1x1: eltwise_add takes equal shapes on {t}"]),
         # ---- concat, upsample

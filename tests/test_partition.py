@@ -298,8 +298,9 @@ def test_lone_pool_between_cpu_ops_goes_back_to_cpu():
     assert rep.subgraphs == 0
     assert rep.node("pool").device == "cpu"
     assert rep.node("pool").reason.startswith("lone max_pool2d between CPU ops: not worth a DPU round trip")
-    assert rep.node("sig").reason.startswith("activation sigmoid not supported for activation on "
-                                             "DPUCZDX8G_ISA1_B4096 (supported: relu, relu6, hard_sigmoid): it needs exp")
+    assert rep.node("sig").reason.startswith(
+        "activation sigmoid not supported for activation on DPUCZDX8G_ISA1_B4096 (supported: relu, relu6, "
+        "hard_sigmoid): it needs exp")
     assert rep.node("softmax").reason == "Softmax has no DPU implementation"
     assert not [gv for gv, f in pmod.functions.items() if f.attrs is not None and "Codegen" in f.attrs]
 

@@ -67,7 +67,9 @@ def _scalar_operand(call: relax.Call) -> list[float] | None:
         except (AttributeError, TypeError, ValueError):
             return None
     consts = [c for c in (const_array(a) for a in call.args) if c is not None]
-    if len(consts) != 1 or consts[0].size != 1 or (op_name(call) == "relax.divide" and const_array(call.args[1]) is None):
+    if len(consts) != 1 or consts[0].size != 1:
+        return None
+    if op_name(call) == "relax.divide" and const_array(call.args[1]) is None:  # c / x is not x / c
         return None
     return [float(consts[0].reshape(-1)[0])]
 

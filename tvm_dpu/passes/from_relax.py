@@ -24,8 +24,9 @@ free reshape [N,K] <-> [N,K,1,1]               no op: the Relax var aliases the 
 
 act = relu | clip(0, 6) (relu6) | leakyrelu(alpha).
 
-Feature maps are 4-D NCHW, one image (a batch runs image by image); a 2-D Relax tensor [N, K] is the same data as [N, K, 1, 1] and is represented
-by that 4-D tensor. `FloatSubgraph.input_shapes` / `output_shapes` keep the Relax shapes for the runtime.
+Feature maps are 4-D NCHW, one image (a batch runs image by image); a 2-D Relax tensor [N, K] is the same data as
+[N, K, 1, 1] and is represented by that 4-D tensor. `FloatSubgraph.input_shapes` / `output_shapes` keep the Relax
+shapes (batch included) for the runtime.
 Every op records in `Op.source` the ONNX node names of the Relax calls it came from (frontend provenance, or the
 partitioner's trace passed as `call_names`, see `build_float_xgraph`); its name is the first of them, made unique.
 """

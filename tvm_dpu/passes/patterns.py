@@ -36,8 +36,9 @@ called outside one.
 Every check converts the match into an `OpDesc` and asks `tvm_dpu.arch.check_op(arch, desc)`; the arch's limits
 decide. The checks here add only what is not an arch limit: float32 only, NCHW / OIHW (IOHW for transposed conv)
 layouts, static shapes, one batch size per match (the DPU runs one image per core: a DPU subgraph is compiled
-for one image and a batch of N runs as N calls of it, runtime/subgraph_runner.execute_float), per-channel bias, ReLU6 given as clip(0, 6) exactly, free reshapes only, no broadcasting
-in eltwise add, concat along channels only, nearest resize that is a pure pixel replication.
+for one image and a batch of N runs as N calls of it, runtime/subgraph_runner.execute_float), per-channel bias,
+ReLU6 given as clip(0, 6) exactly, free reshapes only, no broadcasting in eltwise add, concat along channels only,
+nearest resize that is a pure pixel replication.
 
 Rejections are recorded in the active `CheckSession` against every binding of the match, keeping for each
 binding the reason of the LARGEST structurally matched variant (the most specific one): a conv+bias+leaky whose
