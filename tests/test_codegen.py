@@ -143,9 +143,10 @@ def test_large_layer_tiles_weights_and_width(arch):
 def test_codegen_error_names_op():
     b = _B(5)
     x = b.input(4, 8, 8)
-    b.op("conv2d", [x], (1, 4, 6, 6), 3, {"weights": b.const((4, 1, 3, 3), 7)}, groups=4)
+    # a grouped (not depthwise) transposed conv has no code generator yet (grouped conv2d has)
+    b.op("conv2d_transpose", [x], (1, 4, 10, 10), 3, {"weights": b.const((4, 2, 3, 3), 7)}, groups=2)
     b.g.outputs = [b.g.ops[-1].outputs[0]]
-    with pytest.raises(CodegenError, match=f"op '{b.g.ops[-1].name}' \\(conv2d\\): grouped"):
+    with pytest.raises(CodegenError, match=f"op '{b.g.ops[-1].name}' \\(conv2d_transpose\\): grouped"):
         compile_graph(b.g, load_arch("B4096"))
 
 

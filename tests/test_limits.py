@@ -57,7 +57,7 @@ def _dense(features, oc=10, **kw) -> OpDesc:
 
 def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
     """(id, op, expected reasons) for one ISA1 arch."""
-    t, cp, bd = arch.target_label, arch.icp, arch.bank_depth
+    t, cp, bd, pp = arch.target_label, arch.icp, arch.bank_depth, arch.pp
     n = 256 * cp  # the 256*channel_parallel channel ceiling
     conv_acts = "relu, leaky_relu, relu6"
     c_in_ok = bd // 256 * cp  # 16x16 kernel: 256*ceil(ic/cp) <= bank_depth
@@ -121,9 +121,17 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
          [f"activation hard_swish not supported for conv2d on {t} (supported: {conv_acts})"]),
         ("conv_prelu", _conv(activation="prelu"),
          [f"activation prelu not supported for conv2d on {t} (supported: {conv_acts})"]),
-        ("conv_groups_2", _conv(groups=2),
-         [f"groups 2 not supported on {t}: conv2d needs groups == 1, or groups == in_channels == out_channels "
-          f"for depthwise (in_channels 32, out_channels 32)"]),
+        # grouped (not depthwise): checked as one of its group convs (in/G -> out/G channels)
+        ("conv_groups_2", _conv(groups=2), []),
+        ("conv_groups_32x4d", _conv(c=128, groups=32), []),
+        ("conv_groups_not_dividing", _conv(c=32, oc=30, groups=4),
+         [f"groups 4 do not divide in_channels 32 and out_channels 30 on {t}"]),
+        ("conv_groups_oc_per_group_max", _conv(c=8, oc=2 * n, groups=2, kernel=(1, 1), pad=(0, 0, 0, 0)), []),
+        ("conv_groups_oc_per_group_over", _conv(c=8, oc=2 * n + 2, groups=2, kernel=(1, 1), pad=(0, 0, 0, 0)),
+         [f"each of the 2 group convs: output channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("conv_groups_hswish", _conv(groups=2, activation="hard_swish"),
+         [f"activation hard_swish not supported for grouped conv2d (each of its 2 group convs) on {t} "
+          f"(supported: {conv_acts})"]),
         ("conv_groups_dw", _conv(groups=32), []),
         ("conv_groups_dw_leaky", _conv(groups=32, activation="leaky_relu", alpha=0.1),
          [f"activation leaky_relu not supported for conv2d (as depthwise_conv2d) on {t} (supported: relu, relu6)"]),
@@ -212,9 +220,16 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
             for kind, tag in (("max_pool2d", "max"), ("avg_pool2d", "avg"))
             for entry in (
                 (f"{tag}_ok", _pool(kind), []),
-                (f"{tag}_kernel_256", _pool(kind, kernel=(256, 256), stride=(1, 1), pad=(0, 0, 0, 0)), []),
-                (f"{tag}_kernel_257", _pool(kind, kernel=(257, 257), stride=(1, 1), pad=(0, 0, 0, 0)),
+                (f"{tag}_kernel_256", _pool(kind, kernel=(256, 256), stride=(256, 256), pad=(0, 0, 0, 0)), []),
+                (f"{tag}_kernel_257", _pool(kind, kernel=(257, 257), stride=(256, 256), pad=(0, 0, 0, 0)),
                  [f"kernel 257x257 exceeds [1,256] on {t}"]),
+                # the window of one output row: (kh-1)//sh < 4 * PP (four base addresses per ALU fetch)
+                (f"{tag}_wraps_max", _pool(kind, kernel=(4 * pp, 4 * pp), stride=(1, 1), pad=(0, 0, 0, 0)), []),
+                (f"{tag}_wraps_over", _pool(kind, kernel=(4 * pp + 1, 4 * pp + 1), stride=(1, 1), pad=(0, 0, 0, 0)),
+                 [f"kernel_h {4 * pp + 1} with stride_h 1: one output row's window spans 5 wraps of the PP={pp} "
+                  f"image banks, more than the 4 base addresses of an ALU fetch on {t}"]),
+                (f"{tag}_wraps_strided", _pool(kind, kernel=(8 * pp, 8 * pp), stride=(2, 2),
+                                               pad=(0, 0, 0, 0)), []),
                 (f"{tag}_kernel_1", _pool(kind, kernel=(1, 1), stride=(1, 1), pad=(0, 0, 0, 0)), []),
                 (f"{tag}_stride_256", _pool(kind, stride=(256, 256)), []),
                 (f"{tag}_stride_257", _pool(kind, stride=(257, 257)), [f"stride 257x257 exceeds [1,256] on {t}"]),
@@ -240,9 +255,15 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
         ("avg_nonsquare", _pool("avg_pool2d", kernel=(3, 5), pad=(0, 0, 0, 0)),
          [f"kernel 3x5 is not square (w == h required) on {t}"]),
         ("avg_count_include_pad_false", _pool("avg_pool2d", count_include_pad=False), []),
-        ("gap_256", _gap(256, 256), []),
+        ("gap_4pp", _gap(4 * pp, 4 * pp), []),
+        ("gap_256", _gap(256, 256),
+         [f"kernel_h 256 with stride_h 1: one output row's window spans {255 // pp + 1} wraps of the PP={pp} image "
+          f"banks, more than the 4 base addresses of an ALU fetch on {t}"]),
         ("gap_1", _gap(1, 1), []),
-        ("gap_257", _gap(257, 257), [f"kernel 257x257 exceeds [1,256] on {t}"]),
+        ("gap_257", _gap(257, 257), [f"kernel 257x257 exceeds [1,256] on {t}",
+                                     f"kernel_h 257 with stride_h 1: one output row's window spans {256 // pp + 1} "
+                                     f"wraps of the PP={pp} image banks, more than the 4 base addresses of an ALU "
+                                     f"fetch on {t}"]),
         ("gap_nonsquare", _gap(7, 8), [f"kernel 7x8 is not square (w == h required) on {t}"]),
         ("gap_relu6", _gap(7, 7, activation="relu6"), []),
         ("gap_leaky", _gap(7, 7, activation="leaky_relu", alpha=0.1),
@@ -259,7 +280,17 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
          [f"activation relu6 not supported for eltwise_add on {t} (supported: relu)"]),
         ("elew_leaky", _elew(activation="leaky_relu", alpha=0.1),
          [f"activation leaky_relu not supported for eltwise_add on {t} (supported: relu)"]),
-        ("elew_mul", _elew(kind="eltwise_mul"), [f"eltwise_mul not supported on {t}"]),
+        # element-wise multiply (ELEW mult): two operands, equal shapes or a channel gate N x C x 1 x 1
+        ("elew_mul", _elew(kind="eltwise_mul"), []),
+        ("elew_mul_gate", _elew(kind="eltwise_mul", in_shape2=(1, 32, 1, 1)), []),
+        ("elew_mul_gate_relu", _elew(kind="eltwise_mul", in_shape2=(1, 32, 1, 1), activation="relu"), []),
+        ("elew_mul_row_broadcast", _elew(kind="eltwise_mul", in_shape2=(1, 32, 8, 1)),
+         [f"operand shapes 1x32x8x8 and 1x32x8x1: eltwise_mul takes equal shapes or a channel gate 1x32x1x1 on {t}"]),
+        ("elew_mul_inputs_3", _elew(kind="eltwise_mul", n=3), [f"num_inputs 3 exceeds [2,2] on {t}"]),
+        ("elew_mul_ic_over", _elew(kind="eltwise_mul", c=n + 1),
+         [f"input channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("elew_add_gate", _elew(in_shape2=(1, 32, 1, 1)),
+         [f"operand shapes 1x32x8x8 and 1x32x1x1: eltwise_add takes equal shapes on {t}"]),
         # ---- concat, upsample
         ("concat_ok", OpDesc("concat", (1, 32, 8, 8), (1, 96, 8, 8), num_inputs=3), []),
         ("concat_relu", OpDesc("concat", (1, 32, 8, 8), (1, 64, 8, 8), num_inputs=2, activation="relu"),
@@ -328,7 +359,7 @@ def test_dw_leaky_flag(name):
     # standalone LeakyReLU (ALU mode 4) follows the flag ...
     assert check_op(arch, _act("leaky_relu", 0.1)) == []
     assert check_op(base, _act("leaky_relu", 0.1)) == [
-        f"activation leaky_relu not supported for activation on {name} (supported: relu, relu6)"
+        f"activation leaky_relu not supported for activation on {name} (supported: relu, relu6, hard_sigmoid)"
     ]
     assert check_op(arch, _act("leaky_relu", 0.2)) == [
         f"LeakyReLU alpha 0.2 quantizes to 51/256, DPU supports only 26/256 on {name}"
@@ -348,8 +379,14 @@ def test_dw_leaky_flag(name):
 def test_standalone_activation_kind(name):
     arch = load_arch(name)
     assert check_op(arch, _act("relu")) == [] and check_op(arch, _act("relu6")) == []
+    assert check_op(arch, _act("hard_sigmoid")) == []  # ALU mode 7
     assert check_op(arch, _act("hard_swish")) == [
-        f"activation hard_swish not supported for activation on {name} (supported: relu, relu6)"
+        f"activation hard_swish not supported for activation on {name} (supported: relu, relu6, hard_sigmoid)"
+    ]
+    assert check_op(arch, _act("sigmoid")) == [
+        f"activation sigmoid not supported for activation on {name} (supported: relu, relu6, hard_sigmoid): it "
+        "needs exp, which no ISA1 engine computes (ALU modes: dwconv, prelu, leaky, avg/max pool, hsigmoid); a model "
+        "trained with hard_sigmoid runs on the DPU"
     ]
 
 

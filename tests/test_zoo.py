@@ -15,7 +15,14 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm_dpu import zoo
 
 REPO = Path(__file__).resolve().parents[1]
-NETWORKS = ("vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mobilenetv2")
+NETWORKS = ("vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mobilenetv2", "resnext50_32x4d",
+            "mobilenetv3_small", "squeezenet1_1", "shufflenetv2", "mobilenetv3_large", "efficientnet_b0",
+            "yolov3_tiny", "unet")
+# Output shape per class count when it is not (1, classes): detection heads and per-pixel scores.
+OUTPUT_SHAPES = {
+    "yolov3_tiny": lambda classes, full: (1, 3 * (5 + classes), 13 * 13 + 26 * 26 if full else 2 * 2 + 4 * 4),
+    "unet": lambda classes, full: (1, classes, 256, 256) if full else (1, classes, 64, 64),
+}
 
 # Op counts of the published topologies (ResNet: conv incl. downsample; MobileNetV2: 1 stem + 16 expand + 17
 # depthwise + 17 project + 1 final conv; GoogLeNet: 3 stem convs + 6 per inception module).
@@ -28,13 +35,35 @@ EXPECTED_OPS: dict[str, dict[str, int]] = {
     "googlenet": {"Conv": 57, "Relu": 57, "Concat": 9, "MaxPool": 13, "LRN": 0, "GlobalAveragePool": 1,
                   "Dropout": 1, "Gemm": 1},
     "mobilenetv2": {"Conv": 52, "BatchNormalization": 52, "Clip": 35, "Add": 10, "GlobalAveragePool": 1, "Gemm": 1},
+    "resnext50_32x4d": {"Conv": 53, "BatchNormalization": 53, "Add": 16, "Relu": 49, "MaxPool": 1, "Gemm": 1},
+    # 1 stem + 11 blocks (10 expand, 11 depthwise, 9 SE x 2 fc, 11 project) + 1 last conv; 9 SE (HardSigmoid * x)
+    "mobilenetv3_small": {"Conv": 52, "BatchNormalization": 34, "HardSwish": 19, "Relu": 14, "HardSigmoid": 9,
+                          "Mul": 9, "Add": 6, "GlobalAveragePool": 10, "Gemm": 2},
+    "squeezenet1_1": {"Conv": 26, "Relu": 26, "Concat": 8, "MaxPool": 3, "GlobalAveragePool": 1},
+    # 16 units (3 downsampling), each ending in concat + channel shuffle (Reshape, Transpose, Reshape)
+    "shufflenetv2": {"Conv": 56, "BatchNormalization": 56, "Concat": 16, "Split": 13, "Reshape": 32, "Transpose": 16,
+                     "Gemm": 1},
+    "mobilenetv3_large": {"Conv": 62, "BatchNormalization": 46, "HardSwish": 21, "Relu": 19, "HardSigmoid": 8,
+                          "Mul": 8, "Add": 10, "GlobalAveragePool": 9, "Gemm": 2},
+    # 16 MBConv blocks (15 expand, 16 depthwise, 16 SE x 2 fc, 16 project) + stem + head; SiLU = Sigmoid + Mul
+    # (49 of them) and 16 SE gates (Sigmoid, Mul)
+    "efficientnet_b0": {"Conv": 81, "BatchNormalization": 49, "Sigmoid": 65, "Mul": 65, "Add": 9,
+                        "GlobalAveragePool": 17, "Gemm": 1},
+    # 13 convs (11 conv+BN+leaky, 2 linear heads), 6 max pools, one 2x nearest upsample, the route concat and the
+    # concat of the two flattened heads
+    "yolov3_tiny": {"Conv": 13, "BatchNormalization": 11, "LeakyRelu": 11, "MaxPool": 6, "Resize": 1, "Concat": 2,
+                    "Reshape": 2},
+    "unet": {"Conv": 19, "BatchNormalization": 18, "Relu": 18, "MaxPool": 4, "ConvTranspose": 4, "Concat": 4},
     "mixed_cnn": {"Conv": 6, "Add": 1, "Concat": 1, "MaxPool": 2, "LeakyRelu": 1, "Sigmoid": 1, "Softmax": 1,
                   "Gemm": 1},
 }
 # Published parameter counts (torchvision; Caffe BVLC GoogLeNet without auxiliary heads ~7.0M).
 PUBLISHED_PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "resnet152": 60_192_808, "vgg16": 138_357_544,
-                    "mobilenetv2": 3_504_872, "googlenet": 7.0e6}
-FAST_FULL = ("resnet18", "googlenet", "mobilenetv2")  # full-size builds well under a second
+                    "mobilenetv2": 3_504_872, "googlenet": 7.0e6, "resnext50_32x4d": 25_028_904,
+                    "mobilenetv3_small": 2_542_856, "squeezenet1_1": 1_235_496, "shufflenetv2": 2_278_604,
+                    "mobilenetv3_large": 5_483_032, "efficientnet_b0": 5_288_548}
+FAST_FULL = ("resnet18", "googlenet", "mobilenetv2", "mobilenetv3_small", "squeezenet1_1", "shufflenetv2",
+             "mobilenetv3_large", "efficientnet_b0")  # full-size builds well under a second
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -52,6 +81,14 @@ def _run_with_stages(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         probe.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     outs = _session(probe).run(None, {"input": zoo.random_input(model)})
     return dict(zip(["output", *stages], outs))
+
+
+def _expected_output(name: str, full: bool) -> tuple[int, ...]:
+    """(1, classes) for a classifier (1000 / 10 classes), else the detector's / segmenter's output shape."""
+    if name not in OUTPUT_SHAPES:
+        return (1, 1000 if full else 10)
+    info = zoo.REGISTRY[name]
+    return OUTPUT_SHAPES[name]((info.full if full else info.reduced).classes, full)
 
 
 def _op_counts(model: onnx.ModelProto) -> collections.Counter:
@@ -72,7 +109,7 @@ def _check_model(name: str, model: onnx.ModelProto, classes: int) -> None:
         assert counts.get(op, 0) == expected, f"{name}: {op} count {counts.get(op, 0)} != {expected}"
     results = _run_with_stages(model)
     out = results["output"]
-    assert out.shape == (1, classes)
+    assert out.shape == _expected_output(name, full=classes != 10)
     assert np.isfinite(out).all()
     assert len(results) >= 3, "each model marks at least two stages"
     for tensor, value in results.items():
@@ -140,7 +177,8 @@ def test_reduced_model_is_valid_runs_and_is_well_conditioned(name):
 def test_reduced_variant_has_the_full_op_sequence(name):
     full, small = zoo.build_model(name), zoo.build_model(name, reduced=True)
     assert [(n.name, n.op_type) for n in small.graph.node] == [(n.name, n.op_type) for n in full.graph.node]
-    assert full.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 1000
+    dims = tuple(d.dim_value for d in full.graph.output[0].type.tensor_type.shape.dim)
+    assert dims == _expected_output(name, full=True)
 
 
 def test_depthwise_convs_of_mobilenetv2():
@@ -160,6 +198,34 @@ def test_depthwise_convs_of_mobilenetv2():
     for node in clips:  # ReLU6 as Clip with min/max inputs
         assert len(node.input) == 3
         assert float(inits[node.input[1]]) == 0.0 and float(inits[node.input[2]]) == 6.0
+
+
+def test_resnext_grouped_convs():
+    """ResNeXt-50 32x4d: every bottleneck's 3x3 is a grouped conv (32 groups of 4 x 2**(stage-1) channels full size;
+    the reduced variant keeps 4-channel groups with groups / 8)."""
+    for reduced, groups, first_width in ((False, 32, 128), (True, 4, 16)):
+        model = zoo.build_model("resnext50_32x4d", reduced=reduced)
+        inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        convs = [n for n in model.graph.node if n.op_type == "Conv" and n.name.endswith(".conv2")]
+        assert len(convs) == 16
+        for n in convs:
+            assert next(a.i for a in n.attribute if a.name == "group") == groups
+        assert inits[convs[0].input[1]].shape == (first_width, first_width // groups, 3, 3)
+
+
+def test_mobilenetv3_se_and_shufflenet_shuffle_structure():
+    model = zoo.build_model("mobilenetv3_small", reduced=True)
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+              for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    for n in (n for n in model.graph.node if n.op_type == "Mul"):  # x * gate, gate N x C x 1 x 1
+        gate = shapes[n.input[1]]
+        assert gate[2:] == [1, 1] and gate[:2] == shapes[n.input[0]][:2]
+    hs = [n for n in model.graph.node if n.op_type == "HardSigmoid"]
+    assert all(next(a.f for a in n.attribute if a.name == "alpha") == pytest.approx(1 / 6) for n in hs)
+    model = zoo.build_model("shufflenetv2", reduced=True)
+    perms = [list(next(a.ints for a in n.attribute if a.name == "perm")) for n in model.graph.node
+             if n.op_type == "Transpose"]
+    assert perms == [[0, 2, 1, 3, 4]] * 16
 
 
 def test_resnet_names_and_v15_stride_placement():
@@ -330,7 +396,7 @@ def test_parameter_count_matches_published(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in NETWORKS if n not in FAST_FULL])
+@pytest.mark.parametrize("name", [n for n in PUBLISHED_PARAMS if n not in FAST_FULL])
 def test_parameter_count_matches_published_large(name):
     model = zoo.build_model(name)
     assert zoo.count_parameters(model) == pytest.approx(PUBLISHED_PARAMS[name], rel=0.01)

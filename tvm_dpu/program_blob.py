@@ -132,10 +132,16 @@ def unpack_program(data: bytes, source: str) -> Program:
             raise SchemaError("a program without outputs")
         shapes = [_shape(s, f"output_shapes[{i}]")
                   for i, s in enumerate(need_list(h.get("output_shapes"), "output_shapes", len(outputs)))]
+        batches = set()
         for i, (s, b) in enumerate(zip(shapes, outputs)):
-            if int(np.prod(s)) != int(np.prod(b.shape)):
-                raise SchemaError(f"output_shapes[{i}] {list(s)} does not hold the {int(np.prod(b.shape))} elements of "
-                           f"output {b.name!r}")
+            # the program computes one image; a batch of N runs it N times (runtime.subgraph_runner.execute_float)
+            per_image = int(np.prod(b.shape))
+            if int(np.prod(s)) < per_image or int(np.prod(s)) % per_image:
+                raise SchemaError(f"output_shapes[{i}] {list(s)} does not hold a whole number of images of the "
+                                  f"{per_image} elements of output {b.name!r}")
+            batches.add(int(np.prod(s)) // per_image)
+        if len(batches) > 1:
+            raise SchemaError(f"output_shapes hold different batch sizes {sorted(batches)}")
         counts = {need_str(k, "instr_counts key"): need_int(v, f"instr_counts[{k}]", 0, n_words)
                   for k, v in need_dict(h.get("instr_counts"), "instr_counts").items()}
         ranges = []

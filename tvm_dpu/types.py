@@ -192,9 +192,13 @@ class NodeReport:
     device: str  # "dpu" | "cpu" | a custom-IP plugin's device
     subgraph: int | None
     reason: str | None
+    note: str | None = None  # how a DPU node is mapped when not one-to-one (e.g. a grouped conv's decomposition)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "op": self.op, "device": self.device, "subgraph": self.subgraph, "reason": self.reason}
+        d = {"name": self.name, "op": self.op, "device": self.device, "subgraph": self.subgraph, "reason": self.reason}
+        if self.note is not None:  # optional key: reports of models without such nodes keep the five keys
+            d["note"] = self.note
+        return d
 
 
 @dataclass
@@ -211,8 +215,8 @@ class PartitionReport:
     @classmethod
     def from_json(cls, d: dict) -> "PartitionReport":
         """Inverse of `to_json` (the artifact stores the report)."""
-        nodes = [NodeReport(str(n["name"]), str(n["op"]), str(n["device"]), n["subgraph"], n["reason"])
-                 for n in d["nodes"]]
+        nodes = [NodeReport(str(n["name"]), str(n["op"]), str(n["device"]), n["subgraph"], n["reason"],
+                            n.get("note")) for n in d["nodes"]]
         return cls(str(d["arch"]), nodes, int(d["subgraphs"]))
 
     def save_json(self, path) -> None:
@@ -245,9 +249,9 @@ class PartitionReport:
         )
 
     def table(self) -> str:
-        headers = ("node", "op", "device", "subgraph", "reason")
+        headers = ("node", "op", "device", "subgraph", "reason / note")
         rows = [
-            (n.name, n.op, n.device, "" if n.subgraph is None else str(n.subgraph), n.reason or "")
+            (n.name, n.op, n.device, "" if n.subgraph is None else str(n.subgraph), n.reason or n.note or "")
             for n in self.nodes
         ]
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]

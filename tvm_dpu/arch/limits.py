@@ -62,12 +62,26 @@ def _pair(label: str, hw: tuple[int, int], bounds: list[int], target: str) -> li
     return _range(label, tuple(hw), f"{hw[0]}x{hw[1]}", bounds[0], bounds[1], target)
 
 
+def _shape(s: tuple[int, ...]) -> str:
+    return "x".join(str(int(d)) for d in s)
+
+
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
-    """Map grouped convs to their depthwise kind and global pooling to an avg pool; report bad groupings."""
+def _grouped(op: OpDesc, rules_by_kind: dict[str, Any]) -> int:
+    """G when `op` is a grouped conv2d (1 < groups, not depthwise) that the profile runs as G group convs
+    (conv2d rule "grouped": "per_group"), else 0."""
+    g, ic, oc = op.groups, op.in_channels, op.out_channels
+    if op.kind != "conv2d" or g <= 1 or g == ic == oc:
+        return 0
+    return g if rules_by_kind.get("conv2d", {}).get("grouped") == "per_group" else 0
+
+
+def _resolve_kind(op: OpDesc, target: str, per_group: bool = False) -> tuple[OpDesc, list[str]]:
+    """Map grouped convs to their depthwise kind (or, `per_group`, to one group's conv2d) and global pooling to an
+    avg pool; report bad groupings."""
     ic, oc, g = op.in_channels, op.out_channels, op.groups
     depthwise = g == ic == oc and g > 1
     if op.kind in ("conv2d", "conv2d_transpose"):
@@ -75,6 +89,12 @@ def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
             return op, []
         if depthwise:
             return replace(op, kind=f"depthwise_{op.kind}"), []
+        if per_group:
+            if ic % g or oc % g:
+                return op, [f"groups {g} do not divide in_channels {ic} and out_channels {oc} on {target}"]
+            n, _, h, w = op.in_shape
+            return replace(op, in_shape=(n, ic // g, h, w), out_shape=(op.out_shape[0], oc // g, *op.out_shape[2:]),
+                           groups=1), []
         return op, [
             f"groups {g} not supported on {target}: {op.kind} needs groups == 1, or groups == in_channels == "
             f"out_channels for depthwise (in_channels {ic}, out_channels {oc})"
@@ -90,6 +110,16 @@ def _resolve_kind(op: OpDesc, target: str) -> tuple[OpDesc, list[str]]:
     return op, []
 
 
+def placement_note(arch: Arch, op: OpDesc) -> str | None:
+    """How a supported `op` is mapped when that is not one-to-one (for the partition report), else None: a grouped
+    conv2d runs as G group convs."""
+    g = _grouped(op, profile_rules(arch))
+    if not g:
+        return None
+    return (f"grouped conv decomposed into {g} group convs ({op.in_channels // g} -> {op.out_channels // g} "
+            f"channels each) on the CONV engine")
+
+
 def _allowed_activations(arch: Arch, source: str | list[str]) -> tuple[str, ...]:
     if isinstance(source, list):
         return tuple(source)
@@ -101,14 +131,15 @@ def _allowed_activations(arch: Arch, source: str | list[str]) -> tuple[str, ...]
     return tuple(a for a in acts if a != "leaky_relu" or leaky)
 
 
-def _check_activation(arch: Arch, op: OpDesc, kind: str, source: str | list[str], target: str) -> list[str]:
+def _check_activation(arch: Arch, op: OpDesc, kind: str, rules: dict[str, Any], target: str) -> list[str]:
     if op.activation is None:
         return []
-    allowed = _allowed_activations(arch, source)
+    allowed = _allowed_activations(arch, rules["activations"]) + tuple(rules.get("alu_modes", ()))
     if op.activation not in allowed:
+        why = rules.get("why_not", {}).get(op.activation)
         return [
             f"activation {op.activation} not supported for {kind} on {target} "
-            f"(supported: {', '.join(allowed) or 'none'})"
+            f"(supported: {', '.join(allowed) or 'none'})" + (f": {why}" if why else "")
         ]
     if op.activation == "leaky_relu":
         den = 1 << LEAKY_SHIFT
@@ -156,8 +187,13 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         return [f"op kind {op.kind!r} not supported on {target}"]
     _validate(op)
     orig_kind = op.kind
-    op, reasons = _resolve_kind(op, target)
+    groups = _grouped(op, rules_by_kind)
+    op, reasons = _resolve_kind(op, target, per_group=bool(groups))
     kind = op.kind if op.kind == orig_kind else f"{orig_kind} (as {op.kind})"
+    if groups:
+        if reasons:  # groups that do not divide the channels: there are no group convs to check
+            return reasons
+        kind = f"grouped conv2d (each of its {groups} group convs)"
     rules = rules_by_kind[op.kind]
     if "as" in rules:
         rules = rules_by_kind[rules["as"]]
@@ -208,6 +244,12 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
             hi = rules["engine_pad_max"][side]
             if p > hi:
                 reasons.append(f"pad_{side} {p} exceeds the ALU pad field [0,{hi}] on {target}")
+    if "window_wraps_max" in rules and sh >= 1:
+        n, pp = rules["window_wraps_max"], arch.pp
+        wraps = ((kh - 1) // sh) // pp + 1  # of the rows one output row fetches (codegen.tiling.max_valid_rows)
+        if wraps > n:
+            reasons.append(f"kernel_h {kh} with stride_h {sh}: one output row's window spans {wraps} wraps of the "
+                           f"PP={pp} image banks, more than the {n} base addresses of an ALU fetch on {target}")
     if rules.get("in_size"):
         rows = kw * kh * math.ceil(ic / cp)
         if rows > arch.bank_depth:
@@ -231,6 +273,12 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         n = rules["in_channels_max_per_cp"]
         if ic > n * cp:
             reasons.append(f"input channels {ic} exceed {n}*{cp}={n * cp} on {target}")
+    if op.in_shape2 is not None and tuple(op.in_shape2) != tuple(op.in_shape):
+        gate = (*op.in_shape[:2], 1, 1)
+        if not (rules.get("broadcast") == "channel_gate" and tuple(op.in_shape2) == gate):
+            allowed = f"equal shapes or a channel gate {_shape(gate)}" if rules.get("broadcast") else "equal shapes"
+            reasons.append(f"operand shapes {_shape(op.in_shape)} and {_shape(op.in_shape2)}: {op.kind} takes "
+                           f"{allowed} on {target}")
     if "inputs" in rules:
         lo, hi = rules["inputs"]
         reasons += _range("num_inputs", op.num_inputs, str(op.num_inputs), lo, hi, target)
@@ -238,5 +286,8 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         scale, bad = _upsample_scale(op, target)
         reasons += bad or _pair("upsample scale", scale, rules["scale"], target)
     if "activations" in rules:
-        reasons += _check_activation(arch, op, kind, rules["activations"], target)
+        reasons += _check_activation(arch, op, kind, rules, target)
+    if groups and reasons:  # the numbers above are those of one group conv
+        reasons = [f"each of the {groups} group convs: {r}" if not r.startswith("activation") else r
+                   for r in reasons]
     return reasons

@@ -21,7 +21,8 @@ OP_KINDS = (
     "concat",
     "upsample_nearest",
     "dense",  # inner product; checked as a 1x1 conv over a 1x1 feature map
-    "activation",  # a standalone activation (`activation` names it) on its own engine (the ALU on ISA1)
+    "activation",  # a standalone activation (`activation` names it) on its own engine (the ALU on ISA1);
+    # "hard_sigmoid" is the ALU's own mode (relu6(x + 3) / 6), "sigmoid" is checked so the report can say why not
 )
 
 
@@ -37,9 +38,11 @@ class OpDesc:
     dilation: tuple[int, int] = (1, 1)  # dh, dw
     pad: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
     groups: int = 1
-    activation: str | None = None  # None, "relu", "relu6", "leaky_relu", "hard_sigmoid", "hard_swish", "prelu"
+    activation: str | None = None  # None, "relu", "relu6", "leaky_relu", "hard_sigmoid", "hard_swish", "prelu",
+    # "sigmoid"
     alpha: float | None = None  # LeakyReLU slope
     num_inputs: int = 1  # eltwise / concat
+    in_shape2: tuple[int, ...] | None = None  # eltwise: the second operand's shape when it differs (broadcast)
     scale: tuple[int, int] | None = None  # upsample factor (h, w)
     ceil_mode: bool = False
     count_include_pad: bool = True

@@ -323,38 +323,51 @@ def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_varia
 
 
 def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap], params: ParamBlob) -> None:
-    """conv2d (groups 1, any dilation), dense and conv2d_transpose (groups 1) on the CONV engine."""
+    """conv2d (any groups, any dilation), dense and conv2d_transpose (groups 1) on the CONV engine.
+
+    A grouped conv2d (groups G > 1, not depthwise) is G independent convs: group g reads input channels
+    [g*I/G, (g+1)*I/G) and writes output channels [g*O/G, (g+1)*O/G). Each is emitted as an ordinary conv on
+    channel-slice views of the input and output maps (FMap.channels, the same views a free concat saves into), so
+    the LOADs fetch only the group's input channels and the SAVEs land in place in the output map: no copies, no
+    split or concat op. A CONV reduces all input channels of its channel groups (isa1-semantics.md 6.2), so one
+    instruction cannot mix groups; hence the decomposition rather than block-diagonal weights, which would also
+    multiply the weight rows and MACs by G."""
     t = op.type
     out = op.outputs[0]
     x, y = fmaps[op.inputs[0]], fmaps[out]
     q = xops.quant_params(op, graph)
     w = graph.param(op, "weights").data
-    if t == "conv2d" and xops.attr(op, "groups") != 1:
-        raise CodegenError("grouped conv2d (other than depthwise) is not supported by the code generator yet")
+    groups = int(xops.attr(op, "groups")) if t != "dense" else 1
     if t == "conv2d_transpose":
-        if xops.attr(op, "groups") != 1:
+        if groups != 1:
             raise CodegenError("grouped transposed conv (other than depthwise) is not supported by the code "
                                "generator yet")
         w = w.transpose(1, 0, 2, 3)  # (I, O, kh, kw) -> (O, I, kh, kw)
+    bias = _bias_of(graph, op, w.shape[0])
     if t == "dense":
         w = w.reshape(xops.dense_weights_shape(op, graph))
-        sh, sw, pads = 1, 1, (0, 0, 0, 0)
-        phases = None
-    else:
-        phases = _phases(op, graph, x, y, w)
-        win = xops.conv_window(op, graph)
-        sh, sw, pads = win.sh, win.sw, win.pads
-    b_off = params.add(pack_channel_vector(_bias_of(graph, op, w.shape[0]), arch.ocp))
-
-    def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int]) -> ConvJob:
-        return ConvJob(op.name, wt.shape[2], wt.shape[3], strides[0], strides[1], tuple(pd), wt.shape[1],
-                       wt.shape[0], q.act_type, q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
-
     pack = lambda wt: pack_conv_weights(wt, arch.icp, arch.ocp)  # noqa: E731
-    if phases is None:
-        emit_conv(prog, arch, job(w, params.add(pack(w)), (sh, sw), pads), x, y, op.inputs[0], out)
-        return
-    _emit_phases(prog, arch, op, phases, w, params, pack, job, emit_conv, zero_channels=1)
+    icg, ocg = w.shape[1], w.shape[0] // groups  # weights are (O, I/groups, kh, kw)
+    for g in range(groups):
+        xg, yg = (x, y) if groups == 1 else (x.channels(g * icg, icg), y.channels(g * ocg, ocg))
+        wg = w[g * ocg:(g + 1) * ocg]
+        b_off = params.add(pack_channel_vector(bias[g * ocg:(g + 1) * ocg], arch.ocp))
+
+        def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int],
+                b_off: int = b_off) -> ConvJob:
+            return ConvJob(op.name, wt.shape[2], wt.shape[3], strides[0], strides[1], tuple(pd), wt.shape[1],
+                           wt.shape[0], q.act_type, q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+
+        if t == "dense":
+            emit_conv(prog, arch, job(wg, params.add(pack(wg)), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
+            continue
+        phases = _phases(op, graph, xg, yg, wg)
+        if phases is None:
+            win = xops.conv_window(op, graph)
+            emit_conv(prog, arch, job(wg, params.add(pack(wg)), (win.sh, win.sw), win.pads), xg, yg, op.inputs[0],
+                      out)
+        else:
+            _emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
 
 
 def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],

@@ -4,6 +4,12 @@ A tile is up to PP image rows x L pixels x a chunk of channel groups. Row r of e
 of VB0, each operand at its own base address; one ELEW covers alu_pp rows (its pixel parallelism), so a tile
 takes ceil(rows / alu_pp) ELEWs, each preceded by one ELEWINIT per operand (the FIFO binding of
 isa1-semantics.md 8.1). Outputs go to the same rows of VB1 and are saved row by row.
+
+Channel gate (multiply of an H x W map by a 1 x 1 map of the same channels, squeeze-and-excitation): the gate's
+channels of the tile's chunk are loaded once per tile into one bank row group, and its ELEWINIT reads them with
+share_pp = 1 (the same bank for all vpp pixel rows) and jump_read = 0 (the same pixel for every column,
+isa1-semantics.md 8.2), so the ELEW engine itself broadcasts the gate over H x W: no copy of the gate per pixel,
+no extra instruction per pixel. The multiply arithmetic is the ordinary ELEW mult (8.3).
 """
 from __future__ import annotations
 
@@ -37,6 +43,9 @@ def emit_elew(prog: Program, arch: Arch, job: ElewJob, xs: list[FMap], y: FMap, 
         raise CodegenError(f"op {job.name!r}: ELEW takes 1-4 operands, got {n_in}")
     if job.kind == "mul" and n_in != 2:
         raise CodegenError(f"op {job.name!r}: element-wise multiply needs exactly 2 operands")
+    gate = [(x.h, x.w) == (1, 1) and (y.h, y.w) != (1, 1) for x in xs]
+    if any(gate) and (job.kind != "mul" or gate[0]):
+        raise CodegenError(f"op {job.name!r}: only the second operand of a multiply may be a 1x1 channel gate")
     cp = arch.icp
     half = arch.bank_depth // 2
     cg = ceil_div(job.c, cp)
@@ -58,6 +67,11 @@ def emit_elew(prog: Program, arch: Arch, job: ElewJob, xs: list[FMap], y: FMap, 
             for q0, length in split_even(y.w, lmax):
                 base = buf * half
                 for i, (x, res) in enumerate(zip(xs, x_res)):
+                    if gate[i]:  # n rows of the gate, read by every pixel of the tile
+                        prog.emit("LOAD", reads=(("ddr", res),), writes=(("vb0", buf),), bank_id=vb0,
+                                  bank_addr=base + i * length * n, length=1, channel=cc, jump_read=x.pixel_pitch,
+                                  jump_write=n, reg_id=x.reg_id, ddr_addr=x.addr(0, 0, c0))
+                        continue
                     for r in range(nr):
                         prog.emit("LOAD", reads=(("ddr", res),), writes=(("vb0", buf),), bank_id=vb0 + r,
                                   bank_addr=base + i * length * n, length=length, channel=cc,
@@ -66,9 +80,9 @@ def emit_elew(prog: Program, arch: Arch, job: ElewJob, xs: list[FMap], y: FMap, 
                 for k0 in range(0, nr, arch.alu_pp):
                     vpp = min(arch.alu_pp, nr - k0)
                     for i in range(n_in):
-                        prog.emit("ELEWINIT", bank_id_in=vb0 + k0, share_pp=0, jump_bank=1, id=i,
-                                  jump_read_endl=1, bank_addr_in=base + i * length * n,
-                                  shift_read=job.shift_read[i], jump_read=n)
+                        prog.emit("ELEWINIT", bank_id_in=vb0 if gate[i] else vb0 + k0, share_pp=int(gate[i]),
+                                  jump_bank=1, id=i, jump_read_endl=1, bank_addr_in=base + i * length * n,
+                                  shift_read=job.shift_read[i], jump_read=0 if gate[i] else n)
                     prog.emit("ELEW", reads=(("vb0", buf),), writes=(("vb1", buf),), bank_id_out=vb1 + k0,
                               elew_type=0 if job.kind == "add" else 1, act_type=job.act_type, length=length,
                               valid_pixel_parallel=vpp, num=n_in, jump_write_endl=1, bank_addr_out=base,

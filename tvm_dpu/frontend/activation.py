@@ -45,6 +45,61 @@ def clamp_of(rw: Rewriter | None, value: relax.Expr) -> tuple[relax.Expr, float,
     return None
 
 
+# Hard sigmoid relu6(x + 3) / 6 as TVM's ONNX importer writes it: HardSigmoid(alpha=1/6, beta=0.5) is
+# clip(x * 1/6 + 0.5, 0, 1) ("mul_add_clip"); HardSwish's gate is clip(x + 3, 0, 6) / 6 ("add_clip_div").
+# Per form: the chain's ops and the constant of each (the clip's two bounds at the clip).
+HARD_SIGMOID_FORMS: dict[str, tuple[tuple[str, tuple[float, ...]], ...]] = {
+    "mul_add_clip": (("relax.multiply", (1 / 6,)), ("relax.add", (0.5,)), ("relax.clip", (0.0, 1.0))),
+    "add_clip_div": (("relax.add", (3.0,)), ("relax.clip", (0.0, 6.0)), ("relax.divide", (6.0,))),
+}
+
+
+def close(got: float | None, want: float) -> bool:
+    """A model constant equal to `want` up to float32 rounding."""
+    return got is not None and abs(got - want) <= 1e-6 * max(1.0, abs(want))
+
+
+def _scalar_operand(call: relax.Call) -> list[float] | None:
+    """The constant operands of a hard-sigmoid chain op: the scalar of x*c / x+c / x/c, the bounds of a clip."""
+    if op_name(call) == "relax.clip":
+        try:
+            return [float(call.args[1].value), float(call.args[2].value)]
+        except (AttributeError, TypeError, ValueError):
+            return None
+    consts = [c for c in (const_array(a) for a in call.args) if c is not None]
+    if len(consts) != 1 or consts[0].size != 1:
+        return None
+    if op_name(call) == "relax.divide" and const_array(call.args[1]) is None:  # c / x is not x / c
+        return None
+    return [float(consts[0].reshape(-1)[0])]
+
+
+def starts_hard_sigmoid(rw: Rewriter, var: relax.Var, value: relax.Expr) -> bool:
+    """Whether the binding `var = value` (input graph) is the first op of a hard-sigmoid chain whose inner ops have
+    one consumer each. The affine fold must leave such an op alone: folded into the producing conv, the chain
+    would lose the shape the DPU runs as one ALU hard-sigmoid (mode 7)."""
+    for chain in HARD_SIGMOID_FORMS.values():
+        v, e, ok = var, value, True
+        for i, (name, consts) in enumerate(chain):
+            if not isinstance(e, relax.Call) or op_name(e) != name:
+                ok = False
+                break
+            got = _scalar_operand(e)
+            if got is None or len(got) != len(consts) or not all(close(g, w) for g, w in zip(got, consts)):
+                ok = False
+                break
+            if i + 1 < len(chain):
+                nxt = rw.old_single_consumer(v)
+                users = rw.old_consumers.get(v, [])
+                if nxt is None or len(users) != 1:
+                    ok = False
+                    break
+                v, e = users[0], nxt
+        if ok:
+            return True
+    return False
+
+
 def _hoist_over_reshape(rw: Rewriter, value: relax.Expr):
     """act(reshape(y)) -> reshape(act(y)): elementwise ops commute with reshapes, and this keeps a fully connected
     stack (conv 1x1 -> reshape -> relu -> reshape -> conv 1x1) in 4-D so the reshape pairs cancel."""

@@ -25,6 +25,7 @@ import tvm
 from tvm import relax
 
 from . import provenance as prov
+from .activation import starts_hard_sigmoid
 from .const_fold import const_array, make_const, static_shape
 from .rewrite import Rewriter, op_name, rewrite_module
 
@@ -228,7 +229,7 @@ def affine_rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
     if op_name(value) in LINEAR_OPS:
         return _fold_input_scale(rw, value)
     aff = as_affine(value)
-    if aff is None:
+    if aff is None or starts_hard_sigmoid(rw, var, value):
         return None
     kind, y, c = aff
     lin = find_linear(rw, y)

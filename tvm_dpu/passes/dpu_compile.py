@@ -175,7 +175,8 @@ def _dpu_evaluator(fs: Any, collector: Any) -> Evaluator:
     from tvm_dpu.xgraph.float_ref import run_graph_float
 
     def evaluate(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        feeds = {name: np.asarray(a).reshape(fs.graph.tensors[name].shape).astype(np.float32)
+        # the XGraph is one image; a batch of N goes through the float reference at once (its ops take any N)
+        feeds = {name: np.asarray(a).reshape((-1, *fs.graph.tensors[name].shape[1:])).astype(np.float32)
                  for name, a in zip(fs.input_names, inputs)}
         res = collector.run(feeds) if collector is not None else run_graph_float(fs.graph, feeds)
         return [res[name] for name in fs.output_names]

@@ -16,14 +16,17 @@ mean(x, [2, 3], keepdims)                      "avg_pool2d" global
 concat((...), axis=1)                          "concat"
 image.resize2d nearest, integer scale          "upsample_nearest"
 leakyrelu / relu / clip(0, 6) alone            "activation" mode leaky_relu / relu / relu6
+clip(x*1/6 + 0.5, 0, 1) | clip(x+3, 0, 6)/6    "activation" mode hard_sigmoid (composite dpu.hard_sigmoid*)
+multiply(x, y)                                 "eltwise_mul" (y equal-shape or an N x C x 1 x 1 gate, put second)
 max_pool2d / avg_pool2d + relu                 the pool, then "activation" mode relu
 free reshape [N,K] <-> [N,K,1,1]               no op: the Relax var aliases the XGraph tensor
 =============================================  ==================================================================
 
 act = relu | clip(0, 6) (relu6) | leakyrelu(alpha).
 
-Feature maps are 4-D NCHW batch 1; a 2-D Relax tensor [N, K] is the same data as [N, K, 1, 1] and is represented
-by that 4-D tensor. `FloatSubgraph.input_shapes` / `output_shapes` keep the Relax shapes for the runtime.
+Feature maps are 4-D NCHW, one image (a batch runs image by image); a 2-D Relax tensor [N, K] is the same data as
+[N, K, 1, 1] and is represented by that 4-D tensor. `FloatSubgraph.input_shapes` / `output_shapes` keep the Relax
+shapes (batch included) for the runtime.
 Every op records in `Op.source` the ONNX node names of the Relax calls it came from (frontend provenance, or the
 partitioner's trace passed as `call_names`, see `build_float_xgraph`); its name is the first of them, made unique.
 """
@@ -127,14 +130,16 @@ def _shape(expr: relax.Expr, where: str) -> tuple[int, ...]:
 
 
 def _fmap_shape(shape: tuple[int, ...], where: str) -> tuple[int, int, int, int]:
-    """The 4-D NCHW XGraph shape of a Relax tensor shape ([N, K] is [N, K, 1, 1])."""
+    """The 4-D NCHW XGraph shape of a Relax tensor shape ([N, K] is [N, K, 1, 1]), for ONE image: the XGraph and its
+    program are batch 1, a batch of N runs as N calls (runtime/subgraph_runner.execute_float); the Relax shapes,
+    batch included, stay in FloatSubgraph.input_shapes / output_shapes."""
     if len(shape) == 2:
         shape = (shape[0], shape[1], 1, 1)
     if len(shape) != 4:
         raise FromRelaxError(f"{where}: {len(shape)}-D tensor {list(shape)}; DPU feature maps are NCHW")
-    if shape[0] != 1:
-        raise FromRelaxError(f"{where}: batch {shape[0]}; DPU subgraphs run batch 1")
-    return shape  # type: ignore[return-value]
+    if shape[0] < 1:
+        raise FromRelaxError(f"{where}: batch {shape[0]}")
+    return (1, *shape[1:])  # type: ignore[return-value]
 
 
 def _ints(values) -> list[int]:
@@ -261,6 +266,8 @@ class _Builder:
         if kind not in _known_composites():
             raise FromRelaxError(f"{comp.where()}: not a DPU pattern this lowering knows")
         env = dict(zip(fn.params, args))
+        if kind.startswith("dpu.hard_sigmoid"):
+            return self._hard_sigmoid(comp, fn, args)
         uses = _use_counts(fn)
         for i, b in enumerate(bindings):
             val = b.value
@@ -292,6 +299,8 @@ class _Builder:
             return self._conv(comp, call, args, out_shape, base, own)
         if name == "relax.add":
             return self._add(comp, call, args, out_shape, base, own, uses)
+        if name == "relax.multiply":
+            return self._mul(comp, args, out_shape, base, own)
         if name in _ACTS:
             return self._act(comp, call, args, out_shape, base, own, uses)
         if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
@@ -372,6 +381,33 @@ class _Builder:
             raise FromRelaxError(f"{where}: add with broadcasting {list(a.shape)} + {list(b.shape)}")
         op = self._new_op(comp, base, "eltwise_add", [a.tensor, b.tensor], _fmap_shape(out_shape, where),
                           {"act": "none"}, own)
+        return self._out(op, out_shape)
+
+    def _mul(self, comp, args, out_shape, base, own) -> _Value:
+        """Two feature maps: equal shapes, or a map times a channel gate (N, C, 1, 1); the gate goes second."""
+        where = comp.where()
+        a, b = self._data(comp, args, 0), self._data(comp, args, 1)
+        if a.shape != out_shape:
+            a, b = b, a
+        gate = (*out_shape[:2], 1, 1)
+        flat = len(out_shape) == 2 and a.shape == b.shape == out_shape  # [N, K]: the view of [N, K, 1, 1]
+        if not flat and (a.shape != out_shape or len(out_shape) != 4 or b.shape not in (out_shape, gate)):
+            raise FromRelaxError(f"{where}: multiply {list(a.shape)} * {list(b.shape)} is neither element-wise nor "
+                                 f"by a channel gate {list(gate)}")
+        op = self._new_op(comp, base, "eltwise_mul", [a.tensor, b.tensor], _fmap_shape(out_shape, where),
+                          {"act": "none"}, own)
+        return self._out(op, out_shape)
+
+    def _hard_sigmoid(self, comp, fn, args) -> _Value:
+        """A dpu.hard_sigmoid* composite (the pattern checked its constants): one ALU hard_sigmoid activation."""
+        where = comp.where()
+        xs = [a for a in args if isinstance(a, _Value)]
+        if len(xs) != 1:
+            raise FromRelaxError(f"{where}: hard sigmoid needs exactly one feature-map input, got {len(xs)}")
+        out_shape = _shape(fn.body.body, where)
+        base = comp.names[0] if comp.names else "hard_sigmoid"
+        op = self._new_op(comp, base, "activation", [xs[0].tensor], _fmap_shape(out_shape, where),
+                          {"mode": "hard_sigmoid"}, comp.names)
         return self._out(op, out_shape)
 
     def _act(self, comp, call, args, out_shape, base, own, uses) -> _Value:

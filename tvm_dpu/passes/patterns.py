@@ -35,10 +35,10 @@ called outside one.
 
 Every check converts the match into an `OpDesc` and asks `tvm_dpu.arch.check_op(arch, desc)`; the arch's limits
 decide. The checks here add only what is not an arch limit: float32 only, NCHW / OIHW (IOHW for transposed conv)
-layouts, static shapes, batch 1 (decision: the DPU runs one image per core; a batch N > 1 could run as a host
-loop of batch-1 calls, but the partitioner does not build that loop, so such ops stay on the CPU with the
-reason "batch N: ..."), per-channel bias, ReLU6 given as clip(0, 6) exactly, free reshapes only, no broadcasting
-in eltwise add, concat along channels only, nearest resize that is a pure pixel replication.
+layouts, static shapes, one batch size per match (the DPU runs one image per core: a DPU subgraph is compiled
+for one image and a batch of N runs as N calls of it, runtime/subgraph_runner.execute_float), per-channel bias,
+ReLU6 given as clip(0, 6) exactly, free reshapes only, no broadcasting in eltwise add, concat along channels only,
+nearest resize that is a pure pixel replication.
 
 Rejections are recorded in the active `CheckSession` against every binding of the match, keeping for each
 binding the reason of the LARGEST structurally matched variant (the most specific one): a conv+bias+leaky whose
@@ -59,7 +59,10 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 
 from ..arch import check_op, load_arch
+from ..arch.limits import placement_note
 from ..arch.opdesc import OpDesc
+from ..frontend.activation import HARD_SIGMOID_FORMS, close
+from ..frontend.const_fold import const_array
 from ..frontend.const_fold import static_shape as _frontend_static_shape
 from .tags import tag_of
 
@@ -86,6 +89,7 @@ class CheckSession:
     rejections: dict[int, tuple[int, str]] = field(default_factory=dict)
     excluded: dict[int, str] = field(default_factory=dict)
     names: dict[int, list[str]] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)  # tag -> how an accepted op is mapped (limits.placement_note)
 
     def record(self, tags: list[int | None], size: int, reason: str) -> None:
         for t in tags:
@@ -171,17 +175,21 @@ def _short(op_name: str) -> str:
     return op_name.split(".")[-1]
 
 
-def _check_float32_batch1(calls: list) -> None:
+def _check_float32_batch(calls: list) -> None:
+    """float32 only; every op of a match (and its data inputs) on the same batch size, which the subgraph then runs
+    image by image."""
     for c in calls:
         dtype = str(getattr(c.ty, "dtype", ""))
         if dtype and dtype != "float32":
             raise _Reject(f"{_short(_op_name(c))} has dtype {dtype}: only float32 models are partitioned")
+    batches = set()
     for c in calls:
-        shape = static_shape(c)
-        if len(shape) >= 1 and shape[0] != 1:
-            raise _Reject(
-                f"batch {shape[0]}: the DPU runs batch 1 per core (run a batch as a host loop of batch-1 calls)"
-            )
+        for e in [c] + [a for a in c.args if not _is_const(a) and hasattr(getattr(a, "ty", None), "shape")]:
+            shape = static_shape(e)
+            if len(shape) >= 1:
+                batches.add(int(shape[0]))
+    if len(batches) > 1:
+        raise _Reject(f"batch sizes {sorted(batches)} mixed in one op: a DPU subgraph runs image by image")
 
 
 def _activation(act) -> tuple[str | None, float | None]:
@@ -193,6 +201,8 @@ def _activation(act) -> tuple[str | None, float | None]:
         return "relu", None
     if name == "relax.nn.leakyrelu":
         return "leaky_relu", float(act.attrs.alpha)
+    if name == "relax.sigmoid":
+        return "sigmoid", None  # matched only so that the limits say why it stays on the CPU
     if name == "relax.clip":
         lo, hi = _float(act.args[1]), _float(act.args[2])
         if lo == 0.0 and hi == 6.0:
@@ -352,6 +362,72 @@ def _describe_add(ctx) -> OpDesc:
     return OpDesc(kind="eltwise_add", in_shape=sa, out_shape=so, num_inputs=2, activation=act, alpha=alpha)
 
 
+def _describe_mul(ctx) -> OpDesc:
+    """multiply of two feature maps: equal shapes (also [N, K]), or a map times an N x C x 1 x 1 channel gate (either
+    order)."""
+    mul = ctx.annotated_expr["root"]
+    a, b = mul.args
+    if _is_const(a) or _is_const(b):
+        raise _Reject("multiply by a constant: only a scale folded into a conv or pool runs on the DPU")
+    sa, sb, so = static_shape(a), static_shape(b), static_shape(mul)
+    if len(so) == 2 and sa == sb == so:  # [N, K] is the free view of [N, K, 1, 1] (a hard swish after a Gemm)
+        sa = sb = so = tuple(so) + (1, 1)
+    if len(so) != 4:
+        raise _Reject(f"multiply of {len(so)}-D tensors: the DPU eltwise engine takes NCHW feature maps")
+    other = sb if sa == so else sa
+    return OpDesc(kind="eltwise_mul", in_shape=so, out_shape=so, num_inputs=2,
+                  in_shape2=None if other == so else other)
+
+
+# The constants a dpu.hard_sigmoid* match annotates, in the order of frontend.activation.HARD_SIGMOID_FORMS.
+_HSIG_KEYS = {"dpu.hard_sigmoid": ("mul_add_clip", ("alpha", "beta", "lo", "hi")),
+              "dpu.hard_sigmoid_div": ("add_clip_div", ("three", "lo", "hi", "six"))}
+
+
+def _const_scalar(expr) -> float | None:
+    """A scalar tensor constant or prim value as a float, else None."""
+    v = const_array(expr)
+    if v is not None:
+        return float(v.reshape(-1)[0]) if v.size == 1 else None
+    try:
+        return _float(expr)
+    except (TypeError, ValueError):
+        return None
+
+
+def _describe_hard_sigmoid(ctx) -> OpDesc:
+    """relu6(x + 3) / 6 in one of the HARD_SIGMOID_FORMS (constants checked to float32 precision): ALU mode 7."""
+    ann = ctx.annotated_expr
+    root = ann["root"]
+    form, keys = _HSIG_KEYS["dpu.hard_sigmoid" if "alpha" in ann else "dpu.hard_sigmoid_div"]
+    wants = [w for _, consts in HARD_SIGMOID_FORMS[form] for w in consts]
+    for key, want in zip(keys, wants):
+        got = _const_scalar(ann[key])
+        if not close(got, want):
+            raise _Reject(f"not a hard sigmoid relu6(x + 3) / 6: {key} = {got} instead of {want:g}")
+    shape = static_shape(root)
+    if len(shape) not in (2, 4):
+        raise _Reject(f"hard sigmoid on a {len(shape)}-D tensor: the ALU engine takes NCHW feature maps")
+    shape4 = tuple(shape) + (1, 1) if len(shape) == 2 else tuple(shape)
+    return OpDesc(kind="activation", in_shape=shape4, out_shape=shape4, activation="hard_sigmoid")
+
+
+def _hard_sigmoid_specs() -> list[_Spec]:
+    alpha, beta = is_const(), is_const()
+    x = wildcard()
+    mul = is_op("relax.multiply")(x, alpha) | is_op("relax.multiply")(alpha, x)
+    lo, hi = wildcard(), wildcard()
+    a = is_op("relax.clip")(is_op("relax.add")(mul, beta), lo, hi)
+    three, six, lo2, hi2 = is_const(), is_const(), wildcard(), wildcard()
+    b = is_op("relax.divide")(is_op("relax.clip")(is_op("relax.add")(wildcard(), three), lo2, hi2), six)
+    return [
+        _Spec("dpu.hard_sigmoid", a, {"alpha": alpha, "beta": beta, "lo": lo, "hi": hi, "root": a},
+              _describe_hard_sigmoid),
+        _Spec("dpu.hard_sigmoid_div", b, {"three": three, "six": six, "lo": lo2, "hi": hi2, "root": b},
+              _describe_hard_sigmoid),
+    ]
+
+
 def _describe_concat(ctx) -> OpDesc:
     cat = ctx.annotated_expr["root"]
     tup = cat.args[0]
@@ -432,7 +508,7 @@ def _run_check(arch, describe: Describer | str, ctx) -> bool:
         return False  # structural: a smaller variant will match instead; not a DPU limit
     arch = _resolve_arch(arch)
     try:
-        _check_float32_batch1(calls)
+        _check_float32_batch(calls)
         if describe is _FREE_RESHAPE:
             root = ctx.annotated_expr["root"]
             _check_free_reshape(static_shape(root.args[0]), static_shape(root))
@@ -443,6 +519,9 @@ def _run_check(arch, describe: Describer | str, ctx) -> bool:
             if name:
                 desc = dataclasses.replace(desc, name=name)
             reasons = list(check_op(arch, desc))
+            note = placement_note(arch, desc) if not reasons and session is not None else None
+            if note:
+                session.notes.update({t: note for t in tags[:1] if t is not None})  # the conv call of the match
     except _Reject as err:
         reasons = [str(err)]
     if reasons and session is not None:
@@ -546,6 +625,9 @@ def _specs() -> list[_Spec]:
     specs.append(_Spec("dpu.add_relu", add_relu, {"add": add, "act": add_relu, "root": add_relu}, _describe_add))
     add2 = is_op("relax.add")(wildcard(), wildcard())
     specs.append(_Spec("dpu.add", add2, {"add": add2, "root": add2}, _describe_add))
+    specs += _hard_sigmoid_specs()
+    mul = is_op("relax.multiply")(wildcard(), wildcard())
+    specs.append(_Spec("dpu.mul", mul, {"root": mul}, _describe_mul))
     specs += _pool_specs("relax.nn.max_pool2d", "max_pool2d")
     specs += _pool_specs("relax.nn.avg_pool2d", "avg_pool2d")
     mean = is_op("relax.mean")(wildcard())
@@ -554,6 +636,8 @@ def _specs() -> list[_Spec]:
     specs.append(_Spec("dpu.concat", cat, {"root": cat}, _describe_concat))
     up = is_op("relax.image.resize2d")(wildcard(), wildcard())
     specs.append(_Spec("dpu.upsample", up, {"root": up}, _describe_upsample))
+    sig = is_op("relax.sigmoid")(wildcard())  # never accepted: checked so the report quotes the limit
+    specs.append(_Spec("dpu.sigmoid", sig, {"root": sig}, _describe_activation))
     act = _act_pattern(wildcard())
     specs.append(_Spec("dpu.activation", act, {"root": act}, _describe_activation))
     rs = is_op("relax.reshape")(wildcard(), wildcard())

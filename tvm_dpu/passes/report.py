@@ -78,6 +78,12 @@ def _binding_reason(result: "PartitionResult", tag: int, op_label: str) -> str:
     return _generic_reason(op_label, result.infos[tag].op)
 
 
+def _note(result: "PartitionResult", tags: list[int]) -> str | None:
+    """The mapping note (e.g. a grouped conv's decomposition) of the first of `tags` the checks gave one."""
+    notes = result.session.notes
+    return next((notes[t] for t in tags if t in notes), None)
+
+
 def build_report(mod, result: "PartitionResult") -> PartitionReport:
     """The report of `result` (from `partition_detailed`) for the original module `mod`."""
     arch = result.session.arch
@@ -98,6 +104,7 @@ def build_report(mod, result: "PartitionResult") -> PartitionReport:
                     device=dev,
                     subgraph=placement.subgraph.get(info.tag) if dev != "cpu" else None,
                     reason=None if dev != "cpu" else _binding_reason(result, info.tag, label),
+                    note=_note(result, [info.tag]) if dev == "dpu" else None,
                 )
             )
         return report
@@ -155,5 +162,7 @@ def build_report(mod, result: "PartitionResult") -> PartitionReport:
     for node in nodes:
         name = str(node["name"])
         dev, sg, reason = decide(name)
-        report.nodes.append(NodeReport(name=name, op=str(node.get("op", "?")), device=dev, subgraph=sg, reason=reason))
+        note = _note(result, tags_of_node.get(name, [])) if dev == "dpu" else None
+        report.nodes.append(NodeReport(name=name, op=str(node.get("op", "?")), device=dev, subgraph=sg, reason=reason,
+                                       note=note))
     return report

@@ -232,6 +232,8 @@ def _check_header(h: dict) -> None:
                 need_int(n.get("subgraph"), f"partition.nodes[{i}].subgraph", 0, 1 << 20)
             if n.get("reason") is not None:
                 need_str(n.get("reason"), f"partition.nodes[{i}].reason")
+            if n.get("note") is not None:
+                need_str(n.get("note"), f"partition.nodes[{i}].note")
     graph = h.get("graph")
     if graph is not None:
         for i, n in enumerate(need_list(graph, "graph")):

@@ -42,14 +42,33 @@ def run_int8(sg: CompiledSubgraph, device, inputs: list[np.ndarray]) -> list[np.
     return [b.fmap.from_ddr(regions[b.fmap.reg_id]) for b in sg.outputs]
 
 
+def _batch(sg: CompiledSubgraph, inputs: list[np.ndarray]) -> int:
+    """How many images `inputs` hold: a subgraph's program computes one (its bindings' shapes), a batch runs as
+    that many calls. ValueError if the inputs disagree or are not whole images."""
+    counts = set()
+    for b, x in zip(sg.inputs, inputs):
+        per_image = int(np.prod(b.shape))
+        size = int(np.asarray(x).size)
+        if size == 0 or size % per_image:
+            raise ValueError(f"DPU subgraph {sg.name!r}: input {b.name!r} has {size} elements, not a whole number "
+                             f"of images of shape {list(b.shape)}")
+        counts.add(size // per_image)
+    if len(counts) != 1:
+        raise ValueError(f"DPU subgraph {sg.name!r}: inputs hold different batch sizes {sorted(counts)}")
+    return counts.pop()
+
+
 def execute_float(sg: CompiledSubgraph, device, inputs: list[np.ndarray],
                   output_shapes: list[tuple[int, ...]]) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """float inputs (any shape with the right element count) -> (int8 inputs, int8 outputs, float outputs in
-    `output_shapes`): quantize, run on `device`, dequantize."""
+    `output_shapes`): quantize, run on `device` image by image (the program computes one image; the DPU runs
+    batch 1 per core), dequantize. The int8 arrays are N x C x H x W for a batch of N."""
     if len(inputs) != len(sg.inputs):
         raise ValueError(f"DPU subgraph {sg.name!r} takes {len(sg.inputs)} inputs, got {len(inputs)}")
-    qin = [quantize_tensor(np.asarray(x).reshape(b.shape), b.fix_point) for b, x in zip(sg.inputs, inputs)]
-    qout = run_int8(sg, device, qin)
+    n = _batch(sg, inputs)
+    qin = [quantize_tensor(np.asarray(x).reshape((n, *b.shape[1:])), b.fix_point) for b, x in zip(sg.inputs, inputs)]
+    per_image = [run_int8(sg, device, [q[i:i + 1] for q in qin]) for i in range(n)]
+    qout = [np.concatenate([outs[k] for outs in per_image]) for k in range(len(sg.outputs))]
     outs = [dequantize_tensor(q, b.fix_point).reshape(s) for q, b, s in zip(qout, sg.outputs, output_shapes)]
     return qin, qout, outs
 
@@ -78,12 +97,13 @@ class SubgraphRunner:
         from tvm_dpu.xgraph.golden import run_graph
 
         assert self.graph is not None, "verify needs the quantized XGraph"
-        golden = run_graph(self.graph, {b.name: q for b, q in zip(self.sg.inputs, qin)})
+        n = int(qin[0].shape[0]) if qin else 1
+        golden = [run_graph(self.graph, {b.name: q[i:i + 1] for b, q in zip(self.sg.inputs, qin)}) for i in range(n)]
         bad = 0
         total = 0
         notes = []
         for b, q in zip(self.sg.outputs, qout):
-            diff = int(np.sum(golden[b.name] != q))
+            diff = int(np.sum(np.concatenate([g[b.name] for g in golden]) != q))
             bad += diff
             total += q.size
             if diff:

@@ -116,6 +116,9 @@ def _conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
     a, p = m.arch, m.params
     _, ic, ih, iw = op.inputs[0].shape
     _, oc, oh, ow = op.outputs[0].shape
+    # a grouped conv2d runs as `g` independent group convs (codegen.compiler._emit_conv_op): cost one, times g
+    g = op.groups if op.type == "conv2d" and op.groups > 1 else 1
+    ic, oc = ic // g, oc // g
     kh, kw, sh, sw = op.window
     cg_in, cg_out = _ceil(ic, a.icp), _ceil(oc, a.ocp)
     resident = max(1, min(cg_out, a.bank_depth // max(1, kh * kw * cg_in)))
@@ -133,6 +136,7 @@ def _conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
     load = alpha_in * beta_in + min(alpha_p * beta_p, (kw * kh * ic + 1) * cg_out * a.ocp)
     save = min(alpha_o * beta_out, oc * oh * ow)
     compute = cg_out * trips * (kh * kw * cg_in * tw + p.conv_fill_cycles)
+    load, save, compute = g * load, g * save, g * compute
     return LayerEstimate(op.name, op.type, 2.0 * op.macs, load, save, compute, _transfer(m, load, save),
                          (tw, th, tic, toc))
 

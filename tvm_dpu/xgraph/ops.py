@@ -18,7 +18,8 @@ avg_pool2d          kernel (required unless global), strides=[1,1], pads=[0,0,0,
                     count_include_pad=True. The DPU always divides by kh*kw (count_include_pad semantics);
                     the attr records what the model asked for (see quant.rules.check_avgpool_padding).
 eltwise_add         1-4 inputs of equal shape, act none/relu.
-eltwise_mul         2 inputs of equal shape, act none/relu.
+eltwise_mul         2 inputs: equal shapes, or (N,C,H,W) times a channel gate (N,C,1,1) broadcast over H x W
+                    (squeeze-and-excitation); act none/relu.
 concat              axis=1.
 upsample_nearest    scale [sh, sw] (required, integers).
 activation          mode in leaky_relu / prelu / hard_sigmoid (ALU modes 4 / 1 / 7) or relu / relu6 (ALU mode 6,
@@ -215,10 +216,12 @@ def infer_shape(op: Op, graph: Graph) -> tuple[int, ...]:
                              f"{list(win.pads)}")
         return (n, c, ho, wo)
     if t in ("eltwise_add", "eltwise_mul"):
-        for name in op.inputs[1:]:
-            if fmap_shape(graph, name, op) != x:
-                raise GraphError(f"{op.where()}: input {name!r} has shape {graph.tensors[name].shape}, "
-                                 f"expected {x} (no broadcasting)")
+        for i, name in enumerate(op.inputs[1:], 1):
+            s = fmap_shape(graph, name, op)
+            if s == x or (t == "eltwise_mul" and i == 1 and s == (n, c, 1, 1)):
+                continue
+            allowed = f"{x} or the channel gate {(n, c, 1, 1)}" if t == "eltwise_mul" else f"{x} (no broadcasting)"
+            raise GraphError(f"{op.where()}: input {name!r} has shape {graph.tensors[name].shape}, expected {allowed}")
         return x
     if t == "concat":
         axis = attr(op, "axis")

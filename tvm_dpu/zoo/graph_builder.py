@@ -171,6 +171,64 @@ class GraphBuilder:
     def sigmoid(self, x: Tensor, name: str) -> Tensor:
         return self.node("Sigmoid", name, [x.name], x.shape)
 
+    def conv_transpose(self, x: Tensor, name: str, out_channels: int, kernel: int, stride: int,
+                       gain: float = RELU_GAIN) -> Tensor:
+        """ConvTranspose2d without padding (k x k, stride s; U-Net's 2x2 / 2 up-convolution), weights I x O x k x k,
+        He-normal over the taps that reach one output pixel, small random bias."""
+        n, c, h, w = x.shape
+        fan_in = c * max(1, (kernel // stride) ** 2)
+        weight = self.he_normal((c, out_channels, kernel, kernel), fan_in, gain)
+        inputs = [x.name, self.constant(f"{name}.weight", weight), self.constant(f"{name}.bias",
+                                                                                self.small_bias(out_channels))]
+        oh, ow = (h - 1) * stride + kernel, (w - 1) * stride + kernel
+        return self.node("ConvTranspose", name, inputs, (n, out_channels, oh, ow), kernel_shape=[kernel, kernel],
+                         strides=[stride, stride])
+
+    def upsample(self, x: Tensor, name: str, scale: int) -> Tensor:
+        """Nearest-neighbour Resize by an integer factor (asymmetric coordinates, floor rounding: pure replication,
+        like Darknet's upsample layer)."""
+        n, c, h, w = x.shape
+        scales = self.constant(f"{name}.scales", np.array([1, 1, scale, scale], dtype=np.float32))
+        return self.node("Resize", name, [x.name, "", scales], (n, c, h * scale, w * scale), mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+    def silu(self, x: Tensor, name: str) -> Tensor:
+        """x * sigmoid(x) as PyTorch exports nn.SiLU at opset 17: Sigmoid "<name>.sigmoid", then Mul "<name>"."""
+        return self.mul(x, self.sigmoid(x, f"{name}.sigmoid"), name)
+
+    def hard_sigmoid(self, x: Tensor, name: str) -> Tensor:
+        """relu6(x + 3) / 6, as PyTorch exports F.hardsigmoid (HardSigmoid alpha 1/6, beta 0.5)."""
+        return self.node("HardSigmoid", name, [x.name], x.shape, alpha=1.0 / 6.0, beta=0.5)
+
+    def hard_swish(self, x: Tensor, name: str) -> Tensor:
+        return self.node("HardSwish", name, [x.name], x.shape)
+
+    def mul(self, a: Tensor, b: Tensor, name: str) -> Tensor:
+        """Element-wise product; `b` may be an N x C x 1 x 1 channel gate (squeeze-and-excitation)."""
+        if b.shape != a.shape and b.shape != (*a.shape[:2], 1, 1):
+            raise ValueError(f"{name}: Mul operand {b.shape} is neither {a.shape} nor a channel gate of it")
+        return self.node("Mul", name, [a.name, b.name], a.shape)
+
+    def split(self, x: Tensor, name: str, parts: int) -> list[Tensor]:
+        """Equal split along the channels; outputs named "<name>.0", "<name>.1", ..."""
+        n, c, h, w = x.shape
+        if c % parts:
+            raise ValueError(f"{name}: {c} channels do not split into {parts} equal parts")
+        self._claim(name)
+        outs = [self._claim(f"{name}.{i}") for i in range(parts)]
+        sizes = self.constant(f"{name}.split", np.full(parts, c // parts, dtype=np.int64))
+        self.nodes.append(helper.make_node("Split", [x.name, sizes], outs, name=name, axis=1))
+        return [Tensor(o, (n, c // parts, h, w)) for o in outs]
+
+    def reshape(self, x: Tensor, name: str, shape: tuple[int, ...]) -> Tensor:
+        if int(np.prod(shape)) != int(np.prod(x.shape)):
+            raise ValueError(f"{name}: cannot reshape {x.shape} to {shape}")
+        target = self.constant(f"{name}.shape", np.array(shape, dtype=np.int64))
+        return self.node("Reshape", name, [x.name, target], tuple(shape))
+
+    def transpose(self, x: Tensor, name: str, perm: tuple[int, ...]) -> Tensor:
+        return self.node("Transpose", name, [x.name], tuple(x.shape[p] for p in perm), perm=list(perm))
+
     def _pool(self, op: str, x: Tensor, name: str, kernel: int, stride: int, pad: int | tuple[int, ...]) -> Tensor:
         n, c, h, w = x.shape
         pt, pl, pb, pr = _pads(pad)

@@ -90,12 +90,15 @@ def _basic_block(b: GraphBuilder, x: Tensor, name: str, planes: int, stride: int
     return b.relu(b.add(y, identity, f"{name}.add"), f"{name}.relu")
 
 
-def _bottleneck(b: GraphBuilder, x: Tensor, name: str, planes: int, stride: int, branch_gain: float) -> Tensor:
+def _bottleneck(b: GraphBuilder, x: Tensor, name: str, planes: int, stride: int, branch_gain: float,
+                width: int | None = None, groups: int = 1) -> Tensor:
+    """ResNet v1.5 bottleneck; ResNeXt passes the grouped 3x3's `width` and `groups`."""
     identity = x
     out = planes * 4
-    y = b.conv(x, f"{name}.conv1", planes, 1, 1, 0, bias=False)
+    width = planes if width is None else width
+    y = b.conv(x, f"{name}.conv1", width, 1, 1, 0, bias=False)
     y = b.relu(b.batchnorm(y, f"{name}.bn1"), f"{name}.relu1")
-    y = b.conv(y, f"{name}.conv2", planes, 3, stride, 1, bias=False)  # v1.5: stride on the 3x3
+    y = b.conv(y, f"{name}.conv2", width, 3, stride, 1, group=groups, bias=False)  # v1.5: stride on the 3x3
     y = b.relu(b.batchnorm(y, f"{name}.bn2"), f"{name}.relu2")
     y = b.conv(y, f"{name}.conv3", out, 1, 1, 0, bias=False, gain=LINEAR_GAIN * branch_gain)
     y = b.batchnorm(y, f"{name}.bn3")
@@ -110,14 +113,18 @@ def _resnet_stem(b: GraphBuilder, x: Tensor, v: Variant) -> Tensor:
     return b.maxpool(x, "maxpool", 3, 2, 1)
 
 
-def _resnet(block: Callable, layers: tuple[int, int, int, int]) -> ModelFn:
+def _resnet(block: Callable, layers: tuple[int, int, int, int], groups: int = 1, width_per_group: int = 64) -> ModelFn:
+    """ResNet (groups 1) or ResNeXt (`groups` x `width_per_group`d): torchvision's width = planes * wpg / 64 * groups.
+    A reduced variant divides the groups by the width divisor too, so each group keeps its full-size width."""
     def build(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
         x = stages.mark(_resnet_stem(b, x, v))
+        g = max(1, groups // v.width_divisor)
         for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers), start=1):
             branch_gain = math.sqrt(RESIDUAL_BRANCH_VAR / blocks)
+            kw = {} if groups == 1 else {"width": v.ch(planes * width_per_group // 64 * groups), "groups": g}
             for j in range(blocks):
                 stride = 2 if i > 1 and j == 0 else 1
-                x = block(b, x, f"layer{i}.{j}", v.ch(planes), stride, branch_gain)
+                x = block(b, x, f"layer{i}.{j}", v.ch(planes), stride, branch_gain, **kw)
             stages.mark(x)
         x = b.flatten(b.global_avgpool(x, "avgpool"), "flatten")
         return b.gemm(x, "fc", v.classes, gain=LINEAR_GAIN)
@@ -128,6 +135,7 @@ def _resnet(block: Callable, layers: tuple[int, int, int, int]) -> ModelFn:
 resnet18 = _resnet(_basic_block, (2, 2, 2, 2))
 resnet50 = _resnet(_bottleneck, (3, 4, 6, 3))
 resnet152 = _resnet(_bottleneck, (3, 8, 36, 3))
+resnext50_32x4d = _resnet(_bottleneck, (3, 4, 6, 3), groups=32, width_per_group=4)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -233,6 +241,256 @@ def mobilenetv2(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tenso
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# MobileNetV3-Small / -Large, torchvision layout: squeeze-and-excitation (HardSigmoid gate) and hard swish
+# ----------------------------------------------------------------------------------------------------------------
+# (kernel, expanded channels, output channels, SE, activation "RE" relu / "HS" hard swish, stride)
+_MBV3_LARGE = ((3, 16, 16, False, "RE", 1), (3, 64, 24, False, "RE", 2), (3, 72, 24, False, "RE", 1),
+               (5, 72, 40, True, "RE", 2), (5, 120, 40, True, "RE", 1), (5, 120, 40, True, "RE", 1),
+               (3, 240, 80, False, "HS", 2), (3, 200, 80, False, "HS", 1), (3, 184, 80, False, "HS", 1),
+               (3, 184, 80, False, "HS", 1), (3, 480, 112, True, "HS", 1), (3, 672, 112, True, "HS", 1),
+               (5, 672, 160, True, "HS", 2), (5, 960, 160, True, "HS", 1), (5, 960, 160, True, "HS", 1))
+_MBV3_SMALL = ((3, 16, 16, True, "RE", 2), (3, 72, 24, False, "RE", 2), (3, 88, 24, False, "RE", 1),
+               (5, 96, 40, True, "HS", 2), (5, 240, 40, True, "HS", 1), (5, 240, 40, True, "HS", 1),
+               (5, 120, 48, True, "HS", 1), (5, 144, 48, True, "HS", 1), (5, 288, 96, True, "HS", 2),
+               (5, 576, 96, True, "HS", 1), (5, 576, 96, True, "HS", 1))
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    """torchvision's channel rounding: nearest multiple of `divisor`, never more than 10 % below `v`."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+def _act(b: GraphBuilder, x: Tensor, name: str, kind: str) -> Tensor:
+    return b.relu(x, name) if kind == "RE" else b.hard_swish(x, name)
+
+
+def _conv_bn_act(b: GraphBuilder, x: Tensor, name: str, c: int, k: int, stride: int, act: str | None,
+                 group: int = 1, gain: float | None = None) -> Tensor:
+    x = b.conv(x, f"{name}.0", c, k, stride, (k - 1) // 2, group=group, bias=False,
+               **({} if gain is None else {"gain": gain}))
+    x = b.batchnorm(x, f"{name}.1")
+    return x if act is None else _act(b, x, f"{name}.2", act)
+
+
+def _squeeze_excitation(b: GraphBuilder, x: Tensor, name: str, squeeze: int) -> Tensor:
+    """avgpool -> fc1 (1x1 conv) -> relu -> fc2 (1x1 conv) -> hard sigmoid -> x * gate (gate N x C x 1 x 1)."""
+    s = b.global_avgpool(x, f"{name}.avgpool")
+    s = b.relu(b.conv(s, f"{name}.fc1", squeeze, 1), f"{name}.relu")
+    s = b.hard_sigmoid(b.conv(s, f"{name}.fc2", x.channels, 1, gain=LINEAR_GAIN), f"{name}.hardsigmoid")
+    return b.mul(x, s, f"{name}.mul")
+
+
+def _mobilenetv3(settings: tuple, last_channel: int) -> ModelFn:
+    def build(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+        x = _conv_bn_act(b, x, "features.0", v.ch(16), 3, 2, "HS")
+        for i, (k, exp, out, se, act, s) in enumerate(settings, start=1):
+            name = f"features.{i}.block"
+            c_exp, c_out = v.ch(exp), v.ch(out)
+            residual = s == 1 and x.channels == c_out
+            y, j = x, 0
+            if c_exp != x.channels:
+                y, j = _conv_bn_act(b, y, f"{name}.{j}", c_exp, 1, 1, act), j + 1
+            y, j = _conv_bn_act(b, y, f"{name}.{j}", c_exp, k, s, act, group=c_exp), j + 1
+            if se:
+                y, j = _squeeze_excitation(b, y, f"{name}.{j}", v.ch(_make_divisible(exp // 4))), j + 1
+            y = _conv_bn_act(b, y, f"{name}.{j}", c_out, 1, 1, None,
+                             gain=LINEAR_GAIN * (math.sqrt(RESIDUAL_BRANCH_VAR) if residual else 1.0))
+            x = b.add(x, y, f"features.{i}.add") if residual else y
+            if s == 2 or i == len(settings):
+                stages.mark(x)
+        x = stages.mark(_conv_bn_act(b, x, f"features.{len(settings) + 1}", v.ch(6 * settings[-1][2]), 1, 1, "HS"))
+        x = b.flatten(b.global_avgpool(x, "avgpool"), "flatten")
+        x = b.hard_swish(b.gemm(x, "classifier.0", v.ch(last_channel)), "classifier.1")
+        x = b.dropout(x, "classifier.2", 0.2)
+        return b.gemm(x, "classifier.3", v.classes, gain=LINEAR_GAIN)
+
+    return build
+
+
+mobilenetv3_small = _mobilenetv3(_MBV3_SMALL, 1024)
+mobilenetv3_large = _mobilenetv3(_MBV3_LARGE, 1280)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# SqueezeNet 1.1, torchvision layout (its ceil-mode 3x3/2 pools equal floor mode at 224 and at the reduced 64)
+# ----------------------------------------------------------------------------------------------------------------
+_FIRE = {3: (16, 64), 4: (16, 64), 6: (32, 128), 7: (32, 128), 9: (48, 192), 10: (48, 192), 11: (64, 256),
+         12: (64, 256)}  # features index -> (squeeze, expand per branch)
+
+
+def _fire(b: GraphBuilder, x: Tensor, name: str, squeeze: int, expand: int) -> Tensor:
+    s = b.relu(b.conv(x, f"{name}.squeeze", squeeze, 1), f"{name}.squeeze_activation")
+    e1 = b.relu(b.conv(s, f"{name}.expand1x1", expand, 1), f"{name}.expand1x1_activation")
+    e3 = b.relu(b.conv(s, f"{name}.expand3x3", expand, 3, 1, 1), f"{name}.expand3x3_activation")
+    return b.concat([e1, e3], f"{name}.cat")
+
+
+def squeezenet1_1(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    x = b.relu(b.conv(x, "features.0", v.ch(64), 3, 2, 0), "features.1")
+    for i in range(2, 13):
+        if i in (2, 5, 8):
+            x = b.maxpool(x, f"features.{i}", 3, 2)
+            if i > 2:
+                stages.mark(x)
+        else:
+            squeeze, expand = _FIRE[i]
+            x = _fire(b, x, f"features.{i}", v.ch(squeeze), v.ch(expand))
+    x = stages.mark(b.dropout(x, "classifier.0", 0.5))
+    x = b.relu(b.conv(x, "classifier.1", v.classes, 1, gain=LINEAR_GAIN), "classifier.2")
+    return b.flatten(b.global_avgpool(x, "classifier.3"), "flatten")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ShuffleNetV2 x1.0, torchvision layout: channel split, two branches, concat, channel shuffle
+# ----------------------------------------------------------------------------------------------------------------
+_SHUFFLE_REPEATS = (4, 8, 4)
+_SHUFFLE_CHANNELS = (24, 116, 232, 464, 1024)
+
+
+def _channel_shuffle(b: GraphBuilder, x: Tensor, name: str, groups: int = 2) -> Tensor:
+    """Reshape (N, g, C/g, H, W) -> Transpose (0, 2, 1, 3, 4) -> Reshape back, as torch exports it."""
+    n, c, h, w = x.shape
+    y = b.reshape(x, f"{name}.reshape1", (n, groups, c // groups, h, w))
+    y = b.transpose(y, f"{name}.transpose", (0, 2, 1, 3, 4))
+    return b.reshape(y, f"{name}.reshape2", (n, c, h, w))
+
+
+def _shuffle_branch(b: GraphBuilder, x: Tensor, name: str, c: int, stride: int) -> Tensor:
+    y = b.relu(b.batchnorm(b.conv(x, f"{name}.0", c, 1, bias=False), f"{name}.1"), f"{name}.2")
+    y = b.batchnorm(b.conv(y, f"{name}.3", c, 3, stride, 1, group=c, bias=False, gain=LINEAR_GAIN), f"{name}.4")
+    return b.relu(b.batchnorm(b.conv(y, f"{name}.5", c, 1, bias=False), f"{name}.6"), f"{name}.7")
+
+
+def shufflenetv2(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    x = b.relu(b.batchnorm(b.conv(x, "conv1.0", v.ch(24), 3, 2, 1, bias=False), "conv1.1"), "conv1.2")
+    x = stages.mark(b.maxpool(x, "maxpool", 3, 2, 1))
+    for s, (repeats, out) in enumerate(zip(_SHUFFLE_REPEATS, _SHUFFLE_CHANNELS[1:4]), start=2):
+        c = v.ch(out) // 2  # each branch's channels (torchvision: oup // 2)
+        for j in range(repeats):
+            name = f"stage{s}.{j}"
+            if j == 0:
+                left = b.batchnorm(b.conv(x, f"{name}.branch1.0", x.channels, 3, 2, 1, group=x.channels,
+                                          bias=False, gain=LINEAR_GAIN), f"{name}.branch1.1")
+                left = b.relu(b.batchnorm(b.conv(left, f"{name}.branch1.2", c, 1, bias=False),
+                                          f"{name}.branch1.3"), f"{name}.branch1.4")
+                right = _shuffle_branch(b, x, f"{name}.branch2", c, 2)
+            else:
+                left, right = b.split(x, f"{name}.chunk", 2)
+                right = _shuffle_branch(b, right, f"{name}.branch2", c, 1)
+            x = _channel_shuffle(b, b.concat([left, right], f"{name}.cat"), f"{name}.shuffle")
+        stages.mark(x)
+    x = b.relu(b.batchnorm(b.conv(x, "conv5.0", v.ch(_SHUFFLE_CHANNELS[4]), 1, bias=False), "conv5.1"), "conv5.2")
+    x = b.flatten(b.global_avgpool(x, "globalpool"), "flatten")
+    return b.gemm(x, "fc", v.classes, gain=LINEAR_GAIN)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# EfficientNet-B0, torchvision layout: MBConv blocks with SiLU (x * sigmoid(x)) and sigmoid-gated SE
+# ----------------------------------------------------------------------------------------------------------------
+# (expand ratio, kernel, first stride, input channels, output channels, layers)
+_EFFNET_B0 = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+              (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+
+def _conv_bn_silu(b: GraphBuilder, x: Tensor, name: str, c: int, k: int, stride: int = 1, group: int = 1,
+                  act: bool = True, gain: float | None = None) -> Tensor:
+    x = b.conv(x, f"{name}.0", c, k, stride, (k - 1) // 2, group=group, bias=False,
+               **({} if gain is None else {"gain": gain}))
+    x = b.batchnorm(x, f"{name}.1")
+    return b.silu(x, f"{name}.2") if act else x
+
+
+def efficientnet_b0(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    x = _conv_bn_silu(b, x, "features.0", v.ch(32), 3, 2)
+    for s, (t, k, stride, c_in, c_out, layers) in enumerate(_EFFNET_B0, start=1):
+        branch_gain = math.sqrt(RESIDUAL_BRANCH_VAR / layers)
+        for j in range(layers):
+            name = f"features.{s}.{j}.block"
+            block_in = v.ch(c_in) if j == 0 else v.ch(c_out)
+            residual = j > 0  # stride 1 and in == out
+            y, i = x, 0
+            c_exp = block_in * t
+            if t != 1:
+                y, i = _conv_bn_silu(b, y, f"{name}.{i}", c_exp, 1), i + 1
+            y, i = _conv_bn_silu(b, y, f"{name}.{i}", c_exp, k, stride if j == 0 else 1, group=c_exp), i + 1
+            se = f"{name}.{i}"
+            g = b.global_avgpool(y, f"{se}.avgpool")
+            g = b.silu(b.conv(g, f"{se}.fc1", max(1, block_in // 4), 1), f"{se}.activation")
+            g = b.sigmoid(b.conv(g, f"{se}.fc2", c_exp, 1, gain=LINEAR_GAIN), f"{se}.scale_activation")
+            y = b.mul(y, g, f"{se}.mul")
+            y = _conv_bn_silu(b, y, f"{name}.{i + 1}", v.ch(c_out), 1, act=False,
+                              gain=LINEAR_GAIN * (branch_gain if residual else 1.0))
+            x = b.add(x, y, f"features.{s}.{j}.add") if residual else y
+        stages.mark(x)
+    x = stages.mark(_conv_bn_silu(b, x, "features.8", v.ch(1280), 1))
+    x = b.flatten(b.global_avgpool(x, "avgpool"), "flatten")
+    x = b.dropout(x, "classifier.0", 0.2)
+    return b.gemm(x, "classifier.1", v.classes, gain=LINEAR_GAIN)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# YOLOv3-tiny-style detector (Darknet yolov3-tiny.cfg): conv+BN+leaky(0.1), max pools (one 2x2/1 with end padding),
+# two heads at strides 32 and 16, the second fed by a nearest 2x upsample concatenated with a stride-16 feature map
+# ----------------------------------------------------------------------------------------------------------------
+YOLO_ANCHORS_PER_SCALE = 3
+
+
+def _dark(b: GraphBuilder, x: Tensor, name: str, c: int, k: int) -> Tensor:
+    x = b.batchnorm(b.conv(x, f"{name}.conv", c, k, 1, (k - 1) // 2, bias=False), f"{name}.bn")
+    return b.leaky_relu(x, f"{name}.leaky", alpha=0.1)
+
+
+def yolov3_tiny(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    """Output: both heads, each (N, 3 * (5 + classes), H*W), concatenated along the cell axis (the decode of boxes is
+    the host's work, as in Darknet)."""
+    for i, c in enumerate((16, 32, 64, 128), start=0):
+        x = b.maxpool(_dark(b, x, f"layer{2 * i}", v.ch(c), 3), f"layer{2 * i + 1}.maxpool", 2, 2)
+    route8 = stages.mark(_dark(b, x, "layer8", v.ch(256), 3))
+    x = b.maxpool(route8, "layer9.maxpool", 2, 2)
+    x = _dark(b, x, "layer10", v.ch(512), 3)
+    x = b.maxpool(x, "layer11.maxpool", 2, 1, (0, 0, 1, 1))  # Darknet's size-2 stride-1 pool keeps 13x13
+    x = _dark(b, x, "layer12", v.ch(1024), 3)
+    route13 = stages.mark(_dark(b, x, "layer13", v.ch(256), 1))
+    out_c = YOLO_ANCHORS_PER_SCALE * (5 + v.classes)
+    h1 = b.conv(_dark(b, route13, "layer14", v.ch(512), 3), "layer15.conv", out_c, 1, gain=LINEAR_GAIN)
+    y = b.upsample(_dark(b, route13, "layer18", v.ch(128), 1), "layer19.upsample", 2)
+    y = stages.mark(b.concat([y, route8], "layer20.route"))
+    h2 = b.conv(_dark(b, y, "layer21", v.ch(256), 3), "layer22.conv", out_c, 1, gain=LINEAR_GAIN)
+    heads = [b.reshape(h, f"{h.name}.flat", (h.shape[0], out_c, h.shape[2] * h.shape[3])) for h in (h1, h2)]
+    n = heads[0].shape[0]
+    return b.node("Concat", "detections", [t.name for t in heads],
+                  (n, out_c, sum(t.shape[2] for t in heads)), axis=2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# U-Net-style segmenter (Ronneberger et al. with same-padding convs and BN): 4 down steps, 2x2/2 transposed-conv up
+# steps, skip concats, per-pixel class scores
+# ----------------------------------------------------------------------------------------------------------------
+_UNET_WIDTHS = (64, 128, 256, 512, 1024)
+
+
+def _double_conv(b: GraphBuilder, x: Tensor, name: str, c: int) -> Tensor:
+    for i in (1, 2):
+        x = b.relu(b.batchnorm(b.conv(x, f"{name}.conv{i}", c, 3, 1, 1, bias=False), f"{name}.bn{i}"),
+                   f"{name}.relu{i}")
+    return x
+
+
+def unet(b: GraphBuilder, x: Tensor, v: Variant, stages: Stages) -> Tensor:
+    skips = []
+    for i, c in enumerate(_UNET_WIDTHS[:-1]):
+        x = _double_conv(b, x, f"down{i}", v.ch(c))
+        skips.append(stages.mark(x))
+        x = b.maxpool(x, f"down{i}.pool", 2, 2)
+    x = stages.mark(_double_conv(b, x, "bottleneck", v.ch(_UNET_WIDTHS[-1])))
+    for i, c in reversed(list(enumerate(_UNET_WIDTHS[:-1]))):
+        up = b.conv_transpose(x, f"up{i}.upconv", v.ch(c), 2, 2, gain=LINEAR_GAIN)
+        x = _double_conv(b, b.concat([skips[i], up], f"up{i}.cat"), f"up{i}", v.ch(c))
+    return b.conv(x, "head", v.classes, 1, gain=LINEAR_GAIN)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # mixed_cnn: a small ResNet-18-flavoured demo whose operators land on both sides of the DPU/CPU partition
 # ----------------------------------------------------------------------------------------------------------------
 MIXED_CNN_RESOLUTION = 64
@@ -279,6 +537,16 @@ REGISTRY: dict[str, ModelInfo] = {
     "resnet152": ModelInfo(resnet152, FULL, REDUCED),
     "googlenet": ModelInfo(googlenet, FULL, REDUCED, options=("lrn",)),
     "mobilenetv2": ModelInfo(mobilenetv2, FULL, REDUCED),
+    "resnext50_32x4d": ModelInfo(resnext50_32x4d, FULL, REDUCED),
+    "mobilenetv3_small": ModelInfo(mobilenetv3_small, FULL, REDUCED),
+    "squeezenet1_1": ModelInfo(squeezenet1_1, FULL, REDUCED),
+    "shufflenetv2": ModelInfo(shufflenetv2, FULL, REDUCED),
+    "mobilenetv3_large": ModelInfo(mobilenetv3_large, FULL, REDUCED),
+    # Reduced at 32 x 32: at 64 its first SE pool (32 x 32) exceeds B1152's ALU window (4 * PP = 16 rows).
+    "efficientnet_b0": ModelInfo(efficientnet_b0, FULL, Variant(resolution=32, width_divisor=8, classes=10)),
+    # Detection / segmentation: COCO's 80 classes at 416 (YOLOv3-tiny's input), 21 VOC classes at 256.
+    "yolov3_tiny": ModelInfo(yolov3_tiny, Variant(416, 1, 80), Variant(64, 8, 10)),
+    "unet": ModelInfo(unet, Variant(256, 1, 21), Variant(64, 8, 10)),
     # Already small: the reduced variant is the same model.
     "mixed_cnn": ModelInfo(mixed_cnn, _MIXED, _MIXED),
 }
