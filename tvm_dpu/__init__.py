@@ -19,6 +19,7 @@ Public API (the rest is imported lazily):
     load(path, device="emulator"|"pynq") -> CompiledModel                  a deployed .tvmdpu artifact
     set_device("emulator"|"pynq"|device), use_device(device)              where DPU partitions of TVM modules run
     devices(arch, kind="emulator"|"pynq") -> one device per DPU core        pin models to cores
+    core_group(arch, cores) -> CoreGroup                                    several cores for one model
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ _EXPORTS = {
     "get_device": ("tvm_dpu.runtime.dispatch", "get_device"),
     "devices": ("tvm_dpu.runtime.cores", "devices"),
     "serve": ("tvm_dpu.runtime.cores", "serve"),
+    "core_group": ("tvm_dpu.runtime.cores", "core_group"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

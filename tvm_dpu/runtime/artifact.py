@@ -143,8 +143,9 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     return path
 
 
-def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
-    """The device to run on; ArtifactError when its DPU fingerprint is not the artifact's."""
+def _device_for(device: Any, arch, fp: int, path: Path, options: dict, cores: int = 1) -> Any:
+    """The device to run on; ArtifactError when its DPU fingerprint is not the artifact's. "emulator" with
+    `cores` > 1 is a `CoreGroup` of that many emulated cores (for programs compiled with several cores)."""
     from tvm_dpu.runtime.device import EmulatorDevice
 
     if isinstance(device, str) and device not in ("emulator", "pynq"):
@@ -152,6 +153,10 @@ def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
     if device == "emulator":
         if options:
             raise ArtifactError(f"device='emulator' takes no options (got {sorted(options)})")
+        if cores > 1:
+            from tvm_dpu.runtime.cores import core_group
+
+            return core_group(arch, cores)
         return EmulatorDevice(arch)
     if device == "pynq":
         from tvm_dpu.runtime.pynq_driver import PynqDevice
@@ -318,8 +323,9 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     `trusted_keys` (Ed25519 public keys: key files, raw 32 bytes or key objects): require a valid signature by one
     of them, checked before anything else in the file is used.
 
-    `device`: "emulator" (default), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a
-    device object. The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). Nothing in
+    `device`: "emulator" (default; several emulated cores, a `CoreGroup`, when the artifact was compiled with
+    `cores` > 1), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a device object (e.g. a
+    `tvm_dpu.runtime.cores.CoreGroup` or one core of `tvm_dpu.devices(arch)`). The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). Nothing in
     the file is executed except the library, which is loaded only after its checksum has been verified and the
     DPU programs inside it have been checked against the header.
     """
@@ -341,7 +347,9 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     found = {p.symbol: p for p in find_blobs(lib_bytes, f"{path}:lib.{machine}")}
     plugin_subgraphs = [plugin_summary(hd) for hd, _ in find_plugin_blobs(lib_bytes, f"{path}:lib.{machine}")]
     _check_plugins_installed(plugin_subgraphs, path)
-    dev = _device_for(device, arch, fp, path, device_options)
+    # Programs compiled for several cores run their segments on that many emulated cores unless told otherwise.
+    cores = max((p.multicore.cores for p in found.values() if p.multicore is not None), default=1)
+    dev = _device_for(device, arch, fp, path, device_options, min(cores, arch.cores))
     try:
         runners = {}
         ids = {}
@@ -360,7 +368,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
             key = str(s["key"])
             graph = serialize.loads(c.section(key + ".xgraph"), f"{path}:{key}.xgraph") \
                 if c.has(key + ".xgraph") else None
-            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest)
+            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest, prog.multicore)
             if s.get("id") is not None:
                 ids[symbol] = int(s["id"])
         inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]

@@ -5,10 +5,13 @@ pre-allocated float32 outputs; the DPU computes in int8 with power-of-two scales
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
+from tvm_dpu.program_blob import Multicore
 from tvm_dpu.types import CompiledSubgraph
 from tvm_dpu.quant.fixpoint import dpu_round
 from tvm_dpu.xgraph.graph import Graph
@@ -42,14 +45,64 @@ def run_int8(sg: CompiledSubgraph, device, inputs: list[np.ndarray]) -> list[np.
     return [b.fmap.from_ddr(regions[b.fmap.reg_id]) for b in sg.outputs]
 
 
+def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any],
+                 inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices; segment core c runs on
+    cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule order, each
+    segment starting once the segments it reads from have ended. Feature maps pass between segments as int8
+    arrays in host memory. The first failure (in any thread) is raised here after every thread has stopped."""
+    tensors: dict[str, np.ndarray] = {b.name: x for b, x in zip(sg.inputs, inputs)}
+    done = [threading.Event() for _ in multicore.segments]
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(order: list[int]) -> None:
+        for i in order:
+            seg = multicore.segments[i]
+            for d in seg.after:
+                done[d].wait()
+            if failed:  # another core failed: stop, and let whoever waits on this one go on to stop too
+                done[i].set()
+                continue
+            try:
+                with lock:
+                    feeds = [tensors[b.name] for b in seg.sg.inputs]
+                outs = run_int8(seg.sg, cores[seg.core % len(cores)], feeds)
+                with lock:
+                    tensors.update({b.name: q for b, q in zip(seg.sg.outputs, outs)})
+            except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread below
+                with lock:
+                    failed.append(e)
+            finally:
+                done[i].set()
+
+    orders = [o for o in multicore.core_order() if o]
+    threads = [threading.Thread(target=work, args=(o,), name=f"tvm-dpu-{sg.name}-core{c}", daemon=True)
+               for c, o in enumerate(orders[1:], 1)]
+    for t in threads:
+        t.start()
+    work(orders[0])  # the calling thread serves the first core
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+    return [tensors[b.name] for b in sg.outputs]
+
+
 def execute_float(sg: CompiledSubgraph, device, inputs: list[np.ndarray],
-                  output_shapes: list[tuple[int, ...]]) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+                  output_shapes: list[tuple[int, ...]], multicore: Multicore | None = None
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """float inputs (any shape with the right element count) -> (int8 inputs, int8 outputs, float outputs in
-    `output_shapes`): quantize, run on `device`, dequantize."""
+    `output_shapes`): quantize, run on `device`, dequantize. With `multicore` and a device of several cores
+    (`device.cores`, runtime.cores.CoreGroup) the segments run concurrently on them (`run_segments`)."""
     if len(inputs) != len(sg.inputs):
         raise ValueError(f"DPU subgraph {sg.name!r} takes {len(sg.inputs)} inputs, got {len(inputs)}")
     qin = [quantize_tensor(np.asarray(x).reshape(b.shape), b.fix_point) for b, x in zip(sg.inputs, inputs)]
-    qout = run_int8(sg, device, qin)
+    cores = getattr(device, "cores", None)
+    if multicore is not None and cores and len(cores) > 1:
+        qout = run_segments(sg, multicore, cores, qin)
+    else:
+        qout = run_int8(sg, device, qin)
     outs = [dequantize_tensor(q, b.fix_point).reshape(s) for q, b, s in zip(qout, sg.outputs, output_shapes)]
     return qin, qout, outs
 
@@ -60,8 +113,11 @@ class SubgraphRunner:
     the Relax output shapes. The model's TVM module runs the code; this object verifies and reports."""
 
     def __init__(self, sg: CompiledSubgraph, device, graph: Graph | None = None,
-                 output_shapes: list[tuple[int, ...]] | None = None, program_digest: bytes = b""):
+                 output_shapes: list[tuple[int, ...]] | None = None, program_digest: bytes = b"",
+                 multicore: Multicore | None = None):
         self.sg = sg
+        #: The segments and their multi-core schedule the program carries (`build(..., cores=N)`), or None.
+        self.multicore = multicore
         #: sha256 of the program blob TVM's module embeds for this subgraph (program_blob.digest_of).
         self.program_digest = program_digest
         self.device = device
@@ -71,7 +127,7 @@ class SubgraphRunner:
 
     def run_float(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run this subgraph alone on its device: float inputs -> float outputs (Relax output shapes)."""
-        return execute_float(self.sg, self.device, inputs, self.output_shapes)[2]
+        return execute_float(self.sg, self.device, inputs, self.output_shapes, self.multicore)[2]
 
     def check(self, qin: list[np.ndarray], qout: list[np.ndarray]) -> VerifyResult:
         """Golden reference of `graph` on `qin` vs the device's `qout`."""
