@@ -302,9 +302,11 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
 
         raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
                         "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
-    from tvm_dpu.passes.multicore import check_cores, compile_multicore
+    from tvm_dpu.passes.multicore import SEGMENT_POLICIES, check_cores, compile_multicore
 
     check_cores(cores, arch_obj)
+    if segments not in SEGMENT_POLICIES:
+        raise DPUError(f"segments={segments!r}: choose one of {', '.join(SEGMENT_POLICIES)}")
     t0 = time.perf_counter()
     inputs = input_specs(pmod)
     check_memory(pmod, inputs)

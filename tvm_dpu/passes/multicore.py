@@ -109,8 +109,6 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     on `cores` cores, or None when one program on one core is predicted to be as fast and `policy` is "auto"
     (`whole`: the partition compiled as one program). Returns (what the program blob carries, the decision for
     the report)."""
-    if policy not in SEGMENT_POLICIES:
-        raise DPUError(f"segments={policy!r}: choose one of {', '.join(SEGMENT_POLICIES)}")
     single = simulate(whole.code, arch).cycles
     members = segment_members(graph, plan)
     if len(members) < 2:
