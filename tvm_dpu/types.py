@@ -71,6 +71,13 @@ class FMap:
         """Read this map out of `region` as an int8 (1, C, H, W) array."""
         return self._view(region).view(np.int8).transpose(2, 0, 1)[None].copy()
 
+    def copy_to(self, region: np.ndarray, dst: "FMap", dst_region: np.ndarray) -> None:
+        """Copy this map (in `region`) into `dst` (in `dst_region`), same (h, w, c), byte for byte: how one
+        program's output becomes another's input without a round trip through NCHW."""
+        if (self.h, self.w, self.c) != (dst.h, dst.w, dst.c):
+            raise ValueError(f"feature map {self} does not have the shape of {dst}")
+        dst._view(dst_region)[...] = self._view(region)
+
     def _view(self, region: np.ndarray) -> np.ndarray:
         # as_strided trusts its arguments: a map reaching past its region would read or write foreign memory.
         if self.offset < 0 or min(self.h, self.w, self.c) < 1 or self.pixel_pitch < self.c or \

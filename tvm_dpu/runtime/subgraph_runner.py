@@ -49,27 +49,37 @@ def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any
                  inputs: list[np.ndarray]) -> list[np.ndarray]:
     """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices; segment core c runs on
     cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule order, each
-    segment starting once the segments it reads from have ended. Feature maps pass between segments as int8
-    arrays in host memory. The first failure (in any thread) is raised here after every thread has stopped."""
-    tensors: dict[str, np.ndarray] = {b.name: x for b, x in zip(sg.inputs, inputs)}
+    segment starting once the segments it reads from have ended. Feature maps pass between segments through host
+    memory: each is copied from the producer's DDR region into the consumer's, in the DPU's int8 NHWC layout.
+    The first failure (in any thread) is raised here after every thread has stopped."""
+    # tensor name -> (its feature map, the DDR region holding it); subgraph inputs are placed on first use
+    where: dict[str, tuple[Any, np.ndarray]] = {}
+    given = {b.name: x for b, x in zip(sg.inputs, inputs)}
     done = [threading.Event() for _ in multicore.segments]
     failed: list[BaseException] = []
     lock = threading.Lock()
+
+    def run(seg: Any) -> None:
+        regions = seg.sg.new_regions()
+        for b in seg.sg.inputs:
+            with lock:
+                src = where.get(b.name)
+            if src is None:
+                b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(given[b.name]).reshape(b.shape))
+            else:
+                src[0].copy_to(src[1], b.fmap, regions[b.fmap.reg_id])
+        cores[seg.core % len(cores)].execute(seg.sg, regions)
+        with lock:
+            where.update({b.name: (b.fmap, regions[b.fmap.reg_id]) for b in seg.sg.outputs})
 
     def work(order: list[int]) -> None:
         for i in order:
             seg = multicore.segments[i]
             for d in seg.after:
                 done[d].wait()
-            if failed:  # another core failed: stop, and let whoever waits on this one go on to stop too
-                done[i].set()
-                continue
             try:
-                with lock:
-                    feeds = [tensors[b.name] for b in seg.sg.inputs]
-                outs = run_int8(seg.sg, cores[seg.core % len(cores)], feeds)
-                with lock:
-                    tensors.update({b.name: q for b, q in zip(seg.sg.outputs, outs)})
+                if not failed:  # after a failure elsewhere, only release whoever waits on this segment
+                    run(seg)
             except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread below
                 with lock:
                     failed.append(e)
@@ -86,7 +96,7 @@ def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any
         t.join()
     if failed:
         raise failed[0]
-    return [tensors[b.name] for b in sg.outputs]
+    return [where[b.name][0].from_ddr(where[b.name][1]) for b in sg.outputs]
 
 
 def execute_float(sg: CompiledSubgraph, device, inputs: list[np.ndarray],
