@@ -147,6 +147,8 @@ class FusionPlan:
     concat_fused: frozenset[str] = frozenset()
     cost: float = 0.0
     stats: dict = field(default_factory=dict)
+    #: Op name -> instruction-sequence variant of a lone conv (codegen.conv.CONV_VARIANTS; absent: "wide").
+    variants: dict[str, str] = field(default_factory=dict)
 
     def fused(self) -> list[Group]:
         return [g for g in self.groups if g.template != SINGLE]

@@ -256,8 +256,12 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
 
     "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
     plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
-    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept."""
-    from tvm_dpu.fusion.select import compile_with_fusion
+    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept.
+
+    Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
+    (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
+    each candidate's predicted cycles and the choice."""
+    from tvm_dpu.fusion.select import compile_with_fusion, compile_with_variants
     from tvm_dpu.timing.simulate import simulate
 
     csg, plan = compile_with_fusion(graph, arch, fusion)
@@ -267,7 +271,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
         if fallback:
             csg, plan = g_csg, g_plan
         plan.stats["simulated_fallback"] = fallback
-    return csg, plan
+    return compile_with_variants(graph, arch, plan, csg)
 
 
 def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
