@@ -300,3 +300,43 @@ def test_cli_runs_several_artifacts_at_once(onnx_files, capsys):
     assert main(["run", *arts, "--cores", "7"]) == EXIT_USER_ERROR
     assert "has 3 DPU core(s)" in capsys.readouterr().err
     assert main(["run", *arts, "--verify"]) == EXIT_USER_ERROR
+
+
+# -- convs split over their output channels ----------------------------------------------------------------
+def _one_big_conv():
+    """A quantized graph of one compute-heavy conv (200 -> 144 channels, 3x3 over 12x96)."""
+    from tvm_dpu.xgraph import Graph, Op, Tensor
+
+    rng = np.random.default_rng(7)
+    g = Graph("big")
+    g.add_tensor(Tensor("x", (1, 200, 12, 96), "int8", 4))
+    g.add_tensor(Tensor("w", (144, 200, 3, 3), "int8", 7, rng.integers(-128, 128, (144, 200, 3, 3)).astype(np.int8)))
+    g.add_tensor(Tensor("b", (144,), "int8", 5, rng.integers(-128, 128, 144).astype(np.int8)))
+    g.add_tensor(Tensor("y", (1, 144, 12, 96), "int8", 3))
+    g.add_op(Op("conv", "conv2d", ["x"], ["y"], {"strides": [1, 1], "pads": [1, 1, 1, 1], "act": "relu"},
+                {"weights": "w", "bias": "b"}))
+    g.inputs, g.outputs = ["x"], ["y"]
+    return g
+
+
+def test_a_heavy_conv_split_over_cores_is_bit_identical():
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.passes.dpu_compile import compile_subgraph
+    from tvm_dpu.passes.multicore import compile_multicore, split_convs
+    from tvm_dpu.runtime.subgraph_runner import run_int8, run_segments
+
+    arch = load_arch(ARCH)
+    g = _one_big_conv()
+    whole, plan = compile_subgraph(g, arch)
+    split = split_convs(g, {"conv": 3}, arch.ocp)
+    assert [op.type for op in split.ops] == ["conv2d"] * 3 + ["concat"]
+    assert [split.tensors[op.outputs[0]].shape[1] for op in split.ops[:3]] == [48, 48, 48]
+    mc, info = compile_multicore("big", g, whole, plan, arch, 3, "optimal", compile_subgraph)
+    assert mc is not None and info.used and info.split_convs == ["conv"]
+    assert info.multi_cycles < info.single_cycles  # three cores share the CONV work
+    assert {s.core for s in mc.segments[:3]} == {0, 1, 2}
+    prog = unpack_program(pack_program("big", whole, [(1, 144, 12, 96)], mc), "test")
+    x = np.random.default_rng(1).integers(-128, 128, (1, 200, 12, 96)).astype(np.int8)
+    ref = run_int8(whole, EmulatorDevice(arch), [x])
+    got = run_segments(whole, prog.multicore, core_group(ARCH, 3).cores, [x])
+    np.testing.assert_array_equal(ref[0], got[0])

@@ -35,9 +35,10 @@ class MulticoreInfo:
     multi_cycles: float
     contention_free_cycles: float
     segments: list[dict] = field(default_factory=list)
+    split_convs: list[str] = field(default_factory=list)  # convs cut over their output channels
 
     def to_json(self) -> dict:
-        return {"cores": self.cores, "used": self.used, "reason": self.reason,
+        return {"cores": self.cores, "used": self.used, "reason": self.reason, "split_convs": self.split_convs,
                 "predicted_cycles": {"cores_1": self.single_cycles, f"cores_{self.cores}": self.multi_cycles,
                                      "contention_free": self.contention_free_cycles},
                 "segments": self.segments}
@@ -103,6 +104,83 @@ def segment_members(graph: Any, plan: Any) -> list[list[str]]:
 SEGMENT_POLICIES = ("auto", "always")
 
 
+#: Split the convs the plan leaves alone that take at least these shares of the one-core cycles (each a
+#: candidate segmentation; no split is always a candidate too).
+SPLIT_SHARES = (0.05, 0.02)
+
+
+def split_convs(graph: Any, names: dict[str, int], ocp: int) -> Any:
+    """`graph` with each conv2d in `names` (op name -> parts) replaced by convs over slices of its output channels
+    (OCP-aligned, weights and biases sliced, same attributes and fix points) and a concat of their outputs into
+    the op's output tensor: the parts are independent work for several cores, and each output channel is computed
+    exactly as before (a channel's arithmetic depends only on its own weights and the shared fix points)."""
+    from tvm_dpu.xgraph.graph import Graph, Op, Tensor
+    from tvm_dpu.xgraph.validate import validate_graph
+
+    out = Graph(graph.name, dict(graph.tensors), [], list(graph.inputs), list(graph.outputs))
+    for op in graph.ops:
+        k = names.get(op.name, 1)
+        if k < 2:
+            out.ops.append(op)
+            continue
+        y = graph.tensors[op.outputs[0]]
+        cout = y.shape[1]
+        step = -(-(-(-cout // k)) // ocp) * ocp  # ceil(cout / k) rounded up to whole output-channel groups
+        parts = []
+        for c0 in range(0, cout, step):
+            n = min(step, cout - c0)
+            params = {}
+            for role, tname in op.params.items():
+                t = graph.tensors[tname]
+                if role in ("weights", "bias"):
+                    name = f"{tname}@{c0}"
+                    out.tensors[name] = Tensor(name, (n,) + t.shape[1:], t.dtype, t.fix_point, t.data[c0:c0 + n])
+                    params[role] = name
+                else:
+                    params[role] = tname
+            part = f"{y.name}@{c0}"
+            out.tensors[part] = Tensor(part, (1, n) + y.shape[2:], y.dtype, y.fix_point)
+            out.ops.append(Op(f"{op.name}@{c0}", op.type, list(op.inputs), [part], dict(op.attrs), params,
+                              list(op.source)))
+            parts.append(part)
+        out.ops.append(Op(f"{op.name}@concat", "concat", parts, [y.name], {"axis": 1}, {}, list(op.source)))
+    validate_graph(out)
+    return out
+
+
+def _split_candidates(graph: Any, whole: Any, plan: Any, arch: Arch, cores: int) -> list[dict[str, int]]:
+    """Sets of convs to split into `cores` parts (op name -> parts), one per share of SPLIT_SHARES: the lone
+    conv2d ops (not depthwise, one group, at least `cores` output-channel groups) whose cycles on the timing
+    model take at least that share of the partition's one-core cycles. Distinct, non-empty sets only."""
+    from tvm_dpu.types import SINGLE
+    from tvm_dpu.xgraph import ops as xops
+
+    timing = simulate(whole.code, arch, op_ranges=whole.op_ranges)
+    cycles = {o.name: o.cycles for o in timing.ops}
+    lone = {g.ops[0] for g in plan.groups if g.template == SINGLE}
+    ok = []
+    for op in graph.ops:
+        if op.name in lone and op.type == "conv2d" and not xops.is_depthwise(op, graph) and \
+                xops.attr(op, "groups") == 1 and graph.tensors[op.outputs[0]].shape[1] >= cores * arch.ocp:
+            ok.append(op.name)
+    out: list[dict[str, int]] = []
+    for share in SPLIT_SHARES:
+        chosen = {n: cores for n in ok if cycles.get(n, 0.0) >= share * timing.cycles}
+        if chosen and chosen not in out:
+            out.append(chosen)
+    return out
+
+
+def _split_plan(plan: Any, split: dict[str, int], graph: Any) -> Any:
+    """`plan` for the graph after `split_convs`: every new op (the parts and their concat) a group of its own."""
+    from tvm_dpu.types import SINGLE, FusionPlan, Group
+
+    groups = [g for g in plan.groups if not (len(g.ops) == 1 and g.ops[0] in split)]
+    known = {n for g in groups for n in g.ops}
+    groups += [Group(SINGLE, (op.name,)) for op in graph.ops if op.name not in known]
+    return FusionPlan(plan.mode, groups)
+
+
 def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch, cores: int, fusion: str,
                       compile_fn: Any, policy: str = "auto") -> tuple[Multicore | None, MulticoreInfo]:
     """Segments of `graph` (compiled by `compile_fn(graph, arch, fusion) -> (CompiledSubgraph, plan)`) scheduled
@@ -110,26 +188,38 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     (`whole`: the partition compiled as one program). Returns (what the program blob carries, the decision for
     the report)."""
     single = simulate(whole.code, arch).cycles
-    members = segment_members(graph, plan)
-    if len(members) < 2:
+    # Candidates: the chains of the plan's groups, and the same after splitting the heaviest lone convs into
+    # `cores` parts over their output channels; the shortest predicted schedule wins.
+    candidates = [(graph, plan, {})]
+    for split in _split_candidates(graph, whole, plan, arch, cores):
+        g2 = split_convs(graph, split, arch.ocp)
+        candidates.append((g2, _split_plan(plan, split, g2), split))
+    best = None
+    for g, p, split in candidates:
+        members = segment_members(g, p)
+        if len(members) < 2:
+            continue
+        compiled = [compile_fn(g.extract(ops, f"{symbol}.seg{i}"), arch, fusion)[0] for i, ops in enumerate(members)]
+        producer = {b.name: i for i, c in enumerate(compiled) for b in c.outputs}
+        deps = [sorted({producer[b.name] for b in c.inputs if b.name in producer}) for c in compiled]
+        cycles = [contention_cycles(c.code, arch, cores) for c in compiled]
+        sched = list_schedule(cycles, deps, cores)
+        if best is None or sched.makespan < best[0].makespan:
+            best = (sched, members, compiled, deps, cycles, split)
+    if best is None:
         return None, MulticoreInfo(cores, False, "one segment: nothing runs concurrently", single, single, single)
-    compiled = []
-    for i, ops in enumerate(members):
-        sub = graph.extract(ops, f"{symbol}.seg{i}")
-        csg, _ = compile_fn(sub, arch, fusion)
-        compiled.append(csg)
-    producer = {b.name: i for i, c in enumerate(compiled) for b in c.outputs}
-    deps = [sorted({producer[b.name] for b in c.inputs if b.name in producer}) for c in compiled]
-    cycles = [contention_cycles(c.code, arch, cores) for c in compiled]
-    sched = list_schedule(cycles, deps, cores)
+    sched, members, compiled, deps, cycles, split = best
     ideal = list_schedule(cycles, deps, cores, contention=False)
     segs = [Segment(c, s.core, s.start, s.end, d) for c, s, d in zip(compiled, sched.slots, deps)]
     rows = [{"segment": i, "ops": ops, "core": s.core, "start_cycle": s.start, "end_cycle": s.end,
              "after": d, "cycles_by_active_cores": cyc}
             for i, (ops, s, d, cyc) in enumerate(zip(members, sched.slots, deps, cycles))]
     used = sched.makespan < single or policy == "always"
-    reason = (f"{len(members)} segments on {cores} cores: predicted {sched.makespan:.0f} cycles vs {single:.0f} on "
-              "one core" + ("" if used else "; kept as one program") +
+    reason = (f"{len(members)} segments on {cores} cores" +
+              (f" ({len(split)} convs split over their output channels)" if split else "") +
+              f": predicted {sched.makespan:.0f} cycles vs {single:.0f} on one core" +
+              ("" if used else "; kept as one program") +
               (" (kept: segments='always')" if sched.makespan >= single and used else ""))
     info = MulticoreInfo(cores, used, reason, single, sched.makespan if used else single, ideal.makespan, rows)
+    info.split_convs = sorted(split)
     return (Multicore(cores, segs, single, sched.makespan) if used else None), info
