@@ -152,18 +152,14 @@ def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) 
     pred_conc = list_schedule(cyc, [[] for _ in cyc], k).makespan * ms
     pred_ideal = max(c[0] for c in cyc) * ms
     for m, core in zip(models, cores):
-        m.device = core
-        for r in m.runners.values():
-            r.device = core
+        m.pin(core)
     xs = [inputs[n] for n in names]
     for m, x in zip(models, xs):
         m.run(x)  # link the library, warm the emulator
     conc, _ = serve(models, xs, runs, names)
     single = VirtualDPU(EmulatorDevice(cores[0].arch), 0)
     for m in models:
-        m.device = single
-        for r in m.runners.values():
-            r.device = single
+        m.pin(single)
     t0 = time.perf_counter()
     for m, x in zip(models, xs):
         for _ in range(runs):

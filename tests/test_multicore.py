@@ -340,3 +340,12 @@ def test_a_heavy_conv_split_over_cores_is_bit_identical():
     ref = run_int8(whole, EmulatorDevice(arch), [x])
     got = run_segments(whole, prog.multicore, core_group(ARCH, 3).cores, [x])
     np.testing.assert_array_equal(ref[0], got[0])
+
+
+def test_pin_refuses_another_dpu(googlenet_models):
+    m = googlenet_models[1]
+    with pytest.raises(DPUError, match="not a DPU of this model's arch"):
+        m.pin(EmulatorDevice(tvm_dpu.load_arch("DPUCZDX8G_ISA1_B1152")))
+    core = tvm_dpu.devices(ARCH)[2]
+    m.pin(core)
+    assert m.device is core and all(r.device is core for r in m.runners.values())

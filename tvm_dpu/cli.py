@@ -455,7 +455,7 @@ def _run_one(args: argparse.Namespace) -> int:
         if args.cores:
             from .runtime.cores import core_group
 
-            _pin(model, core_group(model.arch, args.cores))
+            model.pin(core_group(model.arch, args.cores))
     model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
     path = (args.input or [None])[0]
     feeds = _feeds_for(model, path, "--input")
@@ -484,13 +484,6 @@ def _run_one(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _pin(model, device) -> None:
-    """Run every DPU partition of `model` on `device` (a virtual DPU or a CoreGroup)."""
-    model.device = device
-    for r in model.runners.values():
-        r.device = device
-
-
 def _run_tenants(args: argparse.Namespace) -> int:
     """Several artifacts at once on the cores of one (emulated) device: model i on core i mod N, each model
     `--runs` times from its own thread; prints throughput per model and per core."""
@@ -515,7 +508,7 @@ def _run_tenants(args: argparse.Namespace) -> int:
     if not 1 <= n <= len(cores):
         raise FrontendError(f"--cores {n}: {arch.name} has {len(cores)} DPU core(s)")
     for i, m in enumerate(models):
-        _pin(m, cores[i % n])
+        m.pin(cores[i % n])
     feeds = [_feeds_for(m, inputs[i] if inputs else None, f"--input {i + 1}") for i, m in enumerate(models)]
     if not inputs:
         print("no --input: running every model on random normal input (seed 0)")

@@ -100,6 +100,17 @@ class CompiledModel:
                     r.device = self.device
             return self.device
 
+    def pin(self, device: Any) -> None:
+        """Run every DPU partition on `device` from now on (a `VirtualDPU` core, a `CoreGroup`, a Pynq device,
+        ...); its DPU fingerprint must be the model's."""
+        if getattr(device, "arch", None) is None or int(device.arch.fingerprint) != int(self.arch.fingerprint):
+            raise DPUError(f"device {device!r} is not a DPU of this model's arch {self.arch.name} "
+                           f"(fingerprint {self.arch.fingerprint:#x})")
+        with self._lock:
+            self.device = device
+            for r in self.runners.values():
+                r.device = device
+
     def _feeds(self, inputs: Any) -> list[np.ndarray]:
         names = [s.name for s in self.inputs]
         arrays = arrays_by_name(inputs, names, "model inputs")

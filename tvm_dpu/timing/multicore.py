@@ -56,13 +56,6 @@ class Schedule:
     makespan: float
     contention: bool = True
 
-    def core_order(self) -> list[list[int]]:
-        """Segments of each core in the order it runs them (by start)."""
-        out: list[list[int]] = [[] for _ in range(self.cores)]
-        for s in sorted(self.slots, key=lambda s: (s.start, s.segment)):
-            out[s.core].append(s.segment)
-        return out
-
 
 def critical_path(cycles: Sequence[float], deps: Sequence[Sequence[int]]) -> list[float]:
     """Upward rank of each segment: its own cycles plus the longest chain of cycles of the segments after it."""
