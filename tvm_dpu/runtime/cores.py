@@ -118,8 +118,8 @@ class TenantReport:
     def table(self) -> str:
         lines = [f"{'model':<12} {'core':>4} {'runs':>5} {'runs/s':>8}"]
         lines += [f"{m['name']:<12} {m['core']:>4} {m['runs']:>5} {m['runs_per_s']:>8.2f}" for m in self.models]
-        lines += [f"core {c['core']}: {c['runs']} DPU programs, busy {100 * c['busy_share']:.0f}% of "
-                  f"{self.seconds:.2f} s" for c in self.cores]
+        lines += [f"core {c['core']}: {c['runs']} DPU programs ({c['runs'] / self.seconds if self.seconds else 0:.2f}/s), "
+                  f"busy {100 * c['busy_share']:.0f}% of {self.seconds:.2f} s" for c in self.cores]
         return "\n".join(lines)
 
 
