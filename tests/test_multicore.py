@@ -274,6 +274,8 @@ def test_cli_compile_with_cores_and_run_on_cores(onnx_files, capsys):
     assert len(tracks) == 3
     assert main(["run", str(out / "googlenet.tvmdpu"), "--cores", "3", "--verify"]) == 0
     assert "0 mismatching elements" in capsys.readouterr().out
+    assert main(["inspect", str(out / "googlenet.tvmdpu")]) == 0
+    assert "segments scheduled on 3 cores" in capsys.readouterr().out
 
 
 def test_cli_errors_name_the_core_count(onnx_files, capsys):

@@ -293,7 +293,7 @@ def _multicore_summary(report: dict, cores: int) -> str:
     if f"latency_ms_cores_{cores}" in t:
         lines.append(f"predicted DPU latency: {t['latency_ms_cores_1']:.3f} ms on 1 core, "
                      f"{t[f'latency_ms_cores_{cores}']:.3f} ms on {cores} cores "
-                     f"({t['predicted_gain_percent']:.1f}% less)")
+                     f"(predicted gain {t['predicted_gain_percent']:.1f}%)")
     return "\n".join(lines)
 
 
@@ -343,6 +343,7 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
             "instructions": int(sum(s["instr_counts"].values())),
             "code_bytes": s["code_bytes"],
             "param_bytes": s["param_bytes"],
+            "multicore": s.get("multicore"),
         } for s in header["subgraphs"]],
         "plugin_subgraphs": header.get("plugin_subgraphs") or [],
     }
@@ -612,6 +613,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
         print(f"  symbol {sg['symbol']}")
         print(f"  code {sg['code_bytes']} B, params {sg['param_bytes']} B, DDR region sizes by reg_id "
               f"{ {int(k): v for k, v in s['region_sizes'].items()} }")
+        if s.get("multicore"):
+            m = s["multicore"]
+            print(f"  {m['segments']} segments scheduled on {m['cores']} cores: predicted {m['cycles']:.0f} cycles "
+                  f"(one program on one core: {m['cycles_cores_1']:.0f})")
         for kind in ("inputs", "outputs"):
             for b, raw in zip(sg[kind], s[kind]):
                 f = raw["fmap"]

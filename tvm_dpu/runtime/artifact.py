@@ -396,7 +396,8 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
 
     Each header subgraph is completed from its program inside the library (the one place that data lives):
     "inputs"/"outputs" (bindings with fix_points and DDR places), "region_sizes", "instr_counts", "op_ranges",
-    "output_shapes", "code_bytes", "param_bytes"."""
+    "output_shapes", "code_bytes", "param_bytes", and "multicore" (None, or the cores and the segments' cores and
+    predicted cycles of a program compiled for several cores)."""
     from tvm_dpu.program_blob import binding_json
 
     path = Path(path)
@@ -414,7 +415,11 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
                   "region_sizes": {str(k): int(v) for k, v in sorted(sg.region_sizes.items())},
                   "instr_counts": dict(sg.instr_counts), "op_ranges": [list(x) for x in sg.op_ranges],
                   "output_shapes": [list(x) for x in prog.output_shapes],
-                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes)})
+                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes),
+                  "multicore": None if prog.multicore is None else {
+                      "cores": prog.multicore.cores, "segments": len(prog.multicore.segments),
+                      "cycles_cores_1": prog.multicore.single_cycles, "cycles": prog.multicore.cycles,
+                      "segment_cores": [g.core for g in prog.multicore.segments]}})
     return header, sizes
 
 
