@@ -8,7 +8,10 @@ AlexNet latency from running operators concurrently on virtual FPGAs, < 1.3% vir
 2. Virtualisation overhead, measured on this host: the extra host time of running one partition as segments
    on 3 virtual cores (a thread per core, dependency events, int8 feature maps handed between segments through
    host memory) over running it as one program on one core, both timed with cores that do no DPU work, in % of
-   (a) one run of the whole partition on one emulated core and (b) its predicted DPU latency on the board.
+   (a) one run of the whole partition on one emulated core and (b) its predicted DPU latency on the board; and
+   "loss (timed)": with cores that sleep each program's predicted DPU time (as a driver waiting on the hardware
+   does), how far the segments' wall time exceeds their contention-free schedule, minus how far the one program's
+   exceeds its own prediction, in % of the one-program latency (fGrain's "virtualisation loss").
 3. Multi-tenant: 3 models on 3 cores at once vs one after another on one core, predicted (timing model, with
    the same DDR contention rule) and measured (the emulator through `tvm_dpu.serve`; the emulator runs on the
    host's CPUs, so this measures the runtime's concurrency, not the DPU's).
@@ -76,6 +79,18 @@ class _NoWork:
         pass
 
 
+class _Timed:
+    """A core that holds the calling thread for the predicted DPU time of each program (time.sleep, as a driver
+    waiting on the hardware does, GIL released): wall time minus predicted time is what the host adds."""
+
+    def __init__(self, arch, seconds: dict[int, float]):
+        self.arch = arch
+        self.seconds = seconds  # id(program code) -> predicted seconds
+
+    def execute(self, sg, regions) -> None:
+        time.sleep(self.seconds[id(sg.code)])
+
+
 def predicted_ms(model, cores: int) -> float:
     """DPU latency of `model` (built with cores >= `cores`, segments="always") when each partition keeps its
     segments only if they beat one program on one core, as segments="auto" does."""
@@ -95,6 +110,8 @@ def overhead(model, x, reps: int) -> dict:
     from tvm_dpu.runtime.cores import CoreGroup, VirtualDPU
     from tvm_dpu.runtime.device import EmulatorDevice
     from tvm_dpu.runtime.subgraph_runner import quantize_tensor, run_int8, run_segments
+    from tvm_dpu.timing.multicore import list_schedule
+    from tvm_dpu.timing.simulate import simulate
 
     seg = [r for r in model.runners.values() if r.multicore is not None]
     if not seg:
@@ -122,11 +139,26 @@ def overhead(model, x, reps: int) -> dict:
     whole_s = host_s(lambda: run_int8(r.sg, idle.cores[0], qin))
     segments_s = host_s(lambda: run_segments(r.sg, r.multicore, idle.cores, qin))
     extra_s = max(0.0, segments_s - whole_s)
-    dpu_s = r.multicore.single_cycles / (model.arch.freq_mhz * 1e6)
+    freq = model.arch.freq_mhz * 1e6
+    dpu_s = r.multicore.single_cycles / freq
+    # With cores that take each program's predicted time (no DDR contention: every program its one-core time),
+    # the loss is what the wall time exceeds the prediction by, segments (vs the contention-free schedule) minus
+    # one program (vs its own time), in % of the one-program latency.
+    seconds = {id(g.sg.code): simulate(g.sg.code, model.arch).cycles / freq for g in r.multicore.segments}
+    seconds[id(r.sg.code)] = dpu_s
+    ideal_s = list_schedule([[seconds[id(g.sg.code)] * freq] for g in r.multicore.segments],
+                            [g.after for g in r.multicore.segments], r.multicore.cores, contention=False).makespan / freq
+    timed = [VirtualDPU(_Timed(model.arch, seconds), c) for c in range(r.multicore.cores)]
+    timed_whole_s = host_s(lambda: run_int8(r.sg, timed[0], qin))
+    timed_segments_s = host_s(lambda: run_segments(r.sg, r.multicore, timed, qin))
+    loss_s = max(0.0, (timed_segments_s - ideal_s) - (timed_whole_s - dpu_s))
     return {"partition_segments": len(r.multicore.segments), "host_us_one_program": whole_s * 1e6,
             "host_us_segments": segments_s * 1e6, "overhead_us": extra_s * 1e6,
             "emulator_single_core_ms": single_s * 1e3, "predicted_dpu_ms": dpu_s * 1e3,
-            "percent_of_emulator_run": 100 * extra_s / single_s, "percent_of_predicted_dpu": 100 * extra_s / dpu_s}
+            "percent_of_emulator_run": 100 * extra_s / single_s, "percent_of_predicted_dpu": 100 * extra_s / dpu_s,
+            "timed_cores": {"one_program_ms": timed_whole_s * 1e3, "segments_ms": timed_segments_s * 1e3,
+                            "ideal_schedule_ms": ideal_s * 1e3, "loss_us": loss_s * 1e6,
+                            "loss_percent": 100 * loss_s / dpu_s}}
 
 
 def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) -> dict:
@@ -218,20 +250,23 @@ def main() -> int:
                          "overhead": overhead(per_cores[n_cores], x, args.reps)}
         print(f"{name}: built in {build_s:.1f} s", file=sys.stderr)
     header = ("model", "1 core ms", *(f"{n} cores ms" for n in range(2, n_cores + 1)),
-              *(f"gain {n}c" for n in range(2, n_cores + 1)), "overhead us", "% emu run", "% DPU")
+              *(f"gain {n}c" for n in range(2, n_cores + 1)), "overhead us", "% emu run", "% DPU", "loss % (timed)")
     rows = [header]
     for name, r in results.items():
         lat, o = r["predicted_latency_ms"], r["overhead"]
         rows.append((name, f"{lat['1']:.3f}", *(f"{lat[str(n)]:.3f}" for n in range(2, n_cores + 1)),
                      *(f"{r['predicted_gain_percent'][str(n)]:.1f}%" for n in range(2, n_cores + 1)),
                      f"{o.get('overhead_us', 0):.0f}", f"{o.get('percent_of_emulator_run', 0):.2f}%",
-                     f"{o.get('percent_of_predicted_dpu', 0):.1f}%"))
+                     f"{o.get('percent_of_predicted_dpu', 0):.1f}%",
+                     f"{o.get('timed_cores', {}).get('loss_percent', 0):.1f}%"))
     print(f"Branch concurrency on {args.board} ({'full size' if args.full else 'reduced models'}), predicted DPU "
           f"latency; fGrain: ~{FGRAIN_GAIN_PERCENT:.0f}% on AlexNet")
     print(_table(rows))
     print(f"virtualisation overhead: host time of the largest partition's segments on {n_cores} cores minus that of "
           "its one program on one core (both without DPU work), in % of one emulated single-core run and of the "
-          f"predicted DPU latency; fGrain: < {FGRAIN_OVERHEAD_PERCENT}%")
+          f"predicted DPU latency; loss (timed): the same with cores that sleep each program's predicted time, wall "
+          f"time beyond the prediction, segments minus one program, in % of its latency; fGrain: < "
+          f"{FGRAIN_OVERHEAD_PERCENT}%")
     mt = tenants(built, inputs, tenant_names, args.board, args.runs)
     print()
     print(_table([("", "one core, in turn", f"{len(tenant_names)} cores, at once", "gain"),
