@@ -20,7 +20,8 @@ from typing import Any
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
 from tvm_dpu.program_blob import Multicore, Segment
-from tvm_dpu.timing.multicore import contention_cycles, list_schedule
+from tvm_dpu.timing.multicore import (HOST_DISPATCH_S, coalesce, contention_cycles, list_schedule,
+                                      topological_order)
 from tvm_dpu.timing.simulate import simulate
 
 
@@ -72,18 +73,8 @@ def segment_members(graph: Any, plan: Any) -> list[list[str]]:
     first = {}
     for i, op in enumerate(graph.ops):
         first.setdefault(group_of[op.name], i)
-    waiting = {gi: len(ps) for gi, ps in preds.items()}
-    ready = sorted((gi for gi, w in waiting.items() if w == 0), key=first.get)
-    order: list[int] = []
-    while ready:
-        gi = ready.pop(0)
-        order.append(gi)
-        for s in succs[gi]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                ready.append(s)
-        ready.sort(key=first.get)
-    if len(order) != len(plan.groups):
+    order = topological_order([sorted(preds[gi]) for gi in range(len(plan.groups))], key=first.get)
+    if order is None:
         raise DPUError(f"graph {graph.name!r}: the fusion plan's groups depend on each other in a cycle")
     segment_of: dict[int, int] = {}
     segments: list[list[int]] = []
@@ -99,8 +90,10 @@ def segment_members(graph: Any, plan: Any) -> list[list[str]]:
     return [[op.name for op in graph.ops if op.name in m] for m in members]
 
 
-#: When a partition keeps its segments: "auto" when the schedule is predicted faster than one program on one
-#: core, "always" whenever it has two or more (to measure the runtime's cost, or test it on small models).
+#: When a partition keeps its segments: "auto" merges segments that gain nothing from running apart
+#: (timing.multicore.coalesce) and keeps them when the schedule is predicted faster than one program on one core;
+#: "always" keeps the finest cut whenever it has two or more segments (to measure the runtime, or test it on
+#: small models).
 SEGMENT_POLICIES = ("auto", "always")
 
 
@@ -181,6 +174,25 @@ def _split_plan(plan: Any, split: dict[str, int], graph: Any) -> Any:
     return FusionPlan(plan.mode, groups)
 
 
+def _compile_segments(symbol: str, graph: Any, members: list[list[str]], arch: Arch, cores: int, fusion: str,
+                      compile_fn: Any, known: dict[int, tuple[Any, list[float]]]
+                      ) -> tuple[list[Any], list[list[int]], list[list[float]]]:
+    """(compiled segments, their dependencies, their cycles for 1..cores active cores); `known[i]` gives segment
+    i's (compiled, cycles) when it is already compiled."""
+    compiled, cycles = [], []
+    for i, ops in enumerate(members):
+        if i in known:
+            c, cyc = known[i]
+        else:
+            c = compile_fn(graph.extract(ops, f"{symbol}.seg{i}"), arch, fusion)[0]
+            cyc = contention_cycles(c.code, arch, cores)
+        compiled.append(c)
+        cycles.append(cyc)
+    producer = {b.name: i for i, c in enumerate(compiled) for b in c.outputs}
+    deps = [sorted({producer[b.name] for b in c.inputs if b.name in producer}) for c in compiled]
+    return compiled, deps, cycles
+
+
 def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch, cores: int, fusion: str,
                       compile_fn: Any, policy: str = "auto") -> tuple[Multicore | None, MulticoreInfo]:
     """Segments of `graph` (compiled by `compile_fn(graph, arch, fusion) -> (CompiledSubgraph, plan)`) scheduled
@@ -199,15 +211,25 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
         members = segment_members(g, p)
         if len(members) < 2:
             continue
-        compiled = [compile_fn(g.extract(ops, f"{symbol}.seg{i}"), arch, fusion)[0] for i, ops in enumerate(members)]
-        producer = {b.name: i for i, c in enumerate(compiled) for b in c.outputs}
-        deps = [sorted({producer[b.name] for b in c.inputs if b.name in producer}) for c in compiled]
-        cycles = [contention_cycles(c.code, arch, cores) for c in compiled]
+        compiled, deps, cycles = _compile_segments(symbol, g, members, arch, cores, fusion, compile_fn, {})
+        # Fewer, longer segments where the schedule allows it (timing.multicore.coalesce), then compiled again;
+        # segments="always" keeps the finest cut (it exists to exercise and measure the runtime).
+        groups = coalesce(cycles, deps, cores, saving=HOST_DISPATCH_S * arch.freq_mhz * 1e6) \
+            if policy == "auto" else [[i] for i in range(len(members))]
+        if len(groups) < 2:
+            continue
+        if len(groups) < len(members):
+            cache = {(i,): (c, cyc) for i, (c, cyc) in enumerate(zip(compiled, cycles))}
+            members = [[op.name for op in g.ops if op.name in {n for i in grp for n in members[i]}] for grp in groups]
+            keys = [tuple(grp) for grp in groups]
+            compiled, deps, cycles = _compile_segments(symbol, g, members, arch, cores, fusion, compile_fn,
+                                                       {i: cache[k] for i, k in enumerate(keys) if k in cache})
         sched = list_schedule(cycles, deps, cores)
         if best is None or sched.makespan < best[0].makespan:
             best = (sched, members, compiled, deps, cycles, split)
     if best is None:
-        return None, MulticoreInfo(cores, False, "one segment: nothing runs concurrently", single, single, single)
+        return None, MulticoreInfo(cores, False, "one segment (after merging segments that gain nothing from "
+                                   "running apart): nothing runs concurrently", single, single, single)
     sched, members, compiled, deps, cycles, split = best
     ideal = list_schedule(cycles, deps, cores, contention=False)
     segs = [Segment(c, s.core, s.start, s.end, d) for c, s, d in zip(compiled, sched.slots, deps)]

@@ -147,3 +147,102 @@ def schedule_trace(cores: int, slots: Sequence[Slot], names: Sequence[str], freq
     makespan = max((s.end for s in slots), default=0.0)
     return {"traceEvents": ev, "displayTimeUnit": "ns",
             "otherData": {"cores": cores, "makespan_cycles": makespan, "latency_ms": makespan * us / 1e3}}
+
+
+def topological_order(preds: Sequence[Sequence[int]], key: Any = None) -> list[int] | None:
+    """An order of nodes 0..n-1 in which every node comes after the nodes of `preds[node]`; among the nodes ready
+    at once, the smallest `key(node)` first (default: the node number). None when they form a cycle."""
+    key = key if key is not None else (lambda n: n)
+    waiting = [len(set(p)) for p in preds]
+    succ: list[list[int]] = [[] for _ in preds]
+    for n, ps in enumerate(preds):
+        for p in set(ps):
+            succ[p].append(n)
+    ready = sorted((n for n in range(len(preds)) if waiting[n] == 0), key=key)
+    order: list[int] = []
+    while ready:
+        n = ready.pop(0)
+        order.append(n)
+        for s in succ[n]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                ready.append(s)
+        ready.sort(key=key)
+    return order if len(order) == len(preds) else None
+
+
+def _quotient(groups: list[list[int]], cycles: Sequence[Sequence[float]], deps: Sequence[Sequence[int]]
+              ) -> tuple[list[list[int]], list[list[float]], list[list[int]]]:
+    """Segments merged by `groups` (lists of segment indices): the groups in a topological order, their cycles
+    (member cycles added, per k) and dependencies (on earlier groups)."""
+    owner = {i: gi for gi, g in enumerate(groups) for i in g}
+    gdeps = [sorted({owner[d] for i in g for d in deps[i]} - {gi}) for gi, g in enumerate(groups)]
+    order = topological_order(gdeps, key=lambda gi: min(groups[gi]))
+    if order is None:
+        raise TimingError("merged segments depend on each other in a cycle")
+    pos = {gi: k for k, gi in enumerate(order)}
+    width = max(len(c) for c in cycles)
+    out_cycles = [[sum(float(cycles[i][min(k, len(cycles[i]) - 1)]) for i in groups[gi]) for k in range(width)]
+                  for gi in order]
+    return ([sorted(groups[gi]) for gi in order], out_cycles, [sorted(pos[d] for d in gdeps[gi]) for gi in order])
+
+
+def _reaches(deps: Sequence[Sequence[int]], src: int, dst: int, skip: int) -> bool:
+    """Whether `dst` depends on `src` through some segment other than the direct edge (never entering `skip`)."""
+    succ: dict[int, list[int]] = {}
+    for i, ds in enumerate(deps):
+        for d in ds:
+            succ.setdefault(d, []).append(i)
+    stack = [s for s in succ.get(src, []) if s != dst and s != skip]
+    seen = set(stack)
+    while stack:
+        n = stack.pop()
+        if n == dst:
+            return True
+        for s in succ.get(n, []):
+            if s not in seen and s != skip:
+                seen.add(s)
+                stack.append(s)
+    return False
+
+
+#: Host time the runtime spends per segment (dispatch, DDR regions, feature-map hand-off), which a merge of two
+#: segments saves. Our measurement on the x86 development host (run_segments without DPU work, reduced GoogLeNet:
+#: ~30 us per segment; benchmarks/bench_vdpu.py); a board's ARM host is slower, so this is a lower bound there.
+HOST_DISPATCH_S = 30e-6
+
+
+def coalesce(cycles: Sequence[Sequence[float]], deps: Sequence[Sequence[int]], cores: int, saving: float = 0.0,
+             max_trials: int | None = None) -> list[list[int]]:
+    """Groups of segments to merge into one program each: two segments that run one after the other on a core
+    are merged when the schedule of the merged segments (their cycles added, an upper bound: a merged program
+    also saves the DDR hand-off between them) is longer by at most `saving` cycles (what one segment fewer saves
+    the host, e.g. HOST_DISPATCH_S at the core clock); repeated while a merge is accepted. Returns the groups
+    (segment indices) in a topological order."""
+    groups = [[i] for i in range(len(cycles))]
+    g, c, d = _quotient(groups, cycles, deps)
+    best = list_schedule(c, d, cores).makespan
+    trials = 0
+    limit = max_trials if max_trials is not None else 20 * len(cycles)
+    merged = True
+    while merged and trials < limit:
+        merged = False
+        sched = list_schedule(c, d, cores)
+        by_core: list[list[int]] = [[] for _ in range(cores)]
+        for s in sorted(sched.slots, key=lambda s: (s.start, s.segment)):
+            by_core[s.core].append(s.segment)
+        pairs = [(u, v) for seq in by_core for u, v in zip(seq, seq[1:])]
+        for u, v in pairs:
+            if trials >= limit:
+                break
+            if _reaches(d, u, v, -1):
+                continue  # v waits for something that waits for u: one program cannot hold both
+            trials += 1
+            trial = [grp for k, grp in enumerate(g) if k not in (u, v)] + [g[u] + g[v]]
+            tg, tc, td = _quotient(trial, cycles, deps)
+            m = list_schedule(tc, td, cores).makespan
+            if m <= best + saving + _EPS * max(1.0, best):
+                g, c, d, best = tg, tc, td, m
+                merged = True
+                break
+    return g
