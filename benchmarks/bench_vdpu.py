@@ -251,11 +251,13 @@ def main() -> int:
                          "segments": {str(k): v for k, v in segments.items()}, "build_s": build_s,
                          "decisions": {n: [v["reason"] for v in m.build_info["multicore"].values()]
                                        for n, m in per_cores.items()},
-                         "overhead_finest_cut": overhead(finest, x, args.reps)}
+                         "overhead_finest_cut": overhead(finest, x, args.reps),
+                         "overhead_auto": overhead(per_cores[n_cores], x, args.reps)}
         print(f"{name}: built in {build_s:.1f} s", file=sys.stderr)
     header = ("model", "1 core ms", *(f"{n} cores ms" for n in range(2, n_cores + 1)),
               *(f"gain {n}c" for n in range(2, n_cores + 1)), *(f"segs {n}c" for n in range(2, n_cores + 1)),
-              "overhead us", "% emu run", "% DPU", "loss % (timed)")
+              "overhead us", "% emu run", "% DPU", "loss % (timed)",
+              "loss % auto")
     rows = [header]
     for name, r in results.items():
         lat, o = r["predicted_latency_ms"], r["overhead_finest_cut"]
@@ -264,12 +266,14 @@ def main() -> int:
                      *(str(r["segments"][str(n)]) for n in range(2, n_cores + 1)),
                      f"{o.get('overhead_us', 0):.0f}", f"{o.get('percent_of_emulator_run', 0):.2f}%",
                      f"{o.get('percent_of_predicted_dpu', 0):.1f}%",
-                     f"{o.get('timed_cores', {}).get('loss_percent', 0):.1f}%"))
+                     f"{o.get('timed_cores', {}).get('loss_percent', 0):.1f}%",
+                     f"{r['overhead_auto']['timed_cores']['loss_percent']:.1f}%" if r["overhead_auto"] else "-"))
     print(f"Branch concurrency on {args.board} ({'full size' if args.full else 'reduced models'}), predicted DPU "
           f"latency; fGrain: ~{FGRAIN_GAIN_PERCENT:.0f}% on AlexNet")
     print(_table(rows))
     print(f"segs: segments kept (segments='auto'); overhead and loss measured on the finest cut "
-          f"(segments='always'). virtualisation overhead: host time of the largest partition's segments on "
+          f"(segments='always'), 'loss % auto' on the segments='auto' build ('-': no segments kept). "
+          f"virtualisation overhead: host time of the largest partition's segments on "
           f"{n_cores} cores minus that of "
           "its one program on one core (both without DPU work), in % of one emulated single-core run and of the "
           f"predicted DPU latency; loss (timed): the same with cores that sleep each program's predicted time, wall "
