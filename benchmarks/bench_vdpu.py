@@ -1,86 +1,301 @@
-"""Multi-tenant virtual DPUs: several models on the cores of one device (zcu102: 3 x B4096) at once vs one after
-another on one core.
+"""Virtual DPUs on the cores of one device (zcu102: 3 x B4096), next to fGrain's figures (seeds/003: ~25% lower
+AlexNet latency from running operators concurrently on virtual FPGAs, < 1.3% virtualisation loss).
 
-Two views, side by side:
-* predicted DPU time from the timing model: one after another = sum of the models' latencies; on separate cores
-  = the slowest model (DDR contention between cores is NOT modelled yet, so this is the ideal bound);
-* measured on this machine: wall time of `runs` runs per model through `tvm_dpu.serve` (each model pinned to its
-  own emulated core, all from their own threads) vs the same runs one model after another on one core. The
-  emulator runs on the host CPU (2 cores here), so this measures the runtime's concurrency, not the DPU's.
+1. Branch concurrency, predicted by the timing model: DPU latency of each model built with cores=1, 2, 3
+   (`tvm_dpu.build(..., cores=N)`: segments list-scheduled on N cores, DDR bandwidth split among the cores that
+   stream at once; segments="auto": segments that gain nothing apart are merged, charging each segment the
+   runtime's host cost HOST_DISPATCH_S, and a partition keeps its segments only where they are predicted faster,
+   so the gain is >= 0).
+   Models: GoogLeNet, ResNet-50, MobileNetV2 and an AlexNet-style two-tower net (the original's two GPU towers).
+2. Virtualisation overhead, measured on this host on the finest cut (segments="always", every segment kept,
+   the worst case for the runtime): the extra host time of running one partition as segments
+   on 3 virtual cores (a thread per core, dependency events, int8 feature maps handed between segments through
+   host memory) over running it as one program on one core, both timed with cores that do no DPU work, in % of
+   (a) one run of the whole partition on one emulated core and (b) its predicted DPU latency on the board; and
+   "loss (timed)": with cores that sleep each program's predicted DPU time (as a driver waiting on the hardware
+   does), how far the segments' wall time exceeds their contention-free schedule, minus how far the one program's
+   exceeds its own prediction, in % of the one-program latency (fGrain's "virtualisation loss").
+3. Multi-tenant: 3 models on 3 cores at once vs one after another on one core, predicted (timing model, with
+   the same DDR contention rule) and measured (the emulator through `tvm_dpu.serve`; the emulator runs on the
+   host's CPUs, so this measures the runtime's concurrency, not the DPU's).
 
-    python benchmarks/bench_vdpu.py                    # reduced zoo models -> results/vdpu.json
-    python benchmarks/bench_vdpu.py --full --runs 3    # full-size models (slow)
+    python benchmarks/bench_vdpu.py                    # reduced models (64x64, channels / 8) -> results/vdpu.json
+    python benchmarks/bench_vdpu.py --full             # full-size models (slow)
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "vdpu.json"
-MODELS = ("googlenet", "resnet50", "mobilenetv2")
+MODELS = ("googlenet", "resnet50", "mobilenetv2", "alexnet2")
+TENANTS = ("googlenet", "resnet50", "mobilenetv2")
+FGRAIN_GAIN_PERCENT = 25.0
+FGRAIN_OVERHEAD_PERCENT = 1.3
+
+
+def alexnet_two_towers(reduced: bool, seed: int = 0):
+    """AlexNet as Krizhevsky et al. built it for two GPUs: two towers of half the channels each, which exchange
+    feature maps only at conv3 and at the classifier. ONNX ModelProto (224x224, or 64x64 and channels / 8)."""
+    from tvm_dpu.zoo.graph_builder import GraphBuilder
+
+    res, div, classes = (64, 8, 10) if reduced else (224, 1, 1000)
+    b = GraphBuilder(graph_name="alexnet2" + ("_reduced" if reduced else ""), seed=seed)
+    x = b.input("input", (1, 3, res, res))
+
+    def conv(t, name, c, k, s=1, p=0):
+        return b.relu(b.conv(t, name, max(1, c // div), k, s, p), name + "_relu")
+
+    towers = []
+    for i in (0, 1):
+        t = b.maxpool(conv(x, f"t{i}.conv1", 48, 11, 4, 2), f"t{i}.pool1", 3, 2)
+        towers.append(b.maxpool(conv(t, f"t{i}.conv2", 128, 5, 1, 2), f"t{i}.pool2", 3, 2))
+    both = b.concat(towers, "cross3")  # conv3 reads both towers
+    outs = []
+    for i in (0, 1):
+        t = conv(both, f"t{i}.conv3", 192, 3, 1, 1)
+        t = conv(t, f"t{i}.conv4", 192, 3, 1, 1)
+        outs.append(b.maxpool(conv(t, f"t{i}.conv5", 128, 3, 1, 1), f"t{i}.pool5", 3, 2))
+    t = b.flatten(b.concat(outs, "cross6"), "flatten")
+    t = b.relu(b.gemm(t, "fc6", max(1, 4096 // div)), "fc6_relu")
+    t = b.relu(b.gemm(t, "fc7", max(1, 4096 // div)), "fc7_relu")
+    return b.build(b.gemm(t, "fc8", classes))
+
+
+def model_for(name: str, reduced: bool):
+    from tvm_dpu import zoo
+
+    return alexnet_two_towers(reduced) if name == "alexnet2" else zoo.build_model(name, reduced=reduced)
+
+
+class _NoWork:
+    """A core that does no DPU work: running segments on these times only the runtime around them."""
+
+    def __init__(self, arch):
+        self.arch = arch
+
+    def execute(self, sg, regions) -> None:
+        pass
+
+
+class _Timed:
+    """A core that holds the calling thread for the predicted DPU time of each program (time.sleep, as a driver
+    waiting on the hardware does, GIL released): wall time minus predicted time is what the host adds."""
+
+    def __init__(self, arch, seconds: dict[int, float]):
+        self.arch = arch
+        self.seconds = seconds  # id(program code) -> predicted seconds
+
+    def execute(self, sg, regions) -> None:
+        time.sleep(self.seconds[id(sg.code)])
+
+
+def predicted_ms(model, cores: int) -> float:
+    """Predicted DPU latency of `model` built with `cores` (its report's latency on that many cores; a model whose
+    partitions all stayed one program runs as on one core)."""
+    t = model.report()["timing"]
+    return t.get(f"latency_ms_cores_{cores}", t["latency_ms"])
+
+
+def overhead(model, x, reps: int) -> dict:
+    """Runtime cost of running the model's largest segmented partition on 3 virtual cores (no DPU work) vs
+    one emulated run of the whole partition, and vs its predicted DPU latency."""
+    import numpy as np
+
+    from tvm_dpu.runtime.cores import CoreGroup, VirtualDPU
+    from tvm_dpu.runtime.device import EmulatorDevice
+    from tvm_dpu.runtime.subgraph_runner import quantize_tensor, run_int8, run_segments
+    from tvm_dpu.timing.multicore import list_schedule
+    from tvm_dpu.timing.simulate import simulate
+
+    seg = [r for r in model.runners.values() if r.multicore is not None]
+    if not seg:
+        return {}
+    r = max(seg, key=lambda r: r.multicore.single_cycles)
+    # any int8 input of the right shape runs the same instructions and the same hand-offs
+    rng = np.random.default_rng(0)
+    qin = [quantize_tensor(rng.standard_normal(b.shape), b.fix_point) for b in r.sg.inputs]
+    emu = EmulatorDevice(model.arch)
+    run_int8(r.sg, emu, qin)  # warm up
+    t0 = time.perf_counter()
+    run_int8(r.sg, emu, qin)
+    single_s = time.perf_counter() - t0
+    idle = CoreGroup([VirtualDPU(_NoWork(model.arch), c) for c in range(r.multicore.cores)])
+
+    def host_s(run) -> float:
+        run()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run()
+        return (time.perf_counter() - t0) / reps
+
+    # host work of one call without DPU work: the whole program on one core (regions, parameters, inputs and
+    # outputs) vs its segments on the cores (the same, plus threads, dependency events and the hand-offs)
+    whole_s = host_s(lambda: run_int8(r.sg, idle.cores[0], qin))
+    segments_s = host_s(lambda: run_segments(r.sg, r.multicore, idle.cores, qin))
+    extra_s = max(0.0, segments_s - whole_s)
+    freq = model.arch.freq_mhz * 1e6
+    dpu_s = r.multicore.single_cycles / freq
+    # With cores that take each program's predicted time (no DDR contention: every program its one-core time),
+    # the loss is what the wall time exceeds the prediction by, segments (vs the contention-free schedule) minus
+    # one program (vs its own time), in % of the one-program latency.
+    seconds = {id(g.sg.code): simulate(g.sg.code, model.arch).cycles / freq for g in r.multicore.segments}
+    seconds[id(r.sg.code)] = dpu_s
+    ideal_s = list_schedule([[seconds[id(g.sg.code)] * freq] for g in r.multicore.segments],
+                            [g.after for g in r.multicore.segments], r.multicore.cores, contention=False).makespan / freq
+    timed = [VirtualDPU(_Timed(model.arch, seconds), c) for c in range(r.multicore.cores)]
+    timed_whole_s = host_s(lambda: run_int8(r.sg, timed[0], qin))
+    timed_segments_s = host_s(lambda: run_segments(r.sg, r.multicore, timed, qin))
+    loss_s = max(0.0, (timed_segments_s - ideal_s) - (timed_whole_s - dpu_s))
+    return {"partition_segments": len(r.multicore.segments), "host_us_one_program": whole_s * 1e6,
+            "host_us_segments": segments_s * 1e6, "overhead_us": extra_s * 1e6,
+            "emulator_single_core_ms": single_s * 1e3, "predicted_dpu_ms": dpu_s * 1e3,
+            "percent_of_emulator_run": 100 * extra_s / single_s, "percent_of_predicted_dpu": 100 * extra_s / dpu_s,
+            "timed_cores": {"one_program_ms": timed_whole_s * 1e3, "segments_ms": timed_segments_s * 1e3,
+                            "ideal_schedule_ms": ideal_s * 1e3, "loss_us": loss_s * 1e6,
+                            "loss_percent": 100 * loss_s / dpu_s}}
+
+
+def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) -> dict:
+    """3 models on 3 cores at once vs one after another on one core: predicted and measured."""
+    from tvm_dpu.runtime.cores import VirtualDPU, devices, serve
+    from tvm_dpu.runtime.device import EmulatorDevice
+    from tvm_dpu.timing.multicore import contention_cycles, list_schedule
+
+    cores = devices(board)
+    models = [built[n] for n in names]
+    k = len(models)
+    # predicted: each model's DPU programs (one program per partition) as one unit of work, run one after another
+    # on one core, or each on its own core with the DDR shared by however many run at once
+    cyc = []
+    for m in models:
+        per_k = [0.0] * k
+        for r in m.runners.values():
+            for i, c in enumerate(contention_cycles(r.sg.code, m.arch, k)):
+                per_k[i] += c
+        cyc.append(per_k)
+    ms = 1e3 / (models[0].arch.freq_mhz * 1e6)
+    pred_seq = sum(c[0] for c in cyc) * ms
+    pred_conc = list_schedule(cyc, [[] for _ in cyc], k).makespan * ms
+    pred_ideal = max(c[0] for c in cyc) * ms
+    for m, core in zip(models, cores):
+        m.pin(core)
+    xs = [inputs[n] for n in names]
+    for m, x in zip(models, xs):
+        m.run(x)  # link the library, warm the emulator
+    conc, _ = serve(models, xs, runs, names)
+    single = VirtualDPU(EmulatorDevice(cores[0].arch), 0)
+    for m in models:
+        m.pin(single)
+    t0 = time.perf_counter()
+    for m, x in zip(models, xs):
+        for _ in range(runs):
+            m.run(x)
+    seq_s = time.perf_counter() - t0
+    return {"models": names, "runs": runs, "predicted_sequential_ms": pred_seq, "predicted_concurrent_ms": pred_conc,
+            "predicted_concurrent_no_contention_ms": pred_ideal, "measured_sequential_s": seq_s,
+            "measured_concurrent_s": conc.seconds, "per_model": conc.models, "per_core": conc.cores,
+            "table": conc.table()}
+
+
+def _table(rows: list[tuple]) -> str:
+    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r))
+                     for r in rows)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--board", default="zcu102")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tenants", default=",".join(TENANTS), help="models served at once (one per core)")
     ap.add_argument("--full", action="store_true", help="full-size models (default: reduced)")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3, help="runs per model in the multi-tenant measurement")
+    ap.add_argument("--reps", type=int, default=20, help="repetitions of the overhead measurement")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = ap.parse_args()
 
     import tvm_dpu
     from tvm_dpu import zoo
-    from tvm_dpu.runtime.cores import VirtualDPU, serve
-    from tvm_dpu.runtime.device import EmulatorDevice
 
     names = args.models.split(",")
-    cores = tvm_dpu.devices(args.board)
-    if len(cores) < len(names):
-        print(f"{args.board} has {len(cores)} cores for {len(names)} models", file=sys.stderr)
-        return 2
-    compiled, inputs, latency = [], [], []
-    for name, core in zip(names, cores):
-        model = zoo.build_model(name, reduced=not args.full)
-        c = tvm_dpu.build(model, arch=args.board, device=core, progress=False,
-                          calibration=[zoo.random_input(model, seed=s) for s in range(2)])
-        compiled.append(c)
-        inputs.append(zoo.random_input(model, seed=1))
-        latency.append(c.timing().latency_s * 1e3)
-    for c, x in zip(compiled, inputs):  # first runs: link the library, compile the programs into the emulator
-        c.run(x)
-    concurrent, _ = serve(compiled, inputs, args.runs, names)
-    # The same work one model after another on a single core.
-    single = VirtualDPU(EmulatorDevice(cores[0].arch), 0)
-    for c in compiled:
-        c.device = single
-        for r in c.runners.values():
-            r.device = single
-    t0 = time.perf_counter()
-    for c, x in zip(compiled, inputs):
-        for _ in range(args.runs):
-            c.run(x)
-    sequential_s = time.perf_counter() - t0
-    pred_seq, pred_conc = sum(latency), max(latency)
-    rows = [("", "one core, in turn", f"{len(names)} cores, at once", "gain")]
-    rows.append(("predicted DPU ms per round", f"{pred_seq:.3f}", f"{pred_conc:.3f}", f"{pred_seq / pred_conc:.2f}x"))
-    rows.append(("measured emulator s (all runs)", f"{sequential_s:.2f}", f"{concurrent.seconds:.2f}",
-                 f"{sequential_s / concurrent.seconds:.2f}x"))
-    w = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)))
-    print(concurrent.table())
-    print("(predicted: DDR contention between cores not modelled; measured: emulator on a "
-          f"{__import__('os').cpu_count()}-core host)")
+    tenant_names = args.tenants.split(",")
+    n_cores = tvm_dpu.load_arch(args.board).cores
+    results, built, inputs = {}, {}, {}
+    for name in dict.fromkeys(names + tenant_names):
+        model = model_for(name, not args.full)
+        cal = [zoo.random_input(model, seed=0)]
+        x = zoo.random_input(model, seed=1)
+        t0 = time.perf_counter()
+        # one build per core count (segments="auto", what a user gets): each schedules for that many cores
+        per_cores = {n: tvm_dpu.build(model, arch=args.board, progress=False, calibration=cal, cores=n)
+                     for n in range(2, n_cores + 1)}
+        first = per_cores[2]
+        built[name], inputs[name] = first, x
+        if name not in names:
+            continue
+        # the finest cut on every core, kept regardless: what the runtime's overhead is measured on
+        finest = tvm_dpu.build(model, arch=args.board, progress=False, calibration=cal, cores=n_cores,
+                               segments="always")
+        build_s = time.perf_counter() - t0
+        lat = {1: first.timing().latency_s * 1e3}
+        lat.update({n: predicted_ms(m, n) for n, m in per_cores.items()})
+        segments = {n: sum(len(r.multicore.segments) for r in m.runners.values() if r.multicore is not None)
+                    for n, m in per_cores.items()}
+        results[name] = {"predicted_latency_ms": {str(k): v for k, v in lat.items()},
+                         "predicted_gain_percent": {str(n): 100 * (1 - lat[n] / lat[1]) for n in per_cores},
+                         "segments": {str(k): v for k, v in segments.items()}, "build_s": build_s,
+                         "decisions": {n: [v["reason"] for v in m.build_info["multicore"].values()]
+                                       for n, m in per_cores.items()},
+                         "overhead_finest_cut": overhead(finest, x, args.reps),
+                         "overhead_auto": overhead(per_cores[n_cores], x, args.reps)}
+        print(f"{name}: built in {build_s:.1f} s", file=sys.stderr)
+    header = ("model", "1 core ms", *(f"{n} cores ms" for n in range(2, n_cores + 1)),
+              *(f"gain {n}c" for n in range(2, n_cores + 1)), *(f"segs {n}c" for n in range(2, n_cores + 1)),
+              "overhead us", "% emu run", "% DPU", "loss % (timed)",
+              "loss % auto")
+    rows = [header]
+    for name, r in results.items():
+        lat, o = r["predicted_latency_ms"], r["overhead_finest_cut"]
+        rows.append((name, f"{lat['1']:.3f}", *(f"{lat[str(n)]:.3f}" for n in range(2, n_cores + 1)),
+                     *(f"{r['predicted_gain_percent'][str(n)]:.1f}%" for n in range(2, n_cores + 1)),
+                     *(str(r["segments"][str(n)]) for n in range(2, n_cores + 1)),
+                     f"{o.get('overhead_us', 0):.0f}", f"{o.get('percent_of_emulator_run', 0):.2f}%",
+                     f"{o.get('percent_of_predicted_dpu', 0):.1f}%",
+                     f"{o.get('timed_cores', {}).get('loss_percent', 0):.1f}%",
+                     f"{r['overhead_auto']['timed_cores']['loss_percent']:.1f}%" if r["overhead_auto"] else "-"))
+    print(f"Branch concurrency on {args.board} ({'full size' if args.full else 'reduced models'}), predicted DPU "
+          f"latency; fGrain: ~{FGRAIN_GAIN_PERCENT:.0f}% on AlexNet")
+    print(_table(rows))
+    print(f"segs: segments kept (segments='auto'); overhead and loss measured on the finest cut "
+          f"(segments='always'), 'loss % auto' on the segments='auto' build ('-': no segments kept). "
+          f"virtualisation overhead: host time of the largest partition's segments on "
+          f"{n_cores} cores minus that of "
+          "its one program on one core (both without DPU work), in % of one emulated single-core run and of the "
+          f"predicted DPU latency; loss (timed): the same with cores that sleep each program's predicted time, wall "
+          f"time beyond the prediction, segments minus one program, in % of its latency; fGrain: < "
+          f"{FGRAIN_OVERHEAD_PERCENT}%")
+    mt = tenants(built, inputs, tenant_names, args.board, args.runs)
+    print()
+    print(_table([("", "one core, in turn", f"{len(tenant_names)} cores, at once", "gain"),
+                  ("predicted DPU ms per round", f"{mt['predicted_sequential_ms']:.3f}",
+                   f"{mt['predicted_concurrent_ms']:.3f}",
+                   f"{mt['predicted_sequential_ms'] / mt['predicted_concurrent_ms']:.2f}x"),
+                  ("measured emulator s (all runs)", f"{mt['measured_sequential_s']:.2f}",
+                   f"{mt['measured_concurrent_s']:.2f}",
+                   f"{mt['measured_sequential_s'] / mt['measured_concurrent_s']:.2f}x")]))
+    print(mt.pop("table"))
+    print(f"(predicted concurrent without DDR contention: {mt['predicted_concurrent_no_contention_ms']:.3f} ms; "
+          f"measured: emulator on a {os.cpu_count()}-core host)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
-        "board": args.board, "models": names, "reduced": not args.full, "runs": args.runs,
-        "predicted_latency_ms": dict(zip(names, latency)), "predicted_sequential_ms": pred_seq,
-        "predicted_concurrent_ms": pred_conc, "measured_sequential_s": sequential_s,
-        "measured_concurrent_s": concurrent.seconds, "per_model": concurrent.models, "per_core": concurrent.cores,
+        "board": args.board, "reduced": not args.full, "fgrain": {"gain_percent": FGRAIN_GAIN_PERCENT,
+                                                                  "overhead_percent": FGRAIN_OVERHEAD_PERCENT},
+        "branch_concurrency": results, "multi_tenant": mt, "host_cpus": os.cpu_count(),
     }, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0

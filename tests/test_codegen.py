@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.compiler import compile_graph
+from tvm_dpu.codegen.compiler import compile_graph, compile_graph_fused
+from tvm_dpu.codegen.conv import CONV_VARIANTS
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.codegen.isa import CONV, LOAD, SAVE
 from tvm_dpu.runtime.emulator import Emulator
@@ -54,10 +55,10 @@ class _B:
         return self.g.tensors[t].shape
 
 
-def _check(graph: Graph, arch_name: str, seed: int = 0) -> dict:
+def _check(graph: Graph, arch_name: str, seed: int = 0, plan=None) -> dict:
     arch = load_arch(arch_name)
     graph.outputs = graph.outputs or [graph.ops[-1].outputs[0]]
-    compiled = compile_graph(graph, arch)
+    compiled = compile_graph(graph, arch) if plan is None else compile_graph_fused(graph, arch, plan)
     rng = np.random.default_rng(seed)
     feeds = {n: rng.integers(-128, 128, graph.tensors[n].shape).astype(np.int8) for n in graph.inputs}
     regions = compiled.new_regions()
@@ -138,6 +139,42 @@ def test_large_layer_tiles_weights_and_width(arch):
     b.conv(x, 150, 3, 1, 1, fp_out=3)
     counts = _check(b.g, arch)
     assert counts["CONV"] > 10
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_conv_variants_are_bit_exact_and_chosen_by_the_timing_model(arch):
+    """Kernel polymorphism: every conv variant computes the golden result with its own instruction sequence; the
+    choice is the variant with the fewest predicted cycles, and the plan says so."""
+    from tvm_dpu.fusion.select import choose_conv_variants
+    from tvm_dpu.types import SINGLE, FusionPlan, Group
+
+    b = _B(5)
+    x = b.input(200, 6, 300)
+    b.conv(x, 150, 3, 1, 1, fp_out=3)
+    (op,) = b.g.ops
+    codes = set()
+    for v in CONV_VARIANTS:
+        plan = FusionPlan("v", [Group(SINGLE, (op.name,))], variants={op.name: v})
+        counts = _check(b.g, arch, plan=plan)
+        codes.add((v, counts["CONV"], counts["LOAD"]))
+    assert len({c[1:] for c in codes}) == len(CONV_VARIANTS)  # three different instruction sequences
+    chosen = choose_conv_variants(b.g, load_arch(arch), FusionPlan("none", [Group(SINGLE, (op.name,))]))
+    info = chosen.stats["conv_variants"][op.name]
+    assert set(info["predicted_cycles"]) == set(CONV_VARIANTS)
+    best = min(info["predicted_cycles"].values())
+    assert info["predicted_cycles"][info["chosen"]] == best and str(round(best)) in info["why"]
+    assert chosen.variants.get(op.name, "wide") == info["chosen"]
+
+
+def test_unknown_conv_variant_is_an_error():
+    from tvm_dpu.types import SINGLE, FusionPlan, Group
+
+    b = _B(6)
+    b.conv(b.input(8, 4, 4), 8, 3, 1, 1)
+    b.g.outputs = [b.g.ops[-1].outputs[0]]
+    plan = FusionPlan("v", [Group(SINGLE, (b.g.ops[0].name,))], variants={b.g.ops[0].name: "fast"})
+    with pytest.raises(CodegenError, match="conv variant 'fast'"):
+        compile_graph_fused(b.g, load_arch(ARCHS[0]), plan)
 
 
 def test_codegen_error_names_op():

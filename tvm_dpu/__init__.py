@@ -20,6 +20,7 @@ Public API (the rest is imported lazily):
     set_device("emulator"|"pynq"|device), use_device(device)              where DPU partitions of TVM modules run
     devices(arch, kind="emulator"|"pynq") -> one device per DPU core        pin models to cores
     PipelineModel.from_model(compiled, boards=N) / .load(pipeline.json)    a model split over N boards
+    core_group(arch, cores) -> CoreGroup                                    several cores for one model
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ _EXPORTS = {
     "devices": ("tvm_dpu.runtime.cores", "devices"),
     "serve": ("tvm_dpu.runtime.cores", "serve"),
     "PipelineModel": ("tvm_dpu.pipeline.model", "PipelineModel"),
+    "core_group": ("tvm_dpu.runtime.cores", "core_group"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

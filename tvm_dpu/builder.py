@@ -61,7 +61,8 @@ def import_model(mod: Any, shapes: dict | None = None, fix_points: dict[str, int
 
 def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
           shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
-          fix_points: dict[str, int] | None = None, fusion: str = "optimal", plugins: Any = None) -> CompiledModel:
+          fix_points: dict[str, int] | None = None, fusion: str = "optimal", plugins: Any = None,
+          cores: int = 1, segments: str = "auto") -> CompiledModel:
     """Compile `mod` (a Relax IRModule, an ONNX file path or ModelProto) for the DPU.
 
     The DPU-capable parts become DPU machine code (calibrated on `calibration`: an iterable of input dicts or
@@ -79,6 +80,13 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
 
     `plugins`: custom-IP plugins (names, "a,b", or Plugin objects; see tvm_dpu.plugins), applied in order before
     DPU partitioning; the ops they claim run on their IP (their "sim" runner on the emulator).
+
+    `cores` (1 to the arch's core count, e.g. 3 on zcu102): schedule the independent work of each DPU partition
+    (Inception branches, shortcut convs, independent subgraphs) on that many cores of one device. Each partition
+    is cut into segments, compiled, and list-scheduled on the timing model with DDR contention charged; the
+    program keeps the segments when they are predicted faster than one program on one core. Without `device`
+    the model runs on `cores` emulated cores (a `CoreGroup`); outputs are bit-identical to cores=1.
+    `segments="always"` keeps the segments even where one program is predicted faster (to measure the runtime).
     """
     if target not in ("dpu", "DPU"):
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
@@ -88,15 +96,20 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     t_import = time.perf_counter()
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,
-                            is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins)
+                            is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins,
+                            cores=cores, segments=segments)
     ex = tvm.compile(mod, target="dpu", relax_pipeline=pipeline)
     t_end = time.perf_counter()
     (result,) = record
-    if device is None:
+    if device is None and cores > 1:
+        from tvm_dpu.runtime.cores import core_group
+
+        device = core_group(result.arch, cores)
+    elif device is None:
         from tvm_dpu.runtime.device import EmulatorDevice
 
         device = EmulatorDevice(result.arch)
-    runners = {sym: SubgraphRunner(p.sg, device, p.qgraph, p.output_shapes, digest_of(p.blob))
+    runners = {sym: SubgraphRunner(p.sg, device, p.qgraph, p.output_shapes, digest_of(p.blob), p.segments)
                for sym, p in result.partitions.items()}
     info = dict(result.info)
     plugin_subgraphs = info.pop("plugin_subgraphs")

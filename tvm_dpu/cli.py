@@ -257,7 +257,8 @@ def _run_compile(args: argparse.Namespace) -> int:
         # The file itself when it is compiled as is, so that errors name it (a cut model exists only in memory).
         source = proto if output_ops else str(path)
         model = build(source, arch=arch, calibration=calib, shapes=shapes or None, progress=not args.quiet,
-                      fusion=args.fusion, plugins=vai_plugins(args.options))
+                      fusion=args.fusion, plugins=vai_plugins(args.options), cores=args.cores,
+                      segments=args.segments)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     model.source_graph = onnx_node_graph(proto)
@@ -274,19 +275,42 @@ def _run_compile(args: argparse.Namespace) -> int:
         print(model.partition_report.table())
         print()
     print(_subgraph_table(report))
+    if args.cores > 1:
+        print(_multicore_summary(report, args.cores))
     print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
     if timelines:
         print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
     return EXIT_OK
 
 
+def _multicore_summary(report: dict, cores: int) -> str:
+    """One line per DPU subgraph compiled for several cores, then the model's predicted DPU latency."""
+    lines = []
+    for sym, info in sorted((report.get("build") or {}).get("multicore", {}).items()):
+        sid = next((s["id"] for s in report["subgraphs"] if s["symbol"] == sym), sym)
+        lines.append(f"subgraph {sid}: {info['reason']}")
+    t = report.get("timing") or {}
+    if f"latency_ms_cores_{cores}" in t:
+        lines.append(f"predicted DPU latency: {t['latency_ms_cores_1']:.3f} ms on 1 core, "
+                     f"{t[f'latency_ms_cores_{cores}']:.3f} ms on {cores} cores "
+                     f"(predicted gain {t['predicted_gain_percent']:.1f}%)")
+    return "\n".join(lines)
+
+
 def _write_timelines(model, timing, outdir: Path, name: str) -> list[Path]:
-    """Per DPU subgraph: a Chrome trace (open in Perfetto) and, when matplotlib is installed, a PNG Gantt chart."""
+    """Per DPU subgraph: a Chrome trace (open in Perfetto) and, when matplotlib is installed, a PNG Gantt chart;
+    per subgraph compiled for several cores, its schedule as a trace with one track per core."""
+    import json
     import warnings
 
     from .timing.trace import write_chrome_trace, write_gantt_png
 
     written = []
+    for symbol, trace in model.core_timelines().items():
+        sid = model.subgraph_ids.get(symbol, symbol)
+        path = outdir / f"{name}.sg{sid}.cores.trace.json"
+        path.write_text(json.dumps(trace))
+        written.append(path)
     for symbol, result in timing.subgraphs.items():
         sid = model.subgraph_ids.get(symbol, symbol)
         written.append(write_chrome_trace(result, outdir / f"{name}.sg{sid}.trace.json"))
@@ -319,6 +343,7 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
             "instructions": int(sum(s["instr_counts"].values())),
             "code_bytes": s["code_bytes"],
             "param_bytes": s["param_bytes"],
+            "multicore": s.get("multicore"),
         } for s in header["subgraphs"]],
         "plugin_subgraphs": header.get("plugin_subgraphs") or [],
     }
@@ -374,6 +399,13 @@ def _add_compile(sub) -> None:
     p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal",
                    help="DNNVM kernel fusion: none (every op alone, concats copied), greedy (first template match "
                    "wins) or optimal (execution-path search over all template matches; default)")
+    p.add_argument("--cores", type=int, default=1, metavar="N",
+                   help="schedule independent DPU work of each subgraph (Inception branches, shortcut convs) on N "
+                   "cores of the device (at most the arch's core count, e.g. 3 on zcu102); report.json gives the "
+                   "predicted latency on 1 and N cores and OUTDIR/NAME.sgK.cores.trace.json the per-core timeline")
+    p.add_argument("--segments", choices=["auto", "always"], default="auto",
+                   help="with --cores: keep a subgraph's segments only when predicted faster than one program on "
+                   "one core (auto, default) or always")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the subgraph summary, no progress bar")
     p.set_defaults(func=_run_compile)
 
@@ -398,24 +430,24 @@ def _is_pipeline(path: str) -> bool:
 def _run_pipeline_file(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from .feeds import load_npz
     from .pipeline.model import PipelineModel
 
     if args.verify:
         raise FrontendError("--verify runs on one artifact; verify each stage with 'tvm-dpu run stageN.tvmdpu "
                             "--verify', or compare with the single-board run ('tvm-dpu pipeline' checks it)")
+    for flag, bad in (("--cores", args.cores), ("--runs", args.runs != 1)):
+        if bad:
+            raise FrontendError(f"{flag} is for artifacts; a pipeline runs one stage per board")
+    if len(args.input or []) > 1:
+        raise FrontendError(f"--input given {len(args.input)} times for one pipeline")
     if args.device == "pynq" and args.executor == "local":
         raise FrontendError("--device pynq with a pipeline needs --executor ray (one board per stage actor)")
     device_options = {"bitfile": args.bitfile, "timeout_s": args.timeout} if args.device == "pynq" else {}
-    pipe = PipelineModel.load(args.compiled, executor=args.executor, device=args.device, device_options=device_options,
-                              trusted_keys=args.require_signature)
-    if args.input:
-        feeds = load_npz(args.input, "--input")
-        if len(pipe.inputs) == 1 and pipe.inputs[0].name not in feeds and len(feeds) == 1:
-            feeds = {pipe.inputs[0].name: next(iter(feeds.values()))}
-    else:
-        rng = np.random.default_rng(0)
-        feeds = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in pipe.inputs}
+    pipe = PipelineModel.load(args.compiled[0], executor=args.executor, device=args.device,
+                              device_options=device_options, trusted_keys=args.require_signature)
+    path = (args.input or [None])[0]
+    feeds = _feeds_for(pipe, path, "--input")
+    if path is None:
         print("no --input: running on random normal input (seed 0)")
     with pipe:
         outputs = pipe.run(feeds)
@@ -428,34 +460,61 @@ def _run_pipeline_file(args: argparse.Namespace) -> int:
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise FrontendError(f"--runs {args.runs}: expected at least 1")
+    if len(args.compiled) > 1:
+        return _run_tenants(args)
+    if _is_pipeline(args.compiled[0]):
+        return _run_pipeline_file(args)
+    return _run_one(args)
+
+
+def _feeds_for(model, path: str | None, what: str) -> dict:
+    """Input arrays for `model` from an .npz file, or random normal input (seed 0) when `path` is None."""
     import numpy as np
 
     from .feeds import load_npz
+
+    if path:
+        feeds = load_npz(path, what)
+        if len(model.inputs) == 1 and model.inputs[0].name not in feeds and len(feeds) == 1:
+            feeds = {model.inputs[0].name: next(iter(feeds.values()))}  # one array: whatever its name
+        return feeds
+    rng = np.random.default_rng(0)
+    return {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in model.inputs}
+
+
+def _run_one(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .runtime.artifact import load
 
-    if _is_pipeline(args.compiled):
-        return _run_pipeline_file(args)
-
+    (compiled,) = args.compiled
+    if len(args.input or []) > 1:
+        raise FrontendError(f"--input given {len(args.input)} times for one artifact")
     if args.device == "pynq":
         if not args.bitfile:
             raise FrontendError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
-        model = load(args.compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout,
+        if args.cores:
+            raise FrontendError("--cores runs on emulated cores; with --device pynq the board's driver is used as is")
+        model = load(compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout,
                      trusted_keys=args.require_signature)
     else:
-        model = load(args.compiled, trusted_keys=args.require_signature)
+        model = load(compiled, trusted_keys=args.require_signature)
+        if args.cores:
+            from .runtime.cores import core_group
+
+            model.pin(core_group(model.arch, args.cores))
     model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
-    if args.input:
-        feeds = load_npz(args.input, "--input")
-        if len(model.inputs) == 1 and model.inputs[0].name not in feeds and len(feeds) == 1:
-            feeds = {model.inputs[0].name: next(iter(feeds.values()))}  # one array: whatever its name
-    else:
-        rng = np.random.default_rng(0)
-        feeds = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in model.inputs}
+    path = (args.input or [None])[0]
+    feeds = _feeds_for(model, path, "--input")
+    if path is None:
         print("no --input: running on random normal input (seed 0)")
     if args.verify and not model.runners:
-        raise DPUError(f"--verify: {args.compiled} has no DPU subgraph, so there is nothing to verify "
+        raise DPUError(f"--verify: {compiled} has no DPU subgraph, so there is nothing to verify "
                        "(every node runs on the CPU or a plugin)")
-    outputs = model.run(feeds)
+    for _ in range(args.runs):
+        outputs = model.run(feeds)
     _print_outputs(outputs)
     if args.output:
         np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
@@ -471,6 +530,43 @@ def _run_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_tenants(args: argparse.Namespace) -> int:
+    """Several artifacts at once on the cores of one (emulated) device: model i on core i mod N, each model
+    `--runs` times from its own thread; prints throughput per model and per core."""
+    from .runtime.artifact import load
+    from .runtime.cores import devices, serve
+
+    for flag, bad in (("--verify", args.verify), ("-o", args.output), ("--device pynq", args.device == "pynq")):
+        if bad:
+            raise FrontendError(f"{flag} runs one artifact; several artifacts run together on emulated cores only")
+    paths = list(args.compiled)
+    inputs = list(args.input or [])
+    if inputs and len(inputs) != len(paths):
+        raise FrontendError(f"--input given {len(inputs)} times for {len(paths)} artifacts: give one per artifact "
+                            "(in the same order) or none (random input)")
+    models = [load(p, trusted_keys=args.require_signature) for p in paths]
+    if len({int(m.arch.fingerprint) for m in models}) != 1:
+        listing = ", ".join(f"{p}: {m.arch.name} ({m.arch.fingerprint:#x})" for p, m in zip(paths, models))
+        raise FrontendError(f"the artifacts are compiled for different DPUs ({listing}): one device runs one DPU")
+    arch = models[0].arch
+    cores = devices(arch)
+    n = args.cores or min(len(paths), len(cores))
+    if not 1 <= n <= len(cores):
+        raise FrontendError(f"--cores {n}: {arch.name} has {len(cores)} DPU core(s)")
+    for i, m in enumerate(models):
+        m.pin(cores[i % n])
+    feeds = [_feeds_for(m, inputs[i] if inputs else None, f"--input {i + 1}") for i, m in enumerate(models)]
+    if not inputs:
+        print("no --input: running every model on random normal input (seed 0)")
+    for m, f in zip(models, feeds):  # first run apart: links each library and warms the emulators
+        m.run(f)
+    names = [Path(p).stem for p in paths]
+    report, _ = serve(models, feeds, args.runs, names)
+    print(f"{len(models)} models on {n} core(s) of {arch.name}, {args.runs} runs each, all at once:")
+    print(report.table())
+    return EXIT_OK
+
+
 def _add_run(sub) -> None:
     p = sub.add_parser(
         "run",
@@ -478,10 +574,18 @@ def _add_run(sub) -> None:
         description="Load NAME.tvmdpu and run it once. With --verify the golden reference runs beside every DPU "
         "subgraph and the exit code is 1 when any element differs.",
     )
-    p.add_argument("compiled", metavar="COMPILED", help="the .tvmdpu artifact written by 'tvm-dpu compile', or the "
-                   "pipeline.json (or its directory) written by 'tvm-dpu pipeline'")
-    p.add_argument("--input", metavar="FILE.npz",
-                   help="input arrays named like the model inputs (default: random normal input)")
+    p.add_argument("compiled", metavar="COMPILED", nargs="+",
+                   help="the .tvmdpu artifact written by 'tvm-dpu compile', or the pipeline.json (or its directory) "
+                   "written by 'tvm-dpu pipeline'; several artifacts run at the same time on the cores of one device "
+                   "(model i on core i mod --cores) and throughput per model and per core is printed")
+    p.add_argument("--input", metavar="FILE.npz", action="append",
+                   help="input arrays named like the model inputs (default: random normal input); with several "
+                   "artifacts, once per artifact in the same order")
+    p.add_argument("--cores", type=int, metavar="N",
+                   help="one artifact: run its DPU subgraphs on N emulated cores (segments of a model compiled with "
+                   "--cores run concurrently); several artifacts: share N cores (default: one core per artifact, "
+                   "up to the arch's core count)")
+    p.add_argument("--runs", type=int, default=1, metavar="R", help="run each model R times (default 1)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="for a pipeline: run the stages on threads here (default) or as Ray actors, one per board "
                    "(pip install 'tvm-dpu[cluster]'; joins the cluster of RAY_ADDRESS, else starts a local one)")
@@ -557,6 +661,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
         print(f"  symbol {sg['symbol']}")
         print(f"  code {sg['code_bytes']} B, params {sg['param_bytes']} B, DDR region sizes by reg_id "
               f"{ {int(k): v for k, v in s['region_sizes'].items()} }")
+        if s.get("multicore"):
+            m = s["multicore"]
+            print(f"  {m['segments']} segments scheduled on {m['cores']} cores: predicted {m['cycles']:.0f} cycles "
+                  f"(one program on one core: {m['cycles_cores_1']:.0f})")
         for kind in ("inputs", "outputs"):
             for b, raw in zip(sg[kind], s[kind]):
                 f = raw["fmap"]

@@ -8,6 +8,7 @@ tools find it inside an exported library (`find_blobs`). Reading parses JSON and
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import asdict, dataclass
 
@@ -29,6 +30,37 @@ _FIXED = struct.Struct("<8sIQQ32s")  # the container's fixed header (container.p
 
 
 @dataclass
+class Segment:
+    """One piece of a DPU subgraph compiled as a program of its own, placed on a core by the multi-core schedule
+    (passes/multicore.py): it starts when the segments in `after` have ended (their outputs are its inputs)."""
+
+    sg: CompiledSubgraph
+    core: int
+    start: float  # predicted cycles
+    end: float
+    after: list[int]
+
+
+@dataclass
+class Multicore:
+    """The segments of a DPU subgraph and their schedule on `cores` cores, carried beside its one-core program.
+    Segment inputs are the subgraph's inputs or outputs of earlier segments (matched by tensor name, same fix
+    point); every subgraph output is produced by one segment."""
+
+    cores: int
+    segments: list[Segment]
+    single_cycles: float  # predicted cycles of the whole program on one core
+    cycles: float  # predicted makespan of the schedule
+
+    def core_order(self) -> list[list[int]]:
+        """Segments of each core in the order it runs them (by predicted start)."""
+        out: list[list[int]] = [[] for _ in range(self.cores)]
+        for i in sorted(range(len(self.segments)), key=lambda i: (self.segments[i].start, i)):
+            out[self.segments[i].core].append(i)
+        return out
+
+
+@dataclass
 class Program:
     """A parsed subgraph blob: what the dispatcher executes."""
 
@@ -38,6 +70,8 @@ class Program:
     digest: bytes  # the container's sha256: identifies the content
     #: Where the code and parameter bytes lie in the blob: {"code": (offset, nbytes), "params": (...)}.
     spans: dict[str, tuple[int, int]]
+    #: Segments and their schedule on several cores (`build(..., cores=N)`), or None: one program, one core.
+    multicore: Multicore | None = None
 
     @property
     def fingerprint(self) -> int:
@@ -52,8 +86,11 @@ def binding_from_json(d: dict) -> TensorBinding:
     return TensorBinding(d["name"], tuple(int(x) for x in d["shape"]), int(d["fix_point"]), FMap(**d["fmap"]))
 
 
-def pack_program(symbol: str, sg: CompiledSubgraph, output_shapes: list[tuple[int, ...]]) -> bytes:
-    """Bytes of one compiled subgraph (deterministic: equal inputs give identical bytes)."""
+def pack_program(symbol: str, sg: CompiledSubgraph, output_shapes: list[tuple[int, ...]],
+                 multicore: Multicore | None = None) -> bytes:
+    """Bytes of one compiled subgraph (deterministic: equal inputs give identical bytes). With `multicore`, its
+    segments follow as nested program blobs (sections "segment.NNN") and the schedule as the header's
+    "multicore" entry."""
     header = {
         "format": FORMAT_TAG, "symbol": symbol, "name": sg.name, "arch": sg.arch, "fingerprint": hex(sg.fingerprint),
         "region_sizes": {str(k): int(v) for k, v in sorted(sg.region_sizes.items())},
@@ -64,7 +101,78 @@ def pack_program(symbol: str, sg: CompiledSubgraph, output_shapes: list[tuple[in
     }
     sections = {"code": np.ascontiguousarray(sg.code, dtype="<u4").tobytes(),
                 "params": np.ascontiguousarray(sg.params, dtype=np.uint8).tobytes()}
+    if multicore is not None:
+        header["multicore"] = {
+            "cores": int(multicore.cores), "single_cycles": float(multicore.single_cycles),
+            "cycles": float(multicore.cycles),
+            "segments": [{"core": int(g.core), "start": float(g.start), "end": float(g.end),
+                          "after": [int(d) for d in g.after]} for g in multicore.segments]}
+        for i, g in enumerate(multicore.segments):
+            sections[_segment_section(i)] = pack_program(f"{symbol}.seg{i}", g.sg, [b.shape for b in g.sg.outputs])
     return pack(MAGIC, FORMAT_VERSION, header, sections)
+
+
+#: Most segments one subgraph may carry, and most cores a schedule may name (the DPUCZDX8G has at most 4).
+MAX_SEGMENTS = 4096
+MAX_CORES = 16
+
+
+def _segment_section(i: int) -> str:
+    return f"segment.{i:03d}"
+
+
+def _cycles(v, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SchemaError(f"{what} must be a finite number >= 0, got {v!r:.40}")
+    return float(v)
+
+
+def _multicore(h: dict, c, sg: CompiledSubgraph, source: str) -> Multicore:
+    """The "multicore" header entry and its segment sections, checked: every segment a valid program of the same
+    DPU, dependencies on earlier segments only, each segment input a subgraph input or an output of a segment it
+    waits for (same shape and fix point), every subgraph output produced by a segment."""
+    cores = need_int(h.get("cores"), "multicore.cores", 1, MAX_CORES)
+    rows = need_list(h.get("segments"), "multicore.segments")
+    if not 2 <= len(rows) <= MAX_SEGMENTS:
+        raise SchemaError(f"multicore.segments has {len(rows)} entries, expected 2 to {MAX_SEGMENTS}")
+    known = {b.name: (b.shape, b.fix_point) for b in sg.inputs}
+    producer = {b.name: -1 for b in sg.inputs}
+    segments = []
+    for i, r in enumerate(rows):
+        what = f"multicore.segments[{i}]"
+        r = need_dict(r, what)
+        if set(r) != {"core", "start", "end", "after"}:
+            raise SchemaError(f"{what} has fields {sorted(r)}")
+        after = [need_int(d, f"{what}.after", 0, i - 1) for d in need_list(r.get("after"), f"{what}.after")]
+        start = _cycles(r.get("start"), f"{what}.start")
+        end = _cycles(r.get("end"), f"{what}.end")
+        if end < start:
+            raise SchemaError(f"{what} ends (cycle {end}) before it starts ({start})")
+        name = _segment_section(i)
+        if not c.has(name):
+            raise SchemaError(f"{what}: no section {name!r}")
+        seg = unpack_program(c.section(name), f"{source} {name}").sg
+        if seg.fingerprint != sg.fingerprint:
+            raise SchemaError(f"{what} is compiled for fingerprint {seg.fingerprint:#x}, not {sg.fingerprint:#x}")
+        for b in seg.inputs:
+            if b.name not in known:
+                raise SchemaError(f"{what} reads {b.name!r}, which no earlier segment nor the subgraph input gives")
+            if known[b.name] != (b.shape, b.fix_point):
+                raise SchemaError(f"{what} reads {b.name!r} as shape {list(b.shape)} fix point {b.fix_point}, "
+                                  f"its producer gives {list(known[b.name][0])} fix point {known[b.name][1]}")
+            if producer[b.name] >= 0 and producer[b.name] not in after:
+                raise SchemaError(f"{what} reads {b.name!r} from segment {producer[b.name]} but does not wait for it")
+        for b in seg.outputs:
+            if b.name in known:
+                raise SchemaError(f"{what} writes {b.name!r}, which is already given")
+            known[b.name] = (b.shape, b.fix_point)
+            producer[b.name] = i
+        segments.append(Segment(seg, need_int(r.get("core"), f"{what}.core", 0, cores - 1), start, end, after))
+    for b in sg.outputs:
+        if known.get(b.name) != (b.shape, b.fix_point):
+            raise SchemaError(f"subgraph output {b.name!r} is not produced by a segment (with its shape and fix point)")
+    return Multicore(cores, segments, _cycles(h.get("single_cycles"), "multicore.single_cycles"),
+                     _cycles(h.get("cycles"), "multicore.cycles"))
 
 
 def digest_of(prefix: bytes) -> bytes:
@@ -161,10 +269,12 @@ def unpack_program(data: bytes, source: str) -> Program:
             params=np.frombuffer(params_raw, dtype=np.uint8).copy(), region_sizes=regions, inputs=inputs,
             outputs=outputs, instr_counts=counts, op_ranges=ranges)
         symbol = need_str(h.get("symbol"), "symbol")
+        multicore = None if h.get("multicore") is None else \
+            _multicore(need_dict(h["multicore"], "multicore"), c, sg, source)
     except SchemaError as e:
         raise ArtifactError(f"{source}: DPU subgraph header: {e}") from None
     spans = {name: (c.area_offset(name), len(c.section(name))) for name in ("code", "params")}
-    return Program(symbol, sg, shapes, digest_of(data), spans)
+    return Program(symbol, sg, shapes, digest_of(data), spans, multicore)
 
 
 def _scan(data: bytes, magic: bytes, version: int, parse):

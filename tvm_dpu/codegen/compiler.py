@@ -279,7 +279,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledS
             else:
                 for n in g.ops:
                     s = len(prog)
-                    _emit_op(prog, arch, graph, ops[n], fmaps, alias, params)
+                    _emit_op(prog, arch, graph, ops[n], fmaps, alias, params, plan.variants.get(n, "wide"))
                     if len(g.ops) > 1:
                         op_ranges.append((n, s, len(prog)))
         except CodegenError as e:
@@ -322,8 +322,10 @@ def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_varia
     return conv_variants.dilated_phases(x, y, w, strides, dil, pads, what)  # type: ignore[arg-type]
 
 
-def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap], params: ParamBlob) -> None:
-    """conv2d (any groups, any dilation), dense and conv2d_transpose (groups 1) on the CONV engine.
+def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap], params: ParamBlob,
+                  variant: str = "wide") -> None:
+    """conv2d (any groups, any dilation), dense and conv2d_transpose (groups 1) on the CONV engine, with the tiles
+    of `variant` (conv.CONV_VARIANTS).
 
     A grouped conv2d (groups G > 1, not depthwise) is G independent convs: group g reads input channels
     [g*I/G, (g+1)*I/G) and writes output channels [g*O/G, (g+1)*O/G). Each is emitted as an ordinary conv on
@@ -356,7 +358,8 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
         def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int],
                 b_off: int = b_off) -> ConvJob:
             return ConvJob(op.name, wt.shape[2], wt.shape[3], strides[0], strides[1], tuple(pd), wt.shape[1],
-                           wt.shape[0], q.act_type, q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+                           wt.shape[0], q.act_type, q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS,
+                           variant)
 
         if t == "dense":
             emit_conv(prog, arch, job(wg, params.add(pack(wg)), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
@@ -421,12 +424,12 @@ def _zero_map(params: ParamBlob, width: int, c: int) -> FMap:
 
 
 def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
-             alias: dict[str, tuple[str, int]], params: ParamBlob) -> None:
+             alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
     t = op.type
     out = op.outputs[0]
     y = fmaps[out]
     if t in ("conv2d", "dense", "conv2d_transpose") and not xops.is_depthwise(op, graph):
-        _emit_conv_op(prog, arch, graph, op, fmaps, params)
+        _emit_conv_op(prog, arch, graph, op, fmaps, params, variant)
     elif t in ("depthwise_conv2d", "conv2d_transpose"):
         _emit_dwconv_op(prog, arch, graph, op, fmaps, params)
     elif t in ("max_pool2d", "avg_pool2d"):

@@ -40,6 +40,7 @@ class ConvJob:
     w_offset: int  # byte offset of the packed weights in the params region (layout.pack_conv_weights)
     b_offset: int  # byte offset of the packed biases (cg_out * OCP bytes)
     params_reg: int = 0
+    variant: str = "wide"  # one of CONV_VARIANTS
 
     @property
     def geometry(self) -> tuple[int, int, int, int, int]:
@@ -47,9 +48,48 @@ class ConvJob:
         return self.cin, self.kh, self.kw, self.sh, self.sw
 
 
+#: Instruction-sequence variants of a lone conv (kernel polymorphism): the same outputs, each computed by one CONV
+#: instruction over all input channels and taps, so every variant is bit-identical; they differ in tile shape:
+#: * "wide": the widest tile that fits the banks (tiling.conv_tile): fewest instructions;
+#: * "narrow": column tiles of half that width: twice the tiles, so the next tile's LOADs and the last one's
+#:   SAVEs overlap more of the CONVs (the image banks are double-buffered);
+#: * "split_weights": output-channel chunks of half the resident groups: the first CONVs wait for a smaller
+#:   weight LOAD and the next chunk's weights load while this one computes.
+#: The compiler takes a variant per op (FusionPlan.variants); fusion.select.choose_conv_variants picks them with
+#: the timing model.
+CONV_VARIANTS = ("wide", "narrow", "split_weights")
+
+
+def variant_tile(tile: tuple[int, int, int], variant: str) -> tuple[int, int, int]:
+    """(vpp, L, chunk) of `variant` from the widest tile (see CONV_VARIANTS)."""
+    vpp, lmax, chunk = tile
+    if variant == "wide":
+        return tile
+    if variant == "narrow":
+        return vpp, ceil_div(lmax, 2), chunk
+    if variant == "split_weights":
+        return vpp, lmax, ceil_div(chunk, 2)
+    raise CodegenError(f"conv variant {variant!r}: choose one of {', '.join(CONV_VARIANTS)}")
+
+
+def conv_tile_of(arch: Arch, job: ConvJob) -> tuple[tuple[int, int, int], bool] | None:
+    """((vpp, L, chunk) of `job.variant`, whether the weights take half the CONVW banks), or None when no tile
+    fits."""
+    cg_out = ceil_div(job.cout, arch.ocp)
+    wrows = job.kh * job.kw * ceil_div(job.cin, arch.icp)
+    half = arch.bank_depth // 2
+    # Weights (and biases) of a chunk live in one half of the CONVW (BIAS) banks when they fit, alternating halves
+    # chunk by chunk and op by op, so the next chunk's weights load while this one computes; otherwise they take
+    # the whole bank.
+    halved = cg_out * wrows <= half or cg_out * wrows > arch.bank_depth >= 2 * wrows
+    resident = min(cg_out, (half if halved else arch.bank_depth) // wrows)
+    tile = conv_tile(arch, *job.geometry, resident)
+    return None if tile is None else (variant_tile(tile, job.variant), halved)
+
+
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
-    """Emit the instructions computing y = conv(x) (x, y in DDR). x_res / y_res name the DDR tensors for the
-    dependency tracker."""
+    """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
+    name the DDR tensors for the dependency tracker."""
     icp, ocp = arch.icp, arch.ocp
     half = arch.bank_depth // 2
     cg_in = ceil_div(job.cin, icp)
@@ -58,16 +98,11 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     if wrows > arch.bank_depth:
         raise CodegenError(f"op {job.name!r}: weights need kh*kw*ceil(ic/icp) = {wrows} rows per CONVW bank, "
                            f"more than bank_depth {arch.bank_depth}")
-    # Weights (and biases) of a chunk live in one half of the CONVW (BIAS) banks when they fit, alternating halves
-    # chunk by chunk and op by op, so the next chunk's weights load while this one computes; otherwise they take
-    # the whole bank.
-    halved = cg_out * wrows <= half or cg_out * wrows > arch.bank_depth >= 2 * wrows
-    resident = min(cg_out, (half if halved else arch.bank_depth) // wrows)
-    tile = conv_tile(arch, *job.geometry, resident)
-    if tile is None:
+    found = conv_tile_of(arch, job)
+    if found is None:
         raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
                            f"half an image bank ({half} rows) of {arch.name}")
-    vpp, lmax, chunk = tile
+    (vpp, lmax, chunk), halved = found
     vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
     convw = arch.bank_group("CONVW").base_id

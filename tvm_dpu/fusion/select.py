@@ -285,3 +285,70 @@ def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal") -> tupl
     the one call the builder needs for `fusion="none"|"greedy"|"optimal"`."""
     plan = plan_fusion(graph, arch, mode, FUSED_EMITTERS, emittable)
     return compile_graph_fused(graph, arch, plan), plan
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kernel polymorphism: an instruction-sequence variant per lone conv, chosen with the timing model
+# ---------------------------------------------------------------------------------------------------------
+def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPlan:
+    """`plan` with a variant (codegen.conv.CONV_VARIANTS) for every conv the plan leaves alone: each variant of
+    the op compiled on its own and run on the timing simulator, the fewest cycles win (ties: the earlier variant,
+    "wide" first; variants that emit the same instructions are timed once). `stats["conv_variants"]` says, per
+    op with a real choice, the predicted cycles of each variant and which was chosen."""
+    from dataclasses import replace
+
+    from tvm_dpu.codegen.conv import CONV_VARIANTS
+    from tvm_dpu.codegen.tiling import CodegenError
+    from tvm_dpu.timing.simulate import simulate
+    from tvm_dpu.xgraph import ops as xops
+
+    chosen: dict[str, str] = {}
+    report: dict[str, dict] = {}
+    for g in plan.groups:
+        if g.template != SINGLE:
+            continue
+        op = graph.op(g.ops[0])
+        if op.type not in ("conv2d", "dense", "conv2d_transpose") or xops.is_depthwise(op, graph):
+            continue
+        sub = graph.extract(g.ops)
+        cycles: dict[str, float] = {}
+        seen: set[bytes] = set()
+        for v in CONV_VARIANTS:
+            try:
+                code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v})).code
+            except CodegenError:
+                continue  # a variant whose tiles do not fit is no candidate
+            if code.tobytes() in seen:
+                continue  # the same instructions as an earlier variant (e.g. one column tile: narrow == wide)
+            seen.add(code.tobytes())
+            cycles[v] = float(simulate(code, arch).cycles)
+        if len(cycles) < 2:
+            continue
+        best = min(cycles, key=lambda v: (cycles[v], CONV_VARIANTS.index(v)))
+        report[op.name] = {"chosen": best, "predicted_cycles": cycles,
+                           "why": f"{best} is the fastest of {len(cycles)} distinct variants on the timing model "
+                                  f"({cycles[best]:.0f} cycles vs {cycles['wide']:.0f} for wide)"}
+        if best != "wide":
+            chosen[op.name] = best
+    return replace(plan, variants=chosen, stats={**plan.stats, "conv_variants": report})
+
+
+def compile_with_variants(graph: Graph, arch: Arch, plan: FusionPlan, compiled: CompiledSubgraph
+                          ) -> tuple[CompiledSubgraph, FusionPlan]:
+    """`compiled` (graph compiled with `plan`) recompiled with the conv variants of `choose_conv_variants`, kept
+    only when the whole program is faster on the timing simulator (the per-op choice is made on each op alone);
+    `stats["conv_variants_kept"]` says whether it was."""
+    from dataclasses import replace
+
+    from tvm_dpu.timing.simulate import simulate
+
+    with_variants = choose_conv_variants(graph, arch, plan)
+    if not with_variants.variants:
+        with_variants.stats["conv_variants_kept"] = False
+        return compiled, with_variants
+    candidate = compile_graph_fused(graph, arch, with_variants)
+    if simulate(candidate.code, arch).cycles < simulate(compiled.code, arch).cycles:
+        with_variants.stats["conv_variants_kept"] = True
+        return candidate, with_variants
+    return compiled, replace(with_variants, variants={},
+                             stats={**with_variants.stats, "conv_variants_kept": False})

@@ -40,6 +40,8 @@ class DPUPartition:
     sg: Any  # codegen CompiledSubgraph
     plan: Any  # fusion plan
     blob: bytes  # program_blob bytes, what the module embeds
+    multicore: Any = None  # passes.multicore.MulticoreInfo when compiled for several cores
+    segments: Any = None  # program_blob.Multicore: the segments and schedule the blob carries (None: one program)
 
     @property
     def output_shapes(self) -> list[tuple[int, ...]]:
@@ -256,8 +258,12 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
 
     "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
     plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
-    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept."""
-    from tvm_dpu.fusion.select import compile_with_fusion
+    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept.
+
+    Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
+    (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
+    each candidate's predicted cycles and the choice."""
+    from tvm_dpu.fusion.select import compile_with_fusion, compile_with_variants
     from tvm_dpu.timing.simulate import simulate
 
     csg, plan = compile_with_fusion(graph, arch, fusion)
@@ -267,14 +273,15 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
         if fallback:
             csg, plan = g_csg, g_plan
         plan.stats["simulated_fallback"] = fallback
-    return csg, plan
+    return compile_with_variants(graph, arch, plan, csg)
 
 
 def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
                            fusion: str = "optimal", fix_points: Mapping[str, int] | None = None,
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
                            source_mod: tvm.IRModule | None = None, progress: bool = False,
-                           external: Sequence[ExternalCompiler] = ()) -> DPUCompileResult:
+                           external: Sequence[ExternalCompiler] = (), cores: int = 1,
+                           segments: str = "auto") -> DPUCompileResult:
     """Compile every Codegen="dpu" function of the partitioned module `pmod` for `arch`.
 
     `calibration`: see quant.calib_data.calibration_batches (None: random inputs, with a warning).
@@ -282,7 +289,9 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     a partition whose feature maps are all fixed needs no calibration. `call_names[symbol]` are the ONNX node
     names of the partition's calls (provenance for the XGraph); `source_mod` the module before partitioning (to
     map ONNX tensor names onto XGraph tensors). `external`: partitions of other codegens (plugins) calibrated in
-    the same run and compiled by their own compilers."""
+    the same run and compiled by their own compilers. `cores` > 1 (at most the arch's core count) also cuts each
+    partition into segments scheduled on that many cores when the timing model predicts a gain
+    (passes/multicore.py; `segments`="always" keeps them even when predicted slower)."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.fusion.select import MODES as FUSION_MODES
     from tvm_dpu.quant.calib_data import calibration_batches
@@ -299,6 +308,11 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
 
         raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
                         "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
+    from tvm_dpu.passes.multicore import SEGMENT_POLICIES, check_cores, compile_multicore
+
+    check_cores(cores, arch_obj)
+    if segments not in SEGMENT_POLICIES:
+        raise DPUError(f"segments={segments!r}: choose one of {', '.join(SEGMENT_POLICIES)}")
     t0 = time.perf_counter()
     inputs = input_specs(pmod)
     check_memory(pmod, inputs)
@@ -336,8 +350,11 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         stats = collectors[sym].result() if sym in need_stats else None
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
         csg, plan = compile_subgraph(qg, arch_obj, fusion)
-        blob = pack_program(sym, csg, [tuple(s) for s in fs.output_shapes])
-        partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob)
+        multicore, mc_info = (compile_multicore(sym, qg, csg, plan, arch_obj, cores, fusion, compile_subgraph,
+                                                        segments)
+                              if cores > 1 else (None, None))
+        blob = pack_program(sym, csg, [tuple(s) for s in fs.output_shapes], multicore)
+        partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore)
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
         gv = module.get_global_var(sym)
@@ -351,6 +368,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
             PROGRAM_ATTR, tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy()))
     t_dpu = time.perf_counter()
     info = {"times_s": {"xgraph": t_xg - t0, "calibration": t_cal - t_xg, "quantize_codegen": t_dpu - t_cal},
-            "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq,
+            "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq, "cores": cores,
+            "multicore": {sym: p.multicore.to_json() for sym, p in partitions.items() if p.multicore is not None},
             "plugin_subgraphs": plugin_subgraphs}
     return DPUCompileResult(module, arch_obj, inputs, partitions, info=info)

@@ -51,9 +51,10 @@ def compiled_dpu_lowering() -> tvm.transform.Pass:
 
 def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
                         fusion: str = "optimal", method: str = "mse", fix_points: dict[str, int] | None = None,
-                        is_qdq: bool = False, normalize: bool = True, progress: bool = False, plugins: Any = None):
+                        is_qdq: bool = False, normalize: bool = True, progress: bool = False, plugins: Any = None,
+                        cores: int = 1, segments: str = "auto"):
     """Partition `mod` for `arch` (unless it already is; enabled `plugins` claim their ops first) and compile its
-    DPU and plugin partitions: a DPUCompileResult."""
+    DPU and plugin partitions (scheduled on `cores` DPU cores): a DPUCompileResult."""
     from tvm_dpu.passes.dpu_compile import compile_dpu_partitions, is_partitioned
     from tvm_dpu.passes.partition import binding_node_names, partition_detailed
     from tvm_dpu.passes.report import build_report
@@ -65,7 +66,8 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
         claimers, external = prepare(plugins)
     if is_partitioned(mod):
         return compile_dpu_partitions(mod, arch, calibration=calibration, method=method, fusion=fusion,
-                                      fix_points=fix_points, is_qdq=is_qdq, progress=progress, external=external)
+                                      fix_points=fix_points, is_qdq=is_qdq, progress=progress, external=external,
+                                      cores=cores, segments=segments)
     if normalize:
         from tvm_dpu.frontend import normalize as normalize_mod
 
@@ -77,7 +79,8 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     call_names = {sym: [binding_node_names(part.infos[t]) for t in sg.tags] for sym, sg in first_site.items()}
     result = compile_dpu_partitions(part.module, arch, calibration=calibration, method=method, fusion=fusion,
                                     fix_points=fix_points, is_qdq=is_qdq, call_names=call_names, source_mod=mod,
-                                    progress=progress, external=external)
+                                    progress=progress, external=external, cores=cores,
+                                    segments=segments)
     result.report = build_report(mod, part)
     result.subgraph_ids = {sym: sg.index for sym, sg in first_site.items()}
     return result
@@ -85,20 +88,24 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
 
 def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str = "optimal", method: str = "mse",
                  fix_points: dict[str, int] | None = None, is_qdq: bool = False, normalize: bool = True,
-                 progress: bool = False, record: list | None = None, plugins: Any = None) -> tvm.transform.Pass:
+                 progress: bool = False, record: list | None = None, plugins: Any = None,
+                 cores: int = 1, segments: str = "auto") -> tvm.transform.Pass:
     """The "dpu" Relax pipeline (`relax.get_pipeline("dpu", **options)`).
 
     Options: `arch` (preset name, arch.json path or Arch), `calibration` (arrays, dicts, an .npz path, ...; None
     calibrates on random inputs with a warning), `fusion` ("none" | "greedy" | "optimal"), `method` ("mse" |
     "minmax"), `fix_points` ({ONNX tensor name: fix_point}), `normalize` (run tvm-dpu's normalization first),
-    `plugins` (custom-IP plugins by name, "a,b" or a list, applied in order before DPU partitioning).
+    `plugins` (custom-IP plugins by name, "a,b" or a list, applied in order before DPU partitioning), `cores`
+    (DPU cores each partition's independent segments are scheduled on; 1: one program per partition) and `segments` ("auto": keep a
+    partition's segments when predicted faster; "always").
     `record`, if a list, receives the DPUCompileResult (partition report, compiled subgraphs) of each run."""
 
     @tvm.transform.module_pass(opt_level=0, name="DPUPipeline")
     def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         result = prepare_and_compile(mod, arch=arch, calibration=calibration, fusion=fusion, method=method,
                                      fix_points=fix_points, is_qdq=is_qdq, normalize=normalize, progress=progress,
-                                     plugins=plugins)
+                                     plugins=plugins, cores=cores,
+                                     segments=segments)
         if record is not None:
             record.append(result)
         return lower_dpu_module(result.module)

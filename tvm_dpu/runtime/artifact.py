@@ -143,8 +143,9 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     return path
 
 
-def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
-    """The device to run on; ArtifactError when its DPU fingerprint is not the artifact's."""
+def _device_for(device: Any, arch, fp: int, path: Path, options: dict, cores: int = 1) -> Any:
+    """The device to run on; ArtifactError when its DPU fingerprint is not the artifact's. "emulator" with
+    `cores` > 1 is a `CoreGroup` of that many emulated cores (for programs compiled with several cores)."""
     from tvm_dpu.runtime.device import EmulatorDevice
 
     if isinstance(device, str) and device not in ("emulator", "pynq"):
@@ -152,6 +153,10 @@ def _device_for(device: Any, arch, fp: int, path: Path, options: dict) -> Any:
     if device == "emulator":
         if options:
             raise ArtifactError(f"device='emulator' takes no options (got {sorted(options)})")
+        if cores > 1:
+            from tvm_dpu.runtime.cores import core_group
+
+            return core_group(arch, cores)
         return EmulatorDevice(arch)
     if device == "pynq":
         from tvm_dpu.runtime.pynq_driver import PynqDevice
@@ -320,8 +325,9 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     `trusted_keys` (Ed25519 public keys: key files, raw 32 bytes or key objects): require a valid signature by one
     of them, checked before anything else in the file is used.
 
-    `device`: "emulator" (default), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a
-    device object. The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). Nothing in
+    `device`: "emulator" (default; several emulated cores, a `CoreGroup`, when the artifact was compiled with
+    `cores` > 1), "pynq" (a `PynqDevice(**device_options)`, e.g. bitfile="dpu.bit") or a device object (e.g. a
+    `tvm_dpu.runtime.cores.CoreGroup` or one core of `tvm_dpu.devices(arch)`). The device's DPU fingerprint must equal the artifact's (ArtifactError otherwise). Nothing in
     the file is executed except the library, which is loaded only after its checksum has been verified and the
     DPU programs inside it have been checked against the header.
     """
@@ -343,7 +349,9 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     found = {p.symbol: p for p in find_blobs(lib_bytes, f"{path}:lib.{machine}")}
     plugin_subgraphs = [plugin_summary(hd) for hd, _ in find_plugin_blobs(lib_bytes, f"{path}:lib.{machine}")]
     _check_plugins_installed(plugin_subgraphs, path)
-    dev = _device_for(device, arch, fp, path, device_options)
+    # Programs compiled for several cores run their segments on that many emulated cores unless told otherwise.
+    cores = max((p.multicore.cores for p in found.values() if p.multicore is not None), default=1)
+    dev = _device_for(device, arch, fp, path, device_options, min(cores, arch.cores))
     try:
         runners = {}
         ids = {}
@@ -362,7 +370,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
             key = str(s["key"])
             graph = serialize.loads(c.section(key + ".xgraph"), f"{path}:{key}.xgraph") \
                 if c.has(key + ".xgraph") else None
-            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest)
+            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest, prog.multicore)
             if s.get("id") is not None:
                 ids[symbol] = int(s["id"])
         inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]
@@ -390,7 +398,8 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
 
     Each header subgraph is completed from its program inside the library (the one place that data lives):
     "inputs"/"outputs" (bindings with fix_points and DDR places), "region_sizes", "instr_counts", "op_ranges",
-    "output_shapes", "code_bytes", "param_bytes"."""
+    "output_shapes", "code_bytes", "param_bytes", and "multicore" (None, or the cores and the segments' cores and
+    predicted cycles of a program compiled for several cores)."""
     from tvm_dpu.program_blob import binding_json
 
     path = Path(path)
@@ -408,7 +417,11 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
                   "region_sizes": {str(k): int(v) for k, v in sorted(sg.region_sizes.items())},
                   "instr_counts": dict(sg.instr_counts), "op_ranges": [list(x) for x in sg.op_ranges],
                   "output_shapes": [list(x) for x in prog.output_shapes],
-                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes)})
+                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes),
+                  "multicore": None if prog.multicore is None else {
+                      "cores": prog.multicore.cores, "segments": len(prog.multicore.segments),
+                      "cycles_cores_1": prog.multicore.single_cycles, "cycles": prog.multicore.cycles,
+                      "segment_cores": [g.core for g in prog.multicore.segments]}})
     return header, sizes
 
 

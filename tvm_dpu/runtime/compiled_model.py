@@ -103,6 +103,17 @@ class CompiledModel:
                     r.device = self.device
             return self.device
 
+    def pin(self, device: Any) -> None:
+        """Run every DPU partition on `device` from now on (a `VirtualDPU` core, a `CoreGroup`, a Pynq device,
+        ...); its DPU fingerprint must be the model's."""
+        if getattr(device, "arch", None) is None or int(device.arch.fingerprint) != int(self.arch.fingerprint):
+            raise DPUError(f"device {device!r} is not a DPU of this model's arch {self.arch.name} "
+                           f"(fingerprint {self.arch.fingerprint:#x})")
+        with self._lock:
+            self.device = device
+            for r in self.runners.values():
+                r.device = device
+
     def _feeds(self, inputs: Any) -> list[np.ndarray]:
         names = [s.name for s in self.inputs]
         arrays = arrays_by_name(inputs, names, "model inputs")
@@ -181,6 +192,7 @@ class CompiledModel:
                     "cycles": t["cycles"], "latency_ms": t["latency_ms"], "gops": t["gops"],
                     "peak_utilisation": t["peak_utilisation"], "engine_utilisation": t["engine_utilisation"],
                     "ddr_read_bytes": t["ddr_read_bytes"], "ddr_write_bytes": t["ddr_write_bytes"]},
+                "multicore": None if r.multicore is None else _multicore_json(r.multicore, self.arch),
             })
         subgraphs.sort(key=lambda d: (d["id"] is None, d["id"] if d["id"] is not None else 0, d["symbol"]))
         return {
@@ -192,9 +204,52 @@ class CompiledModel:
             "ddr_total_bytes": int(sum(sum(s["ddr_bytes"].values()) for s in subgraphs)),
             "plugin_subgraphs": list(self.plugin_subgraphs),
             "timing": None if model_timing is None else {
-                k: v for k, v in model_timing.summary().items() if k != "subgraphs"},
+                **{k: v for k, v in model_timing.summary().items() if k != "subgraphs"},
+                **self._multicore_latency(model_timing)},
             "build": self.build_info,
         }
+
+    def _multicore_latency(self, model_timing: Any) -> dict:
+        """Predicted DPU latency on one core and on the cores the model was compiled for (segments of a
+        partition on their schedule, other partitions as one program), when any partition has segments."""
+        cores = max((r.multicore.cores for r in self.runners.values() if r.multicore is not None), default=1)
+        if cores == 1:
+            return {}
+        multi = sum(r.multicore.cycles if r.multicore is not None else model_timing.subgraphs[sym].cycles
+                    for sym, r in self.runners.items())
+        ms = 1e3 / (self.arch.freq_mhz * 1e6)
+        return {"cores": cores, "latency_ms_cores_1": model_timing.cycles * ms, f"latency_ms_cores_{cores}": multi * ms,
+                "predicted_gain_percent": 100.0 * (1.0 - multi / model_timing.cycles) if model_timing.cycles else 0.0,
+                "ddr_contention": "DDR bandwidth split evenly among the cores streaming at once "
+                                  "(tvm_dpu.timing.multicore)"}
+
+    def core_timelines(self) -> dict[str, dict]:
+        """Per DPU partition with segments: its schedule as Chrome trace JSON, one Perfetto track per core."""
+        from tvm_dpu.timing.multicore import Slot, schedule_trace
+
+        out = {}
+        for sym, r in self.runners.items():
+            mc = r.multicore
+            if mc is None:
+                continue
+            slots = [Slot(i, g.core, g.start, g.end) for i, g in enumerate(mc.segments)]
+            names = [f"seg{i}: {' '.join(op for op, _, _ in g.sg.op_ranges)[:80]}" for i, g in enumerate(mc.segments)]
+            out[sym] = schedule_trace(mc.cores, slots, names, self.arch.freq_mhz * 1e6,
+                                      f"DPU {self.arch.name} x{mc.cores} cores")
+        return out
+
+
+def _multicore_json(mc: Any, arch: Arch) -> dict:
+    """report.json view of a partition's segments and their schedule (per-core timelines in cycles)."""
+    ms = 1e3 / (arch.freq_mhz * 1e6)
+    return {"cores": mc.cores, "segments": len(mc.segments),
+            "predicted_cycles": {"cores_1": mc.single_cycles, f"cores_{mc.cores}": mc.cycles},
+            "predicted_latency_ms": {"cores_1": mc.single_cycles * ms, f"cores_{mc.cores}": mc.cycles * ms},
+            "timeline": [{"core": c, "segments": [{"segment": i, "start_cycle": mc.segments[i].start,
+                                                   "end_cycle": mc.segments[i].end,
+                                                   "ops": [op for op, _, _ in mc.segments[i].sg.op_ranges]}
+                                                  for i in order]}
+                         for c, order in enumerate(mc.core_order())]}
 
 
 def _specs_of(ty: Any) -> list[InputSpec] | None:

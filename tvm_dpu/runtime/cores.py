@@ -52,6 +52,46 @@ class VirtualDPU:
         return f"VirtualDPU({self.name}, {self.arch.name})"
 
 
+class CoreGroup:
+    """Several virtual DPUs of one device used together by one model: a DPU partition compiled with
+    `build(..., cores=N)` runs its segments concurrently on them (runtime.subgraph_runner.run_segments); a
+    partition compiled as one program runs on the first. Give it as the model's device."""
+
+    def __init__(self, cores: Sequence[VirtualDPU]):
+        cores = list(cores)
+        if not cores:
+            raise DeviceError("CoreGroup: no cores given")
+        fps = {int(c.arch.fingerprint) for c in cores}
+        if len(fps) != 1:
+            raise DeviceError(f"CoreGroup: cores of different DPUs ({', '.join(hex(f) for f in sorted(fps))})")
+        if len({id(c) for c in cores}) != len(cores):
+            raise DeviceError("CoreGroup: a core is listed twice")
+        self.cores = cores
+        self.arch: Arch = cores[0].arch
+        self.name = "+".join(c.name for c in cores)
+
+    def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
+        """Run a one-program subgraph on the first core."""
+        self.cores[0].execute(sg, regions)
+
+    @property
+    def last_stats(self):
+        return self.cores[0].last_stats
+
+    def __repr__(self) -> str:
+        return f"CoreGroup({self.name}, {self.arch.name})"
+
+
+def core_group(arch: Any, cores: int, kind: str = "emulator", **options: Any) -> CoreGroup:
+    """The first `cores` virtual DPUs of a device of `arch` as one `CoreGroup` (DeviceError when the arch has
+    fewer cores)."""
+    a = load_arch(arch)
+    if isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= a.cores:
+        raise DeviceError(f"cores={cores!r}: {a.name} has {a.cores} DPU core{'s' if a.cores != 1 else ''}; "
+                          f"choose between 1 and {a.cores}")
+    return CoreGroup(devices(a, kind, **options)[:cores])
+
+
 def devices(arch: Any, kind: str = "emulator", **options: Any) -> list[VirtualDPU]:
     """One virtual DPU per core of `arch` (a board preset such as "zcu102" has 3). `kind`: "emulator" (an
     independent emulator per core) or "pynq" (`PynqDevice(core=i, **options)`, each core through its own register
@@ -78,8 +118,8 @@ class TenantReport:
     def table(self) -> str:
         lines = [f"{'model':<12} {'core':>4} {'runs':>5} {'runs/s':>8}"]
         lines += [f"{m['name']:<12} {m['core']:>4} {m['runs']:>5} {m['runs_per_s']:>8.2f}" for m in self.models]
-        lines += [f"core {c['core']}: {c['runs']} DPU programs, busy {100 * c['busy_share']:.0f}% of "
-                  f"{self.seconds:.2f} s" for c in self.cores]
+        lines += [f"core {c['core']}: {c['runs']} DPU programs ({c['runs'] / self.seconds if self.seconds else 0:.2f}/s), "
+                  f"busy {100 * c['busy_share']:.0f}% of {self.seconds:.2f} s" for c in self.cores]
         return "\n".join(lines)
 
 

@@ -160,7 +160,7 @@ def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:
                        f"({prog.sg.arch}) but the device has {dev_fp:#x} ({device.arch.name}): recompile for the "
                        "device's arch or choose another device")
     inputs = [np.from_dlpack(a) for a in args[:n_in]]
-    qin, qout, outs = execute_float(prog.sg, device, inputs, prog.output_shapes)
+    qin, qout, outs = execute_float(prog.sg, device, inputs, prog.output_shapes, prog.multicore)
     for dst, val in zip(args[n_in:], outs):
         dst.copyfrom(np.ascontiguousarray(val, dtype=np.float32))
     if ctx is not None and ctx.observer is not None:

@@ -5,10 +5,13 @@ pre-allocated float32 outputs; the DPU computes in int8 with power-of-two scales
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
+from tvm_dpu.program_blob import Multicore
 from tvm_dpu.types import CompiledSubgraph
 from tvm_dpu.quant.fixpoint import dpu_round
 from tvm_dpu.xgraph.graph import Graph
@@ -58,16 +61,77 @@ def _batch(sg: CompiledSubgraph, inputs: list[np.ndarray]) -> int:
     return counts.pop()
 
 
+def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any],
+                 inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices; segment core c runs on
+    cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule order, each
+    segment starting once the segments it reads from have ended. Feature maps pass between segments through host
+    memory: each is copied from the producer's DDR region into the consumer's, in the DPU's int8 NHWC layout.
+    The first failure (in any thread) is raised here after every thread has stopped."""
+    # tensor name -> (its feature map, the DDR region holding it); subgraph inputs are placed on first use
+    where: dict[str, tuple[Any, np.ndarray]] = {}
+    given = {b.name: x for b, x in zip(sg.inputs, inputs)}
+    done = [threading.Event() for _ in multicore.segments]
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(seg: Any) -> None:
+        regions = seg.sg.new_regions()
+        for b in seg.sg.inputs:
+            with lock:
+                src = where.get(b.name)
+            if src is None:
+                b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(given[b.name]).reshape(b.shape))
+            else:
+                src[0].copy_to(src[1], b.fmap, regions[b.fmap.reg_id])
+        cores[seg.core % len(cores)].execute(seg.sg, regions)
+        with lock:
+            where.update({b.name: (b.fmap, regions[b.fmap.reg_id]) for b in seg.sg.outputs})
+
+    def work(order: list[int]) -> None:
+        for i in order:
+            seg = multicore.segments[i]
+            for d in seg.after:
+                done[d].wait()
+            try:
+                if not failed:  # after a failure elsewhere, only release whoever waits on this segment
+                    run(seg)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread below
+                with lock:
+                    failed.append(e)
+            finally:
+                done[i].set()
+
+    orders = [o for o in multicore.core_order() if o]
+    threads = [threading.Thread(target=work, args=(o,), name=f"tvm-dpu-{sg.name}-core{c}", daemon=True)
+               for c, o in enumerate(orders[1:], 1)]
+    for t in threads:
+        t.start()
+    work(orders[0])  # the calling thread serves the first core
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+    return [where[b.name][0].from_ddr(where[b.name][1]) for b in sg.outputs]
+
+
 def execute_float(sg: CompiledSubgraph, device, inputs: list[np.ndarray],
-                  output_shapes: list[tuple[int, ...]]) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+                  output_shapes: list[tuple[int, ...]], multicore: Multicore | None = None
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """float inputs (any shape with the right element count) -> (int8 inputs, int8 outputs, float outputs in
     `output_shapes`): quantize, run on `device` image by image (the program computes one image; the DPU runs
-    batch 1 per core), dequantize. The int8 arrays are N x C x H x W for a batch of N."""
+    batch 1 per core), dequantize. The int8 arrays are N x C x H x W for a batch of N. With `multicore` and a
+    device of several cores (`device.cores`, runtime.cores.CoreGroup) each image's segments run concurrently on
+    them (`run_segments`)."""
     if len(inputs) != len(sg.inputs):
         raise ValueError(f"DPU subgraph {sg.name!r} takes {len(sg.inputs)} inputs, got {len(inputs)}")
     n = _batch(sg, inputs)
     qin = [quantize_tensor(np.asarray(x).reshape((n, *b.shape[1:])), b.fix_point) for b, x in zip(sg.inputs, inputs)]
-    per_image = [run_int8(sg, device, [q[i:i + 1] for q in qin]) for i in range(n)]
+    cores = getattr(device, "cores", None)
+    if multicore is not None and cores and len(cores) > 1:
+        per_image = [run_segments(sg, multicore, cores, [q[i:i + 1] for q in qin]) for i in range(n)]
+    else:
+        per_image = [run_int8(sg, device, [q[i:i + 1] for q in qin]) for i in range(n)]
     qout = [np.concatenate([outs[k] for outs in per_image]) for k in range(len(sg.outputs))]
     outs = [dequantize_tensor(q, b.fix_point).reshape(s) for q, b, s in zip(qout, sg.outputs, output_shapes)]
     return qin, qout, outs
@@ -79,8 +143,11 @@ class SubgraphRunner:
     the Relax output shapes. The model's TVM module runs the code; this object verifies and reports."""
 
     def __init__(self, sg: CompiledSubgraph, device, graph: Graph | None = None,
-                 output_shapes: list[tuple[int, ...]] | None = None, program_digest: bytes = b""):
+                 output_shapes: list[tuple[int, ...]] | None = None, program_digest: bytes = b"",
+                 multicore: Multicore | None = None):
         self.sg = sg
+        #: The segments and their multi-core schedule the program carries (`build(..., cores=N)`), or None.
+        self.multicore = multicore
         #: sha256 of the program blob TVM's module embeds for this subgraph (program_blob.digest_of).
         self.program_digest = program_digest
         self.device = device
@@ -90,7 +157,7 @@ class SubgraphRunner:
 
     def run_float(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run this subgraph alone on its device: float inputs -> float outputs (Relax output shapes)."""
-        return execute_float(self.sg, self.device, inputs, self.output_shapes)[2]
+        return execute_float(self.sg, self.device, inputs, self.output_shapes, self.multicore)[2]
 
     def check(self, qin: list[np.ndarray], qout: list[np.ndarray]) -> VerifyResult:
         """Golden reference of `graph` on `qin` vs the device's `qout`."""

@@ -1,0 +1,247 @@
+"""Branch concurrency at compile time: cut one DPU subgraph's quantized XGraph into segments, compile each as a
+program of its own and list-schedule them on the cores of the arch (timing/multicore.py).
+
+Segments are maximal chains of the fusion plan's groups: a group joins its predecessor's segment when it is that
+predecessor's only consumer and reads from no other group, so the branches of an Inception block, a ResNet
+shortcut conv and independent sub-networks become separate segments, and a fused group is never cut. Each
+segment is `Graph.extract(members)` compiled by `compile_subgraph`: tensors are shared, so fix points carry over
+and a segment computes exactly what the ops compute in the whole program (bit-identical); feature maps between
+segments pass through host memory in int8.
+
+Cutting costs DPU work (a segment saves what the next one loads again, and fusion across a cut is lost), so the
+schedule is kept only when the timing model predicts it beats the whole program on one core; otherwise the
+partition stays one program and `MulticoreInfo.used` is False with the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.errors import DPUError
+from tvm_dpu.program_blob import Multicore, Segment
+from tvm_dpu.timing.multicore import (HOST_DISPATCH_S, coalesce, contention_cycles, list_schedule,
+                                      topological_order)
+from tvm_dpu.timing.simulate import simulate
+
+
+@dataclass
+class MulticoreInfo:
+    """What the multi-core scheduling of one partition decided (for report.json)."""
+
+    cores: int
+    used: bool
+    reason: str
+    single_cycles: float
+    multi_cycles: float
+    contention_free_cycles: float
+    segments: list[dict] = field(default_factory=list)
+    split_convs: list[str] = field(default_factory=list)  # convs cut over their output channels
+
+    def to_json(self) -> dict:
+        return {"cores": self.cores, "used": self.used, "reason": self.reason, "split_convs": self.split_convs,
+                "predicted_cycles": {"cores_1": self.single_cycles, f"cores_{self.cores}": self.multi_cycles,
+                                     "contention_free": self.contention_free_cycles},
+                "segments": self.segments}
+
+
+def check_cores(cores: int, arch: Arch) -> int:
+    """`cores` as an int in [1, arch.cores]; DPUError naming the arch otherwise."""
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise DPUError(f"cores={cores!r}: expected a positive number of DPU cores")
+    if cores > arch.cores:
+        raise DPUError(f"cores={cores}: {arch.name} has {arch.cores} DPU core{'s' if arch.cores != 1 else ''}; "
+                       f"choose cores between 1 and {arch.cores} (a board preset such as zcu102 has 3)")
+    return cores
+
+
+def segment_members(graph: Any, plan: Any) -> list[list[str]]:
+    """Op names of each segment (maximal chains of the plan's groups), segments in topological order."""
+    group_of = {op: gi for gi, g in enumerate(plan.groups) for op in g.ops}
+    producer = {t: group_of[op.name] for op in graph.ops for t in op.outputs}
+    preds: dict[int, set[int]] = {gi: set() for gi in range(len(plan.groups))}
+    succs: dict[int, set[int]] = {gi: set() for gi in range(len(plan.groups))}
+    for op in graph.ops:
+        gi = group_of[op.name]
+        for t in op.inputs:
+            p = producer.get(t)
+            if p is not None and p != gi:
+                preds[gi].add(p)
+                succs[p].add(gi)
+    # Topological order of the groups (a fused group may read a group whose first op comes after its own first
+    # op, e.g. conv+add reading the shortcut), ties by first op position.
+    first = {}
+    for i, op in enumerate(graph.ops):
+        first.setdefault(group_of[op.name], i)
+    order = topological_order([sorted(preds[gi]) for gi in range(len(plan.groups))], key=first.get)
+    if order is None:
+        raise DPUError(f"graph {graph.name!r}: the fusion plan's groups depend on each other in a cycle")
+    segment_of: dict[int, int] = {}
+    segments: list[list[int]] = []
+    for gi in order:
+        (p,) = preds[gi] if len(preds[gi]) == 1 else (None,)
+        if p is not None and succs[p] == {gi}:
+            segment_of[gi] = segment_of[p]
+            segments[segment_of[p]].append(gi)
+        else:
+            segment_of[gi] = len(segments)
+            segments.append([gi])
+    members = [{op for gi in seg for op in plan.groups[gi].ops} for seg in segments]
+    return [[op.name for op in graph.ops if op.name in m] for m in members]
+
+
+#: When a partition keeps its segments: "auto" merges segments that gain nothing from running apart
+#: (timing.multicore.coalesce) and keeps them when the schedule is predicted faster than one program on one core;
+#: "always" keeps the finest cut whenever it has two or more segments (to measure the runtime, or test it on
+#: small models).
+SEGMENT_POLICIES = ("auto", "always")
+
+
+#: Split the convs the plan leaves alone that take at least these shares of the one-core cycles (each a
+#: candidate segmentation; no split is always a candidate too).
+SPLIT_SHARES = (0.05, 0.02)
+
+
+def split_convs(graph: Any, names: dict[str, int], ocp: int) -> Any:
+    """`graph` with each conv2d in `names` (op name -> parts) replaced by convs over slices of its output channels
+    (OCP-aligned, weights and biases sliced, same attributes and fix points) and a concat of their outputs into
+    the op's output tensor: the parts are independent work for several cores, and each output channel is computed
+    exactly as before (a channel's arithmetic depends only on its own weights and the shared fix points)."""
+    from tvm_dpu.xgraph.graph import Graph, Op, Tensor
+    from tvm_dpu.xgraph.validate import validate_graph
+
+    out = Graph(graph.name, dict(graph.tensors), [], list(graph.inputs), list(graph.outputs))
+    for op in graph.ops:
+        k = names.get(op.name, 1)
+        if k < 2:
+            out.ops.append(op)
+            continue
+        y = graph.tensors[op.outputs[0]]
+        cout = y.shape[1]
+        step = -(-(-(-cout // k)) // ocp) * ocp  # ceil(cout / k) rounded up to whole output-channel groups
+        parts = []
+        for c0 in range(0, cout, step):
+            n = min(step, cout - c0)
+            params = {}
+            for role, tname in op.params.items():
+                t = graph.tensors[tname]
+                if role in ("weights", "bias"):
+                    name = f"{tname}@{c0}"
+                    out.tensors[name] = Tensor(name, (n,) + t.shape[1:], t.dtype, t.fix_point, t.data[c0:c0 + n])
+                    params[role] = name
+                else:
+                    params[role] = tname
+            part = f"{y.name}@{c0}"
+            out.tensors[part] = Tensor(part, (1, n) + y.shape[2:], y.dtype, y.fix_point)
+            out.ops.append(Op(f"{op.name}@{c0}", op.type, list(op.inputs), [part], dict(op.attrs), params,
+                              list(op.source)))
+            parts.append(part)
+        out.ops.append(Op(f"{op.name}@concat", "concat", parts, [y.name], {"axis": 1}, {}, list(op.source)))
+    validate_graph(out)
+    return out
+
+
+def _split_candidates(graph: Any, whole: Any, plan: Any, arch: Arch, cores: int) -> list[dict[str, int]]:
+    """Sets of convs to split into `cores` parts (op name -> parts), one per share of SPLIT_SHARES: the lone
+    conv2d ops (not depthwise, one group, at least `cores` output-channel groups) whose cycles on the timing
+    model take at least that share of the partition's one-core cycles. Distinct, non-empty sets only."""
+    from tvm_dpu.types import SINGLE
+    from tvm_dpu.xgraph import ops as xops
+
+    timing = simulate(whole.code, arch, op_ranges=whole.op_ranges)
+    cycles = {o.name: o.cycles for o in timing.ops}
+    lone = {g.ops[0] for g in plan.groups if g.template == SINGLE}
+    ok = []
+    for op in graph.ops:
+        if op.name in lone and op.type == "conv2d" and not xops.is_depthwise(op, graph) and \
+                xops.attr(op, "groups") == 1 and graph.tensors[op.outputs[0]].shape[1] >= cores * arch.ocp:
+            ok.append(op.name)
+    out: list[dict[str, int]] = []
+    for share in SPLIT_SHARES:
+        chosen = {n: cores for n in ok if cycles.get(n, 0.0) >= share * timing.cycles}
+        if chosen and chosen not in out:
+            out.append(chosen)
+    return out
+
+
+def _split_plan(plan: Any, split: dict[str, int], graph: Any) -> Any:
+    """`plan` for the graph after `split_convs`: every new op (the parts and their concat) a group of its own."""
+    from tvm_dpu.types import SINGLE, FusionPlan, Group
+
+    groups = [g for g in plan.groups if not (len(g.ops) == 1 and g.ops[0] in split)]
+    known = {n for g in groups for n in g.ops}
+    groups += [Group(SINGLE, (op.name,)) for op in graph.ops if op.name not in known]
+    return FusionPlan(plan.mode, groups)
+
+
+def _compile_segments(symbol: str, graph: Any, members: list[list[str]], arch: Arch, cores: int, fusion: str,
+                      compile_fn: Any, known: dict[int, tuple[Any, list[float]]]
+                      ) -> tuple[list[Any], list[list[int]], list[list[float]]]:
+    """(compiled segments, their dependencies, their cycles for 1..cores active cores); `known[i]` gives segment
+    i's (compiled, cycles) when it is already compiled."""
+    compiled, cycles = [], []
+    for i, ops in enumerate(members):
+        if i in known:
+            c, cyc = known[i]
+        else:
+            c = compile_fn(graph.extract(ops, f"{symbol}.seg{i}"), arch, fusion)[0]
+            cyc = contention_cycles(c.code, arch, cores)
+        compiled.append(c)
+        cycles.append(cyc)
+    producer = {b.name: i for i, c in enumerate(compiled) for b in c.outputs}
+    deps = [sorted({producer[b.name] for b in c.inputs if b.name in producer}) for c in compiled]
+    return compiled, deps, cycles
+
+
+def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch, cores: int, fusion: str,
+                      compile_fn: Any, policy: str = "auto") -> tuple[Multicore | None, MulticoreInfo]:
+    """Segments of `graph` (compiled by `compile_fn(graph, arch, fusion) -> (CompiledSubgraph, plan)`) scheduled
+    on `cores` cores, or None when one program on one core is predicted to be as fast and `policy` is "auto"
+    (`whole`: the partition compiled as one program). Returns (what the program blob carries, the decision for
+    the report)."""
+    single = simulate(whole.code, arch).cycles
+    # Candidates: the chains of the plan's groups, and the same after splitting the heaviest lone convs into
+    # `cores` parts over their output channels; the shortest predicted schedule wins.
+    candidates = [(graph, plan, {})]
+    for split in _split_candidates(graph, whole, plan, arch, cores):
+        g2 = split_convs(graph, split, arch.ocp)
+        candidates.append((g2, _split_plan(plan, split, g2), split))
+    best = None
+    for g, p, split in candidates:
+        members = segment_members(g, p)
+        if len(members) < 2:
+            continue
+        compiled, deps, cycles = _compile_segments(symbol, g, members, arch, cores, fusion, compile_fn, {})
+        # Fewer, longer segments where the schedule allows it (timing.multicore.coalesce), then compiled again;
+        # segments="always" keeps the finest cut (it exists to exercise and measure the runtime).
+        groups = coalesce(cycles, deps, cores, saving=HOST_DISPATCH_S * arch.freq_mhz * 1e6) \
+            if policy == "auto" else [[i] for i in range(len(members))]
+        if len(groups) < 2:
+            continue
+        if len(groups) < len(members):
+            cache = {(i,): (c, cyc) for i, (c, cyc) in enumerate(zip(compiled, cycles))}
+            members = [[op.name for op in g.ops if op.name in {n for i in grp for n in members[i]}] for grp in groups]
+            keys = [tuple(grp) for grp in groups]
+            compiled, deps, cycles = _compile_segments(symbol, g, members, arch, cores, fusion, compile_fn,
+                                                       {i: cache[k] for i, k in enumerate(keys) if k in cache})
+        sched = list_schedule(cycles, deps, cores)
+        if best is None or sched.makespan < best[0].makespan:
+            best = (sched, members, compiled, deps, cycles, split)
+    if best is None:
+        return None, MulticoreInfo(cores, False, "one segment (after merging segments that gain nothing from "
+                                   "running apart): nothing runs concurrently", single, single, single)
+    sched, members, compiled, deps, cycles, split = best
+    ideal = list_schedule(cycles, deps, cores, contention=False)
+    segs = [Segment(c, s.core, s.start, s.end, d) for c, s, d in zip(compiled, sched.slots, deps)]
+    rows = [{"segment": i, "ops": ops, "core": s.core, "start_cycle": s.start, "end_cycle": s.end,
+             "after": d, "cycles_by_active_cores": cyc}
+            for i, (ops, s, d, cyc) in enumerate(zip(members, sched.slots, deps, cycles))]
+    used = sched.makespan < single or policy == "always"
+    reason = (f"{len(members)} segments on {cores} cores" +
+              (f" ({len(split)} convs split over their output channels)" if split else "") +
+              f": predicted {sched.makespan:.0f} cycles vs {single:.0f} on one core" +
+              ("" if used else "; kept as one program") +
+              (" (kept: segments='always')" if sched.makespan >= single and used else ""))
+    info = MulticoreInfo(cores, used, reason, single, sched.makespan if used else single, ideal.makespan, rows)
+    info.split_convs = sorted(split)
+    return (Multicore(cores, segs, single, sched.makespan) if used else None), info
