@@ -17,7 +17,7 @@ from tvm_dpu.codegen.fused_conv import conv_add_fits, conv_pool_fits, dw_pw_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.tiling import FIELD10
 from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
-from tvm_dpu.timing.simulate import simulate
+from tvm_dpu.timing.simulate import cycles as program_cycles
 from tvm_dpu.types import FusionPlan, Group, LayerDesc, TensorDesc
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph
@@ -87,7 +87,7 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
         return 0.0
     sub = graph.extract(group.ops)
     compiled = compile_graph_fused(sub, arch, FusionPlan("cost", [group]))
-    return float(simulate(compiled.code, arch).cycles)
+    return program_cycles(compiled.code, arch)
 
 
 def copy_cost(graph: Graph, arch: Arch, tensor: str) -> float:

@@ -19,7 +19,7 @@ is at least as fast as ``none`` in the cost model.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from tvm_dpu.arch.arch import Arch
@@ -299,7 +299,7 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
 
     from tvm_dpu.codegen.conv import CONV_VARIANTS
     from tvm_dpu.codegen.tiling import CodegenError
-    from tvm_dpu.timing.simulate import simulate
+    from tvm_dpu.timing.simulate import cycles as program_cycles
     from tvm_dpu.xgraph import ops as xops
 
     chosen: dict[str, str] = {}
@@ -321,7 +321,7 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
             if code.tobytes() in seen:
                 continue  # the same instructions as an earlier variant (e.g. one column tile: narrow == wide)
             seen.add(code.tobytes())
-            cycles[v] = float(simulate(code, arch).cycles)
+            cycles[v] = program_cycles(code, arch)
         if len(cycles) < 2:
             continue
         best = min(cycles, key=lambda v: (cycles[v], CONV_VARIANTS.index(v)))
@@ -340,14 +340,14 @@ def compile_with_variants(graph: Graph, arch: Arch, plan: FusionPlan, compiled: 
     `stats["conv_variants_kept"]` says whether it was."""
     from dataclasses import replace
 
-    from tvm_dpu.timing.simulate import simulate
+    from tvm_dpu.timing.simulate import cycles as program_cycles
 
     with_variants = choose_conv_variants(graph, arch, plan)
     if not with_variants.variants:
         with_variants.stats["conv_variants_kept"] = False
         return compiled, with_variants
     candidate = compile_graph_fused(graph, arch, with_variants)
-    if simulate(candidate.code, arch).cycles < simulate(compiled.code, arch).cycles:
+    if program_cycles(candidate.code, arch) < program_cycles(compiled.code, arch):
         with_variants.stats["conv_variants_kept"] = True
         return candidate, with_variants
     return compiled, replace(with_variants, variants={},

@@ -264,12 +264,12 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
     each candidate's predicted cycles and the choice."""
     from tvm_dpu.fusion.select import compile_with_fusion, compile_with_variants
-    from tvm_dpu.timing.simulate import simulate
+    from tvm_dpu.timing.simulate import cycles as program_cycles
 
     csg, plan = compile_with_fusion(graph, arch, fusion)
     if fusion == "optimal":
         g_csg, g_plan = compile_with_fusion(graph, arch, "greedy")
-        fallback = simulate(g_csg.code, arch).cycles < simulate(csg.code, arch).cycles
+        fallback = program_cycles(g_csg.code, arch) < program_cycles(csg.code, arch)
         if fallback:
             csg, plan = g_csg, g_plan
         plan.stats["simulated_fallback"] = fallback

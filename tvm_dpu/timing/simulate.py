@@ -14,8 +14,11 @@ Model (docs/timing-model.md):
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -139,6 +142,32 @@ def _share(active: dict[int, tuple[float, float]], capacity: float) -> dict[int,
         left -= r
         todo.pop(0)
     return rates
+
+
+#: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
+#: programs several times (fusion fallback, conv variants, repeated blocks compiled alone), and a program's
+#: cycles depend only on its words and the machine. Bounded; guarded for threads.
+_CYCLES: "OrderedDict[tuple, float]" = OrderedDict()
+_CYCLES_MAX = 1024
+_CYCLES_LOCK = threading.Lock()
+
+
+def cycles(code: Any, arch: Arch | str, params: TimingParams | None = None) -> float:
+    """`simulate(code, arch, params).cycles`, remembered per distinct program (what compile-time choices need)."""
+    a = load_arch(arch)
+    words = np.ascontiguousarray(np.asarray(code, dtype=np.uint32))
+    key = (hashlib.sha256(words.tobytes()).digest(), a, params)
+    with _CYCLES_LOCK:
+        hit = _CYCLES.get(key)
+        if hit is not None:
+            _CYCLES.move_to_end(key)
+            return hit
+    value = float(simulate(words, a, params).cycles)
+    with _CYCLES_LOCK:
+        _CYCLES[key] = value
+        while len(_CYCLES) > _CYCLES_MAX:
+            _CYCLES.popitem(last=False)
+    return value
 
 
 def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
