@@ -146,6 +146,39 @@ def test_bad_frame_is_an_input_error(pipe3, frames):
     assert len(got) == 1
 
 
+def _with_cpu_ends() -> "onnx.ModelProto":
+    """Reduced ResNet-18 with a CPU op before its DPU part (Sigmoid: no exp on the DPU) and one after (Softmax)."""
+    from onnx import helper
+
+    m = zoo.build_model("resnet18", reduced=True)
+    g = m.graph
+    inp, out = g.input[0].name, g.output[0].name
+    for n in g.node:
+        n.input[:] = ["pre" if x == inp else x for x in n.input]
+        n.output[:] = ["logits" if x == out else x for x in n.output]
+    g.node.insert(0, helper.make_node("Sigmoid", [inp], ["pre"], name="pre_sigmoid"))
+    g.node.append(helper.make_node("Softmax", ["logits"], [out], name="post_softmax", axis=1))
+    return m
+
+
+def test_cpu_ops_before_and_after_the_dpu_run_on_the_first_and_last_board(tmp_path):
+    xs = [zoo.random_input("resnet18", reduced=True, seed=s) for s in range(3)]
+    single = tvm_dpu.build(_with_cpu_ends(), arch="zcu102", calibration=xs[:2], progress=False)
+    cpu = {n.name for n in single.partition_report.nodes if n.device != "dpu"}
+    assert cpu == {"pre_sigmoid", "post_softmax"} and len(single.runners) == 1
+    want = [single.run(x) for x in xs]
+    for n in (1, 3):
+        pipe = PipelineModel.from_model(single, boards=n)
+        assert pipe.stages[0].spec.inputs == ["input"]
+        assert pipe.stages[-1].model.output_specs()[0].shape == (1, 10)
+        outs = list(pipe.run_stream(xs))
+        assert all(_same(o, w) for o, w in zip(outs, want))
+        np.testing.assert_allclose(outs[0][0].sum(), 1.0, rtol=1e-5)  # the softmax ran on the last board
+        pipe.close()
+    loaded = PipelineModel.load(pipe.save(tmp_path))
+    assert _same(loaded.run(xs[1]), want[1])
+
+
 def test_model_with_several_dpu_subgraphs_is_refused(model, calib):
     mixed = tvm_dpu.build(model, arch="zcu102", calibration=calib, progress=False)
     with pytest.raises(PlanError, match="one DPU subgraph"):

@@ -106,9 +106,33 @@ def from_wire(payload: Mapping[str, np.ndarray], names: Sequence[str], fix_point
             else np.asarray(payload[n], np.float32) for n in names]
 
 
-def _call_layout(model: Any) -> tuple[list[int], list[int]]:
-    """For a model whose Relax `main` is one call of its DPU partition: which main parameter feeds each partition
-    input, and which partition output each model output is. PlanError naming the CPU ops otherwise."""
+@dataclass
+class MainLayout:
+    """The model's Relax `main` around its one DPU call: CPU bindings before it (`prefix`, run by the first
+    stage), the call, CPU bindings after it (`suffix`, run by the last stage) and the returned expression."""
+
+    params: list  # relax.Var, main's parameters
+    prefix: list  # relax bindings before the DPU call
+    call: Any  # the VarBinding of the DPU call
+    suffix: list  # relax bindings after it
+    ret: Any  # main's returned expression
+    ret_ty: Any  # and its type
+    out_index: list[int] | None  # no suffix: model output k is DPU output out_index[k]
+
+    @property
+    def args(self) -> list:
+        return list(self.call.value.args)
+
+    @property
+    def plain(self) -> bool:
+        """No CPU op before the DPU call and every DPU input is a model input."""
+        return not self.prefix and all(any(a.same_as(p) for p in self.params) for a in self.args)
+
+
+def main_layout(model: Any) -> MainLayout:
+    """Split the Relax `main` of a model with one DPU subgraph at its DPU call. CPU ops may come before it (they
+    then run on the first board) and after it (on the last board), provided nothing after the call reads a value
+    computed before it other than through the call; PlanError naming the binding otherwise."""
     from tvm import relax
 
     runner = single_subgraph(model)
@@ -116,50 +140,40 @@ def _call_layout(model: Any) -> tuple[list[int], list[int]]:
     if mod is None:
         raise PlanError("splitting a model needs its Relax module (a model built in this process with tvm_dpu.build)")
     main = mod["main"]
-    cpu = []
-    if model.partition_report is not None:
-        cpu = [f"{n.name} ({n.op})" for n in model.partition_report.nodes if n.device != "dpu"]
-    where = (f": its CPU op(s) {', '.join(cpu[:6])}{' ...' if len(cpu) > 6 else ''} would need a CPU stage"
-             if cpu else "")
+    dpu = {gv.name_hint for gv, fn in mod.functions.items()
+           if isinstance(fn, relax.Function) and fn.attrs is not None and fn.attrs.get("Codegen") == "dpu"}
     body = main.body
-    bindings = [b for block in body.blocks for b in block.bindings]
-    calls = [b for b in bindings if isinstance(b.value, relax.Call) and isinstance(b.value.op, relax.GlobalVar)]
+    if len(body.blocks) != 1:
+        raise PlanError("a pipeline splits a model whose main function is one dataflow block")
+    bindings = list(body.blocks[0].bindings)
+    calls = [i for i, b in enumerate(bindings) if isinstance(b.value, relax.Call)
+             and isinstance(b.value.op, relax.GlobalVar) and b.value.op.name_hint in dpu]
     if len(calls) != 1:
-        raise PlanError(f"a pipeline splits a model whose whole computation is one DPU subgraph{where}")
-    call = calls[0]
-    params = list(main.params)
-    arg_index = []
-    for a in call.value.args:
-        if not any(a.same_as(p) for p in params):
-            raise PlanError(f"a pipeline splits a model whose whole computation is one DPU subgraph{where}")
-        arg_index.append(next(i for i, p in enumerate(params) if a.same_as(p)))
-    items = {}
-    for b in bindings:
-        if b is call:
-            continue
-        v = b.value
-        if isinstance(v, relax.TupleGetItem) and v.tuple_value.same_as(call.var):
-            items[b.var] = int(v.index)
-        elif not isinstance(v, (relax.Tuple, relax.Var)):
-            raise PlanError(f"a pipeline splits a model whose whole computation is one DPU subgraph{where}")
+        raise PlanError(f"a pipeline splits a model with one DPU call; its main has {len(calls)}")
+    k = calls[0]
+    prefix, call, suffix = bindings[:k], bindings[k], bindings[k + 1:]
+    allowed = [call.var] + [b.var for b in suffix]
+    for b in suffix:
+        stray = [v for v in relax.analysis.free_vars(b.value) if not any(v.same_as(a) for a in allowed)]
+        if stray:
+            raise PlanError(f"the CPU op binding {b.var.name} after the DPU subgraph reads "
+                            f"{', '.join(v.name for v in stray)}, computed before it: a pipeline runs the CPU "
+                            "ops after the DPU subgraph on the last board only")
+    out_index = None if suffix else _outputs_of(body.body, call, len(runner.sg.outputs))
+    return MainLayout(list(main.params), prefix, call, suffix, body.body, main.ret_ty, out_index)
 
-    def outputs_of(expr: Any) -> list[int]:
-        if isinstance(expr, relax.Var) and expr.same_as(call.var):
-            return list(range(len(runner.sg.outputs)))
-        if isinstance(expr, relax.Var):
-            for var, idx in items.items():
-                if var.same_as(expr):
-                    return [idx]
-            for b in bindings:
-                if b.var.same_as(expr):
-                    return outputs_of(b.value)
-        if isinstance(expr, relax.Tuple):
-            return [i for f in expr.fields for i in outputs_of(f)]
-        if isinstance(expr, relax.TupleGetItem) and expr.tuple_value.same_as(call.var):
-            return [int(expr.index)]
-        raise PlanError(f"a pipeline splits a model whose whole computation is one DPU subgraph{where}")
 
-    return arg_index, outputs_of(body.body)
+def _outputs_of(expr: Any, call: Any, n: int) -> list[int]:
+    """Which DPU outputs the returned expression is, when main returns the call (or its items) directly."""
+    from tvm import relax
+
+    if isinstance(expr, relax.Var) and expr.same_as(call.var):
+        return list(range(n))
+    if isinstance(expr, relax.Tuple):
+        return [i for f in expr.fields for i in _outputs_of(f, call, n)]
+    if isinstance(expr, relax.TupleGetItem) and expr.tuple_value.same_as(call.var):
+        return [int(expr.index)]
+    raise PlanError("the model's main returns something other than its DPU call's outputs")
 
 
 def stage_specs(model: Any, plan: Plan) -> list[StageSpec]:
@@ -169,11 +183,15 @@ def stage_specs(model: Any, plan: Plan) -> list[StageSpec]:
     units = chain_units(model)
     if [u.name for u in units] != list(plan.ops):
         raise PlanError("the plan was not made for this model (its op chain differs)")
-    arg_index, out_index = _call_layout(model)
-    model_inputs = [model.inputs[i].name for i in arg_index]  # model input feeding each XGraph input
-    rename = dict(zip(graph.inputs, model_inputs))
-    final = [graph.outputs[i] for i in out_index]
-    stage_of: dict[str, int] = {t: -1 for t in graph.inputs}
+    layout = main_layout(model)
+    model_inputs = [s.name for s in model.inputs]
+    rename: dict[str, str] = {}
+    if layout.plain:  # the DPU inputs are model inputs: the first stage receives them under the model's names
+        index = [next(i for i, p in enumerate(layout.params) if a.same_as(p)) for a in layout.args]
+        rename = {t: model_inputs[i] for t, i in zip(graph.inputs, index)}
+    # With CPU ops first, the DPU inputs are computed by the first stage, not received by it.
+    stage_of: dict[str, int] = {t: (-1 if layout.plain else 0) for t in graph.inputs}
+    final = [graph.outputs[i] for i in layout.out_index] if layout.out_index is not None else list(graph.outputs)
     last_use: dict[str, int] = {}
     k = len(plan.stages)
     for s, st in enumerate(plan.stages):
@@ -191,63 +209,90 @@ def stage_specs(model: Any, plan: Plan) -> list[StageSpec]:
         crossing_in = [t for t in stage_of if stage_of[t] < s <= last_use.get(t, -1)]
         if s < k - 1:
             crossing_out = [t for t in stage_of if stage_of[t] <= s < last_use.get(t, -1)]
+            outputs = [rename.get(t, t) for t in crossing_out]
         else:
-            crossing_out = list(final)
+            crossing_out = []
+            outputs = ([rename.get(t, t) for t in final] if not layout.suffix
+                       else [o.name for o in model.output_specs()])
+        inputs = model_inputs if s == 0 and not layout.plain else [rename.get(t, t) for t in crossing_in]
         ops = [op.name for unit in units[st.first:st.end] for op in unit.ops]
         specs.append(StageSpec(
-            index=s, board=st.board.name, arch=st.board.arch, ops=ops,
-            inputs=[rename.get(t, t) for t in crossing_in], outputs=[rename.get(t, t) for t in crossing_out],
-            wire_fix_points={rename.get(t, t): int(graph.tensors[t].fix_point) for t in crossing_out
-                             if s < k - 1},
-            send_bytes=sum(tensor_bytes(graph, t) for t in crossing_out) if s < k - 1 else 0))
+            index=s, board=st.board.name, arch=st.board.arch, ops=ops, inputs=inputs, outputs=outputs,
+            wire_fix_points={rename.get(t, t): int(graph.tensors[t].fix_point) for t in crossing_out},
+            send_bytes=sum(tensor_bytes(graph, t) for t in crossing_out)))
     return specs
 
 
-def _stage_module(symbol: str, blob: bytes, params: list[tuple[str, tuple[int, ...]]], dpu_args: list[int],
-                  dpu_out_shapes: list[tuple[int, ...]], results: list[tuple[str, int]]) -> Any:
-    """The stage's Relax module: `main(params) -> results`, each result either ("dpu", output index) or
-    ("param", parameter index), through one DPU partition `symbol` carrying `blob`."""
+def _tensor_ty(shape: Sequence[int]) -> Any:
+    from tvm import relax
+
+    return relax.TensorType([int(d) for d in shape], "float32")
+
+
+def _dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -> Any:
+    """A DPU partition function carrying its compiled program. RunCodegen replaces it by the program; only its
+    signature is ever used, so the body just has the right type (it is never lowered or run)."""
     import tvm
     from tvm import relax
 
     from tvm_dpu.passes.ext_module import PROGRAM_ATTR
 
-    def tensor_ty(shape: tuple[int, ...]) -> Any:
-        return relax.TensorType([int(d) for d in shape], "float32")
-
-    fparams = [relax.Var(f"x{i}", tensor_ty(params[j][1])) for i, j in enumerate(dpu_args)]
-    # RunCodegen replaces this function by the DPU program; only its signature is ever used, so the body just
-    # has the right type (it is never lowered or run).
-    zeros = [relax.op.zeros(relax.ShapeExpr([int(d) for d in s]), "float32") for s in dpu_out_shapes]
+    fparams = [relax.Var(f"x{i}", _tensor_ty(s)) for i, s in enumerate(in_shapes)]
+    zeros = [relax.op.zeros(relax.ShapeExpr([int(d) for d in s]), "float32") for s in out_shapes]
     body = zeros[0] if len(zeros) == 1 else relax.Tuple(zeros)
-    ret_ty = tensor_ty(dpu_out_shapes[0]) if len(zeros) == 1 else \
-        relax.TupleType([tensor_ty(s) for s in dpu_out_shapes])
+    ret_ty = _tensor_ty(out_shapes[0]) if len(zeros) == 1 else relax.TupleType([_tensor_ty(s) for s in out_shapes])
     fn = relax.Function(fparams, body, ret_ty)
-    fn = fn.with_attrs({"Codegen": "dpu", "global_symbol": symbol,
-                        PROGRAM_ATTR: tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy())})
-    bb = relax.BlockBuilder()
-    gv = bb.add_func(fn, symbol)
-    mparams = [relax.Var(name, tensor_ty(shape)) for name, shape in params]
-    with bb.function("main", mparams, attrs={"num_input": len(mparams)}):
-        with bb.dataflow():
-            call = bb.emit(relax.Call(gv, [mparams[j] for j in dpu_args]))
-            outs = []
-            for kind, i in results:
-                if kind == "param":
-                    outs.append(mparams[i])
-                elif len(dpu_out_shapes) == 1:
-                    outs.append(call)
-                else:
-                    outs.append(bb.emit(relax.TupleGetItem(call, i)))
-            ret = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
-        bb.emit_func_output(ret)
-    return bb.get()
+    return fn.with_attrs({"Codegen": "dpu", "global_symbol": symbol,
+                          PROGRAM_ATTR: tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy())})
+
+
+def _stage_main(layout: MainLayout, spec: StageSpec, first: bool, last: bool, gv: Any, sub: Any, graph: Any,
+                shape_of: Mapping[str, tuple[int, ...]], dpu_shapes: list, xname: Mapping[str, str]) -> Any:
+    """The stage's Relax `main`: the first stage starts with main's CPU ops before the DPU call (same variables),
+    the last ends with those after it, rebinding the original call variable to the DPU outputs (the ones this
+    stage computed, the rest received) so they read it unchanged."""
+    from tvm import relax
+
+    bindings: list = []
+    if first and not layout.plain:
+        params = list(layout.params)
+        bindings += layout.prefix
+        value_of = {t: a for t, a in zip(graph.inputs, layout.args)}  # DPU input -> its Relax value
+    else:
+        params = [relax.Var(n, _tensor_ty(shape_of[xname.get(n, n)])) for n in spec.inputs]
+        value_of = {xname.get(n, n): p for n, p in zip(spec.inputs, params)}
+    call = relax.Var("stage_dpu", _tensor_ty(dpu_shapes[0]) if len(dpu_shapes) == 1 else
+                     relax.TupleType([_tensor_ty(s) for s in dpu_shapes]))
+    bindings.append(relax.VarBinding(call, relax.Call(gv, [value_of[t] for t in sub.inputs])))
+
+    def value(t: str) -> Any:  # a tensor computed here (item of the call) or received / computed before
+        if t in sub.outputs:
+            if len(sub.outputs) == 1:
+                return call
+            item = relax.Var(f"stage_out{len(bindings)}", _tensor_ty(shape_of[t]))
+            bindings.append(relax.VarBinding(item, relax.TupleGetItem(call, sub.outputs.index(t))))
+            return item
+        return value_of[t]
+
+    if last and layout.suffix:
+        outs = [value(t) for t in graph.outputs]
+        bindings.append(relax.VarBinding(layout.call.var, outs[0] if len(outs) == 1 else relax.Tuple(outs)))
+        bindings += layout.suffix
+        ret, ret_ty = layout.ret, layout.ret_ty
+    else:
+        outs = [value(xname.get(n, n)) for n in spec.outputs]
+        ret_ty = outs[0].ty if len(outs) == 1 else relax.TupleType([o.ty for o in outs])
+        ret = relax.Var("stage_result", ret_ty)
+        bindings.append(relax.VarBinding(ret, outs[0] if len(outs) == 1 else relax.Tuple(outs)))
+    body = relax.SeqExpr([relax.DataflowBlock(bindings)], ret)
+    return relax.Function(params, body, ret_ty, True).with_attrs({"num_input": len(params), "global_symbol": "main"})
 
 
 def compile_stages(model: Any, plan: Plan, fusion: str = "optimal", progress: bool = False) -> list[tuple]:
     """One (StageSpec, CompiledModel) per stage of `plan`: the stage's ops code-generated for its board's arch
     (with DNNVM fusion `fusion`) and wrapped in a TVM module (see the module docstring)."""
     import tvm
+    from tvm import relax
 
     from tvm_dpu.passes.dpu_compile import compile_subgraph
     from tvm_dpu.program_blob import digest_of, pack_program
@@ -258,36 +303,39 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal", progress: bo
     runner = single_subgraph(model)
     graph = runner.graph
     specs = stage_specs(model, plan)
-    arg_index, out_index = _call_layout(model)
-    xname = dict(zip([model.inputs[i].name for i in arg_index], graph.inputs))  # model input -> XGraph input
-    model_shape = {s.name: tuple(s.shape) for s in model.inputs}
-    final = [graph.outputs[i] for i in out_index]
-    final_shape = {graph.outputs[i]: tuple(runner.output_shapes[i]) for i in range(len(graph.outputs))}
+    layout = main_layout(model)
+    xname: dict[str, str] = {}  # model input name -> the XGraph input it is (a model whose DPU inputs are its own)
+    if layout.plain:
+        for t, a in zip(graph.inputs, layout.args):
+            xname[model.inputs[next(i for i, p in enumerate(layout.params) if a.same_as(p))].name] = t
+    # Graph outputs keep the partition's Relax shapes (what the DPU call returned), other maps the XGraph's.
+    shape_of = {t: tuple(graph.tensors[t].shape) for t in graph.tensors}
+    shape_of.update({t: tuple(runner.output_shapes[i]) for i, t in enumerate(graph.outputs)})
+    shape_of.update({s.name: tuple(s.shape) for s in model.inputs})
     out = []
     for spec in specs:
+        first, last = spec.index == 0, spec.index == len(specs) - 1
         sub = graph.extract(spec.ops, name=f"{graph.name}:stage{spec.index}")
         arch = plan.stages[spec.index].board.load()
         csg, _ = compile_subgraph(sub, arch, fusion)
         timing = simulate(csg.code, arch)
         spec.predicted_ms = timing.cycles / timing.freq_hz * 1e3
-        last = spec.index == len(specs) - 1
-        shape_of = {t: final_shape[t] if last and t in final else tuple(graph.tensors[t].shape) for t in sub.outputs}
         symbol = f"tvm_dpu_stage{spec.index}"
-        blob = pack_program(symbol, csg, [shape_of[t] for t in sub.outputs])
-        xinputs = [xname.get(n, n) for n in spec.inputs]
-        params = [(n, model_shape.get(n) or tuple(graph.tensors[x].shape)) for n, x in zip(spec.inputs, xinputs)]
-        dpu_args = [xinputs.index(t) for t in sub.inputs]
-        results = []
-        for n in spec.outputs:
-            x = xname.get(n, n)
-            results.append(("dpu", sub.outputs.index(x)) if x in sub.outputs else ("param", xinputs.index(x)))
-        mod = _stage_module(symbol, blob, params, dpu_args, [shape_of[t] for t in sub.outputs], results)
+        dpu_shapes = [shape_of[t] for t in sub.outputs]
+        blob = pack_program(symbol, csg, dpu_shapes)
+        fn = _dpu_function(symbol, blob, [shape_of[t] for t in sub.inputs], dpu_shapes)
+        bb = relax.BlockBuilder()
+        gv = bb.add_func(fn, symbol)
+        bb.add_func(_stage_main(layout, spec, first, last, gv, sub, graph, shape_of, dpu_shapes, xname), "main")
+        mod = relax.transform.Normalize()(bb.get())
         ex = tvm.compile(mod, target="llvm", relax_pipeline="dpu_lowering")
-        stage_runner = SubgraphRunner(csg, None, sub, [shape_of[t] for t in sub.outputs], digest_of(blob))
-        outputs = [InputSpec(n, shape_of.get(xname.get(n, n)) or params[xinputs.index(xname.get(n, n))][1],
-                             "float32") for n in spec.outputs]
-        cm = CompiledModel(executable=ex, arch=arch, runners={symbol: stage_runner},
-                           inputs=[InputSpec(n, s, "float32") for n, s in params], subgraph_ids={symbol: 0},
-                           build_info={"pipeline_stage": spec.to_json()}, relax_module=mod, outputs=outputs)
+        stage_runner = SubgraphRunner(csg, None, sub, dpu_shapes, digest_of(blob))
+        inputs = list(model.inputs) if first and not layout.plain else \
+            [InputSpec(n, shape_of[xname.get(n, n)], "float32") for n in spec.inputs]
+        outputs = model.output_specs() if last and layout.suffix else \
+            [InputSpec(n, shape_of[xname.get(n, n)], "float32") for n in spec.outputs]
+        cm = CompiledModel(executable=ex, arch=arch, runners={symbol: stage_runner}, inputs=inputs,
+                           subgraph_ids={symbol: 0}, build_info={"pipeline_stage": spec.to_json()},
+                           relax_module=mod, outputs=outputs)
         out.append((spec, cm))
     return out
