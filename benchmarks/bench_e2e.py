@@ -64,6 +64,18 @@ def bench_model(name: str, arch: str, runs: int, reduced: bool) -> dict:
     stats = emulator_stats(model)
     if not stats:
         raise SystemExit(f"{name}: no DPU subgraph ran on the emulator")
+    # onnxruntime float on the same input, timed in this run (interleaving would share the load more evenly,
+    # but the emulator runs above are the figure of record; these come right after them).
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: x}
+    sess.run(None, feed)
+    ort_s = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sess.run(None, feed)
+        ort_s.append(time.perf_counter() - t0)
     macs = sum(s.macs for s in stats)
     emu_median = statistics.median(emu)
     counts: dict[str, int] = {}
@@ -77,19 +89,24 @@ def bench_model(name: str, arch: str, runs: int, reduced: bool) -> dict:
         "emulator_s": {"median": emu_median, "min": min(emu), "max": max(emu), "all": emu},
         "instructions": sum(s.instructions for s in stats), "counts": counts, "macs": macs,
         "gmacs_per_s": macs / emu_median / 1e9 if emu_median > 0 else None,
+        "onnxruntime_s": {"median": statistics.median(ort_s), "all": ort_s},
+        "run_over_onnxruntime": statistics.median(wall) / statistics.median(ort_s),
+        "goals": {"run_s_median_max": 0.6, "run_over_onnxruntime_max": 5.0},
     }
 
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'model':<14}{'build s':>8}{'1st s':>7}{'run med':>8}{'min':>7}{'max':>7}{'emu med':>8}{'min':>7}"
-            f"{'max':>7}{'instrs':>8}{'GMAC':>7}{'GMAC/s':>8}")
+            f"{'max':>7}{'instrs':>8}{'GMAC':>7}{'GMAC/s':>8}{'ort s':>7}{'x ort':>6}")
     print(head)
     for r in rows:
         run, emu = r["run_s"], r["emulator_s"]
         name = r["model"] + (" (red.)" if r["reduced"] else "")
         print(f"{name:<14}{r['build_s']:>8.1f}{r['first_run_s']:>7.2f}{run['median']:>8.3f}{run['min']:>7.3f}"
               f"{run['max']:>7.3f}{emu['median']:>8.3f}{emu['min']:>7.3f}{emu['max']:>7.3f}"
-              f"{r['instructions']:>8}{r['macs'] / 1e9:>7.2f}{r['gmacs_per_s'] or 0:>8.2f}")
+              f"{r['instructions']:>8}{r['macs'] / 1e9:>7.2f}{r['gmacs_per_s'] or 0:>8.2f}"
+              f"{r['onnxruntime_s']['median']:>7.3f}{r['run_over_onnxruntime']:>6.1f}")
+    print("goals (issue 12): full ResNet-50 run median <= 0.6 s, and <= 5x onnxruntime float in the same run")
 
 
 def main(argv: list[str] | None = None) -> int:
