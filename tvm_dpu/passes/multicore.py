@@ -236,12 +236,17 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     rows = [{"segment": i, "ops": ops, "core": s.core, "start_cycle": s.start, "end_cycle": s.end,
              "after": d, "cycles_by_active_cores": cyc}
             for i, (ops, s, d, cyc) in enumerate(zip(members, sched.slots, deps, cycles))]
-    used = sched.makespan < single or policy == "always"
+    # Keep the segments only when they win with the runtime's host cost per segment charged too (each segment
+    # on its core, the one program once): a DPU-only gain smaller than that is lost to dispatch and hand-offs.
+    dispatch = HOST_DISPATCH_S * arch.freq_mhz * 1e6
+    charged = list_schedule([[c + dispatch for c in cyc] for cyc in cycles], deps, cores).makespan
+    faster = sched.makespan < single and charged < single + dispatch
+    used = faster or policy == "always"
     reason = (f"{len(members)} segments on {cores} cores" +
               (f" ({len(split)} convs split over their output channels)" if split else "") +
-              f": predicted {sched.makespan:.0f} cycles vs {single:.0f} on one core" +
-              ("" if used else "; kept as one program") +
-              (" (kept: segments='always')" if sched.makespan >= single and used else ""))
+              f": predicted {sched.makespan:.0f} DPU cycles vs {single:.0f} on one core; with "
+              f"{HOST_DISPATCH_S * 1e6:.0f} us of host time per segment {charged:.0f} vs {single + dispatch:.0f}" +
+              ("" if used else "; kept as one program") + (" (kept: segments='always')" if used and not faster else ""))
     info = MulticoreInfo(cores, used, reason, single, sched.makespan if used else single, ideal.makespan, rows)
     info.split_convs = sorted(split)
     return (Multicore(cores, segs, single, sched.makespan) if used else None), info
