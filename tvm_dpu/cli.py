@@ -215,12 +215,24 @@ def _cut_model(model, output_ops: list[str]):
     return cut
 
 
-def _run_compile(args: argparse.Namespace) -> int:
-    import json
+def _build_reporting_warnings(source, **options):
+    """tvm_dpu.build(source, **options), its warnings (random calibration, ...) printed as one line each."""
     import warnings
 
-    from .arch import load_arch
     from .builder import build
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build(source, **options)
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    return model
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    import json
+
+    from .arch import load_arch
     from .report_html import onnx_node_graph
     from .runtime.artifact import SUFFIX, export, read_header
 
@@ -252,15 +264,11 @@ def _run_compile(args: argparse.Namespace) -> int:
         proto = _cut_model(proto, output_ops)
     outdir = Path(args.output)
     outdir.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        # The file itself when it is compiled as is, so that errors name it (a cut model exists only in memory).
-        source = proto if output_ops else str(path)
-        model = build(source, arch=arch, calibration=calib, shapes=shapes or None, progress=not args.quiet,
-                      fusion=args.fusion, plugins=vai_plugins(args.options), cores=args.cores,
-                      segments=args.segments)
-    for w in caught:
-        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    # The file itself when it is compiled as is, so that errors name it (a cut model exists only in memory).
+    source = proto if output_ops else str(path)
+    model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
+                                      progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),
+                                      cores=args.cores, segments=args.segments)
     model.source_graph = onnx_node_graph(proto)
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
                       sign=args.sign)
@@ -733,11 +741,9 @@ def _add_report(sub) -> None:
 # ---------------------------------------------------------------------------------------------------------
 def _run_pipeline(args: argparse.Namespace) -> int:
     import json
-    import warnings
 
     import numpy as np
 
-    from .builder import build
     from .pipeline.model import PipelineModel, boards_for
     from .pipeline.plan import load_link
     from .report_html import render_pipeline
@@ -758,12 +764,9 @@ def _run_pipeline(args: argparse.Namespace) -> int:
                             "chosen by design-space exploration)")
     ddr = None if args.ddr_mib is None else int(args.ddr_mib) * 1024 * 1024
     boards = boards_for(args.arch, args.boards, ddr) if args.arch else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model = build(str(path), arch=boards[0].arch if boards else "B4096", calibration=calib,
-                      shapes=parse_input_shapes(args.input_shape), progress=not args.quiet, fusion=args.fusion)
-    for w in caught:
-        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    model = _build_reporting_warnings(str(path), arch=boards[0].arch if boards else "B4096", calibration=calib,
+                                      shapes=parse_input_shapes(args.input_shape), progress=not args.quiet,
+                                      fusion=args.fusion)
     if boards is None:
         from .pipeline.dse import choose_boards, device_budget
 
@@ -837,9 +840,7 @@ def _add_pipeline(sub) -> None:
 # ---------------------------------------------------------------------------------------------------------
 def _run_dse(args: argparse.Namespace) -> int:
     import json
-    import warnings
 
-    from .builder import build
     from .pipeline.dse import algorithm1, device_budget, explore, table_text
 
     path = Path(args.model)
@@ -857,12 +858,8 @@ def _run_dse(args: argparse.Namespace) -> int:
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: expected numbers separated by commas") from None
     if not clocks or any(c <= 0 for c in clocks):
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model = build(str(path), arch="B4096", calibration=args.calib, shapes=parse_input_shapes(args.input_shape),
-                      progress=not args.quiet)
-    for w in caught:
-        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    model = _build_reporting_warnings(str(path), arch="B4096", calibration=args.calib,
+                                      shapes=parse_input_shapes(args.input_shape), progress=not args.quiet)
     cands = explore(model, int(dsp), float(bram), None if lut is None else int(lut), clocks, args.max_cores,
                     args.dsp_usage, args.ddr_gbps * 1e9 / 8 if args.ddr_gbps else 17.1e9)
     print(f"budget: {dsp} DSP, {bram} BRAM36K{'' if lut is None else f', {lut} LUT'}; "
