@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
@@ -298,30 +298,26 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
     from dataclasses import replace
 
     from tvm_dpu.codegen.conv import CONV_VARIANTS
-    from tvm_dpu.codegen.tiling import CodegenError
-    from tvm_dpu.timing.simulate import cycles as program_cycles
     from tvm_dpu.xgraph import ops as xops
 
     chosen: dict[str, str] = {}
     report: dict[str, dict] = {}
+    timed: dict[tuple, dict[str, float]] = {}
     for g in plan.groups:
         if g.template != SINGLE:
             continue
         op = graph.op(g.ops[0])
         if op.type not in ("conv2d", "dense", "conv2d_transpose") or xops.is_depthwise(op, graph):
             continue
-        sub = graph.extract(g.ops)
-        cycles: dict[str, float] = {}
-        seen: set[bytes] = set()
-        for v in CONV_VARIANTS:
-            try:
-                code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v})).code
-            except CodegenError:
-                continue  # a variant whose tiles do not fit is no candidate
-            if code.tobytes() in seen:
-                continue  # the same instructions as an earlier variant (e.g. one column tile: narrow == wide)
-            seen.add(code.tobytes())
-            cycles[v] = program_cycles(code, arch)
+        # Ops of the same geometry (a repeated block) compile alone to the same instructions up to their quantization
+        # shifts, which no engine's timing depends on: time them once.
+        w = graph.param(op, "weights")
+        geometry = (op.type, tuple(graph.tensors[op.inputs[0]].shape), tuple(graph.tensors[op.outputs[0]].shape),
+                    tuple(w.shape) if w is not None else None, repr(sorted(op.attrs.items())))
+        if geometry in timed:
+            cycles = timed[geometry]
+        else:
+            cycles = timed[geometry] = _variant_cycles(graph, arch, g, op)
         if len(cycles) < 2:
             continue
         best = min(cycles, key=lambda v: (cycles[v], CONV_VARIANTS.index(v)))
@@ -331,6 +327,27 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
         if best != "wide":
             chosen[op.name] = best
     return replace(plan, variants=chosen, stats={**plan.stats, "conv_variants": report})
+
+
+def _variant_cycles(graph: Graph, arch: Arch, g: Any, op: Any) -> dict[str, float]:
+    """Predicted cycles of each distinct variant of the lone conv `op` (group `g`) compiled on its own."""
+    from tvm_dpu.codegen.conv import CONV_VARIANTS
+    from tvm_dpu.codegen.tiling import CodegenError
+    from tvm_dpu.timing.simulate import cycles as program_cycles
+
+    sub = graph.extract(g.ops)
+    cycles: dict[str, float] = {}
+    seen: set[bytes] = set()
+    for v in CONV_VARIANTS:
+        try:
+            code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v})).code
+        except CodegenError:
+            continue  # a variant whose tiles do not fit is no candidate
+        if code.tobytes() in seen:
+            continue  # the same instructions as an earlier variant (e.g. one column tile: narrow == wide)
+        seen.add(code.tobytes())
+        cycles[v] = program_cycles(code, arch)
+    return cycles
 
 
 def compile_with_variants(graph: Graph, arch: Arch, plan: FusionPlan, compiled: CompiledSubgraph
