@@ -384,13 +384,14 @@ def _by_id(subgraphs: list[dict]) -> list[dict]:
 def render_pipeline(doc: dict, title: str) -> str:
     """HTML page of a multi-board pipeline (a pipeline.json document): the stages (board, arch, ops, predicted
     time, bytes sent) and a bar per stage of compute and link time, the bottleneck marked."""
-    from tvm_dpu.pipeline.plan import load_link
+    from tvm_dpu.pipeline.plan import load_link, stage_times_ms
 
     plan = doc.get("plan") or {}
     link = load_link(plan["link"]) if plan.get("link") else None
     stages = doc["stages"]
-    times = [(s["predicted_ms"], link.seconds(s["send_bytes"]) * 1e3 if link else 0.0) for s in stages]
-    total = [link.period(c, l) if link else c for c, l in times]
+    periods = stage_times_ms(stages, plan.get("link"))
+    times = [(c, l) for c, l, _ in periods]
+    total = [p for _, _, p in periods]
     worst = max(range(len(stages)), key=lambda i: total[i])
     scale = 640.0 / max(max(c + l for c, l in times), 1e-12)
     bars = []

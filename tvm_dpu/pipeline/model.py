@@ -20,7 +20,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tvm_dpu.pipeline.plan import Board, Plan, PlanError, board_ddr_bytes, load_link, op_chain, plan_chain
+from tvm_dpu.pipeline.plan import (Board, Plan, PlanError, board_ddr_bytes, load_link, op_chain, plan_chain,
+                                   stage_times_ms)
 from tvm_dpu.pipeline.stages import PipelineError, PipelineStage, StageSpec, compile_stages
 from tvm_dpu.types import InputSpec
 
@@ -152,13 +153,7 @@ class PipelineModel:
     # -- reporting ------------------------------------------------------------------------------------------
     def stage_periods_ms(self) -> list[tuple[float, float, float]]:
         """Per stage: (compute ms, send ms, period ms) under the plan's link model."""
-        link = load_link(self.plan["link"]) if self.plan.get("link") else None
-        out = []
-        for st in self.stages:
-            compute = st.spec.predicted_ms
-            send = link.seconds(st.spec.send_bytes) * 1e3 if link else 0.0
-            out.append((compute, send, link.period(compute, send) if link else compute))
-        return out
+        return stage_times_ms([st.spec.to_json() for st in self.stages], self.plan.get("link"))
 
     def table(self) -> str:
         """The stages as a text table: board, arch, ops, predicted ms, bytes sent, link ms."""

@@ -135,6 +135,18 @@ def load_link(name: str) -> Link:
     return Link(name, float(d["gbit_per_s"]), float(d["latency_us"]), bool(d.get("overlap", True)))
 
 
+def stage_times_ms(stages: Sequence[dict], link: str | None) -> list[tuple[float, float, float]]:
+    """Per stage of a pipeline document (`StageSpec.to_json`: predicted_ms, send_bytes): (compute ms, send ms,
+    period ms) under the link model `link` (None: no link, the period is the compute time)."""
+    model = load_link(link) if link else None
+    out = []
+    for st in stages:
+        compute = float(st["predicted_ms"])
+        send = model.seconds(int(st["send_bytes"])) * 1e3 if model else 0.0
+        out.append((compute, send, model.period(compute, send) if model else compute))
+    return out
+
+
 def board_ddr_bytes(board: str) -> int:
     """Usable DDR of a board preset: its PS DDR less a quarter kept for the OS and the CPU side."""
     table = _data()["board_ddr_bytes"]
