@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
+from typing import Sequence
 
 import numpy as np
 
@@ -174,9 +175,10 @@ def concat_fusions(graph: Graph) -> frozenset[str]:
     return frozenset(fused)
 
 
-def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
-    """Groups in an executable order (each after the producers of its external inputs, ties by first op in graph
-    order); FusionError if the grouping is cyclic or does not cover every op exactly once."""
+def group_dependencies(graph: Graph, groups: Sequence[Group]) -> tuple[dict[str, int], dict[int, int],
+                                                                        dict[int, set[int]]]:
+    """(op name -> its group, group -> index of its first op in graph order, group -> the groups producing its
+    external inputs); FusionError unless the groups cover every op of `graph` exactly once."""
     owner: dict[str, int] = {}
     for gi, g in enumerate(groups):
         for n in g.ops:
@@ -188,7 +190,9 @@ def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
         raise FusionError(f"fusion plan: op(s) {missing[:5]} are in no group" if missing else
                           "fusion plan: names ops that are not in the graph")
     producer = {t: owner[op.name] for op in graph.ops for t in op.outputs}
-    first = {gi: min(i for i, op in enumerate(graph.ops) if owner[op.name] == gi) for gi in range(len(groups))}
+    first: dict[int, int] = {}
+    for i, op in enumerate(graph.ops):
+        first.setdefault(owner[op.name], i)
     deps: dict[int, set[int]] = {gi: set() for gi in range(len(groups))}
     for op in graph.ops:
         gi = owner[op.name]
@@ -196,6 +200,13 @@ def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
             p = producer.get(t)
             if p is not None and p != gi:
                 deps[gi].add(p)
+    return owner, first, deps
+
+
+def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
+    """Groups in an executable order (each after the producers of its external inputs, ties by first op in graph
+    order); FusionError if the grouping is cyclic or does not cover every op exactly once."""
+    _, first, deps = group_dependencies(graph, groups)
     done: set[int] = set()
     out: list[Group] = []
     users: dict[int, list[int]] = {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.compiler import group_dependencies
 from tvm_dpu.errors import DPUError
 from tvm_dpu.program_blob import Multicore, Segment
 from tvm_dpu.timing.multicore import (HOST_DISPATCH_S, coalesce, contention_cycles, list_schedule,
@@ -57,22 +58,13 @@ def check_cores(cores: int, arch: Arch) -> int:
 
 def segment_members(graph: Any, plan: Any) -> list[list[str]]:
     """Op names of each segment (maximal chains of the plan's groups), segments in topological order."""
-    group_of = {op: gi for gi, g in enumerate(plan.groups) for op in g.ops}
-    producer = {t: group_of[op.name] for op in graph.ops for t in op.outputs}
-    preds: dict[int, set[int]] = {gi: set() for gi in range(len(plan.groups))}
-    succs: dict[int, set[int]] = {gi: set() for gi in range(len(plan.groups))}
-    for op in graph.ops:
-        gi = group_of[op.name]
-        for t in op.inputs:
-            p = producer.get(t)
-            if p is not None and p != gi:
-                preds[gi].add(p)
-                succs[p].add(gi)
+    _, first, preds = group_dependencies(graph, plan.groups)
+    succs: dict[int, set[int]] = {gi: set() for gi in preds}
+    for gi, ps in preds.items():
+        for p in ps:
+            succs[p].add(gi)
     # Topological order of the groups (a fused group may read a group whose first op comes after its own first
     # op, e.g. conv+add reading the shortcut), ties by first op position.
-    first = {}
-    for i, op in enumerate(graph.ops):
-        first.setdefault(group_of[op.name], i)
     order = topological_order([sorted(preds[gi]) for gi in range(len(plan.groups))], key=first.get)
     if order is None:
         raise DPUError(f"graph {graph.name!r}: the fusion plan's groups depend on each other in a cycle")
