@@ -176,14 +176,15 @@ def _outputs_of(expr: Any, call: Any, n: int) -> list[int]:
     raise PlanError("the model's main returns something other than its DPU call's outputs")
 
 
-def stage_specs(model: Any, plan: Plan) -> list[StageSpec]:
-    """The tensors each stage of `plan` receives and sends (see StageSpec), from `model`'s quantized XGraph."""
+def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> list[StageSpec]:
+    """The tensors each stage of `plan` receives and sends (see StageSpec), from `model`'s quantized XGraph
+    (`layout`: `main_layout(model)`, when the caller has it)."""
     runner = single_subgraph(model)
     graph = runner.graph
     units = chain_units(model)
     if [u.name for u in units] != list(plan.ops):
         raise PlanError("the plan was not made for this model (its op chain differs)")
-    layout = main_layout(model)
+    layout = layout or main_layout(model)
     model_inputs = [s.name for s in model.inputs]
     rename: dict[str, str] = {}
     if layout.plain:  # the DPU inputs are model inputs: the first stage receives them under the model's names
@@ -288,7 +289,7 @@ def _stage_main(layout: MainLayout, spec: StageSpec, first: bool, last: bool, gv
     return relax.Function(params, body, ret_ty, True).with_attrs({"num_input": len(params), "global_symbol": "main"})
 
 
-def compile_stages(model: Any, plan: Plan, fusion: str = "optimal", progress: bool = False) -> list[tuple]:
+def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tuple]:
     """One (StageSpec, CompiledModel) per stage of `plan`: the stage's ops code-generated for its board's arch
     (with DNNVM fusion `fusion`) and wrapped in a TVM module (see the module docstring)."""
     import tvm
@@ -302,8 +303,8 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal", progress: bo
 
     runner = single_subgraph(model)
     graph = runner.graph
-    specs = stage_specs(model, plan)
     layout = main_layout(model)
+    specs = stage_specs(model, plan, layout)
     xname: dict[str, str] = {}  # model input name -> the XGraph input it is (a model whose DPU inputs are its own)
     if layout.plain:
         for t, a in zip(graph.inputs, layout.args):
