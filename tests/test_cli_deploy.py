@@ -91,6 +91,11 @@ def test_inspect_text_json_and_disasm(compiled, capsys):
     data = json.loads(capsys.readouterr().out)
     meta = json.loads((compiled / "meta.json").read_text())
     assert data["subgraphs"][0]["inputs"] == meta["subgraphs"][0]["inputs"]
+    # Subgraph inputs carry the names a user knows (model input, producing ONNX node or DPU output), not the
+    # partition parameters' Relax names (lv2): the head reads branch_a's DPU output and branch_b's CPU sigmoid.
+    inputs = [i["name"] for sg in data["subgraphs"] for i in sg["inputs"]]
+    assert inputs == ["input", "branch_a.conv", "branch_b.sigmoid"]
+    assert data["subgraphs"][1]["inputs"][0]["name"] in [o["name"] for o in data["subgraphs"][0]["outputs"]]
     for sg in data["subgraphs"]:
         assert len(sg["listing"]) == sg["instructions"]
         assert sg["listing"][-1].split()[2] == "END"

@@ -276,6 +276,21 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     return compile_with_variants(graph, arch, plan, csg)
 
 
+def _name_inputs(pmod: tvm.IRModule, float_graphs: dict) -> None:
+    """Rename each subgraph's input tensors from the partition parameters' Relax names (lv2) to the names users
+    know (the model input, the producing ONNX node or DPU output), so the program's bindings, `inspect` and the
+    report show those. A name already taken in the subgraph keeps the Relax one."""
+    from tvm_dpu.passes.qdq_names import input_display_names
+
+    for sym, names in input_display_names(pmod, float_graphs).items():
+        fs = float_graphs[sym]
+        for i, old in enumerate(fs.input_names):
+            new = names.get(old)
+            if new and new != old and new not in fs.graph.tensors:
+                fs.graph.rename_tensor(old, new)
+                fs.input_names[i] = new
+
+
 def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
                            fusion: str = "optimal", fix_points: Mapping[str, int] | None = None,
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
@@ -319,6 +334,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     functions = dpu_functions(pmod)
     symbols = list(functions)
     float_graphs = {sym: build_float_xgraph(fn, sym, (call_names or {}).get(sym)) for sym, fn in functions.items()}
+    _name_inputs(pmod, float_graphs)
     if fix_points:
         names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)
         overrides = {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in float_graphs.items()}

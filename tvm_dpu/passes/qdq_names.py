@@ -62,8 +62,11 @@ def xgraph_to_onnx(mod: tvm.IRModule, pmod: tvm.IRModule, subgraphs: Mapping[str
     return out
 
 
-def _map_inputs(pmod: tvm.IRModule, subgraphs: Mapping[str, Any], out: dict[str, dict[str, str]],
-                last_output) -> None:
+def _input_sources(pmod: tvm.IRModule, symbols: Any) -> dict[str, list[tuple]]:
+    """{symbol: one source per parameter of its partition function}, read off the function's first call site in
+    `main` (a shared function's later sites pass the same kinds of value). A source is ``("param", name)`` (a
+    model input), ``("dpu", symbol, index)`` (output `index` of another DPU partition), ``("call", node names)``
+    (a CPU op, with its ONNX provenance) or ``None`` when it cannot be traced."""
     main = pmod["main"]
     bound: dict = {}
     for block in main.body.blocks:
@@ -74,13 +77,13 @@ def _map_inputs(pmod: tvm.IRModule, subgraphs: Mapping[str, Any], out: dict[str,
     def dpu_call(value) -> str | None:
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
             sym = value.op.name_hint
-            return sym if sym in subgraphs else None
+            return sym if sym in symbols else None
         return None
 
-    def onnx_name(e) -> str | None:
+    def source(e) -> tuple | None:
         for _ in range(64):  # follow var -> var aliases
             if e in params:
-                return params[e]
+                return ("param", params[e])
             v = bound.get(e)
             if v is None:
                 return None
@@ -92,23 +95,58 @@ def _map_inputs(pmod: tvm.IRModule, subgraphs: Mapping[str, Any], out: dict[str,
                 index, v = v.index, bound.get(v.tuple_value, v.tuple_value)
             sym = dpu_call(v)
             if sym is not None:
-                fs = subgraphs[sym]
-                return out[sym].get(fs.output_names[index]) if index < len(fs.output_names) else None
+                return ("dpu", sym, index)
             if isinstance(v, relax.Call):
-                return last_output(node_names(v))
+                return ("call", node_names(v))
             return None
         return None
 
-    seen: set[str] = set()
+    out: dict[str, list[tuple]] = {}
     for value in bound.values():
         sym = dpu_call(value)
-        if sym is None or sym in seen:
-            continue
-        seen.add(sym)  # the first call site names the shared function's inputs
-        for name, arg in zip(subgraphs[sym].input_names, value.args):
-            t = onnx_name(arg)
+        if sym is not None and sym not in out:
+            out[sym] = [source(a) for a in value.args]
+    return out
+
+
+def _map_inputs(pmod: tvm.IRModule, subgraphs: Mapping[str, Any], out: dict[str, dict[str, str]],
+                last_output) -> None:
+    for sym, sources in _input_sources(pmod, subgraphs).items():
+        for name, src in zip(subgraphs[sym].input_names, sources):
+            t = None
+            if src is None:
+                continue
+            if src[0] == "param":
+                t = src[1]
+            elif src[0] == "dpu":
+                fs = subgraphs[src[1]]
+                t = out[src[1]].get(fs.output_names[src[2]]) if src[2] < len(fs.output_names) else None
+            else:
+                t = last_output(src[1])
             if t is not None:
                 out[sym].setdefault(name, t)
+
+
+def input_display_names(pmod: tvm.IRModule, subgraphs: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """{symbol: {XGraph input tensor: the name a user knows it by}}: the model input's name, the ONNX node of the
+    CPU op that produces it, or the producing DPU subgraph's output tensor (itself named after its ONNX node),
+    instead of the Relax variable (``lv2``) the partition function's parameter happens to carry."""
+    out: dict[str, dict[str, str]] = {}
+    for sym, sources in _input_sources(pmod, subgraphs).items():
+        names: dict[str, str] = {}
+        for name, src in zip(subgraphs[sym].input_names, sources):
+            if src is None:
+                continue
+            if src[0] == "param":
+                names[name] = src[1]
+            elif src[0] == "dpu":
+                outs = subgraphs[src[1]].output_names
+                if src[2] < len(outs):
+                    names[name] = outs[src[2]]
+            elif src[1]:
+                names[name] = src[1][0]  # the primary node, as DPU ops are named
+        out[sym] = names
+    return out
 
 
 def overrides_for(fs: Any, names: Mapping[str, str], fix_points: Mapping[str, int]) -> dict[str, int]:

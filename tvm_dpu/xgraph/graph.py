@@ -137,6 +137,21 @@ class Graph:
                 raise GraphError(f"{user}: tensor {name!r} is not defined in graph {self.name!r}") from None
             raise GraphError(f"graph {self.name!r}: tensor {name!r} is not defined") from None
 
+    def rename_tensor(self, old: str, new: str) -> None:
+        """Give tensor `old` the name `new` everywhere this graph refers to it (ops, inputs, outputs)."""
+        if new in self.tensors:
+            raise GraphError(f"graph {self.name!r}: cannot rename {old!r} to {new!r}, which exists")
+        t = self.tensor(old)
+        del self.tensors[old]
+        t.name = new
+        self.tensors[new] = t
+        for op in self.ops:
+            op.inputs = [new if x == old else x for x in op.inputs]
+            op.outputs = [new if x == old else x for x in op.outputs]
+            op.params = {r: new if x == old else x for r, x in op.params.items()}
+        self.inputs = [new if x == old else x for x in self.inputs]
+        self.outputs = [new if x == old else x for x in self.outputs]
+
     def producers(self) -> dict[str, Op]:
         """Tensor name -> the op that writes it."""
         return {t: op for op in self.ops for t in op.outputs}
