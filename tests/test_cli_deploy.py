@@ -21,7 +21,7 @@ CALIB = ROOT / "examples" / "mixed_cnn_calib.npz"
 def compiled(tmp_path_factory):
     out = tmp_path_factory.mktemp("c")
     rc = main(["compile", str(MODEL), "--arch", "zcu102", "-o", str(out), "-n", "net", "--calib", str(CALIB),
-               "-q", "--options", '{"input_shape": "1,3,64,64"}'])
+               "-q", "--png", "--options", '{"input_shape": "1,3,64,64"}'])
     assert rc == 0
     return out
 
@@ -29,11 +29,14 @@ def compiled(tmp_path_factory):
 def test_compile_writes_artifact_meta_and_report(compiled):
     meta = json.loads((compiled / "meta.json").read_text())
     report = json.loads((compiled / "report.json").read_text())
-    # artifact, meta, report and one engine timeline per DPU subgraph (Chrome trace; PNG when matplotlib exists)
+    # artifact, meta, report and one engine timeline per DPU subgraph (Chrome trace, and with --png a PNG)
     ids = [s["id"] for s in report["subgraphs"]]
     expected = {"meta.json", "net.tvmdpu", "report.json"} | {f"net.sg{i}.trace.json" for i in ids}
-    names = {p.name for p in compiled.iterdir()}
-    assert expected <= names and names - expected <= {f"net.sg{i}.png" for i in ids}
+    expected |= {f"net.sg{i}.png" for i in ids}  # matplotlib is a base dependency
+    assert {p.name for p in compiled.iterdir()} == expected
+    times = report["build"]["times_s"]  # where the compile's time went, phase by phase
+    assert {"import_normalize", "calibration", "quantize_codegen", "export", "timelines"} <= set(times)
+    assert 0 < sum(v for k, v in times.items() if k != "total_after_imports") <= times["total_after_imports"] + 1e-6
     trace = json.loads((compiled / f"net.sg{ids[0]}.trace.json").read_text())
     assert trace["traceEvents"]
     for s in report["subgraphs"]:  # timing model figures per subgraph
@@ -67,6 +70,7 @@ def test_output_ops_cut_the_model(tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["outputs"][0]["shape"] == [1, 16, 16, 16]
+    assert not list(tmp_path.glob("*.png"))  # PNG timelines only with --png
     assert len(meta["subgraphs"]) == 1
     assert main(["run", str(tmp_path / "mixed_cnn.tvmdpu"), "--verify"]) == 0
 

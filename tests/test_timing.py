@@ -232,6 +232,18 @@ def test_gantt_png(tmp_path):
     assert p is not None and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_gantt_bars_merge_only_below_a_pixel():
+    """The PNG draws busy intervals less than a pixel apart as one bar; overlaps and gaps of a pixel stay."""
+    from tvm_dpu.timing.trace import _coalesce
+
+    start, end = np.array([0.0, 5.0, 2.0, 20.0, 30.0]), np.array([3.0, 6.0, 4.0, 25.0, 31.0])
+    assert _coalesce(start, end, 1.5) == [(0.0, 6.0), (20.0, 25.0), (30.0, 31.0)]
+    assert _coalesce(start, end, 10.0) == [(0.0, 6.0), (20.0, 31.0)]
+    assert _coalesce(start, end, 15.0) == [(0.0, 31.0)]
+    assert _coalesce(np.array([0.0, 10.0]), np.array([30.0, 12.0]), 1.0) == [(0.0, 30.0)]  # nested interval
+    assert _coalesce(np.zeros(0), np.zeros(0), 1.0) == []
+
+
 def test_simulate_model_sums_subgraphs():
     """simulate_model adds the DPU subgraphs of a CompiledModel-like object (runners -> .sg, .graph)."""
     from types import SimpleNamespace

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -233,6 +234,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     import json
 
     from .arch import load_arch
+    from .frontend.onnx_import import NamedModel
     from .report_html import onnx_node_graph
     from .runtime.artifact import SUFFIX, export, read_header
 
@@ -251,10 +253,12 @@ def _run_compile(args: argparse.Namespace) -> int:
             raise FrontendError(f"--calib {calib}: no such file")
     import onnx
 
+    t_start = time.perf_counter()
     try:
         proto = onnx.load(str(path))
     except Exception as e:  # onnx raises DecodeError / ValueError variously on a malformed file
         raise FrontendError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    t_read = time.perf_counter()
     init_names = {i.name for i in proto.graph.initializer}
     input_names = [i.name for i in proto.graph.input if i.name not in init_names]
     opt_shapes, output_ops = parse_vai_options(args.options, input_names)
@@ -264,21 +268,31 @@ def _run_compile(args: argparse.Namespace) -> int:
         proto = _cut_model(proto, output_ops)
     outdir = Path(args.output)
     outdir.mkdir(parents=True, exist_ok=True)
-    # The file itself when it is compiled as is, so that errors name it (a cut model exists only in memory).
-    source = proto if output_ops else str(path)
+    # Errors name the file (and the cut); the import reuses the model parsed here.
+    source = NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path))
     model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
                                       progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),
                                       cores=args.cores, segments=args.segments)
+    t_build = time.perf_counter()
     model.source_graph = onnx_node_graph(proto)
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
                       sign=args.sign)
+    t_export = time.perf_counter()
     timing = model.timing()
+    t_timing = time.perf_counter()
+    timelines = _write_timelines(model, timing, outdir, name, png=args.png)
+    t_timelines = time.perf_counter()
+    # Where a compile's time goes, end to end (the build's own phases plus what the CLI does after it).
+    times = model.build_info.setdefault("times_s", {})
+    times.update({"read_model": t_read - t_start, "export": t_export - t_build, "timing_model": t_timing - t_export,
+                  "timelines": t_timelines - t_timing})
     report = model.report(timing)
-    (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    timelines = _write_timelines(model, timing, outdir, name)
     header, sizes = read_header(artifact)
     meta = artifact_meta(header, sizes, artifact)
     (outdir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    times["total_after_imports"] = time.perf_counter() - t_start
+    report["build"]["times_s"] = times
+    (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     if not args.quiet:
         print(model.partition_report.table())
         print()
@@ -288,6 +302,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
     if timelines:
         print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
+    print(f"compile time {times['total_after_imports']:.1f} s (" +
+          ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items() if k != "total_after_imports") + ")")
     return EXIT_OK
 
 
@@ -305,9 +321,10 @@ def _multicore_summary(report: dict, cores: int) -> str:
     return "\n".join(lines)
 
 
-def _write_timelines(model, timing, outdir: Path, name: str) -> list[Path]:
-    """Per DPU subgraph: a Chrome trace (open in Perfetto) and, when matplotlib is installed, a PNG Gantt chart;
-    per subgraph compiled for several cores, its schedule as a trace with one track per core."""
+def _write_timelines(model, timing, outdir: Path, name: str, png: bool = False) -> list[Path]:
+    """Per DPU subgraph: a Chrome trace (open in Perfetto) and, with `png` and matplotlib installed, a PNG Gantt
+    chart (opt-in: importing matplotlib and drawing cost more than the trace); per subgraph compiled for several
+    cores, its schedule as a trace with one track per core."""
     import json
     import warnings
 
@@ -322,6 +339,8 @@ def _write_timelines(model, timing, outdir: Path, name: str) -> list[Path]:
     for symbol, result in timing.subgraphs.items():
         sid = model.subgraph_ids.get(symbol, symbol)
         written.append(write_chrome_trace(result, outdir / f"{name}.sg{sid}.trace.json"))
+        if not png:
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # no matplotlib: the trace alone
             png = write_gantt_png(result, outdir / f"{name}.sg{sid}.png", title=f"{name} DPU subgraph {sid}")
@@ -401,6 +420,9 @@ def _add_compile(sub) -> None:
     p.add_argument("--sign", metavar="KEYFILE",
                    help="sign the artifact with this Ed25519 private key ('tvm-dpu keygen' makes one): the signature "
                    "covers every byte, CPU library included")
+    p.add_argument("--png", action="store_true",
+                   help="also draw each DPU subgraph's engine timeline as a PNG Gantt chart (matplotlib; the Chrome "
+                   "traces, always written, hold the same data)")
     p.add_argument("--no-verify-data", action="store_true",
                    help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
                    "weights: the artifact shrinks by about half)")

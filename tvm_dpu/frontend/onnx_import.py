@@ -24,6 +24,7 @@ import io
 import os
 import re
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,19 @@ def supported_opsets() -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- loading & checks
+@dataclass(frozen=True)
+class NamedModel:
+    """A ModelProto already in memory and the name errors give it (the file it was read from), so a caller
+    that read the file itself neither parses a large model twice nor gets errors about ``<in-memory model>``."""
+
+    proto: onnx.ModelProto
+    where: str
+
+
 def load_model(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
-    """(ModelProto, where) from a path, bytes or ModelProto; FrontendError for anything unreadable."""
+    """(ModelProto, where) from a path, bytes, ModelProto or NamedModel; FrontendError for anything unreadable."""
+    if isinstance(path_or_model, NamedModel):
+        return path_or_model.proto, path_or_model.where
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model, "<in-memory model>"
     if isinstance(path_or_model, (bytes, bytearray)):
@@ -479,7 +491,7 @@ def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[st
 
 # ---------------------------------------------------------------------------------------------- entry point
 def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, normalize: bool = True) -> tvm.IRModule:
-    """Import an ONNX model (file path, bytes or ``onnx.ModelProto``) as a Relax ``IRModule``.
+    """Import an ONNX model (file path, bytes, ``onnx.ModelProto`` or `NamedModel`) as a Relax ``IRModule``.
 
     Weights become constants inside ``main``'s dataflow block. ``shapes`` maps input name -> static shape and is
     required for inputs with symbolic or unknown dims. Every Call carries the names of the ONNX nodes it came from

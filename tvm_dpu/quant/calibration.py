@@ -143,12 +143,14 @@ class TensorStats:
         v = np.asarray(values, dtype=np.float32).ravel()
         if v.size == 0:
             return
-        if not np.all(np.isfinite(v)):
+        # min and max propagate NaN and show an infinity, so they double as the finiteness check.
+        vmin, vmax = float(v.min()), float(v.max())
+        if not (math.isfinite(vmin) and math.isfinite(vmax)):
             raise QuantizationError(f"tensor {self.name!r}: calibration produced NaN or infinity")
         if self._rng is None:
             self._rng = np.random.default_rng([self.seed, zlib.crc32(self.name.encode())])
-        self.min = min(self.min, float(v.min()))
-        self.max = max(self.max, float(v.max()))
+        self.min = min(self.min, vmin)
+        self.max = max(self.max, vmax)
         room = self.capacity - self.samples.size
         head, rest = v[:max(room, 0)], v[max(room, 0):]
         if head.size:

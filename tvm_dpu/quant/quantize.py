@@ -49,6 +49,7 @@ from tvm_dpu.quant.calibration import (
     sqnr_db,
 )
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA, RELU6_FIX_POINT
+from tvm_dpu.quant.threads import map_threads
 from tvm_dpu.xgraph import ops as opspec
 from tvm_dpu.xgraph.graph import Graph, Op, Tensor
 from tvm_dpu.xgraph.validate import validate_graph
@@ -182,6 +183,7 @@ class _Quantizer:
         self.reason: dict[str, str] = {}
         self.const_fp: dict[str, int] = {}
         self.const_pinned: set[str] = set()
+        self.const_search: dict[str, int] = {}  # fix_point searches done ahead (in parallel) for `_const`
 
     def _where(self, name: str) -> str:
         op = self.producer.get(name)
@@ -237,8 +239,10 @@ class _Quantizer:
                     if i not in inputs and i in groups.parent and self._may_share(op.outputs[0], i):
                         groups.union(op.outputs[0], i)
         self.group_fp: dict[str, int] = {}
-        roots = {groups.find(n) for n in self.fmaps}
-        for root in sorted(roots, key=self.fmaps.index):
+        roots = sorted({groups.find(n) for n in self.fmaps}, key=self.fmaps.index)
+        free = [r for r in roots if r not in groups.pin]
+        searched = dict(zip(free, map_threads(lambda r: self._stats_fp(groups.members(r)), free)))
+        for root in roots:
             members = groups.members(root)
             if root in groups.pin:
                 fp, why = groups.pin[root]
@@ -247,7 +251,7 @@ class _Quantizer:
                     self.reason[m] = why if m in self.overrides or len(members) == 1 else f"group ({why})"
                     self.chosen[m] = None
             else:
-                fp = self._stats_fp(members)
+                fp = searched[root]
                 self.group_fp[root] = fp
                 for m in members:
                     self.reason[m] = "stats" if len(members) == 1 else "group"
@@ -281,7 +285,7 @@ class _Quantizer:
         if t.data is None or t.data.dtype.kind != "f":
             raise QuantizationError(f"constant {name!r} ({kind}) must hold float data, got "
                                     f"{None if t.data is None else t.data.dtype}")
-        fp = choose_fix_point(t.data, self.method)
+        fp = self.const_search[name] if name in self.const_search else choose_fix_point(t.data, self.method)
         self.reason[name] = "stats"
         self.chosen[name] = fp
         return fp
@@ -310,6 +314,11 @@ class _Quantizer:
     def _conv_constraints(self) -> dict[str, int]:
         """fp_w per conv op after the shift_cut rule (may lower feature-map groups)."""
         convs = [op for op in self.g.ops if op.type in CONV_TYPES]
+        weights = [op.params["weights"] for op in convs]
+        searchable = [w for w in dict.fromkeys(weights) if w not in self.overrides and self.g.tensors[w].data is not None
+                      and self.g.tensors[w].data.dtype.kind == "f"]
+        self.const_search.update(zip(searchable, map_threads(
+            lambda w: choose_fix_point(self.g.tensors[w].data, self.method), searchable)))
         pref = {op.name: self._const(op.params["weights"], "weights") for op in convs}
         fw: dict[str, int] = {}
         for _ in range(_MAX_ROUNDS):
@@ -414,22 +423,33 @@ class _Quantizer:
         self._other_constants()
         out = Graph(g.name, inputs=list(g.inputs), outputs=list(g.outputs), root=copy.deepcopy(g.root))
         report = self.report
+
+        def sqnr_of(name: str) -> float | None:
+            s = self.stats.tensors.get(name) if self.stats is not None else None
+            return sqnr_db(s.samples, self.fp(name)) if s is not None and s.count else None
+
+        def quantize_const(name: str) -> tuple[np.ndarray, int, float]:
+            fp = self.const_fp[name]
+            data = g.tensors[name].data.astype(np.float64)  # type: ignore[union-attr]
+            q = quantize_values(data, fp)
+            return q, int(np.sum(np.floor(data * 2.0 ** fp + 0.5) != q)), sqnr_db(data, fp)
+
+        fmaps = [n for n in g.tensors if n in self.groups.parent]
+        consts = [n for n in g.tensors if n not in self.groups.parent and n in self.const_fp]
+        sqnrs = dict(zip(fmaps, map_threads(sqnr_of, fmaps)))
+        quantized = dict(zip(consts, map_threads(quantize_const, consts)))
         for name, t in g.tensors.items():
             if name in self.groups.parent:
                 fp = self.fp(name)
                 out.add_tensor(Tensor(name, t.shape, "int8", fp))
-                s = self.stats.tensors.get(name) if self.stats is not None else None
                 report.tensors[name] = TensorFix(name, self._kind(name), fp, self.chosen.get(name),
-                                                 self.reason.get(name, "stats"),
-                                                 sqnr_db(s.samples, fp) if s is not None and s.count else None)
+                                                 self.reason.get(name, "stats"), sqnrs[name])
             elif name in self.const_fp:
                 fp = self.const_fp[name]
-                data = t.data.astype(np.float64)  # type: ignore[union-attr]
-                q = quantize_values(data, fp)
-                sat = int(np.sum(np.floor(data * 2.0 ** fp + 0.5) != q))
+                q, sat, sqnr = quantized[name]
                 out.add_tensor(Tensor(name, t.shape, "int8", fp, q))
                 report.tensors[name] = TensorFix(name, self._kind(name), fp, self.chosen.get(name),
-                                                 self.reason.get(name, "stats"), sqnr_db(data, fp), sat)
+                                                 self.reason.get(name, "stats"), sqnr, sat)
                 if sat:
                     report.notes.append(f"constant {name!r}: {sat} of {q.size} values saturate at fix_point {fp}")
         for op in g.ops:

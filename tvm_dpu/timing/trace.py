@@ -49,6 +49,18 @@ def write_chrome_trace(result: TimingResult, path: str | Path, max_events: int |
     return p
 
 
+def _coalesce(start: np.ndarray, end: np.ndarray, gap: float) -> list[tuple[float, float]]:
+    """Intervals [start, end) merged where the next starts less than `gap` after the previous ends."""
+    if start.size == 0:
+        return []
+    order = np.argsort(start, kind="stable")
+    s, t = start[order].astype(np.float64), np.maximum.accumulate(end[order].astype(np.float64))
+    breaks = np.nonzero(s[1:] - t[:-1] >= gap)[0] + 1
+    first = np.concatenate([[0], breaks])
+    last = np.concatenate([breaks - 1, [s.size - 1]])
+    return list(zip(s[first].tolist(), t[last].tolist()))
+
+
 def write_gantt_png(result: TimingResult, path: str | Path, title: str | None = None,
                     window: tuple[float, float] | None = None) -> Path | None:
     """Draw a Gantt chart (one row per engine, time in microseconds) to `path`.
@@ -67,10 +79,14 @@ def write_gantt_png(result: TimingResult, path: str | Path, title: str | None = 
         return None
     us = 1e6 / result.freq_hz
     lo, hi = window if window is not None else (0.0, result.cycles)
-    fig, ax = plt.subplots(figsize=(12, 3.2), dpi=110)
+    width_px, dpi = 12, 110
+    fig, ax = plt.subplots(figsize=(width_px, 3.2), dpi=dpi)
+    # Busy intervals less than a pixel apart are drawn as one bar: the same picture, and a program of tens of
+    # thousands of instructions draws in a fraction of the time.
+    pixel = max(hi - lo, 1.0) / (width_px * dpi)
     for row, e in enumerate(ENGINES):
         sel = np.nonzero((result.engine_of == row) & (result.end >= lo) & (result.start <= hi))[0]
-        bars = [(float(result.start[i]) * us, max(float(result.end[i] - result.start[i]), 1e-3) * us) for i in sel]
+        bars = [(s * us, max(t - s, 1e-3) * us) for s, t in _coalesce(result.start[sel], result.end[sel], pixel)]
         ax.broken_barh(bars, (len(ENGINES) - 1 - row - 0.4, 0.8), facecolors=_COLORS[e], edgecolor="none")
         util = result.utilisation.get(e, 0.0)
         ax.text(hi * us, len(ENGINES) - 1 - row, f" {100 * util:.0f}% busy", va="center", fontsize=8)
