@@ -20,13 +20,13 @@ from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 
 
-def _prepare(mod: Any, shapes: dict | None) -> tvm.IRModule:
-    """Accept an ONNX path / ModelProto (imported and normalized) or a Relax IRModule (normalized)."""
+def _prepare(mod: Any, shapes: dict | None, normalized: bool = True) -> tvm.IRModule:
+    """Accept an ONNX path / ModelProto (imported) or a Relax IRModule; normalized unless `normalized` is False."""
     from tvm_dpu.frontend import from_onnx, normalize
 
     if isinstance(mod, tvm.IRModule):
-        return normalize(mod)
-    return from_onnx(mod, shapes)
+        return normalize(mod) if normalized else mod
+    return from_onnx(mod, shapes, normalize=normalized)
 
 
 def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, dict[str, int] | None, bool]:
@@ -49,12 +49,13 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
     return NamedModel(float_model, where), {**qdq_fps, **(fix_points or {})}, True
 
 
-def import_model(mod: Any, shapes: dict | None = None, fix_points: dict[str, int] | None = None
-                 ) -> tuple[tvm.IRModule, dict[str, int] | None, bool]:
+def import_model(mod: Any, shapes: dict | None = None, fix_points: dict[str, int] | None = None,
+                 normalized: bool = True) -> tuple[tvm.IRModule, dict[str, int] | None, bool]:
     """What every compile (and `tvm-dpu partition`) starts from: (normalized Relax module, fix_points, is_qdq).
-    A QDQ ONNX model is stripped to its float model first and brings its own fix_points."""
+    A QDQ ONNX model is stripped to its float model first and brings its own fix_points. `normalized=False`
+    leaves normalization to the caller (`build` runs it once the parsed ONNX model can be freed)."""
     mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points)
-    return _prepare(mod, shapes), fix_points, is_qdq
+    return _prepare(mod, shapes, normalized), fix_points, is_qdq
 
 
 def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
@@ -90,7 +91,12 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
     register()
     t0 = time.perf_counter()
-    mod, fix_points, is_qdq = import_model(mod, shapes, fix_points)
+    from tvm_dpu.frontend import normalize
+
+    mod, fix_points, is_qdq = import_model(mod, shapes, fix_points, normalized=False)
+    # Normalized here, not inside the import: the parsed ONNX model (VGG-16: 0.5 GB) is freed by now, so it is not
+    # held beside the folded weights.
+    mod = normalize(mod)
     t_import = time.perf_counter()
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,

@@ -28,21 +28,50 @@ FIXED_SIZE = _FIXED.size
 _ALIGN = 16
 
 
-def pack(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> bytes:
-    """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes.
-    `header` should carry a "format" tag, which `unpack` checks."""
-    area = bytearray()
+def _parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> list[Any]:
+    """The container as a list of buffers (fixed part, header, sections with their zero padding), in file order.
+    Sections are referenced, not copied, and the checksums are computed piece by piece: a 300 MB artifact is
+    never held twice."""
+    views = {name: memoryview(sections[name]).cast("B") for name in sorted(sections)}
     table = {}
-    for name in sorted(sections):
-        raw = bytes(sections[name])
-        area.extend(b"\0" * (-len(area) % _ALIGN))
-        table[name] = {"offset": len(area), "nbytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
-        area.extend(raw)
+    offset = 0
+    for name, raw in views.items():
+        offset += -offset % _ALIGN
+        table[name] = {"offset": offset, "nbytes": raw.nbytes, "sha256": hashlib.sha256(raw).hexdigest()}
+        offset += raw.nbytes
     head = dict(header)
     head["sections"] = table
     hbytes = json.dumps(head, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-    payload = hbytes + bytes(area)
-    return _FIXED.pack(magic, version, len(hbytes), len(area), hashlib.sha256(payload).digest()) + payload
+    digest = hashlib.sha256(hbytes)
+    parts: list[Any] = [hbytes]
+    pos = 0
+    for name, raw in views.items():
+        pad = table[name]["offset"] - pos
+        if pad:
+            parts.append(b"\0" * pad)
+            digest.update(parts[-1])
+        parts.append(raw)
+        digest.update(raw)
+        pos = table[name]["offset"] + raw.nbytes
+    return [_FIXED.pack(magic, version, len(hbytes), offset, digest.digest())] + parts
+
+
+def pack(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> bytes:
+    """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes.
+    `header` should carry a "format" tag, which `unpack` checks."""
+    return b"".join(_parts(magic, version, header, sections))
+
+
+def write(path: Any, magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> None:
+    """Write the bytes `pack` gives to the open binary file or path `path`, without building them in memory."""
+    parts = _parts(magic, version, header, sections)
+    if hasattr(path, "write"):
+        for p in parts:
+            path.write(p)
+        return
+    with open(path, "wb") as f:
+        for p in parts:
+            f.write(p)
 
 
 class Container:

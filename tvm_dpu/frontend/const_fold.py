@@ -19,9 +19,15 @@ MAX_FOLD_ELEMENTS = 1 << 22
 
 
 def const_array(e: relax.Expr) -> np.ndarray | None:
-    """The numpy value of a constant expression, else None."""
+    """The numpy value of a constant expression, else None: a read-only view of TVM's tensor (DLPack) where the
+    dtype allows, so folding a large model's weights does not copy each one first."""
     if isinstance(e, tvm.ir.GenericConst):
-        return e.value.numpy()
+        try:
+            view = np.from_dlpack(e.value)
+        except (TypeError, ValueError, RuntimeError, BufferError):  # dtypes numpy's DLPack import does not take
+            return e.value.numpy()
+        view.flags.writeable = False
+        return view
     return None
 
 
@@ -38,9 +44,18 @@ def static_shape(e: relax.Expr) -> list[int] | None:
 
 
 def make_const(arr: np.ndarray, names: list[str] | None = None, dtype: str | None = None) -> tvm.ir.GenericConst:
-    """A GenericConst of ``arr`` (cast to ``dtype``) carrying ``names`` as provenance."""
-    arr = np.ascontiguousarray(arr if dtype is None else np.asarray(arr).astype(dtype, copy=False))
-    c = relax.const(arr, str(arr.dtype))
+    """A GenericConst of ``arr`` (cast to ``dtype``) carrying ``names`` as provenance. The values are written
+    straight into TVM's tensor (whatever the strides of ``arr``, e.g. a transposed weight matrix), with no
+    contiguous numpy copy in between."""
+    arr = np.asarray(arr)
+    out_dtype = np.dtype(dtype) if dtype is not None else arr.dtype
+    try:
+        tensor = tvm.runtime.empty(arr.shape, str(out_dtype))
+        np.from_dlpack(tensor)[...] = arr
+    except (TypeError, ValueError, RuntimeError, BufferError):  # a dtype numpy's DLPack does not take
+        c = relax.const(np.ascontiguousarray(arr.astype(out_dtype, copy=False)), str(out_dtype))
+    else:
+        c = relax.const(tensor)
     return prov.const_with_nodes(c, names or [])
 
 

@@ -59,7 +59,7 @@ def _emit_conv(rw: Rewriter, mm: relax.Call, bias: np.ndarray | None, names: lis
     else:
         data = rw.emit(relax.op.reshape(x, [n, k, 1, 1]), names)
         kshape = [m, k, 1, 1]
-    weight = make_const(np.ascontiguousarray(w.T).reshape(kshape), dtype=dtype)
+    weight = make_const(w.T.reshape(kshape), dtype=dtype)  # a view (one axis split): make_const copies once
     out = rw.emit(relax.op.nn.conv2d(data, weight, strides=(1, 1), padding=(0, 0, 0, 0)), names)
     if bias is not None:
         out = rw.emit(relax.op.add(out, make_const(bias.reshape(1, m, 1, 1), dtype=dtype)), names)

@@ -253,6 +253,13 @@ def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Eval
 # ---------------------------------------------------------------------------------------------------------
 # Per-partition compile
 # ---------------------------------------------------------------------------------------------------------
+def program_tensor(blob: bytes) -> tvm.runtime.Tensor:
+    """`blob` as the uint8 TVM tensor a partition's PROGRAM_ATTR holds, copied once (straight into TVM's memory)."""
+    tensor = tvm.runtime.empty((len(blob),), "uint8")
+    np.from_dlpack(tensor)[:] = np.frombuffer(blob, dtype=np.uint8)
+    return tensor
+
+
 def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     """Quantized XGraph -> (CompiledSubgraph, FusionPlan) with DNNVM fusion `fusion`.
 
@@ -374,14 +381,14 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
         gv = module.get_global_var(sym)
-        tensor = tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy())
+        tensor = program_tensor(blob)
         module[gv] = functions[sym].with_attr(PROGRAM_ATTR, tensor)
     plugin_subgraphs = []
     for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
         blob = ext.compile(fn, sym, recorded[len(symbols) + j])
         plugin_subgraphs.append(plugin_summary(unpack_plugin_program(blob, sym)[0]))
         module[module.get_global_var(sym)] = fn.with_attr(
-            PROGRAM_ATTR, tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy()))
+            PROGRAM_ATTR, program_tensor(blob))
     t_dpu = time.perf_counter()
     info = {"times_s": {"xgraph": t_xg - t0, "calibration": t_cal - t_xg, "quantize_codegen": t_dpu - t_cal},
             "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq, "cores": cores,

@@ -35,12 +35,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from tvm_dpu.errors import DPUError
+from tvm_dpu.frontend.const_fold import const_array
 from tvm_dpu.frontend.provenance import merge, node_names
 from tvm_dpu.passes.patterns import pattern_names
 from tvm_dpu.xgraph.graph import Graph, Op, Tensor
@@ -338,7 +340,7 @@ class _Builder:
             raise FromRelaxError(f"{where}: layout {a.data_layout}/{a.kernel_layout} (expected NCHW/{want})")
         if len(x.shape) != 4:
             raise FromRelaxError(f"{where}: conv input is {len(x.shape)}-D")
-        weights = np.asarray(w.value.numpy(), dtype=np.float32)
+        weights = _const_array(w)
         groups = int(a.groups)
         c_in, c_out = x.shape[1], out_shape[1]
         attrs: dict = {"strides": _ints(a.strides), "pads": _ints(a.padding), "dilations": _ints(a.dilation)}
@@ -367,7 +369,7 @@ class _Builder:
             op = self._fusable(comp, x, uses.get(var, 0))
             if op is None or op.type not in _CONV_TYPES or "bias" in op.params or op.attrs["act"] != "none":
                 raise FromRelaxError(f"{where}: add of a constant that is not the bias of a conv")
-            bias = _per_channel(np.asarray(args[consts[0]].value.numpy(), np.float32), out_shape)
+            bias = _per_channel(_const_array(args[consts[0]]), out_shape)
             if bias is None or x.shape != out_shape:
                 raise FromRelaxError(f"{where}: constant add of shape {list(args[consts[0]].ty.shape.values)} is not "
                                      f"a per-channel bias of {list(out_shape)}")
@@ -524,6 +526,12 @@ class _Builder:
 
 
 @functools.cache
+def _const_array(c: Any) -> np.ndarray:
+    """A constant's values as float32; a float32 constant stays a read-only view of TVM's tensor (no copy: a large
+    model's weights are not held twice while it compiles)."""
+    return np.asarray(const_array(c), dtype=np.float32)
+
+
 def _known_composites() -> frozenset[str]:
     return frozenset(pattern_names())
 

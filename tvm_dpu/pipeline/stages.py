@@ -233,9 +233,9 @@ def _tensor_ty(shape: Sequence[int]) -> Any:
 def _dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -> Any:
     """A DPU partition function carrying its compiled program. RunCodegen replaces it by the program; only its
     signature is ever used, so the body just has the right type (it is never lowered or run)."""
-    import tvm
     from tvm import relax
 
+    from tvm_dpu.passes.dpu_compile import program_tensor
     from tvm_dpu.passes.ext_module import PROGRAM_ATTR
 
     fparams = [relax.Var(f"x{i}", _tensor_ty(s)) for i, s in enumerate(in_shapes)]
@@ -244,7 +244,7 @@ def _dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -
     ret_ty = _tensor_ty(out_shapes[0]) if len(zeros) == 1 else relax.TupleType([_tensor_ty(s) for s in out_shapes])
     fn = relax.Function(fparams, body, ret_ty)
     return fn.with_attrs({"Codegen": "dpu", "global_symbol": symbol,
-                          PROGRAM_ATTR: tvm.runtime.tensor(np.frombuffer(blob, dtype=np.uint8).copy())})
+                          PROGRAM_ATTR: program_tensor(blob)})
 
 
 def _stage_main(layout: MainLayout, spec: StageSpec, first: bool, last: bool, gv: Any, sub: Any, graph: Any,

@@ -40,19 +40,64 @@ METHODS = ("mse", "minmax")
 
 
 # -- fix_point choice -------------------------------------------------------------------------------------
+#: Elements per float64 pass over a large tensor (VGG-16's fc6 holds 103 M weights): the float64 temporaries stay
+#: at 32 MiB instead of several copies of the whole tensor. Tensors up to this size are done in one pass.
+CHUNK = 1 << 22
+
+
+def _chunks(x: np.ndarray) -> list[np.ndarray]:
+    """`x` (flattened) as float64 pieces of at most CHUNK elements, converted one at a time by the caller."""
+    flat = np.asarray(x).reshape(-1)
+    return [flat[i:i + CHUNK] for i in range(0, max(flat.size, 1), CHUNK)]
+
+
 def quantize_values(x: np.ndarray, fp: int) -> np.ndarray:
     """q = DPURound(x * 2**fp) saturated to int8, as int8 (float input)."""
-    q = np.floor(np.asarray(x, dtype=np.float64) * 2.0 ** fp + 0.5)
-    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+    x = np.asarray(x)
+    out = np.empty(x.shape, np.int8)
+    flat = out.reshape(-1)
+    for i, part in enumerate(_chunks(x)):
+        q = np.floor(part.astype(np.float64) * 2.0 ** fp + 0.5)
+        flat[i * CHUNK:i * CHUNK + part.size] = np.clip(q, INT8_MIN, INT8_MAX)
+    return out
+
+
+def saturated_count(x: np.ndarray, fp: int) -> int:
+    """How many values of x DPURound(x * 2**fp) puts outside int8 (they saturate)."""
+    n = 0
+    for part in _chunks(x):
+        q = np.floor(part.astype(np.float64) * 2.0 ** fp + 0.5)
+        n += int(np.count_nonzero((q < INT8_MIN) | (q > INT8_MAX)))
+    return n
+
+
+def _mse_per_fp(values: np.ndarray, fps: list[int]) -> list[float]:
+    """quant_mse(values, fp) for each fp, one float64 chunk of `values` at a time (a tensor of at most CHUNK
+    values in one pass, so its errors are those of the whole-array formula)."""
+    flat = np.asarray(values).reshape(-1)
+    if flat.size == 0:
+        return [0.0] * len(fps)
+    sums = [0.0] * len(fps)
+    for part in _chunks(flat):
+        part = part.astype(np.float64)
+        buf = np.empty_like(part)
+        for j, fp in enumerate(fps):
+            # x - DPURound-and-saturate(x * 2**fp) * 2**-fp, squared, in one reused buffer (the int8 round trip
+            # of quantize_values is the identity on these clipped integers).
+            np.multiply(part, 2.0 ** fp, out=buf)
+            buf += 0.5
+            np.floor(buf, out=buf)
+            np.clip(buf, INT8_MIN, INT8_MAX, out=buf)
+            buf *= 2.0 ** -fp
+            np.subtract(part, buf, out=buf)
+            np.multiply(buf, buf, out=buf)
+            sums[j] += float(np.mean(buf)) if flat.size == part.size else float(np.sum(buf))
+    return sums if flat.size <= CHUNK else [v / flat.size for v in sums]
 
 
 def quant_mse(x: np.ndarray, fp: int) -> float:
     """Mean squared error of x against its int8 fixed-point round trip at fix_point fp."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.size == 0:
-        return 0.0
-    d = x - quantize_values(x, fp).astype(np.float64) * 2.0 ** -fp
-    return float(np.mean(d * d))
+    return _mse_per_fp(x, [fp])[0]
 
 
 def minmax_fix_point(vmin: float, vmax: float, default: int = ZERO_FIX_POINT) -> int:
@@ -85,37 +130,33 @@ def choose_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | N
     """
     if method not in METHODS:
         raise QuantizationError(f"unknown fix_point method {method!r} (use one of {', '.join(METHODS)})")
-    values = np.asarray(values, dtype=np.float64).ravel()
-    if not np.all(np.isfinite(values)):
+    values = np.asarray(values).ravel()
+    if values.dtype.kind not in "fiu":
+        values = values.astype(np.float64)
+    # min and max propagate NaN and show an infinity (float32 values convert to float64 exactly)
+    smin, smax = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if not (math.isfinite(smin) and math.isfinite(smax)):
         raise QuantizationError("calibration values contain NaN or infinity")
-    lo = float(values.min()) if vmin is None and values.size else float(vmin or 0.0)
-    hi = float(values.max()) if vmax is None and values.size else float(vmax or 0.0)
+    lo = smin if vmin is None else float(vmin or 0.0)
+    hi = smax if vmax is None else float(vmax or 0.0)
     base = minmax_fix_point(lo, hi, default)
     if method == "minmax" or (lo == 0.0 and hi == 0.0) or values.size == 0:
         return base
-    best_fp, best_err = base, math.inf
-    buf = np.empty_like(values)
-    for fp in range(base, base + span + 1):
-        # quant_mse(values, fp) in one reused buffer: the same float64 operations in the same order (the int8
-        # round trip of quantize_values is the identity on these clipped integers), so the same errors.
-        np.multiply(values, 2.0 ** fp, out=buf)
-        buf += 0.5
-        np.floor(buf, out=buf)
-        np.clip(buf, INT8_MIN, INT8_MAX, out=buf)
-        buf *= 2.0 ** -fp
-        np.subtract(values, buf, out=buf)
-        np.multiply(buf, buf, out=buf)
-        err = float(np.mean(buf))
-        if err < best_err:
-            best_fp, best_err = fp, err
-    return best_fp
+    fps = list(range(base, base + span + 1))
+    errs = _mse_per_fp(values, fps)
+    best = min(range(len(fps)), key=lambda j: (errs[j], j))  # ties: the smaller fp (less clipping)
+    return fps[best]
 
 
 def sqnr_db(x: np.ndarray, fp: int) -> float:
     """Signal-to-quantization-noise ratio (dB) of x at fix_point fp; inf when exact."""
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
     noise = quant_mse(x, fp)
-    signal = float(np.mean(x * x)) if x.size else 0.0
+    if x.size <= CHUNK:
+        x = x.astype(np.float64)
+        signal = float(np.mean(x * x)) if x.size else 0.0
+    else:
+        signal = sum(float(np.sum(np.square(p.astype(np.float64)))) for p in _chunks(x)) / x.size
     if noise == 0.0:
         return math.inf
     if signal == 0.0:

@@ -46,6 +46,7 @@ from tvm_dpu.quant.calibration import (
     choose_fix_point,
     minmax_fix_point,
     quantize_values,
+    saturated_count,
     sqnr_db,
 )
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA, RELU6_FIX_POINT
@@ -429,10 +430,8 @@ class _Quantizer:
             return sqnr_db(s.samples, self.fp(name)) if s is not None and s.count else None
 
         def quantize_const(name: str) -> tuple[np.ndarray, int, float]:
-            fp = self.const_fp[name]
-            data = g.tensors[name].data.astype(np.float64)  # type: ignore[union-attr]
-            q = quantize_values(data, fp)
-            return q, int(np.sum(np.floor(data * 2.0 ** fp + 0.5) != q)), sqnr_db(data, fp)
+            fp, data = self.const_fp[name], g.tensors[name].data
+            return quantize_values(data, fp), saturated_count(data, fp), sqnr_db(data, fp)
 
         fmaps = [n for n in g.tensors if n in self.groups.parent]
         consts = [n for n in g.tensors if n not in self.groups.parent and n in self.const_fp]

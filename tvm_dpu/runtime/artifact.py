@@ -30,6 +30,7 @@ from tvm import relax
 
 from tvm_dpu import signing
 from tvm_dpu.container import pack, unpack
+from tvm_dpu.container import write as write_container
 from tvm_dpu.errors import ArtifactError, DPUError
 from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
 from tvm_dpu.runtime.compiled_model import CompiledModel
@@ -134,11 +135,11 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
         "cpu_libs": cpu_libs,
         "plugin_subgraphs": plugin_subgraphs,
     }
-    data = pack(MAGIC, FORMAT_VERSION, header, sections)
-    if sign is not None:
-        data = signing.sign(data, sign)
     tmp_path = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp_path.write_bytes(data)
+    if sign is not None:
+        tmp_path.write_bytes(signing.sign(pack(MAGIC, FORMAT_VERSION, header, sections), sign))
+    else:  # streamed: the file is not assembled in memory beside its sections
+        write_container(tmp_path, MAGIC, FORMAT_VERSION, header, sections)
     os.replace(tmp_path, path)
     return path
 

@@ -79,12 +79,25 @@ def _finish_conv(op: Op, graph: Graph, y: np.ndarray) -> np.ndarray:
     return apply_act(y, attr(op, "act"), attr(op, "alpha"), op.where())
 
 
+#: Weights above this many elements (VGG-16's fc6: 103 M) are made float64 a slice of output channels at a time,
+#: so the reference never holds a float64 copy of the whole tensor.
+_CONV_CHUNK = 1 << 22
+
+
 def eval_conv2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     """conv2d (groups, dilations, pads, strides) and depthwise_conv2d (groups = channels)."""
-    w = _param(op, graph, "weights")
-    assert w is not None
     groups = x.shape[1] if op.type == "depthwise_conv2d" else int(attr(op, "groups"))
-    return _finish_conv(op, graph, _conv(x, w, conv_window(op, graph), groups))
+    t = graph.param(op, "weights")
+    assert t is not None
+    win = conv_window(op, graph)
+    if groups == 1 and t.data is not None and t.data.size > _CONV_CHUNK:
+        step = max(1, _CONV_CHUNK // max(1, t.data[0].size))
+        parts = []
+        for lo in range(0, t.shape[0], step):
+            piece = Tensor(t.name, t.data[lo:lo + step].shape, t.dtype, t.fix_point, t.data[lo:lo + step])
+            parts.append(_conv(x, const_value(piece, op.where()), win, 1))
+        return _finish_conv(op, graph, np.concatenate(parts, axis=1))
+    return _finish_conv(op, graph, _conv(x, const_value(t, op.where()), win, groups))
 
 
 def eval_conv2d_transpose(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
