@@ -368,11 +368,19 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         from tqdm import tqdm
 
         steps = tqdm(steps, total=len(symbols), desc="DPU subgraphs", unit="subgraph", file=sys.stderr, leave=False)
+    def phase(text: str) -> None:  # which step a long compile of one subgraph is in, on the progress bar
+        if hasattr(steps, "set_postfix_str"):
+            steps.set_postfix_str(text)
+
     for i, sym in steps:
         fs = float_graphs[sym]
         stats = collectors[sym].result() if sym in need_stats else None
+        phase(f"{len(fs.graph.ops)} ops: quantizing")
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
+        phase(f"{len(fs.graph.ops)} ops: fusion, code generation, timing")
         csg, plan = compile_subgraph(qg, arch_obj, fusion)
+        if cores > 1:
+            phase(f"{len(fs.graph.ops)} ops: scheduling on {cores} cores")
         multicore, mc_info = (compile_multicore(sym, qg, csg, plan, arch_obj, cores, fusion, compile_subgraph,
                                                         segments)
                               if cores > 1 else (None, None))
