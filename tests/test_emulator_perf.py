@@ -168,3 +168,47 @@ def test_load_and_save_on_strided_regions():
         want[4 + 24 * i:4 + 24 * i + 16] = src[8 + 40 * i:8 + 40 * i + 16]
     assert np.array_equal(dst, want)
     assert not dst_backing[1::2].any()
+
+
+def _conv_run_program(outs: list[tuple[int, int]], weights_rows: list[int]) -> np.ndarray:
+    """CONVINIT then adjacent 3x3 CONVs over one window of bank 0, CONV k reading weights at row
+    `weights_rows[k]` and writing (bank, row) `outs[k]`."""
+    init = make_instr("CONVINIT", kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, stride_out=1,
+                      valid_pixel_parallel=4, jump_read=2, jump_read_endl=20, jump_write=1, jump_write_endl=8,
+                      shift_cut=6, shift_bias=1, act_type=1)
+    convs = [make_instr("CONV", bank_id_in=0, channel_group=2, length=4, bank_id_out=bo, bank_addr_out=ro,
+                        bank_addr_weights=wr, bank_addr_bias=k, pad_top=1, pad_left=1, pad_bottom=2,
+                        pad_right=2, channel_offset=3)
+             for k, ((bo, ro), wr) in enumerate(zip(outs, weights_rows))]
+    return encode_program([init] + convs)
+
+
+def _fill_banks(emu: Emulator, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    emu.banks.mem[...] = rng.integers(0, 256, size=emu.banks.mem.shape, dtype=np.uint8)
+    emu.banks.mem[0, :4] = 0x80  # -128 everywhere in some window rows (saturating products)
+    emu.banks.mem[emu.banks.base_id["CONVW"], :18] = 0x80
+
+
+@pytest.mark.parametrize("outs, wrows, batched", [
+    ([(8, 0), (8, 64), (9, 0), (10, 200)], [0, 18, 36, 54], True),  # a layer's output-channel groups
+    ([(8, 0), (0, 0), (9, 0)], [0, 18, 36], False),  # CONV 1 overwrites the window: one by one
+])
+def test_batched_conv_run_equals_one_by_one(monkeypatch, outs, wrows, batched):
+    """Adjacent CONVs over one window run as one GEMM only when nothing one writes another reads; either way the
+    banks end exactly as executing them one after the other leaves them."""
+    code = _conv_run_program(outs, wrows)
+    results = []
+    for batch in (True, False):
+        if not batch:
+            monkeypatch.setattr(emu_mod, "_batch_conv_runs", lambda steps: list(steps))
+        emu = Emulator(ARCH)
+        _fill_banks(emu, 7)
+        stats = emu.run(code, {})
+        program = next(iter(emu._programs.values()))
+        results.append((emu.banks.mem.copy(), stats.counts, stats.macs))
+        if batch:
+            assert (emu_mod._skip in program.steps) == batched
+    (mem_b, counts_b, macs_b), (mem_s, counts_s, macs_s) = results
+    assert np.array_equal(mem_b, mem_s) and counts_b == counts_s and macs_b == macs_s
+    assert counts_b["CONV"] == len(outs)

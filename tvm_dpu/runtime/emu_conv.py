@@ -1,6 +1,7 @@
 """CONV (with the most recent CONVINIT), isa1-semantics.md 6, plus the window fetch shared with the ALU."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -100,10 +101,10 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     # The window is gathered into a buffer of this step (steps are per emulator, and an emulator serves one
     # thread), so the im2col view below is made once, not per run.
     xbuf = np.empty((real_h, src_w, cg, banks.width), np.uint8)
-    gather_x = _window_gather(emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh,
-                              offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"],
-                              bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"],
-                                     f["bank_addr_in_3"]))
+    gather_x, window_keys = _window_gather_keys(
+        emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh, offset_in=g["stride_offset_in"],
+        endl=g["jump_read_endl"], jump=g["jump_read"],
+        bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]))
     pads = _pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
     # Weights: CONVW bank o, tap (i, j) at row bank_addr_weights + (i*kw + j)*cg, Cin bytes.
     wbase = banks.base_id["CONVW"]
@@ -119,8 +120,8 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
             return wview
     else:
         read_w = banks.row_reader(wkeys, ntap * cin)
-    read_bias = banks.row_reader(banks.keys(np.int64(banks.base_id["BIAS"]),
-                                            np.int64(f["bank_addr_bias"]), -(-ocp // banks.width)), ocp)
+    bias_keys = banks.keys(np.int64(banks.base_id["BIAS"]), np.int64(f["bank_addr_bias"]), -(-ocp // banks.width))
+    read_bias = banks.row_reader(bias_keys, ocp)
     sb, shift = g["shift_bias"], g["shift_cut"] + 1
     M, K = vpp * L, ntap * cin
     # (vpp, L, kh, kw, Cin) windows of the (real_h, src_w, Cin) input, as strides of its C-contiguous copy.
@@ -130,7 +131,8 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     obanks, orows = store_rows(bank_out, pp, vpp, g["stride_out"], g["stride_offset_out"], g["jump_write_endl"],
                                f["bank_addr_out"])
     rows = orows[:, None] + np.arange(L, dtype=np.int64)[None, :] * g["jump_write"]
-    write = banks.row_writer(banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1), ocp)
+    out_keys = banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1)
+    write = banks.row_writer(out_keys, ocp)
     emu.stats.macs += M * ocp * K
 
     x = xbuf.view(np.int8).reshape(real_h, src_w, cin)
@@ -138,19 +140,96 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     abuf = np.empty(window.shape, np.float32)
     a = abuf.reshape(M, K)
 
-    def conv_step(regions: object) -> None:
+    def fill_a() -> np.ndarray:
+        """The (M, K) float32 im2col matrix of the gathered, padded window."""
         np.copyto(xbuf, gather_x())
         for p in pads:
             x[p] = 0
         np.copyto(abuf, window)
-        w = read_w().view(np.int8).astype(np.float32)
+        return a
+
+    def weights(out: np.ndarray) -> None:
+        """This CONV's (ocp, K) weights as float32 into `out`, the masked channels zeroed."""
+        np.copyto(out, read_w().view(np.int8), casting="unsafe")
         if choff:
-            w.reshape(ocp, ntap, cin)[:, :, cin - choff:] = 0
-        acc = exact_matmul_t(a, w)
+            out.reshape(ocp, ntap, cin)[:, :, cin - choff:] = 0
+
+    wbuf = np.empty((ocp, K), np.float32)
+
+    def conv_step(regions: object) -> None:
+        weights(wbuf)
+        acc = exact_matmul_t(fill_a(), wbuf)
         bias = read_bias().view(np.int8).astype(np.int64)
         out = activate(2 * acc + (bias << sb), shift, act)
         write(out.view(np.uint8))
-    return conv_step
+
+    # What a run of CONVs reading the same window needs to be done as one GEMM (batch_conv_run).
+    window_id = tuple(sorted((k, v) for k, v in f.items() if k not in _PER_CONV_FIELDS))
+    return ConvStep(conv_step, window_id, (init.name, tuple(g.items())), fill_a, weights, read_bias, write,
+                    ocp, K, sb, shift, act, window_keys.reshape(-1), np.concatenate(
+                        [wkeys.reshape(-1), np.asarray(bias_keys).reshape(-1)]), out_keys.reshape(-1))
+
+
+#: CONV fields that may differ between CONVs reading the same input window (each CONV's own weights, bias and
+#: output rows); the dependency tokens do not change what the emulator computes.
+_PER_CONV_FIELDS = frozenset({"bank_addr_weights", "bank_addr_bias", "bank_addr_out", "bank_id_out", "dpdon",
+                              "dpdby"})
+
+
+@dataclass(eq=False)
+class ConvStep:
+    """A planned CONV: callable as its own step, and the parts `batch_conv_run` combines."""
+
+    step: Callable[[object], None]
+    window_id: tuple  # the fields that fix the input window, padding and masking
+    init_id: tuple  # the CONVINIT in force
+    fill_a: Callable[[], np.ndarray]
+    weights: Callable[[np.ndarray], None]
+    read_bias: Callable[[], np.ndarray]
+    write: Callable[[np.ndarray], None]
+    ocp: int
+    K: int
+    shift_bias: int
+    shift: int
+    act: int
+    reads: np.ndarray  # bank row keys of the window
+    param_reads: np.ndarray  # bank row keys of the weights and bias
+    writes: np.ndarray  # bank row keys written
+
+    def __call__(self, regions: object) -> None:
+        self.step(regions)
+
+
+def can_batch(run: list[ConvStep]) -> bool:
+    """Whether the adjacent CONVs `run` may be computed together: same window and CONVINIT, and no CONV writes a
+    bank row any CONV of the run reads (so computing all before writing any changes nothing)."""
+    first = run[0]
+    if any(c.window_id != first.window_id or c.init_id != first.init_id for c in run[1:]):
+        return False
+    written = np.concatenate([c.writes for c in run])
+    read = np.concatenate([first.reads] + [c.param_reads for c in run])
+    return not np.isin(written, read).any()
+
+
+def batch_conv_run(run: list[ConvStep]) -> Callable[[object], None]:
+    """One step computing the adjacent CONVs `run` (checked with `can_batch`) as the hardware would one after
+    the other: the window is gathered once and all their output channels come from one GEMM, whose integers are
+    those of the separate GEMMs (each output is the same exact dot product); outputs are written in program
+    order."""
+    first = run[0]
+    ocp, n = first.ocp, len(run)
+    wall = np.empty((n * ocp, first.K), np.float32)
+    sb, shift, act = first.shift_bias, first.shift, first.act
+
+    def step(regions: object) -> None:
+        for i, c in enumerate(run):
+            c.weights(wall[i * ocp:(i + 1) * ocp])
+        acc = exact_matmul_t(first.fill_a(), wall)
+        bias = np.concatenate([c.read_bias().view(np.int8) for c in run]).astype(np.int64)
+        out = activate(2 * acc + (bias << sb), shift, act).view(np.uint8)
+        for i, c in enumerate(run):
+            c.write(out[:, i * ocp:(i + 1) * ocp])
+    return step
 
 
 def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
@@ -158,6 +237,14 @@ def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, wi
                    bases: tuple[int, ...]) -> Callable[[], np.ndarray]:
     """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a
     fresh array; same checks as `fetch_window`."""
+    return _window_gather_keys(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow,
+                               stride_h=stride_h, offset_in=offset_in, endl=endl, jump=jump, bases=bases)[0]
+
+
+def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
+                        stride_h: int, offset_in: int, endl: int, jump: int,
+                        bases: tuple[int, ...]) -> tuple[Callable[[], np.ndarray], np.ndarray]:
+    """`_window_gather`'s function and the bank row keys it reads."""
     banks = emu.banks
     rm = fetch_rows(bank_id, emu.arch.pp, height, stride_h, offset_in, endl, bases)
     if height and int(rm.groups.max()) > MAX_ADDR_GROUP:
@@ -174,9 +261,9 @@ def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, wi
             # No row of the window wraps its bank: every image row is a strided block of rows.
             blocks = banks.row_blocks(width, nrow, jump)
             starts = np.ascontiguousarray(starts, dtype=np.intp)
-            return lambda: blocks[starts]
+            return (lambda: blocks[starts]), keys
     flat = np.ascontiguousarray(keys, dtype=np.intp)
-    return lambda: all_rows[flat]
+    return (lambda: all_rows[flat]), keys
 
 
 def _pad_slices(h: int, w: int, kh: int, kw: int, top: int, left: int, bottom_last: int,

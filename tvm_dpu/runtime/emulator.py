@@ -297,7 +297,7 @@ class Emulator:
                     break
         finally:
             self.stats = saved_stats
-        return Program(steps, names, _init_key(self.convinit), uses_initial[0], static, skipped)
+        return Program(_batch_conv_runs(steps), names, _init_key(self.convinit), uses_initial[0], static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
@@ -320,6 +320,39 @@ class Emulator:
 
 def _init_key(ins: Instr | None) -> tuple | None:
     return None if ins is None else (ins.name, tuple(ins.fields.items()))
+
+
+def _skip(regions: Mapping[int, np.ndarray]) -> None:
+    """A CONV computed by the batched step of its run (it still counts as executed)."""
+
+
+def _batch_conv_runs(steps: list[Step]) -> list[Step]:
+    """`steps` with each run of adjacent CONVs that read the same window (a conv layer's output-channel groups)
+    replaced by one step computing them all (emu_conv.batch_conv_run) followed by no-op steps, when
+    emu_conv.can_batch finds nothing in the run that one CONV writes and another reads. The results, the
+    statistics and the instruction an error names stay those of executing the CONVs one by one."""
+    out = list(steps)
+    i = 0
+    while i < len(out):
+        first = out[i]
+        if not isinstance(first, emu_conv.ConvStep):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(out) and isinstance(out[j], emu_conv.ConvStep) and out[j].window_id == first.window_id \
+                and out[j].init_id == first.init_id:
+            j += 1
+        run = out[i:j]
+        if len(run) > 1 and emu_conv.can_batch(run):
+            out[i:j] = [emu_conv.batch_conv_run(run)] + [_skip] * (len(run) - 1)
+        i = j
+    for step in steps:  # the bank keys were only needed for the hazard check
+        if isinstance(step, emu_conv.ConvStep):
+            step.reads = step.param_reads = step.writes = _NO_KEYS
+    return out
+
+
+_NO_KEYS = np.zeros(0, np.int64)
 
 
 def _interpreted_step(emu: Emulator, handler: Callable[[Emulator, Ctx], None], ctx: Ctx) -> Step:
