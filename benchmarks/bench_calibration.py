@@ -14,6 +14,9 @@ simulator and its deviation.
 
     python benchmarks/bench_calibration.py [--models resnet50,googlenet] [--boards zcu102,dnnvm-zu2]
                                            [--json benchmarks/results/calibration.json] [--trace-dir DIR]
+    python benchmarks/bench_calibration.py --check benchmarks/results/calibration.json
+
+Exits 1 when any row's prediction leaves +-25% of the published figure (after writing the JSON).
 """
 from __future__ import annotations
 
@@ -62,13 +65,36 @@ def _analytic(model, board: str) -> float:
     return cycles / (load_arch(board).freq_mhz * 1e6)
 
 
+#: The calibration bar: every row's prediction within this relative error of the published figure.
+TOLERANCE = 0.25
+
+
+def out_of_band(rows: list[dict], tolerance: float = TOLERANCE) -> list[dict]:
+    """The rows whose relative error leaves +-tolerance."""
+    return [r for r in rows if abs(r["relative_error"]) > tolerance]
+
+
+def check(rows: list[dict], tolerance: float = TOLERANCE) -> int:
+    """Print every row outside the band; 1 if there is one (the benchmark fails), else 0."""
+    bad = out_of_band(rows, tolerance)
+    for r in bad:
+        print(f"FAIL: {r['model']} on {r['board']}: predicted {r['predicted']:.2f} vs published {r['published']:.2f} "
+              f"{r['metric']} ({100 * r['relative_error']:+.1f}%, outside +-{100 * tolerance:.0f}%)")
+    print(f"{len(rows) - len(bad)}/{len(rows)} rows within {100 * tolerance:.0f}%")
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", metavar="JSON", help="only check an existing results file against the +-25%% bar "
+                    "(exit 1 when a row leaves it)")
     ap.add_argument("--models", default="", help="comma-separated subset of the zoo models (default: all rows)")
     ap.add_argument("--boards", default="zcu102,zcu104,dnnvm-zu2")
     ap.add_argument("--json", default=str(Path(__file__).parent / "results" / "calibration.json"))
     ap.add_argument("--trace-dir", default="", help="also write a Chrome trace + PNG Gantt per model and board")
     args = ap.parse_args(argv)
+    if args.check:
+        return check(json.loads(Path(args.check).read_text())["rows"])
     boards = [b for b in args.boards.split(",") if b]
     only = {m for m in args.models.split(",") if m}
     rows = []
@@ -124,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['board']:10} {r['model']:12} {r['metric']:10} {r['published']:9.2f} {r['predicted']:9.2f} "
               f"{100 * r['relative_error']:7.1f}% {r['pred_gops']:7.1f} {100 * r['peak_utilisation']:5.1f}% "
               f"{r['analytic_latency_ms']:8.2f}ms {100 * r['analytic_vs_sim']:7.1f}%")
-    within = sum(abs(r["relative_error"]) <= 0.25 for r in rows)
-    print(f"{within}/{len(rows)} rows within 25%")
+    within = len(rows) - len(out_of_band(rows))
     params = {b: vars(load_params(b)) for b in boards}
     out = {"rows": rows, "params": params, "within_25pct": within, "n_rows": len(rows),
            "notes": ["predicted = DPU time only (CPU parts and ARM pre/post-processing left out)",
@@ -135,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(out, indent=1))
     print(f"wrote {p}")
-    return 0
+    return check(rows)  # a row outside the band fails the benchmark
 
 
 if __name__ == "__main__":

@@ -75,12 +75,18 @@ def test_block_plans_bit_exact_and_ordered(arch_name):
         assert _run(g, arch, p) == 0, m
 
 
-def test_none_plan_copies_concat_and_fused_plan_does_not():
+def test_none_plan_is_the_unfused_compiler_and_aliases_concats():
+    """The "none" baseline is what the unfused compiler emits, concat inputs saved into their slices (no copy):
+    a baseline paying copies the compiler never makes would inflate every fusion speedup."""
+    from tvm_dpu.codegen.compiler import compile_graph
+
     g, arch = _block(), load_arch(ARCHS[0])
-    none = compile_graph_fused(g, arch, plan_fusion(g, arch, "none"))
+    plan = plan_fusion(g, arch, "none")
+    assert plan.concat_fused and not plan.fused()
+    none = compile_graph_fused(g, arch, plan)
+    assert np.array_equal(none.code, compile_graph(g, arch).code)
     opt = compile_graph_fused(g, arch, plan_fusion(g, arch, "optimal"))
-    # the honest baseline pays a LOAD+SAVE copy per concat input; the fused plan saves into the slices
-    assert none.instr_counts["SAVE"] > opt.instr_counts["SAVE"]
+    assert none.instr_counts["SAVE"] > opt.instr_counts["SAVE"]  # the fused groups keep intermediates on chip
 
 
 def test_conv_add_fused_keeps_intermediate_on_chip():

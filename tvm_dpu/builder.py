@@ -74,8 +74,8 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     scales) is stripped and its own fix_points used; when they cover every DPU feature map nothing is calibrated.
     A non-power-of-two scale is a QuantizationError naming the tensor.
 
-    `fusion` chooses DNNVM's kernel fusion: "none" (every op on its own, concats copied), "greedy" (first template
-    match wins) or "optimal" (Algorithm 2's execution-path search; the default).
+    `fusion` chooses DNNVM's kernel fusion: "none" (every op on its own; legal concat inputs saved into their
+    slice), "greedy" (first template match wins) or "optimal" (Algorithm 2's execution-path search; the default).
 
     `plugins`: custom-IP plugins (names, "a,b", or Plugin objects; see tvm_dpu.plugins), applied in order before
     DPU partitioning; the ops they claim run on their IP (their "sim" runner on the emulator).

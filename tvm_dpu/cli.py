@@ -436,7 +436,7 @@ def _add_compile(sub) -> None:
                    help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
                    "weights: the artifact shrinks by about half)")
     p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal",
-                   help="DNNVM kernel fusion: none (every op alone, concats copied), greedy (first template match "
+                   help="DNNVM kernel fusion: none (every op alone; concat inputs saved into their slice, as the unfused compiler does), greedy (first template match "
                    "wins) or optimal (execution-path search over all template matches; default)")
     p.add_argument("--cores", type=int, default=1, metavar="N",
                    help="schedule independent DPU work of each subgraph (Inception branches, shortcut convs) on N "

@@ -241,8 +241,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledS
     """Compile `graph` for `arch` following `plan` (a fusion plan, e.g. fusion.plan_fusion's).
 
     * DDR plan (`plan_ddr`): inputs, outputs, liveness-reused workspace; the concat inputs of
-      `plan.concat_fused` alias their slice (the others are copied by the concat, so plan "none" pays real
-      copies) and the intermediates a fused pipeline keeps on chip never reach DDR.
+      `plan.concat_fused` alias their slice (the others are copied by the concat; plan "none" aliases the same
+      inputs as `compile_graph`) and the intermediates a fused pipeline keeps on chip never reach DDR.
     * Groups are emitted in plan order. Fused pipelines (fused_conv.py): conv_add (per output tile the CONVs leave
       the conv's result in VB1, the add's other operand is loaded next to it, one ELEW per ALU_PP rows adds them
       in place, the SAVEs write the add's output; the conv's output never touches DDR), hconv2/hconv3 (one input

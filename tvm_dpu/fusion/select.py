@@ -255,8 +255,10 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     use = TEMPLATES if templates is None else tuple(t for t in TEMPLATES if t.name in templates)
     t0 = time.perf_counter()
     if mode == "none":
+        # Every op on its own, with the concat aliases the unfused compiler (compile_graph) makes: concats are
+        # memory planning, not kernel fusion, so the baseline must not pay copies the compiler never emits.
         groups = _singles(graph, set())
-        cf: frozenset[str] = frozenset()
+        cf: frozenset[str] = concat_fusions(graph)
         return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch),
                           {"t_isomorphism": 0.0, "t_selection": time.perf_counter() - t0, "candidates": 0})
     og = OpGraph.of(graph)

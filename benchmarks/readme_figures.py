@@ -1,0 +1,148 @@
+"""The README's measured figures, rendered from the benchmark JSON in benchmarks/results (never typed).
+
+    python benchmarks/readme_figures.py           # print the block
+    python benchmarks/readme_figures.py --write   # replace the block between the README's markers
+
+tests/test_readme_figures.py fails when the README's block differs from what the committed JSON renders, so a
+figure cannot go stale without a test saying so. Sources: compile.json (bench_compile.py), e2e.json
+(bench_e2e.py), calibration.json (bench_calibration.py), fusion.json (bench_fusion.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- readme_figures:begin -->", "<!-- readme_figures:end -->"
+#: DNNVM's on-board utilisation (Table 3 optimal GOPS over the ZU2 peak) is computed from fusion.json's "paper"
+#: column; the four networks the issue compares.
+TABLE3 = ("vgg16", "resnet50", "resnet152", "googlenet")
+DNNVM_ARCH = "dnnvm-zu2"
+
+
+def _load(name: str, results: Path) -> dict | list | None:
+    p = results / name
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _goal(ok: bool | None, miss: str) -> str:
+    return "goal met" if ok else f"goal missed: {miss}"
+
+
+def compile_lines(data: dict) -> list[str]:
+    out = []
+    for r in data["rows"]:
+        if r["reduced"]:
+            continue
+        wall = r["wall_s_median"]
+        text = (f"`tvm-dpu compile` of full {r['model']} ({r['calibration_images']} calibration images, {r['arch']}): "
+                f"{wall:.1f} s median wall over {len(r['runs'])} run(s)")
+        if r["goal_wall_s"] is not None:
+            over = f"{wall - r['goal_wall_s']:.1f} s over"
+            text += f" (< {r['goal_wall_s']:g} s: {_goal(r['wall_goal_met'], over)})"
+        text += f", peak RSS {r['peak_rss_mib_max']:.0f} MiB"
+        if r["goal_rss_mib"] is not None:
+            over = r["peak_rss_mib_max"] - r["goal_rss_mib"]
+            text += f" (< {r['goal_rss_mib']:g} MiB: {_goal(r['rss_goal_met'], f'{over:.0f} MiB over')})"
+        out.append(text)
+    if out:
+        load = data["machine"]["loadavg_start"][0]
+        out[-1] += f"; load average {load:.2f} at the start (`benchmarks/results/compile.json`)."
+    return out
+
+
+def emulator_lines(data: dict) -> list[str]:
+    out = []
+    for m in data["models"]:
+        med = m["run_s"]["median"]
+        ratio = m.get("run_over_onnxruntime")
+        goals = m.get("goals", {})
+        text = (f"Emulator, full {m['model']} on {m['arch']}: {med:.2f} s per image median of {len(m['run_s']['all'])}"
+                f" runs")
+        if "run_s_median_max" in goals:
+            cap_s = goals["run_s_median_max"]
+            text += f" (<= {cap_s:g} s: {_goal(med <= cap_s, f'{med - cap_s:.2f} s over')})"
+        if ratio is not None:
+            ort = m["onnxruntime_s"]["median"]
+            text += f"; onnxruntime float in the same run {1e3 * ort:.0f} ms, ratio {ratio:.1f}x"
+            if "run_over_onnxruntime_max" in goals:
+                cap = goals["run_over_onnxruntime_max"]
+                text += f" (<= {cap:g}x: {_goal(ratio <= cap, f'{ratio / cap:.1f} times the goal')})"
+        out.append(text + " (`benchmarks/results/e2e.json`).")
+    return out
+
+
+def calibration_lines(data: dict) -> list[str]:
+    rows = data["rows"]
+    bad = [r for r in rows if abs(r["relative_error"]) > 0.25]
+    text = (f"Timing model vs published figures (Vitis AI model zoo latency on ZCU102/ZCU104, DNNVM Table 3 baseline "
+            f"GOPS): {len(rows) - len(bad)}/{len(rows)} rows within 25%")
+    if bad:
+        text += "; outside: " + ", ".join(f"{r['model']} on {r['board']} {100 * r['relative_error']:+.1f}%" for r in bad)
+    worst = max(rows, key=lambda r: abs(r["relative_error"]))
+    text += (f"; largest error {100 * worst['relative_error']:+.1f}% ({worst['model']} on {worst['board']}) "
+             "(`benchmarks/results/calibration.json`, `docs/timing-model.md`).")
+    return [text]
+
+
+def fusion_lines(data: list) -> list[str]:
+    from tvm_dpu.arch import load_arch
+
+    rows = {r["model"]: r for r in data if r["arch"] == DNNVM_ARCH}
+    if not rows:
+        return []
+    a = load_arch(DNNVM_ARCH)
+    peak = a.pp * a.icp * a.ocp * 2 * a.freq_mhz / 1e3  # GOPS
+    parts, ahead = [], 0
+    for name in TABLE3:
+        r = rows.get(name)
+        if r is None:
+            continue
+        ours, theirs = r["gops_sim_optimal"] / peak, r["paper"][2] / peak
+        ahead += ours > theirs
+        parts.append(f"{name} {100 * ours:.1f}% (DNNVM {100 * theirs:.0f}%)")
+    fallbacks = sum(int(r.get("sim_fallbacks", 0)) for r in data)
+    return [f"Fusion (`--fusion optimal`), predicted utilisation on {DNNVM_ARCH} vs DNNVM's on-board figures: "
+            + ", ".join(parts) + f"; ahead on {ahead} of {len(parts)}; the optimal plan fell back to greedy "
+            f"{fallbacks} time(s) over {len(data)} model/arch rows (`benchmarks/results/fusion.json`)."]
+
+
+def render(results: Path = RESULTS) -> str:
+    lines: list[str] = []
+    for name, fn in (("compile.json", compile_lines), ("e2e.json", emulator_lines),
+                     ("calibration.json", calibration_lines), ("fusion.json", fusion_lines)):
+        data = _load(name, results)
+        if data is not None:
+            lines += fn(data)
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def replace_block(text: str, block: str) -> str:
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+
+
+def current_block(text: str) -> str:
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help="write the block into README.md between its markers")
+    args = ap.parse_args(argv)
+    block = render()
+    if args.write:
+        README.write_text(replace_block(README.read_text(), block))
+        print(f"wrote the figures block of {README}")
+    else:
+        print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
