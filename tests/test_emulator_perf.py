@@ -212,3 +212,36 @@ def test_batched_conv_run_equals_one_by_one(monkeypatch, outs, wrows, batched):
     (mem_b, counts_b, macs_b), (mem_s, counts_s, macs_s) = results
     assert np.array_equal(mem_b, mem_s) and counts_b == counts_s and macs_b == macs_s
     assert counts_b["CONV"] == len(outs)
+
+
+def _elewinit(i: int, bank: int, row: int, shift: int):
+    return make_instr("ELEWINIT", id=i, bank_id_in=bank, bank_addr_in=row, shift_read=shift, jump_read=1,
+                      jump_read_endl=3, share_pp=0, jump_bank=1)
+
+
+ELEW_ADD = make_instr("ELEW", num=2, valid_pixel_parallel=2, channel_group=2, length=3, bank_id_out=8,
+                      bank_addr_out=5, shift_write=17, jump_write=1, jump_write_endl=3, elew_type=0, act_type=1)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_planned_elew_equals_interpreted(monkeypatch, split):
+    """An ELEW planned ahead (its ELEWINITs pushed by the same program) leaves the banks exactly as the
+    interpreted ELEW; with an operand pushed by an earlier program it is interpreted, and still right."""
+    inits = [_elewinit(0, 0, 0, 1), _elewinit(1, 2, 7, 2)]
+    results = []
+    for plan in (True, False):
+        if not plan:
+            def refuse(*args, **kwargs):
+                raise EmulatorError("planning disabled by the test")
+            monkeypatch.setattr(emu_mod.emu_elew, "plan_elew", refuse)
+        emu = Emulator(ARCH)
+        emu.banks.mem[...] = np.random.default_rng(3).integers(0, 256, size=emu.banks.mem.shape, dtype=np.uint8)
+        emu.banks.mem[0, :2] = 0x7F  # saturating sums
+        if split:
+            emu.run(encode_program([inits[0]]), {})
+            stats = emu.run(encode_program([inits[1], ELEW_ADD]), {})
+        else:
+            stats = emu.run(encode_program(inits + [ELEW_ADD]), {})
+        assert stats.counts["ELEW"] == 1 and emu.elew_fifo == []
+        results.append(emu.banks.mem.copy())
+    assert np.array_equal(results[0], results[1])

@@ -1,13 +1,14 @@
 """ELEW (element-wise add / multiply of up to 4 operands bound FIFO-style from ELEWINITs), isa1-semantics.md 8."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
 
 if TYPE_CHECKING:
+    from tvm_dpu.codegen.isa import Instr
     from tvm_dpu.runtime.emulator import Ctx, Emulator
 
 ELEW_ADD, ELEW_MULT = 0, 1
@@ -16,6 +17,17 @@ SHIFT_WRITE_RIGHT = 16
 
 
 def elew(emu: "Emulator", ctx: "Ctx") -> None:
+    """Execute the ELEW of `ctx` with the operands its pending ELEWINITs describe (interpreted)."""
+    _plan(emu, ctx, list(emu.elew_fifo))()
+
+
+def plan_elew(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None]:
+    """Check the ELEW of `ctx` against the pending ELEWINITs `fifo` (front first) and precompute its bank reads
+    and writes; the returned function pops its ELEWINITs from `emu.elew_fifo` and performs it."""
+    return _plan(emu, ctx, fifo)
+
+
+def _plan(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None]:
     f = ctx.ins.fields
     arch = emu.arch
     pp, cp = arch.pp, arch.icp
@@ -25,14 +37,13 @@ def elew(emu: "Emulator", ctx: "Ctx") -> None:
     ctx.check(etype != ELEW_MULT or num == 2, "num", "mult needs exactly 2 inputs")
     ctx.check(f["act_type"] in emu.allowed_acts("elew"), "act_type", f"not an ELEW activation of {arch.name}")
     ctx.check(vpp <= arch.alu_pp, "valid_pixel_parallel", f"> eltwise pixel parallelism {arch.alu_pp}")
-    ctx.check(len(emu.elew_fifo) >= num, "num", f"only {len(emu.elew_fifo)} pending ELEWINIT(s)")
-    inits = emu.elew_fifo[:num]
-    del emu.elew_fifo[:num]
+    ctx.check(len(fifo) >= num, "num", f"only {len(fifo)} pending ELEWINIT(s)")
+    inits = fifo[:num]
     bank_out = emu.check_image_bank(ctx, "bank_id_out")
     C = cg * cp
     k = np.arange(vpp, dtype=np.int64)
     j = np.arange(L, dtype=np.int64)
-    total = None
+    readers, shifts = [], []
     for i, init in enumerate(inits):
         g = init.fields
         ctx.check(g["id"] == i, "num", f"pending ELEWINIT #{i} has id={g['id']}, expected {i}")
@@ -51,23 +62,35 @@ def elew(emu: "Emulator", ctx: "Ctx") -> None:
             banks = g0 + u % pp
             base = g["bank_addr_in"] + ((u - g0) // pp) * g["jump_read_endl"]
         rows = base[:, None] + j[None, :] * g["jump_read"]
-        x = emu.banks.read(banks[:, None], rows, C).view(np.int8).astype(np.int64)
-        a = (x << 2) >> g["shift_read"]
-        if total is None:
-            total = a
-        elif etype == ELEW_ADD:
-            total = total + a
-        else:
-            total = total * a
+        b_rows = np.broadcast_arrays(banks[:, None], rows)
+        keys = emu.banks.keys(b_rows[0], b_rows[1], -(-C // emu.banks.width)).reshape(vpp * L, -1)
+        readers.append(emu.banks.row_reader(keys, C))
+        shifts.append(g["shift_read"])
     sw = f["shift_write"]
     scale = sw - SHIFT_WRITE_RIGHT if sw >= SHIFT_WRITE_RIGHT else -sw
-    out = shift_round(total, scale + (2 if etype == ELEW_ADD else 4))
-    if f["act_type"] == 1:
-        out = np.maximum(out, 0)
-    out = saturate_int8(out)
+    scale += 2 if etype == ELEW_ADD else 4
+    relu = f["act_type"] == 1
     g0 = bank_out - bank_out % pp
     u = bank_out + k
     obanks = g0 + (u - g0) % pp
     orows = f["bank_addr_out"] + ((u - g0) // pp) * f["jump_write_endl"]
     rows = orows[:, None] + j[None, :] * f["jump_write"]
-    emu.banks.write(obanks[:, None], rows, out)
+    write = emu.banks.row_writer(emu.banks.keys(obanks[:, None], rows, -(-C // emu.banks.width)).reshape(vpp * L, -1),
+                                 C)
+
+    def run() -> None:
+        del emu.elew_fifo[:num]
+        total = None
+        for read, sr in zip(readers, shifts):
+            a = (read().view(np.int8).astype(np.int64) << 2) >> sr
+            if total is None:
+                total = a
+            elif etype == ELEW_ADD:
+                total = total + a
+            else:
+                total = total * a
+        out = shift_round(total, scale)
+        if relu:
+            out = np.maximum(out, 0)
+        write(saturate_int8(out).view(np.uint8))
+    return run

@@ -266,7 +266,31 @@ class Emulator:
             if convinit is self.convinit:
                 uses_initial[0] = True
             return emu_conv.plan_conv(emu, ctx, convinit)
-        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv}
+        # The ELEWINIT FIFO as the program leaves it, assuming it starts as it is now: an ELEW whose operands were
+        # all pushed by this program is planned ahead; at run time it checks that the FIFO's front holds exactly
+        # those ELEWINITs (else, e.g. entries left by an earlier program, it is interpreted).
+        fifo: list[Instr | None] = [None] * len(self.elew_fifo)  # None: pushed before this program
+
+        def plan_elew(emu: Emulator, ctx: Ctx) -> Step:
+            num = int(ctx.ins.fields["num"])
+            interpreted = _interpreted_step(emu, emu_elew.elew, ctx)
+            inits = fifo[:num]
+            del fifo[:num]
+            if len(inits) < num or any(i is None for i in inits):
+                return interpreted
+            try:
+                fast = emu_elew.plan_elew(emu, ctx, inits)
+            except EmulatorError:
+                return interpreted  # raises (with the same message) when it runs
+
+            def step(regions: Mapping[int, np.ndarray]) -> None:
+                front = emu.elew_fifo[:num]
+                if len(front) == num and all(a is b for a, b in zip(front, inits)):
+                    fast()
+                else:
+                    interpreted(regions)
+            return step
+        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew}
         steps: list[Step] = []
         names: list[str] = []
         static: list[tuple[int, int, int]] = []
@@ -283,6 +307,8 @@ class Emulator:
                     else:
                         if ins.name == "CONVINIT":
                             convinit = ins
+                        elif ins.name == "ELEWINIT":
+                            fifo.append(ins)
                         step = _interpreted_step(self, runners[ins.name], ctx)
                 except EmulatorError as e:
                     steps.append(_raise_step(e))
