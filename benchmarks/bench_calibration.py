@@ -84,6 +84,73 @@ def check(rows: list[dict], tolerance: float = TOLERANCE) -> int:
     return 1 if bad else 0
 
 
+#: One physical parameter changed at a time (zcu102 rows): what each assumption does to every network, to show
+#: which mechanisms could close a row's error and what they do to the others.
+SENSITIVITY = ({"conv_fill_cycles": 48}, {"conv_fill_cycles": 96}, {"alu_fill_cycles": 64},
+               {"dma_issue_cycles": 16}, {"burst_overhead_beats": 8}, {"ddr_latency_ns": 400.0},
+               {"dma_bank_rows_per_cycle": 1})
+SENSITIVITY_BOARD = "zcu102"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "timing-model.md"
+BEGIN, END = "<!-- bench_calibration:begin -->", "<!-- bench_calibration:end -->"
+
+
+def sensitivity(models: dict[str, object], board: str = SENSITIVITY_BOARD) -> list[dict]:
+    """Predicted latency of each compiled model on `board` under each SENSITIVITY change, with its error against
+    the published figure."""
+    base = load_params(board)
+    out = []
+    for change in SENSITIVITY:
+        p = base.replace(**change)
+        row = {"change": change, "models": {}}
+        for name, model in models.items():
+            ms = simulate_model(model, arch=board, params=p).latency_s * 1e3
+            pub = ZOO_MS[board][name]
+            row["models"][name] = {"latency_ms": ms, "relative_error": (ms - pub) / pub}
+        out.append(row)
+    return out
+
+
+def docs_section(data: dict) -> str:
+    """The calibration section of docs/timing-model.md, from calibration.json."""
+    rows = data["rows"]
+    lines = ["| board | model | metric | published | predicted | rel. error | GOPS | % of peak | analytic | "
+             "analytic vs sim |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['board']} | {r['model']} | {r['metric']} | {r['published']:.2f} | {r['predicted']:.2f} | "
+                     f"{100 * r['relative_error']:+.1f}% | {r['pred_gops']:.1f} | {100 * r['peak_utilisation']:.1f}% | "
+                     f"{r['analytic_latency_ms']:.2f} ms | {100 * r['analytic_vs_sim']:+.1f}% |")
+    bad = out_of_band(rows)
+    lines += ["", f"Generated from `benchmarks/results/calibration.json` by `python benchmarks/bench_calibration.py "
+              f"--write-docs`: {len(rows) - len(bad)}/{len(rows)} rows within {100 * TOLERANCE:.0f}% with one "
+              "parameter set (params.json defaults, no board overrides); zoo rows compiled with fusion optimal, "
+              "DNNVM rows with fusion none (every op alone, concats aliased as the unfused compiler does)."]
+    if bad:
+        lines[-1] += " Outside the band (the benchmark exits 1): " + ", ".join(
+            f"{r['model']} on {r['board']} ({100 * r['relative_error']:+.1f}%)" for r in bad) + "."
+    sens = data.get("sensitivity")
+    if sens:
+        names = list(sens[0]["models"])
+        base = {r["model"]: r["relative_error"] for r in rows if r["board"] == SENSITIVITY_BOARD}
+        lines += ["", f"One parameter changed at a time ({SENSITIVITY_BOARD}, error against the published latency; "
+                  "the first line is params.json as it is):", "",
+                  "| change | " + " | ".join(names) + " | rows within 25% |", "|---|" + "---|" * (len(names) + 1)]
+        lines.append("| (none) | " + " | ".join(f"{100 * base[n]:+.0f}%" for n in names if n in base) +
+                     f" | {sum(abs(base[n]) <= TOLERANCE for n in names if n in base)}/{len(names)} |")
+        for s in sens:
+            ch = ", ".join(f"{k} = {v:g}" for k, v in s["change"].items())
+            errs = [s["models"][n]["relative_error"] for n in names]
+            lines.append(f"| {ch} | " + " | ".join(f"{100 * e:+.0f}%" for e in errs) +
+                         f" | {sum(abs(e) <= TOLERANCE for e in errs)}/{len(names)} |")
+    return "\n".join(lines)
+
+
+def write_docs(data: dict, path: Path = DOCS) -> None:
+    text = path.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{BEGIN}\n{docs_section(data)}\n{END}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", metavar="JSON", help="only check an existing results file against the +-25%% bar "
@@ -92,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boards", default="zcu102,zcu104,dnnvm-zu2")
     ap.add_argument("--json", default=str(Path(__file__).parent / "results" / "calibration.json"))
     ap.add_argument("--trace-dir", default="", help="also write a Chrome trace + PNG Gantt per model and board")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="also write the calibration section of docs/timing-model.md from the results")
+    ap.add_argument("--no-sensitivity", action="store_true", help="skip the one-parameter-at-a-time table")
     args = ap.parse_args(argv)
     if args.check:
         return check(json.loads(Path(args.check).read_text())["rows"])
@@ -107,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in DNNVM_GOPS.get(b, {}):
             if not only or name in only:
                 jobs.setdefault((name, load_arch(b).dpu_name, "none"), []).append(b)
+    zoo_models: dict[str, object] = {}
     for (name, dpu, fusion), bs in jobs.items():
         model, build_s = _build(name, bs[0], fusion)
+        if SENSITIVITY_BOARD in bs and fusion == "optimal":
+            zoo_models[name] = model
         print(f"built {name} for {bs[0]} ({dpu}, fusion {fusion}) in {build_s:.1f} s", file=sys.stderr, flush=True)
         for b in bs:
             t = time.perf_counter()
@@ -152,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['analytic_latency_ms']:8.2f}ms {100 * r['analytic_vs_sim']:7.1f}%")
     within = len(rows) - len(out_of_band(rows))
     params = {b: vars(load_params(b)) for b in boards}
-    out = {"rows": rows, "params": params, "within_25pct": within, "n_rows": len(rows),
+    sens = sensitivity(zoo_models) if zoo_models and not args.no_sensitivity else []
+    out = {"rows": rows, "params": params, "within_25pct": within, "n_rows": len(rows), "sensitivity": sens,
            "notes": ["predicted = DPU time only (CPU parts and ARM pre/post-processing left out)",
                      "model-zoo rows compiled with fusion 'optimal', DNNVM baseline rows with fusion 'none'",
                      "one parameter set per board (tvm_dpu/timing/params.json), none per network"]}
@@ -160,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(out, indent=1))
     print(f"wrote {p}")
+    if args.write_docs:
+        write_docs(out)
+        print(f"wrote the calibration section of {DOCS}")
     return check(rows)  # a row outside the band fails the benchmark
 
 

@@ -34,7 +34,7 @@ class TimingParams:
     max_burst_bytes: int = 4096
     burst_overhead_beats: float = 4.0
     dma_issue_cycles: float = 4.0
-    conv_fill_cycles: float = 24.0
+    conv_fill_cycles: float = 96.0
     alu_fill_cycles: float = 16.0
     init_cycles: float = 2.0
     dma_bank_rows_per_cycle: float = 2.0
