@@ -7,8 +7,8 @@ report.json (`build.times_s`). The table gives medians with the issue-12 goals b
 benchmarks/results/compile.json by default. The load average at the start is recorded: figures taken while other
 jobs run are slower.
 
-    python benchmarks/bench_compile.py                          # ResNet-50 and VGG-16 on zcu102, 3 runs
-    python benchmarks/bench_compile.py --models resnet50 --runs 5
+    python benchmarks/bench_compile.py                          # ResNet-50 and VGG-16 on zcu102, 3 runs each
+    python benchmarks/bench_compile.py --runs resnet50=5,vgg16=1
     python benchmarks/bench_compile.py --quick                  # reduced ResNet-18, 1 run (smoke test)
 """
 from __future__ import annotations
@@ -100,19 +100,29 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _runs_per_model(spec: str, models: list[str], force: int | None) -> dict[str, int]:
+    """"3" -> 3 for every model; "resnet50=3,vgg16=1" -> per model (others 1)."""
+    if force is not None:
+        return {m: force for m in models}
+    if "=" not in spec:
+        return {m: int(spec) for m in models}
+    given = {k.strip(): int(v) for k, v in (item.split("=", 1) for item in spec.split(",") if item.strip())}
+    return {m: given.get(m, 1) for m in models}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="resnet50,vgg16")
     ap.add_argument("--arch", default="zcu102")
     ap.add_argument("--calib-images", type=int, default=4)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", default="3", help="runs per model: N, or per model as resnet50=3,vgg16=1")
     ap.add_argument("--quick", action="store_true", help="reduced ResNet-18, one run (smoke test)")
     ap.add_argument("--json", default=str(DEFAULT_JSON))
     args = ap.parse_args(argv)
     models = ["resnet18"] if args.quick else [m.strip() for m in args.models.split(",") if m.strip()]
-    runs = 1 if args.quick else args.runs
+    runs = _runs_per_model(args.runs, models, 1 if args.quick else None)
     load = os.getloadavg()
-    rows = [run_model(m, args.quick, args.arch, args.calib_images, runs) for m in models]
+    rows = [run_model(m, args.quick, args.arch, args.calib_images, runs[m]) for m in models]
     print(table(rows))
     print(f"load average at start: {load[0]:.2f} (1 min); {os.cpu_count()} cores")
     data = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": list(load)},
