@@ -86,7 +86,7 @@ def check(rows: list[dict], tolerance: float = TOLERANCE) -> int:
 
 #: One physical parameter changed at a time (zcu102 rows): what each assumption does to every network, to show
 #: which mechanisms could close a row's error and what they do to the others.
-SENSITIVITY = ({"conv_fill_cycles": 48}, {"conv_fill_cycles": 96}, {"alu_fill_cycles": 64},
+SENSITIVITY = ({"conv_fill_cycles": 24}, {"conv_fill_cycles": 48}, {"conv_fill_cycles": 160}, {"alu_fill_cycles": 64},
                {"dma_issue_cycles": 16}, {"burst_overhead_beats": 8}, {"ddr_latency_ns": 400.0},
                {"dma_bank_rows_per_cycle": 1})
 SENSITIVITY_BOARD = "zcu102"

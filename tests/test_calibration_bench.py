@@ -23,3 +23,17 @@ def test_check_fails_outside_the_band_and_passes_inside(tmp_path):
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == code, r.stdout + r.stderr
         assert ("FAIL: b on zcu102" in r.stdout or "FAIL: a on zcu102" in r.stdout) == bool(code)
+
+
+def test_timing_model_doc_is_generated_from_the_results():
+    """docs/timing-model.md's calibration section is what bench_calibration renders from the committed JSON."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_calibration", ROOT / "benchmarks" / "bench_calibration.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = json.loads((ROOT / "benchmarks" / "results" / "calibration.json").read_text())
+    text = (ROOT / "docs" / "timing-model.md").read_text()
+    block = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0].strip("\n")
+    assert block == bench.docs_section(data), "run python benchmarks/bench_calibration.py --write-docs"
+    assert f"{data['within_25pct']}/{data['n_rows']} rows within 25%" in block

@@ -263,9 +263,12 @@ def program_tensor(blob: bytes) -> tvm.runtime.Tensor:
 def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     """Quantized XGraph -> (CompiledSubgraph, FusionPlan) with DNNVM fusion `fusion`.
 
-    "optimal" keeps the execution-path search's plan only when the timing model finds it no slower than the greedy
-    plan (the search ranks plans with an analytic cost; the simulator is the judge), so optimal is never below
-    greedy in simulated throughput; `plan.stats["simulated_fallback"]` says when greedy's plan was kept.
+    The plan the search chooses is kept unless a simpler one simulates faster: "optimal" is compared with the
+    greedy plan and the unfused one, "greedy" with the unfused one. The search ranks plans with the analytic
+    cost, which does not see every instruction the fused emitters add (their smaller tiles mean more CONVs, each
+    paying the CONV fill); the simulator is the judge, so "optimal" is never slower than "greedy", and fusion
+    never slower than none. `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or
+    "none"), or is None.
 
     Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
@@ -274,12 +277,20 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     from tvm_dpu.timing.simulate import cycles as program_cycles
 
     csg, plan = compile_with_fusion(graph, arch, fusion)
-    if fusion == "optimal":
-        g_csg, g_plan = compile_with_fusion(graph, arch, "greedy")
-        fallback = program_cycles(g_csg.code, arch) < program_cycles(csg.code, arch)
-        if fallback:
-            csg, plan = g_csg, g_plan
-        plan.stats["simulated_fallback"] = fallback
+    if fusion != "none" and plan.fused():
+        best, best_cycles, kept = (csg, plan), program_cycles(csg.code, arch), None
+        simpler = ("greedy", "none") if fusion == "optimal" else ("none",)
+        for mode in simpler:
+            c, p = compile_with_fusion(graph, arch, mode)
+            if p.groups == best[1].groups:
+                continue  # the same program
+            cyc = program_cycles(c.code, arch)
+            if cyc < best_cycles:
+                best, best_cycles, kept = (c, p), cyc, mode
+        if kept is not None:
+            best[1].stats.update(searched=plan.mode, searched_cost=plan.cost)
+        csg, plan = best
+        plan.stats["simulated_fallback"] = kept
     return compile_with_variants(graph, arch, plan, csg)
 
 
