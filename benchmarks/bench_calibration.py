@@ -27,6 +27,8 @@ import time
 import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docblock import write_block  # noqa: E402  (benchmarks/docblock.py)
 from tvm_dpu.arch import load_arch
 from tvm_dpu.timing.analytic import analytic_estimate
 from tvm_dpu.timing.params import load_params
@@ -145,10 +147,7 @@ def docs_section(data: dict) -> str:
 
 
 def write_docs(data: dict, path: Path = DOCS) -> None:
-    text = path.read_text()
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{docs_section(data)}\n{END}{tail}")
+    write_block(path, BEGIN, END, docs_section(data))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,10 +183,10 @@ def docs_section(data: dict) -> str:
 
 
 def write_docs(data: dict, path: Path = DOCS) -> None:
-    text = path.read_text()
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{docs_section(data)}\n{END}{tail}")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from docblock import write_block  # benchmarks/docblock.py
+
+    write_block(path, BEGIN, END, docs_section(data))
 
 
 def main() -> int:

@@ -14,6 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docblock import read_block, write_block  # noqa: E402  (benchmarks/docblock.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
@@ -124,14 +127,8 @@ def render(results: Path = RESULTS) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def replace_block(text: str, block: str) -> str:
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
-
-
 def current_block(text: str) -> str:
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    return read_block(text, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     block = render()
     if args.write:
-        README.write_text(replace_block(README.read_text(), block))
+        write_block(README, BEGIN, END, block)
         print(f"wrote the figures block of {README}")
     else:
         print(block)
