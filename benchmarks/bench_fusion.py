@@ -5,9 +5,11 @@ fix_points do not change the schedule); with --cache DIR they are saved/loaded a
 (tvm_dpu.xgraph.save, no pickle), so "graph ms" is measured on the first run only.
 Per arch and mode, three throughputs (GOPS = the graph's 2*MACs / time): the cost model's for the plan over all
 templates (the search the paper times; its median time over --repeat runs is "search ms"), the cost model's for
-the plan restricted to groups with a fused emitter (FUSED_EMITTERS + emittable, what compile_with_fusion uses), and
-tvm_dpu.timing.simulate on that plan's compiled program (when the timing package is importable); "opt/sim" is
-the simulated throughput of the optimal plan searched with the simulator as the cost of each candidate.
+the plan restricted to groups with a fused emitter (FUSED_EMITTERS + emittable), and tvm_dpu.timing.simulate on
+the program the builder ships: the plan searched as fusion.select.compile_with_fusion searches it (candidates
+costed by BUILD_COST_SOURCE, the simulator), kept unless a simpler plan (greedy, none) simulates faster, as
+passes.dpu_compile.compile_subgraph does ("sim_fallbacks_<mode>" counts those per subgraph); "opt/sim" is the
+simulated throughput of the searched optimal plan before that check.
 
     python benchmarks/bench_fusion.py [--models vgg16 resnet50 ...] [--archs dnnvm-zu2 DPUCZDX8G_ISA1_B4096]
 """
@@ -65,6 +67,7 @@ def run(models, archs, cache, repeat) -> list[dict]:
     from tvm_dpu.codegen.compiler import compile_graph_fused
     from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
     from tvm_dpu.fusion.cost import cost_source
+    from tvm_dpu.fusion.select import BUILD_COST_SOURCE
     from tvm_dpu.timing.analytic import graph_ops
     from tvm_dpu.xgraph.ops import layer_descs
     from tvm_dpu.fusion.select import MODES, plan_fusion
@@ -93,9 +96,13 @@ def run(models, archs, cache, repeat) -> list[dict]:
             for mode in MODES:
                 # every template (the search the paper times) -> cost model only
                 row[f"gops_modelall_{mode}"] = work / (sum(plan_fusion(g, arch, mode).cost for g in graphs) / hz) / 1e9
-                # the templates with a fused emitter -> the program that is compiled and simulated
+                # the templates with a fused emitter: the cost model's plan, and the plan the builder compiles
+                # (candidates costed as fusion.select.compile_with_fusion costs them), compiled and simulated
+                row[f"gops_model_{mode}"] = work / (sum(plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable).cost
+                                                        for g in graphs) / hz) / 1e9
                 t0 = time.perf_counter()
-                ps = [plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable) for g in graphs]
+                with cost_source(BUILD_COST_SOURCE):
+                    ps = [plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable) for g in graphs]
                 try:
                     compiled = [compile_graph_fused(g, arch, p) for g, p in zip(graphs, ps)]
                 except CodegenError as e:  # the code generator cannot map some op on this arch
@@ -103,7 +110,6 @@ def run(models, archs, cache, repeat) -> list[dict]:
                     row["codegen_error"] = str(e)
                 row[f"t_compile_{mode}_s"] = time.perf_counter() - t0
                 row[f"fused_{mode}"] = sum(len(p.fused()) for p in ps)
-                row[f"gops_model_{mode}"] = work / (sum(p.cost for p in ps) / hz) / 1e9
                 if simulate is not None and compiled is not None:
                     sims = [simulate(c.code, arch) for c in compiled]
                     searched = sims

@@ -1,7 +1,7 @@
 """The cost of a candidate group for the fusion search, and whether its tiles fit the banks.
 
-`cost(group, graph, arch)` is the one function the selection calls; it returns cycles. COST_SOURCE (or the
-`cost_source` context manager) picks the evaluation: "analytic" (the default) is DNNVM's "model" option, the group
+`cost(group, graph, arch)` is the one function the selection calls; it returns cycles. The `cost_source`
+context manager picks the evaluation: "analytic" (the default) is DNNVM's "model" option, the group
 view of the one analytic cost model (tvm_dpu.timing.analytic.group_cycles); "simulate" compiles the group alone
 (compile_graph_fused) and runs the cycle-level timing model (tvm_dpu.timing.simulate) on it, DNNVM's simulator
 option. `tile_width` is Eq. 5-6 generalised to a group (with the fused emitters' own bank budgets); a group with no
@@ -10,6 +10,7 @@ width is infeasible.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
@@ -51,31 +52,34 @@ def _ctx(graph: Graph, arch: Arch) -> _Ctx:
     return c
 
 
-#: "analytic" (timing.analytic.group_cycles; fast enough for the search budget) or "simulate" (compile the group alone and
-#: run tvm_dpu.timing.simulate on its program: exact for the realised code, ~100x slower).
-COST_SOURCE = "analytic"
+#: "analytic" (timing.analytic.group_cycles: DNNVM's model option, microseconds per candidate) or "simulate"
+#: (compile the group alone and run tvm_dpu.timing.simulate on its program: exact for the realised code, including
+#: the CONVs a fused emitter's smaller tiles add). A context variable, so concurrent builds in several threads
+#: each see their own; the default is the analytic model, the builder searches with "simulate"
+#: (fusion.select.compile_with_fusion).
+_COST_SOURCE: ContextVar[str] = ContextVar("tvm_dpu_fusion_cost_source", default="analytic")
 
 
 @contextmanager
 def cost_source(source: str):
-    """Temporarily evaluate candidates with `source` ("analytic" | "simulate")."""
-    global COST_SOURCE
+    """Evaluate candidates with `source` ("analytic" | "simulate") in this block (this thread / context only)."""
     if source not in ("analytic", "simulate"):
         raise ValueError(f"cost source {source!r} is not 'analytic' or 'simulate'")
-    old, COST_SOURCE = COST_SOURCE, source
+    token = _COST_SOURCE.set(source)
     try:
         yield
     finally:
-        COST_SOURCE = old
+        _COST_SOURCE.reset(token)
 
 
 def cost(group: Group, graph: Graph, arch: Arch) -> float:
     """Cycles of executing `group` (cached per candidate and cost source)."""
     c = _ctx(graph, arch)
-    key = (COST_SOURCE, group.template, group.ops)
+    source = _COST_SOURCE.get()
+    key = (source, group.template, group.ops)
     v = c.cache.get(key)
     if v is None:
-        v = c.cache[key] = simulated_cost(group, graph, arch) if COST_SOURCE == "simulate" else \
+        v = c.cache[key] = simulated_cost(group, graph, arch) if source == "simulate" else \
             group_cycles([c.layers[n] for n in group.ops], group.template, arch, c.consumers, c.outputs)
     return v
 
