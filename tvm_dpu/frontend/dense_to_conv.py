@@ -26,14 +26,37 @@ def _dense(rw: Rewriter, e: relax.Expr, *, need_single_use: bool) -> relax.Call 
     mm = rw.producer_call(e, "relax.matmul") if isinstance(e, relax.Var) else e
     if op_name(mm) != "relax.matmul" or (need_single_use and not rw.single_use(e)):
         return None
-    return mm if _legal(mm) else None
+    return mm if _legal(rw, mm) else None
 
 
-def _legal(mm: relax.Call) -> bool:
+def transposed_weight(rw: Rewriter, e: relax.Expr) -> np.ndarray | None:
+    """W^T as a view when `e` is ``permute_dims(W)`` of a 2-D constant W (Gemm's transB): the fold is left to
+    this pass (const_fold.rule skips it), so a large fc weight is not copied into W^T first and back after."""
+    p = rw.producer_call(e, "relax.permute_dims") if isinstance(e, relax.Var) else None
+    if p is None:
+        return None
+    w = const_array(p.args[0])
+    axes = p.attrs.axes
+    if w is None or w.ndim != 2 or (axes is not None and [int(a) for a in axes] != [1, 0]):
+        return None
+    return w.T
+
+
+def _weight(rw: Rewriter, e: relax.Expr) -> np.ndarray | None:
+    w = const_array(e)
+    return w if w is not None else transposed_weight(rw, e)
+
+
+def matmul_takes_weight(rw: Rewriter, mm: relax.Expr, e: relax.Expr) -> bool:
+    """Whether `mm` is a matmul this pass rewrites with `e` (a permute_dims of a constant) as its weight."""
+    return op_name(mm) == "relax.matmul" and mm.args[1].same_as(e) and _legal(rw, mm, need_weight=False)
+
+
+def _legal(rw: Rewriter, mm: relax.Call, need_weight: bool = True) -> bool:
     x, w = mm.args
     xs, ws = static_shape(x), static_shape(w)
-    return (const_array(w) is not None and xs is not None and ws is not None and len(xs) == 2 and len(ws) == 2
-            and str(mm.ty.dtype).startswith("float") and str(w.ty.dtype) == str(mm.ty.dtype))
+    return ((not need_weight or _weight(rw, w) is not None) and xs is not None and ws is not None and len(xs) == 2
+            and len(ws) == 2 and str(mm.ty.dtype).startswith("float") and str(w.ty.dtype) == str(mm.ty.dtype))
 
 
 def _bias_of(value: relax.Expr, m: int) -> np.ndarray | None:
@@ -46,7 +69,7 @@ def _bias_of(value: relax.Expr, m: int) -> np.ndarray | None:
 def _emit_conv(rw: Rewriter, mm: relax.Call, bias: np.ndarray | None, names: list[str]) -> relax.Expr:
     x, w_expr = mm.args
     n, k = static_shape(x)
-    w = const_array(w_expr)
+    w = _weight(rw, w_expr)
     m = w.shape[1]
     dtype = str(mm.ty.dtype)
     flat = rw.producer_call(x, "relax.reshape")
@@ -70,7 +93,7 @@ def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
     """Rewriter callback of dense_to_conv (one binding)."""
     name = op_name(value)
     if name == "relax.matmul":
-        if not _legal(value):
+        if not _legal(rw, value):
             return None
         m = static_shape(value.args[1])[1]
         user = rw.old_single_consumer(var)

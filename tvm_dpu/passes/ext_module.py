@@ -90,9 +90,11 @@ def _include_dir() -> str:
     return str(Path(tvm_ffi.__file__).resolve().parent / "include")
 
 
-def trampoline_object(symbol: str, blob: bytes | memoryview, machine: str, dispatch: str = DISPATCH_FUNC) -> bytes:
-    """The compiled C object (ELF bytes) for one partition: `blob` embedded, `__tvm_ffi_<symbol>` defined, calling
-    the host function `dispatch`."""
+def write_trampoline_object(out: Path, symbol: str, blob: bytes | memoryview, machine: str,
+                            dispatch: str = DISPATCH_FUNC) -> None:
+    """Compile the C object (ELF) for one partition to the file `out`: `blob` embedded, `__tvm_ffi_<symbol>`
+    defined, calling the host function `dispatch`. The compiler writes the file itself, so a large program is not
+    read back into Python on its way to TVM."""
     if not _SYMBOL_RE.match(symbol):
         raise DPUError(f"DPU partition symbol {symbol!r} is not a C identifier")
     cc = c_compiler(machine)
@@ -103,13 +105,12 @@ def trampoline_object(symbol: str, blob: bytes | memoryview, machine: str, dispa
         # only (deterministic artifacts), and symbols of any length fit.
         (Path(tmp) / "partition.c").write_text(
             _TRAMPOLINE.format(symbol=symbol, label="program", path="program.bin", dispatch=dispatch))
-        obj = Path(tmp) / "partition.o"
-        cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", "-I", _include_dir(), "partition.c", "-o", "partition.o"]
+        cmd = [cc, "-c", "-fPIC", "-O2", "-std=gnu11", "-I", _include_dir(), "partition.c", "-o",
+               str(Path(out).resolve())]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
             raise DPUError(f"compiling the DPU trampoline of {symbol} with {cc} failed: "
                            f"{' '.join(proc.stderr.split())[:800]}")
-        return obj.read_bytes()
 
 
 def _blob_of(fn, symbol: str) -> memoryview:
@@ -138,7 +139,7 @@ def embedding_codegen(dispatch: str):
             for i, fn in enumerate(functions):
                 symbol = str(fn.attrs["global_symbol"])
                 obj = Path(tmp) / f"partition{i}.o"
-                obj.write_bytes(trampoline_object(symbol, _blob_of(fn, symbol), machine, dispatch))
+                write_trampoline_object(obj, symbol, _blob_of(fn, symbol), machine, dispatch)
                 # load_static_library keeps the object's bytes: the file can go with the directory.
                 modules.append(tvm.runtime.load_static_library(str(obj), [symbol]))
         return modules
