@@ -41,7 +41,19 @@ class ParamBlob:
         return off
 
     def blob(self) -> np.ndarray:
-        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.uint8)
+        """The region's bytes. Each chunk is released as soon as it is copied (VGG-16's weights are 140 MB: the
+        chunks and the blob are never both whole); the blob is kept, so later calls return it again."""
+        if self.chunks or not hasattr(self, "_blob"):
+            if hasattr(self, "_blob"):  # chunks added after an earlier blob() follow it
+                self.chunks.insert(0, self._blob)
+            out = np.empty(self.size, dtype=np.uint8)
+            end = self.size
+            while self.chunks:
+                c = self.chunks.pop()
+                out[end - len(c):end] = c
+                end -= len(c)
+            self._blob = out
+        return self._blob
 
 
 def pack_conv_weights(w_oihw: np.ndarray, icp: int, ocp: int) -> np.ndarray:

@@ -253,6 +253,17 @@ def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Eval
 # ---------------------------------------------------------------------------------------------------------
 # Per-partition compile
 # ---------------------------------------------------------------------------------------------------------
+def program_function(params: Sequence[relax.Var], out_shapes: Sequence[Sequence[int]],
+                     attrs: Mapping[str, Any]) -> relax.Function:
+    """A DPU partition function as RunCodegen needs it: `params`, `attrs` (Codegen, global_symbol, the program)
+    and a body that only has the right type (float32 zeros of `out_shapes`; it is never lowered or run), so the
+    module does not keep a compiled partition's float weights (VGG-16: 0.5 GB) alive."""
+    zeros = [relax.op.zeros(relax.ShapeExpr([int(d) for d in s]), "float32") for s in out_shapes]
+    types = [relax.TensorType([int(d) for d in s], "float32") for s in out_shapes]
+    body, ret = (zeros[0], types[0]) if len(zeros) == 1 else (relax.Tuple(zeros), relax.TupleType(types))
+    return relax.Function(list(params), body, ret).with_attrs(dict(attrs))
+
+
 def program_tensor(blob: bytes) -> tvm.runtime.Tensor:
     """`blob` as the uint8 TVM tensor a partition's PROGRAM_ATTR holds, copied once (straight into TVM's memory)."""
     tensor = tvm.runtime.empty((len(blob),), "uint8")
@@ -388,6 +399,10 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         stats = collectors[sym].result() if sym in need_stats else None
         phase(f"{len(fs.graph.ops)} ops: quantizing")
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
+        # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them, and
+        # letting them go lets the constants go with the partition function's body (below).
+        for t in fs.graph.tensors.values():
+            t.data = None
         phase(f"{len(fs.graph.ops)} ops: fusion, code generation, timing")
         csg, plan = compile_subgraph(qg, arch_obj, fusion)
         if cores > 1:
@@ -400,8 +415,9 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
         gv = module.get_global_var(sym)
-        tensor = program_tensor(blob)
-        module[gv] = functions[sym].with_attr(PROGRAM_ATTR, tensor)
+        fn = functions[sym]
+        attrs = {str(k): fn.attrs[k] for k in fn.attrs.keys()}
+        module[gv] = program_function(fn.params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program_tensor(blob)})
     plugin_subgraphs = []
     for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
         blob = ext.compile(fn, sym, recorded[len(symbols) + j])

@@ -231,20 +231,15 @@ def _tensor_ty(shape: Sequence[int]) -> Any:
 
 
 def _dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -> Any:
-    """A DPU partition function carrying its compiled program. RunCodegen replaces it by the program; only its
-    signature is ever used, so the body just has the right type (it is never lowered or run)."""
+    """A DPU partition function carrying its compiled program (RunCodegen only reads its signature)."""
     from tvm import relax
 
-    from tvm_dpu.passes.dpu_compile import program_tensor
+    from tvm_dpu.passes.dpu_compile import program_function, program_tensor
     from tvm_dpu.passes.ext_module import PROGRAM_ATTR
 
     fparams = [relax.Var(f"x{i}", _tensor_ty(s)) for i, s in enumerate(in_shapes)]
-    zeros = [relax.op.zeros(relax.ShapeExpr([int(d) for d in s]), "float32") for s in out_shapes]
-    body = zeros[0] if len(zeros) == 1 else relax.Tuple(zeros)
-    ret_ty = _tensor_ty(out_shapes[0]) if len(zeros) == 1 else relax.TupleType([_tensor_ty(s) for s in out_shapes])
-    fn = relax.Function(fparams, body, ret_ty)
-    return fn.with_attrs({"Codegen": "dpu", "global_symbol": symbol,
-                          PROGRAM_ATTR: program_tensor(blob)})
+    return program_function(fparams, out_shapes, {"Codegen": "dpu", "global_symbol": symbol,
+                                                  PROGRAM_ATTR: program_tensor(blob)})
 
 
 def _stage_main(layout: MainLayout, spec: StageSpec, first: bool, last: bool, gv: Any, sub: Any, graph: Any,
