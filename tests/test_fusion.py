@@ -316,3 +316,14 @@ def test_pw_dw_faster_in_the_timing_model():
         fused = compile_graph_fused(g, arch, FusionPlan("manual", [Group("pw_dw", names)]))
         alone = compile_graph_fused(g, arch, FusionPlan("none", [Group(SINGLE, (n,)) for n in names]))
         assert simulate_subgraph(fused).cycles < simulate_subgraph(alone).cycles, arch_name
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+def test_timed_only_compile_has_the_same_code_without_weights(arch_name):
+    """keep_params=False (programs compiled only to be timed) gives the same instructions and regions, and
+    zeros for the parameters."""
+    g, arch = _block(), load_arch(arch_name)
+    plan = plan_fusion(g, arch, "optimal")
+    full, timed = compile_graph_fused(g, arch, plan), compile_graph_fused(g, arch, plan, keep_params=False)
+    assert np.array_equal(full.code, timed.code) and full.region_sizes == timed.region_sizes
+    assert timed.params.size == full.params.size and not timed.params.any() and full.params.any()

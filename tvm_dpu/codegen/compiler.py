@@ -237,8 +237,9 @@ def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
     return compile_graph_fused(graph, arch, plan)
 
 
-def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledSubgraph:
-    """Compile `graph` for `arch` following `plan` (a fusion plan, e.g. fusion.plan_fusion's).
+def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params: bool = True) -> CompiledSubgraph:
+    """Compile `graph` for `arch` following `plan` (a fusion plan, e.g. fusion.plan_fusion's). `keep_params=False`
+    gives the same code with zeroed parameters, for a program that is only timed.
 
     * DDR plan (`plan_ddr`): inputs, outputs, liveness-reused workspace; the concat inputs of
       `plan.concat_fused` alias their slice (the others are copied by the concat; plan "none" aliases the same
@@ -271,7 +272,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan) -> CompiledS
         if g in fused:
             span.update({n: i - 1 for n in g.ops})
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span)
-    params = ParamBlob()
+    params = ParamBlob(keep=keep_params)
     prog = Program()
     op_ranges = []
     for g in groups:

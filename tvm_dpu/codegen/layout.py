@@ -23,26 +23,32 @@ def ceil_div(a: int, b: int) -> int:
 
 
 class ParamBlob:
-    """The REG_PARAMS region of a subgraph under construction: packed parameters appended at aligned offsets."""
+    """The REG_PARAMS region of a subgraph under construction: packed parameters appended at aligned offsets.
+    With `keep=False` only the offsets are tracked and `blob()` is zeros: the code is the same, for programs
+    compiled only to be timed (the fusion and variant comparisons), which then hold no copy of the weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
         self.chunks: list[np.ndarray] = []
         self.size = 0
+        self.keep = keep
 
     def add(self, data: np.ndarray) -> int:
         """Append int8 `data` (AXI-beat aligned); returns its byte offset in the region."""
         off = self.size
         b = np.asarray(data, dtype=np.int8).view(np.uint8).ravel()
         pad = align(len(b)) - len(b)
-        self.chunks.append(b)
-        if pad:
-            self.chunks.append(np.zeros(pad, dtype=np.uint8))
+        if self.keep:
+            self.chunks.append(b)
+            if pad:
+                self.chunks.append(np.zeros(pad, dtype=np.uint8))
         self.size += len(b) + pad
         return off
 
     def blob(self) -> np.ndarray:
         """The region's bytes. Each chunk is released as soon as it is copied (VGG-16's weights are 140 MB: the
         chunks and the blob are never both whole); the blob is kept, so later calls return it again."""
+        if not self.keep:
+            return np.zeros(self.size, dtype=np.uint8)  # calloc'd: no resident pages
         if self.chunks or not hasattr(self, "_blob"):
             if hasattr(self, "_blob"):  # chunks added after an earlier blob() follow it
                 self.chunks.insert(0, self._blob)

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 from . import provenance as prov
-from .rewrite import Rewriter, op_name, rewrite_module
+from .rewrite import Rewriter, rewrite_module
 
 # Folding must not turn a tiny constant into a huge one (broadcast_to of a scalar to an activation shape);
 # folds whose result is no larger than their largest input are always allowed.
@@ -136,25 +136,12 @@ def fold_call(call: relax.Call, names: list[str]) -> tvm.ir.GenericConst | None:
 def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
     """Rewriter callback of fold_constants (one binding)."""
     if isinstance(value, relax.Call):
-        if _weight_transpose_for_dense(rw, var, value):
-            return None
         return fold_call(value, rw.cur_names)
     if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Tuple):
         field = value.tuple_value.fields[value.index]
         if isinstance(field, tvm.ir.GenericConst):
             return field
     return None
-
-
-def _weight_transpose_for_dense(rw: Rewriter, var: relax.Var, value: relax.Call) -> bool:
-    """A permute_dims of a constant whose only consumer is a matmul that dense_to_conv rewrites: left to that
-    pass, which reads the transpose as a view (folding it would copy a VGG fc6 weight, 411 MB, once more)."""
-    if op_name(value) != "relax.permute_dims" or const_array(value.args[0]) is None:
-        return False
-    from .dense_to_conv import matmul_takes_weight
-
-    user = rw.old_single_consumer(var)
-    return user is not None and matmul_takes_weight(rw, user, var)
 
 
 def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:

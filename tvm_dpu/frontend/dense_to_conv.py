@@ -47,9 +47,14 @@ def _weight(rw: Rewriter, e: relax.Expr) -> np.ndarray | None:
     return w if w is not None else transposed_weight(rw, e)
 
 
-def matmul_takes_weight(rw: Rewriter, mm: relax.Expr, e: relax.Expr) -> bool:
-    """Whether `mm` is a matmul this pass rewrites with `e` (a permute_dims of a constant) as its weight."""
-    return op_name(mm) == "relax.matmul" and mm.args[1].same_as(e) and _legal(rw, mm, need_weight=False)
+def keeps_weight_transpose(rw: Rewriter, var: relax.Var, value: relax.Expr) -> bool:
+    """Whether the binding `var = value` is a permute_dims of a constant whose only consumer is a matmul this pass
+    rewrites: normalize() then leaves it unfolded and this pass reads the transpose as a view (folding it first
+    would copy a VGG fc6 weight, 411 MB, once more)."""
+    if op_name(value) != "relax.permute_dims" or const_array(value.args[0]) is None:
+        return False
+    mm = rw.old_single_consumer(var)
+    return op_name(mm) == "relax.matmul" and mm.args[1].same_as(var) and _legal(rw, mm, need_weight=False)
 
 
 def _legal(rw: Rewriter, mm: relax.Call, need_weight: bool = True) -> bool:

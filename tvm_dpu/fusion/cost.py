@@ -90,7 +90,7 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
     sub = graph.extract(group.ops)
-    compiled = compile_graph_fused(sub, arch, FusionPlan("cost", [group]))
+    compiled = compile_graph_fused(sub, arch, FusionPlan("cost", [group]), keep_params=False)
     return program_cycles(compiled.code, arch)
 
 

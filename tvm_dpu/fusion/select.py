@@ -288,13 +288,14 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
 BUILD_COST_SOURCE = "simulate"
 
 
-def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal") -> tuple[CompiledSubgraph, FusionPlan]:
+def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal",
+                        keep_params: bool = True) -> tuple[CompiledSubgraph, FusionPlan]:
     """Plan (with the templates that have a fused emitter, so the plan's gains are the program's; candidates
     costed by BUILD_COST_SOURCE) and compile: the one call the builder needs for `fusion="none"|"greedy"|
     "optimal"`."""
     with cost_source(BUILD_COST_SOURCE):
         plan = plan_fusion(graph, arch, mode, FUSED_EMITTERS, emittable)
-    return compile_graph_fused(graph, arch, plan), plan
+    return compile_graph_fused(graph, arch, plan, keep_params), plan
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -350,7 +351,8 @@ def _variant_cycles(graph: Graph, arch: Arch, g: Any, op: Any) -> dict[str, floa
     seen: set[bytes] = set()
     for v in CONV_VARIANTS:
         try:
-            code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v})).code
+            code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v}),
+                                       keep_params=False).code
         except CodegenError:
             continue  # a variant whose tiles do not fit is no candidate
         if code.tobytes() in seen:

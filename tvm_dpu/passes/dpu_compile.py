@@ -284,6 +284,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
     each candidate's predicted cycles and the choice."""
+    from tvm_dpu.codegen.compiler import compile_graph_fused
     from tvm_dpu.fusion.select import compile_with_fusion, compile_with_variants
     from tvm_dpu.timing.simulate import cycles as program_cycles
 
@@ -291,15 +292,17 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     if fusion != "none" and plan.fused():
         best, best_cycles, kept = (csg, plan), program_cycles(csg.code, arch), None
         simpler = ("greedy", "none") if fusion == "optimal" else ("none",)
-        for mode in simpler:
-            c, p = compile_with_fusion(graph, arch, mode)
+        for mode in simpler:  # timed only: compiled without a copy of the weights
+            c, p = compile_with_fusion(graph, arch, mode, keep_params=False)
             if p.groups == best[1].groups:
                 continue  # the same program
             cyc = program_cycles(c.code, arch)
             if cyc < best_cycles:
                 best, best_cycles, kept = (c, p), cyc, mode
+            del c
         if kept is not None:
             best[1].stats.update(searched=plan.mode, searched_cost=plan.cost)
+            best = (compile_graph_fused(graph, arch, best[1]), best[1])  # now with its parameters
         csg, plan = best
         plan.stats["simulated_fallback"] = kept
     return compile_with_variants(graph, arch, plan, csg)
