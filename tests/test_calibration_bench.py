@@ -37,3 +37,43 @@ def test_timing_model_doc_is_generated_from_the_results():
     block = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0].strip("\n")
     assert block == bench.docs_section(data), "run python benchmarks/bench_calibration.py --write-docs"
     assert f"{data['within_25pct']}/{data['n_rows']} rows within 25%" in block
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_calibration", ROOT / "benchmarks" / "bench_calibration.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_fit_picks_the_least_squares_point_on_the_fit_rows_only(monkeypatch):
+    """The fit minimises the squared relative errors of the zcu102 zoo rows; the other rows only validate: a
+    validation row that would prefer another point does not move the choice."""
+    from types import SimpleNamespace
+
+    bench = _bench()
+
+    def fake_simulate(model, arch, params):
+        # latency grows with conv_fill; only the zcu102 row is matched exactly at conv_fill 128, dma rows 1
+        lat_ms = 1.0 + params.conv_fill_cycles / 128 + (params.dma_bank_rows_per_cycle - 1)
+        return SimpleNamespace(latency_s=lat_ms * 1e-3, gops=100.0 / lat_ms)
+
+    monkeypatch.setattr(bench, "simulate_model", fake_simulate)
+    rows = [{"model": "m", "board": "zcu102", "metric": "latency_ms", "published": 2.0},
+            {"model": "m", "board": "zcu104", "metric": "latency_ms", "published": 1.2}]
+    fitted = bench.fit({("m", "zcu102"): None, ("m", "zcu104"): None}, rows)
+    assert fitted["best"] == {"conv_fill_cycles": 128, "dma_bank_rows_per_cycle": 1}
+    assert fitted["best_fit"]["max_abs"] == 0.0 and fitted["best_validation"]["max_abs"] > 0.5
+    assert fitted["shipped_is_best"] == (fitted["shipped"] == fitted["best"])
+    assert bench.check_fit(fitted) == (0 if fitted["shipped_is_best"] else 1)
+
+
+def test_check_fails_when_params_json_is_not_the_fitted_point(tmp_path):
+    path = tmp_path / "calibration.json"
+    fit = {"best": {"conv_fill_cycles": 128}, "shipped": {"conv_fill_cycles": 96}, "shipped_is_best": False}
+    path.write_text(json.dumps({"rows": [_row("a", 0.1)], "fit": fit}))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_calibration.py"), "--check", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "is not the fit's best point" in r.stdout, r.stdout + r.stderr
