@@ -225,8 +225,7 @@ def _build_reporting_warnings(source, **options):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # A list is emptied as it is handed over (see _run_compile): only the build holds the model then.
-        model = build(source.pop() if isinstance(source, list) else source, **options)
+        model = build(source, **options)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     return model
@@ -272,9 +271,9 @@ def _run_compile(args: argparse.Namespace) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     # Errors name the file (and the cut); the import reuses the model parsed here.
     source_graph = onnx_node_graph(proto)
-    # Handed over in a list the build empties, so no reference here keeps the parsed model (a VGG-16 is 0.5 GB)
-    # alive once it is imported.
-    source = [NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path))]
+    # Handed over: the import takes the parsed model out of it, so nothing here keeps the model (a VGG-16 is
+    # 0.5 GB) alive once it is imported.
+    source = NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path))
     del proto
     model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
                                       progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),

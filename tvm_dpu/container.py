@@ -28,10 +28,10 @@ FIXED_SIZE = _FIXED.size
 _ALIGN = 16
 
 
-def _parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> list[Any]:
+def parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, Any]) -> list[Any]:
     """The container as a list of buffers (fixed part, header, sections with their zero padding), in file order.
-    Sections are referenced, not copied, and the checksums are computed piece by piece: a 300 MB artifact is
-    never held twice."""
+    Sections (bytes or any contiguous buffer, e.g. a numpy array) are referenced, not copied, and the checksums
+    are computed piece by piece: a 300 MB artifact is never held twice."""
     views = {name: memoryview(sections[name]).cast("B") for name in sorted(sections)}
     table = {}
     offset = 0
@@ -59,19 +59,29 @@ def _parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[st
 def pack(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> bytes:
     """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes.
     `header` should carry a "format" tag, which `unpack` checks."""
-    return b"".join(_parts(magic, version, header, sections))
+    return b"".join(parts(magic, version, header, sections))
 
 
 def write(path: Any, magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> None:
     """Write the bytes `pack` gives to the open binary file or path `path`, without building them in memory."""
-    parts = _parts(magic, version, header, sections)
+    pieces = parts(magic, version, header, sections)
     if hasattr(path, "write"):
-        for p in parts:
+        for p in pieces:
             path.write(p)
         return
     with open(path, "wb") as f:
-        for p in parts:
+        for p in pieces:
             f.write(p)
+
+
+def section_span(data: Any, name: str) -> tuple[int, int]:
+    """(offset from the container's start, nbytes) of section `name` in the container bytes `data` (any buffer),
+    read from the header alone: no checksum is verified and no section is copied. For the writer's own, freshly
+    packed bytes (to keep a view of a section); a container read from a file goes through `unpack`."""
+    view = memoryview(data).cast("B")
+    hlen = _FIXED.unpack_from(view, 0)[2]
+    entry = json.loads(bytes(view[FIXED_SIZE:FIXED_SIZE + hlen]).decode())["sections"][name]
+    return FIXED_SIZE + hlen + int(entry["offset"]), int(entry["nbytes"])
 
 
 class Container:

@@ -52,19 +52,30 @@ def supported_opsets() -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- loading & checks
-@dataclass(frozen=True)
+@dataclass
 class NamedModel:
     """A ModelProto already in memory and the name errors give it (the file it was read from), so a caller
-    that read the file itself neither parses a large model twice nor gets errors about ``<in-memory model>``."""
+    that read the file itself neither parses a large model twice nor gets errors about ``<in-memory model>``.
 
-    proto: onnx.ModelProto
+    Passing one hands the model over: the import takes the proto out (`take`), so nothing that still refers to
+    the NamedModel (the caller's list, the argument tuple of a ``build(model, **options)`` call) keeps a large
+    model (VGG-16: 0.5 GB of weights) alive once it is imported."""
+
+    proto: onnx.ModelProto | None
     where: str
+
+    def take(self) -> onnx.ModelProto:
+        """The proto, which this NamedModel no longer holds; FrontendError if it was taken already."""
+        if self.proto is None:
+            raise FrontendError(f"{self.where}: this model was handed over already (a NamedModel is imported once)")
+        proto, self.proto = self.proto, None
+        return proto
 
 
 def load_model(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
     """(ModelProto, where) from a path, bytes, ModelProto or NamedModel; FrontendError for anything unreadable."""
     if isinstance(path_or_model, NamedModel):
-        return path_or_model.proto, path_or_model.where
+        return path_or_model.take(), path_or_model.where
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model, "<in-memory model>"
     if isinstance(path_or_model, (bytes, bytearray)):

@@ -24,7 +24,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
 from tvm_dpu.passes.ext_module import PROGRAM_ATTR, cpu_lowering
-from tvm_dpu.program_blob import pack_program, plugin_summary, unpack_plugin_program
+from tvm_dpu.container import section_span
+from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
 from tvm_dpu.types import InputSpec
 
 CALIBRATION_FUNC = "tvm_dpu.calibration"
@@ -264,11 +265,24 @@ def program_function(params: Sequence[relax.Var], out_shapes: Sequence[Sequence[
     return relax.Function(list(params), body, ret).with_attrs(dict(attrs))
 
 
-def program_tensor(blob: bytes) -> tvm.runtime.Tensor:
-    """`blob` as the uint8 TVM tensor a partition's PROGRAM_ATTR holds, copied once (straight into TVM's memory)."""
-    tensor = tvm.runtime.empty((len(blob),), "uint8")
-    np.from_dlpack(tensor)[:] = np.frombuffer(blob, dtype=np.uint8)
+def program_tensor(*parts: Any) -> tvm.runtime.Tensor:
+    """The bytes `parts` (buffers, in order) as the uint8 TVM tensor a partition's PROGRAM_ATTR holds, each copied
+    once straight into TVM's memory (a program is never joined into Python bytes first)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    tensor = tvm.runtime.empty((sum(v.nbytes for v in views),), "uint8")
+    out, pos = np.from_dlpack(tensor), 0
+    for v in views:
+        out[pos:pos + v.nbytes] = np.frombuffer(v, dtype=np.uint8)
+        pos += v.nbytes
     return tensor
+
+
+def _params_in_program(csg: Any, blob: memoryview) -> None:
+    """Point `csg.params` at the parameter section of its packed program `blob` (a read-only view): the module's
+    copy is then the only one (VGG-16: 140 MB)."""
+    offset, nbytes = section_span(blob, "params")
+    assert nbytes == csg.params.nbytes, "the program's params section is not the subgraph's parameters"
+    csg.params = np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=offset)
 
 
 def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
@@ -413,11 +427,12 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         multicore, mc_info = (compile_multicore(sym, qg, csg, plan, arch_obj, cores, fusion, compile_subgraph,
                                                         segments)
                               if cores > 1 else (None, None))
-        program = program_tensor(pack_program(sym, csg, [tuple(s) for s in fs.output_shapes], multicore))
+        program = program_tensor(*program_parts(sym, csg, [tuple(s) for s in fs.output_shapes], multicore))
         # The partition keeps a read-only view of the module's own copy: the program (VGG-16: 140 MB) is held once.
         blob = np.from_dlpack(program)
         blob.flags.writeable = False
         blob = memoryview(blob)
+        _params_in_program(csg, blob)
         partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore)
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
