@@ -252,11 +252,11 @@ def _run_compile(args: argparse.Namespace) -> int:
         calib = Path(args.calib)
         if not calib.is_file():
             raise FrontendError(f"--calib {calib}: no such file")
-    import onnx
+    from .frontend.onnx_lazy import load_lazy, with_weights
 
     t_start = time.perf_counter()
     try:
-        proto = onnx.load(str(path))
+        proto = load_lazy(str(path))  # the large weights stay in the file until the import reads them
     except Exception as e:  # onnx raises DecodeError / ValueError variously on a malformed file
         raise FrontendError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
     t_read = time.perf_counter()
@@ -265,8 +265,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     opt_shapes, output_ops = parse_vai_options(args.options, input_names)
     for k, v in opt_shapes.items():
         shapes.setdefault(k, v)
-    if output_ops:
-        proto = _cut_model(proto, output_ops)
+    if output_ops:  # cutting copies initializers and checks the cut model: with their values
+        proto = _cut_model(with_weights(proto), output_ops)
     outdir = Path(args.output)
     outdir.mkdir(parents=True, exist_ok=True)
     # Errors name the file (and the cut); the import reuses the model parsed here.
