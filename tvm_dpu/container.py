@@ -87,7 +87,7 @@ def section_span(data: Any, name: str) -> tuple[int, int]:
 class Container:
     """A parsed, verified container: `header` (dict) and `section(name) -> bytes`."""
 
-    def __init__(self, header: dict[str, Any], area: bytes, area_start: int, source: str):
+    def __init__(self, header: dict[str, Any], area: memoryview, area_start: int, source: str):
         self.header = header
         self._area = area
         self._start = area_start
@@ -96,6 +96,10 @@ class Container:
 
     def section(self, name: str) -> bytes:
         """The bytes of section `name`, checked against its own entry (place inside the file, sha256)."""
+        return bytes(self.view(name))
+
+    def view(self, name: str) -> memoryview:
+        """Section `name` as a read-only view of the container's bytes (no copy), checked like `section`."""
         entry = self.header["sections"].get(name)
         if entry is None:
             raise ArtifactError(f"{self.source}: section {name!r} is missing")
@@ -119,21 +123,22 @@ class Container:
 
     def area_offset(self, name: str) -> int:
         """Offset of section `name` from the start of the container."""
-        self.section(name)  # bounds-checked
+        self.view(name)  # bounds-checked
         return self._start + int(self.header["sections"][name]["offset"])
 
     def has(self, name: str) -> bool:
         return name in self.header["sections"]
 
 
-def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt: str, *, article: str = "a",
+def unpack(data: Any, magic: bytes, version: int, source: str, kind: str, fmt: str, *, article: str = "a",
            label: str = "section {!r}") -> Container:
     """Parse and verify; one ArtifactError per defect, naming the file offset: wrong magic, unknown version,
     truncation, trailing bytes, checksum mismatch (naming the damaged section with `label`), malformed header or
     a format tag other than `fmt`. `kind` names the file type in messages ("XGraph", "tvm-dpu artifact")."""
-    data = bytes(data)
-    if data[: len(magic)] != magic:
-        raise ArtifactError(f"{source}: not {article} {kind} file (magic at offset 0 is {data[:8]!r}, expected "
+    # Read through a view: the payload and section area are not copied (a 300 MB artifact is held once).
+    data = memoryview(data).cast("B").toreadonly()
+    if bytes(data[: len(magic)]) != magic:
+        raise ArtifactError(f"{source}: not {article} {kind} file (magic at offset 0 is {bytes(data[:8])!r}, expected "
                             f"{magic!r})")
     if len(data) < FIXED_SIZE:
         raise ArtifactError(f"{source}: truncated: {len(data)} bytes, the fixed header needs {FIXED_SIZE}")
@@ -152,7 +157,7 @@ def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt:
         raise ArtifactError(f"{source}: checksum mismatch (sha256 stored at offset 28): the file is corrupt, "
                             f"{_locate(payload, hlen, label)}")
     try:
-        header = json.loads(payload[:hlen].decode())
+        header = json.loads(bytes(payload[:hlen]).decode())
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
@@ -167,7 +172,7 @@ def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt:
 
 def _locate(payload: bytes, hlen: int, label: str) -> str:
     try:
-        header = json.loads(payload[:hlen].decode())
+        header = json.loads(bytes(payload[:hlen]).decode())
         area = payload[hlen:]
         for name, e in sorted(header["sections"].items()):
             raw = area[e["offset"]: e["offset"] + e["nbytes"]]

@@ -158,7 +158,7 @@ def _multicore(h: dict, c, sg: CompiledSubgraph, source: str) -> Multicore:
         name = _segment_section(i)
         if not c.has(name):
             raise SchemaError(f"{what}: no section {name!r}")
-        seg = unpack_program(c.section(name), f"{source} {name}").sg
+        seg = unpack_program(c.view(name), f"{source} {name}").sg
         if seg.fingerprint != sg.fingerprint:
             raise SchemaError(f"{what} is compiled for fingerprint {seg.fingerprint:#x}, not {sg.fingerprint:#x}")
         for b in seg.inputs:
@@ -234,7 +234,7 @@ def unpack_program(data: bytes, source: str) -> Program:
         regions = {need_int(int(k) if isinstance(k, str) and k.isdigit() else k, f"region_sizes key {k!r}", 0,
                         NUM_REGIONS - 1): need_int(v, f"region_sizes[{k}]", 0, MAX_REGION_BYTES)
                    for k, v in need_dict(h.get("region_sizes"), "region_sizes").items()}
-        code_raw, params_raw = c.section("code"), c.section("params")
+        code_raw, params_raw = c.view("code"), c.view("params")
         if not code_raw or len(code_raw) % 4:
             raise SchemaError(f"section 'code' has {len(code_raw)} bytes, not a whole number of 32-bit words")
         if len(params_raw) > regions.get(REG_PARAMS, 0):
@@ -280,7 +280,7 @@ def unpack_program(data: bytes, source: str) -> Program:
             _multicore(need_dict(h["multicore"], "multicore"), c, sg, source)
     except SchemaError as e:
         raise ArtifactError(f"{source}: DPU subgraph header: {e}") from None
-    spans = {name: (c.area_offset(name), len(c.section(name))) for name in ("code", "params")}
+    spans = {name: (c.area_offset(name), len(c.view(name))) for name in ("code", "params")}
     return Program(symbol, sg, shapes, digest_of(data), spans, multicore)
 
 
@@ -295,7 +295,7 @@ def _scan(data: bytes, magic: bytes, version: int, parse):
             _, ver, hlen, blen, _ = _FIXED.unpack_from(data, pos)
             end = pos + FIXED_SIZE + hlen + blen
             if ver == version and end <= len(data):
-                out.append(parse(data[pos:end], pos))
+                out.append(parse(memoryview(data)[pos:end], pos))  # a view: each blob is not copied first
                 pos = data.find(magic, end)
                 continue
         pos = data.find(magic, pos + 1)
