@@ -103,7 +103,8 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,
                             is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins,
-                            cores=cores, segments=segments)
+                            cores=cores, segments=segments, handed_over=True)
+    # `mod` is this build's own: the pipeline releases its DPU float weights as the partitions are quantized.
     ex = tvm.compile(mod, target="dpu", relax_pipeline=pipeline)
     t_end = time.perf_counter()
     (result,) = record

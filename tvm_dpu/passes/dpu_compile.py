@@ -322,6 +322,22 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     return compile_with_variants(graph, arch, plan, csg)
 
 
+def _adopt(mod: tvm.IRModule, pmod: tvm.IRModule) -> bool:
+    """Rewrite `mod` in place into the functions of `pmod` (partitioned from it), its `main` included, so that its
+    own body no longer holds the constants the partitions hold; True if done (or `mod` is `pmod`). False, with
+    `mod` untouched, when a function name of `pmod` is bound to another GlobalVar in `mod`."""
+    if mod.same_as(pmod):
+        return True
+    names = {gv.name_hint: gv for gv in mod.functions.keys()}
+    if any(gv.name_hint != "main" and not names.get(gv.name_hint, gv).same_as(gv) for gv in pmod.functions.keys()):
+        return False
+    for gv, fn in pmod.functions.items():
+        if gv.name_hint != "main":
+            mod[gv] = fn
+    mod[names["main"]] = pmod["main"]
+    return True
+
+
 def _name_inputs(pmod: tvm.IRModule, float_graphs: dict) -> None:
     """Rename each subgraph's input tensors from the partition parameters' Relax names (lv2) to the names users
     know (the model input, the producing ONNX node or DPU output), so the program's bindings, `inspect` and the
@@ -342,7 +358,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
                            source_mod: tvm.IRModule | None = None, progress: bool = False,
                            external: Sequence[ExternalCompiler] = (), cores: int = 1,
-                           segments: str = "auto") -> DPUCompileResult:
+                           segments: str = "auto", handed_over: Sequence[tvm.IRModule] = ()) -> DPUCompileResult:
     """Compile every Codegen="dpu" function of the partitioned module `pmod` for `arch`.
 
     `calibration`: see quant.calib_data.calibration_batches (None: random inputs, with a warning).
@@ -352,7 +368,11 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     map ONNX tensor names onto XGraph tensors). `external`: partitions of other codegens (plugins) calibrated in
     the same run and compiled by their own compilers. `cores` > 1 (at most the arch's core count) also cuts each
     partition into segments scheduled on that many cores when the timing model predicts a gain
-    (passes/multicore.py; `segments`="always" keeps them even when predicted slower)."""
+    (passes/multicore.py; `segments`="always" keeps them even when predicted slower).
+
+    `handed_over`: modules the caller gives up that hold the partitions' float weights (`pmod` itself, the module
+    it was partitioned from). They are rewritten in place into `pmod`'s functions and each partition's float body
+    is replaced as soon as it is quantized, which frees its weights before code generation."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.fusion.select import MODES as FUSION_MODES
     from tvm_dpu.quant.calib_data import calibration_batches
@@ -399,6 +419,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
                    for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
     run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
     t_cal = time.perf_counter()
+    releasing = [m for m in handed_over if _adopt(m, pmod)]
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
     module = pmod.clone()  # pmod itself stays as it was
@@ -416,10 +437,17 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         stats = collectors[sym].result() if sym in need_stats else None
         phase(f"{len(fs.graph.ops)} ops: quantizing")
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
-        # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them, and
-        # letting them go lets the constants go with the partition function's body (below).
+        # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them: the
+        # views go, and the partition's float body in every module this compile may rewrite (the result, and the
+        # modules handed over), so the constants are freed now rather than after code generation.
         for t in fs.graph.tensors.values():
             t.data = None
+        fn = functions.pop(sym)
+        params, attrs = list(fn.params), {str(k): fn.attrs[k] for k in fn.attrs.keys()}
+        del fn
+        stub = program_function(params, fs.output_shapes, attrs)
+        for m in (module, *releasing):
+            m[m.get_global_var(sym)] = stub
         phase(f"{len(fs.graph.ops)} ops: fusion, code generation, timing")
         csg, plan = compile_subgraph(qg, arch_obj, fusion)
         if cores > 1:
@@ -436,10 +464,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore)
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
-        gv = module.get_global_var(sym)
-        fn = functions[sym]
-        attrs = {str(k): fn.attrs[k] for k in fn.attrs.keys()}
-        module[gv] = program_function(fn.params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program})
+        module[module.get_global_var(sym)] = program_function(params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program})
     plugin_subgraphs = []
     for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
         blob = ext.compile(fn, sym, recorded[len(symbols) + j])
