@@ -37,6 +37,7 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
     from tvm_dpu.quant.qdq import strip_qdq
 
     from tvm_dpu.frontend.onnx_import import NamedModel, load_model, topologically_sorted
+    from tvm_dpu.frontend.onnx_lazy import with_weights
 
     if isinstance(mod, (str, Path, onnx.ModelProto, NamedModel)):
         proto, where = load_model(str(mod) if isinstance(mod, Path) else mod)
@@ -44,8 +45,9 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
         return mod, fix_points, False
     if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
         return NamedModel(proto, where), fix_points, False  # the import reuses the parsed file
-    # Quark writes XINT8 models whose nodes are not in topological order; stripping walks them in order.
-    float_model, qdq_fps = strip_qdq(topologically_sorted(proto, where))
+    # Quark writes XINT8 models whose nodes are not in topological order; stripping walks them in order. It reads
+    # the weights from the proto.
+    float_model, qdq_fps = strip_qdq(topologically_sorted(with_weights(proto), where))
     return NamedModel(float_model, where), {**qdq_fps, **(fix_points or {})}, True
 
 
@@ -101,7 +103,8 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,
                             is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins,
-                            cores=cores, segments=segments)
+                            cores=cores, segments=segments, handed_over=True)
+    # `mod` is this build's own: the pipeline releases its DPU float weights as the partitions are quantized.
     ex = tvm.compile(mod, target="dpu", relax_pipeline=pipeline)
     t_end = time.perf_counter()
     (result,) = record

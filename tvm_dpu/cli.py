@@ -225,8 +225,7 @@ def _build_reporting_warnings(source, **options):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # A list is emptied as it is handed over (see _run_compile): only the build holds the model then.
-        model = build(source.pop() if isinstance(source, list) else source, **options)
+        model = build(source, **options)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     return model
@@ -253,11 +252,11 @@ def _run_compile(args: argparse.Namespace) -> int:
         calib = Path(args.calib)
         if not calib.is_file():
             raise FrontendError(f"--calib {calib}: no such file")
-    import onnx
+    from .frontend.onnx_lazy import load_lazy, with_weights
 
     t_start = time.perf_counter()
     try:
-        proto = onnx.load(str(path))
+        proto = load_lazy(str(path))  # the large weights stay in the file until the import reads them
     except Exception as e:  # onnx raises DecodeError / ValueError variously on a malformed file
         raise FrontendError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
     t_read = time.perf_counter()
@@ -266,15 +265,15 @@ def _run_compile(args: argparse.Namespace) -> int:
     opt_shapes, output_ops = parse_vai_options(args.options, input_names)
     for k, v in opt_shapes.items():
         shapes.setdefault(k, v)
-    if output_ops:
-        proto = _cut_model(proto, output_ops)
+    if output_ops:  # cutting copies initializers and checks the cut model: with their values
+        proto = _cut_model(with_weights(proto), output_ops)
     outdir = Path(args.output)
     outdir.mkdir(parents=True, exist_ok=True)
     # Errors name the file (and the cut); the import reuses the model parsed here.
     source_graph = onnx_node_graph(proto)
-    # Handed over in a list the build empties, so no reference here keeps the parsed model (a VGG-16 is 0.5 GB)
-    # alive once it is imported.
-    source = [NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path))]
+    # Handed over: the import takes the parsed model out of it, so nothing here keeps the model (a VGG-16 is
+    # 0.5 GB) alive once it is imported.
+    source = NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path))
     del proto
     model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
                                       progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),

@@ -28,10 +28,10 @@ FIXED_SIZE = _FIXED.size
 _ALIGN = 16
 
 
-def _parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> list[Any]:
+def parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, Any]) -> list[Any]:
     """The container as a list of buffers (fixed part, header, sections with their zero padding), in file order.
-    Sections are referenced, not copied, and the checksums are computed piece by piece: a 300 MB artifact is
-    never held twice."""
+    Sections (bytes or any contiguous buffer, e.g. a numpy array) are referenced, not copied, and the checksums
+    are computed piece by piece: a 300 MB artifact is never held twice."""
     views = {name: memoryview(sections[name]).cast("B") for name in sorted(sections)}
     table = {}
     offset = 0
@@ -59,25 +59,35 @@ def _parts(magic: bytes, version: int, header: dict[str, Any], sections: dict[st
 def pack(magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> bytes:
     """Bytes of a container; section order is the sorted name order, so equal inputs give identical bytes.
     `header` should carry a "format" tag, which `unpack` checks."""
-    return b"".join(_parts(magic, version, header, sections))
+    return b"".join(parts(magic, version, header, sections))
 
 
 def write(path: Any, magic: bytes, version: int, header: dict[str, Any], sections: dict[str, bytes]) -> None:
     """Write the bytes `pack` gives to the open binary file or path `path`, without building them in memory."""
-    parts = _parts(magic, version, header, sections)
+    pieces = parts(magic, version, header, sections)
     if hasattr(path, "write"):
-        for p in parts:
+        for p in pieces:
             path.write(p)
         return
     with open(path, "wb") as f:
-        for p in parts:
+        for p in pieces:
             f.write(p)
+
+
+def section_span(data: Any, name: str) -> tuple[int, int]:
+    """(offset from the container's start, nbytes) of section `name` in the container bytes `data` (any buffer),
+    read from the header alone: no checksum is verified and no section is copied. For the writer's own, freshly
+    packed bytes (to keep a view of a section); a container read from a file goes through `unpack`."""
+    view = memoryview(data).cast("B")
+    hlen = _FIXED.unpack_from(view, 0)[2]
+    entry = json.loads(bytes(view[FIXED_SIZE:FIXED_SIZE + hlen]).decode())["sections"][name]
+    return FIXED_SIZE + hlen + int(entry["offset"]), int(entry["nbytes"])
 
 
 class Container:
     """A parsed, verified container: `header` (dict) and `section(name) -> bytes`."""
 
-    def __init__(self, header: dict[str, Any], area: bytes, area_start: int, source: str):
+    def __init__(self, header: dict[str, Any], area: memoryview, area_start: int, source: str):
         self.header = header
         self._area = area
         self._start = area_start
@@ -86,6 +96,10 @@ class Container:
 
     def section(self, name: str) -> bytes:
         """The bytes of section `name`, checked against its own entry (place inside the file, sha256)."""
+        return bytes(self.view(name))
+
+    def view(self, name: str) -> memoryview:
+        """Section `name` as a read-only view of the container's bytes (no copy), checked like `section`."""
         entry = self.header["sections"].get(name)
         if entry is None:
             raise ArtifactError(f"{self.source}: section {name!r} is missing")
@@ -109,21 +123,22 @@ class Container:
 
     def area_offset(self, name: str) -> int:
         """Offset of section `name` from the start of the container."""
-        self.section(name)  # bounds-checked
+        self.view(name)  # bounds-checked
         return self._start + int(self.header["sections"][name]["offset"])
 
     def has(self, name: str) -> bool:
         return name in self.header["sections"]
 
 
-def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt: str, *, article: str = "a",
+def unpack(data: Any, magic: bytes, version: int, source: str, kind: str, fmt: str, *, article: str = "a",
            label: str = "section {!r}") -> Container:
     """Parse and verify; one ArtifactError per defect, naming the file offset: wrong magic, unknown version,
     truncation, trailing bytes, checksum mismatch (naming the damaged section with `label`), malformed header or
     a format tag other than `fmt`. `kind` names the file type in messages ("XGraph", "tvm-dpu artifact")."""
-    data = bytes(data)
-    if data[: len(magic)] != magic:
-        raise ArtifactError(f"{source}: not {article} {kind} file (magic at offset 0 is {data[:8]!r}, expected "
+    # Read through a view: the payload and section area are not copied (a 300 MB artifact is held once).
+    data = memoryview(data).cast("B").toreadonly()
+    if bytes(data[: len(magic)]) != magic:
+        raise ArtifactError(f"{source}: not {article} {kind} file (magic at offset 0 is {bytes(data[:8])!r}, expected "
                             f"{magic!r})")
     if len(data) < FIXED_SIZE:
         raise ArtifactError(f"{source}: truncated: {len(data)} bytes, the fixed header needs {FIXED_SIZE}")
@@ -142,7 +157,7 @@ def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt:
         raise ArtifactError(f"{source}: checksum mismatch (sha256 stored at offset 28): the file is corrupt, "
                             f"{_locate(payload, hlen, label)}")
     try:
-        header = json.loads(payload[:hlen].decode())
+        header = json.loads(bytes(payload[:hlen]).decode())
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
@@ -157,7 +172,7 @@ def unpack(data: bytes, magic: bytes, version: int, source: str, kind: str, fmt:
 
 def _locate(payload: bytes, hlen: int, label: str) -> str:
     try:
-        header = json.loads(payload[:hlen].decode())
+        header = json.loads(bytes(payload[:hlen]).decode())
         area = payload[hlen:]
         for name, e in sorted(header["sections"].items()):
             raw = area[e["offset"]: e["offset"] + e["nbytes"]]

@@ -35,6 +35,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
 from ..errors import FrontendError
 from . import provenance as prov
+from .onnx_lazy import load_lazy, read_tensor, with_weights
 from .rewrite import Rewriter, bindings
 
 _DIRECT_OPS = {"If", "Constant"}  # handled by the importer outside its converter table
@@ -52,19 +53,30 @@ def supported_opsets() -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- loading & checks
-@dataclass(frozen=True)
+@dataclass
 class NamedModel:
     """A ModelProto already in memory and the name errors give it (the file it was read from), so a caller
-    that read the file itself neither parses a large model twice nor gets errors about ``<in-memory model>``."""
+    that read the file itself neither parses a large model twice nor gets errors about ``<in-memory model>``.
 
-    proto: onnx.ModelProto
+    Passing one hands the model over: the import takes the proto out (`take`), so nothing that still refers to
+    the NamedModel (the caller's list, the argument tuple of a ``build(model, **options)`` call) keeps a large
+    model (VGG-16: 0.5 GB of weights) alive once it is imported."""
+
+    proto: onnx.ModelProto | None
     where: str
+
+    def take(self) -> onnx.ModelProto:
+        """The proto, which this NamedModel no longer holds; FrontendError if it was taken already."""
+        if self.proto is None:
+            raise FrontendError(f"{self.where}: this model was handed over already (a NamedModel is imported once)")
+        proto, self.proto = self.proto, None
+        return proto
 
 
 def load_model(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
     """(ModelProto, where) from a path, bytes, ModelProto or NamedModel; FrontendError for anything unreadable."""
     if isinstance(path_or_model, NamedModel):
-        return path_or_model.proto, path_or_model.where
+        return path_or_model.take(), path_or_model.where
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model, "<in-memory model>"
     if isinstance(path_or_model, (bytes, bytearray)):
@@ -77,7 +89,7 @@ def load_model(path_or_model: Any) -> tuple[onnx.ModelProto, str]:
         if not os.path.isfile(path):
             raise FrontendError(f"ONNX file not found: {path}")
         try:
-            return onnx.load(path), path
+            return load_lazy(path), path  # the large weights stay in the file until the importer reads them
         except Exception as err:  # noqa: BLE001
             raise FrontendError(f"{path} is not a valid ONNX model file (protobuf parse failed: {err})") from None
     raise FrontendError(f"expected an ONNX file path or onnx.ModelProto, got {type(path_or_model).__name__}")
@@ -91,8 +103,8 @@ def _check_model(model: onnx.ModelProto, where: str) -> None:
     try:
         if where.endswith(".onnx") and os.path.isfile(where):
             onnx.checker.check_model(where)  # path form also handles > 2 GB models with external data
-        else:
-            onnx.checker.check_model(model)
+        else:  # the checker wants the values in the proto (a model changed in memory: sorted, shapes inferred)
+            onnx.checker.check_model(with_weights(model))
     except Exception as err:  # noqa: BLE001 - onnx raises ValidationError and a few others
         text = " ".join(str(err).split()) or type(err).__name__  # the whole message, on one line
         raise FrontendError(f"{where}: onnx.checker rejected the model: {text}") from None
@@ -375,6 +387,11 @@ class _TracingImporter(_tvm_onnx.ONNXGraphImporter):
         if self._subgraph_depth == 0:
             sym = self._emit(sym)
         return sym
+
+    def _parse_array(self, tensor_proto):  # noqa: D401 - importer hook
+        # A weight load_lazy left in the file is read straight into TVM's tensor.
+        tensor = read_tensor(tensor_proto)
+        return tensor if tensor is not None else super()._parse_array(tensor_proto)
 
     def _emit(self, sym: Any) -> Any:
         bb = self.bb

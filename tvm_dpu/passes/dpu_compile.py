@@ -24,7 +24,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
 from tvm_dpu.passes.ext_module import PROGRAM_ATTR, cpu_lowering
-from tvm_dpu.program_blob import pack_program, plugin_summary, unpack_plugin_program
+from tvm_dpu.container import section_span
+from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
 from tvm_dpu.types import InputSpec
 
 CALIBRATION_FUNC = "tvm_dpu.calibration"
@@ -264,11 +265,24 @@ def program_function(params: Sequence[relax.Var], out_shapes: Sequence[Sequence[
     return relax.Function(list(params), body, ret).with_attrs(dict(attrs))
 
 
-def program_tensor(blob: bytes) -> tvm.runtime.Tensor:
-    """`blob` as the uint8 TVM tensor a partition's PROGRAM_ATTR holds, copied once (straight into TVM's memory)."""
-    tensor = tvm.runtime.empty((len(blob),), "uint8")
-    np.from_dlpack(tensor)[:] = np.frombuffer(blob, dtype=np.uint8)
+def program_tensor(*parts: Any) -> tvm.runtime.Tensor:
+    """The bytes `parts` (buffers, in order) as the uint8 TVM tensor a partition's PROGRAM_ATTR holds, each copied
+    once straight into TVM's memory (a program is never joined into Python bytes first)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    tensor = tvm.runtime.empty((sum(v.nbytes for v in views),), "uint8")
+    out, pos = np.from_dlpack(tensor), 0
+    for v in views:
+        out[pos:pos + v.nbytes] = np.frombuffer(v, dtype=np.uint8)
+        pos += v.nbytes
     return tensor
+
+
+def _params_in_program(csg: Any, blob: memoryview) -> None:
+    """Point `csg.params` at the parameter section of its packed program `blob` (a read-only view): the module's
+    copy is then the only one (VGG-16: 140 MB)."""
+    offset, nbytes = section_span(blob, "params")
+    assert nbytes == csg.params.nbytes, "the program's params section is not the subgraph's parameters"
+    csg.params = np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=offset)
 
 
 def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
@@ -308,6 +322,22 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     return compile_with_variants(graph, arch, plan, csg)
 
 
+def _adopt(mod: tvm.IRModule, pmod: tvm.IRModule) -> bool:
+    """Rewrite `mod` in place into the functions of `pmod` (partitioned from it), its `main` included, so that its
+    own body no longer holds the constants the partitions hold; True if done (or `mod` is `pmod`). False, with
+    `mod` untouched, when a function name of `pmod` is bound to another GlobalVar in `mod`."""
+    if mod.same_as(pmod):
+        return True
+    names = {gv.name_hint: gv for gv in mod.functions.keys()}
+    if any(gv.name_hint != "main" and not names.get(gv.name_hint, gv).same_as(gv) for gv in pmod.functions.keys()):
+        return False
+    for gv, fn in pmod.functions.items():
+        if gv.name_hint != "main":
+            mod[gv] = fn
+    mod[names["main"]] = pmod["main"]
+    return True
+
+
 def _name_inputs(pmod: tvm.IRModule, float_graphs: dict) -> None:
     """Rename each subgraph's input tensors from the partition parameters' Relax names (lv2) to the names users
     know (the model input, the producing ONNX node or DPU output), so the program's bindings, `inspect` and the
@@ -328,7 +358,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
                            source_mod: tvm.IRModule | None = None, progress: bool = False,
                            external: Sequence[ExternalCompiler] = (), cores: int = 1,
-                           segments: str = "auto") -> DPUCompileResult:
+                           segments: str = "auto", handed_over: Sequence[tvm.IRModule] = ()) -> DPUCompileResult:
     """Compile every Codegen="dpu" function of the partitioned module `pmod` for `arch`.
 
     `calibration`: see quant.calib_data.calibration_batches (None: random inputs, with a warning).
@@ -338,7 +368,11 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     map ONNX tensor names onto XGraph tensors). `external`: partitions of other codegens (plugins) calibrated in
     the same run and compiled by their own compilers. `cores` > 1 (at most the arch's core count) also cuts each
     partition into segments scheduled on that many cores when the timing model predicts a gain
-    (passes/multicore.py; `segments`="always" keeps them even when predicted slower)."""
+    (passes/multicore.py; `segments`="always" keeps them even when predicted slower).
+
+    `handed_over`: modules the caller gives up that hold the partitions' float weights (`pmod` itself, the module
+    it was partitioned from). They are rewritten in place into `pmod`'s functions and each partition's float body
+    is replaced as soon as it is quantized, which frees its weights before code generation."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.fusion.select import MODES as FUSION_MODES
     from tvm_dpu.quant.calib_data import calibration_batches
@@ -385,6 +419,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
                    for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
     run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
     t_cal = time.perf_counter()
+    releasing = [m for m in handed_over if _adopt(m, pmod)]
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
     module = pmod.clone()  # pmod itself stays as it was
@@ -402,10 +437,17 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         stats = collectors[sym].result() if sym in need_stats else None
         phase(f"{len(fs.graph.ops)} ops: quantizing")
         qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
-        # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them, and
-        # letting them go lets the constants go with the partition function's body (below).
+        # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them: the
+        # views go, and the partition's float body in every module this compile may rewrite (the result, and the
+        # modules handed over), so the constants are freed now rather than after code generation.
         for t in fs.graph.tensors.values():
             t.data = None
+        fn = functions.pop(sym)
+        params, attrs = list(fn.params), {str(k): fn.attrs[k] for k in fn.attrs.keys()}
+        del fn
+        stub = program_function(params, fs.output_shapes, attrs)
+        for m in (module, *releasing):
+            m[m.get_global_var(sym)] = stub
         phase(f"{len(fs.graph.ops)} ops: fusion, code generation, timing")
         csg, plan = compile_subgraph(qg, arch_obj, fusion)
         if cores > 1:
@@ -413,18 +455,16 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         multicore, mc_info = (compile_multicore(sym, qg, csg, plan, arch_obj, cores, fusion, compile_subgraph,
                                                         segments)
                               if cores > 1 else (None, None))
-        program = program_tensor(pack_program(sym, csg, [tuple(s) for s in fs.output_shapes], multicore))
+        program = program_tensor(*program_parts(sym, csg, [tuple(s) for s in fs.output_shapes], multicore))
         # The partition keeps a read-only view of the module's own copy: the program (VGG-16: 140 MB) is held once.
         blob = np.from_dlpack(program)
         blob.flags.writeable = False
         blob = memoryview(blob)
+        _params_in_program(csg, blob)
         partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore)
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
-        gv = module.get_global_var(sym)
-        fn = functions[sym]
-        attrs = {str(k): fn.attrs[k] for k in fn.attrs.keys()}
-        module[gv] = program_function(fn.params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program})
+        module[module.get_global_var(sym)] = program_function(params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program})
     plugin_subgraphs = []
     for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
         blob = ext.compile(fn, sym, recorded[len(symbols) + j])

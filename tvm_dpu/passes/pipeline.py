@@ -52,9 +52,14 @@ def compiled_dpu_lowering() -> tvm.transform.Pass:
 def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
                         fusion: str = "optimal", method: str = "mse", fix_points: dict[str, int] | None = None,
                         is_qdq: bool = False, normalize: bool = True, progress: bool = False, plugins: Any = None,
-                        cores: int = 1, segments: str = "auto"):
+                        cores: int = 1, segments: str = "auto", handed_over: bool = False):
     """Partition `mod` for `arch` (unless it already is; enabled `plugins` claim their ops first) and compile its
-    DPU and plugin partitions (scheduled on `cores` DPU cores): a DPUCompileResult."""
+    DPU and plugin partitions (scheduled on `cores` DPU cores): a DPUCompileResult.
+
+    `handed_over`: the caller gives `mod` up (tvm_dpu.build, which imported it). It is then rewritten in place
+    into the partitioned module, each DPU partition's float body replaced as soon as the partition is quantized,
+    so the float weights of the DPU part (VGG-16: 0.5 GB) are freed before code generation instead of living
+    until the compile returns. Otherwise `mod` is left as it was."""
     from tvm_dpu.passes.dpu_compile import compile_dpu_partitions, is_partitioned
     from tvm_dpu.passes.partition import binding_node_names, partition_detailed
     from tvm_dpu.passes.report import build_report
@@ -67,7 +72,7 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     if is_partitioned(mod):
         return compile_dpu_partitions(mod, arch, calibration=calibration, method=method, fusion=fusion,
                                       fix_points=fix_points, is_qdq=is_qdq, progress=progress, external=external,
-                                      cores=cores, segments=segments)
+                                      cores=cores, segments=segments, handed_over=[mod] if handed_over else [])
     if normalize:
         from tvm_dpu.frontend import normalize as normalize_mod
 
@@ -77,11 +82,15 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     for sg in part.placement.subgraphs:  # a function may serve several identical call sites: name it by the first
         first_site.setdefault(sg.function, sg)
     call_names = {sym: [binding_node_names(part.infos[t]) for t in sg.tags] for sym, sg in first_site.items()}
-    result = compile_dpu_partitions(part.module, arch, calibration=calibration, method=method, fusion=fusion,
+    # The report reads the module as it was: built before a handed-over module is rewritten.
+    report = build_report(mod, part)
+    pmod = part.module
+    del part  # its binding records hold the original calls, and so their constants
+    result = compile_dpu_partitions(pmod, arch, calibration=calibration, method=method, fusion=fusion,
                                     fix_points=fix_points, is_qdq=is_qdq, call_names=call_names, source_mod=mod,
                                     progress=progress, external=external, cores=cores,
-                                    segments=segments)
-    result.report = build_report(mod, part)
+                                    segments=segments, handed_over=[pmod, mod] if handed_over else [])
+    result.report = report
     result.subgraph_ids = {sym: sg.index for sym, sg in first_site.items()}
     return result
 
@@ -89,7 +98,7 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
 def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str = "optimal", method: str = "mse",
                  fix_points: dict[str, int] | None = None, is_qdq: bool = False, normalize: bool = True,
                  progress: bool = False, record: list | None = None, plugins: Any = None,
-                 cores: int = 1, segments: str = "auto") -> tvm.transform.Pass:
+                 cores: int = 1, segments: str = "auto", handed_over: bool = False) -> tvm.transform.Pass:
     """The "dpu" Relax pipeline (`relax.get_pipeline("dpu", **options)`).
 
     Options: `arch` (preset name, arch.json path or Arch), `calibration` (arrays, dicts, an .npz path, ...; None
@@ -98,14 +107,15 @@ def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str 
     `plugins` (custom-IP plugins by name, "a,b" or a list, applied in order before DPU partitioning), `cores`
     (DPU cores each partition's independent segments are scheduled on; 1: one program per partition) and `segments` ("auto": keep a
     partition's segments when predicted faster; "always").
-    `record`, if a list, receives the DPUCompileResult (partition report, compiled subgraphs) of each run."""
+    `record`, if a list, receives the DPUCompileResult (partition report, compiled subgraphs) of each run.
+    `handed_over`: the module compiled is the caller's no longer (see `prepare_and_compile`); for tvm_dpu.build."""
 
     @tvm.transform.module_pass(opt_level=0, name="DPUPipeline")
     def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         result = prepare_and_compile(mod, arch=arch, calibration=calibration, fusion=fusion, method=method,
                                      fix_points=fix_points, is_qdq=is_qdq, normalize=normalize, progress=progress,
                                      plugins=plugins, cores=cores,
-                                     segments=segments)
+                                     segments=segments, handed_over=handed_over)
         if record is not None:
             record.append(result)
         return lower_dpu_module(result.module)
