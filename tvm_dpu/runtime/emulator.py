@@ -136,6 +136,18 @@ class Emulator:
         self.stats = EmuStats()
         self._programs: OrderedDict[tuple, Program] = OrderedDict()
         self._acts: dict[str, frozenset[int]] = {}
+        self._scratch: dict[str, np.ndarray] = {}
+
+    def scratch(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+        """A work array of this emulator, shared by every step asking for `name` (contents undefined). Steps run
+        one at a time on the thread that owns the emulator, so one buffer per name serves them all; it grows to
+        the largest request."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        buf = self._scratch.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = self._scratch[name] = np.empty(nbytes, np.uint8)
+        return buf[:nbytes].view(dtype).reshape(shape)
 
     def reset(self) -> None:
         """Clear banks and INIT state."""
@@ -371,6 +383,8 @@ def _batch_conv_runs(steps: list[Step]) -> list[Step]:
         run = out[i:j]
         if len(run) > 1 and emu_conv.can_batch(run):
             out[i:j] = [emu_conv.batch_conv_run(run)] + [_skip] * (len(run) - 1)
+        else:
+            out[i:j] = [emu_conv.batch_conv_run([c]) for c in run]
         i = j
     for step in steps:  # the bank keys were only needed for the hazard check
         if isinstance(step, emu_conv.ConvStep):
