@@ -1,6 +1,7 @@
 """CONV (with the most recent CONVINIT), isa1-semantics.md 6, plus the window fetch shared with the ALU."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -12,6 +13,7 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.quant.fixpoint import (INT8_MAX, INT8_MIN, RELU6_MAX, float_shift_round_exact, floor_clamp_int8,
                                     saturate_int8, shift_round)
 from tvm_dpu.runtime.banks import fetch_rows, store_rows
+from tvm_dpu.runtime.emu_threads import blas_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
@@ -61,6 +63,10 @@ INT8_PRODUCT_BITS = 14
 #: Reduction chunk of the float32 GEMM: any partial sum of <= 1024 int8 products is an integer of magnitude
 #: <= 2**24, so it is exact in float32 whatever order (or FMA) BLAS adds in; chunks add up exactly in float64.
 GEMM_CHUNK = 1 << (FLOAT32_EXACT_BITS - INT8_PRODUCT_BITS)
+#: A CONV GEMM is shared between threads (emu_threads) from this many multiply-accumulates, in blocks of at least
+#: this many rows (else of OCP-column groups): below that, handing work over costs more than it saves.
+PARALLEL_MIN_MACS = 2_000_000
+PARALLEL_MIN_ROWS = 32
 #: act_type -> the int8 clamp of the rounded CONV output: none, relu, relu6 (leaky takes the integer path).
 CLAMPS = {0: (INT8_MIN, INT8_MAX), 1: (0, INT8_MAX), 4: (0, RELU6_MAX)}
 
@@ -242,6 +248,7 @@ class ConvBatch:
         max_v = 2 * K * (1 << INT8_PRODUCT_BITS) - INT8_MIN * (1 << self.sb)  # |2*ACC + B*2**sb|
         self.float_path = self.act in CLAMPS and float_shift_round_exact(max_v, N)
         self.wscale = np.float32(2.0 ** (1 - N)) if self.float_path else np.float32(1)
+        self.parts = _split(first.out_keys.shape[0], n * ocp, K, ocp)
         self.write = _batch_writer(run)
 
     def weights(self) -> np.ndarray:
@@ -263,31 +270,53 @@ class ConvBatch:
     def step(self, regions: object) -> None:
         wf = self.weights()
         a = self.run[0].fill_a()
-        if self.float_path:
-            out = self.emu.scratch("conv_out", (a.shape[0], wf.shape[0]), np.int8)
-            # c = (B*2**sb + 2**(N-1)) * 2**-N, an integer below 2**53 times a power of two: exact.
-            c = self.bias().astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
-            self._gemm_requant(a, wf, c, out)
-        else:
+        if not self.float_path:
             acc = exact_matmul_t(a, wf)
             out = activate(2 * acc + (self.bias().astype(np.int64) << self.sb), self.N, self.act)
+            self.write(out.view(np.uint8))
+            return
+        out = self.emu.scratch("conv_out", (a.shape[0], wf.shape[0]), np.int8)
+        # c = (B*2**sb + 2**(N-1)) * 2**-N, an integer below 2**53 times a power of two: exact.
+        c = self.bias().astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
+        jobs = []
+        for i, (rows, cols) in enumerate(self.parts):
+            shape = (rows.stop - rows.start, cols.stop - cols.start)
+            y = self.emu.scratch(f"conv_y{i}", shape, np.float64)
+            part = self.emu.scratch(f"conv_part{i}", shape, np.float32)
+            jobs.append(functools.partial(self._gemm_requant, a[rows], wf[cols], c[cols], out[rows, cols], y, part))
+        run_parts(jobs)
         self.write(out.view(np.uint8))
 
-    def _gemm_requant(self, a: np.ndarray, wf: np.ndarray, c: np.ndarray, out: np.ndarray) -> None:
-        """out = DPURound(act((2*ACC + B*2**sb) / 2**N)) for rows of a (see the class docstring)."""
-        shape = (a.shape[0], wf.shape[0])
-        y = self.emu.scratch("conv_y", shape, np.float64)
-        part = self.emu.scratch("conv_part", shape, np.float32)
-        k = a.shape[1]
-        if k <= GEMM_CHUNK:
-            np.matmul(a, wf.T, out=part)
-            np.add(part, c, out=y)
-        else:
-            y[...] = c
-            for s in range(0, k, GEMM_CHUNK):
-                np.matmul(a[:, s:s + GEMM_CHUNK], wf[:, s:s + GEMM_CHUNK].T, out=part)
-                y += part
-        floor_clamp_int8(y, *CLAMPS[self.act], out)
+    def _gemm_requant(self, a: np.ndarray, wf: np.ndarray, c: np.ndarray, out: np.ndarray, y: np.ndarray,
+                      part: np.ndarray) -> None:
+        """out = DPURound(act((2*ACC + B*2**sb) / 2**N)) for a block of the output (see the class docstring);
+        y and part are float64 / float32 work arrays of out's shape."""
+        with blas_threads():
+            k = a.shape[1]
+            if k <= GEMM_CHUNK:
+                np.matmul(a, wf.T, out=part)
+                np.add(part, c, out=y)
+            else:
+                y[...] = c
+                for s in range(0, k, GEMM_CHUNK):
+                    np.matmul(a[:, s:s + GEMM_CHUNK], wf[:, s:s + GEMM_CHUNK].T, out=part)
+                    y += part
+            floor_clamp_int8(y, *CLAMPS[self.act], out)
+
+
+def _split(m: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice]]:
+    """Output blocks (rows, columns) of an (m, n) GEMM with reduction k, one per thread (`thread_count`): rows
+    when there are enough, else whole OCP-column groups; a single block when the GEMM is too small to share."""
+    parts = thread_count()
+    if parts == 1 or m * n * k < PARALLEL_MIN_MACS:
+        return [(slice(0, m), slice(0, n))]
+    if m >= parts * PARALLEL_MIN_ROWS:
+        cuts = [m * i // parts for i in range(parts + 1)]
+        return [(slice(a, b), slice(0, n)) for a, b in zip(cuts, cuts[1:])]
+    groups = n // ocp
+    parts = min(parts, groups)
+    cuts = [groups * i // parts * ocp for i in range(parts + 1)]
+    return [(slice(0, m), slice(a, b)) for a, b in zip(cuts, cuts[1:])]
 
 
 def _as_words(raw: np.ndarray) -> np.ndarray:

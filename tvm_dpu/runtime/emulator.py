@@ -13,17 +13,12 @@ still execute first, as in a plain interpreter.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
 import gc
-import glob
 import hashlib
-import os
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -32,6 +27,7 @@ from tvm_dpu.codegen.isa import Instr, iter_program
 from tvm_dpu.errors import EmulatorError, ISAError
 from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
 from tvm_dpu.runtime.banks import Banks
+from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, _openblas_thread_setter, blas_threads  # noqa: F401
 
 #: Number of DDR base-address registers reachable by reg_id (3-bit field).
 NUM_REGIONS = 8
@@ -43,10 +39,6 @@ PROGRAM_CACHE_INSTRUCTIONS = 100_000
 #: One compiled instruction: performs it against the DDR regions of the current run.
 Step = Callable[[Mapping[int, np.ndarray]], None]
 
-#: BLAS threads while a program runs (environment TVM_DPU_EMU_BLAS_THREADS; 0 leaves BLAS as configured).
-#: CONV GEMMs are narrow (N = OCP = 16 columns): a second thread gains little on an idle 2-core machine and is
-#: 3-5x slower when the cores are busy (OpenBLAS threads spin-wait on each other).
-DEFAULT_BLAS_THREADS = 1
 
 #: Activation names of the Arch lists -> act_type codes.
 ACT_CODES = {"relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hsigmoid": 5, "hswish": 6}
@@ -406,42 +398,3 @@ def _raise_step(error: EmulatorError) -> Step:
     def fail(regions: Mapping[int, np.ndarray]) -> None:
         raise error
     return fail
-
-
-@functools.lru_cache(maxsize=1)
-def _openblas_thread_setter() -> Callable[[int], int] | None:
-    """`set(n) -> previous n` for numpy's bundled OpenBLAS, or None when it cannot be found."""
-    import numpy
-    libdir = os.path.dirname(os.path.dirname(numpy.__file__))
-    for path in glob.glob(os.path.join(libdir, "numpy.libs", "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
-        except OSError:
-            continue
-        for name in ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-                return fn
-    return None
-
-
-@contextlib.contextmanager
-def blas_threads(n: int | None = None) -> Iterator[None]:
-    """Run the body with `n` OpenBLAS threads on this thread (default: TVM_DPU_EMU_BLAS_THREADS or
-    DEFAULT_BLAS_THREADS), restoring the previous count after; no effect when n is 0 or OpenBLAS is not found."""
-    if n is None:
-        env = os.environ.get("TVM_DPU_EMU_BLAS_THREADS", "").strip()
-        try:
-            n = int(env) if env else DEFAULT_BLAS_THREADS
-        except ValueError:
-            raise EmulatorError(f"TVM_DPU_EMU_BLAS_THREADS={env!r} is not an integer") from None
-    setter = _openblas_thread_setter() if n > 0 else None
-    if setter is None:
-        yield
-        return
-    previous = setter(n)
-    try:
-        yield
-    finally:
-        setter(previous)
