@@ -327,7 +327,7 @@ class Emulator:
                     break
         finally:
             self.stats = saved_stats
-        return Program(_batch_conv_runs(steps), names, _init_key(self.convinit), uses_initial[0], static, skipped)
+        return Program(_batch_conv_runs(emu_ddr.merge_transfers(steps, _skip)), names, _init_key(self.convinit), uses_initial[0], static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
