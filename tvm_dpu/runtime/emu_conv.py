@@ -139,21 +139,27 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     emu.stats.macs += M * ocp * ntap * cin
 
     x = xbuf.view(np.int8).reshape(real_h, src_w, cin)
-    window = x.reshape(M, cin) if plain else as_strided(x, win_shape, win_strides, writeable=False)
-    abuf = np.empty(window.shape[:-1] + (cuse,), np.float32)
+    # (vpp, L, ...) windows: for a 1x1 stride-1 CONV the window (vpp rows, L columns) is the input itself.
+    window = x if plain else as_strided(x, win_shape, win_strides, writeable=False)
+    window = window[..., :cuse]
+    abuf = np.empty(window.shape, np.float32)
     a = abuf.reshape(M, K)
 
-    def fill_a() -> np.ndarray:
-        """The (M, K) float32 im2col matrix of the gathered, padded window (masked channels left out)."""
+    def gather() -> None:
+        """Gather the window into this step's buffer and pad it."""
         gather_x(xbuf)
         for p in pads:
             x[p] = 0
-        np.copyto(abuf, window[..., :cuse])
-        return a
+
+    def im2col(v0: int, v1: int) -> np.ndarray:
+        """Rows of the (M, K) float32 im2col matrix (masked channels left out) for output rows v0..v1-1 of the
+        gathered window; parts of one CONV may fill disjoint row ranges concurrently."""
+        np.copyto(abuf[v0:v1], window[v0:v1])
+        return a[v0 * L:v1 * L]
 
     # What a run of CONVs reading the same window needs to be done as one GEMM (batch_conv_run).
     window_id = tuple(sorted((k, v) for k, v in f.items() if k not in _PER_CONV_FIELDS))
-    return ConvStep(emu, window_id, (init.name, tuple(g.items())), fill_a, wkeys, bias_keys,
+    return ConvStep(emu, window_id, (init.name, tuple(g.items())), gather, im2col, wkeys, bias_keys,
                     banks.row_writer(out_keys, ocp), out_keys, vpp, ocp, ntap, cuse, g["shift_bias"],
                     g["shift_cut"] + 1, act, window_keys.reshape(-1),
                     np.concatenate([wkeys.reshape(-1), bias_keys.reshape(-1)]), out_keys.reshape(-1))
@@ -172,7 +178,8 @@ class ConvStep:
     emu: "Emulator"
     window_id: tuple  # the fields that fix the input window, padding and masking
     init_id: tuple  # the CONVINIT in force
-    fill_a: Callable[[], np.ndarray]
+    gather: Callable[[], None]  # fetch and pad the input window
+    im2col: Callable[[int, int], np.ndarray]  # output rows v0..v1-1 -> their rows of the float32 GEMM input
     wkeys: np.ndarray  # (OCP, taps * cg) CONVW row keys of the weights
     bias_keys: np.ndarray  # (rows,) BIAS row keys of the OCP biases
     write: Callable[[np.ndarray], None]  # (M, OCP) uint8 -> the output rows
@@ -188,6 +195,11 @@ class ConvStep:
     param_reads: np.ndarray  # bank row keys of the weights and bias
     writes: np.ndarray  # bank row keys written
     _alone: "Callable[[object], None] | None" = None
+
+    def fill_a(self) -> np.ndarray:
+        """The whole (M, K) float32 GEMM input of this CONV's window."""
+        self.gather()
+        return self.im2col(0, self.vpp)
 
     @property
     def K(self) -> int:
@@ -242,81 +254,93 @@ class ConvBatch:
         wkeys = np.stack([c.wkeys for c in run], axis=1).reshape(ocp, -1)
         self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
         self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
-        self.wsnap: np.ndarray | None = None  # the bank bytes `wf` was made from, as words
-        self.wf = np.zeros((n * ocp, K), np.float32)
+        self.wsnap: np.ndarray | None = None  # the bank bytes `wt` was made from, as words
+        # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest.
+        self.wt = np.zeros((K, n * ocp), np.float32)
         self.read_bias = banks.row_reader(np.stack([c.bias_keys for c in run]), ocp)
         max_v = 2 * K * (1 << INT8_PRODUCT_BITS) - INT8_MIN * (1 << self.sb)  # |2*ACC + B*2**sb|
         self.float_path = self.act in CLAMPS and float_shift_round_exact(max_v, N)
         self.wscale = np.float32(2.0 ** (1 - N)) if self.float_path else np.float32(1)
-        self.parts = _split(first.out_keys.shape[0], n * ocp, K, ocp)
+        self.parts = _split(first.vpp, first.out_keys.shape[0] // first.vpp, n * ocp, K, ocp)
         self.write = _batch_writer(run)
 
     def weights(self) -> np.ndarray:
-        """The run's (n * OCP, K) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
+        """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
         raw = self.read_w()
         words = _as_words(raw)
         if self.wsnap is not None and np.array_equal(words, self.wsnap):
-            return self.wf
+            return self.wt
         self.wsnap = words.copy()
         first = self.run[0]
-        w = raw.view(np.int8).reshape(self.wshape)[..., :first.cuse].transpose(1, 0, 2, 3)
-        np.multiply(w, self.wscale, out=self.wf.reshape(w.shape), casting="unsafe")
-        return self.wf
+        w = raw.view(np.int8).reshape(self.wshape)[..., :first.cuse].transpose(2, 3, 1, 0)  # (taps, cuse, n, OCP)
+        np.multiply(w, self.wscale, out=self.wt.reshape(w.shape), casting="unsafe")
+        return self.wt
 
     def bias(self) -> np.ndarray:
         """The run's n * OCP int8 biases."""
         return self.read_bias().view(np.int8).reshape(-1)
 
     def step(self, regions: object) -> None:
-        wf = self.weights()
-        a = self.run[0].fill_a()
+        wt = self.weights()
+        first = self.run[0]
+        first.gather()
         if not self.float_path:
-            acc = exact_matmul_t(a, wf)
+            acc = exact_matmul_t(first.im2col(0, first.vpp), wt.T)
             out = activate(2 * acc + (self.bias().astype(np.int64) << self.sb), self.N, self.act)
             self.write(out.view(np.uint8))
             return
-        out = self.emu.scratch("conv_out", (a.shape[0], wf.shape[0]), np.int8)
+        length = first.out_keys.shape[0] // first.vpp
+        out = self.emu.scratch("conv_out", (first.vpp * length, wt.shape[1]), np.int8)
         # c = (B*2**sb + 2**(N-1)) * 2**-N, an integer below 2**53 times a power of two: exact.
         c = self.bias().astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
+        a = None if self.parts[0][1] is None else first.im2col(0, first.vpp)  # column parts share all rows
         jobs = []
-        for i, (rows, cols) in enumerate(self.parts):
-            shape = (rows.stop - rows.start, cols.stop - cols.start)
+        for i, (vrows, cols) in enumerate(self.parts):
+            rows = slice(vrows.start * length, vrows.stop * length)
+            cols = cols or slice(None)
+            shape = (rows.stop - rows.start, wt[:, cols].shape[1])
             y = self.emu.scratch(f"conv_y{i}", shape, np.float64)
             part = self.emu.scratch(f"conv_part{i}", shape, np.float32)
-            jobs.append(functools.partial(self._gemm_requant, a[rows], wf[cols], c[cols], out[rows, cols], y, part))
+            lhs = a[rows] if a is not None else functools.partial(first.im2col, vrows.start, vrows.stop)
+            jobs.append(functools.partial(self._gemm_requant, lhs, wt[:, cols], c[cols], out[rows, cols], y, part))
         run_parts(jobs)
         self.write(out.view(np.uint8))
 
-    def _gemm_requant(self, a: np.ndarray, wf: np.ndarray, c: np.ndarray, out: np.ndarray, y: np.ndarray,
-                      part: np.ndarray) -> None:
+    def _gemm_requant(self, a: "np.ndarray | Callable[[], np.ndarray]", wt: np.ndarray, c: np.ndarray,
+                      out: np.ndarray, y: np.ndarray, part: np.ndarray) -> None:
         """out = DPURound(act((2*ACC + B*2**sb) / 2**N)) for a block of the output (see the class docstring);
-        y and part are float64 / float32 work arrays of out's shape."""
+        `a` is the block's GEMM input rows or the function making them; y and part are float64 / float32 work
+        arrays of out's shape."""
         with blas_threads():
+            if callable(a):
+                a = a()
             k = a.shape[1]
             if k <= GEMM_CHUNK:
-                np.matmul(a, wf.T, out=part)
+                np.matmul(a, wt, out=part)
                 np.add(part, c, out=y)
             else:
                 y[...] = c
                 for s in range(0, k, GEMM_CHUNK):
-                    np.matmul(a[:, s:s + GEMM_CHUNK], wf[:, s:s + GEMM_CHUNK].T, out=part)
+                    np.matmul(a[:, s:s + GEMM_CHUNK], wt[s:s + GEMM_CHUNK], out=part)
                     y += part
             floor_clamp_int8(y, *CLAMPS[self.act], out)
 
 
-def _split(m: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice]]:
-    """Output blocks (rows, columns) of an (m, n) GEMM with reduction k, one per thread (`thread_count`): rows
-    when there are enough, else whole OCP-column groups; a single block when the GEMM is too small to share."""
+def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice | None]]:
+    """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, one per thread
+    (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
+    rows), else whole OCP-column groups; a single block when the GEMM is too small to share."""
     parts = thread_count()
+    m = vpp * length
     if parts == 1 or m * n * k < PARALLEL_MIN_MACS:
-        return [(slice(0, m), slice(0, n))]
-    if m >= parts * PARALLEL_MIN_ROWS:
-        cuts = [m * i // parts for i in range(parts + 1)]
-        return [(slice(a, b), slice(0, n)) for a, b in zip(cuts, cuts[1:])]
+        return [(slice(0, vpp), None)]
+    if vpp >= parts and m >= parts * PARALLEL_MIN_ROWS:
+        cuts = [vpp * i // parts for i in range(parts + 1)]
+        return [(slice(a, b), None) for a, b in zip(cuts, cuts[1:])]
     groups = n // ocp
     parts = min(parts, groups)
     cuts = [groups * i // parts * ocp for i in range(parts + 1)]
-    return [(slice(0, m), slice(a, b)) for a, b in zip(cuts, cuts[1:])]
+    return [(slice(0, vpp), slice(a, b)) for a, b in zip(cuts, cuts[1:])]
 
 
 def _as_words(raw: np.ndarray) -> np.ndarray:
