@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.quant.fixpoint import (INT8_MAX, INT8_MIN, RELU6_MAX, float_shift_round_exact, floor_clamp_int8,
                                     saturate_int8, shift_round)
-from tvm_dpu.runtime.banks import fetch_rows, store_rows
+from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
 from tvm_dpu.runtime.emu_threads import blas_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     # What a run of CONVs reading the same window needs to be done as one GEMM (batch_conv_run).
     window_id = tuple(sorted((k, v) for k, v in f.items() if k not in _PER_CONV_FIELDS))
     return ConvStep(emu, window_id, (init.name, tuple(g.items())), gather, im2col, wkeys, bias_keys,
-                    banks.row_writer(out_keys, ocp), out_keys, vpp, ocp, ntap, cuse, g["shift_bias"],
+                    out_keys, vpp, ocp, ntap, cuse, g["shift_bias"],
                     g["shift_cut"] + 1, act, window_keys.reshape(-1),
                     np.concatenate([wkeys.reshape(-1), bias_keys.reshape(-1)]), out_keys.reshape(-1))
 
@@ -182,7 +182,6 @@ class ConvStep:
     im2col: Callable[[int, int], np.ndarray]  # output rows v0..v1-1 -> their rows of the float32 GEMM input
     wkeys: np.ndarray  # (OCP, taps * cg) CONVW row keys of the weights
     bias_keys: np.ndarray  # (rows,) BIAS row keys of the OCP biases
-    write: Callable[[np.ndarray], None]  # (M, OCP) uint8 -> the output rows
     out_keys: np.ndarray  # (M, rows per pixel) bank row keys `write` writes
     vpp: int
     ocp: int
@@ -358,14 +357,17 @@ def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
     first = run[0]
     ocp, n = first.ocp, len(run)
     keys = np.stack([c.out_keys for c in run], axis=1)  # (M, n, rows per pixel)
-    if np.unique(keys).size == keys.size:
+    if all_distinct(keys):
         lead = (first.vpp, -1, n)
         write = first.emu.banks.row_writer(keys.reshape(lead + keys.shape[-1:]), ocp)
         return lambda out: write(out.reshape(lead + (ocp,)))
 
+    banks = first.emu.banks
+    writers = [banks.row_writer(c.out_keys, ocp) for c in run]
+
     def write_each(out: np.ndarray) -> None:
-        for i, c in enumerate(run):
-            c.write(out[:, i * ocp:(i + 1) * ocp])
+        for i, write in enumerate(writers):
+            write(out[:, i * ocp:(i + 1) * ocp])
     return write_each
 
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tvm_dpu.runtime.banks import last_wins_index
+from tvm_dpu.runtime.banks import all_distinct, last_wins_index
 
 if TYPE_CHECKING:
     from tvm_dpu.runtime.banks import Banks
@@ -62,9 +62,9 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
             keep = ~mask
     nrow = -(-ch // banks.width)
     keys = banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_write"], nrow)
-    write = banks.row_writer(keys, ch)
     emu.stats.load_bytes += n * ch
     if f["broadcast"] == BROADCAST_CONST:
+        write = banks.row_writer(keys, ch)
         data = np.full((n, ch), f["const_value"], dtype=np.uint8)
         if keep is not None:
             data[~keep] = 0
@@ -77,7 +77,12 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
         def source(regions: Mapping[int, np.ndarray]) -> np.ndarray:
             return _items(regions[rid], a, n, ch, jr, writeable=False)
     if keep is None:
-        return Transfer(lambda regions: write(source(regions)), False, rid, a, n, ch, jr, keys, banks)
+        # The bank writer is made when the LOAD runs on its own (most are merged: merge_transfers).
+        def make() -> "Step":
+            write = banks.row_writer(keys, ch)
+            return lambda regions: write(source(regions))
+        return Transfer(make, False, rid, a, n, ch, jr, keys, banks)
+    write = banks.row_writer(keys, ch)
     return lambda regions: write(source(regions) * keep)
 
 
@@ -131,7 +136,7 @@ def plan_save(emu: "Emulator", ctx: "Ctx") -> "Step":
         step = save_strided
     if f["const_en"] or argmax & 2:
         return step
-    return Transfer(step, True, rid, a, n, ch, jw, keys, banks)
+    return Transfer(lambda: step, True, rid, a, n, ch, jw, keys, banks)
 
 
 @dataclass(eq=False)
@@ -139,7 +144,7 @@ class Transfer:
     """A planned plain LOAD or SAVE (no padding mask, constant or argmax): callable as its own step, and what
     `merge_transfers` needs to do a run of them as one copy."""
 
-    step: "Step"
+    make: "Callable[[], Step]"  # the step performing this transfer alone
     save: bool
     rid: int
     addr: int  # first DDR byte
@@ -149,8 +154,12 @@ class Transfer:
     keys: np.ndarray  # (n, rows per item) bank row keys
     banks: "Banks"
 
+    _step: "Step | None" = None
+
     def __call__(self, regions: Mapping[int, np.ndarray]) -> None:
-        self.step(regions)
+        if self._step is None:
+            self._step = self.make()
+        self._step(regions)
 
 
 def merge_transfers(steps: list, skip: "Step") -> list:
@@ -201,7 +210,7 @@ def _merged(run: list[Transfer], delta: int) -> "Step | None":
         write = banks.row_writer(keys, ch)
         return lambda regions: write(ddr(regions, False))
     dst = (a0 + np.arange(m)[:, None, None] * delta + np.arange(n)[None, :, None] * pitch + np.arange(ch)).reshape(-1)
-    if np.unique(dst).size != dst.size:
+    if not all_distinct(dst):
         return None
     read = banks.row_reader(keys, ch)
 

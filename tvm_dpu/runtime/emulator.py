@@ -76,6 +76,16 @@ class Program:
     uses_convinit: bool
     static: list[tuple[int, int, int]]  # (load_bytes, save_bytes, macs) per step
     skipped_after_end: int
+    #: What `run` executes: each step that does something, with the number of instructions it performs (a
+    #: batched or merged step stands for the `_skip` steps after it).
+    plan: list[tuple[Step, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for step in self.steps:
+            if step is _skip and self.plan:
+                self.plan[-1] = (self.plan[-1][0], self.plan[-1][1] + 1)
+            else:
+                self.plan.append((step, 1))
 
     def stats(self, executed: int) -> EmuStats:
         """Statistics of the first `executed` steps (all of them after a complete run)."""
@@ -192,14 +202,13 @@ class Emulator:
         t0 = time.perf_counter()
         self.regions = self._checked_regions(regions)
         program = self._program(self._checked_code(code))
-        steps = program.steps
         stats = self.stats = EmuStats()  # ALU steps add their MACs here while running
         done = 0
         try:
             with blas_threads():
-                for step in steps:
+                for step, count in program.plan:
                     step(self.regions)
-                    done += 1
+                    done += count
         finally:
             static = program.stats(done)
             static.macs += stats.macs
