@@ -203,14 +203,17 @@ def test_conv_thread_parts_against_direct_convolution(monkeypatch, vpp, n_convs)
 
 
 def test_changed_weights_are_picked_up():
-    """The float32 weights kept between runs are remade whenever the CONVW bytes differ from the last run's."""
+    """The float32 weights (and bias terms) kept between runs are remade whenever the CONVW (BIAS) bytes differ
+    from the last run's."""
     rng = np.random.default_rng(5)
     code = _random_conv_program(rng, n_convs=2, vpp=2)
     start = rng.integers(0, 256, size=Emulator(ARCH).banks.mem.shape, dtype=np.uint8)
     changed = start.copy()
     changed[CONVW + 1, 1] ^= 0x5A  # one weight row of one output channel
+    new_bias = start.copy()
+    new_bias[BIAS, :2] ^= 0x33
     emu = Emulator(ARCH)
-    for banks in (start, changed, changed, start):
+    for banks in (start, changed, changed, start, new_bias, start):
         emu.banks.mem[...] = banks
         emu.run(code, {})
         fresh = Emulator(ARCH)

@@ -257,6 +257,8 @@ class ConvBatch:
         # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest.
         self.wt = np.zeros((K, n * ocp), np.float32)
         self.read_bias = banks.row_reader(np.stack([c.bias_keys for c in run]), ocp)
+        self.bsnap: np.ndarray | None = None  # the biases `c` was made from
+        self.c = np.zeros(0)
         max_v = 2 * K * (1 << INT8_PRODUCT_BITS) - INT8_MIN * (1 << self.sb)  # |2*ACC + B*2**sb|
         self.float_path = self.act in CLAMPS and float_shift_round_exact(max_v, N)
         self.wscale = np.float32(2.0 ** (1 - N)) if self.float_path else np.float32(1)
@@ -279,6 +281,15 @@ class ConvBatch:
         """The run's n * OCP int8 biases."""
         return self.read_bias().view(np.int8).reshape(-1)
 
+    def offsets(self) -> np.ndarray:
+        """c = (B*2**sb + 2**(N-1)) * 2**-N per output column (float64), remade when the biases change. Each is an
+        integer below 2**53 times a power of two: exact."""
+        b = self.bias()
+        if self.bsnap is None or not np.array_equal(b, self.bsnap):
+            self.bsnap = b.copy()
+            self.c = b.astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
+        return self.c
+
     def step(self, regions: object) -> None:
         wt = self.weights()
         first = self.run[0]
@@ -290,8 +301,7 @@ class ConvBatch:
             return
         length = first.out_keys.shape[0] // first.vpp
         out = self.emu.scratch("conv_out", (first.vpp * length, wt.shape[1]), np.int8)
-        # c = (B*2**sb + 2**(N-1)) * 2**-N, an integer below 2**53 times a power of two: exact.
-        c = self.bias().astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
+        c = self.offsets()
         a = None if self.parts[0][1] is None else first.im2col(0, first.vpp)  # column parts share all rows
         jobs = []
         for i, (vrows, cols) in enumerate(self.parts):
