@@ -14,6 +14,7 @@ still execute first, as in a plain interpreter.
 from __future__ import annotations
 
 import gc
+import math
 import hashlib
 import time
 from collections import Counter, OrderedDict
@@ -139,17 +140,24 @@ class Emulator:
         self._programs: OrderedDict[tuple, Program] = OrderedDict()
         self._acts: dict[str, frozenset[int]] = {}
         self._scratch: dict[str, np.ndarray] = {}
+        self._scratch_views: dict[tuple, np.ndarray] = {}
 
     def scratch(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         """A work array of this emulator, shared by every step asking for `name` (contents undefined). Steps run
         one at a time on the thread that owns the emulator, so one buffer per name serves them all; it grows to
-        the largest request."""
+        the largest request. The views handed out are cached (a step asks for the same ones every run)."""
+        key = (name, shape, dtype)
+        view = self._scratch_views.get(key)
+        if view is not None:
+            return view
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         buf = self._scratch.get(name)
         if buf is None or buf.size < nbytes:
             buf = self._scratch[name] = np.empty(nbytes, np.uint8)
-        return buf[:nbytes].view(dtype).reshape(shape)
+            self._scratch_views = {k: v for k, v in self._scratch_views.items() if k[0] != name}
+        view = self._scratch_views[key] = buf[:nbytes].view(dtype).reshape(shape)
+        return view
 
     def reset(self) -> None:
         """Clear banks and INIT state."""
