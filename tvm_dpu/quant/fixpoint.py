@@ -49,6 +49,33 @@ def shift_round(v: np.ndarray, n: int) -> np.ndarray:
     return v
 
 
+#: float64 holds every integer of magnitude <= 2**53 exactly (53-bit significand).
+FLOAT64_EXACT_BITS = 53
+
+
+def float_shift_round_exact(max_abs: int, n: int) -> bool:
+    """Whether `floor_clamp_int8` gives shift_round(v, n) for every integer |v| <= max_abs when the caller forms
+    y = v * 2**-n + 0.5 in float64 by adding exact terms (integers times 2**-n) whose partial sums, less the
+    0.5, are also bounded by max_abs * 2**-n.
+
+    y is (v + 2**(n-1)) * 2**-n: an integer of magnitude < 2**53 times a power of two, so it and every partial
+    sum of such terms is exact in float64 (scaling by 2**-n changes only the exponent; n <= 64 stays far from
+    underflow), and floor(y) is then exact too.
+    """
+    return n >= 1 and max_abs + (1 << (n - 1)) <= 1 << FLOAT64_EXACT_BITS
+
+
+def floor_clamp_int8(y: np.ndarray, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
+    """out[...] = min(max(floor(y), lo), hi) as int8 for float64 y; y is clamped in place (scratch).
+
+    With y = v * 2**-n + 0.5 (see float_shift_round_exact) and [lo, hi] inside [-128, 127] this is
+    DPURound of v / 2**n followed by the clamp of relu ([0, 127]) or relu6 ([0, RELU6_MAX]). Clamping before
+    the floor gives the same result because lo and hi are integers.
+    """
+    np.clip(y, lo, hi, out=y)
+    return np.floor(y, out=out, casting="unsafe")
+
+
 def dpu_round(t: np.ndarray) -> np.ndarray:
     """DPURound of real values: floor(t + 0.5), then saturate to int8.
 

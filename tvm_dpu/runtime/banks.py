@@ -109,13 +109,13 @@ class Banks:
     # ---- precomputed transfers (the emulator's cached programs) ---------------------------------
     def row_reader(self, keys: np.ndarray, nbytes: int) -> Callable[[], np.ndarray]:
         """A function returning the `nbytes` bytes at each row-key list keys[..., nrow], shape keys.shape[:-1] +
-        (nbytes,) uint8, as `read` would. When the keys are one run of consecutive rows the result is a view of
-        the bank memory (valid until the banks change), otherwise a gathered copy."""
+        (nbytes,) uint8, as `read` would. When the keys are a regular grid of rows (`affine_view`) the result is a
+        view of the bank memory (valid until the banks change), otherwise a gathered copy."""
         lead, nrow = keys.shape[:-1], keys.shape[-1]
-        run = consecutive_run(keys)
-        if run is not None:
-            view = self._bytes[run * self.width:(run + keys.size) * self.width].reshape(lead + (nrow * self.width,))
+        view = self.affine_view(keys)
+        if view is not None:
             view = view[..., :nbytes]
+            view.flags.writeable = False
             return lambda: view
         rows, flat = self._rows, np.ascontiguousarray(keys.reshape(-1), dtype=np.intp)
         shape = lead + (nrow * self.width,)
@@ -124,23 +124,24 @@ class Banks:
         return lambda: rows[flat].reshape(shape)[..., :nbytes]
 
     def row_writer(self, keys: np.ndarray, nbytes: int) -> Callable[[np.ndarray], None]:
-        """A function writing data (m, nbytes) uint8 to the row-key lists keys (m, nrow) exactly as `write` does
-        (zero-filled row tails, later items win)."""
-        m, nrow = keys.shape
+        """A function writing data (..., nbytes) uint8 to the row-key lists keys (..., nrow) exactly as `write`
+        does (zero-filled row tails, later items in C order win)."""
+        lead, nrow = keys.shape[:-1], keys.shape[-1]
         span = nrow * self.width
-        run = consecutive_run(keys)
-        if run is not None:
-            view = self._bytes[run * self.width:(run + keys.size) * self.width].reshape(m, span)
+        view = self.affine_view(keys) if last_wins_index(keys.reshape(-1)) is None else None
+        if view is not None:
+            # Distinct rows on a regular grid: a strided view, written in place.
             if span == nbytes:
-                def write_run(data: np.ndarray) -> None:
-                    view[...] = data
-                return write_run
-            head, tail = view[:, :nbytes], view[:, nbytes:]
+                def write_view(data: np.ndarray) -> None:
+                    view[...] = data.reshape(view.shape)
+                return write_view
+            head, tail = view[..., :nbytes], view[..., nbytes:]
 
-            def write_run_padded(data: np.ndarray) -> None:
-                head[...] = data
+            def write_view_padded(data: np.ndarray) -> None:
+                head[...] = data.reshape(head.shape)
                 tail[...] = 0
-            return write_run_padded
+            return write_view_padded
+        m = int(np.prod(lead, dtype=np.int64))
         flat = keys.reshape(-1)
         sel = last_wins_index(flat)
         rows = self._rows
@@ -150,6 +151,7 @@ class Banks:
         width = self.width
 
         def write_keys(data: np.ndarray) -> None:
+            data = data.reshape(m, nbytes)
             if span != nbytes:
                 buf = np.zeros((m, span), dtype=np.uint8)
                 buf[:, :nbytes] = data
@@ -158,21 +160,41 @@ class Banks:
             rows[flat] = vals if sel is None else vals[sel]
         return write_keys
 
+    def affine_view(self, keys: np.ndarray) -> np.ndarray | None:
+        """The writable view (..., nrow * width) of the bytes of the row-key lists keys (..., nrow) when every list
+        is a run of consecutive rows and the runs' first keys are k0 + a linear function of their index (a strided
+        block: no bank wrap inside an item, no gather needed), else None."""
+        if keys.size == 0:
+            return None
+        lead, nrow = keys.shape[:-1], keys.shape[-1]
+        layout = affine_layout(keys)
+        if layout is None or (nrow > 1 and layout[1][-1] != 1):
+            return None
+        k0, steps = layout
+        rw, bw = self._rows.strides
+        return np.lib.stride_tricks.as_strided(self._rows[k0:], lead + (nrow * self.width,),
+                                               tuple(st * rw for st in steps[:-1]) + (bw,))
 
-def consecutive_run(keys: np.ndarray) -> int | None:
-    """The first key if `keys` (C order) is k0, k0+1, ..., else None."""
-    flat = keys.reshape(-1)
-    if flat.size == 0:
-        return None
-    k0 = int(flat[0])
-    if int(flat[-1]) - k0 != flat.size - 1 or (flat.size > 1 and not np.all(np.diff(flat) == 1)):
-        return None
-    return k0
+
+def affine_layout(keys: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """(k0, steps) when keys[i0, i1, ...] == k0 + i0 * steps[0] + i1 * steps[1] + ... for every index, else None."""
+    k0 = int(keys.reshape(-1)[0])
+    steps = tuple(int(keys[(0,) * d + (1,)].reshape(-1)[0]) - k0 if n > 1 else 0 for d, n in enumerate(keys.shape))
+    grid = np.full((1,) * keys.ndim, k0, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(keys.shape, steps)):
+        grid = grid + (np.arange(n, dtype=np.int64) * st).reshape((1,) * d + (n,) + (1,) * (keys.ndim - d - 1))
+    return (k0, steps) if np.array_equal(keys, grid) else None
+
+
+def all_distinct(keys: np.ndarray) -> bool:
+    """Whether no value occurs twice in `keys` (a sort: faster than np.unique's hashing on these arrays)."""
+    s = np.sort(keys, axis=None)
+    return bool(np.all(s[1:] != s[:-1]))
 
 
 def last_wins_index(keys: np.ndarray) -> np.ndarray | None:
     """Indices keeping only the last occurrence of each key (None when the keys are already unique)."""
-    if keys.size <= 1:
+    if keys.size <= 1 or all_distinct(keys):
         return None
     uniq, first_rev = np.unique(keys[::-1], return_index=True)
     if uniq.size == keys.size:
@@ -182,7 +204,7 @@ def last_wins_index(keys: np.ndarray) -> np.ndarray | None:
 
 def last_wins(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Drop all but the last occurrence of each key, so a scatter is deterministic and matches sequential order."""
-    if keys.size <= 1:
+    if keys.size <= 1 or all_distinct(keys):
         return keys, vals
     uniq, first_rev = np.unique(keys[::-1], return_index=True)
     if uniq.size == keys.size:

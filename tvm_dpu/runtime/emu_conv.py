@@ -1,6 +1,8 @@
 """CONV (with the most recent CONVINIT), isa1-semantics.md 6, plus the window fetch shared with the ALU."""
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -8,8 +10,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
-from tvm_dpu.quant.fixpoint import RELU6_MAX, saturate_int8, shift_round
-from tvm_dpu.runtime.banks import fetch_rows, store_rows
+from tvm_dpu.quant.fixpoint import (INT8_MAX, INT8_MIN, RELU6_MAX, float_shift_round_exact, floor_clamp_int8,
+                                    saturate_int8, shift_round)
+from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
+from tvm_dpu.runtime.emu_threads import blas_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
@@ -53,9 +57,18 @@ def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
     return saturate_int8(out)
 
 
-#: Reduction chunk of the float32 GEMM: |int8 * int8| <= 2**14, so any partial sum of <= 1024 products is an
-#: integer of magnitude <= 2**24 and exact in float32 whatever order BLAS adds in; chunks add up in float64.
-GEMM_CHUNK = 1024
+#: float32 holds every integer of magnitude <= 2**24 exactly, and |int8 * int8| <= 2**14 ((-128) * (-128)).
+FLOAT32_EXACT_BITS = 24
+INT8_PRODUCT_BITS = 14
+#: Reduction chunk of the float32 GEMM: any partial sum of <= 1024 int8 products is an integer of magnitude
+#: <= 2**24, so it is exact in float32 whatever order (or FMA) BLAS adds in; chunks add up exactly in float64.
+GEMM_CHUNK = 1 << (FLOAT32_EXACT_BITS - INT8_PRODUCT_BITS)
+#: A CONV GEMM is shared between threads (emu_threads) from this many multiply-accumulates, in blocks of at least
+#: this many rows (else of OCP-column groups): below that, handing work over costs more than it saves.
+PARALLEL_MIN_MACS = 2_000_000
+PARALLEL_MIN_ROWS = 32
+#: act_type -> the int8 clamp of the rounded CONV output: none, relu, relu6 (leaky takes the integer path).
+CLAMPS = {0: (INT8_MIN, INT8_MAX), 1: (0, INT8_MAX), 4: (0, RELU6_MAX)}
 
 
 def exact_matmul_t(a: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -69,7 +82,7 @@ def exact_matmul_t(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return acc.astype(np.int64)
 
 
-def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
+def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     """Check a CONV under CONVINIT `init` and precompute its gathers; returns the step that performs it."""
     f = ctx.ins.fields
     ctx.check(init is not None, None, "no CONVINIT before this CONV")
@@ -96,6 +109,8 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     cin = cg * icp
     choff = f["channel_offset"]
     ctx.check(choff <= cin, "channel_offset", f"masks more than the {cin} input channels")
+    # The masked tail channels read as zero (6.3), so their products are zero: the GEMM leaves them out.
+    cuse = cin - choff
     real_h = (vpp - 1) * sh + kh
     src_w = (L - 1) * sw + kw
     # The window is gathered into a buffer of this step (steps are per emulator, and an emulator serves one
@@ -106,24 +121,13 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
         endl=g["jump_read_endl"], jump=g["jump_read"],
         bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]))
     pads = _pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
-    # Weights: CONVW bank o, tap (i, j) at row bank_addr_weights + (i*kw + j)*cg, Cin bytes.
-    wbase = banks.base_id["CONVW"]
     ntap = kh * kw
+    # Weights: CONVW bank o, tap t at row bank_addr_weights + t*cg, Cin bytes (6.4); bias: OCP bytes of BIAS.
     taps = f["bank_addr_weights"] + np.arange(ntap, dtype=np.int64) * cg
-    wkeys = banks.keys((wbase + np.arange(ocp, dtype=np.int64))[:, None], taps[None, :], cg).reshape(ocp, -1)
-    w0 = int(f["bank_addr_weights"])
-    if np.array_equal(wkeys, (wbase + np.arange(ocp))[:, None] * banks.depth + w0 + np.arange(ntap * cg)):
-        # Each output channel's taps are one run of rows in its CONVW bank: a view, no gather.
-        wview = as_strided(banks.mem[wbase, w0:], (ocp, ntap * cin), (banks.mem.strides[0], 1), writeable=False)
-
-        def read_w() -> np.ndarray:
-            return wview
-    else:
-        read_w = banks.row_reader(wkeys, ntap * cin)
+    wbanks = banks.base_id["CONVW"] + np.arange(ocp, dtype=np.int64)
+    wkeys = banks.keys(wbanks[:, None], taps[None, :], cg).reshape(ocp, -1)
     bias_keys = banks.keys(np.int64(banks.base_id["BIAS"]), np.int64(f["bank_addr_bias"]), -(-ocp // banks.width))
-    read_bias = banks.row_reader(bias_keys, ocp)
-    sb, shift = g["shift_bias"], g["shift_cut"] + 1
-    M, K = vpp * L, ntap * cin
+    M, K = vpp * L, ntap * cuse
     # (vpp, L, kh, kw, Cin) windows of the (real_h, src_w, Cin) input, as strides of its C-contiguous copy.
     win_shape = (vpp, L, kh, kw, cin)
     win_strides = (sh * src_w * cin, sw * cin, src_w * cin, cin, 1)
@@ -132,42 +136,33 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
                                f["bank_addr_out"])
     rows = orows[:, None] + np.arange(L, dtype=np.int64)[None, :] * g["jump_write"]
     out_keys = banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1)
-    write = banks.row_writer(out_keys, ocp)
-    emu.stats.macs += M * ocp * K
+    emu.stats.macs += M * ocp * ntap * cin
 
     x = xbuf.view(np.int8).reshape(real_h, src_w, cin)
-    window = x.reshape(M, cin) if plain else as_strided(x, win_shape, win_strides, writeable=False)
+    # (vpp, L, ...) windows: for a 1x1 stride-1 CONV the window (vpp rows, L columns) is the input itself.
+    window = x if plain else as_strided(x, win_shape, win_strides, writeable=False)
+    window = window[..., :cuse]
     abuf = np.empty(window.shape, np.float32)
     a = abuf.reshape(M, K)
 
-    def fill_a() -> np.ndarray:
-        """The (M, K) float32 im2col matrix of the gathered, padded window."""
-        np.copyto(xbuf, gather_x())
+    def gather() -> None:
+        """Gather the window into this step's buffer and pad it."""
+        gather_x(xbuf)
         for p in pads:
             x[p] = 0
-        np.copyto(abuf, window)
-        return a
 
-    def weights(out: np.ndarray) -> None:
-        """This CONV's (ocp, K) weights as float32 into `out`, the masked channels zeroed."""
-        np.copyto(out, read_w().view(np.int8), casting="unsafe")
-        if choff:
-            out.reshape(ocp, ntap, cin)[:, :, cin - choff:] = 0
-
-    wbuf = np.empty((ocp, K), np.float32)
-
-    def conv_step(regions: object) -> None:
-        weights(wbuf)
-        acc = exact_matmul_t(fill_a(), wbuf)
-        bias = read_bias().view(np.int8).astype(np.int64)
-        out = activate(2 * acc + (bias << sb), shift, act)
-        write(out.view(np.uint8))
+    def im2col(v0: int, v1: int) -> np.ndarray:
+        """Rows of the (M, K) float32 im2col matrix (masked channels left out) for output rows v0..v1-1 of the
+        gathered window; parts of one CONV may fill disjoint row ranges concurrently."""
+        np.copyto(abuf[v0:v1], window[v0:v1])
+        return a[v0 * L:v1 * L]
 
     # What a run of CONVs reading the same window needs to be done as one GEMM (batch_conv_run).
     window_id = tuple(sorted((k, v) for k, v in f.items() if k not in _PER_CONV_FIELDS))
-    return ConvStep(conv_step, window_id, (init.name, tuple(g.items())), fill_a, weights, read_bias, write,
-                    ocp, K, sb, shift, act, window_keys.reshape(-1), np.concatenate(
-                        [wkeys.reshape(-1), np.asarray(bias_keys).reshape(-1)]), out_keys.reshape(-1))
+    return ConvStep(emu, window_id, (init.name, tuple(g.items())), gather, im2col, wkeys, bias_keys,
+                    out_keys, vpp, ocp, ntap, cuse, g["shift_bias"],
+                    g["shift_cut"] + 1, act, window_keys.reshape(-1),
+                    np.concatenate([wkeys.reshape(-1), bias_keys.reshape(-1)]), out_keys.reshape(-1))
 
 
 #: CONV fields that may differ between CONVs reading the same input window (each CONV's own weights, bias and
@@ -180,24 +175,40 @@ _PER_CONV_FIELDS = frozenset({"bank_addr_weights", "bank_addr_bias", "bank_addr_
 class ConvStep:
     """A planned CONV: callable as its own step, and the parts `batch_conv_run` combines."""
 
-    step: Callable[[object], None]
+    emu: "Emulator"
     window_id: tuple  # the fields that fix the input window, padding and masking
     init_id: tuple  # the CONVINIT in force
-    fill_a: Callable[[], np.ndarray]
-    weights: Callable[[np.ndarray], None]
-    read_bias: Callable[[], np.ndarray]
-    write: Callable[[np.ndarray], None]
+    gather: Callable[[], None]  # fetch and pad the input window
+    im2col: Callable[[int, int], np.ndarray]  # output rows v0..v1-1 -> their rows of the float32 GEMM input
+    wkeys: np.ndarray  # (OCP, taps * cg) CONVW row keys of the weights
+    bias_keys: np.ndarray  # (rows,) BIAS row keys of the OCP biases
+    out_keys: np.ndarray  # (M, rows per pixel) bank row keys `write` writes
+    vpp: int
     ocp: int
-    K: int
+    ntap: int
+    cuse: int  # input channels used (the unmasked ones)
     shift_bias: int
-    shift: int
+    shift: int  # shift_cut + 1
     act: int
     reads: np.ndarray  # bank row keys of the window
     param_reads: np.ndarray  # bank row keys of the weights and bias
     writes: np.ndarray  # bank row keys written
+    _alone: "Callable[[object], None] | None" = None
+
+    def fill_a(self) -> np.ndarray:
+        """The whole (M, K) float32 GEMM input of this CONV's window."""
+        self.gather()
+        return self.im2col(0, self.vpp)
+
+    @property
+    def K(self) -> int:
+        """Reduction length: taps * used input channels."""
+        return self.ntap * self.cuse
 
     def __call__(self, regions: object) -> None:
-        self.step(regions)
+        if self._alone is None:
+            self._alone = batch_conv_run([self])
+        self._alone(regions)
 
 
 def can_batch(run: list[ConvStep]) -> bool:
@@ -214,22 +225,160 @@ def can_batch(run: list[ConvStep]) -> bool:
 def batch_conv_run(run: list[ConvStep]) -> Callable[[object], None]:
     """One step computing the adjacent CONVs `run` (checked with `can_batch`) as the hardware would one after
     the other: the window is gathered once and all their output channels come from one GEMM, whose integers are
-    those of the separate GEMMs (each output is the same exact dot product); outputs are written in program
+    those of the separate GEMMs (each output is the same exact dot product); outputs are written as in program
     order."""
+    return ConvBatch(run).step
+
+
+class ConvBatch:
+    """The GEMM of a run of CONVs sharing a window, with their weights kept as float32 between runs.
+
+    The float32 weights are remade only when the int8 weights in the banks differ from the ones they were made
+    from (a program reloads the same weights every run, and comparing bytes costs less than converting them).
+    When the requantisation is exact in float64 (`float_shift_round_exact`, always so for real layers) the
+    weights are prescaled by 2**(1 - N) (N = shift_cut + 1), which changes only exponents: the GEMM then yields
+    2*ACC / 2**N, the bias and the rounding half are added in float64 and one floor-and-clamp gives the output.
+    Otherwise (leaky, or shifts too wide for float64) the exact integer path of `activate` is taken.
+    """
+
+    def __init__(self, run: list[ConvStep]):
+        first = run[0]
+        self.run = run
+        n, ocp, K, N = len(run), first.ocp, first.K, first.shift
+        self.emu = first.emu
+        self.sb, self.N, self.act = first.shift_bias, N, first.act
+        banks = self.emu.banks
+        # All weights of the run as (OCP, n * taps * Cin) bytes: a view when each CONVW bank holds them as one
+        # run of rows (the compiler's layout), else gathered.
+        wkeys = np.stack([c.wkeys for c in run], axis=1).reshape(ocp, -1)
+        self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
+        self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
+        self.wsnap: np.ndarray | None = None  # the bank bytes `wt` was made from, as words
+        # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest.
+        self.wt = np.zeros((K, n * ocp), np.float32)
+        self.read_bias = banks.row_reader(np.stack([c.bias_keys for c in run]), ocp)
+        self.bsnap: np.ndarray | None = None  # the biases `c` was made from
+        self.c = np.zeros(0)
+        max_v = 2 * K * (1 << INT8_PRODUCT_BITS) - INT8_MIN * (1 << self.sb)  # |2*ACC + B*2**sb|
+        self.float_path = self.act in CLAMPS and float_shift_round_exact(max_v, N)
+        self.wscale = np.float32(2.0 ** (1 - N)) if self.float_path else np.float32(1)
+        self.parts = _split(first.vpp, first.out_keys.shape[0] // first.vpp, n * ocp, K, ocp)
+        self.write = _batch_writer(run)
+
+    def weights(self) -> np.ndarray:
+        """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
+        raw = self.read_w()
+        words = _as_words(raw)
+        if self.wsnap is not None and np.array_equal(words, self.wsnap):
+            return self.wt
+        self.wsnap = words.copy()
+        first = self.run[0]
+        w = raw.view(np.int8).reshape(self.wshape)[..., :first.cuse].transpose(2, 3, 1, 0)  # (taps, cuse, n, OCP)
+        np.multiply(w, self.wscale, out=self.wt.reshape(w.shape), casting="unsafe")
+        return self.wt
+
+    def bias(self) -> np.ndarray:
+        """The run's n * OCP int8 biases."""
+        return self.read_bias().view(np.int8).reshape(-1)
+
+    def offsets(self) -> np.ndarray:
+        """c = (B*2**sb + 2**(N-1)) * 2**-N per output column (float64), remade when the biases change. Each is an
+        integer below 2**53 times a power of two: exact."""
+        b = self.bias()
+        if self.bsnap is None or not np.array_equal(b, self.bsnap):
+            self.bsnap = b.copy()
+            self.c = b.astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
+        return self.c
+
+    def step(self, regions: object) -> None:
+        wt = self.weights()
+        first = self.run[0]
+        first.gather()
+        if not self.float_path:
+            acc = exact_matmul_t(first.im2col(0, first.vpp), wt.T)
+            out = activate(2 * acc + (self.bias().astype(np.int64) << self.sb), self.N, self.act)
+            self.write(out.view(np.uint8))
+            return
+        length = first.out_keys.shape[0] // first.vpp
+        out = self.emu.scratch("conv_out", (first.vpp * length, wt.shape[1]), np.int8)
+        c = self.offsets()
+        a = None if self.parts[0][1] is None else first.im2col(0, first.vpp)  # column parts share all rows
+        jobs = []
+        for i, (vrows, cols) in enumerate(self.parts):
+            rows = slice(vrows.start * length, vrows.stop * length)
+            cols = cols or slice(None)
+            shape = (rows.stop - rows.start, wt[:, cols].shape[1])
+            y = self.emu.scratch(f"conv_y{i}", shape, np.float64)
+            part = self.emu.scratch(f"conv_part{i}", shape, np.float32)
+            lhs = a[rows] if a is not None else functools.partial(first.im2col, vrows.start, vrows.stop)
+            jobs.append(functools.partial(self._gemm_requant, lhs, wt[:, cols], c[cols], out[rows, cols], y, part))
+        run_parts(jobs)
+        self.write(out.view(np.uint8))
+
+    def _gemm_requant(self, a: "np.ndarray | Callable[[], np.ndarray]", wt: np.ndarray, c: np.ndarray,
+                      out: np.ndarray, y: np.ndarray, part: np.ndarray) -> None:
+        """out = DPURound(act((2*ACC + B*2**sb) / 2**N)) for a block of the output (see the class docstring);
+        `a` is the block's GEMM input rows or the function making them; y and part are float64 / float32 work
+        arrays of out's shape."""
+        with blas_threads():
+            if callable(a):
+                a = a()
+            k = a.shape[1]
+            if k <= GEMM_CHUNK:
+                np.matmul(a, wt, out=part)
+                np.add(part, c, out=y)
+            else:
+                y[...] = c
+                for s in range(0, k, GEMM_CHUNK):
+                    np.matmul(a[:, s:s + GEMM_CHUNK], wt[s:s + GEMM_CHUNK], out=part)
+                    y += part
+            floor_clamp_int8(y, *CLAMPS[self.act], out)
+
+
+def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice | None]]:
+    """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, one per thread
+    (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
+    rows), else whole OCP-column groups; a single block when the GEMM is too small to share."""
+    parts = thread_count()
+    m = vpp * length
+    if parts == 1 or m * n * k < PARALLEL_MIN_MACS:
+        return [(slice(0, vpp), None)]
+    if vpp >= parts and m >= parts * PARALLEL_MIN_ROWS:
+        cuts = [vpp * i // parts for i in range(parts + 1)]
+        return [(slice(a, b), None) for a, b in zip(cuts, cuts[1:])]
+    groups = n // ocp
+    parts = min(parts, groups)
+    cuts = [groups * i // parts * ocp for i in range(parts + 1)]
+    return [(slice(0, vpp), slice(a, b)) for a, b in zip(cuts, cuts[1:])]
+
+
+def _as_words(raw: np.ndarray) -> np.ndarray:
+    """The (rows, bytes) uint8 array `raw` as the widest unsigned words its rows split into (fewer elements to
+    compare)."""
+    item = math.gcd(raw.shape[-1], 8)
+    if raw.strides[-1] != 1 or item == 1:
+        return raw
+    return raw.view(np.dtype(f"u{item}"))
+
+
+def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
+    """Writes the (M, n * OCP) output of a run: one scatter (a strided view when the rows are regular) when no two
+    CONVs write the same bank row, else CONV by CONV in program order (the later write wins)."""
     first = run[0]
     ocp, n = first.ocp, len(run)
-    wall = np.empty((n * ocp, first.K), np.float32)
-    sb, shift, act = first.shift_bias, first.shift, first.act
+    keys = np.stack([c.out_keys for c in run], axis=1)  # (M, n, rows per pixel)
+    if all_distinct(keys):
+        lead = (first.vpp, -1, n)
+        write = first.emu.banks.row_writer(keys.reshape(lead + keys.shape[-1:]), ocp)
+        return lambda out: write(out.reshape(lead + (ocp,)))
 
-    def step(regions: object) -> None:
-        for i, c in enumerate(run):
-            c.weights(wall[i * ocp:(i + 1) * ocp])
-        acc = exact_matmul_t(first.fill_a(), wall)
-        bias = np.concatenate([c.read_bias().view(np.int8) for c in run]).astype(np.int64)
-        out = activate(2 * acc + (bias << sb), shift, act).view(np.uint8)
-        for i, c in enumerate(run):
-            c.write(out[:, i * ocp:(i + 1) * ocp])
-    return step
+    banks = first.emu.banks
+    writers = [banks.row_writer(c.out_keys, ocp) for c in run]
+
+    def write_each(out: np.ndarray) -> None:
+        for i, write in enumerate(writers):
+            write(out[:, i * ocp:(i + 1) * ocp])
+    return write_each
 
 
 def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
@@ -243,8 +392,9 @@ def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, wi
 
 def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
                         stride_h: int, offset_in: int, endl: int, jump: int,
-                        bases: tuple[int, ...]) -> tuple[Callable[[], np.ndarray], np.ndarray]:
-    """`_window_gather`'s function and the bank row keys it reads."""
+                        bases: tuple[int, ...]) -> tuple[Callable[..., np.ndarray], np.ndarray]:
+    """`_window_gather`'s function (optionally gathering into an `out` array of its shape) and the bank row
+    keys it reads."""
     banks = emu.banks
     rm = fetch_rows(bank_id, emu.arch.pp, height, stride_h, offset_in, endl, bases)
     if height and int(rm.groups.max()) > MAX_ADDR_GROUP:
@@ -261,9 +411,19 @@ def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: in
             # No row of the window wraps its bank: every image row is a strided block of rows.
             blocks = banks.row_blocks(width, nrow, jump)
             starts = np.ascontiguousarray(starts, dtype=np.intp)
-            return (lambda: blocks[starts]), keys
-    flat = np.ascontiguousarray(keys, dtype=np.intp)
-    return (lambda: all_rows[flat]), keys
+            return _taker(blocks, starts), keys
+    return _taker(all_rows, np.ascontiguousarray(keys, dtype=np.intp)), keys
+
+
+def _taker(source: np.ndarray, index: np.ndarray) -> Callable[..., np.ndarray]:
+    """`take(out=None)`: source[index] along axis 0, copied into `out` when given. (np.take(out=) would first
+    make the strided `source` contiguous: the whole bank memory.)"""
+    def take(out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return source[index]
+        out[...] = source[index]
+        return out
+    return take
 
 
 def _pad_slices(h: int, w: int, kh: int, kw: int, top: int, left: int, bottom_last: int,

@@ -1,14 +1,16 @@
 """LOAD (DDR -> one bank) and SAVE (one bank -> DDR), isa1-semantics.md 4 and 5."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tvm_dpu.runtime.banks import last_wins_index
+from tvm_dpu.runtime.banks import all_distinct, last_wins_index
 
 if TYPE_CHECKING:
+    from tvm_dpu.runtime.banks import Banks
     from tvm_dpu.runtime.emulator import Ctx, Emulator, Step
 
 #: LOAD broadcast code that replaces every (unmasked) byte by const_value; other codes have no effect in the
@@ -59,9 +61,10 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
         if mask.any():
             keep = ~mask
     nrow = -(-ch // banks.width)
-    write = banks.row_writer(banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_write"], nrow), ch)
+    keys = banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_write"], nrow)
     emu.stats.load_bytes += n * ch
     if f["broadcast"] == BROADCAST_CONST:
+        write = banks.row_writer(keys, ch)
         data = np.full((n, ch), f["const_value"], dtype=np.uint8)
         if keep is not None:
             data[~keep] = 0
@@ -74,7 +77,12 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
         def source(regions: Mapping[int, np.ndarray]) -> np.ndarray:
             return _items(regions[rid], a, n, ch, jr, writeable=False)
     if keep is None:
-        return lambda regions: write(source(regions))
+        # The bank writer is made when the LOAD runs on its own (most are merged: merge_transfers).
+        def make() -> "Step":
+            write = banks.row_writer(keys, ch)
+            return lambda regions: write(source(regions))
+        return Transfer(make, False, rid, a, n, ch, jr, keys, banks)
+    write = banks.row_writer(keys, ch)
     return lambda regions: write(source(regions) * keep)
 
 
@@ -96,7 +104,8 @@ def plan_save(emu: "Emulator", ctx: "Ctx") -> "Step":
             return const
     else:
         nrow = -(-ch // banks.width)
-        read = banks.row_reader(banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_read"], nrow), ch)
+        keys = banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_read"], nrow)
+        read = banks.row_reader(keys, ch)
         if not argmax & 2:
             source = read
         elif argmax & 1:
@@ -120,8 +129,91 @@ def plan_save(emu: "Emulator", ctx: "Ctx") -> "Step":
     if jw == width:
         def save_run(regions: Mapping[int, np.ndarray]) -> None:
             regions[rid][a:a + n * width].reshape(n, width)[...] = source()
-        return save_run
+        step = save_run
+    else:
+        def save_strided(regions: Mapping[int, np.ndarray]) -> None:
+            _items(regions[rid], a, n, width, jw, writeable=True)[...] = source()
+        step = save_strided
+    if f["const_en"] or argmax & 2:
+        return step
+    return Transfer(lambda: step, True, rid, a, n, ch, jw, keys, banks)
 
-    def save_strided(regions: Mapping[int, np.ndarray]) -> None:
-        _items(regions[rid], a, n, width, jw, writeable=True)[...] = source()
-    return save_strided
+
+@dataclass(eq=False)
+class Transfer:
+    """A planned plain LOAD or SAVE (no padding mask, constant or argmax): callable as its own step, and what
+    `merge_transfers` needs to do a run of them as one copy."""
+
+    make: "Callable[[], Step]"  # the step performing this transfer alone
+    save: bool
+    rid: int
+    addr: int  # first DDR byte
+    n: int  # items
+    ch: int  # bytes per item
+    pitch: int  # DDR bytes between items
+    keys: np.ndarray  # (n, rows per item) bank row keys
+    banks: "Banks"
+
+    _step: "Step | None" = None
+
+    def __call__(self, regions: Mapping[int, np.ndarray]) -> None:
+        if self._step is None:
+            self._step = self.make()
+        self._step(regions)
+
+
+def merge_transfers(steps: list, skip: "Step") -> list:
+    """`steps` with each run of adjacent LOADs (or SAVEs) of the same shape whose DDR items are evenly spaced
+    (a layer's weight banks, the rows of a feature-map tile) replaced by one step copying them all, followed by
+    `skip` steps. LOADs read only DDR and SAVEs read only banks, so the only order inside a run that matters is
+    which of two writes to the same place lands last: the merged LOAD writes bank rows in program order (later
+    wins), and SAVEs are merged only when their DDR bytes are disjoint."""
+    out = list(steps)
+    i = 0
+    while i < len(out):
+        first = out[i]
+        j = i + 1
+        if isinstance(first, Transfer) and j < len(out) and _same_shape(first, out[j]):
+            delta = out[j].addr - first.addr
+            while j < len(out) and _same_shape(first, out[j]) and out[j].addr == first.addr + (j - i) * delta:
+                j += 1
+            merged = _merged(out[i:j], delta)
+            if merged is not None:
+                out[i:j] = [merged] + [skip] * (j - i - 1)
+        i = j
+    for step in steps:  # the keys were only needed here
+        if isinstance(step, Transfer):
+            step.keys = _NO_KEYS
+    return out
+
+
+_NO_KEYS = np.zeros((0, 1), np.int64)
+
+
+def _same_shape(a: Transfer, b: object) -> bool:
+    return isinstance(b, Transfer) and (b.save, b.rid, b.n, b.ch, b.pitch) == (a.save, a.rid, a.n, a.ch, a.pitch)
+
+
+def _merged(run: list[Transfer], delta: int) -> "Step | None":
+    """One step performing the transfers `run` (DDR items at addr + k*delta + i*pitch), or None (SAVEs whose DDR
+    bytes overlap)."""
+    first = run[0]
+    m, n, ch, pitch, rid, a0 = len(run), first.n, first.ch, first.pitch, first.rid, first.addr
+    keys = np.stack([t.keys for t in run])  # (m, n, rows per item)
+    banks = first.banks
+
+    def ddr(regions: Mapping[int, np.ndarray], writeable: bool) -> np.ndarray:
+        reg = regions[rid]
+        st = reg.strides[0]
+        return as_strided(reg[a0:], (m, n, ch), (delta * st, pitch * st, st), writeable=writeable)
+    if not first.save:
+        write = banks.row_writer(keys, ch)
+        return lambda regions: write(ddr(regions, False))
+    dst = (a0 + np.arange(m)[:, None, None] * delta + np.arange(n)[None, :, None] * pitch + np.arange(ch)).reshape(-1)
+    if not all_distinct(dst):
+        return None
+    read = banks.row_reader(keys, ch)
+
+    def save(regions: Mapping[int, np.ndarray]) -> None:
+        ddr(regions, True)[...] = read()
+    return save

@@ -1,6 +1,7 @@
 """ELEW (element-wise add / multiply of up to 4 operands bound FIFO-style from ELEWINITs), isa1-semantics.md 8."""
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
     from tvm_dpu.runtime.emulator import Ctx, Emulator
 
 ELEW_ADD, ELEW_MULT = 0, 1
+#: ELEWs with at most this many operands run as a lookup in a table of all 256**num results.
+TABLE_MAX_INPUTS = 2
 #: shift_write 0..15 shifts left, 16..31 shifts right by (v - 16).
 SHIFT_WRITE_RIGHT = 16
 
@@ -63,7 +66,7 @@ def _plan(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None
             base = g["bank_addr_in"] + ((u - g0) // pp) * g["jump_read_endl"]
         rows = base[:, None] + j[None, :] * g["jump_read"]
         b_rows = np.broadcast_arrays(banks[:, None], rows)
-        keys = emu.banks.keys(b_rows[0], b_rows[1], -(-C // emu.banks.width)).reshape(vpp * L, -1)
+        keys = emu.banks.keys(b_rows[0], b_rows[1], -(-C // emu.banks.width))  # (vpp, L, rows)
         readers.append(emu.banks.row_reader(keys, C))
         shifts.append(g["shift_read"])
     sw = f["shift_write"]
@@ -75,22 +78,52 @@ def _plan(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None
     obanks = g0 + (u - g0) % pp
     orows = f["bank_addr_out"] + ((u - g0) // pp) * f["jump_write_endl"]
     rows = orows[:, None] + j[None, :] * f["jump_write"]
-    write = emu.banks.row_writer(emu.banks.keys(obanks[:, None], rows, -(-C // emu.banks.width)).reshape(vpp * L, -1),
-                                 C)
+    write = emu.banks.row_writer(emu.banks.keys(obanks[:, None], rows, -(-C // emu.banks.width)), C)
+    params = (tuple(shifts), etype, scale, relu)
+    if num > TABLE_MAX_INPUTS:
+        def run() -> None:
+            del emu.elew_fifo[:num]
+            write(combine([read().view(np.int8) for read in readers], *params).view(np.uint8))
+        return run
+    table = result_table(num, *params)
+    read0 = readers[0]
+    read1 = readers[-1]
 
-    def run() -> None:
+    def run_table() -> None:
         del emu.elew_fifo[:num]
-        total = None
-        for read, sr in zip(readers, shifts):
-            a = (read().view(np.int8).astype(np.int64) << 2) >> sr
-            if total is None:
-                total = a
-            elif etype == ELEW_ADD:
-                total = total + a
-            else:
-                total = total * a
-        out = shift_round(total, scale)
-        if relu:
-            out = np.maximum(out, 0)
-        write(saturate_int8(out).view(np.uint8))
-    return run
+        if num == 1:
+            index = read0()
+        else:
+            index = np.left_shift(read0(), 8, dtype=np.uint16)
+            np.bitwise_or(index, read1(), out=index)
+        write(np.take(table, index))
+    return run_table
+
+
+def combine(xs: list[np.ndarray], shifts: tuple[int, ...], etype: int, scale: int, relu: bool) -> np.ndarray:
+    """The ELEW arithmetic (8.3) of int8 operands `xs` (one per ELEWINIT), exactly: int8 result."""
+    total = None
+    for x, sr in zip(xs, shifts):
+        a = (x.astype(np.int64) << 2) >> sr
+        if total is None:
+            total = a
+        elif etype == ELEW_ADD:
+            total = total + a
+        else:
+            total = total * a
+    out = shift_round(total, scale)
+    if relu:
+        out = np.maximum(out, 0)
+    return saturate_int8(out)
+
+
+@functools.lru_cache(maxsize=256)
+def result_table(num: int, shifts: tuple[int, ...], etype: int, scale: int, relu: bool) -> np.ndarray:
+    """`combine` of every combination of `num` <= TABLE_MAX_INPUTS int8 operands, as uint8 indexed by the
+    operands' bytes (x0 * 256 + x1): an ELEW is then one table lookup per element, exact by construction.
+    Read-only (shared between emulators and threads)."""
+    v = np.arange(256, dtype=np.uint8).view(np.int8)
+    grids = [g.reshape(-1) for g in np.meshgrid(*[v] * num, indexing="ij")]
+    table = combine(grids, shifts, etype, scale, relu).view(np.uint8)
+    table.flags.writeable = False
+    return table

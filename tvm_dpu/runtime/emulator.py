@@ -13,17 +13,13 @@ still execute first, as in a plain interpreter.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
 import gc
-import glob
+import math
 import hashlib
-import os
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -32,6 +28,7 @@ from tvm_dpu.codegen.isa import Instr, iter_program
 from tvm_dpu.errors import EmulatorError, ISAError
 from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
 from tvm_dpu.runtime.banks import Banks
+from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, _openblas_thread_setter, blas_threads  # noqa: F401
 
 #: Number of DDR base-address registers reachable by reg_id (3-bit field).
 NUM_REGIONS = 8
@@ -43,10 +40,6 @@ PROGRAM_CACHE_INSTRUCTIONS = 100_000
 #: One compiled instruction: performs it against the DDR regions of the current run.
 Step = Callable[[Mapping[int, np.ndarray]], None]
 
-#: BLAS threads while a program runs (environment TVM_DPU_EMU_BLAS_THREADS; 0 leaves BLAS as configured).
-#: CONV GEMMs are narrow (N = OCP = 16 columns): a second thread gains little on an idle 2-core machine and is
-#: 3-5x slower when the cores are busy (OpenBLAS threads spin-wait on each other).
-DEFAULT_BLAS_THREADS = 1
 
 #: Activation names of the Arch lists -> act_type codes.
 ACT_CODES = {"relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hsigmoid": 5, "hswish": 6}
@@ -84,6 +77,16 @@ class Program:
     uses_convinit: bool
     static: list[tuple[int, int, int]]  # (load_bytes, save_bytes, macs) per step
     skipped_after_end: int
+    #: What `run` executes: each step that does something, with the number of instructions it performs (a
+    #: batched or merged step stands for the `_skip` steps after it).
+    plan: list[tuple[Step, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for step in self.steps:
+            if step is _skip and self.plan:
+                self.plan[-1] = (self.plan[-1][0], self.plan[-1][1] + 1)
+            else:
+                self.plan.append((step, 1))
 
     def stats(self, executed: int) -> EmuStats:
         """Statistics of the first `executed` steps (all of them after a complete run)."""
@@ -136,6 +139,25 @@ class Emulator:
         self.stats = EmuStats()
         self._programs: OrderedDict[tuple, Program] = OrderedDict()
         self._acts: dict[str, frozenset[int]] = {}
+        self._scratch: dict[str, np.ndarray] = {}
+        self._scratch_views: dict[tuple, np.ndarray] = {}
+
+    def scratch(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+        """A work array of this emulator, shared by every step asking for `name` (contents undefined). Steps run
+        one at a time on the thread that owns the emulator, so one buffer per name serves them all; it grows to
+        the largest request. The views handed out are cached (a step asks for the same ones every run)."""
+        key = (name, shape, dtype)
+        view = self._scratch_views.get(key)
+        if view is not None:
+            return view
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        buf = self._scratch.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = self._scratch[name] = np.empty(nbytes, np.uint8)
+            self._scratch_views = {k: v for k, v in self._scratch_views.items() if k[0] != name}
+        view = self._scratch_views[key] = buf[:nbytes].view(dtype).reshape(shape)
+        return view
 
     def reset(self) -> None:
         """Clear banks and INIT state."""
@@ -188,14 +210,13 @@ class Emulator:
         t0 = time.perf_counter()
         self.regions = self._checked_regions(regions)
         program = self._program(self._checked_code(code))
-        steps = program.steps
         stats = self.stats = EmuStats()  # ALU steps add their MACs here while running
         done = 0
         try:
             with blas_threads():
-                for step in steps:
+                for step, count in program.plan:
                     step(self.regions)
-                    done += 1
+                    done += count
         finally:
             static = program.stats(done)
             static.macs += stats.macs
@@ -323,7 +344,7 @@ class Emulator:
                     break
         finally:
             self.stats = saved_stats
-        return Program(_batch_conv_runs(steps), names, _init_key(self.convinit), uses_initial[0], static, skipped)
+        return Program(_batch_conv_runs(emu_ddr.merge_transfers(steps, _skip)), names, _init_key(self.convinit), uses_initial[0], static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
@@ -371,6 +392,8 @@ def _batch_conv_runs(steps: list[Step]) -> list[Step]:
         run = out[i:j]
         if len(run) > 1 and emu_conv.can_batch(run):
             out[i:j] = [emu_conv.batch_conv_run(run)] + [_skip] * (len(run) - 1)
+        else:
+            out[i:j] = [emu_conv.batch_conv_run([c]) for c in run]
         i = j
     for step in steps:  # the bank keys were only needed for the hazard check
         if isinstance(step, emu_conv.ConvStep):
@@ -392,42 +415,3 @@ def _raise_step(error: EmulatorError) -> Step:
     def fail(regions: Mapping[int, np.ndarray]) -> None:
         raise error
     return fail
-
-
-@functools.lru_cache(maxsize=1)
-def _openblas_thread_setter() -> Callable[[int], int] | None:
-    """`set(n) -> previous n` for numpy's bundled OpenBLAS, or None when it cannot be found."""
-    import numpy
-    libdir = os.path.dirname(os.path.dirname(numpy.__file__))
-    for path in glob.glob(os.path.join(libdir, "numpy.libs", "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
-        except OSError:
-            continue
-        for name in ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-                return fn
-    return None
-
-
-@contextlib.contextmanager
-def blas_threads(n: int | None = None) -> Iterator[None]:
-    """Run the body with `n` OpenBLAS threads on this thread (default: TVM_DPU_EMU_BLAS_THREADS or
-    DEFAULT_BLAS_THREADS), restoring the previous count after; no effect when n is 0 or OpenBLAS is not found."""
-    if n is None:
-        env = os.environ.get("TVM_DPU_EMU_BLAS_THREADS", "").strip()
-        try:
-            n = int(env) if env else DEFAULT_BLAS_THREADS
-        except ValueError:
-            raise EmulatorError(f"TVM_DPU_EMU_BLAS_THREADS={env!r} is not an integer") from None
-    setter = _openblas_thread_setter() if n > 0 else None
-    if setter is None:
-        yield
-        return
-    previous = setter(n)
-    try:
-        yield
-    finally:
-        setter(previous)

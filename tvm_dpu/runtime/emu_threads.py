@@ -1,0 +1,121 @@
+"""Sharing one emulator step between threads: a large CONV GEMM is cut into parts, the calling thread computes the
+first and pool workers the others (numpy and BLAS release the GIL on large arrays, so the parts run on separate
+cores). The parts write disjoint slices of the step's buffers, so no locking is needed; each emulator still
+belongs to one calling thread.
+
+A part no worker has started by the time the caller finished its own is taken back and run by the caller: a
+busy pool (other emulators, other processes on the cores) never makes a step wait, it only loses the speed-up.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import glob
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+from tvm_dpu.errors import EmulatorError
+
+#: Default parts per step: the usable cores, at most this many (narrow GEMMs gain little from more).
+MAX_DEFAULT_THREADS = 4
+
+#: BLAS threads while a program runs (environment TVM_DPU_EMU_BLAS_THREADS; 0 leaves BLAS as configured).
+#: CONV GEMMs are narrow (N = OCP = 16 columns): a second thread gains little on an idle 2-core machine and is
+#: 3-5x slower when the cores are busy (OpenBLAS threads spin-wait on each other).
+DEFAULT_BLAS_THREADS = 1
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def thread_count() -> int:
+    """Threads sharing a step (environment TVM_DPU_EMU_THREADS; 1 keeps everything on the calling thread)."""
+    env = os.environ.get("TVM_DPU_EMU_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise EmulatorError(f"TVM_DPU_EMU_THREADS={env!r} is not an integer") from None
+        return max(1, n)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_THREADS))
+
+
+def _workers(n: int) -> ThreadPoolExecutor:
+    """The process-wide pool, with at least `n` workers."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < n:
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tvm-dpu-emu")
+        return _pool
+
+
+def run_parts(parts: list[Callable[[], None]]) -> None:
+    """Run every part once: parts[1:] on pool workers, parts[0] on this thread, then any part not yet started
+    on this thread too. The first exception of any part is raised after all parts have finished."""
+    if len(parts) == 1:
+        parts[0]()
+        return
+    pool = _workers(len(parts) - 1)
+    futures = [pool.submit(p) for p in parts[1:]]
+    error: BaseException | None = None
+    try:
+        parts[0]()
+    except BaseException as e:  # still wait for the workers: they write this step's buffers
+        error = e
+    for part, fut in zip(parts[1:], futures):
+        try:
+            if fut.cancel():
+                if error is None:
+                    part()
+            else:
+                fut.result()
+        except BaseException as e:
+            error = error or e
+    if error is not None:
+        raise error
+
+
+@functools.lru_cache(maxsize=1)
+def _openblas_thread_setter() -> Callable[[int], int] | None:
+    """`set(n) -> previous n` for numpy's bundled OpenBLAS, or None when it cannot be found."""
+    import numpy
+    libdir = os.path.dirname(os.path.dirname(numpy.__file__))
+    for path in glob.glob(os.path.join(libdir, "numpy.libs", "*openblas*")):
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
+        except OSError:
+            continue
+        for name in ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                return fn
+    return None
+
+
+@contextlib.contextmanager
+def blas_threads(n: int | None = None) -> Iterator[None]:
+    """Run the body with `n` OpenBLAS threads on this thread (default: TVM_DPU_EMU_BLAS_THREADS or
+    DEFAULT_BLAS_THREADS), restoring the previous count after; no effect when n is 0 or OpenBLAS is not found."""
+    if n is None:
+        env = os.environ.get("TVM_DPU_EMU_BLAS_THREADS", "").strip()
+        try:
+            n = int(env) if env else DEFAULT_BLAS_THREADS
+        except ValueError:
+            raise EmulatorError(f"TVM_DPU_EMU_BLAS_THREADS={env!r} is not an integer") from None
+    setter = _openblas_thread_setter() if n > 0 else None
+    if setter is None:
+        yield
+        return
+    previous = setter(n)
+    try:
+        yield
+    finally:
+        setter(previous)
