@@ -18,17 +18,16 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_compile import GOALS, compile_once, prepare  # noqa: E402  (benchmarks/bench_compile.py)
+from bench_compile import GOALS, compile_once, prepare, write_results  # noqa: E402  (benchmarks/bench_compile.py)
+from bench_coverage import cosine  # noqa: E402  (benchmarks/bench_coverage.py)
 from docblock import write_block  # noqa: E402  (benchmarks/docblock.py)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,12 +63,6 @@ def cpu_nodes(onnx_path: Path, arch: str) -> list[str]:
     from tvm_dpu.passes import partition
 
     return [n.name for n in partition(from_onnx(str(onnx_path)), arch)[1].cpu_nodes]
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    den = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / den) if den else float("nan")
 
 
 def bench_arch(model: str, arch: str, reduced: bool, images: int) -> dict:
@@ -153,12 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()
         rows = [bench_arch(args.model, a.strip(), args.reduced, args.calib_images)
                 for a in args.archs.split(",") if a.strip()]
-        data = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": list(load)},
-                "rows": rows}
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(data, indent=1) + "\n")
-        print(f"wrote {out}")
+        data = write_results(Path(args.json), rows, load)
     text = table(data["rows"], data["machine"]["loadavg_start"][0])
     print(text)
     if args.write_docs:
