@@ -24,7 +24,6 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_compile import GOALS, compile_once, prepare, write_results  # noqa: E402  (benchmarks/bench_compile.py)
 from bench_coverage import cosine  # noqa: E402  (benchmarks/bench_coverage.py)
