@@ -120,6 +120,22 @@ def test_oversized_conv_is_split_and_bit_exact():
     assert [op.attrs["in_slice"] for op in parts] == [[0, 1368], [1368, 1368]]
 
 
+def test_dilated_conv_beyond_the_channel_group_field_is_split():
+    """dilation 2 over 1548 channels: 2*1548 > 256*12 (the dilated conv runs as phase convs, each partial too)."""
+    b = GraphBuilder("dilated", seed=3)
+    x = b.input("X", (1, 1548, 6, 6))
+    x = b.relu(b.conv(x, "conv", 16, 3, 1, 1), "relu")
+    model = b.build(b.conv(x, "head", 8, 1, 1, 0, gain=LINEAR_GAIN))
+    conv = next(n for n in model.graph.node if n.name == "conv")  # dilation 2, pad 2: the same 6x6 output
+    for a in conv.attribute:
+        if a.name in ("pads", "dilations"):
+            a.ints[:] = [2] * len(a.ints)
+    compiled, cos = _run_checked(model)
+    assert cos > COSINE_MIN, cos
+    parts = [op.attrs["in_slice"] for op in _ops(compiled) if op.attrs.get("in_slice")]
+    assert len(parts) == 2 and all(2 * c <= 256 * 12 for _, c in parts)
+
+
 def test_output_channel_chunks_cap_one_conv():
     """A 1x1 conv of 3100 outputs from 12 inputs: every group's weights fit one bank row, so without the cap one
     chunk would take all 259 groups (beyond SAVE's 12-bit channel field)."""
