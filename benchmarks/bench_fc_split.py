@@ -64,8 +64,22 @@ def cpu_nodes(onnx_path: Path, arch: str) -> list[str]:
     return [n.name for n in partition(from_onnx(str(onnx_path)), arch)[1].cpu_nodes]
 
 
-def bench_arch(model: str, arch: str, reduced: bool, images: int) -> dict:
-    """One row: CPU nodes before/after, compile wall and peak RSS, DPU MACs, mismatches, cosine."""
+def bench(model: str, archs: list[str], reduced: bool, images: int) -> list[dict]:
+    """One row per arch: CPU nodes before/after, compile wall and peak RSS, DPU MACs, mismatches, cosine.
+
+    Every compile runs first, while this process holds only the ONNX model (as bench_compile does): a child's peak
+    RSS counts the pages it shares with this process after the fork, so compiling after loading a compiled VGG-16
+    and an onnxruntime session here would report this process's memory too."""
+    with tempfile.TemporaryDirectory(prefix=f"bench_fc_split_{model}_") as tmp:
+        work = Path(tmp)
+        onnx_path, calib_path = prepare(model, reduced, images, work)
+        runs = {a: compile_once(onnx_path, calib_path, a, work / a) for a in archs}
+        return [_check(model, reduced, a, onnx_path, runs[a], work / a) for a in archs]
+
+
+def _check(model: str, reduced: bool, arch: str, onnx_path: Path, run: dict, outdir: Path) -> dict:
+    """The row of `arch` from its compile `run`: the partitions with and without the split, and the artifact in
+    `outdir` run once with verification against onnxruntime."""
     import onnx
     import onnxruntime as ort
 
@@ -73,26 +87,22 @@ def bench_arch(model: str, arch: str, reduced: bool, images: int) -> dict:
     from tvm_dpu import zoo
     from tvm_dpu.xgraph.ops import op_macs
 
-    with tempfile.TemporaryDirectory(prefix=f"bench_fc_split_{model}_") as tmp:
-        work = Path(tmp)
-        onnx_path, calib_path = prepare(model, reduced, images, work)
-        with split_disabled(arch):
-            before = cpu_nodes(onnx_path, arch)
-        after = cpu_nodes(onnx_path, arch)
-        run = compile_once(onnx_path, calib_path, arch, work / "out")
-        compiled = tvm_dpu.load(str(next((work / "out").glob("*.tvmdpu"))))
-        graphs = [r.graph for r in compiled.runners.values()]
-        macs = sum(op_macs(op, g) for g in graphs for op in g.ops)
-        parts = sorted({op.name.rsplit("/part", 1)[0] for g in graphs for op in g.ops if op.attrs.get("in_slice")})
-        onnx_model = onnx.load(str(onnx_path))
-        x = zoo.random_input(onnx_model, seed=1)
-        compiled.set_verify(True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y = compiled.run(x)[0]
-        results = compiled.verify_results()
-        sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
-        ref = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    with split_disabled(arch):
+        before = cpu_nodes(onnx_path, arch)
+    after = cpu_nodes(onnx_path, arch)
+    compiled = tvm_dpu.load(str(next(outdir.glob("*.tvmdpu"))))
+    graphs = [r.graph for r in compiled.runners.values()]
+    macs = sum(op_macs(op, g) for g in graphs for op in g.ops)
+    parts = sorted({op.name.rsplit("/part", 1)[0] for g in graphs for op in g.ops if op.attrs.get("in_slice")})
+    onnx_model = onnx.load(str(onnx_path))
+    x = zoo.random_input(onnx_model, seed=1)
+    compiled.set_verify(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = compiled.run(x)[0]
+    results = compiled.verify_results()
+    sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {sess.get_inputs()[0].name: x})[0]
     return {"model": model, "reduced": reduced, "arch": arch, "cpu_nodes_before": before, "cpu_nodes_after": after,
             "split_ops": parts, "dpu_macs": int(macs), "verified_calls": len(results),
             "mismatches": int(sum(r.mismatches for r in results)), "cosine": cosine(y, ref),
@@ -143,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads(Path(args.from_json).read_text())
     else:
         load = os.getloadavg()
-        rows = [bench_arch(args.model, a.strip(), args.reduced, args.calib_images)
-                for a in args.archs.split(",") if a.strip()]
+        rows = bench(args.model, [a.strip() for a in args.archs.split(",") if a.strip()], args.reduced,
+                     args.calib_images)
         data = write_results(Path(args.json), rows, load)
     text = table(data["rows"], data["machine"]["loadavg_start"][0])
     print(text)
