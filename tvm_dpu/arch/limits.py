@@ -125,10 +125,12 @@ def placement_note(arch: Arch, op: OpDesc) -> str | None:
     if len(slices) > 1:
         notes.append(f"input channels split into {len(slices)} slices of at most {max(c for _, c in slices)}: "
                      f"{len(slices)} partial convs summed by ELEW add")
+    # out_channels_max_per_cp is the output-channel groups of one CONV chunk (codegen.tiling.OUT_GROUPS_MAX)
+    per_chunk = profile_rules(arch)[op.kind].get("out_channels_max_per_cp")
     n_out = math.ceil(op.out_channels / arch.channel_parallel)
-    if n_out > _OUT_GROUPS_MAX:
-        notes.append(f"output channels in {math.ceil(n_out / _OUT_GROUPS_MAX)} CONV chunks of at most "
-                     f"{_OUT_GROUPS_MAX} channel groups")
+    if per_chunk and n_out > per_chunk:
+        notes.append(f"output channels in {math.ceil(n_out / per_chunk)} CONV chunks of at most {per_chunk} "
+                     f"channel groups")
     return "; ".join(notes) or None
 
 
@@ -136,11 +138,6 @@ def _splits(op: OpDesc, rules_by_kind: dict[str, Any]) -> bool:
     """Whether the profile splits `op` where it exceeds a per-instruction field (rule "split": true; an ungrouped
     conv2d or a dense)."""
     return op.kind in ("conv2d", "dense") and op.groups == 1 and bool(rules_by_kind.get(op.kind, {}).get("split"))
-
-
-#: Output-channel groups of one CONV chunk (= codegen.tiling.OUT_GROUPS_MAX; arch imports nothing of codegen):
-#: the conv2d rule out_channels_max_per_cp.
-_OUT_GROUPS_MAX = 256
 
 
 def _reduction(op: OpDesc) -> tuple[int, int, int, int]:
