@@ -244,3 +244,35 @@ def test_vgg16_has_no_cpu_node(arch):
 
     compiled, cos = _run_checked(zoo.build_model("vgg16"), arch)
     assert cos > COSINE_MIN, cos
+
+
+# ---- the benchmark and its generated table -----------------------------------------------------------------
+def test_generated_table_matches_the_results(monkeypatch):
+    """docs/op-coverage.md's split table is bench_fc_split's table of benchmarks/results/fc_split.json."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    import bench_fc_split
+    from docblock import read_block
+
+    data = json.loads((root / "benchmarks" / "results" / "fc_split.json").read_text())
+    doc = (root / "docs" / "op-coverage.md").read_text()
+    assert read_block(doc, bench_fc_split.BEGIN, bench_fc_split.END) == bench_fc_split.table(
+        data["rows"], data["machine"]["loadavg_start"][0])
+    zu2 = next(r for r in data["rows"] if r["arch"] == ZU2)
+    assert zu2["cpu_nodes_before"] and not zu2["cpu_nodes_after"] and zu2["mismatches"] == 0
+
+
+def test_split_disabled_restores_the_profile(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_fc_split
+    from tvm_dpu.arch import OpDesc, check_op
+
+    fc = OpDesc("conv2d", (1, 512, 7, 7), (1, 4096, 1, 1), kernel=(7, 7))
+    with bench_fc_split.split_disabled(ZU2):
+        assert len(check_op(load_arch(ZU2), fc)) == 2  # in_size and output channels
+    assert check_op(load_arch(ZU2), fc) == []
