@@ -100,6 +100,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def write_results(path: Path, rows: list[dict], load: tuple[float, ...]) -> dict:
+    """Write {"machine": ..., "rows": rows} as JSON to `path` (the machine and its load average at the start)."""
+    data = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": list(load)},
+            "rows": rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path}")
+    return data
+
+
 def _runs_per_model(spec: str, models: list[str], force: int | None) -> dict[str, int]:
     """"3" -> 3 for every model; "resnet50=3,vgg16=1" -> per model (others 1)."""
     if force is not None:
@@ -125,12 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [run_model(m, args.quick, args.arch, args.calib_images, runs[m]) for m in models]
     print(table(rows))
     print(f"load average at start: {load[0]:.2f} (1 min); {os.cpu_count()} cores")
-    data = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": list(load)},
-            "rows": rows}
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_results(Path(args.json), rows, load)
     return 0
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from tvm_dpu.arch import Arch, OpDesc, check_op, load_arch
+from tvm_dpu.arch.limits import input_channel_chunks
 from tvm_dpu.errors import ArchError
 
 ARCHS = ["DPUCZDX8G_ISA1_B1152", "DPUCZDX8G_ISA1_B4096"]
@@ -79,13 +81,12 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
         ("conv_stride_1", _conv(stride=(1, 1)), []),
         ("conv_stride_0", _conv(stride=(0, 1)), [f"stride 0x1 is below [1,8] on {t}"]),
         ("conv_dil1_ic_max", _conv(c=n, oc=32, kernel=(1, 1), pad=(0, 0, 0, 0)), []),
-        ("conv_dil1_ic_over", _conv(c=n + 1, oc=32, kernel=(1, 1), pad=(0, 0, 0, 0)),
-         [f"dilation*input_channels = 1*{n + 1} = {n + 1} exceeds 256*{cp}={n} on {t}"]),
+        # beyond one CONV's reduction (dilation*input_channels, in_size) or output channels: split on ISA1
+        # (partial convs over input-channel slices, output-channel chunks); the ISA0 reasons in test_isa0_no_split
+        ("conv_dil1_ic_over", _conv(c=n + 1, oc=32, kernel=(1, 1), pad=(0, 0, 0, 0)), []),
         ("conv_dil2_ic_max", _conv(c=n // 2, oc=32, dilation=(2, 2), pad=(0, 0, 0, 0)), []),
-        ("conv_dil2_ic_over", _conv(c=n // 2 + 1, oc=32, dilation=(2, 2), pad=(0, 0, 0, 0)),
-         [f"dilation*input_channels = 2*{n // 2 + 1} = {n + 2} exceeds 256*{cp}={n} on {t}"]),
-        ("conv_dil_w_only", _conv(c=n // 2 + 1, oc=32, dilation=(1, 2), pad=(0, 0, 0, 0)),
-         [f"dilation*input_channels = 2*{n // 2 + 1} = {n + 2} exceeds 256*{cp}={n} on {t}"]),
+        ("conv_dil2_ic_over", _conv(c=n // 2 + 1, oc=32, dilation=(2, 2), pad=(0, 0, 0, 0)), []),
+        ("conv_dil_w_only", _conv(c=n // 2 + 1, oc=32, dilation=(1, 2), pad=(0, 0, 0, 0)), []),
         ("conv_pad_max", _conv(dilation=(2, 2), pad=(4, 4, 4, 4)), []),
         ("conv_pad_top", _conv(dilation=(2, 2), pad=(5, 0, 0, 0)),
          [f"pad_top 5 exceeds [0,4] ((kernel_h-1)*dilation_h) on {t}"]),
@@ -96,14 +97,16 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
         ("conv_pad_zero", _conv(pad=(0, 0, 0, 0)), []),
         ("conv_pad_negative", _conv(pad=(-1, 0, 0, 0)), [f"pad_top -1 is below [0,2] on {t}"]),
         ("conv_in_size_max", _conv(c=c_in_ok, kernel=(16, 16), pad=(0, 0, 0, 0)), []),
-        ("conv_in_size_over", _conv(c=c_in_ok + 1, kernel=(16, 16), pad=(0, 0, 0, 0)),
-         [in_size16]),
-        ("conv_in_size_kw_first", _conv(c=2 * c_in_ok + 1, kernel=(16, 8), pad=(0, 0, 0, 0)),
-         [f"kw*kh*ceil(ic/cp) = 8*16*ceil({2 * c_in_ok + 1}/{cp}) = {128 * (2 * bd // 256 + 1)} "
-          f"exceeds bank_depth {bd} on {t}"]),
+        ("conv_in_size_over", _conv(c=c_in_ok + 1, kernel=(16, 16), pad=(0, 0, 0, 0)), []),
+        ("conv_in_size_kw_first", _conv(c=2 * c_in_ok + 1, kernel=(16, 8), pad=(0, 0, 0, 0)), []),
+        ("conv_split_relu6", _conv(c=c_in_ok + 1, kernel=(16, 16), pad=(0, 0, 0, 0), activation="relu6"),
+         [f"activation relu6 of a conv split over input channels (too many for one CONV) is applied by the ELEW "
+          f"add summing the partial convs, which supports relu on {t}"]),
+        ("conv_grouped_in_size_over", _conv(c=2 * (c_in_ok + 1), oc=64, groups=2, kernel=(16, 16),
+                                            pad=(0, 0, 0, 0)),
+         [f"each of the 2 group convs: {in_size16}"]),
         ("conv_oc_max", _conv(oc=n, kernel=(1, 1), pad=(0, 0, 0, 0)), []),
-        ("conv_oc_over", _conv(oc=n + 1, kernel=(1, 1), pad=(0, 0, 0, 0)),
-         [f"output channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("conv_oc_over", _conv(oc=n + 1, kernel=(1, 1), pad=(0, 0, 0, 0)), []),
         ("conv_relu", _conv(activation="relu"), []),
         ("conv_relu6", _conv(activation="relu6"), []),
         ("conv_leaky_26", _conv(activation="leaky_relu", alpha=26 / 256), []),
@@ -306,11 +309,10 @@ def cases(arch: Arch) -> list[tuple[str, OpDesc, list[str]]]:
          [f"activation relu not supported for upsample_nearest on {t} (supported: none)"]),
         # ---- dense (1x1 conv over a 1x1 map)
         ("dense_in_max", _dense(bd * cp), []),
-        ("dense_in_over", _dense(bd * cp + 1),
-         [f"kw*kh*ceil(ic/cp) = 1*1*ceil({bd * cp + 1}/{cp}) = {bd + 1} exceeds bank_depth {bd} on {t}"]),
+        ("dense_in_over", _dense(bd * cp + 1), []),
         ("dense_nchw_in", OpDesc("dense", (1, 8, 4, 4), (1, 10)), []),
         ("dense_oc_max", _dense(64, oc=n), []),
-        ("dense_oc_over", _dense(64, oc=n + 1), [f"output channels {n + 1} exceed 256*{cp}={n} on {t}"]),
+        ("dense_oc_over", _dense(64, oc=n + 1), []),
         ("dense_relu", _dense(64, activation="relu"), []),
         ("dense_hswish", _dense(64, activation="hard_swish"),
          [f"activation hard_swish not supported for dense on {t} (supported: {conv_acts})"]),
@@ -410,8 +412,8 @@ def test_board_names_its_dpu():
     assert check_op(arch, _conv(activation="leaky_relu", alpha=0.2)) == [
         "LeakyReLU alpha 0.2 quantizes to 51/256, DPU supports only 26/256 on DPUCZDX8G_ISA1_B4096 (zcu102)"
     ]
-    assert check_op(load_arch("dnnvm-zu2"), _conv(oc=4096, kernel=(1, 1), pad=(0, 0, 0, 0))) == [
-        "output channels 4096 exceed 256*12=3072 on DPUCZDX8G_ISA1_B1152 (dnnvm-zu2)"
+    assert check_op(load_arch("dnnvm-zu2"), _conv(kernel=(17, 17), pad=(0, 0, 0, 0))) == [
+        "kernel 17x17 exceeds [1,16] on DPUCZDX8G_ISA1_B1152 (dnnvm-zu2)"
     ]
 
 
@@ -419,21 +421,67 @@ def test_brief_examples():
     b4096, b1152 = load_arch("B4096"), load_arch("B1152")
     assert check_op(b4096, _conv(kernel=(17, 17), pad=(0, 0, 0, 0))) == [
         "kernel 17x17 exceeds [1,16] on DPUCZDX8G_ISA1_B4096"]
-    assert check_op(b1152, _conv(oc=4096, kernel=(1, 1), pad=(0, 0, 0, 0))) == [
-        "output channels 4096 exceed 256*12=3072 on DPUCZDX8G_ISA1_B1152"]
-    assert check_op(b4096, _conv(c=4096, pad=(0, 0, 0, 0))) == [
-        "kw*kh*ceil(ic/cp) = 3*3*ceil(4096/16) = 2304 exceeds bank_depth 2048 on DPUCZDX8G_ISA1_B4096"]
+    # split on ISA1 (output-channel chunks, input-channel slices), rejected where the profile does not split
+    assert check_op(b1152, _conv(oc=4096, kernel=(1, 1), pad=(0, 0, 0, 0))) == []
+    assert check_op(b4096, _conv(c=4096, pad=(0, 0, 0, 0))) == []
+    isa0 = dataclasses.replace(b4096, isa=0, save_argmax=False)
+    assert check_op(isa0, _conv(c=4096, pad=(0, 0, 0, 0))) == [
+        "kw*kh*ceil(ic/cp) = 3*3*ceil(4096/16) = 2304 exceeds bank_depth 2048 on DPUCZDX8G_ISA0_B4096"]
 
 
 @pytest.mark.parametrize("name,expected", [
-    ("DPUCZDX8G_ISA1_B1152",
-     ["kw*kh*ceil(ic/cp) = 1*1*ceil(25088/12) = 2091 exceeds bank_depth 2048 on DPUCZDX8G_ISA1_B1152",
-      "output channels 4096 exceed 256*12=3072 on DPUCZDX8G_ISA1_B1152"]),
+    ("DPUCZDX8G_ISA1_B1152", []),  # split: 2 input-channel slices, 2 output-channel chunks
     ("DPUCZDX8G_ISA1_B4096", []),
 ])
 def test_vgg_fc6(name, expected):
     # VGG-16 fc6: 512x7x7 = 25088 features
     assert check_op(load_arch(name), OpDesc("dense", (1, 512, 7, 7), (1, 4096))) == expected
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_isa0_no_split(name):
+    """The ISA0 profile has no split rule: the reduction and output-channel limits stay rejections."""
+    arch = dataclasses.replace(load_arch(name), isa=0, save_argmax=False)
+    t, cp, n = arch.dpu_name, arch.channel_parallel, 256 * arch.channel_parallel
+    assert check_op(arch, _conv(c=n + 1, oc=n + 1, kernel=(1, 1), pad=(0, 0, 0, 0))) == [
+        f"dilation*input_channels = 1*{n + 1} = {n + 1} exceeds 256*{cp}={n} on {t}",
+        f"output channels {n + 1} exceed 256*{cp}={n} on {t}"]
+    assert input_channel_chunks(arch, _conv(c=n + 1, kernel=(1, 1), pad=(0, 0, 0, 0))) == []
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_input_channel_chunks(name):
+    arch = load_arch(name)
+    cp, bd = arch.channel_parallel, arch.bank_depth
+    # fits one CONV: one slice
+    assert input_channel_chunks(arch, _conv(c=64)) == [(0, 64)]
+    # VGG-16 fc6 as the frontend gives it (a 7x7 conv over 512 channels): slices of whole channel groups, each
+    # within bank_depth rows of weights
+    fc6 = _conv(c=512, oc=4096, kernel=(7, 7), pad=(0, 0, 0, 0))
+    slices = input_channel_chunks(arch, fc6)
+    assert sum(c for _, c in slices) == 512 and [c0 for c0, _ in slices] == [0] + list(
+        np.cumsum([c for _, c in slices])[:-1])
+    assert all(c0 % cp == 0 and 49 * -(-c // cp) <= bd for c0, c in slices)
+    assert len(slices) == (1 if 49 * -(-512 // cp) <= bd else 2)
+    # dilation*input_channels: slices of at most 256/d channel groups
+    dil = _conv(c=512 * cp + 1, oc=32, dilation=(2, 2), pad=(0, 0, 0, 0))
+    slices = input_channel_chunks(arch, dil)
+    assert all(2 * c <= 256 * cp for _, c in slices) and sum(c for _, c in slices) == 512 * cp + 1
+    # one channel group alone too big for the bank: no slicing helps
+    huge = _conv(c=2 * cp, oc=32, kernel=(16, 16), pad=(0, 0, 0, 0))
+    assert input_channel_chunks(dataclasses.replace(arch, bank_depth=255), huge) == []
+    # grouped and depthwise convs are not split
+    grouped = _conv(c=2 * (bd // 256 * cp + 1), oc=64, groups=2, kernel=(16, 16), pad=(0, 0, 0, 0))
+    assert check_op(arch, grouped) and input_channel_chunks(arch, grouped) == []
+
+
+def test_placement_note_of_split_fc():
+    from tvm_dpu.arch.limits import placement_note
+
+    note = placement_note(load_arch("dnnvm-zu2"), _conv(c=512, oc=4096, kernel=(7, 7), pad=(0, 0, 0, 0)))
+    assert note == ("input channels split into 2 slices of at most 264: 2 partial convs summed by ELEW add; "
+                    "output channels in 2 CONV chunks of at most 256 channel groups")
+    assert placement_note(load_arch("B4096"), _conv(c=512, oc=4096, kernel=(7, 7), pad=(0, 0, 0, 0))) is None
 
 
 # ---- the table's DPUCZDX8G (ISA0) column for pooling ------------------------------------------

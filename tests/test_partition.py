@@ -113,16 +113,16 @@ def test_registered_patterns_work_outside_partition():
     """get_patterns_with_prefix("dpu") checks against DPUCZDX8G_ISA1_B4096 when no partition is running."""
     from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
 
-    for oc, n_dpu in ((4096, 1), (4097, 0)):
-        net = Net((1, 4, 4, 4))
-        mod = from_onnx(net.model(net.conv("input", oc, k=1)))
+    for k, n_dpu in ((16, 1), (17, 0)):
+        net = Net((1, 4, 20, 20))
+        mod = from_onnx(net.model(net.conv("input", 8, k=k, pad=0)))
         fused = relax.transform.FuseOpsByPattern(get_patterns_with_prefix("dpu"), annotate_codegen=True)(mod)
         assert len([f for f in fused.functions.values() if f.attrs is not None and "Codegen" in f.attrs]) == n_dpu
 
 
 def test_dpu_patterns_bound_to_an_arch_drive_fuse_ops_by_pattern():
-    net = Net((1, 4, 8, 8))
-    y = net.conv("input", 4096, k=1)
+    net = Net((1, 8, 8, 8))
+    y = net.conv("input", 8192, k=1, group=2)  # group convs of 4096 outputs: <= 256*16, > 256*12
     mod = from_onnx(net.model(y))
     for arch, n_dpu in ((B4096, 1), (B1152, 0)):
         fused = relax.transform.FuseOpsByPattern(dpu_patterns(arch), bind_constants=True, annotate_codegen=True)(mod)
@@ -164,10 +164,13 @@ LIMIT_CASES = [
      "conv", "kernel 17x17 exceeds [1,16] on DPUCZDX8G_ISA1_B4096"),
     ("stride", _conv_case((1, 8, 40, 40), oc=8, k=3, stride=8), _conv_case((1, 8, 40, 40), oc=8, k=3, stride=9),
      B4096, "conv", "stride 9x9 exceeds [1,8] on DPUCZDX8G_ISA1_B4096"),
-    ("out_channels", _conv_case((1, 4, 4, 4), oc=3072, k=1), _conv_case((1, 4, 4, 4), oc=3073, k=1), B1152,
+    # an ungrouped conv2d beyond the channel limits is split (test_fc_split.py); transposed and depthwise convs
+    # are not
+    ("out_channels", _conv_case((1, 4, 4, 4), oc=3072, k=2, stride=2, transpose=True),
+     _conv_case((1, 4, 4, 4), oc=3073, k=2, stride=2, transpose=True), B1152,
      "conv", "output channels 3073 exceed 256*12=3072 on DPUCZDX8G_ISA1_B1152"),
-    ("dilation", _conv_case((1, 2048, 8, 8), oc=4, k=3, dilation=2, pad=2),
-     _conv_case((1, 2049, 8, 8), oc=4, k=3, dilation=2, pad=2), B4096,
+    ("dilation", _conv_case((1, 2048, 8, 8), oc=2048, k=3, dilation=2, pad=2, group=2048),
+     _conv_case((1, 2049, 8, 8), oc=2049, k=3, dilation=2, pad=2, group=2049), B4096,
      "conv", "dilation*input_channels = 2*2049 = 4098 exceeds 256*16=4096 on DPUCZDX8G_ISA1_B4096"),
     ("pad", _conv_case((1, 8, 8, 8), oc=8, k=3, pad=2), _conv_case((1, 8, 8, 8), oc=8, k=3, pad=3), B4096, "conv",
      "; ".join(f"pad_{side} 3 exceeds [0,2] ((kernel_{hw}-1)*dilation_{hw}) on DPUCZDX8G_ISA1_B4096"
@@ -179,7 +182,8 @@ LIMIT_CASES = [
                for side, hw in (("top", "h"), ("left", "w"), ("bottom", "h"), ("right", "w")))),
     ("eltwise_channels", _add_case(3072), _add_case(3073), B1152, "add",
      "input channels 3073 exceed 256*12=3072 on DPUCZDX8G_ISA1_B1152"),
-    ("in_size", _conv_case((1, 3632, 3, 3), oc=1, k=3), _conv_case((1, 3648, 3, 3), oc=1, k=3), B4096,
+    ("in_size", _conv_case((1, 3632, 3, 3), oc=3632, k=3, group=3632),
+     _conv_case((1, 3648, 3, 3), oc=3648, k=3, group=3648), B4096,
      "conv", "kw*kh*ceil(ic/cp) = 3*3*ceil(3648/16) = 2052 exceeds bank_depth 2048 on DPUCZDX8G_ISA1_B4096"),
     # a grouped conv is checked as one of its group convs
     ("groups", _conv_case((1, 8, 2, 2), oc=8192, k=1, group=2), _conv_case((1, 8, 2, 2), oc=8194, k=1, group=2),
@@ -202,13 +206,15 @@ def test_limit_both_sides(case):
     assert bad.node(node).reason == reason
 
 
-def test_out_channels_4096_fits_b4096_not_b1152():
+def test_out_channels_4096_one_chunk_on_b4096_two_on_b1152():
     net = Net((1, 4, 4, 4))
     y = net.conv("input", 4096, k=1, name="conv")
     model = net.model(y)
-    assert run(model, B4096)[2].node("conv").device == "dpu"
-    bad = run(model, B1152)[2].node("conv")
-    assert (bad.device, bad.reason) == ("cpu", "output channels 4096 exceed 256*12=3072 on DPUCZDX8G_ISA1_B1152")
+    one = run(model, B4096)[2].node("conv")
+    assert (one.device, one.note) == ("dpu", None)
+    two = run(model, B1152)[2].node("conv")
+    assert (two.device, two.reason) == ("dpu", None)
+    assert two.note == "output channels in 2 CONV chunks of at most 256 channel groups"
 
 
 @pytest.mark.parametrize("alpha, device", [(0.1, "dpu"), (0.2, "cpu")])

@@ -112,12 +112,91 @@ def _resolve_kind(op: OpDesc, target: str, per_group: bool = False) -> tuple[OpD
 
 def placement_note(arch: Arch, op: OpDesc) -> str | None:
     """How a supported `op` is mapped when that is not one-to-one (for the partition report), else None: a grouped
-    conv2d runs as G group convs."""
+    conv2d runs as G group convs; a split conv as partial convs over input-channel slices summed by ELEW adds,
+    and/or as several CONV chunks of output channels."""
     g = _grouped(op, profile_rules(arch))
-    if not g:
+    if g:
+        return (f"grouped conv decomposed into {g} group convs ({op.in_channels // g} -> {op.out_channels // g} "
+                f"channels each) on the CONV engine")
+    if not _splits(op, profile_rules(arch)):
         return None
-    return (f"grouped conv decomposed into {g} group convs ({op.in_channels // g} -> {op.out_channels // g} "
-            f"channels each) on the CONV engine")
+    notes = []
+    slices = input_channel_chunks(arch, op)
+    if len(slices) > 1:
+        notes.append(f"input channels split into {len(slices)} slices of at most {max(c for _, c in slices)}: "
+                     f"{len(slices)} partial convs summed by ELEW add")
+    # out_channels_max_per_cp is the output-channel groups of one CONV chunk (codegen.tiling.OUT_GROUPS_MAX)
+    per_chunk = profile_rules(arch)[op.kind].get("out_channels_max_per_cp")
+    n_out = math.ceil(op.out_channels / arch.channel_parallel)
+    if per_chunk and n_out > per_chunk:
+        notes.append(f"output channels in {math.ceil(n_out / per_chunk)} CONV chunks of at most {per_chunk} "
+                     f"channel groups")
+    return "; ".join(notes) or None
+
+
+def _splits(op: OpDesc, rules_by_kind: dict[str, Any]) -> bool:
+    """Whether the profile splits `op` where it exceeds a per-instruction field (rule "split": true; an ungrouped
+    conv2d or a dense)."""
+    return op.kind in ("conv2d", "dense") and op.groups == 1 and bool(rules_by_kind.get(op.kind, {}).get("split"))
+
+
+def _reduction(op: OpDesc) -> tuple[int, int, int, int]:
+    """(input channels, kh, kw, dilation) of the reduction one CONV does for `op`, as the in-size rules see it (a
+    dense is a 1x1 conv over its flattened features)."""
+    if op.kind == "dense":
+        return math.prod(int(d) for d in op.in_shape[1:]), 1, 1, 1
+    return op.in_channels, op.kernel[0], op.kernel[1], max(op.dilation)
+
+
+def _reduction_reasons(arch: Arch, rules: dict[str, Any], ic: int, kh: int, kw: int, d: int,
+                       target: str) -> dict[str, list[str]]:
+    """Why one CONV instruction cannot reduce `ic` input channels over a kh x kw kernel, by rule: "dilation"
+    (dilation*input_channels) and "in_size"."""
+    reasons: dict[str, list[str]] = {"dilation": [], "in_size": []}
+    cp = arch.channel_parallel
+    if "dilation_x_ic_max_per_cp" in rules:
+        n = rules["dilation_x_ic_max_per_cp"]
+        if d * ic > n * cp:
+            reasons["dilation"].append(
+                f"dilation*input_channels = {d}*{ic} = {d * ic} exceeds {n}*{cp}={n * cp} on {target}"
+            )
+    if rules.get("in_size"):
+        rows = kw * kh * math.ceil(ic / cp)
+        if rows > arch.bank_depth:
+            reasons["in_size"].append(
+                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {arch.bank_depth} "
+                f"on {target}"
+            )
+    return reasons
+
+
+def input_channel_chunks(arch: Arch, op: OpDesc) -> list[tuple[int, int]]:
+    """The input-channel slices [(c0, c), ...] `op` runs as, one partial conv each: [(0, ic)] when one CONV
+    reduces all its input channels, else the fewest near-equal slices of whole channel groups (cp channels) that
+    each pass the in-size and dilation*input_channels rules (the profile's conv2d / dense "split"); [] when no
+    slicing helps (one channel group alone exceeds them) or the profile does not split `op`."""
+    rules_by_kind = profile_rules(arch)
+    rules = rules_by_kind.get(op.kind, {})
+    ic, kh, kw, d = _reduction(op)
+    if not any(_reduction_reasons(arch, rules, ic, kh, kw, d, "").values()):
+        return [(0, ic)]
+    if not _splits(op, rules_by_kind):
+        return []
+    cp = arch.channel_parallel
+    cap = arch.bank_depth // (kh * kw) if rules.get("in_size") else 1 << 30
+    if "dilation_x_ic_max_per_cp" in rules:
+        cap = min(cap, rules["dilation_x_ic_max_per_cp"] // d)
+    if cap < 1:
+        return []
+    total = math.ceil(ic / cp)
+    k = math.ceil(total / cap)
+    base, extra = divmod(total, k)
+    out, g0 = [], 0
+    for i in range(k):
+        g = base + (1 if i < extra else 0)
+        out.append((g0 * cp, min(g * cp, ic - g0 * cp)))
+        g0 += g
+    return out
 
 
 def _allowed_activations(arch: Arch, source: str | list[str]) -> tuple[str, ...]:
@@ -222,13 +301,16 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
                 reasons += _range(f"kernel_{axis}/stride_{axis} =", k / s, f"{k}/{s}", lo, hi, target)
     if "dilation" in rules:
         reasons += _pair("dilation", (dh, dw), rules["dilation"], target)
-    if "dilation_x_ic_max_per_cp" in rules:
-        n = rules["dilation_x_ic_max_per_cp"]
-        d = max(dh, dw)
-        if d * ic > n * cp:
-            reasons.append(
-                f"dilation*input_channels = {d}*{ic} = {d * ic} exceeds {n}*{cp}={n * cp} on {target}"
-            )
+    reduction = _reduction_reasons(arch, rules, ic, kh, kw, max(dh, dw), target)
+    split = not groups and _splits(op, rules_by_kind)
+    if any(reduction.values()) and split and input_channel_chunks(arch, op):
+        reduction = {}  # partial convs over input-channel slices, summed by ELEW adds (passes/split_conv.py)
+        elew = _allowed_activations(arch, "elew")
+        if op.activation is not None and op.activation not in elew:
+            reasons.append(f"activation {op.activation} of a conv split over input channels (too many for one "
+                           f"CONV) is applied by the ELEW add summing the partial convs, which supports "
+                           f"{', '.join(elew) or 'none'} on {target}")
+    reasons += reduction.get("dilation", [])
     if "pad" in rules:
         lo = rules["pad"]["min"]
         fn, text = _PAD_MAX[rules["pad"]["max"]]
@@ -250,13 +332,7 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         if wraps > n:
             reasons.append(f"kernel_h {kh} with stride_h {sh}: one output row's window spans {wraps} wraps of the "
                            f"PP={pp} image banks, more than the {n} base addresses of an ALU fetch on {target}")
-    if rules.get("in_size"):
-        rows = kw * kh * math.ceil(ic / cp)
-        if rows > arch.bank_depth:
-            reasons.append(
-                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {arch.bank_depth} "
-                f"on {target}"
-            )
+    reasons += reduction.get("in_size", [])
     if rules.get("in_size_phase"):
         sub_h, sub_w = math.ceil(kh / max(sh, 1)), math.ceil(kw / max(sw, 1))
         rows = sub_h * sub_w * math.ceil(ic / cp)
@@ -265,7 +341,7 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
                 f"ceil(kh/sh)*ceil(kw/sw)*ceil(ic/cp) = {sub_h}*{sub_w}*ceil({ic}/{cp}) = {rows} (weights of one "
                 f"output phase) exceeds bank_depth {arch.bank_depth} on {target}"
             )
-    if "out_channels_max_per_cp" in rules:
+    if "out_channels_max_per_cp" in rules and not split:  # split: several CONV chunks of output channels
         n = rules["out_channels_max_per_cp"]
         if oc > n * cp:
             reasons.append(f"output channels {oc} exceed {n}*{cp}={n * cp} on {target}")

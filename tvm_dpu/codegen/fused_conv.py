@@ -21,16 +21,27 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import ConvJob
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, conv_tile, max_valid_rows, split_even
+from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, WindowTile, conv_tile, max_valid_rows,
+                                    split_even)
 from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
 
+def fusable(arch: Arch, graph: Graph, op: Op) -> bool:
+    """Whether conv2d `op` can be a member of a fused pipeline: groups 1, no dilation, not a partial conv (in_slice:
+    its input is a channel slice the pipelines' tile loads do not take) and its output groups within one CONV
+    chunk (the pipelines keep every output group of a tile resident)."""
+    return (op.attrs.get("in_slice") is None and xops.attr(op, "groups") == 1
+            and tuple(xops.attr(op, "dilations")) == (1, 1)
+            and ceil_div(graph.tensors[op.outputs[0]].shape[1], arch.ocp) <= OUT_GROUPS_MAX)
+
+
 def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
     """The ConvJob of a conv2d (weights and biases appended to `params`), as the unfused compiler builds it."""
-    if xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1):
-        raise CodegenError(f"op {op.name!r}: grouped or dilated conv2d cannot be fused")
+    if not fusable(arch, graph, op):
+        raise CodegenError(f"op {op.name!r}: a grouped, dilated or partial (in_slice) conv2d, or one of more than "
+                           f"{OUT_GROUPS_MAX} output-channel groups, cannot be fused")
     q = xops.quant_params(op, graph)
     w = graph.param(op, "weights").data
     win = xops.conv_window(op, graph)
@@ -76,9 +87,8 @@ def hconv_fits(arch: Arch, graph: Graph, convs: list[Op]) -> bool:
     resident at once, and one output tile of every member in half of VB1."""
     if len({_geometry(graph, c) for c in convs}) != 1 or arch.icp != arch.ocp:
         return False
-    for c in convs:
-        if xops.attr(c, "groups") != 1 or tuple(xops.attr(c, "dilations")) != (1, 1):
-            return False
+    if not all(fusable(arch, graph, c) for c in convs):
+        return False
     jobs = [_probe(arch, graph, c) for c in convs]
     cg_in = ceil_div(jobs[0].cin, arch.icp)
     total = sum(ceil_div(j.cout, arch.ocp) for j in jobs)
@@ -89,7 +99,7 @@ def hconv_fits(arch: Arch, graph: Graph, convs: list[Op]) -> bool:
 
 
 def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
-    if arch.icp != arch.ocp or xops.attr(conv, "groups") != 1 or tuple(xops.attr(conv, "dilations")) != (1, 1):
+    if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return False
     job = _probe(arch, graph, conv)
     wrows = job.kh * job.kw * ceil_div(job.cin, arch.icp)
@@ -229,7 +239,7 @@ def _dw_pw_tile(arch: Arch, graph: Graph, dw: Op, pw: Op) -> tuple[int, int] | N
     """(vpp, L) of the dw_pw pipeline, or None: every channel group of the depthwise in one ALU pass, the
     pointwise weights resident, and the dw input window, the dw output (VB1) and the pw output (VB0, reusing
     the consumed window) within half a bank."""
-    if arch.icp != arch.ocp or tuple(xops.attr(dw, "dilations")) != (1, 1):
+    if arch.icp != arch.ocp or tuple(xops.attr(dw, "dilations")) != (1, 1) or not fusable(arch, graph, pw):
         return None
     win = xops.conv_window(dw, graph)
     if win.pads[0] > 15 or win.pads[1] > 15:
@@ -342,9 +352,8 @@ def _conv_pw_tile(arch: Arch, graph: Graph, a: Op, b: Op) -> tuple[int, int] | N
     or None: both convs' weights and biases resident, the pointwise output within the consumed VB0 half."""
     if arch.icp != arch.ocp or not _is_pointwise(graph, b):
         return None
-    for op in (a, b):
-        if xops.attr(op, "groups") != 1 or tuple(xops.attr(op, "dilations")) != (1, 1):
-            return None
+    if not (fusable(arch, graph, a) and fusable(arch, graph, b)):
+        return None
     ja = _probe(arch, graph, a)
     cg_in, cg_mid = ceil_div(ja.cin, arch.icp), ceil_div(ja.cout, arch.ocp)
     cg_out = ceil_div(graph.tensors[b.outputs[0]].shape[1], arch.ocp)
@@ -453,7 +462,7 @@ def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> _ConvPoolTi
     conv input window. The widest strip wins (fewest halo columns)."""
     if arch.icp != arch.ocp or pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
         return None
-    if xops.attr(conv, "groups") != 1 or tuple(xops.attr(conv, "dilations")) != (1, 1):
+    if not fusable(arch, graph, conv):
         return None
     if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
         return None

@@ -26,6 +26,12 @@ MAX_WRAPS = 4
 #: Largest value of the 10-bit minus fields jump_read_endl / LOAD length / CONV length.
 FIELD10 = 1024
 
+#: Most output-channel groups one CONV chunk (one weight load, one SAVE per row) covers: a SAVE's 12-bit minus
+#: channel field carries at most 4096 = 256 * 16 channels (OCP 16 on B4096), which is the Vitis AI table's
+#: out_channels <= 256 * channel_parallel. A per-instruction limit: a conv with more output groups runs as
+#: several chunks (conv.emit_conv), so its output-channel count is not limited.
+OUT_GROUPS_MAX = 256
+
 
 @dataclass(frozen=True)
 class RowPlacement:
@@ -67,14 +73,14 @@ def max_valid_rows(pp: int, vpp_max: int, kh: int, sh: int) -> int:
 def conv_tile(arch: Arch, cin: int, kh: int, kw: int, sh: int, sw: int,
               n_groups: int) -> tuple[int, int, int] | None:
     """(vpp, L, chunk) of the widest CONV tile (vpp output rows, L output columns, chunk resident output-channel
-    groups, at most `n_groups`) whose input window and output fit half an image bank, or None.
+    groups, at most `n_groups` and OUT_GROUPS_MAX) whose input window and output fit half an image bank, or None.
 
     Here rather than in conv.py because it is the bank-geometry rule alone (row-fetch wraps, 10-bit fields), which
     the fused emitters and the analytic timing model (tvm_dpu.timing.analytic) share with the CONV emitter."""
     half = arch.bank_depth // 2
     cg_in = ceil_div(cin, arch.icp)
     vpp = max_valid_rows(arch.pp, arch.pp, kh, sh)
-    chunk = n_groups
+    chunk = min(n_groups, OUT_GROUPS_MAX)
     while chunk >= 1:
         for v in range(vpp, 0, -1):
             nr = (v - 1) * sh + kh

@@ -378,6 +378,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     from tvm_dpu.quant.calib_data import calibration_batches
     from tvm_dpu.passes.from_relax import build_float_xgraph
     from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
+    from tvm_dpu.passes.split_conv import split_large_convs
     from tvm_dpu.quant.calibration import StatsCollector
     from tvm_dpu.quant.quantize import quantize_graph
 
@@ -400,6 +401,8 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     functions = dpu_functions(pmod)
     symbols = list(functions)
     float_graphs = {sym: build_float_xgraph(fn, sym, (call_names or {}).get(sym)) for sym, fn in functions.items()}
+    for fs in float_graphs.values():  # before calibration: the partial sums get fix_points of their own
+        split_large_convs(fs.graph, arch_obj)
     _name_inputs(pmod, float_graphs)
     if fix_points:
         names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)

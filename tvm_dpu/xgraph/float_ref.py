@@ -18,7 +18,7 @@ import numpy as np
 
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Tensor
-from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window
+from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window, sliced_input
 from tvm_dpu.xgraph.validate import validate_graph
 
 FloatEvaluator = Callable[..., np.ndarray]
@@ -85,7 +85,9 @@ _CONV_CHUNK = 1 << 22
 
 
 def eval_conv2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
-    """conv2d (groups, dilations, pads, strides) and depthwise_conv2d (groups = channels)."""
+    """conv2d (groups, dilations, pads, strides; a partial one over its in_slice) and depthwise_conv2d (groups =
+    channels)."""
+    x = sliced_input(op, graph, x)
     groups = x.shape[1] if op.type == "depthwise_conv2d" else int(attr(op, "groups"))
     t = graph.param(op, "weights")
     assert t is not None
@@ -112,7 +114,8 @@ def eval_conv2d_transpose(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 
 def eval_dense(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
-    """Dense over the (C, H, W) input flattened in C, H, W order; output (N, O, 1, 1)."""
+    """Dense over the (C, H, W) input (of its in_slice) flattened in C, H, W order; output (N, O, 1, 1)."""
+    x = sliced_input(op, graph, x)
     w = _param(op, graph, "weights")
     assert w is not None
     w = w.reshape(dense_weights_shape(op, graph))

@@ -12,7 +12,7 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.quant.fixpoint import RELU6_MAX, saturate_int8, shift_round
 from tvm_dpu.quant.rules import ConvQuant
 from tvm_dpu.xgraph.graph import Graph, Op
-from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, quant_params
+from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, quant_params, sliced_input
 
 #: Below this many terms per output an int8 x int8 sum is exact in float64 (|acc| < 2**53), so the
 #: accumulation can use BLAS: 2**53 / 2**14.
@@ -78,7 +78,8 @@ def _bias(op: Op, graph: Graph) -> np.ndarray | None:
 
 
 def eval_conv2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
-    """conv2d and depthwise_conv2d."""
+    """conv2d (a partial one over its in_slice) and depthwise_conv2d."""
+    x = sliced_input(op, graph, x)
     w = graph.param(op, "weights").data  # type: ignore[union-attr]
     groups = x.shape[1] if op.type == "depthwise_conv2d" else int(attr(op, "groups"))
     acc = conv_accumulate(x, w, conv_window(op, graph), groups)
@@ -86,7 +87,8 @@ def eval_conv2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 
 def eval_dense(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
-    """Dense = conv whose kernel covers the whole (C, H, W) input; flattening order C, H, W."""
+    """Dense = conv whose kernel covers the whole (C, H, W) input (of its in_slice); flattening order C, H, W."""
+    x = sliced_input(op, graph, x)
     w = graph.param(op, "weights").data.reshape(dense_weights_shape(op, graph))  # type: ignore[union-attr]
     acc = conv_accumulate(x, w, conv_window(op, graph))
     return requantize(acc, _bias(op, graph), quant_params(op, graph))

@@ -3,16 +3,21 @@
 Attribute conventions (all JSON scalars / lists; pairs are (h, w); pads are [top, left, bottom, right]):
 
 =================== ======================================================================================
-conv2d              strides=[1,1], pads=[0,0,0,0], dilations=[1,1], groups=1, act="none", alpha (leaky).
+conv2d              strides=[1,1], pads=[0,0,0,0], dilations=[1,1], groups=1, act="none", alpha (leaky),
+                    in_slice=None.
                     params: weights (O, I/groups, kh, kw) int8, bias (O,) int8 optional.
+                    in_slice [c0, c] (groups 1): a PARTIAL conv reading only input channels [c0, c0 + c); its
+                    weights are (O, c, kh, kw). passes/split_conv.py makes them (a reduction too long for one
+                    CONV becomes partial convs summed by eltwise adds); every consumer of the op sees only the
+                    slice (`conv_input_slice`).
 depthwise_conv2d    as conv2d; weights (C, 1, kh, kw); runs on the ALU (act none/relu/relu6).
 conv2d_transpose    strides, pads, dilations, output_padding=[0,0], groups=1, act; weights (I, O/groups, kh, kw)
                     (the ONNX / Relax layout). Computed as a stride-1 conv over the input with (s-1) zeros
                     inserted between pixels, padded by d*(k-1) - pad (plus output_padding at the bottom/right),
                     with the kernel flipped and its in/out axes swapped. groups == C_in == C_out (weights
                     (C, 1, kh, kw)) is a depthwise transposed conv: it runs on the ALU (act none/relu/relu6).
-dense               act; weights (O, C*H*W) or (O, C, H, W): a conv whose kernel covers the whole input; output
-                    (N, O, 1, 1).
+dense               act, in_slice=None; weights (O, C*H*W) or (O, C, H, W): a conv whose kernel covers the whole
+                    input; output (N, O, 1, 1). in_slice as conv2d (C is then the slice's channel count).
 max_pool2d          kernel (required), strides=[1,1], pads=[0,0,0,0]. Padding value -128.
 avg_pool2d          kernel (required unless global), strides=[1,1], pads=[0,0,0,0], global=False,
                     count_include_pad=True. The DPU always divides by kh*kw (count_include_pad semantics);
@@ -55,14 +60,17 @@ class OpSpec:
 
 _CONV_DEFAULTS = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1, "act": "none",
                   "alpha": None}
+#: Op types that may carry the in_slice attribute (a partial conv over a slice of input channels).
+PARTIAL_TYPES = ("conv2d", "dense")
 _POOL_DEFAULTS = {"strides": [1, 1], "pads": [0, 0, 0, 0]}
 
 OP_SPECS: dict[str, OpSpec] = {
-    "conv2d": OpSpec(dict(_CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
+    "conv2d": OpSpec(dict(_CONV_DEFAULTS, in_slice=None), params=("weights",), optional_params=("bias",)),
     "depthwise_conv2d": OpSpec(dict(_CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
     "conv2d_transpose": OpSpec(dict(_CONV_DEFAULTS, output_padding=[0, 0]), params=("weights",),
                                optional_params=("bias",)),
-    "dense": OpSpec({"act": "none", "alpha": None}, params=("weights",), optional_params=("bias",)),
+    "dense": OpSpec({"act": "none", "alpha": None, "in_slice": None}, params=("weights",),
+                    optional_params=("bias",)),
     "max_pool2d": OpSpec(dict(_POOL_DEFAULTS), required=("kernel",)),
     "avg_pool2d": OpSpec(dict(_POOL_DEFAULTS, kernel=None, count_include_pad=True, **{"global": False})),
     "eltwise_add": OpSpec({"act": "none"}, n_inputs=(1, 4)),
@@ -127,6 +135,33 @@ def fmap_shape(graph: Graph, name: str, op: Op) -> tuple[int, int, int, int]:
     return t.shape  # type: ignore[return-value]
 
 
+def conv_input_slice(op: Op, graph: Graph) -> tuple[int, int] | None:
+    """(c0, c) of a partial conv (attr in_slice: it reads input channels [c0, c0 + c) only), None for an op that
+    reads its whole input; GraphError naming the op for a slice outside the input or on a grouped conv."""
+    if op.type not in PARTIAL_TYPES or attr(op, "in_slice") is None:
+        return None
+    c0, c = _ints(op, "in_slice", 2, 0)
+    cin = fmap_shape(graph, op.inputs[0], op)[1]
+    if c < 1 or c0 + c > cin:
+        raise GraphError(f"{op.where()}: in_slice [{c0}, {c}] is not a slice of the {cin} input channels")
+    if op.type == "conv2d" and attr(op, "groups") != 1:
+        raise GraphError(f"{op.where()}: in_slice needs groups 1, got groups {attr(op, 'groups')}")
+    return c0, c
+
+
+def conv_input_shape(op: Op, graph: Graph) -> tuple[int, int, int, int]:
+    """The (N, C, H, W) a conv-class op reduces over: its input's, with C narrowed to the in_slice of a partial."""
+    n, c, h, w = fmap_shape(graph, op.inputs[0], op)
+    sl = conv_input_slice(op, graph)
+    return (n, c if sl is None else sl[1], h, w)
+
+
+def sliced_input(op: Op, graph: Graph, x: Any) -> Any:
+    """`x` (an (N, C, H, W) array) restricted to the channels `op` reads (the in_slice of a partial conv)."""
+    sl = conv_input_slice(op, graph)
+    return x if sl is None else x[:, sl[0]:sl[0] + sl[1]]
+
+
 def conv_window(op: Op, graph: Graph) -> Window:
     """Window of conv2d / depthwise_conv2d / dense (dense: kernel = whole input, no padding)."""
     w = graph.param(op, "weights")
@@ -155,7 +190,7 @@ def dense_weights_shape(op: Op, graph: Graph) -> tuple[int, int, int, int]:
     """Dense weights viewed as (O, C, H, W) over the input feature map."""
     w = graph.param(op, "weights")
     assert w is not None
-    _, c, h, wd = fmap_shape(graph, op.inputs[0], op)
+    _, c, h, wd = conv_input_shape(op, graph)
     if len(w.shape) == 2 and w.shape[1] == c * h * wd:
         return (w.shape[0], c, h, wd)
     if tuple(w.shape[1:]) == (c, h, wd):
@@ -180,6 +215,9 @@ def op_macs(op: Op, graph: Graph) -> int:
 def layer_desc(op: Op, graph: Graph) -> LayerDesc:
     """The cost-model view of `op` (tvm_dpu.types.LayerDesc)."""
     tdesc = lambda n: TensorDesc(n, tuple(graph.tensors[n].shape), graph.tensors[n].is_const)  # noqa: E731
+    inputs = [tdesc(n) for n in op.inputs]
+    if conv_input_slice(op, graph) is not None:  # a partial conv loads and reduces its slice only
+        inputs[0] = TensorDesc(op.inputs[0], conv_input_shape(op, graph))
     win = None
     if op.type in ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense"):
         win = conv_window(op, graph)
@@ -187,7 +225,7 @@ def layer_desc(op: Op, graph: Graph) -> LayerDesc:
         win = pool_window(op, graph)
     wname = op.params.get("weights")
     return LayerDesc(
-        op.name, op.type, tuple(tdesc(n) for n in op.inputs), tuple(tdesc(n) for n in op.outputs),
+        op.name, op.type, tuple(inputs), tuple(tdesc(n) for n in op.outputs),
         window=(win.kh, win.kw, win.sh, win.sw) if win else (1, 1, 1, 1),
         pads=tuple(win.pads) if win else (0, 0, 0, 0),
         groups=int(attr(op, "groups")) if op.type in ("conv2d", "conv2d_transpose") else 1,
@@ -255,7 +293,7 @@ def infer_shape(op: Op, graph: Graph) -> tuple[int, ...]:
 
 
 def _infer_conv(op: Op, graph: Graph) -> tuple[int, ...]:
-    n, c, h, w = fmap_shape(graph, op.inputs[0], op)
+    n, c, h, w = conv_input_shape(op, graph)
     wt = graph.param(op, "weights")
     assert wt is not None
     act = attr(op, "act")
