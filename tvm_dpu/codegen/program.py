@@ -97,7 +97,13 @@ class Program:
                 deps.append(self._last_writer[w])
             deps.extend(self._readers.get(w, ()))
         self.entries.append(_Entry(instr, engine, reads, writes, comment))
+        # One wait per source engine, on the newest instruction of that engine this one needs: it completes
+        # after every older one (engines run in order).
+        newest: dict[str, int] = {}
         for d in deps:
+            src = self.entries[d].engine
+            newest[src] = max(d, newest.get(src, -1))
+        for d in newest.values():
             self._depend(idx, d)
         self._last_of_engine[engine] = idx
         for r in reads:
@@ -119,12 +125,13 @@ class Program:
         key = (src, dst)
         if self._covered.get(key, -1) >= dep:
             return
-        # Post from the latest src-engine instruction emitted so far (it completes after `dep`), so one token
-        # covers everything this waiter needs from that engine.
-        latest = self._last_of_engine[src]
-        self.entries[latest].instr.dpdby |= ENGINE_BITS[dst]
+        # Post from `dep` itself, not from a later instruction of its engine: a later post would make the waiter
+        # wait for work it does not need (e.g. the LOADs of tile t+1 for the CONVs of tile t instead of t-1,
+        # which serialises the double buffer). Token order stays consistent: every earlier post of src to dst
+        # is at an index <= covered < dep, so the posts reach dst in the order of its waits.
+        self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
         self.entries[idx].instr.dpdon |= ENGINE_BITS[src]
-        self._covered[key] = latest
+        self._covered[key] = dep
 
     def end(self) -> None:
         """Append END, which waits for every engine that has work outstanding."""
