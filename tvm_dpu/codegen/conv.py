@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, conv_tile, max_valid_rows, split_even
+from tvm_dpu.codegen.tiling import FIELD10, CodegenError, RowPlacement, WindowTile, conv_tile, split_even
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -87,6 +87,92 @@ def conv_tile_of(arch: Arch, job: ConvJob) -> tuple[tuple[int, int, int], bool] 
     return None if tile is None else (variant_tile(tile, job.variant), halved)
 
 
+def flat_length(arch: Arch, job: ConvJob, y: FMap, chunk: int) -> int | None:
+    """Row length L of the flat tiling of a pointwise conv, or None when the op is not pointwise.
+
+    A 1x1 conv without padding computes every output pixel from one input pixel, so its tile need not be a
+    rectangle of the image: the output pixels in raster order are cut into tile rows of L pixels, PP rows per
+    tile, a tile row crossing image rows where it must. One CONV then computes PP*L pixels whatever the map's
+    width: on 7x7 and 14x14 maps that is 2-4x fewer CONV instructions (each paying conv_fill_cycles) than
+    rectangles of the image's width, and no output row slots are wasted on the last row tile. L is the longest
+    the banks allow (L input pixels of cg_in rows, L output pixels of `chunk` rows, each within half a bank and
+    the 10-bit fields), shortened by `job.variant` and then balanced over the tiles."""
+    if (job.kh, job.kw) != (1, 1) or any(job.pads):
+        return None
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(job.cin, arch.icp)
+    lmax = min(FIELD10, half) // cg_in
+    lim = min(lmax, half // chunk, FIELD10)
+    if lim < 1:
+        return None
+    lim = variant_tile((arch.pp, lim, chunk), job.variant)[1]
+    pixels = y.h * y.w
+    tiles = ceil_div(pixels, arch.pp * lim)
+    return ceil_div(pixels, tiles * arch.pp)
+
+
+def _runs(y: FMap, k0: int, k1: int) -> list[tuple[int, int, int]]:
+    """The output pixels [k0, k1) in raster order as runs within one image row: [(row, column, count)]."""
+    out = []
+    while k0 < k1:
+        oy, ox = divmod(k0, y.w)
+        n = min(y.w - ox, k1 - k0)
+        out.append((oy, ox, n))
+        k0 += n
+    return out
+
+
+def _merge(runs: list[tuple[int, int, int]], addr, pitch: int) -> list[tuple[int, int, int]]:
+    """Runs as (first pixel index within the tile row, DDR address, count), consecutive runs merged when the
+    next one starts where the previous one's pitch leads (a DDR-contiguous map): fewer, longer transfers."""
+    out: list[list[int]] = []
+    j = 0
+    for oy, ox, n in runs:
+        a = addr(oy, ox)
+        if out and out[-1][1] + out[-1][2] * pitch == a and out[-1][2] + n <= FIELD10:
+            out[-1][2] += n
+        else:
+            out.append([j, a, n])
+        j += n
+    return [tuple(r) for r in out]
+
+
+def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, k0: int,
+                    length: int, g0: int, n: int, cg_in: int, base: int, banks: tuple[int, int, int], wbase: int,
+                    params: tuple) -> None:
+    """One flat tile of a pointwise conv (flat_length): tile row r holds output pixels k0 + r*L ... of the raster
+    order, its input pixels packed at pixel pitch cg_in in image bank r (row-fetch rule with stride 1, a single
+    wrap), its outputs at pitch n in VB1 bank r. The last row may be partial: the CONV computes the slots past
+    the end from stale bank rows, and nothing saves them."""
+    vb0, vb1, buf = banks
+    total = y.h * y.w
+    vpp = min(arch.pp, ceil_div(total - k0, length))
+    place = RowPlacement(arch.pp, 1, length * cg_in, cg_in, base)
+    channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
+    rows = [_runs(y, k0 + r * length, min(total, k0 + (r + 1) * length)) for r in range(vpp)]
+    for r, runs in enumerate(rows):
+        for j, a, cnt in _merge(runs, lambda oy, ox: x.addr(oy * job.sh, ox * job.sw), job.sw * x.pixel_pitch):
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + r,
+                      bank_addr=(base + j * cg_in) % arch.bank_depth, length=cnt, channel=job.cin,
+                      jump_read=job.sw * x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id, ddr_addr=a)
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
+              stride_h=1, kernel_h=1, valid_pixel_parallel=vpp, stride_offset_in=0, stride_w=1, kernel_w=1,
+              stride_offset_out=0)
+    a = [b % arch.bank_depth for b in place.bases()]
+    for gl in range(n):
+        prog.emit("CONV", reads=(("vb0", buf),) + params, writes=(("vb1", buf),),
+                  pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * cg_in,
+                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
+                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+    for r, runs in enumerate(rows):
+        for j, a_out, cnt in _merge(runs, lambda oy, ox: y.addr(oy, ox, g0 * arch.ocp), y.pixel_pitch):
+            prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r,
+                      bank_addr=(base + j * n) % arch.bank_depth, length=cnt, channel=channels, jump_read=n,
+                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a_out)
+
+
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
     name the DDR tensors for the dependency tracker."""
@@ -107,7 +193,7 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     vb1 = arch.bank_group("VB1").base_id
     convw = arch.bank_group("CONVW").base_id
     bias_bank = arch.bank_group("BIAS").base_id
-    pt, pl, _, _ = job.pads
+    flat = flat_length(arch, job, y, chunk)
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
     col_tiles = split_even(y.w, lmax)
     buf = 0
@@ -128,6 +214,12 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         prog.emit("LOAD", reads=(("ddr", "params"),), writes=b_res,
                   bank_id=bias_bank, bank_addr=wbase, length=n, channel=ocp, jump_read=ocp, jump_write=1,
                   reg_id=job.params_reg, ddr_addr=job.b_offset + g0 * ocp)
+        if flat is not None:
+            for k0 in range(0, y.h * y.w, arch.pp * flat):
+                _emit_flat_tile(prog, arch, job, x, y, x_res, y_res, k0, flat, g0, n, cg_in, buf * half,
+                                (vb0, vb1, buf), wbase, w_res + b_res)
+                buf ^= 1
+            continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
                 _emit_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf * half,
