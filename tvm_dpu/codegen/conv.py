@@ -14,7 +14,9 @@ Schedule (DNNVM's tiling rule, Eq. 5-6, for a single layer):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
@@ -41,11 +43,73 @@ class ConvJob:
     b_offset: int  # byte offset of the packed biases (cg_out * OCP bytes)
     params_reg: int = 0
     variant: str = "wide"  # one of CONV_VARIANTS
+    aug: "Augment | None" = None  # set: this job is the channel-augmented form of a conv (see Augment)
 
     @property
     def geometry(self) -> tuple[int, int, int, int, int]:
         """(cin, kh, kw, sh, sw): what the tile choice (tiling.conv_tile) depends on."""
         return self.cin, self.kh, self.kw, self.sh, self.sw
+
+
+#: DDR bytes kept free before and after a map a channel-augmented conv reads: its edge items read (masked) bytes
+#: up to pad_left * C before a row and past the last one (at most AUG_MAX_CHANNEL).
+AUG_MARGIN = 64
+
+#: Largest item a LOAD may mask (channel <= 64, isa1-semantics.md 5.1), and the 5-bit pad_start / pad_end.
+AUG_MAX_CHANNEL = 64
+_PAD5 = 31
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Channel augmentation of a conv over few input channels (a first layer on the RGB image): each LOAD item is
+    the kw*C bytes of kw consecutive input pixels (items overlap in DDR, `jump_read` = sw*C), so the conv becomes
+    a kh x 1 conv with stride (sh, 1) over kw*C channels. A CONV then spends kh*ceil(kw*C/ICP) cycles per column
+    instead of kh*kw*ceil(C/ICP) (7x7 over 3 channels with ICP 12: 14 instead of 49). The LOAD's pad_start /
+    pad_end / pad_idx zero the bytes of the items that lie in the left / right padding (isa1-semantics.md 5.1).
+    Fields: the original kernel width, horizontal stride, left padding and input channels."""
+
+    kw: int
+    sw: int
+    pad_left: int
+    cin: int
+
+    @property
+    def channels(self) -> int:
+        return self.kw * self.cin
+
+
+#: DMA cycles per augmented LOAD item, an estimate: the items overlap in DDR, so each is a burst of its own (a
+#: 4-beat address/turnaround overhead plus its data beats, on two 128-bit AXI ports: PG338, docs/timing-model.md).
+def _aug_item_cycles(channels: int) -> float:
+    return (ceil_div(channels, 16) + 4) / 2
+
+
+def augmentation(arch: Arch, cin: int, cout: int, kh: int, kw: int, sh: int, sw: int,
+                 pads: tuple[int, int, int, int], pixel_pitch: int) -> Augment | None:
+    """The channel augmentation of a conv (Augment), or None when it does not fit the LOAD's masking fields or
+    would not be faster. Per output column of a tile, the plain conv's CONVs take n*kh*kw*cg cycles (n output
+    groups) and its LOADs little (whole rows, contiguous); the augmented conv's CONVs take n*kh*cg' and its LOADs
+    about rows*_aug_item_cycles (one burst per item), which is what a conv with few output groups is bound by."""
+    icp = arch.icp
+    ch = kw * cin
+    pl, pr = pads[1], pads[3]
+    fits = (pixel_pitch == cin and sw <= kw and ch <= AUG_MAX_CHANNEL and pl * cin <= _PAD5
+            and pr * cin + ceil_div(ch, icp) * icp - ch <= _PAD5 and ceil_div(pr, sw) <= 32)
+    if not fits:
+        return None
+    n = ceil_div(cout, arch.ocp)
+    rows = (arch.pp - 1) * sh + kh
+    plain = n * kh * kw * ceil_div(cin, icp)
+    augmented = max(n * kh * ceil_div(ch, icp), rows * _aug_item_cycles(ch))
+    return Augment(kw, sw, pl, cin) if augmented < plain else None
+
+
+def augmented_weights(w_oihw: np.ndarray) -> np.ndarray:
+    """(O, C, kh, kw) weights as the (O, kw*C, kh, 1) weights of the augmented conv: channel j*C + c of an item is
+    channel c of its j-th pixel."""
+    o, c, kh, kw = w_oihw.shape
+    return np.ascontiguousarray(np.asarray(w_oihw).transpose(0, 3, 1, 2).reshape(o, kw * c, kh, 1))
 
 
 #: Instruction-sequence variants of a lone conv (kernel polymorphism): the same outputs, each computed by one CONV
@@ -97,7 +161,7 @@ def flat_length(arch: Arch, job: ConvJob, y: FMap, chunk: int) -> int | None:
     rectangles of the image's width, and no output row slots are wasted on the last row tile. L is the longest
     the banks allow (L input pixels of cg_in rows, L output pixels of `chunk` rows, each within half a bank and
     the 10-bit fields), shortened by `job.variant` and then balanced over the tiles."""
-    if (job.kh, job.kw) != (1, 1) or any(job.pads):
+    if (job.kh, job.kw) != (1, 1) or any(job.pads) or job.aug is not None:
         return None
     half = arch.bank_depth // 2
     cg_in = ceil_div(job.cin, arch.icp)
@@ -173,6 +237,35 @@ def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x
                       jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a_out)
 
 
+def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowTile, bank0: int, x: FMap,
+                          items_w: int, x_res: str, buf_res: tuple) -> None:
+    """One LOAD per image row of the tile's window: item q (output column q) is the kw*C bytes from input column
+    q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right, counted
+    from the ICP-aligned end of the item, isa1-semantics.md 5.1)."""
+    ch, jr = aug.channels, aug.sw * x.pixel_pitch
+    n = tile.in_cols
+    first = tile.x0 * aug.sw - aug.pad_left  # input column of item 0
+    pad_start = max(0, -first) * aug.cin
+    over = [first + i * aug.sw + aug.kw - x.w for i in range(n)]  # input columns past the right edge
+    tail = [i for i in range(n) if over[i] > 0]
+    if tail:
+        pad_idx, pad_end = n - tail[0], over[tail[0]] * aug.cin + ceil_div(ch, arch.icp) * arch.icp - ch
+    else:
+        pad_idx, pad_end = 1, 0  # masks from the aligned end: nothing
+    for h in range(tile.n_rows):
+        yy = tile.y0 + h
+        if not 0 <= yy < x.h:
+            continue
+        bank, row0 = tile.place.where(h)
+        ddr = x.addr(yy, 0) + first * x.pixel_pitch
+        if ddr < 0:
+            raise CodegenError(f"augmented LOAD at DDR offset {ddr}: the input map needs {AUG_MARGIN} bytes of "
+                               "margin before it")
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+                  bank_addr=row0 % arch.bank_depth, length=n, channel=ch, jump_read=jr, jump_write=tile.place.pitch,
+                  reg_id=x.reg_id, ddr_addr=ddr, pad_start=pad_start, pad_end=pad_end, pad_idx=pad_idx)
+
+
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
     name the DDR tensors for the dependency tracker."""
@@ -232,7 +325,11 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res:
                banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
     vb0, vb1, buf = banks
     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in, base)
-    tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
+    if job.aug is None:
+        tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
+    else:
+        _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, ("vb0", buf))
+        x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
     pad_top, pad_left, pad_bottom, pad_right = tile.pads(x)
     place = tile.place
     prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
