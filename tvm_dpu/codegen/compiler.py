@@ -98,11 +98,7 @@ def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozens
             c0 += graph.tensors[name].shape[1]
 
     def root(name: str) -> tuple[str, int]:
-        c0 = 0
-        while name in alias:
-            name, off = alias[name]
-            c0 += off
-        return name, c0
+        return _alias_root(alias, name)
 
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -277,7 +273,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     margin = {op.inputs[0] for op in graph.ops if _augment(arch, graph, op) is not None}
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span, margin)
     params = ParamBlob(keep=keep_params)
-    prog = Program()
+    prog = Program(ddr_roots={n: _alias_root(alias, n)[0] for n in alias})
     op_ranges = []
     for g in groups:
         start = len(prog)
@@ -320,6 +316,16 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
 def _bias_of(graph: Graph, op: Op, n: int) -> np.ndarray:
     b = graph.param(op, "bias", required=False)
     return b.data if b is not None else np.zeros(n, np.int8)
+
+
+def _alias_root(alias: dict[str, tuple[str, int]], name: str) -> tuple[str, int]:
+    """(the tensor whose DDR memory `name` is a slice of, its channel offset there); (name, 0) when not
+    aliased."""
+    c0 = 0
+    while name in alias:
+        name, off = alias[name]
+        c0 += off
+    return name, c0
 
 
 def _augment(arch: Arch, graph: Graph, op: Op) -> Augment | None:

@@ -66,6 +66,10 @@ class Program:
     _init_state: dict = field(default_factory=dict)
     _last_of_engine: dict = field(default_factory=dict)  # engine -> index of its latest instruction
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
+    #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
+    #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
+    #: SAVEs of every producer that wrote a slice.
+    ddr_roots: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -87,7 +91,7 @@ class Program:
         engine = spec.category
         instr = make_instr(name, **fields)
         idx = len(self.entries)
-        reads, writes = _expand(reads), _expand(writes)
+        reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
         deps: list[int] = []
         for r in reads:
             if r in self._last_writer:
@@ -116,6 +120,11 @@ class Program:
             self._init_state[key] = dict(fields)
             self._init_state[key + "@"] = idx
         return idx
+
+    def _canonical(self, resources: tuple) -> tuple:
+        if not self.ddr_roots:
+            return resources
+        return tuple(("ddr", self.ddr_roots.get(r[1], r[1])) + r[2:] if r[0] == "ddr" else r for r in resources)
 
     def _depend(self, idx: int, dep: int) -> None:
         src = self.entries[dep].engine
