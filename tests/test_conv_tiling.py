@@ -9,7 +9,7 @@ import pytest
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen import compiler
 from tvm_dpu.codegen.compiler import compile_graph
-from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length
+from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length, input_ring
 from tvm_dpu.codegen.isa import decode_program
 from tvm_dpu.timing.simulate import simulate
 from test_codegen import ARCHS, _B, _check
@@ -92,3 +92,34 @@ def test_double_buffered_tiles_overlap():
     conv = [i for i, n in enumerate(r.names) if n == "CONV"]
     gaps = np.array(r.start[conv[1:]]) - np.array(r.end[conv[:-1]])
     assert float(np.max(gaps[len(gaps) // 4:])) < 1.0
+
+
+_RING_CASES = [("DPUCZDX8G_ISA1_B4096", 300, 10, 30, 3, 1, 1), ("DPUCZDX8G_ISA1_B4096", 200, 9, 70, 3, 2, 1),
+               ("DPUCZDX8G_ISA1_B4096", 200, 9, 40, 3, 2, 1), ("DPUCZDX8G_ISA1_B1152", 300, 10, 45, 3, 1, 1),
+               ("DPUCZDX8G_ISA1_B1152", 200, 9, 70, 3, 2, 1), ("DPUCZDX8G_ISA1_B1152", 516, 6, 20, 3, 1, 1),
+               ("DPUCZDX8G_ISA1_B1152", 64, 8, 200, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("arch,cin,h,w,k,s,p", _RING_CASES)
+def test_input_ring_tiles_are_bit_exact(arch, cin, h, w, k, s, p):
+    """Wide inputs whose line is bounded by the bank depth: the second tile of each pair starts on another bank
+    (CONV bank_id_in not the group's first bank), then a pool (ALU, bank halves) and a conv read the result."""
+    b = _B(cin + k)
+    y = b.conv(b.input(cin, h, w), 30, k, s, p)
+    _, c, hy, wy = b.shape(y)
+    pooled = b.op("max_pool2d", [y], (1, c, hy // 2, wy // 2), 3, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+    b.conv(pooled, 20, 3, 1, 1)
+    _check(b.g, arch)
+    first = load_arch(arch).bank_group("VB0").base_id
+    convs = _convs(b.g, arch)
+    assert any(c.fields["bank_id_in"] != first for c in convs)
+
+
+def test_input_ring_only_where_it_gives_longer_lines():
+    """3x3 stride 1 on PP 4: 6 fetched rows, 3 slot groups per bank for two tiles instead of 4; a 5x5 kernel
+    (8 rows: 4 either way) keeps the halves."""
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    job = lambda k, p: ConvJob("c", k, k, 1, 1, (p,) * 4, 516, 30, 0, 0, 0, 0, 0)  # noqa: E731
+    ring, length = input_ring(arch, job(3, 1), 4, 3)
+    assert (ring.nk, ring.endl, length) == (6, 682, 13)
+    assert input_ring(arch, job(5, 2), 4, 3) is None

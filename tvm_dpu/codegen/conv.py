@@ -21,7 +21,7 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import FIELD10, CodegenError, RowPlacement, WindowTile, conv_tile, split_even
+from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, CodegenError, RowPlacement, WindowTile, conv_tile, split_even
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -287,9 +287,16 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     convw = arch.bank_group("CONVW").base_id
     bias_bank = arch.bank_group("BIAS").base_id
     flat = flat_length(arch, job, y, chunk)
+    ring = None
+    found_ring = input_ring(arch, job, vpp, chunk) if flat is None else None
+    if found_ring is not None:
+        ring_l = variant_tile((vpp, found_ring[1], chunk), job.variant)[1]
+        if ceil_div(y.w, ring_l) < ceil_div(y.w, lmax):  # fewer column tiles, fewer CONVs
+            ring, lmax = found_ring[0], ring_l
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
     col_tiles = split_even(y.w, lmax)
     buf = 0
+    first = True
     for g0, n in split_even(cg_out, chunk):
         if halved:
             slot = prog.next_slot("convw")
@@ -315,20 +322,78 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
             continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
-                _emit_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf * half,
-                           (vb0, vb1, buf), wbase, w_res + b_res)
+                if ring is None:
+                    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
+                                         cg_in, buf * half)
+                    in_res, conv_reads = (("vb0", buf),), (("vb0", buf),)
+                else:
+                    tile = ring.tile(arch.pp, job, p0, v, q0, length, cg_in, buf)
+                    in_res, conv_reads = ring.resources(buf, first)
+                first = False
+                _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length, g0,
+                           n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res)
                 buf ^= 1
 
 
-def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
-               vpp: int, q0: int, length: int, g0: int, n: int, cg_in: int, base: int,
-               banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
+@dataclass(frozen=True)
+class InputRing:
+    """Input tiles placed round-robin over the image bank group instead of in bank halves.
+
+    A tile of vpp rows fetches nk = ceil(((vpp-1)*sh + kh) / sh) line-slot groups (S = sh rows of E bank rows
+    each); with the first bank always bank 0 and the tile in one half, the first nk % PP banks of the group hold
+    one slot group more than the others and bound the line length. Here the second tile of a double-buffered pair
+    starts on the bank after the first tile's last (row-fetch rule with b0 = bank_id_in mod PP, isa1-semantics.md
+    3.3), so two tiles fill ceil(2*nk/PP) slot groups of every bank evenly: 3 instead of 4 for a 3x3 stride-1
+    conv with vpp = PP = 4, i.e. lines of depth/3 rows instead of depth/4, up to a third fewer column tiles (and
+    CONVs paying conv_fill_cycles). Fields: E (rows between line slots), nk."""
+
+    endl: int
+    nk: int
+
+    def tile(self, pp: int, job: "ConvJob", p0: int, vpp: int, q0: int, length: int, cg_in: int,
+             parity: int) -> WindowTile:
+        start = parity * self.nk  # first slot group of this tile in the ring
+        return WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in,
+                             (start // pp) * job.sh * self.endl, self.endl, start % pp)
+
+    @staticmethod
+    def resources(parity: int, first: bool) -> tuple[tuple, tuple]:
+        """(what a tile's LOADs write, what its CONVs read). The ring overlaps both bank halves the other
+        emitters use, ("vb0", 0) and ("vb0", 1): the op's first LOADs wait for every earlier user of them and its
+        CONVs count as readers of both (the next op's LOADs wait for them), while inside the op the tiles
+        alternate between the ring's own two resources."""
+        own = ("vb0", "ring", parity)
+        halves = (("vb0", 0), ("vb0", 1))
+        return ((own,) + halves if first else (own,)), (own,) + halves
+
+
+def input_ring(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> tuple[InputRing, int] | None:
+    """(InputRing, widest L) when the ring placement allows a longer line than the halves (see InputRing), or
+    None."""
+    s, pp = job.sh, arch.pp
+    nk = ((vpp - 1) * s + job.kh - 1) // s + 1
+    halves_slots = 2 * ((nk - 1) // pp + 1)
+    slots = ceil_div(2 * nk, pp)
+    if slots >= halves_slots or (nk % pp + nk - 1) // pp + 1 > MAX_WRAPS:
+        return None
+    endl = min(FIELD10, arch.bank_depth // slots // s)
+    in_cols = endl // ceil_div(job.cin, arch.icp)
+    if in_cols < job.kw:
+        return None
+    lim = min((in_cols - job.kw) // job.sw + 1, arch.bank_depth // 2 // chunk, FIELD10)
+    return InputRing(endl, nk), lim
+
+
+def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res: tuple, conv_reads: tuple,
+               x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int, q0: int, length: int, g0: int, n: int,
+               cg_in: int, base: int, banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
+    """One output tile: its input window (placed by `tile`) loaded into VB0, one CONV per resident output group
+    into VB1 at `base`, vpp SAVEs."""
     vb0, vb1, buf = banks
-    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in, base)
     if job.aug is None:
-        tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
+        tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, in_res)
     else:
-        _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, ("vb0", buf))
+        _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, in_res)
         x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
     pad_top, pad_left, pad_bottom, pad_right = tile.pads(x)
     place = tile.place
@@ -339,10 +404,11 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res:
     a = [b % arch.bank_depth for b in place.bases()]
     wrows = job.kh * job.kw * cg_in
     for gl in range(n):
-        prog.emit("CONV", reads=(("vb0", buf),) + params, writes=(("vb1", buf),),
+        prog.emit("CONV", reads=conv_reads + params, writes=(("vb1", buf),),
                   pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
                   pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
-                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * wrows,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb0 + place.b0,
+                  bank_addr_weights=wbase + gl * wrows,
                   bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
                   channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
