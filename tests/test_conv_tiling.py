@@ -123,3 +123,40 @@ def test_input_ring_only_where_it_gives_longer_lines():
     ring, length = input_ring(arch, job(3, 1), 4, 3)
     assert (ring.nk, ring.endl, length) == (6, 682, 13)
     assert input_ring(arch, job(5, 2), 4, 3) is None
+
+
+def test_schedule_respects_every_dependency(monkeypatch):
+    """Race check of the dependency tokens on a block using every tiling above (augmented first layer, ring
+    3x3, flat 1x1, pool, add): in the simulated schedule no instruction starts before an instruction of another
+    engine it depends on (read-after-write, write-after-read, write-after-write on a bank half, a parameter slot or
+    a DDR tensor) has completed."""
+    from tvm_dpu.codegen import program
+
+    progs = []
+
+    class Recording(program.Program):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            progs.append(self)
+
+    monkeypatch.setattr(compiler, "Program", Recording)
+    b = _B(5)
+    x = b.conv(b.input(3, 40, 200), 64, 7, 2, 3)  # 20 x 100: a ring 3x3 next
+    y = b.conv(x, 64, 3, 1, 1)
+    z = b.conv(y, 64, 1)
+    b.op("eltwise_add", [x, z], b.shape(z), 3)
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    cs = compile_graph(b.g, arch)
+    p = progs[-1]
+    r = simulate(cs.code, arch)
+    last_writer, readers, late = {}, {}, []
+    for i, e in enumerate(p.entries):
+        reads, writes = p._canonical(program._expand(e.reads)), p._canonical(program._expand(e.writes))
+        deps = [last_writer[x] for x in reads + writes if x in last_writer]
+        deps += [d for w in writes for d in readers.get(w, [])]
+        late += [(d, i) for d in deps if p.entries[d].engine != e.engine and r.done[d] > r.start[i] + 1e-6]
+        for x in reads:
+            readers.setdefault(x, []).append(i)
+        for w in writes:
+            last_writer[w], readers[w] = i, []
+    assert not late
