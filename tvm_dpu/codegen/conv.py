@@ -11,6 +11,16 @@ Schedule (DNNVM's tiling rule, Eq. 5-6, for a single layer):
   (double buffering; the dependency tokens come from program.Program).
 * L is the widest that fits: the input line (L-1)*sw + kw pixels of cg_in rows each within half a bank and the
   10-bit jump_read_endl, the output L pixels of `chunk` rows within half a bank.
+
+Three refinements make the CONVs longer or fewer (each CONV costs conv_fill_cycles beyond its taps x groups x L,
+docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a network's cycles go):
+
+* pointwise convs (1x1, no padding) tile the output in raster order (`flat_length`): PP tile rows of L pixels
+  that may cross image rows, so small maps (7x7, 14x14) need one CONV per group where rectangles need several;
+* first-layer convs over few channels are channel-augmented (`Augment`): kw input pixels per LOAD item, a
+  kh x 1 conv over kw*C channels, when the CONVs it saves outweigh its item-by-item LOADs;
+* windowed tiles whose fetched rows wrap the bank group unevenly place the second tile of each pair after the
+  first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles.
 """
 from __future__ import annotations
 
