@@ -21,7 +21,7 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import AluJob, emit_alu
 from tvm_dpu.codegen import conv_variants
-from tvm_dpu.codegen.conv import ConvJob, emit_conv
+from tvm_dpu.codegen.conv import AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
 from tvm_dpu.codegen.layout import ParamBlob, align, pack_channel_vector, pack_conv_weights, pack_dw_weights
@@ -78,11 +78,13 @@ def _dims(graph: Graph, name: str) -> tuple[int, int, int]:
 
 
 def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozenset[str] | set[str] = frozenset(),
-             span: dict[str, int] | None = None) -> tuple[dict[str, FMap], dict[str, tuple[str, int]], dict[int, int]]:
+             span: dict[str, int] | None = None, margin: frozenset[str] | set[str] = frozenset()
+             ) -> tuple[dict[str, FMap], dict[str, tuple[str, int]], dict[int, int]]:
     """FMap of every DDR feature map, the concat aliases (tensor -> (concat output, channel offset)) restricted
     to `alias_ok`, and the region sizes. Tensors in `on_chip` get no DDR place. `span` maps an op name to the
     index of the last op of its fused group: the group's inputs stay live (are not reused for its outputs)
-    until the whole group has run, since a fused pipeline reads and writes tile by tile."""
+    until the whole group has run, since a fused pipeline reads and writes tile by tile. Inputs in `margin` get
+    conv.AUG_MARGIN free bytes before and after them (read, masked, by channel-augmented LOADs)."""
     span = span or {}
     outputs = set(graph.outputs)
     alias: dict[str, tuple[str, int]] = {}
@@ -96,11 +98,7 @@ def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozens
             c0 += graph.tensors[name].shape[1]
 
     def root(name: str) -> tuple[str, int]:
-        c0 = 0
-        while name in alias:
-            name, off = alias[name]
-            c0 += off
-        return name, c0
+        return _alias_root(alias, name)
 
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -124,8 +122,9 @@ def plan_ddr(graph: Graph, alias_ok: frozenset[str] | set[str], on_chip: frozens
             if name in fmaps:
                 continue
             h, w, c = _dims(graph, name)
-            fmaps[name] = FMap.dense(reg, sizes[reg], h, w, c)
-            sizes[reg] += align(h * w * c)
+            m = AUG_MARGIN if name in margin else 0
+            fmaps[name] = FMap.dense(reg, sizes[reg] + m, h, w, c)
+            sizes[reg] += align(h * w * c + 2 * m)
     work = _Allocator()
     frees: dict[int, list[str]] = {}
     for r, i in last.items():
@@ -271,9 +270,10 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         i += len(g.ops)
         if g in fused:
             span.update({n: i - 1 for n in g.ops})
-    fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span)
+    margin = {op.inputs[0] for op in graph.ops if _augment(arch, graph, op) is not None}
+    fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span, margin)
     params = ParamBlob(keep=keep_params)
-    prog = Program()
+    prog = Program(ddr_roots={n: _alias_root(alias, n)[0] for n in alias})
     op_ranges = []
     for g in groups:
         start = len(prog)
@@ -316,6 +316,30 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
 def _bias_of(graph: Graph, op: Op, n: int) -> np.ndarray:
     b = graph.param(op, "bias", required=False)
     return b.data if b is not None else np.zeros(n, np.int8)
+
+
+def _alias_root(alias: dict[str, tuple[str, int]], name: str) -> tuple[str, int]:
+    """(the tensor whose DDR memory `name` is a slice of, its channel offset there); (name, 0) when not
+    aliased."""
+    c0 = 0
+    while name in alias:
+        name, off = alias[name]
+        c0 += off
+    return name, c0
+
+
+def _augment(arch: Arch, graph: Graph, op: Op) -> Augment | None:
+    """The channel augmentation (conv.Augment) of an ordinary conv2d reading a subgraph input (the first layer),
+    or None. Only subgraph inputs: plan_ddr gives them the DDR margin the edge items read into."""
+    if op.type != "conv2d" or op.inputs[0] not in graph.inputs or xops.is_depthwise(op, graph) \
+            or int(xops.attr(op, "groups")) != 1:
+        return None
+    win = xops.conv_window(op, graph)
+    if (win.dh, win.dw) != (1, 1):
+        return None
+    _, cin, _, _ = graph.tensors[op.inputs[0]].shape
+    cout = graph.tensors[op.outputs[0]].shape[1]
+    return augmentation(arch, cin, cout, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), cin)
 
 
 def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
@@ -381,7 +405,14 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
             emit_conv(prog, arch, job(wg, params.add(pack(wg)), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
             continue
         phases = _phases(op, graph, xg, yg, wg)
-        if phases is None:
+        aug = _augment(arch, graph, op) if groups == 1 else None
+        if aug is not None:
+            win = xops.conv_window(op, graph)
+            wa = augmented_weights(wg)
+            pads = (win.pads[0], 0, win.pads[2], 0)
+            emit_conv(prog, arch, replace(job(wa, params.add(pack(wa)), (win.sh, 1), pads), aug=aug), xg, yg,
+                      op.inputs[0], out)
+        elif phases is None:
             win = xops.conv_window(op, graph)
             emit_conv(prog, arch, job(wg, params.add(pack(wg)), (win.sh, win.sw), win.pads), xg, yg, op.inputs[0],
                       out)

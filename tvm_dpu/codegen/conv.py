@@ -11,15 +11,27 @@ Schedule (DNNVM's tiling rule, Eq. 5-6, for a single layer):
   (double buffering; the dependency tokens come from program.Program).
 * L is the widest that fits: the input line (L-1)*sw + kw pixels of cg_in rows each within half a bank and the
   10-bit jump_read_endl, the output L pixels of `chunk` rows within half a bank.
+
+Three refinements make the CONVs longer or fewer (each CONV costs conv_fill_cycles beyond its taps x groups x L,
+docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a network's cycles go):
+
+* pointwise convs (1x1, no padding) tile the output in raster order (`flat_length`): PP tile rows of L pixels
+  that may cross image rows, so small maps (7x7, 14x14) need one CONV per group where rectangles need several;
+* first-layer convs over few channels are channel-augmented (`Augment`): kw input pixels per LOAD item, a
+  kh x 1 conv over kw*C channels, when the CONVs it saves outweigh its item-by-item LOADs;
+* windowed tiles whose fetched rows wrap the bank group unevenly place the second tile of each pair after the
+  first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, conv_tile, max_valid_rows, split_even
+from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, CodegenError, RowPlacement, WindowTile, conv_tile, split_even
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -41,11 +53,73 @@ class ConvJob:
     b_offset: int  # byte offset of the packed biases (cg_out * OCP bytes)
     params_reg: int = 0
     variant: str = "wide"  # one of CONV_VARIANTS
+    aug: "Augment | None" = None  # set: this job is the channel-augmented form of a conv (see Augment)
 
     @property
     def geometry(self) -> tuple[int, int, int, int, int]:
         """(cin, kh, kw, sh, sw): what the tile choice (tiling.conv_tile) depends on."""
         return self.cin, self.kh, self.kw, self.sh, self.sw
+
+
+#: DDR bytes kept free before and after a map a channel-augmented conv reads: its edge items read (masked) bytes
+#: up to pad_left * C before a row and past the last one (at most AUG_MAX_CHANNEL).
+AUG_MARGIN = 64
+
+#: Largest item a LOAD may mask (channel <= 64, isa1-semantics.md 5.1), and the 5-bit pad_start / pad_end.
+AUG_MAX_CHANNEL = 64
+_PAD5 = 31
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Channel augmentation of a conv over few input channels (a first layer on the RGB image): each LOAD item is
+    the kw*C bytes of kw consecutive input pixels (items overlap in DDR, `jump_read` = sw*C), so the conv becomes
+    a kh x 1 conv with stride (sh, 1) over kw*C channels. A CONV then spends kh*ceil(kw*C/ICP) cycles per column
+    instead of kh*kw*ceil(C/ICP) (7x7 over 3 channels with ICP 12: 14 instead of 49). The LOAD's pad_start /
+    pad_end / pad_idx zero the bytes of the items that lie in the left / right padding (isa1-semantics.md 5.1).
+    Fields: the original kernel width, horizontal stride, left padding and input channels."""
+
+    kw: int
+    sw: int
+    pad_left: int
+    cin: int
+
+    @property
+    def channels(self) -> int:
+        return self.kw * self.cin
+
+
+#: DMA cycles per augmented LOAD item, an estimate: the items overlap in DDR, so each is a burst of its own (a
+#: 4-beat address/turnaround overhead plus its data beats, on two 128-bit AXI ports: PG338, docs/timing-model.md).
+def _aug_item_cycles(channels: int) -> float:
+    return (ceil_div(channels, 16) + 4) / 2
+
+
+def augmentation(arch: Arch, cin: int, cout: int, kh: int, kw: int, sh: int, sw: int,
+                 pads: tuple[int, int, int, int], pixel_pitch: int) -> Augment | None:
+    """The channel augmentation of a conv (Augment), or None when it does not fit the LOAD's masking fields or
+    would not be faster. Per output column of a tile, the plain conv's CONVs take n*kh*kw*cg cycles (n output
+    groups) and its LOADs little (whole rows, contiguous); the augmented conv's CONVs take n*kh*cg' and its LOADs
+    about rows*_aug_item_cycles (one burst per item), which is what a conv with few output groups is bound by."""
+    icp = arch.icp
+    ch = kw * cin
+    pl, pr = pads[1], pads[3]
+    fits = (pixel_pitch == cin and sw <= kw and ch <= AUG_MAX_CHANNEL and pl * cin <= _PAD5
+            and pr * cin + ceil_div(ch, icp) * icp - ch <= _PAD5 and ceil_div(pr, sw) <= 32)
+    if not fits:
+        return None
+    n = ceil_div(cout, arch.ocp)
+    rows = (arch.pp - 1) * sh + kh
+    plain = n * kh * kw * ceil_div(cin, icp)
+    augmented = max(n * kh * ceil_div(ch, icp), rows * _aug_item_cycles(ch))
+    return Augment(kw, sw, pl, cin) if augmented < plain else None
+
+
+def augmented_weights(w_oihw: np.ndarray) -> np.ndarray:
+    """(O, C, kh, kw) weights as the (O, kw*C, kh, 1) weights of the augmented conv: channel j*C + c of an item is
+    channel c of its j-th pixel."""
+    o, c, kh, kw = w_oihw.shape
+    return np.ascontiguousarray(np.asarray(w_oihw).transpose(0, 3, 1, 2).reshape(o, kw * c, kh, 1))
 
 
 #: Instruction-sequence variants of a lone conv (kernel polymorphism): the same outputs, each computed by one CONV
@@ -87,6 +161,121 @@ def conv_tile_of(arch: Arch, job: ConvJob) -> tuple[tuple[int, int, int], bool] 
     return None if tile is None else (variant_tile(tile, job.variant), halved)
 
 
+def flat_length(arch: Arch, job: ConvJob, y: FMap, chunk: int) -> int | None:
+    """Row length L of the flat tiling of a pointwise conv, or None when the op is not pointwise.
+
+    A 1x1 conv without padding computes every output pixel from one input pixel, so its tile need not be a
+    rectangle of the image: the output pixels in raster order are cut into tile rows of L pixels, PP rows per
+    tile, a tile row crossing image rows where it must. One CONV then computes PP*L pixels whatever the map's
+    width: on 7x7 and 14x14 maps that is 2-4x fewer CONV instructions (each paying conv_fill_cycles) than
+    rectangles of the image's width, and no output row slots are wasted on the last row tile. L is the longest
+    the banks allow (L input pixels of cg_in rows, L output pixels of `chunk` rows, each within half a bank and
+    the 10-bit fields), shortened by `job.variant` and then balanced over the tiles."""
+    if (job.kh, job.kw) != (1, 1) or any(job.pads) or job.aug is not None:
+        return None
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(job.cin, arch.icp)
+    lmax = min(FIELD10, half) // cg_in
+    lim = min(lmax, half // chunk, FIELD10)
+    if lim < 1:
+        return None
+    lim = variant_tile((arch.pp, lim, chunk), job.variant)[1]
+    pixels = y.h * y.w
+    tiles = ceil_div(pixels, arch.pp * lim)
+    return ceil_div(pixels, tiles * arch.pp)
+
+
+def _runs(y: FMap, k0: int, k1: int) -> list[tuple[int, int, int]]:
+    """The output pixels [k0, k1) in raster order as runs within one image row: [(row, column, count)]."""
+    out = []
+    while k0 < k1:
+        oy, ox = divmod(k0, y.w)
+        n = min(y.w - ox, k1 - k0)
+        out.append((oy, ox, n))
+        k0 += n
+    return out
+
+
+def _merge(runs: list[tuple[int, int, int]], addr, pitch: int) -> list[tuple[int, int, int]]:
+    """Runs as (first pixel index within the tile row, DDR address, count), consecutive runs merged when the
+    next one starts where the previous one's pitch leads (a DDR-contiguous map): fewer, longer transfers."""
+    out: list[list[int]] = []
+    j = 0
+    for oy, ox, n in runs:
+        a = addr(oy, ox)
+        if out and out[-1][1] + out[-1][2] * pitch == a and out[-1][2] + n <= FIELD10:
+            out[-1][2] += n
+        else:
+            out.append([j, a, n])
+        j += n
+    return [tuple(r) for r in out]
+
+
+def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, k0: int,
+                    length: int, g0: int, n: int, cg_in: int, base: int, banks: tuple[int, int, int], wbase: int,
+                    params: tuple) -> None:
+    """One flat tile of a pointwise conv (flat_length): tile row r holds output pixels k0 + r*L ... of the raster
+    order, its input pixels packed at pixel pitch cg_in in image bank r (row-fetch rule with stride 1, a single
+    wrap), its outputs at pitch n in VB1 bank r. The last row may be partial: the CONV computes the slots past
+    the end from stale bank rows, and nothing saves them."""
+    vb0, vb1, buf = banks
+    total = y.h * y.w
+    vpp = min(arch.pp, ceil_div(total - k0, length))
+    place = RowPlacement(arch.pp, 1, length * cg_in, cg_in, base)
+    channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
+    rows = [_runs(y, k0 + r * length, min(total, k0 + (r + 1) * length)) for r in range(vpp)]
+    for r, runs in enumerate(rows):
+        for j, a, cnt in _merge(runs, lambda oy, ox: x.addr(oy * job.sh, ox * job.sw), job.sw * x.pixel_pitch):
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + r,
+                      bank_addr=(base + j * cg_in) % arch.bank_depth, length=cnt, channel=job.cin,
+                      jump_read=job.sw * x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id, ddr_addr=a)
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
+              stride_h=1, kernel_h=1, valid_pixel_parallel=vpp, stride_offset_in=0, stride_w=1, kernel_w=1,
+              stride_offset_out=0)
+    a = [b % arch.bank_depth for b in place.bases()]
+    for gl in range(n):
+        prog.emit("CONV", reads=(("vb0", buf),) + params, writes=(("vb1", buf),),
+                  pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * cg_in,
+                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
+                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+    for r, runs in enumerate(rows):
+        for j, a_out, cnt in _merge(runs, lambda oy, ox: y.addr(oy, ox, g0 * arch.ocp), y.pixel_pitch):
+            prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r,
+                      bank_addr=(base + j * n) % arch.bank_depth, length=cnt, channel=channels, jump_read=n,
+                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a_out)
+
+
+def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowTile, bank0: int, x: FMap,
+                          items_w: int, x_res: str, buf_res: tuple) -> None:
+    """One LOAD per image row of the tile's window: item q (output column q) is the kw*C bytes from input column
+    q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right, counted
+    from the ICP-aligned end of the item, isa1-semantics.md 5.1)."""
+    ch, jr = aug.channels, aug.sw * x.pixel_pitch
+    n = tile.in_cols
+    first = tile.x0 * aug.sw - aug.pad_left  # input column of item 0
+    pad_start = max(0, -first) * aug.cin
+    over = [first + i * aug.sw + aug.kw - x.w for i in range(n)]  # input columns past the right edge
+    tail = [i for i in range(n) if over[i] > 0]
+    if tail:
+        pad_idx, pad_end = n - tail[0], over[tail[0]] * aug.cin + ceil_div(ch, arch.icp) * arch.icp - ch
+    else:
+        pad_idx, pad_end = 1, 0  # masks from the aligned end: nothing
+    for h in range(tile.n_rows):
+        yy = tile.y0 + h
+        if not 0 <= yy < x.h:
+            continue
+        bank, row0 = tile.place.where(h)
+        ddr = x.addr(yy, 0) + first * x.pixel_pitch
+        if ddr < 0:
+            raise CodegenError(f"augmented LOAD at DDR offset {ddr}: the input map needs {AUG_MARGIN} bytes of "
+                               "margin before it")
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+                  bank_addr=row0 % arch.bank_depth, length=n, channel=ch, jump_read=jr, jump_write=tile.place.pitch,
+                  reg_id=x.reg_id, ddr_addr=ddr, pad_start=pad_start, pad_end=pad_end, pad_idx=pad_idx)
+
+
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
     name the DDR tensors for the dependency tracker."""
@@ -107,10 +296,17 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     vb1 = arch.bank_group("VB1").base_id
     convw = arch.bank_group("CONVW").base_id
     bias_bank = arch.bank_group("BIAS").base_id
-    pt, pl, _, _ = job.pads
+    flat = flat_length(arch, job, y, chunk)
+    ring = None
+    found_ring = input_ring(arch, job, vpp, chunk) if flat is None else None
+    if found_ring is not None:
+        ring_l = variant_tile((vpp, found_ring[1], chunk), job.variant)[1]
+        if ceil_div(y.w, ring_l) < ceil_div(y.w, lmax):  # fewer column tiles, fewer CONVs
+            ring, lmax = found_ring[0], ring_l
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
     col_tiles = split_even(y.w, lmax)
     buf = 0
+    first = True
     for g0, n in split_even(cg_out, chunk):
         if halved:
             slot = prog.next_slot("convw")
@@ -128,19 +324,87 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         prog.emit("LOAD", reads=(("ddr", "params"),), writes=b_res,
                   bank_id=bias_bank, bank_addr=wbase, length=n, channel=ocp, jump_read=ocp, jump_write=1,
                   reg_id=job.params_reg, ddr_addr=job.b_offset + g0 * ocp)
+        if flat is not None:
+            for k0 in range(0, y.h * y.w, arch.pp * flat):
+                _emit_flat_tile(prog, arch, job, x, y, x_res, y_res, k0, flat, g0, n, cg_in, buf * half,
+                                (vb0, vb1, buf), wbase, w_res + b_res)
+                buf ^= 1
+            continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
-                _emit_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf * half,
-                           (vb0, vb1, buf), wbase, w_res + b_res)
+                if ring is None:
+                    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
+                                         cg_in, buf * half)
+                    in_res, conv_reads = (("vb0", buf),), (("vb0", buf),)
+                else:
+                    tile = ring.tile(arch.pp, job, p0, v, q0, length, cg_in, buf)
+                    in_res, conv_reads = ring.resources(buf, first)
+                first = False
+                _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length, g0,
+                           n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res)
                 buf ^= 1
 
 
-def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
-               vpp: int, q0: int, length: int, g0: int, n: int, cg_in: int, base: int,
-               banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
+@dataclass(frozen=True)
+class InputRing:
+    """Input tiles placed round-robin over the image bank group instead of in bank halves.
+
+    A tile of vpp rows fetches nk = ceil(((vpp-1)*sh + kh) / sh) line-slot groups (S = sh rows of E bank rows
+    each); with the first bank always bank 0 and the tile in one half, the first nk % PP banks of the group hold
+    one slot group more than the others and bound the line length. Here the second tile of a double-buffered pair
+    starts on the bank after the first tile's last (row-fetch rule with b0 = bank_id_in mod PP, isa1-semantics.md
+    3.3), so two tiles fill ceil(2*nk/PP) slot groups of every bank evenly: 3 instead of 4 for a 3x3 stride-1
+    conv with vpp = PP = 4, i.e. lines of depth/3 rows instead of depth/4, up to a third fewer column tiles (and
+    CONVs paying conv_fill_cycles). Fields: E (rows between line slots), nk."""
+
+    endl: int
+    nk: int
+
+    def tile(self, pp: int, job: "ConvJob", p0: int, vpp: int, q0: int, length: int, cg_in: int,
+             parity: int) -> WindowTile:
+        start = parity * self.nk  # first slot group of this tile in the ring
+        return WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in,
+                             (start // pp) * job.sh * self.endl, self.endl, start % pp)
+
+    @staticmethod
+    def resources(parity: int, first: bool) -> tuple[tuple, tuple]:
+        """(what a tile's LOADs write, what its CONVs read). The ring overlaps both bank halves the other
+        emitters use, ("vb0", 0) and ("vb0", 1): the op's first LOADs wait for every earlier user of them and its
+        CONVs count as readers of both (the next op's LOADs wait for them), while inside the op the tiles
+        alternate between the ring's own two resources."""
+        own = ("vb0", "ring", parity)
+        halves = (("vb0", 0), ("vb0", 1))
+        return ((own,) + halves if first else (own,)), (own,) + halves
+
+
+def input_ring(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> tuple[InputRing, int] | None:
+    """(InputRing, widest L) when the ring placement allows a longer line than the halves (see InputRing), or
+    None."""
+    s, pp = job.sh, arch.pp
+    nk = ((vpp - 1) * s + job.kh - 1) // s + 1
+    halves_slots = 2 * ((nk - 1) // pp + 1)
+    slots = ceil_div(2 * nk, pp)
+    if slots >= halves_slots or (nk % pp + nk - 1) // pp + 1 > MAX_WRAPS:
+        return None
+    endl = min(FIELD10, arch.bank_depth // slots // s)
+    in_cols = endl // ceil_div(job.cin, arch.icp)
+    if in_cols < job.kw:
+        return None
+    lim = min((in_cols - job.kw) // job.sw + 1, arch.bank_depth // 2 // chunk, FIELD10)
+    return InputRing(endl, nk), lim
+
+
+def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res: tuple, conv_reads: tuple,
+               x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int, q0: int, length: int, g0: int, n: int,
+               cg_in: int, base: int, banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
+    """One output tile: its input window (placed by `tile`) loaded into VB0, one CONV per resident output group
+    into VB1 at `base`, vpp SAVEs."""
     vb0, vb1, buf = banks
-    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, vpp, q0, length, cg_in, base)
-    tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
+    if job.aug is None:
+        tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, in_res)
+    else:
+        _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, in_res)
+        x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
     pad_top, pad_left, pad_bottom, pad_right = tile.pads(x)
     place = tile.place
     prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
@@ -150,10 +414,11 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res:
     a = [b % arch.bank_depth for b in place.bases()]
     wrows = job.kh * job.kw * cg_in
     for gl in range(n):
-        prog.emit("CONV", reads=(("vb0", buf),) + params, writes=(("vb1", buf),),
+        prog.emit("CONV", reads=conv_reads + params, writes=(("vb1", buf),),
                   pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
                   pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
-                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * wrows,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb0 + place.b0,
+                  bank_addr_weights=wbase + gl * wrows,
                   bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
                   channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)

@@ -66,6 +66,10 @@ class Program:
     _init_state: dict = field(default_factory=dict)
     _last_of_engine: dict = field(default_factory=dict)  # engine -> index of its latest instruction
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
+    #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
+    #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
+    #: SAVEs of every producer that wrote a slice.
+    ddr_roots: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -87,7 +91,7 @@ class Program:
         engine = spec.category
         instr = make_instr(name, **fields)
         idx = len(self.entries)
-        reads, writes = _expand(reads), _expand(writes)
+        reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
         deps: list[int] = []
         for r in reads:
             if r in self._last_writer:
@@ -97,7 +101,13 @@ class Program:
                 deps.append(self._last_writer[w])
             deps.extend(self._readers.get(w, ()))
         self.entries.append(_Entry(instr, engine, reads, writes, comment))
+        # One wait per source engine, on the newest instruction of that engine this one needs: it completes
+        # after every older one (engines run in order).
+        newest: dict[str, int] = {}
         for d in deps:
+            src = self.entries[d].engine
+            newest[src] = max(d, newest.get(src, -1))
+        for d in newest.values():
             self._depend(idx, d)
         self._last_of_engine[engine] = idx
         for r in reads:
@@ -111,6 +121,11 @@ class Program:
             self._init_state[key + "@"] = idx
         return idx
 
+    def _canonical(self, resources: tuple) -> tuple:
+        if not self.ddr_roots:
+            return resources
+        return tuple(("ddr", self.ddr_roots.get(r[1], r[1])) + r[2:] if r[0] == "ddr" else r for r in resources)
+
     def _depend(self, idx: int, dep: int) -> None:
         src = self.entries[dep].engine
         dst = self.entries[idx].engine
@@ -119,12 +134,13 @@ class Program:
         key = (src, dst)
         if self._covered.get(key, -1) >= dep:
             return
-        # Post from the latest src-engine instruction emitted so far (it completes after `dep`), so one token
-        # covers everything this waiter needs from that engine.
-        latest = self._last_of_engine[src]
-        self.entries[latest].instr.dpdby |= ENGINE_BITS[dst]
+        # Post from `dep` itself, not from a later instruction of its engine: a later post would make the waiter
+        # wait for work it does not need (e.g. the LOADs of tile t+1 for the CONVs of tile t instead of t-1,
+        # which serialises the double buffer). Token order stays consistent: every earlier post of src to dst
+        # is at an index <= covered < dep, so the posts reach dst in the order of its waits.
+        self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
         self.entries[idx].instr.dpdon |= ENGINE_BITS[src]
-        self._covered[key] = latest
+        self._covered[key] = dep
 
     def end(self) -> None:
         """Append END, which waits for every engine that has work outstanding."""

@@ -42,10 +42,11 @@ class RowPlacement:
     endl: int  # E: rows between the line slots of one bank (= pixels per line * channel groups)
     pitch: int  # J: rows between consecutive pixels of a line (= channel groups)
     base: int  # A[0]
+    b0: int = 0  # first bank of the fetch within the group (bank_id_in mod PP)
 
     def wraps(self, n_rows: int) -> int:
         """Bank wraps G needed by `n_rows` fetched rows."""
-        return ((n_rows - 1) // self.stride) // self.pp + 1
+        return (self.b0 + (n_rows - 1) // self.stride) // self.pp + 1
 
     def footprint(self, n_rows: int) -> int:
         """Rows of every bank the tile occupies."""
@@ -57,7 +58,7 @@ class RowPlacement:
 
     def where(self, h: int) -> tuple[int, int]:
         """(bank index within the group, bank row of pixel 0) of fetched row h."""
-        k = h // self.stride
+        k = self.b0 + h // self.stride
         return k % self.pp, self.base + (k // self.pp) * self.stride * self.endl + (h % self.stride) * self.endl
 
 
@@ -121,10 +122,11 @@ class WindowTile:
 
     @staticmethod
     def of(pp: int, kh: int, kw: int, sh: int, sw: int, pads: tuple[int, int, int, int], p0: int, vpp: int,
-           q0: int, length: int, groups: int, base: int) -> "WindowTile":
+           q0: int, length: int, groups: int, base: int, endl: int | None = None, b0: int = 0) -> "WindowTile":
+        """`endl`: rows between line slots (default: the window's line, in_cols * groups); `b0`: first bank."""
         in_cols = (length - 1) * sw + kw
         return WindowTile(p0 * sh - pads[0], q0 * sw - pads[1], (vpp - 1) * sh + kh, in_cols,
-                          RowPlacement(pp, sh, in_cols * groups, groups, base))
+                          RowPlacement(pp, sh, endl or in_cols * groups, groups, base, b0))
 
     def pads(self, x: FMap) -> tuple[int, int, int, int]:
         """Padding (top, left, bottom, right) the tile's window needs beyond the edges of x."""

@@ -1,0 +1,162 @@
+"""The per-op CONV emitter's tiling decisions, each bit-exact against the golden reference in the emulator:
+flat (raster-order) tiles of pointwise convs, channel augmentation of first-layer convs, and dependency tokens
+that let the double-buffered tiles overlap."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.codegen import compiler
+from tvm_dpu.codegen.compiler import compile_graph
+from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length, input_ring
+from tvm_dpu.codegen.isa import decode_program
+from tvm_dpu.timing.simulate import simulate
+from test_codegen import ARCHS, _B, _check
+
+
+def _convs(graph, arch_name):
+    code = compile_graph(graph, load_arch(arch_name)).code
+    return [i for i in decode_program(code) if i.name == "CONV"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("h,w,s,cin,cout", [(7, 7, 1, 40, 20), (14, 14, 1, 300, 70), (5, 9, 2, 24, 17),
+                                            (9, 13, 2, 16, 33), (3, 1, 1, 8, 8), (28, 28, 1, 64, 130)])
+def test_pointwise_flat_tiles_are_bit_exact(arch, h, w, s, cin, cout):
+    """Tile rows cross image rows (7x7: 4 rows of 13 pixels, the last one partial), strided inputs, several
+    output-channel chunks: the emulator equals the golden reference."""
+    b = _B(h * w + s)
+    b.conv(b.input(cin, h, w), cout, 1, s)
+    _check(b.g, arch)
+
+
+def test_pointwise_flat_tiles_need_fewer_convs():
+    """A 7x7 map on PP 4: one CONV per output-channel group (4 rows x 13 pixels), not two row tiles."""
+    b = _B()
+    b.conv(b.input(64, 7, 7), 24, 1)
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    convs = _convs(b.g, arch.name)
+    assert len(convs) == 2  # 24 outputs / OCP 12
+    assert {c.fields["length"] for c in convs} == {13}
+    job = ConvJob("c", 1, 1, 1, 1, (0, 0, 0, 0), 64, 24, 0, 0, 0, 0, 0)
+    assert flat_length(arch, job, _fm(7, 7), 2) == 13
+    assert flat_length(arch, ConvJob("c", 3, 3, 1, 1, (1, 1, 1, 1), 64, 32, 0, 0, 0, 0, 0), _fm(7, 7), 2) is None
+
+
+def _fm(h, w):
+    from tvm_dpu.types import FMap
+    return FMap.dense(0, 0, h, w, 8)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("k,s,p,cin,hw", [(7, 2, 3, 3, 30), (3, 1, 1, 3, 17), (5, 2, 2, 1, 12), (3, 2, 0, 4, 11),
+                                          (7, 2, 3, 3, 9), (3, 1, 2, 2, 6)])
+def test_channel_augmented_first_layer_is_bit_exact(arch, k, s, p, cin, hw):
+    """Edge items masked by pad_start / pad_end / pad_idx, items overlapping in DDR, rows in the padding."""
+    b = _B(k * 31 + cin)
+    b.conv(b.input(cin, hw, hw + 3), 128, k, s, p)
+    _check(b.g, arch)
+    loads = [i for i in decode_program(compile_graph(b.g, load_arch(arch)).code) if i.name == "LOAD"]
+    assert any(i.fields["channel"] == k * cin for i in loads)  # the augmented items
+
+
+def test_augmentation_shortens_the_first_layer(monkeypatch):
+    """7x7/2 over RGB to 64 channels on B4096: 7 taps of one 21-channel group per column instead of 49 taps of one
+    3-channel group; the simulated program is faster."""
+    b = _B()
+    b.conv(b.input(3, 96, 96), 64, 7, 2, 3)
+    arch = load_arch("DPUCZDX8G_ISA1_B4096")
+    convs = _convs(b.g, arch.name)
+    assert {(c.fields["channel_group"]) for c in convs} == {2}
+    augmented = simulate(compile_graph(b.g, arch).code, arch)
+    monkeypatch.setattr(compiler, "_augment", lambda *a: None)
+    plain = simulate(compile_graph(b.g, arch).code, arch)
+    assert plain.engine_busy["conv"] > 3 * augmented.engine_busy["conv"]
+    assert plain.cycles > 1.5 * augmented.cycles
+    assert augmentation(arch, 3, 64, 7, 7, 2, 2, (3, 3, 3, 3), 3) is not None
+    assert augmentation(arch, 16, 64, 3, 3, 1, 1, (1, 1, 1, 1), 16) is None  # no shorter CONV
+    assert augmentation(arch, 3, 64, 7, 7, 2, 2, (3, 3, 3, 3), 4) is None  # pixels not dense in DDR
+    # one output group: the CONVs would wait for the item-by-item LOADs
+    assert augmentation(arch, 3, 16, 7, 7, 2, 2, (3, 3, 3, 3), 3) is None
+
+
+def test_double_buffered_tiles_overlap():
+    """The LOADs of tile t+1 wait only for the CONVs of tile t-1 (the buffer half they overwrite): the CONV
+    engine is never idle between tiles of a compute-bound conv once the pipeline is full."""
+    b = _B()
+    b.conv(b.input(64, 32, 64), 64, 3, 1, 1)
+    arch = load_arch("DPUCZDX8G_ISA1_B4096")
+    cs = compile_graph(b.g, arch)
+    r = simulate(cs.code, arch)
+    conv = [i for i, n in enumerate(r.names) if n == "CONV"]
+    gaps = np.array(r.start[conv[1:]]) - np.array(r.end[conv[:-1]])
+    assert float(np.max(gaps[len(gaps) // 4:])) < 1.0
+
+
+_RING_CASES = [("DPUCZDX8G_ISA1_B4096", 300, 10, 30, 3, 1, 1), ("DPUCZDX8G_ISA1_B4096", 200, 9, 70, 3, 2, 1),
+               ("DPUCZDX8G_ISA1_B4096", 200, 9, 40, 3, 2, 1), ("DPUCZDX8G_ISA1_B1152", 300, 10, 45, 3, 1, 1),
+               ("DPUCZDX8G_ISA1_B1152", 200, 9, 70, 3, 2, 1), ("DPUCZDX8G_ISA1_B1152", 516, 6, 20, 3, 1, 1),
+               ("DPUCZDX8G_ISA1_B1152", 64, 8, 200, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("arch,cin,h,w,k,s,p", _RING_CASES)
+def test_input_ring_tiles_are_bit_exact(arch, cin, h, w, k, s, p):
+    """Wide inputs whose line is bounded by the bank depth: the second tile of each pair starts on another bank
+    (CONV bank_id_in not the group's first bank), then a pool (ALU, bank halves) and a conv read the result."""
+    b = _B(cin + k)
+    y = b.conv(b.input(cin, h, w), 30, k, s, p)
+    _, c, hy, wy = b.shape(y)
+    pooled = b.op("max_pool2d", [y], (1, c, hy // 2, wy // 2), 3, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+    b.conv(pooled, 20, 3, 1, 1)
+    _check(b.g, arch)
+    first = load_arch(arch).bank_group("VB0").base_id
+    convs = _convs(b.g, arch)
+    assert any(c.fields["bank_id_in"] != first for c in convs)
+
+
+def test_input_ring_only_where_it_gives_longer_lines():
+    """3x3 stride 1 on PP 4: 6 fetched rows, 3 slot groups per bank for two tiles instead of 4; a 5x5 kernel
+    (8 rows: 4 either way) keeps the halves."""
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    job = lambda k, p: ConvJob("c", k, k, 1, 1, (p,) * 4, 516, 30, 0, 0, 0, 0, 0)  # noqa: E731
+    ring, length = input_ring(arch, job(3, 1), 4, 3)
+    assert (ring.nk, ring.endl, length) == (6, 682, 13)
+    assert input_ring(arch, job(5, 2), 4, 3) is None
+
+
+def test_schedule_respects_every_dependency(monkeypatch):
+    """Race check of the dependency tokens on a block using every tiling above (augmented first layer, ring
+    3x3, flat 1x1, pool, add): in the simulated schedule no instruction starts before an instruction of another
+    engine it depends on (read-after-write, write-after-read, write-after-write on a bank half, a parameter slot or
+    a DDR tensor) has completed."""
+    from tvm_dpu.codegen import program
+
+    progs = []
+
+    class Recording(program.Program):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            progs.append(self)
+
+    monkeypatch.setattr(compiler, "Program", Recording)
+    b = _B(5)
+    x = b.conv(b.input(3, 40, 200), 64, 7, 2, 3)  # 20 x 100: a ring 3x3 next
+    y = b.conv(x, 64, 3, 1, 1)
+    z = b.conv(y, 64, 1)
+    b.op("eltwise_add", [x, z], b.shape(z), 3)
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    cs = compile_graph(b.g, arch)
+    p = progs[-1]
+    r = simulate(cs.code, arch)
+    last_writer, readers, late = {}, {}, []
+    for i, e in enumerate(p.entries):
+        reads, writes = p._canonical(program._expand(e.reads)), p._canonical(program._expand(e.writes))
+        deps = [last_writer[x] for x in reads + writes if x in last_writer]
+        deps += [d for w in writes for d in readers.get(w, [])]
+        late += [(d, i) for d in deps if p.entries[d].engine != e.engine and r.done[d] > r.start[i] + 1e-6]
+        for x in reads:
+            readers.setdefault(x, []).append(i)
+        for w in writes:
+            last_writer[w], readers[w] = i, []
+    assert not late
