@@ -172,3 +172,10 @@ def test_a_handed_over_module_lets_its_dpu_weights_go(model, handed_over):
         assert mod.script(show_meta=False) == before  # a caller's module is left as it was
     # either way the result carries the programs, not the float convs
     assert not _has_float_convs(result.module)
+
+
+def test_build_leaves_a_users_module_as_it_was(model):
+    mod = from_onnx(model)
+    before = mod.script(show_meta=False)
+    tvm_dpu.build(mod, arch=ARCH, calibration=_calib(model), progress=False)
+    assert mod.script(show_meta=False) == before
