@@ -150,3 +150,32 @@ def test_unpacked_sections_are_views_of_the_input():
     assert np.shares_memory(np.frombuffer(view, np.uint8), np.frombuffer(data, np.uint8))
     assert view.readonly
     assert c.section("p") == payload.tobytes()
+
+
+# -- the module handed to the pipeline -----------------------------------------------------------------------
+def _has_float_convs(mod: tvm.IRModule) -> bool:
+    return "R.nn.conv2d" in mod.script(show_meta=False)
+
+
+@pytest.mark.parametrize("handed_over", [True, False])
+def test_a_handed_over_module_lets_its_dpu_weights_go(model, handed_over):
+    from tvm_dpu.passes.pipeline import prepare_and_compile
+
+    mod = from_onnx(model)
+    before = mod.script(show_meta=False)
+    result = prepare_and_compile(mod, arch=ARCH, calibration=_calib(model), handed_over=handed_over)
+    assert result.partitions and result.report is not None
+    if handed_over:
+        # rewritten in place into the partitioned module whose DPU functions no longer hold their float body
+        assert not _has_float_convs(mod)
+    else:
+        assert mod.script(show_meta=False) == before  # a caller's module is left as it was
+    # either way the result carries the programs, not the float convs
+    assert not _has_float_convs(result.module)
+
+
+def test_build_leaves_a_users_module_as_it_was(model):
+    mod = from_onnx(model)
+    before = mod.script(show_meta=False)
+    tvm_dpu.build(mod, arch=ARCH, calibration=_calib(model), progress=False)
+    assert mod.script(show_meta=False) == before

@@ -467,7 +467,8 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore)
         fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
                             "cost_cycles": plan.cost, **plan.stats}
-        module[module.get_global_var(sym)] = program_function(params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program})
+        module[module.get_global_var(sym)] = program_function(params, fs.output_shapes,
+                                                              {**attrs, PROGRAM_ATTR: program})
     plugin_subgraphs = []
     for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
         blob = ext.compile(fn, sym, recorded[len(symbols) + j])

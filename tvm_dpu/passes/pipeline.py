@@ -73,6 +73,7 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
         return compile_dpu_partitions(mod, arch, calibration=calibration, method=method, fusion=fusion,
                                       fix_points=fix_points, is_qdq=is_qdq, progress=progress, external=external,
                                       cores=cores, segments=segments, handed_over=[mod] if handed_over else [])
+    given = mod
     if normalize:
         from tvm_dpu.frontend import normalize as normalize_mod
 
@@ -86,10 +87,11 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     report = build_report(mod, part)
     pmod = part.module
     del part  # its binding records hold the original calls, and so their constants
+    released = [pmod, mod, *([given] if given is not mod else [])] if handed_over else []
     result = compile_dpu_partitions(pmod, arch, calibration=calibration, method=method, fusion=fusion,
                                     fix_points=fix_points, is_qdq=is_qdq, call_names=call_names, source_mod=mod,
                                     progress=progress, external=external, cores=cores,
-                                    segments=segments, handed_over=[pmod, mod] if handed_over else [])
+                                    segments=segments, handed_over=released)
     result.report = report
     result.subgraph_ids = {sym: sg.index for sym, sg in first_site.items()}
     return result

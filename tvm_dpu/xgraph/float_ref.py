@@ -67,9 +67,17 @@ def _conv(x: np.ndarray, w: np.ndarray, win: Window, groups: int) -> np.ndarray:
         raise GraphError(f"float reference: weights {w.shape} do not match {c} input channels in {groups} groups")
     v = _windows(x, win)  # N, C, Ho, Wo, kh, kw
     ho, wo = v.shape[2], v.shape[3]
-    v = v.reshape(n, groups, cg, ho, wo, kh, kw)
     wg = w.reshape(groups, o // groups, cg, kh, kw)
-    return np.einsum("ngchwij,gocij->ngohw", v, wg, optimize=True).reshape(n, o, ho, wo)
+    # A band of output rows at a time: einsum gathers the windows it reads into one float64 array, which for a
+    # whole layer is large (VGG-16's conv1_2: 231 MB per image). Each output value is the same sum either way.
+    rows = max(1, _CONV_CHUNK // max(1, n * wo * c * kh * kw))
+    out = np.empty((n, o, ho, wo), dtype=np.result_type(x, w))
+    for lo in range(0, ho, rows):
+        band = v[:, :, lo:lo + rows]
+        band = band.reshape(n, groups, cg, band.shape[2], wo, kh, kw)
+        out[:, :, lo:lo + rows] = np.einsum("ngchwij,gocij->ngohw", band, wg, optimize=True).reshape(
+            n, o, band.shape[3], wo)
+    return out
 
 
 def _finish_conv(op: Op, graph: Graph, y: np.ndarray) -> np.ndarray:
@@ -80,7 +88,8 @@ def _finish_conv(op: Op, graph: Graph, y: np.ndarray) -> np.ndarray:
 
 
 #: Weights above this many elements (VGG-16's fc6: 103 M) are made float64 a slice of output channels at a time,
-#: so the reference never holds a float64 copy of the whole tensor.
+#: so the reference never holds a float64 copy of the whole tensor; `_conv` gathers at most this many window
+#: values at a time.
 _CONV_CHUNK = 1 << 22
 
 
