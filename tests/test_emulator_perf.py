@@ -12,6 +12,7 @@ from tvm_dpu.arch.arch import find_preset
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.errors import EmulatorError
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
+from tvm_dpu.runtime import emu_threads
 from tvm_dpu.runtime import emulator as emu_mod
 from tvm_dpu.runtime.emu_conv import GEMM_CHUNK, exact_matmul_t
 from tvm_dpu.runtime.emulator import Emulator, blas_threads
@@ -112,7 +113,7 @@ def test_float32_gemm_is_exact_at_the_extremes(k):
 
 
 def test_blas_threads_restores_previous_count(monkeypatch):
-    setter = emu_mod._openblas_thread_setter()
+    setter = emu_threads.openblas_thread_setter()
     if setter is None:
         pytest.skip("numpy's OpenBLAS not found")
     before = setter(3)

@@ -83,7 +83,7 @@ def run_parts(parts: list[Callable[[], None]]) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _openblas_thread_setter() -> Callable[[int], int] | None:
+def openblas_thread_setter() -> Callable[[int], int] | None:
     """`set(n) -> previous n` for numpy's bundled OpenBLAS, or None when it cannot be found."""
     import numpy
     libdir = os.path.dirname(os.path.dirname(numpy.__file__))
@@ -110,7 +110,7 @@ def blas_threads(n: int | None = None) -> Iterator[None]:
             n = int(env) if env else DEFAULT_BLAS_THREADS
         except ValueError:
             raise EmulatorError(f"TVM_DPU_EMU_BLAS_THREADS={env!r} is not an integer") from None
-    setter = _openblas_thread_setter() if n > 0 else None
+    setter = openblas_thread_setter() if n > 0 else None
     if setter is None:
         yield
         return

@@ -28,7 +28,7 @@ from tvm_dpu.codegen.isa import Instr, iter_program
 from tvm_dpu.errors import EmulatorError, ISAError
 from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
 from tvm_dpu.runtime.banks import Banks
-from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, _openblas_thread_setter, blas_threads  # noqa: F401
+from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, blas_threads  # noqa: F401 (re-exported)
 
 #: Number of DDR base-address registers reachable by reg_id (3-bit field).
 NUM_REGIONS = 8
