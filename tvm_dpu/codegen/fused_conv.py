@@ -5,7 +5,9 @@
 * dw_pw: depthwise conv (ALU) whose output tile in VB1 is the input tile of a pointwise conv;
 * conv_conv (pointwise second conv): the first conv's output tile in VB1 is the second's input tile;
 * conv_pool / pw_dw: a conv feeding an ALU window op (max/avg pool, depthwise conv) through a circular buffer
-  in VB1 in the consumer's row-fetch layout (emit_conv_pool).
+  in VB1 in the consumer's row-fetch layout (emit_conv_pool);
+* conv_conv (windowed second conv): the same circular buffer read by the second conv's CONVs, whose row fetch
+  takes one base address per wrap like the ALU's (emit_conv_window).
 
 The tile loop is a twin of codegen.conv.emit_conv / alu.emit_alu with hooks (several jobs per input tile, an
 epilogue between the CONVs and the SAVEs, a cap on the tile width, the input bank group of the CONVs). The
@@ -425,56 +427,55 @@ _ALU_LENGTH = 2048  # ALU length: 11-bit minus field
 
 
 @dataclass(frozen=True)
-class _ConvPoolTile:
-    vc: int  # conv rows per CONV (at most; a CONV never crosses a wrap of the pool's layout)
-    vp: int  # pool rows per ALU
-    lp: int  # pool columns per strip
+class _ChainTile:
+    """Tile of a conv feeding a window consumer (ALU pool / depthwise, or a CONV) through a circular buffer in
+    VB1."""
+    vc: int  # conv rows per CONV (at most; a CONV never crosses a wrap of the consumer's layout)
+    vp: int  # consumer rows per consumer instruction
+    lp: int  # consumer columns per strip
     wraps: int  # wraps of the circular window buffer in VB1
 
 
 def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int) -> int:
-    """Most wraps (of PP*s rows) one ALU pass of vp rows can touch, whatever bank it starts at."""
+    """Most wraps (of PP*s rows) one consumer pass of vp rows can touch, whatever bank it starts at (for a CONV
+    consumer this is its valid-row group check, isa1-semantics 3.3)."""
     return (pp - 1 + (s - 1 + (vp - 1) * s + kh - 1) // s) // pp + 1
 
 
 def _window_of(graph: Graph, consumer: Op):
-    """Window of the ALU consumer of a conv_pool / pw_dw group."""
-    if consumer.type == "depthwise_conv2d":
+    """Window of the consumer of a conv_pool / pw_dw / windowed conv_conv group."""
+    if consumer.type in ("depthwise_conv2d", "conv2d"):
         return xops.conv_window(consumer, graph)
     return xops.pool_window(consumer, graph)
 
 
-def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> _ConvPoolTile | None:
-    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None. The consumer's
-    output is cut into strips of `lp` columns (full height); per strip the conv computes its rows once, top to
-    bottom, into a circular buffer of `wraps` wraps in VB1 laid out for the consumer's row fetch (only the
-    strip's halo columns are recomputed). Budget: all conv weights resident (and the depthwise weights in
-    DWCONVW, its biases after the conv's); VB1 holds the circular window plus two output slots; half of VB0 one
-    conv input window. The widest strip wins (fewest halo columns)."""
-    if arch.icp != arch.ocp or pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
+def _plain(op: Op) -> bool:
+    return xops.attr(op, "groups") == 1 and tuple(xops.attr(op, "dilations")) == (1, 1)
+
+
+def _chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
+                wrows_extra: int) -> _ChainTile | None:
+    """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
+    height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
+    VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
+    weights resident plus `wrows_extra` CONVW rows (the consumer's); VB1 holds the circular window plus two output
+    slots of lp pixels x cg_out rows; half of VB0 one conv input window. The consumer does up to `vmax` rows per
+    instruction. The widest strip wins (fewest halo columns)."""
+    if arch.icp != arch.ocp or not _plain(conv):
         return None
-    if xops.attr(conv, "groups") != 1 or tuple(xops.attr(conv, "dilations")) != (1, 1):
-        return None
-    if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
-        return None
-    if pool.type == "depthwise_conv2d" and tuple(xops.attr(pool, "dilations")) != (1, 1):
-        return None
-    win = _window_of(graph, pool)
-    if win.pads[0] > 15 or win.pads[1] > 15 or win.sh > 8:  # ALU 4-bit pads; CONV 3-bit stride_offset_out
+    win = _window_of(graph, consumer)
+    if win.pads[0] > 15 or win.pads[1] > 15 or win.sh > 8:  # 4-bit pads; CONV 3-bit stride_offset_out
         return None
     jc = _probe(arch, graph, conv)
     cg_in, cg_mid = ceil_div(jc.cin, arch.icp), ceil_div(jc.cout, arch.ocp)
-    if jc.kh * jc.kw * cg_in * cg_mid > arch.bank_depth or 2 * cg_mid > arch.bank_depth:
-        return None
-    if pool.type == "depthwise_conv2d" and (win.kh * win.kw * cg_mid > arch.bank_depth
-                                            or graph.tensors[pool.outputs[0]].shape[1] != jc.cout):
+    if jc.kh * jc.kw * cg_in * cg_mid + wrows_extra > arch.bank_depth or cg_mid + cg_out > arch.bank_depth:
         return None
     half, pp, depth = arch.bank_depth // 2, arch.pp, arch.bank_depth
     try:
         vc = max_valid_rows(pp, pp, jc.kh, jc.sh)
     except CodegenError:
         return None
-    vp = arch.alu_pp
+    vp = vmax
     while vp >= 1 and _pool_pass_wraps(pp, win.sh, win.kh, vp) > 4:
         vp -= 1
     if vp < 1:
@@ -482,7 +483,7 @@ def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> _ConvPoolTi
     need = _pool_pass_wraps(pp, win.sh, win.kh, vp) + 1  # the wraps a pass reads + the one the conv fills
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
     wc = graph.tensors[conv.outputs[0]].shape[3]
-    wp = graph.tensors[pool.outputs[0]].shape[3]
+    wp = graph.tensors[consumer.outputs[0]].shape[3]
     for n_cols in range(1, wp + 1):
         lp = ceil_div(wp, n_cols)
         in_p = (lp - 1) * win.sw + win.kw
@@ -491,10 +492,26 @@ def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> _ConvPoolTi
         if (lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10 or lc > FIELD10 or in_c * cg_in > FIELD10
                 or wraps_c * jc.sh * in_c * cg_in > half):
             continue
-        wraps = (depth - 2 * lp * cg_mid) // (win.sh * e)
+        wraps = (depth - 2 * lp * cg_out) // (win.sh * e)
         if wraps >= need:
-            return _ConvPoolTile(vc, vp, lp, wraps)
+            return _ChainTile(vc, vp, lp, wraps)
     return None
+
+
+def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> _ChainTile | None:
+    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (_chain_tile; the
+    depthwise weights in DWCONVW, its biases after the conv's)."""
+    if pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
+        return None
+    if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
+        return None
+    cg_mid = ceil_div(graph.tensors[conv.outputs[0]].shape[1], arch.ocp)
+    if pool.type == "depthwise_conv2d":
+        win = xops.conv_window(pool, graph)
+        if (tuple(xops.attr(pool, "dilations")) != (1, 1) or win.kh * win.kw * cg_mid > arch.bank_depth
+                or graph.tensors[pool.outputs[0]].shape[1] != graph.tensors[conv.outputs[0]].shape[1]):
+            return None
+    return _chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0)
 
 
 def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
@@ -502,50 +519,69 @@ def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
     return _conv_pool_tile(arch, graph, conv, pool) is not None
 
 
-def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
-                   params: ParamBlob) -> None:
-    """conv -> max/avg pool per strip of pool output columns. Conv output row u of the strip is "fetched row"
-    u of the pool's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = pool stride_h); wraps live in a
-    circular buffer of VB1 whose per-wrap base addresses the ALU takes explicitly (bank_addr_in..._3). The
-    CONVs (never crossing a wrap, so the row-store rule with stride_out = S, stride_offset_out = u % S and
-    jump_write_endl = the pool's line pitch places every row) compute each conv row once; as soon as the rows of
-    a pass of vp pool rows are in, one ALU pools them and SAVEs write the result. The conv's output never
-    touches DDR; only the strip's halo columns are computed twice."""
-    from tvm_dpu.codegen.alu import ALU_MODES
+def _conv_window_tile(arch: Arch, graph: Graph, a: Op, b: Op) -> _ChainTile | None:
+    """Tile of conv -> windowed conv (B not pointwise), or None (_chain_tile with B's weights resident after
+    A's and B doing up to PP rows per CONV)."""
+    if b.type != "conv2d" or not _plain(b) or _is_pointwise(graph, b):
+        return None
+    jb = _probe(arch, graph, b)
+    cg_out = ceil_div(jb.cout, arch.ocp)
+    return _chain_tile(arch, graph, a, b, arch.pp, cg_out, jb.kh * jb.kw * ceil_div(jb.cin, arch.icp) * cg_out)
 
-    tile = _conv_pool_tile(arch, graph, conv, pool)
-    if tile is None:
-        raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
-    job = conv_job(arch, graph, conv, params)
-    qp = xops.quant_params(pool, graph)
-    win = _window_of(graph, pool)
-    mode = {"max_pool2d": "maxpool", "avg_pool2d": "avgpool", "depthwise_conv2d": "dwconv"}[pool.type]
+
+def conv_window_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
+    """Whether conv -> windowed conv fits emit_conv_window."""
+    return _conv_window_tile(arch, graph, a, b) is not None
+
+
+def conv_conv_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
+    """Whether a conv_conv group has a fused emitter: emit_conv_pw (pointwise B) or emit_conv_window."""
+    return conv_pw_fits(arch, graph, a, b) or conv_window_fits(arch, graph, a, b)
+
+
+def emit_conv_conv(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
+                   params: ParamBlob) -> None:
+    """A conv_conv group: pointwise B through VB1 tiles (emit_conv_pw), else B's windows from a circular buffer."""
+    if _is_pointwise(graph, b):
+        emit_conv_pw(prog, arch, graph, a, b, fmaps, params)
+    else:
+        emit_conv_window(prog, arch, graph, a, b, fmaps, params)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One consumer instruction's rows of a strip, as the row-fetch rule addresses them in the circular buffer."""
+    j0: int  # first consumer output row
+    v: int  # consumer output rows
+    q0: int  # first consumer output column (of the strip)
+    m: int  # fetched row of the first input row // stride: its bank is m % PP
+    s0: int  # stride_offset_in
+    a: tuple[int, int, int, int]  # base address of each wrap it reads (bank_addr_in .. _3)
+    reads: tuple  # the circular-buffer wraps it reads (dependency tags)
+    p_top: int  # rows of top padding
+    p_bottom: int  # rows of bottom padding (below the conv's last row)
+    p_left: int
+    p_right: int
+    length: int
+    e: int  # jump_read_endl: the line pitch of the buffer (strip input columns x cg_mid)
+
+
+def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: _ChainTile, job: ConvJob,
+                cg_out: int, fmaps: dict[str, FMap], emit_pass) -> None:
+    """The conv side of conv -> window consumer, per strip of consumer output columns. Conv output row u of the
+    strip is "fetched row" u of the consumer's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = the
+    consumer's stride_h); wraps live in a circular buffer of VB1 whose per-wrap base addresses the consumer takes
+    explicitly (bank_addr_in..._3). The CONVs (never crossing a wrap, so the row-store rule with stride_out = S,
+    stride_offset_out = u % S and jump_write_endl = the line pitch places every row) compute each conv row once;
+    as soon as the rows of a pass of vp consumer rows are in, `emit_pass(pass, out_addr, oslot)` emits the
+    consumer's instruction(s) writing output slot `oslot` at VB1 row `out_addr` and the SAVEs. The conv's output
+    never touches DDR; only the strip's halo columns are computed twice."""
+    win = _window_of(graph, consumer)
     cp, half, depth, pp, sp = arch.icp, arch.bank_depth // 2, arch.bank_depth, arch.pp, win.sh
     cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
     wrows = job.kh * job.kw * cg_in
-    _load_params(prog, arch, job, 0, cg_mid)
-    alu_reads: tuple = ()
-    if mode == "dwconv":  # depthwise weights in DWCONVW, biases after the conv's in BIAS
-        from tvm_dpu.codegen.layout import pack_dw_weights
-
-        wd = graph.param(pool, "weights").data
-        bd = graph.param(pool, "bias", required=False)
-        bias_d = bd.data if bd is not None else np.zeros(job.cout, np.int8)
-        wd_off = params.add(pack_dw_weights(wd, cp))
-        bd_off = params.add(pack_channel_vector(bias_d, cp))
-        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),),
-                  bank_id=arch.bank_group("DWCONVW").base_id, bank_addr=0, length=win.kh * win.kw,
-                  channel=job.cout, jump_read=cg_mid * cp, jump_write=cg_mid, reg_id=REG_PARAMS, ddr_addr=wd_off)
-        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
-                  bank_addr=cg_mid, length=1, channel=job.cout, jump_read=job.cout, jump_write=cg_mid,
-                  reg_id=REG_PARAMS, ddr_addr=bd_off)
-        alu_reads = (("dwconvw",), ("bias",))
-        alu_q = dict(act_type=qp.act_type, shift_bias=qp.shift_bias_isa, shift_cut=qp.shift_cut, multi_factor=0)
-    else:
-        alu_q = dict(act_type=0, shift_bias=0, shift_cut=qp.shift_cut,
-                     multi_factor=qp.multi_factor if mode == "avgpool" else 0)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
-    x, y = fmaps[conv.inputs[0]], fmaps[pool.outputs[0]]
+    x, y = fmaps[conv.inputs[0]], fmaps[consumer.outputs[0]]
     _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
     pt, pleft = win.pads[0], win.pads[1]
     cbuf, oslot = 0, 0
@@ -563,7 +599,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
         nxt = 0  # first pass not yet emitted
 
         def emit_ready(done: int) -> None:
-            """ALU + SAVEs of every pass whose conv rows [.., done) are all computed."""
+            """The consumer passes whose conv rows [.., done) are all computed."""
             nonlocal nxt, oslot
             while nxt < len(passes):
                 j0, v = passes[nxt]
@@ -574,24 +610,11 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
                 m, s0 = divmod(u0, sp)
                 w0 = m // pp  # floor: a pass starting in the top padding begins in wrap -1 (rows masked)
                 top_w = (min(hc, u0 + n_fetch) - 1) // sp // pp
-                a = [wrap_addr(w0 + g) for g in range(4)]
+                a = tuple(wrap_addr(w0 + g) for g in range(4))
                 reads = tuple(("vb1", "win", w % tile.wraps) for w in range(max(0, w0), top_w + 1))
-                ob = out_base + oslot * length * cg_mid
-                p_top, p_bottom = max(0, -u0), max(0, u0 + n_fetch - hc)
-                prog.emit("ALUINIT", exec_mode=ALU_MODES[mode], kernel_h=win.kh, kernel_w=win.kw, stride_h=sp,
-                          stride_w=win.sw, stride_offset_in=s0, stride_offset_out=0, stride_out=1,
-                          channel_group=cg_mid, channel_offset=cg_mid * cp - job.cout, length=length,
-                          shift_prelu_p=0, shift_prelu_n=0, jump_read=cg_mid, jump_read_endl=e,
-                          jump_read_weights=cg_mid, jump_write=cg_mid, jump_write_endl=1, **alu_q)
-                prog.emit("ALU", reads=reads + alu_reads, writes=(("vb1", "pool", oslot),), bank_id_out=vb1,
-                          bank_addr_out=ob, pad_bottom=win.kh - 1 - p_bottom, valid_pixel_parallel=v,
-                          bank_id_in=vb1 + m % pp, bank_addr_in=a[0], pad_top=p_top, pad_left=p_left,
-                          pad_right=win.kw - 1 - p_right, bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0,
-                          bank_addr_in_2=a[2], bank_addr_bias=cg_mid, bank_addr_in_3=a[3])
-                for r in range(v):
-                    prog.emit("SAVE", reads=(("vb1", "pool", oslot),), writes=(("ddr", pool.outputs[0]),),
-                              bank_id=vb1 + r, bank_addr=ob, length=length, channel=job.cout, jump_read=cg_mid,
-                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(j0 + r, q0, 0))
+                ps = _Pass(j0, v, q0, m, s0, a, reads, max(0, -u0), max(0, u0 + n_fetch - hc), p_left, p_right,
+                           length, e)
+                emit_pass(ps, out_base + oslot * length * cg_out, oslot)
                 oslot ^= 1
                 nxt += 1
 
@@ -601,8 +624,8 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
             w = m // pp
             nv = min(tile.vc, hc - u, (w + 1) * pp * sp - u)  # stay within wrap w
             if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
-                raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool window buffer of {tile.wraps} "
-                                   f"wraps overrun")  # the fit check's `need` rules this out
+                raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
+                                   f"overrun")  # the fit check's `need` rules this out
             ct = WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c_lo, lc, cg_in, cbuf * half)
             ct.emit_loads(prog, vb0, depth, x, conv.inputs[0], 0, job.cin, ("vb0", cbuf))
             pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
@@ -624,3 +647,105 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
             u += nv
             emit_ready(u)
         emit_ready(hc)
+
+
+def _emit_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: _Pass, ob: int, cout: int, cg_out: int,
+                oslot: int) -> None:
+    """SAVE a consumer pass's output slot (v rows in consecutive VB1 banks from `ob`) to `tensor`."""
+    vb1 = arch.bank_group("VB1").base_id
+    for r in range(ps.v):
+        prog.emit("SAVE", reads=(("vb1", "out", oslot),), writes=(("ddr", tensor),), bank_id=vb1 + r,
+                  bank_addr=ob, length=ps.length, channel=cout, jump_read=cg_out, jump_write=y.pixel_pitch,
+                  reg_id=y.reg_id, ddr_addr=y.addr(ps.j0 + r, ps.q0, 0))
+
+
+def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
+                   params: ParamBlob) -> None:
+    """conv -> max/avg pool (or depthwise conv) per strip of pool output columns (_emit_chain): as soon as the
+    conv rows of a pass of vp pool rows are in the circular buffer, one ALU pools them and SAVEs write the
+    result."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+
+    tile = _conv_pool_tile(arch, graph, conv, pool)
+    if tile is None:
+        raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
+    job = conv_job(arch, graph, conv, params)
+    qp = xops.quant_params(pool, graph)
+    win = _window_of(graph, pool)
+    mode = {"max_pool2d": "maxpool", "avg_pool2d": "avgpool", "depthwise_conv2d": "dwconv"}[pool.type]
+    cp = arch.icp
+    cg_mid = ceil_div(job.cout, arch.ocp)
+    _load_params(prog, arch, job, 0, cg_mid)
+    alu_reads: tuple = ()
+    if mode == "dwconv":  # depthwise weights in DWCONVW, biases after the conv's in BIAS
+        from tvm_dpu.codegen.layout import pack_dw_weights
+
+        wd = graph.param(pool, "weights").data
+        bd = graph.param(pool, "bias", required=False)
+        bias_d = bd.data if bd is not None else np.zeros(job.cout, np.int8)
+        wd_off = params.add(pack_dw_weights(wd, cp))
+        bd_off = params.add(pack_channel_vector(bias_d, cp))
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),),
+                  bank_id=arch.bank_group("DWCONVW").base_id, bank_addr=0, length=win.kh * win.kw,
+                  channel=job.cout, jump_read=cg_mid * cp, jump_write=cg_mid, reg_id=REG_PARAMS, ddr_addr=wd_off)
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+                  bank_addr=cg_mid, length=1, channel=job.cout, jump_read=job.cout, jump_write=cg_mid,
+                  reg_id=REG_PARAMS, ddr_addr=bd_off)
+        alu_reads = (("dwconvw",), ("bias",))
+        alu_q = dict(act_type=qp.act_type, shift_bias=qp.shift_bias_isa, shift_cut=qp.shift_cut, multi_factor=0)
+    else:
+        alu_q = dict(act_type=0, shift_bias=0, shift_cut=qp.shift_cut,
+                     multi_factor=qp.multi_factor if mode == "avgpool" else 0)
+    vb1 = arch.bank_group("VB1").base_id
+    y = fmaps[pool.outputs[0]]
+
+    def emit_pass(ps: _Pass, ob: int, oslot: int) -> None:
+        prog.emit("ALUINIT", exec_mode=ALU_MODES[mode], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
+                  stride_w=win.sw, stride_offset_in=ps.s0, stride_offset_out=0, stride_out=1, channel_group=cg_mid,
+                  channel_offset=cg_mid * cp - job.cout, length=ps.length, shift_prelu_p=0, shift_prelu_n=0,
+                  jump_read=cg_mid, jump_read_endl=ps.e, jump_read_weights=cg_mid, jump_write=cg_mid,
+                  jump_write_endl=1, **alu_q)
+        prog.emit("ALU", reads=ps.reads + alu_reads, writes=(("vb1", "out", oslot),), bank_id_out=vb1,
+                  bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
+                  bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
+                  pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,
+                  bank_addr_in_2=ps.a[2], bank_addr_bias=cg_mid, bank_addr_in_3=ps.a[3])
+        _emit_saves(prog, arch, y, pool.outputs[0], ps, ob, job.cout, cg_mid, oslot)
+
+    _emit_chain(prog, arch, graph, conv, pool, tile, job, cg_mid, fmaps, emit_pass)
+
+
+def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
+                     params: ParamBlob) -> None:
+    """conv A -> windowed conv B per strip of B's output columns (_emit_chain): A's rows go to the circular
+    buffer in VB1 in B's row-fetch layout, and as soon as the rows of B's next vp output rows are in, B's CONVs
+    (one per output-channel group, all weights resident after A's) read their kh-row windows from it, wrapping
+    through bank_addr_in..._3, and write an output slot in VB1 that SAVEs write out. A's output never touches
+    DDR."""
+    tile = _conv_window_tile(arch, graph, a, b)
+    if tile is None:
+        raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+windowed conv fusion does not fit {arch.name}")
+    ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
+    cp = arch.icp
+    cg_in, cg_mid, cg_out = ceil_div(ja.cin, cp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
+    wrows_a, wrows_b = ja.kh * ja.kw * cg_in, jb.kh * jb.kw * cg_mid
+    _load_params(prog, arch, ja, 0, cg_mid, 0, 0)
+    _load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
+    vb1 = arch.bank_group("VB1").base_id
+    y = fmaps[b.outputs[0]]
+
+    def emit_pass(ps: _Pass, ob: int, oslot: int) -> None:
+        prog.emit("CONVINIT", act_type=jb.act_type, shift_cut=jb.shift_cut, shift_bias=jb.shift_bias,
+                  jump_read=cg_mid, jump_read_endl=ps.e, stride_out=1, jump_write=cg_out, jump_write_endl=1,
+                  stride_h=jb.sh, kernel_h=jb.kh, valid_pixel_parallel=ps.v, stride_offset_in=ps.s0,
+                  stride_w=jb.sw, kernel_w=jb.kw, stride_offset_out=0)
+        for gl in range(cg_out):
+            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb1", "out", oslot),),
+                      pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
+                      pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
+                      length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=cg_mid * wrows_a
+                      + gl * wrows_b, bank_addr_in_1=ps.a[1], bank_id_out=vb1, bank_addr_bias=cg_mid + gl,
+                      channel_offset=cg_mid * cp - jb.cin, bank_addr_in_3=ps.a[3], bank_addr_in_2=ps.a[2])
+        _emit_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
+
+    _emit_chain(prog, arch, graph, a, b, tile, ja, cg_out, fmaps, emit_pass)
