@@ -228,6 +228,8 @@ CONV_WINDOW_CASES = [  # (cin, h, w, cmid, A k, s, pad, cout, B k, s, pad)
     (8, 26, 17, 20, 3, 1, 0, 12, 7, 1, 3),  # 7x7 second conv: each window reads 3 wraps
     (16, 100, 120, 24, 3, 1, 1, 16, 3, 1, 1),  # tall and wide: the circular buffer wraps around
     (8, 90, 100, 28, 3, 1, 1, 36, 3, 2, 1),  # ... with a strided B
+    (256, 12, 64, 16, 1, 1, 0, 16, 3, 1, 1),  # A's input window too wide for VB0: A in column pieces
+    (128, 10, 90, 16, 3, 1, 1, 16, 3, 1, 1),  # ... pieces of a 3x3 A (input halo columns per piece)
 ]
 
 

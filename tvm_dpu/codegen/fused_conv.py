@@ -434,6 +434,8 @@ class _ChainTile:
     vp: int  # consumer rows per consumer instruction
     lp: int  # consumer columns per strip
     wraps: int  # wraps of the circular window buffer in VB1
+    la: int  # conv output columns per CONV (a strip's conv columns are cut into pieces of at most la)
+    a_slot: int  # rows of each half of VB0 for the conv's input window (the consumer's output slot follows it)
 
 
 def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int) -> int:
@@ -458,9 +460,10 @@ def _chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_
     """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
     height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
     VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
-    weights resident plus `wrows_extra` CONVW rows (the consumer's); VB1 holds the circular window plus two output
-    slots of lp pixels x cg_out rows; half of VB0 one conv input window. The consumer does up to `vmax` rows per
-    instruction. The widest strip wins (fewest halo columns)."""
+    weights resident plus `wrows_extra` CONVW rows (the consumer's); VB1 holds the circular window only; each half
+    of VB0 holds one conv input window (a piece of at most `la` conv columns: a strip may need several) and one
+    consumer output slot of lp pixels x cg_out rows. The consumer does up to `vmax` rows per instruction. The
+    widest strip wins (fewest halo columns, fewest consumer instructions)."""
     if arch.icp != arch.ocp or not _plain(conv):
         return None
     win = _window_of(graph, consumer)
@@ -488,13 +491,15 @@ def _chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_
         lp = ceil_div(wp, n_cols)
         in_p = (lp - 1) * win.sw + win.kw
         e, lc = in_p * cg_mid, min(in_p, wc)
-        in_c = (lc - 1) * jc.sw + jc.kw
-        if (lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10 or lc > FIELD10 or in_c * cg_in > FIELD10
-                or wraps_c * jc.sh * in_c * cg_in > half):
+        if lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10:
             continue
-        wraps = (depth - 2 * lp * cg_out) // (win.sh * e)
-        if wraps >= need:
-            return _ChainTile(vc, vp, lp, wraps)
+        a_slot = half - lp * cg_out
+        # widest conv piece whose input window fits the slot (and the 10-bit jump_read_endl)
+        in_c = min(FIELD10 // cg_in, max(0, a_slot) // (wraps_c * jc.sh * cg_in))
+        la = min(lc, FIELD10, (in_c - jc.kw) // jc.sw + 1)
+        wraps = depth // (win.sh * e)
+        if la >= 1 and wraps >= need:
+            return _ChainTile(vc, vp, lp, wraps, la, a_slot)
     return None
 
 
@@ -574,7 +579,7 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
     explicitly (bank_addr_in..._3). The CONVs (never crossing a wrap, so the row-store rule with stride_out = S,
     stride_offset_out = u % S and jump_write_endl = the line pitch places every row) compute each conv row once;
     as soon as the rows of a pass of vp consumer rows are in, `emit_pass(pass, out_addr, oslot)` emits the
-    consumer's instruction(s) writing output slot `oslot` at VB1 row `out_addr` and the SAVEs. The conv's output
+    consumer's instruction(s) writing output slot `oslot` at VB0 row `out_addr` and the SAVEs. The conv's output
     never touches DDR; only the strip's halo columns are computed twice."""
     win = _window_of(graph, consumer)
     cp, half, depth, pp, sp = arch.icp, arch.bank_depth // 2, arch.bank_depth, arch.pp, win.sh
@@ -589,7 +594,6 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
         in_p = (length - 1) * win.sw + win.kw
         e = in_p * cg_mid
         slot_rows = sp * e  # rows of one wrap in every bank
-        out_base = tile.wraps * slot_rows
         wrap_addr = lambda w: (w % tile.wraps) * slot_rows
         x0 = q0 * win.sw - pleft
         c_lo, c_hi = max(0, x0), min(wc, x0 + in_p)
@@ -614,7 +618,7 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
                 reads = tuple(("vb1", "win", w % tile.wraps) for w in range(max(0, w0), top_w + 1))
                 ps = _Pass(j0, v, q0, m, s0, a, reads, max(0, -u0), max(0, u0 + n_fetch - hc), p_left, p_right,
                            length, e)
-                emit_pass(ps, out_base + oslot * length * cg_out, oslot)
+                emit_pass(ps, oslot * half + tile.a_slot, oslot)
                 oslot ^= 1
                 nxt += 1
 
@@ -626,24 +630,26 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
             if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
                 raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
                                    f"overrun")  # the fit check's `need` rules this out
-            ct = WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c_lo, lc, cg_in, cbuf * half)
-            ct.emit_loads(prog, vb0, depth, x, conv.inputs[0], 0, job.cin, ("vb0", cbuf))
-            pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
-            ia = [r % depth for r in ct.place.bases()]
-            out0 = wrap_addr(w) + (c_lo - x0) * cg_mid
-            prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-                      jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid,
-                      jump_write_endl=e, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv,
-                      stride_offset_in=0, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=t0)
-            for gl in range(cg_mid):
-                prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)),
-                          writes=(("vb1", "win", w % tile.wraps),), pad_left=pad_left, pad_top=pad_top,
-                          bank_addr_in=ia[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
-                          pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=lc, bank_id_in=vb0,
-                          bank_addr_weights=gl * wrows, bank_addr_in_1=ia[1], bank_id_out=vb1 + m % pp,
-                          bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin, bank_addr_in_3=ia[3],
-                          bank_addr_in_2=ia[2])
-            cbuf ^= 1
+            for pc0, pl in split_even(lc, tile.la):
+                ct = WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c_lo + pc0, pl, cg_in,
+                                   cbuf * half)
+                ct.emit_loads(prog, vb0, depth, x, conv.inputs[0], 0, job.cin, ("vb0", cbuf))
+                pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
+                ia = [r % depth for r in ct.place.bases()]
+                out0 = wrap_addr(w) + (c_lo + pc0 - x0) * cg_mid
+                prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+                          jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid,
+                          jump_write_endl=e, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv,
+                          stride_offset_in=0, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=t0)
+                for gl in range(cg_mid):
+                    prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)),
+                              writes=(("vb1", "win", w % tile.wraps),), pad_left=pad_left, pad_top=pad_top,
+                              bank_addr_in=ia[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
+                              pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=pl,
+                              bank_id_in=vb0, bank_addr_weights=gl * wrows, bank_addr_in_1=ia[1],
+                              bank_id_out=vb1 + m % pp, bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin,
+                              bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
+                cbuf ^= 1
             u += nv
             emit_ready(u)
         emit_ready(hc)
@@ -651,10 +657,10 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
 
 def _emit_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: _Pass, ob: int, cout: int, cg_out: int,
                 oslot: int) -> None:
-    """SAVE a consumer pass's output slot (v rows in consecutive VB1 banks from `ob`) to `tensor`."""
-    vb1 = arch.bank_group("VB1").base_id
+    """SAVE a consumer pass's output slot (v rows in consecutive VB0 banks from `ob`) to `tensor`."""
+    vb0 = arch.bank_group("VB0").base_id
     for r in range(ps.v):
-        prog.emit("SAVE", reads=(("vb1", "out", oslot),), writes=(("ddr", tensor),), bank_id=vb1 + r,
+        prog.emit("SAVE", reads=(("vb0", "out", oslot),), writes=(("ddr", tensor),), bank_id=vb0 + r,
                   bank_addr=ob, length=ps.length, channel=cout, jump_read=cg_out, jump_write=y.pixel_pitch,
                   reg_id=y.reg_id, ddr_addr=y.addr(ps.j0 + r, ps.q0, 0))
 
@@ -696,7 +702,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
     else:
         alu_q = dict(act_type=0, shift_bias=0, shift_cut=qp.shift_cut,
                      multi_factor=qp.multi_factor if mode == "avgpool" else 0)
-    vb1 = arch.bank_group("VB1").base_id
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     y = fmaps[pool.outputs[0]]
 
     def emit_pass(ps: _Pass, ob: int, oslot: int) -> None:
@@ -705,7 +711,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
                   channel_offset=cg_mid * cp - job.cout, length=ps.length, shift_prelu_p=0, shift_prelu_n=0,
                   jump_read=cg_mid, jump_read_endl=ps.e, jump_read_weights=cg_mid, jump_write=cg_mid,
                   jump_write_endl=1, **alu_q)
-        prog.emit("ALU", reads=ps.reads + alu_reads, writes=(("vb1", "out", oslot),), bank_id_out=vb1,
+        prog.emit("ALU", reads=ps.reads + alu_reads, writes=(("vb0", "out", oslot),), bank_id_out=vb0,
                   bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
                   bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
                   pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,
@@ -731,7 +737,7 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
     wrows_a, wrows_b = ja.kh * ja.kw * cg_in, jb.kh * jb.kw * cg_mid
     _load_params(prog, arch, ja, 0, cg_mid, 0, 0)
     _load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
-    vb1 = arch.bank_group("VB1").base_id
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     y = fmaps[b.outputs[0]]
 
     def emit_pass(ps: _Pass, ob: int, oslot: int) -> None:
@@ -740,11 +746,11 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
                   stride_h=jb.sh, kernel_h=jb.kh, valid_pixel_parallel=ps.v, stride_offset_in=ps.s0,
                   stride_w=jb.sw, kernel_w=jb.kw, stride_offset_out=0)
         for gl in range(cg_out):
-            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb1", "out", oslot),),
+            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", "out", oslot),),
                       pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
                       pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
                       length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=cg_mid * wrows_a
-                      + gl * wrows_b, bank_addr_in_1=ps.a[1], bank_id_out=vb1, bank_addr_bias=cg_mid + gl,
+                      + gl * wrows_b, bank_addr_in_1=ps.a[1], bank_id_out=vb0, bank_addr_bias=cg_mid + gl,
                       channel_offset=cg_mid * cp - jb.cin, bank_addr_in_3=ps.a[3], bank_addr_in_2=ps.a[2])
         _emit_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
 
