@@ -230,6 +230,8 @@ CONV_WINDOW_CASES = [  # (cin, h, w, cmid, A k, s, pad, cout, B k, s, pad)
     (8, 90, 100, 28, 3, 1, 1, 36, 3, 2, 1),  # ... with a strided B
     (256, 12, 64, 16, 1, 1, 0, 16, 3, 1, 1),  # A's input window too wide for VB0: A in column pieces
     (128, 10, 90, 16, 3, 1, 1, 16, 3, 1, 1),  # ... pieces of a 3x3 A (input halo columns per piece)
+    (3, 20, 30, 16, 3, 1, 1, 16, 3, 1, 1),  # VGG conv1_1 + conv1_2: A channel-augmented (3 channels)
+    (3, 17, 41, 24, 7, 2, 3, 16, 3, 1, 1),  # 7x7/2 over 3 channels, augmented
 ]
 
 

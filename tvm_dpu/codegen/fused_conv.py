@@ -15,7 +15,7 @@ lead should merge them by giving conv.emit_conv those hooks (see the fusion repo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,9 +44,10 @@ def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
                    q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
 
 
-def _load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0) -> None:
+def _load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
+                 with_bias: bool = True) -> None:
     """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
-    bank) and their biases into BIAS rows from brow0."""
+    bank) and (with_bias) their biases into BIAS rows from brow0."""
     icp, ocp = arch.icp, arch.ocp
     cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
     wrows = job.kh * job.kw * cg_in
@@ -57,6 +58,8 @@ def _load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0
                       bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,
                       jump_write=cg_in, reg_id=job.params_reg,
                       ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
+    if not with_bias:
+        return
     prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
               bank_addr=brow0, length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
               ddr_addr=job.b_offset + g0 * ocp)
@@ -436,6 +439,38 @@ class _ChainTile:
     wraps: int  # wraps of the circular window buffer in VB1
     la: int  # conv output columns per CONV (a strip's conv columns are cut into pieces of at most la)
     a_slot: int  # rows of each half of VB0 for the conv's input window (the consumer's output slot follows it)
+    la_aug: int = 0  # the same for channel-augmented CONVs (0: the conv is not augmented, see _augmentable)
+
+
+def _augmentable(arch: Arch, job: ConvJob) -> bool:
+    """Whether the conv's interior columns run channel-augmented (the first-layer trick, isa1-semantics 5.1): a
+    LOAD item of kw*cin bytes read every sw*cin bytes of an image row (overlapping items) is the whole kernel row
+    of one output column, so the CONV runs as a kh x 1 kernel over kw*cin channels: ceil(kw*cin/ICP) channel
+    groups per tap row instead of kw (a 7x7 conv over 3 channels: 14 instead of 49 cycles per output column).
+    Worth it when the kernel row fits fewer groups than kw; the engine takes up to 2*ICP augmented channels."""
+    cg_aug = ceil_div(job.kw * job.cin, arch.icp)
+    return (arch.channel_augmentation and job.kw > 1 and job.sw <= job.kw and job.kw * job.cin <= 2 * arch.icp
+            and cg_aug < job.kw * ceil_div(job.cin, arch.icp))
+
+
+def _augmented(job: ConvJob, w_offset: int) -> ConvJob:
+    """`job` as the kh x 1 conv over kw*cin channels it is on augmented input (no left/right padding: only
+    interior columns run augmented)."""
+    t, _, b, _ = job.pads
+    return replace(job, kw=1, sw=1, pads=(t, 0, b, 0), cin=job.kw * job.cin, w_offset=w_offset)
+
+
+def _augmented_weights(w: np.ndarray) -> np.ndarray:
+    """OIHW weights of the augmented conv: channel j*cin + c of kernel row i is tap (i, j) of channel c."""
+    o, c, kh, kw = w.shape
+    return np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(o, kh, kw * c).transpose(0, 2, 1)[..., None])
+
+
+def _piece_cols(job: ConvJob, cg_in: int, wraps_c: int, a_slot: int, lc: int) -> int:
+    """Widest conv piece (output columns) whose input window fits `a_slot` rows of every VB0 bank and the
+    10-bit jump_read_endl."""
+    in_c = min(FIELD10 // cg_in, max(0, a_slot) // (wraps_c * job.sh * cg_in))
+    return min(lc, FIELD10, (in_c - job.kw) // job.sw + 1)
 
 
 def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int) -> int:
@@ -471,7 +506,11 @@ def _chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_
         return None
     jc = _probe(arch, graph, conv)
     cg_in, cg_mid = ceil_div(jc.cin, arch.icp), ceil_div(jc.cout, arch.ocp)
-    if jc.kh * jc.kw * cg_in * cg_mid + wrows_extra > arch.bank_depth or cg_mid + cg_out > arch.bank_depth:
+    aug = _augmentable(arch, jc)
+    ja = _augmented(jc, 0) if aug else None
+    cg_aug = ceil_div(ja.cin, arch.icp) if aug else 0
+    wrows_a = jc.kh * jc.kw * cg_in + (jc.kh * cg_aug if aug else 0)  # augmented weights next to the plain ones
+    if wrows_a * cg_mid + wrows_extra > arch.bank_depth or cg_mid + cg_out > arch.bank_depth:
         return None
     half, pp, depth = arch.bank_depth // 2, arch.pp, arch.bank_depth
     try:
@@ -494,12 +533,11 @@ def _chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_
         if lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10:
             continue
         a_slot = half - lp * cg_out
-        # widest conv piece whose input window fits the slot (and the 10-bit jump_read_endl)
-        in_c = min(FIELD10 // cg_in, max(0, a_slot) // (wraps_c * jc.sh * cg_in))
-        la = min(lc, FIELD10, (in_c - jc.kw) // jc.sw + 1)
+        la = _piece_cols(jc, cg_in, wraps_c, a_slot, lc)
+        la_aug = _piece_cols(ja, cg_aug, wraps_c, a_slot, lc) if aug else 0
         wraps = depth // (win.sh * e)
-        if la >= 1 and wraps >= need:
-            return _ChainTile(vc, vp, lp, wraps, la, a_slot)
+        if la >= 1 and wraps >= need and (la_aug >= 1 or not aug):
+            return _ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug)
     return None
 
 
@@ -571,8 +609,41 @@ class _Pass:
     e: int  # jump_read_endl: the line pitch of the buffer (strip input columns x cg_mid)
 
 
+def _load_chain_conv(prog: Program, arch: Arch, graph: Graph, conv: Op, job: ConvJob, tile: _ChainTile,
+                     x: FMap, params: ParamBlob) -> tuple[ConvJob | None, int]:
+    """LOAD the chain conv's weights and biases (from CONVW row 0, BIAS row 0), plus its augmented weights after
+    them when the tile runs it augmented and its input's pixels are packed (pixel pitch = cin: consecutive pixels
+    are consecutive bytes). Returns the augmented job (or None) and the first free CONVW row."""
+    cg_mid = ceil_div(job.cout, arch.ocp)
+    _load_params(prog, arch, job, 0, cg_mid)
+    rows = cg_mid * job.kh * job.kw * ceil_div(job.cin, arch.icp)
+    if not tile.la_aug or x.pixel_pitch != job.cin:
+        return None, rows
+    w = graph.param(conv, "weights").data
+    ja = _augmented(job, params.add(pack_conv_weights(_augmented_weights(w), arch.icp, arch.ocp)))
+    _load_params(prog, arch, ja, 0, cg_mid, rows, with_bias=False)
+    return ja, rows + cg_mid * ja.kh * ceil_div(ja.cin, arch.icp)
+
+
+def _plain_rows(arch: Arch, job: ConvJob) -> int:
+    """CONVW rows of all output-channel groups of `job` (where the augmented weights start)."""
+    return ceil_div(job.cout, arch.ocp) * job.kh * job.kw * ceil_div(job.cin, arch.icp)
+
+
+def _conv_segments(job: ConvJob, w_in: int, c_lo: int, c_hi: int, augment: bool) -> list[tuple[int, int, bool]]:
+    """[c0, c1) column ranges of the conv's output columns [c_lo, c_hi), and whether each runs augmented: only
+    columns whose kernel row lies inside the image do (an augmented LOAD item cannot start left of a row's first
+    pixel, and the edge columns need no mask fields)."""
+    if not augment:
+        return [(c_lo, c_hi, False)]
+    a0 = ceil_div(job.pads[1], job.sw)
+    a1 = max(a0, (w_in - job.kw + job.pads[1]) // job.sw + 1)
+    cuts = sorted({c_lo, c_hi, min(max(a0, c_lo), c_hi), min(max(a1, c_lo), c_hi)})
+    return [(c0, c1, a0 <= c0 and c1 <= a1) for c0, c1 in zip(cuts, cuts[1:]) if c1 > c0]
+
+
 def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: _ChainTile, job: ConvJob,
-                cg_out: int, fmaps: dict[str, FMap], emit_pass) -> None:
+                cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None = None) -> None:
     """The conv side of conv -> window consumer, per strip of consumer output columns. Conv output row u of the
     strip is "fetched row" u of the consumer's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = the
     consumer's stride_h); wraps live in a circular buffer of VB1 whose per-wrap base addresses the consumer takes
@@ -580,7 +651,8 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
     stride_offset_out = u % S and jump_write_endl = the line pitch places every row) compute each conv row once;
     as soon as the rows of a pass of vp consumer rows are in, `emit_pass(pass, out_addr, oslot)` emits the
     consumer's instruction(s) writing output slot `oslot` at VB0 row `out_addr` and the SAVEs. The conv's output
-    never touches DDR; only the strip's halo columns are computed twice."""
+    never touches DDR; only the strip's halo columns are computed twice. `aug` = (augmented job, its first CONVW
+    row) runs the interior columns channel-augmented (_augmentable)."""
     win = _window_of(graph, consumer)
     cp, half, depth, pp, sp = arch.icp, arch.bank_depth // 2, arch.bank_depth, arch.pp, win.sh
     cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
@@ -630,29 +702,77 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
             if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
                 raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
                                    f"overrun")  # the fit check's `need` rules this out
-            for pc0, pl in split_even(lc, tile.la):
-                ct = WindowTile.of(pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c_lo + pc0, pl, cg_in,
-                                   cbuf * half)
-                ct.emit_loads(prog, vb0, depth, x, conv.inputs[0], 0, job.cin, ("vb0", cbuf))
-                pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
-                ia = [r % depth for r in ct.place.bases()]
-                out0 = wrap_addr(w) + (c_lo + pc0 - x0) * cg_mid
-                prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-                          jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid,
-                          jump_write_endl=e, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv,
-                          stride_offset_in=0, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=t0)
-                for gl in range(cg_mid):
-                    prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)),
-                              writes=(("vb1", "win", w % tile.wraps),), pad_left=pad_left, pad_top=pad_top,
-                              bank_addr_in=ia[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
-                              pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=pl,
-                              bank_id_in=vb0, bank_addr_weights=gl * wrows, bank_addr_in_1=ia[1],
-                              bank_id_out=vb1 + m % pp, bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin,
-                              bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
-                cbuf ^= 1
+            for c0, c1, on in _conv_segments(job, x.w, c_lo, c_hi, aug is not None):
+                for pc0, pl in split_even(c1 - c0, tile.la_aug if on else tile.la):
+                    piece = (u, nv, c0 + pc0, pl, wrap_addr(w) + (c0 + pc0 - x0) * cg_mid, t0, m % pp, w % tile.wraps)
+                    if on:
+                        _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job)
+                    else:
+                        _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece)
+                    cbuf ^= 1
             u += nv
             emit_ready(u)
         emit_ready(hc)
+
+
+def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, cbuf: int, e: int, sp: int,
+                     piece: tuple) -> None:
+    """One conv piece of a chain: its input window LOADed into half `cbuf` of VB0, one CONV per output-channel
+    group writing `nv` rows x `pl` columns into the circular buffer with the row-store rule (stride_out = the
+    consumer's stride sp, line pitch e)."""
+    u, nv, c, pl, out0, t0, bank, wrap = piece
+    depth, half, cp = arch.bank_depth, arch.bank_depth // 2, arch.icp
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
+    ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c, pl, cg_in, cbuf * half)
+    ct.emit_loads(prog, vb0, depth, x, x_res, 0, job.cin, ("vb0", cbuf))
+    pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
+    _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0)
+
+
+def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: tuple[ConvJob, int], cbuf: int,
+                          e: int, sp: int, piece: tuple, job: ConvJob) -> None:
+    """An interior conv piece run channel-augmented: per fetched row one LOAD of `pl` overlapping items of
+    kw*cin bytes, sw*cin bytes apart (output column c's kernel row), then kh x 1 CONVs over kw*cin channels."""
+    ja, wrow0 = aug
+    u, nv, c, pl = piece[:4]
+    depth, half = arch.bank_depth, arch.bank_depth // 2
+    vb0 = arch.bank_group("VB0").base_id
+    cg = ceil_div(ja.cin, arch.icp)
+    ct = WindowTile.of(arch.pp, ja.kh, 1, ja.sh, 1, ja.pads, u, nv, c, pl, cg, cbuf * half)
+    for h in range(ct.n_rows):
+        yy = ct.y0 + h
+        if not 0 <= yy < x.h:
+            continue  # padding rows: masked by the CONV's pad_top / pad_bottom
+        bank, row0 = ct.place.where(h)
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", cbuf),), bank_id=vb0 + bank,
+                  bank_addr=row0 % depth, length=pl, channel=ja.cin, jump_read=job.sw * x.pixel_pitch,
+                  jump_write=ct.place.pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, c * job.sw - job.pads[1], 0))
+    pad_top, _, pad_bottom, _ = ct.pads(x)
+    _emit_piece_convs(prog, arch, ja, cbuf, e, sp, piece, ct, (pad_top, 0, pad_bottom, 0), wrow0)
+
+
+def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: tuple,
+                      ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int) -> None:
+    """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0)."""
+    u, nv, c, pl, out0, t0, bank, wrap = piece
+    cp, depth = arch.icp, arch.bank_depth
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
+    wrows = job.kh * job.kw * cg_in
+    pad_top, pad_left, pad_bottom, pad_right = pads
+    ia = [r % depth for r in ct.place.bases()]
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid, jump_write_endl=e,
+              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv, stride_offset_in=0, stride_w=job.sw,
+              kernel_w=job.kw, stride_offset_out=t0)
+    for gl in range(cg_mid):
+        prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)), writes=(("vb1", "win", wrap),),
+                  pad_left=pad_left, pad_top=pad_top, bank_addr_in=ia[0], channel_group=cg_in,
+                  pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl,
+                  length=pl, bank_id_in=vb0, bank_addr_weights=wrow0 + gl * wrows, bank_addr_in_1=ia[1],
+                  bank_id_out=vb1 + bank, bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin,
+                  bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
 
 
 def _emit_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: _Pass, ob: int, cout: int, cg_out: int,
@@ -681,7 +801,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
     mode = {"max_pool2d": "maxpool", "avg_pool2d": "avgpool", "depthwise_conv2d": "dwconv"}[pool.type]
     cp = arch.icp
     cg_mid = ceil_div(job.cout, arch.ocp)
-    _load_params(prog, arch, job, 0, cg_mid)
+    ja, _ = _load_chain_conv(prog, arch, graph, conv, job, tile, fmaps[conv.inputs[0]], params)
     alu_reads: tuple = ()
     if mode == "dwconv":  # depthwise weights in DWCONVW, biases after the conv's in BIAS
         from tvm_dpu.codegen.layout import pack_dw_weights
@@ -718,7 +838,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
                   bank_addr_in_2=ps.a[2], bank_addr_bias=cg_mid, bank_addr_in_3=ps.a[3])
         _emit_saves(prog, arch, y, pool.outputs[0], ps, ob, job.cout, cg_mid, oslot)
 
-    _emit_chain(prog, arch, graph, conv, pool, tile, job, cg_mid, fmaps, emit_pass)
+    _emit_chain(prog, arch, graph, conv, pool, tile, job, cg_mid, fmaps, emit_pass, ja and (ja, _plain_rows(arch, job)))
 
 
 def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
@@ -734,9 +854,9 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
     ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
     cp = arch.icp
     cg_in, cg_mid, cg_out = ceil_div(ja.cin, cp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
-    wrows_a, wrows_b = ja.kh * ja.kw * cg_in, jb.kh * jb.kw * cg_mid
-    _load_params(prog, arch, ja, 0, cg_mid, 0, 0)
-    _load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
+    wrows_b = jb.kh * jb.kw * cg_mid
+    j_aug, wrow_b = _load_chain_conv(prog, arch, graph, a, ja, tile, fmaps[a.inputs[0]], params)
+    _load_params(prog, arch, jb, 0, cg_out, wrow_b, cg_mid)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     y = fmaps[b.outputs[0]]
 
@@ -749,9 +869,8 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
             prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", "out", oslot),),
                       pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
                       pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
-                      length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=cg_mid * wrows_a
-                      + gl * wrows_b, bank_addr_in_1=ps.a[1], bank_id_out=vb0, bank_addr_bias=cg_mid + gl,
+                      length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=wrow_b + gl * wrows_b, bank_addr_in_1=ps.a[1], bank_id_out=vb0, bank_addr_bias=cg_mid + gl,
                       channel_offset=cg_mid * cp - jb.cin, bank_addr_in_3=ps.a[3], bank_addr_in_2=ps.a[2])
         _emit_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
 
-    _emit_chain(prog, arch, graph, a, b, tile, ja, cg_out, fmaps, emit_pass)
+    _emit_chain(prog, arch, graph, a, b, tile, ja, cg_out, fmaps, emit_pass, j_aug and (j_aug, _plain_rows(arch, ja)))
