@@ -429,3 +429,26 @@ def test_searched_plan_no_slower_than_greedy_in_the_whole_program(arch_name):
     assert sim["optimal"] <= sim["greedy"]
     assert "in_context" in plans["optimal"].stats
     assert _run(g, arch, plans["optimal"], seed=2) == 0
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("cin,hw,cout", [(48, 14, 40), (260, 7, 30), (20, 23, 100)])
+def test_pointwise_conv_add_runs_flattened(arch_name, cin, hw, cout):
+    """A 1x1 conv + add over dense maps runs over the pixels in raster order (fused_conv._flat): CONVs longer than
+    an image row, a last tile that ends mid-row, and the result bit-exact."""
+    b = _B(cin + hw)
+    x = b.input(cin, hw, hw)
+    c = b.conv(x, cout, 1, act="none")
+    s = b.conv(x, cout, 1, act="none")
+    out = b.op("eltwise_add", [c, s], b.shape(c), 2, act="relu")
+    b.g.outputs = [out]
+    validate_graph(b.g)
+    arch = load_arch(arch_name)
+    conv_op, add_op = b.g.ops[0], b.g.ops[2]
+    plan = FusionPlan("manual", [Group(SINGLE, (b.g.ops[1].name,)), Group("conv_add", (conv_op.name, add_op.name))])
+    assert emittable(plan.groups[1], b.g, arch)
+    from tvm_dpu.codegen.isa import decode_program
+
+    instrs = decode_program(compile_graph_fused(b.g, arch, plan).code)
+    assert max(i["length"] for i in instrs if i.name == "CONV") > hw
+    assert _run(b.g, arch, plan, seed=cin) == 0
