@@ -167,14 +167,12 @@ def _flat(job: ConvJob, *maps: FMap) -> bool:
 
 
 def _flat_tiles(n_pix: int, vpp: int, lmax: int) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
-    """Tiles (rows, length, [(first pixel, 0, pixels) per row]) covering n_pix pixels in raster order: full tiles
-    of vpp x lmax, then the rest spread over as many rows as it fills (its last row may be shorter: its CONV
-    columns past the end are computed but neither loaded nor saved)."""
+    """Tiles (rows, length, [(first pixel, 0, pixels) per row]) covering n_pix pixels in raster order: as few tiles
+    as vpp x lmax allows, of even size, each spread over all vpp rows (so the CONVs are even too; a tile's last row
+    may be shorter: its CONV columns past the end are computed but neither loaded nor saved)."""
     out = []
-    for p0 in range(0, n_pix, vpp * lmax):
-        rest = min(vpp * lmax, n_pix - p0)
-        v = min(vpp, ceil_div(rest, min(lmax, rest)))
-        length = ceil_div(rest, v)
+    for p0, rest in split_even(n_pix, ceil_div(n_pix, ceil_div(n_pix, vpp * lmax))):
+        length = ceil_div(rest, vpp)
         v = ceil_div(rest, length)
         out.append((v, length, [(p0 + r * length, 0, min(length, rest - r * length)) for r in range(v)]))
     return out
@@ -207,12 +205,14 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     if tile is None:
         raise CodegenError(f"op {conv.name!r}: no conv tile fits half an image bank of {arch.name}")
     vpp, lmax, chunk = tile
+    flat = _flat(job, x, y, z)
+    if flat:  # CONVs as long as the input tile allows; as many resident output groups as then fit VB1
+        chunk = max(1, min(chunk, half // (2 * lmax)))
     lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
     if lmax < 1:
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
     vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
-    flat = _flat(job, x, y, z)
     tiles = _flat_tiles(y.h * y.w, vpp, lmax) if flat else \
         [(v, length, [(p0 + r, q0, length) for r in range(v)]) for p0 in range(0, y.h, vpp)
          for v in (min(vpp, y.h - p0),) for q0, length in split_even(y.w, lmax)]
