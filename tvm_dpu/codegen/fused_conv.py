@@ -125,35 +125,32 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     ys = [fmaps[c.outputs[0]] for c in convs]
     job0 = jobs[0]
+    flat = _flat(job0, x, *ys)
     buf = 0
-    for p0 in range(0, ys[0].h, vpp):
-        v = min(vpp, ys[0].h - p0)
-        for q0, length in split_even(ys[0].w, lmax):
-            base = buf * half
-            wt = WindowTile.of(arch.pp, job0.kh, job0.kw, job0.sh, job0.sw, job0.pads, p0, v, q0, length, cg_in,
-                               base)
-            wt.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job0.cin, ("vb0", buf))
-            pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
-            a = [b % arch.bank_depth for b in wt.place.bases()]
-            for j, n, f in zip(jobs, ns, first):
-                prog.emit("CONVINIT", act_type=j.act_type, shift_cut=j.shift_cut, shift_bias=j.shift_bias,
-                          jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=n,
-                          jump_write_endl=1, stride_h=j.sh, kernel_h=j.kh, valid_pixel_parallel=v,
-                          stride_offset_in=0, stride_w=j.sw, kernel_w=j.kw, stride_offset_out=0)
-                for gl in range(n):
-                    prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
-                              pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
-                              pad_right=j.kw - 1 - pad_right, pad_bottom=j.kh - 1 - pad_bottom,
-                              bank_addr_out=base + f * length + gl, length=length, bank_id_in=vb0,
-                              bank_addr_weights=(f + gl) * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
-                              bank_addr_bias=f + gl, channel_offset=cg_in * arch.icp - j.cin, bank_addr_in_3=a[3],
-                              bank_addr_in_2=a[2])
-            for c, j, n, f, y in zip(convs, jobs, ns, first, ys):
-                for r in range(v):
-                    prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", c.outputs[0]),), bank_id=vb1 + r,
-                              bank_addr=base + f * length, length=length, channel=j.cout, jump_read=n,
-                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
-            buf ^= 1
+    for v, length, runs in _tiles(flat, ys[0], vpp, lmax):
+        base = buf * half
+        wt = _emit_input_tile(prog, arch, x, x_res, job0, flat, v, length, runs, buf)
+        pad_top, pad_left, pad_bottom, pad_right = (0, 0, 0, 0) if flat else wt.pads(x)
+        a = [b % arch.bank_depth for b in wt.place.bases()]
+        for j, n, f in zip(jobs, ns, first):
+            prog.emit("CONVINIT", act_type=j.act_type, shift_cut=j.shift_cut, shift_bias=j.shift_bias,
+                      jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=n,
+                      jump_write_endl=1, stride_h=j.sh, kernel_h=j.kh, valid_pixel_parallel=v,
+                      stride_offset_in=0, stride_w=j.sw, kernel_w=j.kw, stride_offset_out=0)
+            for gl in range(n):
+                prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
+                          pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
+                          pad_right=j.kw - 1 - pad_right, pad_bottom=j.kh - 1 - pad_bottom,
+                          bank_addr_out=base + f * length + gl, length=length, bank_id_in=vb0,
+                          bank_addr_weights=(f + gl) * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
+                          bank_addr_bias=f + gl, channel_offset=cg_in * arch.icp - j.cin, bank_addr_in_3=a[3],
+                          bank_addr_in_2=a[2])
+        for c, j, n, f, y in zip(convs, jobs, ns, first, ys):
+            for r, (p, col, cnt) in enumerate(runs):
+                prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", c.outputs[0]),), bank_id=vb1 + r,
+                          bank_addr=base + f * length, length=cnt, channel=j.cout, jump_read=n,
+                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=_addr(y, flat, p, col, 0))
+        buf ^= 1
 
 
 def _flat(job: ConvJob, *maps: FMap) -> bool:
@@ -176,6 +173,35 @@ def _flat_tiles(n_pix: int, vpp: int, lmax: int) -> list[tuple[int, int, list[tu
         v = ceil_div(rest, length)
         out.append((v, length, [(p0 + r * length, 0, min(length, rest - r * length)) for r in range(v)]))
     return out
+
+
+def _tiles(flat: bool, y: FMap, vpp: int, lmax: int) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
+    """Output tiles (rows, length, [(row or first pixel, first column, pixels) per row]): flattened
+    (_flat_tiles) or vpp image rows x up to lmax columns."""
+    if flat:
+        return _flat_tiles(y.h * y.w, vpp, lmax)
+    return [(v, length, [(p0 + r, q0, length) for r in range(v)]) for p0 in range(0, y.h, vpp)
+            for v in (min(vpp, y.h - p0),) for q0, length in split_even(y.w, lmax)]
+
+
+def _emit_input_tile(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, flat: bool, v: int, length: int,
+                     runs: list[tuple[int, int, int]], buf: int) -> WindowTile:
+    """LOAD the conv input window of one output tile into half `buf` of VB0; returns its placement. Flattened:
+    row r of the tile is one LOAD of the run of pixels it covers."""
+    base = buf * (arch.bank_depth // 2)
+    vb0 = arch.bank_group("VB0").base_id
+    cg_in = ceil_div(job.cin, arch.icp)
+    if not flat:
+        p0, q0 = runs[0][:2]
+        wt = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, base)
+        wt.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
+        return wt
+    wt = WindowTile.of(arch.pp, 1, 1, 1, 1, (0, 0, 0, 0), 0, v, 0, length, cg_in, base)
+    for r, (p, _, cnt) in enumerate(runs):
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + r, bank_addr=base,
+                  length=cnt, channel=job.cin, jump_read=x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id,
+                  ddr_addr=x.offset + p * x.pixel_pitch)
+    return wt
 
 
 def _addr(m: FMap, flat: bool, p: int, q: int, c: int) -> int:
@@ -213,27 +239,14 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
     vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
-    tiles = _flat_tiles(y.h * y.w, vpp, lmax) if flat else \
-        [(v, length, [(p0 + r, q0, length) for r in range(v)]) for p0 in range(0, y.h, vpp)
-         for v in (min(vpp, y.h - p0),) for q0, length in split_even(y.w, lmax)]
+    tiles = _tiles(flat, y, vpp, lmax)
     buf = 0
     for g0, n in split_even(cg_out, chunk):
         _load_params(prog, arch, job, g0, n)
         channels = min(n * ocp, job.cout - g0 * ocp)
         for v, length, runs in tiles:
             base = buf * half
-            if flat:
-                wt = WindowTile.of(arch.pp, 1, 1, 1, 1, (0, 0, 0, 0), 0, v, 0, length, cg_in, base)
-                for r, (p, _, cnt) in enumerate(runs):  # row r: pixels [p, p + cnt) of the map
-                    prog.emit("LOAD", reads=(("ddr", conv.inputs[0]),), writes=(("vb0", buf),),
-                              bank_id=vb0 + r, bank_addr=base, length=cnt, channel=job.cin,
-                              jump_read=x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id,
-                              ddr_addr=x.offset + p * x.pixel_pitch)
-            else:
-                p0, q0 = runs[0][:2]
-                wt = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in,
-                                   base)
-                wt.emit_loads(prog, vb0, arch.bank_depth, x, conv.inputs[0], 0, job.cin, ("vb0", buf))
+            wt = _emit_input_tile(prog, arch, x, conv.inputs[0], job, flat, v, length, runs, buf)
             opnd = base + length * n
             for r, (p, col, cnt) in enumerate(runs):  # the add's other operand, next to the conv's output tile
                 prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb1", buf, "operand"),), bank_id=vb1 + r,
