@@ -122,7 +122,7 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
     vpp, lmax, _ = conv_tile(arch, *jobs[0].geometry, sum(ns))
     for j, n, f in zip(jobs, ns, first):
         _load_params(prog, arch, j, 0, n, f * wrows, f)
-    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    vb1 = arch.bank_group("VB1").base_id
     ys = [fmaps[c.outputs[0]] for c in convs]
     job0 = jobs[0]
     flat = _flat(job0, x, *ys)
@@ -130,27 +130,37 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
     for v, length, runs in _tiles(flat, ys[0], vpp, lmax):
         base = buf * half
         wt = _emit_input_tile(prog, arch, x, x_res, job0, flat, v, length, runs, buf)
-        pad_top, pad_left, pad_bottom, pad_right = (0, 0, 0, 0) if flat else wt.pads(x)
-        a = [b % arch.bank_depth for b in wt.place.bases()]
+        pads = (0, 0, 0, 0) if flat else wt.pads(x)
         for j, n, f in zip(jobs, ns, first):
-            prog.emit("CONVINIT", act_type=j.act_type, shift_cut=j.shift_cut, shift_bias=j.shift_bias,
-                      jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=n,
-                      jump_write_endl=1, stride_h=j.sh, kernel_h=j.kh, valid_pixel_parallel=v,
-                      stride_offset_in=0, stride_w=j.sw, kernel_w=j.kw, stride_offset_out=0)
-            for gl in range(n):
-                prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
-                          pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
-                          pad_right=j.kw - 1 - pad_right, pad_bottom=j.kh - 1 - pad_bottom,
-                          bank_addr_out=base + f * length + gl, length=length, bank_id_in=vb0,
-                          bank_addr_weights=(f + gl) * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
-                          bank_addr_bias=f + gl, channel_offset=cg_in * arch.icp - j.cin, bank_addr_in_3=a[3],
-                          bank_addr_in_2=a[2])
+            _emit_tile_convs(prog, arch, j, wt, pads, v, length, n, buf, base + f * length, f)
         for c, j, n, f, y in zip(convs, jobs, ns, first, ys):
             for r, (p, col, cnt) in enumerate(runs):
                 prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", c.outputs[0]),), bank_id=vb1 + r,
                           bank_addr=base + f * length, length=cnt, channel=j.cout, jump_read=n,
                           jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=_addr(y, flat, p, col, 0))
         buf ^= 1
+
+
+def _emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pads: tuple[int, int, int, int],
+                     v: int, length: int, n: int, buf: int, out0: int, g_first: int = 0) -> None:
+    """CONVINIT + the CONVs of n output-channel groups of one tile: input window `wt` in half `buf` of VB0,
+    output pixels n rows apart from VB1 row out0; group gl's weights are resident group g_first + gl."""
+    cg_in = ceil_div(job.cin, arch.icp)
+    wrows = job.kh * job.kw * cg_in
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    pad_top, pad_left, pad_bottom, pad_right = pads
+    a = [b % arch.bank_depth for b in wt.place.bases()]
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
+              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=job.sw,
+              kernel_w=job.kw, stride_offset_out=0)
+    for gl in range(n):
+        prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),), pad_left=pad_left,
+                  pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
+                  pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=length, bank_id_in=vb0,
+                  bank_addr_weights=(g_first + gl) * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
+                  bank_addr_bias=g_first + gl, channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3],
+                  bank_addr_in_2=a[2])
 
 
 def _flat(job: ConvJob, *maps: FMap) -> bool:
@@ -237,7 +247,6 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
     if lmax < 1:
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
-    vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
     tiles = _tiles(flat, y, vpp, lmax)
     buf = 0
@@ -252,20 +261,7 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
                 prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb1", buf, "operand"),), bank_id=vb1 + r,
                           bank_addr=opnd, length=cnt, channel=channels, jump_read=z.pixel_pitch,
                           jump_write=n, reg_id=z.reg_id, ddr_addr=_addr(z, flat, p, col, g0 * ocp))
-            pad_top, pad_left, pad_bottom, pad_right = (0, 0, 0, 0) if flat else wt.pads(x)
-            place = wt.place
-            prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-                      jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n,
-                      jump_write_endl=1, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=v,
-                      stride_offset_in=0, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=0)
-            a = [b % arch.bank_depth for b in place.bases()]
-            for gl in range(n):
-                prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
-                          pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
-                          pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
-                          bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=gl * wrows,
-                          bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=gl,
-                          channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+            _emit_tile_convs(prog, arch, job, wt, (0, 0, 0, 0) if flat else wt.pads(x), v, length, n, buf, base)
             addr = {k: base, 1 - k: opnd}  # operand order of the add (shift_read is per operand)
             for k0 in range(0, v, arch.alu_pp):
                 rows = min(arch.alu_pp, v - k0)
@@ -446,19 +442,7 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
             base = buf * half
             wt = WindowTile.of(arch.pp, ja.kh, ja.kw, ja.sh, ja.sw, ja.pads, p0, v, q0, length, cg_in, base)
             wt.emit_loads(prog, vb0, arch.bank_depth, x, a.inputs[0], 0, ja.cin, ("vb0", buf))
-            pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
-            ia = [r % arch.bank_depth for r in wt.place.bases()]
-            prog.emit("CONVINIT", act_type=ja.act_type, shift_cut=ja.shift_cut, shift_bias=ja.shift_bias,
-                      jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=cg_mid,
-                      jump_write_endl=1, stride_h=ja.sh, kernel_h=ja.kh, valid_pixel_parallel=v, stride_offset_in=0,
-                      stride_w=ja.sw, kernel_w=ja.kw, stride_offset_out=0)
-            for gl in range(cg_mid):
-                prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),),
-                          pad_left=pad_left, pad_top=pad_top, bank_addr_in=ia[0], channel_group=cg_in,
-                          pad_right=ja.kw - 1 - pad_right, pad_bottom=ja.kh - 1 - pad_bottom,
-                          bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=gl * wrows_a,
-                          bank_addr_in_1=ia[1], bank_id_out=vb1, bank_addr_bias=gl,
-                          channel_offset=cg_in * icp - ja.cin, bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
+            _emit_tile_convs(prog, arch, ja, wt, wt.pads(x), v, length, cg_mid, buf, base)
             place = RowPlacement(arch.pp, 1, length * cg_mid, cg_mid, base)
             ib = [r % arch.bank_depth for r in place.bases()]
             prog.emit("CONVINIT", act_type=jb.act_type, shift_cut=jb.shift_cut, shift_bias=jb.shift_bias,
@@ -707,10 +691,8 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
     never touches DDR; only the strip's halo columns are computed twice. `aug` = (augmented job, its first CONVW
     row) runs the interior columns channel-augmented (_augmentable)."""
     win = _window_of(graph, consumer)
-    cp, half, depth, pp, sp = arch.icp, arch.bank_depth // 2, arch.bank_depth, arch.pp, win.sh
-    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
-    wrows = job.kh * job.kw * cg_in
-    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    half, pp, sp = arch.bank_depth // 2, arch.pp, win.sh
+    cg_mid = ceil_div(job.cout, arch.ocp)
     x, y = fmaps[conv.inputs[0]], fmaps[consumer.outputs[0]]
     _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
     pt, pleft = win.pads[0], win.pads[1]
@@ -722,7 +704,6 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
         wrap_addr = lambda w: (w % tile.wraps) * slot_rows
         x0 = q0 * win.sw - pleft
         c_lo, c_hi = max(0, x0), min(wc, x0 + in_p)
-        lc = c_hi - c_lo
         p_left, p_right = max(0, -x0), max(0, x0 + in_p - wc)
         passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
         nxt = 0  # first pass not yet emitted
@@ -757,7 +738,8 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
                                    f"overrun")  # the fit check's `need` rules this out
             for c0, c1, on in _conv_segments(job, x.w, c_lo, c_hi, aug is not None):
                 for pc0, pl in split_even(c1 - c0, tile.la_aug if on else tile.la):
-                    piece = (u, nv, c0 + pc0, pl, wrap_addr(w) + (c0 + pc0 - x0) * cg_mid, t0, m % pp, w % tile.wraps)
+                    piece = _Piece(u, nv, c0 + pc0, pl, wrap_addr(w) + (c0 + pc0 - x0) * cg_mid, t0, m % pp,
+                                   w % tile.wraps)
                     if on:
                         _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job)
                     else:
@@ -768,27 +750,38 @@ def _emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op,
         emit_ready(hc)
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """Conv rows [u, u+nv) x columns [c, c+pl) of a chain, written into the circular buffer."""
+    u: int
+    nv: int
+    c: int
+    pl: int
+    out0: int  # buffer row of column c (output channel group 0)
+    t0: int  # stride_offset_out: u mod the consumer's stride
+    bank: int  # first VB1 bank written
+    wrap: int  # buffer wrap written (dependency tag)
+
+
 def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, cbuf: int, e: int, sp: int,
-                     piece: tuple) -> None:
+                     piece: _Piece) -> None:
     """One conv piece of a chain: its input window LOADed into half `cbuf` of VB0, one CONV per output-channel
     group writing `nv` rows x `pl` columns into the circular buffer with the row-store rule (stride_out = the
     consumer's stride sp, line pitch e)."""
-    u, nv, c, pl, out0, t0, bank, wrap = piece
-    depth, half, cp = arch.bank_depth, arch.bank_depth // 2, arch.icp
-    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
-    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
-    ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, u, nv, c, pl, cg_in, cbuf * half)
-    ct.emit_loads(prog, vb0, depth, x, x_res, 0, job.cin, ("vb0", cbuf))
+    cg_in = ceil_div(job.cin, arch.icp)
+    ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, piece.u, piece.nv, piece.c, piece.pl, cg_in,
+                       cbuf * (arch.bank_depth // 2))
+    ct.emit_loads(prog, arch.bank_group("VB0").base_id, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", cbuf))
     pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
     _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0)
 
 
 def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: tuple[ConvJob, int], cbuf: int,
-                          e: int, sp: int, piece: tuple, job: ConvJob) -> None:
+                          e: int, sp: int, piece: _Piece, job: ConvJob) -> None:
     """An interior conv piece run channel-augmented: per fetched row one LOAD of `pl` overlapping items of
     kw*cin bytes, sw*cin bytes apart (output column c's kernel row), then kh x 1 CONVs over kw*cin channels."""
     ja, wrow0 = aug
-    u, nv, c, pl = piece[:4]
+    u, nv, c, pl = piece.u, piece.nv, piece.c, piece.pl
     depth, half = arch.bank_depth, arch.bank_depth // 2
     vb0 = arch.bank_group("VB0").base_id
     cg = ceil_div(ja.cin, arch.icp)
@@ -805,10 +798,10 @@ def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: t
     _emit_piece_convs(prog, arch, ja, cbuf, e, sp, piece, ct, (pad_top, 0, pad_bottom, 0), wrow0)
 
 
-def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: tuple,
+def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: _Piece,
                       ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int) -> None:
     """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0)."""
-    u, nv, c, pl, out0, t0, bank, wrap = piece
+    nv, pl, out0, t0, bank, wrap = piece.nv, piece.pl, piece.out0, piece.t0, piece.bank, piece.wrap
     cp, depth = arch.icp, arch.bank_depth
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
@@ -906,7 +899,7 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
         raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+windowed conv fusion does not fit {arch.name}")
     ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
     cp = arch.icp
-    cg_in, cg_mid, cg_out = ceil_div(ja.cin, cp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
+    cg_mid, cg_out = ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
     wrows_b = jb.kh * jb.kw * cg_mid
     j_aug, wrow_b = _load_chain_conv(prog, arch, graph, a, ja, tile, fmaps[a.inputs[0]], params)
     _load_params(prog, arch, jb, 0, cg_out, wrow_b, cg_mid)
