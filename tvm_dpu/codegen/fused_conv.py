@@ -214,6 +214,11 @@ def _emit_input_tile(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJo
     return wt
 
 
+def _flat_convs(n_pix: int, vpp: int, lmax: int, cg_out: int) -> int:
+    """CONVs a flattened pointwise conv of cg_out output groups needs over n_pix pixels."""
+    return cg_out * len(_flat_tiles(n_pix, vpp, lmax)) if lmax >= 1 else 1 << 30
+
+
 def _addr(m: FMap, flat: bool, p: int, q: int, c: int) -> int:
     """DDR address of channel c of pixel p (flat: raster index) or of row p, column q."""
     return m.offset + p * m.pixel_pitch + c if flat else m.addr(p, q, c)
@@ -242,8 +247,15 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
         raise CodegenError(f"op {conv.name!r}: no conv tile fits half an image bank of {arch.name}")
     vpp, lmax, chunk = tile
     flat = _flat(job, x, y, z)
-    if flat:  # CONVs as long as the input tile allows; as many resident output groups as then fit VB1
-        chunk = max(1, min(chunk, half // (2 * lmax)))
+    if flat:
+        # fewer resident output groups make longer CONVs (the add's operand and the output share VB1): take them
+        # when that needs fewer CONVs over the map (a 1x1 over many channels on a 14x14 map), else keep the input
+        # loaded once
+        few = max(1, min(chunk, half // (2 * lmax)))
+        n_pix = y.h * y.w
+        if _flat_convs(n_pix, vpp, min(lmax, half // (2 * few)), cg_out) < \
+                _flat_convs(n_pix, vpp, min(lmax, half // (2 * chunk)), cg_out):
+            chunk = few
     lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
     if lmax < 1:
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
