@@ -208,13 +208,71 @@ def test_conv_then_pointwise_keeps_intermediate_on_chip(arch_name):
     from tvm_dpu.codegen.fused import emittable
 
     assert emittable(plan.groups[0], b.g, arch)
-    # a windowed second conv is a valid template match but has no fused emitter: compiled member by member
-    b2 = _B(18)
-    y = b2.conv(b2.conv(b2.input(8, 10, 10), 8, 1), 8, 3, p=1)
-    b2.g.outputs = [y]
-    g2 = _manual(b2.g, "conv_conv", [op.name for op in b2.g.ops])
-    assert not emittable(g2.groups[0], b2.g, arch)
-    assert _run(b2.g, arch, g2) == 0
+
+
+def _conv_conv_graph(cin: int, h: int, w: int, cmid: int, ka: int, sa: int, pa: int, cout: int, kb: int, sb: int,
+                     pb: int, seed: int) -> Graph:
+    b = _B(seed)
+    x = b.input(cin, h, w)
+    out = b.conv(b.conv(x, cmid, ka, s=sa, p=pa), cout, kb, s=sb, p=pb, act="none")
+    b.g.outputs = [out]
+    validate_graph(b.g)
+    return b.g
+
+
+CONV_WINDOW_CASES = [  # (cin, h, w, cmid, A k, s, pad, cout, B k, s, pad)
+    (16, 20, 18, 24, 3, 1, 1, 24, 3, 1, 1),  # VGG: 3x3 after 3x3
+    (40, 14, 14, 16, 1, 1, 0, 16, 3, 1, 1),  # ResNet bottleneck: 1x1 reduce -> 3x3
+    (24, 15, 13, 40, 1, 1, 0, 20, 5, 1, 2),  # GoogLeNet: 1x1 reduce -> 5x5
+    (8, 37, 19, 28, 3, 1, 1, 36, 3, 2, 1),  # tall (the buffer wraps), B strided, channels over several groups
+    (12, 21, 23, 20, 3, 2, 1, 16, 3, 2, 0),  # both strided, B unpadded
+    (24, 9, 130, 16, 1, 1, 0, 20, 3, 1, 1),  # wide: several column strips with halo columns
+    (8, 26, 17, 20, 3, 1, 0, 12, 7, 1, 3),  # 7x7 second conv: each window reads 3 wraps
+    (16, 100, 120, 24, 3, 1, 1, 16, 3, 1, 1),  # tall and wide: the circular buffer wraps around
+    (8, 90, 100, 28, 3, 1, 1, 36, 3, 2, 1),  # ... with a strided B
+    (256, 12, 64, 16, 1, 1, 0, 16, 3, 1, 1),  # A's input window too wide for VB0: A in column pieces
+    (128, 10, 90, 16, 3, 1, 1, 16, 3, 1, 1),  # ... pieces of a 3x3 A (input halo columns per piece)
+    (3, 20, 30, 16, 3, 1, 1, 16, 3, 1, 1),  # VGG conv1_1 + conv1_2: A channel-augmented (3 channels)
+    (3, 17, 41, 24, 7, 2, 3, 16, 3, 1, 1),  # 7x7/2 over 3 channels, augmented
+]
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("case", range(len(CONV_WINDOW_CASES)))
+def test_conv_then_windowed_conv_keeps_intermediate_on_chip(arch_name, case):
+    """emit_conv_window: bit-exact against the golden reference (as the unfused program is), and A's output is
+    neither saved nor reloaded: the fused program moves only x, the weights and B's output."""
+    g, arch = _conv_conv_graph(*CONV_WINDOW_CASES[case], seed=40 + case), load_arch(arch_name)
+    plan = _manual(g, "conv_conv", [op.name for op in g.ops])
+    assert emittable(plan.groups[0], g, arch)
+    fused = compile_graph_fused(g, arch, plan)
+    unfused_plan = plan_fusion(g, arch, "none")
+    unfused = compile_graph_fused(g, arch, unfused_plan)
+    assert _run(g, arch, plan, seed=case) == 0
+    assert _run(g, arch, unfused_plan, seed=case) == 0
+    mid = g.ops[0].outputs[0]
+    assert mid not in {b.name for b in fused.outputs}
+    from tvm_dpu.codegen.isa import decode_program
+    from tvm_dpu.types import REG_PARAMS
+
+    instrs = decode_program(fused.code)
+    _, cout, ho, wo = g.tensors[g.outputs[0]].shape
+    # every SAVE writes B's output, each pixel once
+    assert sum(i["length"] * i["channel"] for i in instrs if i.name == "SAVE") == ho * wo * cout
+    assert {i["reg_id"] for i in instrs if i.name == "SAVE"} == {fused.outputs[0].fmap.reg_id}
+    # every image LOAD reads x
+    assert {i["reg_id"] for i in instrs if i.name == "LOAD"} - {REG_PARAMS} == {fused.inputs[0].fmap.reg_id}
+    assert fused.instr_counts["SAVE"] < unfused.instr_counts["SAVE"]
+
+
+def test_windowed_conv_conv_needs_both_weights_resident():
+    """The template matches 3x3 after 3x3 at any width, but the emitter keeps both convs' weights in CONVW: too
+    many channels and it is not emittable (compiled member by member, same values)."""
+    g = _conv_conv_graph(256, 6, 6, 256, 3, 1, 1, 256, 3, 1, 1, seed=5)
+    arch = load_arch(ARCHS[1])
+    plan = _manual(g, "conv_conv", [op.name for op in g.ops])
+    assert not emittable(plan.groups[0], g, arch)
+    assert _run(g, arch, plan) == 0
 
 
 def _conv_pool_graph(cin: int, h: int, w: int, cout: int, k: int, s: int, p: int, pool: str, pk: int, ps: int,
@@ -333,3 +391,70 @@ def test_timed_only_compile_has_the_same_code_without_weights(arch_name):
     full, timed = compile_graph_fused(g, arch, plan), compile_graph_fused(g, arch, plan, keep_params=False)
     assert np.array_equal(full.code, timed.code) and full.region_sizes == timed.region_sizes
     assert timed.params.size == full.params.size and not timed.params.any() and full.params.any()
+
+
+def _inverted_residuals(n: int, c: int, hw: int, expand: int, seed: int) -> Graph:
+    """`n` MobileNetV2 inverted residual blocks (1x1 expand, 3x3 depthwise, 1x1 project, add)."""
+    b = _B(seed)
+    x = b.input(c, hw, hw)
+    for _ in range(n):
+        e = b.conv(x, c * expand, 1, fp_out=4, act="relu6")
+        d = b.op("depthwise_conv2d", [e], (1, c * expand, hw, hw), 4,
+                 {"weights": b.const((c * expand, 1, 3, 3), 6), "bias": b.const((c * expand,), 4)},
+                 strides=[1, 1], pads=[1, 1, 1, 1], groups=c * expand, act="relu6")
+        p = b.conv(d, c, 1, act="none")
+        x = b.op("eltwise_add", [p, x], b.shape(p), 2, act="none")
+    b.g.outputs = [x]
+    validate_graph(b.g)
+    return b.g
+
+
+def test_regions_are_closed_under_both_plans():
+    from tvm_dpu.fusion.select import _regions
+
+    a = [Group("pw_dw", ("e1", "d1")), Group("conv_add", ("p1", "a1")), Group(SINGLE, ("e2",)),
+         Group(SINGLE, ("d2",))]
+    b = [Group(SINGLE, ("e1",)), Group("dw_pw", ("d1", "p1")), Group(SINGLE, ("a1",)), Group(SINGLE, ("e2",)),
+         Group(SINGLE, ("d2",))]
+    assert _regions(a, b) == [{"e1", "d1", "p1", "a1"}]
+    assert _regions(a, a) == []
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+def test_searched_plan_no_slower_than_greedy_in_the_whole_program(arch_name):
+    """MobileNetV2's middle blocks (96 channels at 14x14, expansion 6): pw_dw + conv_add and dw_pw + add are a
+    near tie costed alone; the search settles such ties in context (fusion.select._in_context), so the program
+    of its plan simulates no slower than greedy's and stays bit-exact."""
+    from tvm_dpu.fusion.cost import cost_source
+    from tvm_dpu.timing.simulate import cycles
+
+    g, arch = _inverted_residuals(3, 96, 14, 6, seed=9), load_arch(arch_name)
+    with cost_source("simulate"):
+        plans = {m: plan_fusion(g, arch, m, None, emittable) for m in ("greedy", "optimal")}
+    sim = {m: cycles(compile_graph_fused(g, arch, p, keep_params=False).code, arch) for m, p in plans.items()}
+    assert sim["optimal"] <= sim["greedy"]
+    assert "in_context" in plans["optimal"].stats
+    assert _run(g, arch, plans["optimal"], seed=2) == 0
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("cin,hw,cout", [(48, 14, 40), (260, 9, 30), (20, 23, 100)])
+def test_pointwise_conv_add_runs_flattened(arch_name, cin, hw, cout):
+    """A 1x1 conv + add over dense maps runs over the pixels in raster order (fused_conv._flat): CONVs longer than
+    an image row, a last tile that ends mid-row, and the result bit-exact."""
+    b = _B(cin + hw)
+    x = b.input(cin, hw, hw)
+    c = b.conv(x, cout, 1, act="none")
+    s = b.conv(x, cout, 1, act="none")
+    out = b.op("eltwise_add", [c, s], b.shape(c), 2, act="relu")
+    b.g.outputs = [out]
+    validate_graph(b.g)
+    arch = load_arch(arch_name)
+    conv_op, add_op = b.g.ops[0], b.g.ops[2]
+    plan = FusionPlan("manual", [Group(SINGLE, (b.g.ops[1].name,)), Group("conv_add", (conv_op.name, add_op.name))])
+    assert emittable(plan.groups[1], b.g, arch)
+    from tvm_dpu.codegen.isa import decode_program
+
+    instrs = decode_program(compile_graph_fused(b.g, arch, plan).code)
+    assert max(i["length"] for i in instrs if i.name == "CONV") > hw
+    assert _run(b.g, arch, plan, seed=cin) == 0

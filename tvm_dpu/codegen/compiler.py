@@ -27,7 +27,7 @@ from tvm_dpu.codegen.elew import ElewJob, emit_elew
 from tvm_dpu.codegen.layout import ParamBlob, align, pack_channel_vector, pack_conv_weights, pack_dw_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.fused import emittable
-from tvm_dpu.codegen.fused_conv import emit_conv_add, emit_conv_pool, emit_conv_pw, emit_dw_pw, emit_hconv
+from tvm_dpu.codegen.fused_conv import emit_conv_add, emit_conv_conv, emit_conv_pool, emit_dw_pw, emit_hconv
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.errors import FusionError
 from tvm_dpu.types import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, SINGLE, CompiledSubgraph, FMap, FusionPlan,
@@ -249,9 +249,10 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
       tile load feeds the CONVs of every member), dw_pw and conv_conv with a pointwise second conv (the first
       op's output tile in VB1 is the pointwise conv's input tile), conv_pool and pw_dw (emit_conv_pool: the conv
       writes its rows with the row-store rule straight into the row-fetch layout of the ALU consumer -- max/avg
-      pool or depthwise conv -- in a circular buffer of VB1, each conv row computed once per column strip).
-      conv_conv with a windowed second conv, and fused groups that do not fit the banks, are emitted member by
-      member with the unfused emitters (same values).
+      pool or depthwise conv -- in a circular buffer of VB1, each conv row computed once per column strip),
+      conv_conv with a windowed second conv (emit_conv_window: the same circular buffer, read by the second
+      conv's CONVs). Fused groups that do not fit the banks are emitted member by member with the unfused
+      emitters (same values).
     """
     validate_graph(graph)
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
@@ -281,7 +282,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
             if g in fused and g.template == "conv_add":
                 emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template == "conv_conv":
-                emit_conv_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+                emit_conv_conv(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template in ("conv_pool", "pw_dw"):
                 emit_conv_pool(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template == "dw_pw":

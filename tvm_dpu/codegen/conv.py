@@ -104,7 +104,8 @@ def augmentation(arch: Arch, cin: int, cout: int, kh: int, kw: int, sh: int, sw:
     icp = arch.icp
     ch = kw * cin
     pl, pr = pads[1], pads[3]
-    fits = (pixel_pitch == cin and sw <= kw and ch <= AUG_MAX_CHANNEL and pl * cin <= _PAD5
+    # only a DPU built with channel augmentation (fingerprint bit 26) takes overlapping LOAD items for it
+    fits = (arch.channel_augmentation and pixel_pitch == cin and sw <= kw and ch <= AUG_MAX_CHANNEL and pl * cin <= _PAD5
             and pr * cin + ceil_div(ch, icp) * icp - ch <= _PAD5 and ceil_div(pr, sw) <= 32)
     if not fits:
         return None

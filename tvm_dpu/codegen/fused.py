@@ -5,7 +5,7 @@ member; the fusion search asks the same question to keep only plans whose gains 
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.fused_conv import conv_add_fits, conv_pool_fits, conv_pw_fits, dw_pw_fits, hconv_fits
+from tvm_dpu.codegen.fused_conv import conv_add_fits, conv_conv_fits, conv_pool_fits, dw_pw_fits, hconv_fits
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
 
@@ -23,7 +23,7 @@ def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
     if group.template == "dw_pw":
         return dw_pw_fits(arch, graph, ops[0], ops[1])
     if group.template == "conv_conv":
-        return conv_pw_fits(arch, graph, ops[0], ops[1])
+        return conv_conv_fits(arch, graph, ops[0], ops[1])
     if group.template in ("conv_pool", "pw_dw"):
         return conv_pool_fits(arch, graph, ops[0], ops[1])
     return False

@@ -72,6 +72,11 @@ def cost_source(source: str):
         _COST_SOURCE.reset(token)
 
 
+def cost_source_name() -> str:
+    """The cost source in effect ("analytic" | "simulate")."""
+    return _COST_SOURCE.get()
+
+
 def cost(group: Group, graph: Graph, arch: Arch) -> float:
     """Cycles of executing `group` (cached per candidate and cost source)."""
     c = _ctx(graph, arch)

@@ -11,7 +11,10 @@ Modes:
   sharing one input fused horizontally (which prunes the heads of their branches). Each barrier's options are
   enumerated with the branches' shortest paths recomputed (cached per path and pruned ends), barrier by
   barrier in graph order, repeated until no barrier changes its choice. If that ever costs more than greedy,
-  the greedy plan is returned (counted in `FusionPlan.stats["fallback"]`).
+  the greedy plan is returned (counted in `FusionPlan.stats["fallback"]`). With the simulator as the cost source
+  (the builder's), every region the searched plan groups differently from greedy is then settled in context
+  (`_in_context`: both groupings simulated with their neighbouring groups), since candidates costed alone miss the
+  stalls and overlaps at group boundaries (`stats["in_context"]` = regions regrouped as greedy).
 
 Only feasible (tile_width) and profitable (cheaper than its members alone) candidates are kept, so every mode
 is at least as fast as ``none`` in the cost model.
@@ -26,7 +29,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
-from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, tile_width
+from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, cost_source_name, tile_width
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.templates import TEMPLATES, Template
@@ -272,6 +275,8 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
         stats["t_selection"] = time.perf_counter() - t1
         return FusionPlan(mode, greedy, cf, g_cost, stats)
     groups, sweeps = _Search(graph, arch, og, cands).run()
+    if cost_source_name() == "simulate":
+        groups, stats["in_context"] = _in_context(graph, arch, groups, greedy)
     groups = order_groups(graph, groups)
     o_cost = plan_cost(groups, cf, graph, arch)
     stats["sweeps"] = sweeps
@@ -280,6 +285,70 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
         stats["fallback"] = 1
     stats["t_selection"] = time.perf_counter() - t1
     return FusionPlan(mode, groups, cf, o_cost, stats)
+
+
+def _regions(searched: list[Group], other: list[Group]) -> list[set[str]]:
+    """The smallest op sets the two plans group differently, each closed under the groups of both plans (so
+    either plan's grouping of one region can be swapped in independently of the others)."""
+    of_s = {n: g for g in searched for n in g.ops}
+    of_o = {n: g for g in other for n in g.ops}
+    parent = {n: n for n in of_s}
+
+    def find(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    differ = [n for n in of_s if of_s[n] != of_o[n]]
+    for n in differ:
+        for g in (of_s[n], of_o[n]):
+            for m in g.ops:
+                parent[find(m)] = find(n)
+    regions: dict[str, set[str]] = {}
+    for n in differ:
+        regions.setdefault(find(n), set()).update(*(g.ops for g in (of_s[n], of_o[n])))
+    return list(regions.values())
+
+
+def _window_cycles(graph: Graph, arch: Arch, groups: list[Group]) -> float:
+    """Simulated cycles of `groups` compiled together as one program (a plan's neighbourhood)."""
+    from tvm_dpu.timing.simulate import cycles as program_cycles
+
+    sub = graph.extract([n for g in groups for n in g.ops])
+    plan = FusionPlan("context", order_groups(sub, groups))
+    return program_cycles(compile_graph_fused(sub, arch, plan, keep_params=False).code, arch)
+
+
+def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Group]) -> tuple[list[Group], int]:
+    """`searched` with each region it groups differently from `greedy` regrouped as greedy does where that is
+    faster in context: both groupings of the region compiled with the searched plan's groups around it (the
+    groups producing its inputs and consuming its outputs) and simulated. A candidate costed alone starts with
+    idle engines and no pending SAVE; in the program it waits for its producer's SAVEs to complete (an op reading
+    a map just saved starts a DDR round trip later) and its weight LOADs overlap the previous group's CONVs,
+    so near ties between groupings (MobileNetV2's pw_dw + conv_add vs dw_pw + add) can flip. Returns the plan and
+    the number of regions regrouped."""
+    producer = {t: op.name for op in graph.ops for t in op.outputs}
+    readers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op.name)
+    of_s = {n: g for g in searched for n in g.ops}
+    plan = list(searched)
+    swapped = 0
+    for region in _regions(searched, greedy):
+        mine = [g for g in searched if set(g.ops) <= region]
+        theirs = [g for g in greedy if set(g.ops) <= region]
+        near: set[str] = set()
+        for n in region:
+            op = graph.op(n)
+            near.update(producer[t] for t in op.inputs if t in producer)
+            near.update(m for t in op.outputs for m in readers.get(t, ()))
+        around = list({id(of_s[n]): of_s[n] for n in near - region}.values())
+        if _window_cycles(graph, arch, around + theirs) < _window_cycles(graph, arch, around + mine):
+            plan = [g for g in plan if not set(g.ops) <= region] + theirs
+            swapped += 1
+    return plan, swapped
 
 
 #: How the builder costs candidates: the timing simulator on each candidate's own program (the analytic model
