@@ -4,12 +4,16 @@ models vs the published numbers of shared/docs/dpu-facts.md.
 Rows:
 * Vitis AI model zoo v1.4 single-thread latency (ms) on ZCU102 (3 x B4096 @ 281 MHz) and ZCU104 (2 x B4096 @
   300 MHz); one image on one core. The published figures include pre/post-processing on the ARM; ours are DPU only.
-* DNNVM Table 3 (ZU2 @ 330 MHz, B1152-class) "baseline" (no fusion) GOPS for VGG, ResNet-50, ResNet-152 and
-  GoogLeNet on the `dnnvm-zu2` preset.
+* DNNVM Table 3 (ZU2 @ 330 MHz, B1152-class) "optimized fusion" GOPS for VGG, ResNet-50, ResNet-152 and
+  GoogLeNet on the `dnnvm-zu2` preset, against our fused program's conv part (benchmarks/table3.py: DNNVM ran the
+  fully connected layers on the CPU). Not the "baseline" column: DNNVM's baseline is its code "without pipeline
+  optimizations" (seed 000, section 6.2), while our per-op code double-buffers LOAD/CONV/SAVE, so the two programs
+  are not alike and the row would measure the code generators, not the timing model.
 
 One timing parameter set per board (tvm_dpu/timing/params.json); nothing is tuned per network. The model-zoo rows
-are compiled with our default fusion ("optimal"; Vitis AI's compiler fuses too), the DNNVM rows with fusion "none"
-(their column is the no-fusion baseline). Also prints the analytic (DNNVM Eq. 1-10) estimate beside the
+and the DNNVM rows are compiled with our default fusion ("optimal"; Vitis AI's compiler and DNNVM's optimized column
+fuse too). The model-zoo figures are end to end (dpu-facts.md: "include pre/post-processing on the ARM cores"), so
+those rows add `host_pre_post_ms` to the simulated DPU time. Also prints the analytic (DNNVM Eq. 1-10) estimate beside the
 simulator and its deviation.
 
     python benchmarks/bench_calibration.py [--models resnet50,googlenet] [--boards zcu102,dnnvm-zu2]
@@ -29,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docblock import write_block  # noqa: E402  (benchmarks/docblock.py)
+from table3 import table3  # noqa: E402  (benchmarks/table3.py)
 from tvm_dpu.arch import load_arch
 from tvm_dpu.timing.analytic import analytic_estimate
 from tvm_dpu.timing.params import load_params
@@ -40,8 +45,8 @@ ZOO_MS = {
     "zcu102": {"resnet50": 13.75, "resnet18": 5.46, "googlenet": 5.57, "mobilenetv2": 4.0, "vgg16": 49.75},
     "zcu104": {"resnet50": 12.89, "resnet18": 5.16, "googlenet": 5.27, "mobilenetv2": 3.8, "vgg16": 46.68},
 }
-#: DNNVM Table 3 baseline GOPS on ZU2 @ 330 MHz (dpu-facts.md).
-DNNVM_GOPS = {"dnnvm-zu2": {"vgg16": 325.5, "resnet50": 195.4, "resnet152": 212.5, "googlenet": 183.1}}
+#: DNNVM Table 3 "optimized fusion" GOPS on ZU2 @ 330 MHz (seed 000, Table 3; the fully connected layers on the CPU).
+DNNVM_GOPS = {"dnnvm-zu2": {"vgg16": 334.0, "resnet50": 228.7, "resnet152": 244.1, "googlenet": 231.5}}
 ZOO_NAME = {"resnet50": "cf_resnet50", "resnet18": "cf_resnet18", "googlenet": "cf_inceptionv1",
             "mobilenetv2": "cf_mobilenetv2", "vgg16": "tf_vgg16", "resnet152": "ResNet-152"}
 
@@ -57,6 +62,17 @@ def _build(name: str, board: str, fusion: str):
         model = tvm_dpu.build(m, arch=board, calibration=[zoo.random_input(m, seed=0)], progress=False,
                               fusion=fusion)
     return model, time.perf_counter() - t
+
+
+def predict(model, board: str, metric: str, params=None):
+    """(prediction, ModelTiming) of one row: end-to-end latency in ms (simulated DPU time plus the host's
+    pre/post-processing, host_pre_post_ms) for a model-zoo row, the conv part's GOPS (table3) for a DNNVM row."""
+    p = params if params is not None else load_params(board)
+    mt = simulate_model(model, arch=board, params=p)
+    if metric == "latency_ms":
+        return mt.latency_s * 1e3 + p.host_pre_post_ms, mt
+    syms = list(mt.subgraphs)
+    return table3([model.runners[k].graph for k in syms], [mt.subgraphs[k] for k in syms], load_arch(board))["gops"], mt
 
 
 def _analytic(model, board: str) -> float:
@@ -103,7 +119,9 @@ SENSITIVITY_BOARD = "zcu102"
 
 #: The two values chosen against published figures, fitted jointly on FIT_BOARD's model-zoo rows only; every other
 #: row (ZCU104: another clock; DNNVM ZU2: another DPU size, other networks, GOPS not latency) validates the choice.
-FIT_GRID = {"conv_fill_cycles": (24, 48, 64, 80, 96, 112, 128, 144, 160, 192), "dma_bank_rows_per_cycle": (1, 2)}
+FIT_GRID = {"conv_fill_cycles": (24, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256),
+            "dma_bank_rows_per_cycle": (1, 2),
+            "host_pre_post_ms": tuple(round(0.1 * i, 1) for i in range(21))}
 FIT_BOARD = "zcu102"
 
 
@@ -120,19 +138,21 @@ def fit(built: dict[tuple[str, str], object], rows: list[dict]) -> dict:
     import itertools
 
     keys = list(FIT_GRID)
+    sim_keys = [k for k in keys if k != "host_pre_post_ms"]  # the host term adds to a simulation, no rerun
     points = []
-    for values in itertools.product(*FIT_GRID.values()):
-        change = dict(zip(keys, values))
-        fit_errs, val_errs = [], []
-        for r in rows:
-            model = built[(r["model"], r["board"])]
-            mt = simulate_model(model, arch=r["board"], params=load_params(r["board"]).replace(**change))
-            pred = mt.latency_s * 1e3 if r["metric"] == "latency_ms" else mt.gops
-            e = (pred - r["published"]) / r["published"]
-            (fit_errs if r["board"] == FIT_BOARD and r["metric"] == "latency_ms" else val_errs).append(e)
-        points.append({"change": change, "sse_fit": sum(e * e for e in fit_errs), "fit": _err_stats(fit_errs),
-                       "validation": _err_stats(val_errs)})
-    best = min(points, key=lambda p: p["sse_fit"])
+    for values in itertools.product(*(FIT_GRID[k] for k in sim_keys)):
+        change = dict(zip(sim_keys, values))
+        dpu_only = [predict(built[(r["model"], r["board"])], r["board"], r["metric"],
+                            load_params(r["board"]).replace(**change, host_pre_post_ms=0.0))[0] for r in rows]
+        for host in FIT_GRID["host_pre_post_ms"]:
+            fit_errs, val_errs = [], []
+            for r, pred in zip(rows, dpu_only):
+                pred = pred + host if r["metric"] == "latency_ms" else pred
+                e = (pred - r["published"]) / r["published"]
+                (fit_errs if r["board"] == FIT_BOARD and r["metric"] == "latency_ms" else val_errs).append(e)
+            points.append({"change": {**change, "host_pre_post_ms": host}, "sse_fit": sum(e * e for e in fit_errs),
+                           "fit": _err_stats(fit_errs), "validation": _err_stats(val_errs)})
+    best = min(points, key=lambda p: (round(p["sse_fit"], 12), tuple(p["change"].values())))
     shipped = {k: getattr(load_params(FIT_BOARD), k) for k in keys}
     return {"grid": {k: list(v) for k, v in FIT_GRID.items()}, "fit_rows": f"{FIT_BOARD} model-zoo latency rows",
             "points": points, "best": best["change"], "shipped": shipped, "shipped_is_best": shipped == best["change"],
@@ -150,7 +170,7 @@ def sensitivity(models: dict[str, object], board: str = SENSITIVITY_BOARD) -> li
         p = base.replace(**change)
         row = {"change": change, "models": {}}
         for name, model in models.items():
-            ms = simulate_model(model, arch=board, params=p).latency_s * 1e3
+            ms = predict(model, board, "latency_ms", p)[0]
             pub = ZOO_MS[board][name]
             row["models"][name] = {"latency_ms": ms, "relative_error": (ms - pub) / pub}
         out.append(row)
@@ -170,7 +190,7 @@ def docs_section(data: dict) -> str:
     lines += ["", f"Generated from `benchmarks/results/calibration.json` by `python benchmarks/bench_calibration.py "
               f"--write-docs`: {len(rows) - len(bad)}/{len(rows)} rows within {100 * TOLERANCE:.0f}% with one "
               "parameter set (params.json defaults, no board overrides); zoo rows compiled with fusion optimal, "
-              "DNNVM rows with fusion none (every op alone, concats aliased as the unfused compiler does)."]
+              "DNNVM rows against DNNVM's optimized-fusion GOPS over the conv part; zoo rows add host_pre_post_ms."]
     if bad:
         lines[-1] += " Outside the band (the benchmark exits 1): " + ", ".join(
             f"{r['model']} on {r['board']} ({100 * r['relative_error']:+.1f}%)" for r in bad) + "."
@@ -198,11 +218,16 @@ def fit_section(fitted: dict | None) -> list[str]:
         return []
     names = list(fitted["grid"])
     out = ["", f"Fit of {', '.join(f'`{n}`' for n in names)} on the {fitted['fit_rows']} (least squares of the "
-           "relative errors over the grid; the programs compiled once with params.json and re-simulated), validated "
-           "on every other row:", "",
+           "relative errors over the grid; the programs compiled once with params.json and re-simulated; one line "
+           "per simulated point, with its best host term), validated on every other row:", "",
            "| " + " | ".join(names) + " | fit rows max abs | fit rows rms | validation max abs | validation rms |",
            "|" + "---|" * (len(names) + 4)]
+    best_per: dict[tuple, dict] = {}  # one line per simulated point: its best host term
     for pt in fitted["points"]:
+        k = tuple(v for n, v in pt["change"].items() if n != "host_pre_post_ms")
+        if k not in best_per or pt["sse_fit"] < best_per[k]["sse_fit"]:
+            best_per[k] = pt
+    for pt in best_per.values():
         mark = "**" if pt["change"] == fitted["best"] else ""
         f, v = pt["fit"], pt["validation"]
         out.append("| " + " | ".join(f"{mark}{pt['change'][n]:g}{mark}" for n in names) +
@@ -244,18 +269,19 @@ def main(argv: list[str] | None = None) -> int:
                 jobs.setdefault((name, load_arch(b).dpu_name, "optimal"), []).append(b)
         for name in DNNVM_GOPS.get(b, {}):
             if not only or name in only:
-                jobs.setdefault((name, load_arch(b).dpu_name, "none"), []).append(b)
+                jobs.setdefault((name, load_arch(b).dpu_name, "optimal"), []).append(b)
     zoo_models: dict[str, object] = {}
     built: dict[tuple[str, str], object] = {}
     for (name, dpu, fusion), bs in jobs.items():
         model, build_s = _build(name, bs[0], fusion)
-        if SENSITIVITY_BOARD in bs and fusion == "optimal":
+        if SENSITIVITY_BOARD in bs:
             zoo_models[name] = model
         print(f"built {name} for {bs[0]} ({dpu}, fusion {fusion}) in {build_s:.1f} s", file=sys.stderr, flush=True)
         for b in bs:
             built[(name, b)] = model
+            metric = "latency_ms" if name in ZOO_MS.get(b, {}) else "gops"
             t = time.perf_counter()
-            mt = simulate_model(model, arch=b)
+            predicted, mt = predict(model, b, metric)
             sim_s = time.perf_counter() - t
             ana_s = _analytic(model, b)
             row = {"board": b, "model": name, "published_as": ZOO_NAME.get(name, name),
@@ -267,14 +293,14 @@ def main(argv: list[str] | None = None) -> int:
                    "simulate_seconds": sim_s, "engine_utilisation": {
                        k: v for r in mt.subgraphs.values() for k, v in r.utilisation.items()}
                    if len(mt.subgraphs) == 1 else None}
-            if fusion == "optimal":
+            if metric == "latency_ms":
                 pub = ZOO_MS[b][name]
-                row.update(metric="latency_ms", published=pub, predicted=row["pred_latency_ms"],
+                row.update(metric=metric, published=pub, predicted=predicted,
                            source="Vitis AI model zoo v1.4, single thread (includes ARM pre/post-processing)")
             else:
                 pub = DNNVM_GOPS[b][name]
-                row.update(metric="gops", published=pub, predicted=row["pred_gops"],
-                           source="DNNVM Table 3 baseline (no fusion), ZU2 @ 330 MHz")
+                row.update(metric=metric, published=pub, predicted=predicted,
+                           source="DNNVM Table 3 optimized fusion, ZU2 @ 330 MHz, conv part (FC on the CPU)")
             row["relative_error"] = (row["predicted"] - pub) / pub
             rows.append(row)
             if args.trace_dir:

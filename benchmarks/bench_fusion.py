@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from table3 import TABLE3_SCOPE, is_fully_connected, table3  # noqa: E402  (benchmarks/table3.py)
+
 PAPER = {"vgg16": (325.5, 331.5, 334.0, 1.03), "resnet50": (195.4, 221.9, 228.7, 1.17),
          "resnet152": (212.5, 233.0, 244.1, 1.15), "googlenet": (183.1, 204.6, 231.5, 1.26)}
 MODELS = ("vgg16", "resnet50", "resnet152", "googlenet", "mobilenetv2")
@@ -53,54 +56,6 @@ def xgraphs(name: str, arch: str, cache: Path | None) -> tuple[list, float]:
             save(g, cache / f"{name}@{arch}_{i}.xg")
         meta.write_text(json.dumps({"t_graph": t_graph}))
     return graphs, t_graph
-
-
-#: How the Table 3 comparison treats fully connected layers: DNNVM mapped "all operations, with the exception of
-#: fully connected layers" onto the FPGA (seed paper, section 6.1), so its GOPS are the rest of the network's.
-TABLE3_SCOPE = ("conv part only: the fully connected layers (a conv2d whose kernel covers its whole unpadded input, "
-                "as the frontend lowers Gemm/MatMul) are left out of both the ops (2 x MACs) and the cycles (their "
-                "ops' share of the simulated program, timing.simulate op_ranges); DNNVM ran them on the CPU")
-
-
-def is_fully_connected(graph, op) -> bool:
-    """A fully connected layer as frontend.dense_to_conv lowers it: one output pixel from a kernel that covers the
-    whole unpadded input (every output depends on every input)."""
-    from tvm_dpu.xgraph import ops as xops
-
-    if op.type == "dense":
-        return True
-    if op.type != "conv2d":
-        return False
-    _, _, h, w = graph.tensors[op.inputs[0]].shape
-    _, _, ho, wo = graph.tensors[op.outputs[0]].shape
-    win = xops.conv_window(op, graph)
-    return (ho, wo) == (1, 1) and (win.kh, win.kw) == (h, w) and not any(win.pads)
-
-
-def table3(graphs: list, sims: list, arch) -> dict:
-    """The DNNVM-comparable figures of one plan (TABLE3_SCOPE): GOPS and utilisation of the network without its
-    fully connected layers. A fused group is left out only when all its members are FC (a group mixing both
-    would count as conv part: `mixed_groups` says how many there were)."""
-    from tvm_dpu.timing.analytic import graph_ops
-    from tvm_dpu.xgraph.ops import layer_descs
-
-    work = fc_cycles = cycles = 0.0
-    fc, mixed = [], 0
-    for g, r in zip(graphs, sims):
-        fc_ops = {op.name for op in g.ops if is_fully_connected(g, op)}
-        fc += sorted(fc_ops)
-        work += graph_ops([ld for ld in layer_descs(g) if ld.name not in fc_ops])
-        cycles += r.cycles
-        for o in r.ops:
-            members = set(o.name.split("+"))
-            if members <= fc_ops:
-                fc_cycles += o.cycles
-            elif members & fc_ops:
-                mixed += 1
-    peak = arch.pp * arch.icp * arch.ocp * 2 * arch.freq_mhz * 1e6
-    gops = work / ((cycles - fc_cycles) / (arch.freq_mhz * 1e6)) / 1e9
-    return {"scope": TABLE3_SCOPE, "fc_on_dpu": fc, "fc_cycles": fc_cycles, "ops": work, "gops": gops,
-            "utilisation": gops * 1e9 / peak, "mixed_groups": mixed}
 
 
 def _simulator():

@@ -23,7 +23,11 @@ def test_bench_pipeline_quick(tmp_path):
     serial = [r["fps"] for r in rows if r["link"] == "serial-8.5g"]
     assert serial == sorted(serial)  # more boards never predict fewer frames/s (the plan may leave one idle-ish)
     assert all(o["bit_identical"] for o in data["executor_overhead"])
-    assert all(abs(s["error_pct"]) < 5 for s in data["stage_check"]["stages"])  # planner vs compiled stages
+    # planner (per-op cycles attributed inside the whole program) vs each stage compiled and simulated alone: a
+    # stage alone starts on idle engines and may fuse differently at its ends, so its program differs; with the
+    # double-buffered tokens and cross-op fusion the reduced ResNet-50 stages land within -14%..+1% (was 5% before
+    # ops overlapped across their boundaries; docs/pipeline.md prints each stage's error)
+    assert all(abs(s["error_pct"]) < 15 for s in data["stage_check"]["stages"])
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:

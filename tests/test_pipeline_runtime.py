@@ -369,6 +369,7 @@ def test_explore_respects_the_budget_and_ranks_by_throughput(single):
     slow_ddr = explore(single, budget["dsp"], budget["bram36k"], ddr_bytes_per_s=1e6)
     # One core is already slowed by the DDR in the timing model; several cores cannot share more than it gives.
     multi = [c for c in slow_ddr if c.cores > 1]
-    assert multi and all(c.ddr_bound and c.fps == pytest.approx(1e6 / c.ddr_bytes_per_frame) for c in multi)
+    assert multi and all(c.ddr_bound and c.fps == pytest.approx(1e6 / c.ddr_bus_bytes_per_frame) for c in multi)
+    assert all(c.ddr_bus_bytes_per_frame >= c.ddr_bytes_per_frame for c in multi)  # overheads never save bytes
     with pytest.raises(PlanError, match="no DPU configuration fits"):
         explore(single, 10, 10)

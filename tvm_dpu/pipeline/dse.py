@@ -61,6 +61,7 @@ class Candidate:
     ddr_bound: bool  # throughput limited by DDR bandwidth, not by the cores
     ddr_bytes_per_frame: int
     arch: Any = None  # the Arch (name, clock, cores)
+    ddr_bus_bytes_per_frame: int = 0  # what the DDR moves per frame, burst overheads included (the DDR cap's unit)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -116,14 +117,17 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
             t = simulate(csg.code, arch)
             latency = t.cycles / t.freq_hz
             ddr = int(t.ddr_read_bytes + t.ddr_write_bytes)
+            # the cores share the DDR by what it moves, burst overheads included (short strided items cost more
+            # than their bytes: e.g. a channel-augmented first layer's overlapping LOAD items)
+            bus = t.ddr_bus_bytes or ddr
             for c in cores_fit:
                 core_fps = c / latency
-                ddr_fps = ddr_bytes_per_s / ddr if ddr else float("inf")
+                ddr_fps = ddr_bytes_per_s / bus if bus else float("inf")
                 fps = min(core_fps, ddr_fps)
                 ops = 2 * macs if macs else t.total_ops
                 out.append(Candidate(name, c, float(mhz), int(c * cost["dsp"]), c * cost["bram36k"],
                                      int(c * cost["lut"]), latency * 1e3, fps, fps * ops / 1e9,
-                                     ddr_fps < core_fps, ddr, dataclasses.replace(arch, cores=c)))
+                                     ddr_fps < core_fps, ddr, dataclasses.replace(arch, cores=c), int(bus)))
     if not out:
         raise PlanError(f"no DPU configuration fits dsp={dsp}, bram36k={bram36k}"
                         f"{'' if lut is None else f', lut={lut}'} (the smallest, B512, needs "

@@ -40,6 +40,7 @@ class TimingParams:
     dma_bank_rows_per_cycle: float = 2.0
     elew_inputs_per_cycle: int = 1
     active_cores: int = 1
+    host_pre_post_ms: float = 0.0
 
     def replace(self, **changes: Any) -> "TimingParams":
         """A copy with some values changed (unknown names raise TimingError)."""

@@ -78,6 +78,7 @@ class TimingResult:
     done: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ops: list[OpTiming] = field(default_factory=list)
     model_ops: float | None = None  # real network ops (2*MACs) if the caller knows them, else None
+    ddr_bus_bytes: float = 0.0  # bytes the DDR moves: AXI beats of every LOAD/SAVE incl. burst overheads
 
     @property
     def latency_s(self) -> float:
@@ -307,7 +308,8 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                           ddr_write_bytes=sum(c.ddr_write for c in costs), macs=sum(c.macs for c in costs),
                           peak_ops_per_s=m.peak_ops_per_s, names=names,
                           engine_of=np.array([c.engine for c in costs], dtype=np.int8), start=start, end=end,
-                          done=done, model_ops=model_ops)
+                          done=done, model_ops=model_ops,
+                          ddr_bus_bytes=sum(c.beats for c in costs) * m.axi_bytes)
     if op_ranges:
         frontier = 0.0
         for name, lo, hi in op_ranges:
