@@ -66,6 +66,9 @@ GEMM_CHUNK = 1 << (FLOAT32_EXACT_BITS - INT8_PRODUCT_BITS)
 #: this many rows (else of OCP-column groups): below that, handing work over costs more than it saves.
 PARALLEL_MIN_MACS = 2_000_000
 PARALLEL_MIN_ROWS = 32
+#: Parts per thread: smaller parts let the calling thread take over those a worker slowed by other load has not
+#: started (emu_threads.run_parts).
+PARTS_PER_THREAD = 2
 #: act_type -> the int8 clamp of the rounded CONV output: none, relu, relu6 (leaky takes the integer path).
 CLAMPS = {0: (INT8_MIN, INT8_MAX), 1: (0, INT8_MAX), 4: (0, RELU6_MAX)}
 
@@ -344,10 +347,12 @@ class ConvBatch:
 
 
 def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice | None]]:
-    """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, one per thread
-    (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
+    """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, PARTS_PER_THREAD per
+    thread (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
     rows), else whole OCP-column groups; a single block when the GEMM is too small to share."""
     parts = thread_count()
+    if parts > 1:
+        parts *= PARTS_PER_THREAD
     m = vpp * length
     if parts == 1 or m * n * k < PARALLEL_MIN_MACS:
         return [(slice(0, vpp), None)]
