@@ -11,7 +11,8 @@ import pytest
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, find_preset
 from tvm_dpu.codegen.isa import encode_program, make_instr
-from tvm_dpu.quant.fixpoint import float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round
+from tvm_dpu.quant.fixpoint import (float32_shift_round_exact, float_shift_round_exact, floor_clamp_int8,
+                                    saturate_int8, shift_round)
 from tvm_dpu.runtime import emu_conv, emu_ddr
 from tvm_dpu.runtime import emulator as emu_mod
 from tvm_dpu.runtime.emu_conv import GEMM_CHUNK, INT8_PRODUCT_BITS
@@ -54,6 +55,29 @@ def test_floor_clamp_equals_shift_round(n):
         y = v.astype(np.float64) * 2.0 ** -n + 0.5
         got = floor_clamp_int8(y, lo, hi, np.empty(v.shape, np.int8))
         want = np.clip(shift_round(v, n), lo, hi).astype(np.int8)
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("n, sb", [(1, 0), (5, 3), (11, 8), (16, 16)])
+def test_float32_requant_equals_shift_round(n, sb):
+    """The float32 form: y = acc * 2**(1-n) + (B*2**sb + 2**(n-1)) * 2**-n in float32 (one GEMM chunk, |acc| <=
+    2**24), floored and clamped, equals DPURound((2*acc + B*2**sb) / 2**n) clamped, even where y itself is not a
+    float32 (far beyond the clamps)."""
+    assert float32_shift_round_exact(128 << sb | 1 << (n - 1), n)
+    assert not float32_shift_round_exact(1, 17) and not float32_shift_round_exact((1 << 24) + 1, 8)
+    rng = np.random.default_rng(n)
+    b = rng.integers(-128, 128, size=4000, dtype=np.int64)
+    # 2*acc + B*2**sb + 2**(n-1) close to k * 2**n: y next to an integer, where a rounded y would floor wrongly
+    near = ((rng.integers(-130, 130, size=4000) << n) - (1 << (n - 1)) - (b << sb)) >> 1
+    acc = np.concatenate([rng.integers(-(1 << 24), (1 << 24) + 1, size=4000), near + rng.integers(-2, 3, size=4000),
+                          near, np.full(4000, 1 << 24), np.full(4000, -(1 << 24))])
+    b = np.tile(b, 5)
+    acc = np.clip(acc, -(1 << 24), 1 << 24)
+    p = acc.astype(np.float32) * np.float32(2.0 ** (1 - n))
+    c = ((b << sb) + (1 << (n - 1))).astype(np.float32) * np.float32(2.0 ** -n)
+    for lo, hi in [(-128, 127), (0, 127), (0, 96)]:
+        got = floor_clamp_int8(p + c, lo, hi, np.empty(acc.shape, np.int8))
+        want = np.clip(shift_round(2 * acc + (b << sb), n), lo, hi).astype(np.int8)
         assert np.array_equal(got, want)
 
 

@@ -65,8 +65,23 @@ def float_shift_round_exact(max_abs: int, n: int) -> bool:
     return n >= 1 and max_abs + (1 << (n - 1)) <= 1 << FLOAT64_EXACT_BITS
 
 
+#: float32 holds every integer of magnitude <= 2**24 exactly (24-bit significand).
+FLOAT32_EXACT_BITS = 24
+
+
+def float32_shift_round_exact(max_offset: int, n: int) -> bool:
+    """Whether `floor_clamp_int8` on float32 y = p + c gives DPURound(v / 2**n) clamped, as the float64 form does,
+    when p is an exact float32 multiple of 2**-n and c = C * 2**-n with |C| <= max_offset (v = p * 2**n + C - 2**(n-1)).
+
+    c is then exact (|C| <= 2**24); every multiple of 2**-n in [-256, 256] is a float32 (n <= 16), so y is exact
+    there; and beyond that range float rounding, being monotonic with +-256 representable, cannot move y across
+    the int8 clamps.
+    """
+    return 1 <= n <= FLOAT32_EXACT_BITS - 8 and max_offset <= 1 << FLOAT32_EXACT_BITS
+
+
 def floor_clamp_int8(y: np.ndarray, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
-    """out[...] = min(max(floor(y), lo), hi) as int8 for float64 y; y is clamped in place (scratch).
+    """out[...] = min(max(floor(y), lo), hi) as int8 for float y; y is clamped in place (scratch).
 
     With y = v * 2**-n + 0.5 (see float_shift_round_exact) and [lo, hi] inside [-128, 127] this is
     DPURound of v / 2**n followed by the clamp of relu ([0, 127]) or relu6 ([0, RELU6_MAX]). Clamping before

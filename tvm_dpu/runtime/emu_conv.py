@@ -10,8 +10,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
-from tvm_dpu.quant.fixpoint import (INT8_MAX, INT8_MIN, RELU6_MAX, float_shift_round_exact, floor_clamp_int8,
-                                    saturate_int8, shift_round)
+from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
+                                    float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
 from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
 from tvm_dpu.runtime.emu_threads import blas_threads, run_parts, thread_count
 
@@ -57,8 +57,7 @@ def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
     return saturate_int8(out)
 
 
-#: float32 holds every integer of magnitude <= 2**24 exactly, and |int8 * int8| <= 2**14 ((-128) * (-128)).
-FLOAT32_EXACT_BITS = 24
+#: |int8 * int8| <= 2**14 ((-128) * (-128)); float32 holds every integer up to 2**FLOAT32_EXACT_BITS exactly.
 INT8_PRODUCT_BITS = 14
 #: Reduction chunk of the float32 GEMM: any partial sum of <= 1024 int8 products is an integer of magnitude
 #: <= 2**24, so it is exact in float32 whatever order (or FMA) BLAS adds in; chunks add up exactly in float64.
@@ -67,6 +66,9 @@ GEMM_CHUNK = 1 << (FLOAT32_EXACT_BITS - INT8_PRODUCT_BITS)
 #: this many rows (else of OCP-column groups): below that, handing work over costs more than it saves.
 PARALLEL_MIN_MACS = 2_000_000
 PARALLEL_MIN_ROWS = 32
+#: Parts per thread: smaller parts let the calling thread take over those a worker slowed by other load has not
+#: started (emu_threads.run_parts).
+PARTS_PER_THREAD = 2
 #: act_type -> the int8 clamp of the rounded CONV output: none, relu, relu6 (leaky takes the integer path).
 CLAMPS = {0: (INT8_MIN, INT8_MAX), 1: (0, INT8_MAX), 4: (0, RELU6_MAX)}
 
@@ -262,6 +264,9 @@ class ConvBatch:
         max_v = 2 * K * (1 << INT8_PRODUCT_BITS) - INT8_MIN * (1 << self.sb)  # |2*ACC + B*2**sb|
         self.float_path = self.act in CLAMPS and float_shift_round_exact(max_v, N)
         self.wscale = np.float32(2.0 ** (1 - N)) if self.float_path else np.float32(1)
+        # One float32 chunk and small shifts (every real layer but the widest): the requantisation in float32 too.
+        self.float32_requant = self.float_path and K <= GEMM_CHUNK and float32_shift_round_exact(
+            -INT8_MIN * (1 << self.sb) + (1 << (N - 1)), N)
         self.parts = _split(first.vpp, first.out_keys.shape[0] // first.vpp, n * ocp, K, ocp)
         self.write = _batch_writer(run)
 
@@ -288,6 +293,8 @@ class ConvBatch:
         if self.bsnap is None or not np.array_equal(b, self.bsnap):
             self.bsnap = b.copy()
             self.c = b.astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
+            if self.float32_requant:
+                self.c = self.c.astype(np.float32)  # exact: see float32_shift_round_exact
         return self.c
 
     def step(self, regions: object) -> None:
@@ -324,7 +331,11 @@ class ConvBatch:
             if callable(a):
                 a = a()
             k = a.shape[1]
-            if k <= GEMM_CHUNK:
+            if self.float32_requant:
+                np.matmul(a, wt, out=part)
+                np.add(part, c, out=part)
+                y = part
+            elif k <= GEMM_CHUNK:
                 np.matmul(a, wt, out=part)
                 np.add(part, c, out=y)
             else:
@@ -336,10 +347,12 @@ class ConvBatch:
 
 
 def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice | None]]:
-    """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, one per thread
-    (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
+    """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, PARTS_PER_THREAD per
+    thread (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
     rows), else whole OCP-column groups; a single block when the GEMM is too small to share."""
     parts = thread_count()
+    if parts > 1:
+        parts *= PARTS_PER_THREAD
     m = vpp * length
     if parts == 1 or m * n * k < PARALLEL_MIN_MACS:
         return [(slice(0, vpp), None)]

@@ -19,8 +19,10 @@ from typing import Callable, Iterator
 
 from tvm_dpu.errors import EmulatorError
 
-#: Default parts per step: the usable cores, at most this many (narrow GEMMs gain little from more).
-MAX_DEFAULT_THREADS = 4
+#: Threads sharing a step unless TVM_DPU_EMU_THREADS says otherwise. 1: on the shared 2-core machine, with one
+#: core taken by other work, 2 threads made full ResNet-50 20-40% slower (0.25-0.28 s against 0.20 s per image,
+#: load 2); the gain on an idle machine could not be measured there.
+DEFAULT_THREADS = 1
 
 #: BLAS threads while a program runs (environment TVM_DPU_EMU_BLAS_THREADS; 0 leaves BLAS as configured).
 #: CONV GEMMs are narrow (N = OCP = 16 columns): a second thread gains little on an idle 2-core machine and is
@@ -32,7 +34,8 @@ _pool_lock = threading.Lock()
 
 
 def thread_count() -> int:
-    """Threads sharing a step (environment TVM_DPU_EMU_THREADS; 1 keeps everything on the calling thread)."""
+    """Threads sharing a step (environment TVM_DPU_EMU_THREADS, default DEFAULT_THREADS; 1 keeps everything on
+    the calling thread)."""
     env = os.environ.get("TVM_DPU_EMU_THREADS", "").strip()
     if env:
         try:
@@ -40,11 +43,7 @@ def thread_count() -> int:
         except ValueError:
             raise EmulatorError(f"TVM_DPU_EMU_THREADS={env!r} is not an integer") from None
         return max(1, n)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_DEFAULT_THREADS))
+    return DEFAULT_THREADS
 
 
 def _workers(n: int) -> ThreadPoolExecutor:
@@ -57,27 +56,32 @@ def _workers(n: int) -> ThreadPoolExecutor:
 
 
 def run_parts(parts: list[Callable[[], None]]) -> None:
-    """Run every part once: parts[1:] on pool workers, parts[0] on this thread, then any part not yet started
-    on this thread too. The first exception of any part is raised after all parts have finished."""
+    """Run every part once: the pool's workers (thread_count() - 1 of them) take parts[1:] from the front, this
+    thread runs parts[0] and then, from the back, every part no worker has started yet. With more parts than
+    threads, a worker slowed by other load takes fewer of them. The first exception of any part is raised after
+    all parts have finished."""
     if len(parts) == 1:
         parts[0]()
         return
-    pool = _workers(len(parts) - 1)
+    pool = _workers(max(1, thread_count() - 1))
     futures = [pool.submit(p) for p in parts[1:]]
     error: BaseException | None = None
     try:
         parts[0]()
     except BaseException as e:  # still wait for the workers: they write this step's buffers
         error = e
-    for part, fut in zip(parts[1:], futures):
-        try:
-            if fut.cancel():
-                if error is None:
-                    part()
-            else:
+    for part, fut in reversed(list(zip(parts[1:], futures))):
+        if fut.cancel() and error is None:
+            try:
+                part()
+            except BaseException as e:
+                error = e
+    for fut in futures:
+        if not fut.cancelled():
+            try:
                 fut.result()
-        except BaseException as e:
-            error = error or e
+            except BaseException as e:
+                error = error or e
     if error is not None:
         raise error
 
