@@ -954,30 +954,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: glibc mallopt parameter and the size from which freed blocks go straight back to the system.
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_BYTES = 4 << 20
-
-
-def _return_large_frees() -> None:
-    """Have glibc give blocks of 4 MiB and more back to the system as soon as they are freed. By default it raises
-    that threshold to the largest block freed so far (up to 32 MiB) and keeps later blocks in its arenas, one per
-    thread: a compile's 32 MB float64 chunks (quant.calibration.CHUNK) then stayed resident after use, and the
-    peak RSS of identical VGG-16 compiles varied from 1.26 to 1.94 GiB. A fixed threshold keeps the peak at what is
-    alive. No effect on other C libraries."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):
-        pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tvm-dpu` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _return_large_frees()
     try:
         return int(args.func(args))
     except DPUError as err:
