@@ -71,6 +71,16 @@ def _bias_of(value: relax.Expr, m: int) -> np.ndarray | None:
     return per_channel(aff[2], [1, m], 1)
 
 
+def _kernel(rw: Rewriter, w_expr: relax.Expr, w: np.ndarray, kshape: list[int], dtype: str) -> relax.Expr:
+    """The conv kernel W^T as `kshape`. When W^T is Gemm's own weight (transB: `w_expr` is permute_dims of a
+    constant already in [M, K] order) the kernel is a TVM view of that constant's tensor, so a large fc weight
+    (VGG-16's fc6: 411 MB) is not copied; otherwise W^T is copied once into a new constant."""
+    p = rw.producer_call(w_expr, "relax.permute_dims") if isinstance(w_expr, relax.Var) else None
+    if p is not None and transposed_weight(rw, w_expr) is not None and str(p.args[0].ty.dtype) == dtype:
+        return relax.const(p.args[0].value._create_view(tuple(kshape)))
+    return make_const(w.T.reshape(kshape), dtype=dtype)
+
+
 def _emit_conv(rw: Rewriter, mm: relax.Call, bias: np.ndarray | None, names: list[str]) -> relax.Expr:
     x, w_expr = mm.args
     n, k = static_shape(x)
@@ -87,7 +97,7 @@ def _emit_conv(rw: Rewriter, mm: relax.Call, bias: np.ndarray | None, names: lis
     else:
         data = rw.emit(relax.op.reshape(x, [n, k, 1, 1]), names)
         kshape = [m, k, 1, 1]
-    weight = make_const(w.T.reshape(kshape), dtype=dtype)  # a view (one axis split): make_const copies once
+    weight = _kernel(rw, w_expr, w, kshape, dtype)
     out = rw.emit(relax.op.nn.conv2d(data, weight, strides=(1, 1), padding=(0, 0, 0, 0)), names)
     if bias is not None:
         out = rw.emit(relax.op.add(out, make_const(bias.reshape(1, m, 1, 1), dtype=dtype)), names)

@@ -47,15 +47,14 @@ def _jsonify(value: Any) -> Any:
 def dumps(graph: Graph) -> bytes:
     """Serialize `graph` (validated first) to bytes; each constant is a container section named by its tensor."""
     validate_graph(graph)
-    sections: dict[str, bytes] = {}
+    sections: dict[str, np.ndarray] = {}  # the arrays themselves: the container copies each once, into its bytes
     tensors = []
     for name in sorted(graph.tensors):
         t = graph.tensors[name]
         tensors.append({"name": t.name, "shape": list(t.shape), "dtype": t.dtype,
                         "fix_point": None if t.fix_point is None else int(t.fix_point), "data": t.data is not None})
         if t.data is not None:
-            sections[t.name] = np.ascontiguousarray(t.data).astype(np.dtype(t.dtype).newbyteorder("<"),
-                                                                    copy=False).tobytes()
+            sections[t.name] = np.ascontiguousarray(t.data).astype(np.dtype(t.dtype).newbyteorder("<"), copy=False)
     header = {
         "format": FORMAT_TAG,
         "name": graph.name,
