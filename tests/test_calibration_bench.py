@@ -49,25 +49,26 @@ def _bench():
 
 
 def test_fit_picks_the_least_squares_point_on_the_fit_rows_only(monkeypatch):
-    """The fit minimises the squared relative errors of the zcu102 zoo rows; the other rows only validate: a
-    validation row that would prefer another point does not move the choice."""
+    """The fit minimises the squared relative errors of the zcu102 zoo rows over conv_fill x dma rows x host term;
+    the other rows only validate: a validation row that would prefer another point does not move the choice."""
     from types import SimpleNamespace
 
     bench = _bench()
 
     def fake_simulate(model, arch, params):
-        # latency grows with conv_fill; only the zcu102 row is matched exactly at conv_fill 128, dma rows 1
-        lat_ms = 1.0 + params.conv_fill_cycles / 128 + (params.dma_bank_rows_per_cycle - 1)
+        # DPU-only latency; with the host term the zcu102 row is matched exactly only at (128, 1, 0.3 ms)
+        lat_ms = 1.0 + (params.conv_fill_cycles / 128) ** 2 + (params.dma_bank_rows_per_cycle - 1)
         return SimpleNamespace(latency_s=lat_ms * 1e-3, gops=100.0 / lat_ms)
 
     monkeypatch.setattr(bench, "simulate_model", fake_simulate)
-    rows = [{"model": "m", "board": "zcu102", "metric": "latency_ms", "published": 2.0},
+    rows = [{"model": "m", "board": "zcu102", "metric": "latency_ms", "published": 2.3},
             {"model": "m", "board": "zcu104", "metric": "latency_ms", "published": 1.2}]
     fitted = bench.fit({("m", "zcu102"): None, ("m", "zcu104"): None}, rows)
-    assert fitted["best"] == {"conv_fill_cycles": 128, "dma_bank_rows_per_cycle": 1}
-    assert fitted["best_fit"]["max_abs"] == 0.0 and fitted["best_validation"]["max_abs"] > 0.5
-    assert fitted["shipped_is_best"] == (fitted["shipped"] == fitted["best"])
-    assert bench.check_fit(fitted) == (0 if fitted["shipped_is_best"] else 1)
+    assert fitted["best"] == {"conv_fill_cycles": 128, "dma_bank_rows_per_cycle": 1, "host_pre_post_ms": 0.3}
+    assert fitted["best_fit"]["max_abs"] < 1e-12 and fitted["best_validation"]["max_abs"] > 0.5
+    # params.json's point is far from this fake optimum: not fitted, and the check says so
+    assert fitted["shipped_sse"] > fitted["best_sse"] * (1 + bench.FIT_SSE_TOLERANCE)
+    assert not fitted["shipped_is_best"] and bench.check_fit(fitted) == 1
 
 
 def test_check_fails_when_params_json_is_not_the_fitted_point(tmp_path):
