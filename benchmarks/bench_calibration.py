@@ -13,7 +13,8 @@ Rows:
 One timing parameter set per board (tvm_dpu/timing/params.json); nothing is tuned per network. The model-zoo rows
 and the DNNVM rows are compiled with our default fusion ("optimal"; Vitis AI's compiler and DNNVM's optimized column
 fuse too). The model-zoo figures are end to end (dpu-facts.md: "include pre/post-processing on the ARM cores"), so
-those rows add `host_pre_post_ms` to the simulated DPU time. Also prints the analytic (DNNVM Eq. 1-10) estimate beside the
+those rows add `host_pre_post_ms` to the simulated DPU time. Also prints the analytic (DNNVM Eq. 1-10) estimate
+beside the
 simulator and its deviation.
 
     python benchmarks/bench_calibration.py [--models resnet50,googlenet] [--boards zcu102,dnnvm-zu2]
@@ -245,8 +246,8 @@ def fit_section(fitted: dict | None) -> list[str]:
                    f" | {100 * f['max_abs']:.1f}% | {100 * f['rms']:.1f}% | {100 * v['max_abs']:.1f}% | "
                    f"{100 * v['rms']:.1f}% |")
     out += ["", f"Best point (bold): {fitted['best']}, squared error {fitted['best_sse']:.5f}; params.json holds "
-            f"{fitted['shipped']}, squared error " + (f"{fitted['shipped_sse']:.5f}" if fitted["shipped_sse"] is not None
-                                                       else "(off the grid)") +
+            f"{fitted['shipped']}, squared error " +
+            (f"{fitted['shipped_sse']:.5f}" if fitted["shipped_sse"] is not None else "(off the grid)") +
             (f" (within {100 * fitted['sse_tolerance']:.0f}% of the best: a flat minimum, taken as fitted)."
              if fitted["shipped_is_best"] else ": NOT the fit (the benchmark exits 1).")]
     sf, sv = fitted.get("shipped_fit"), fitted.get("shipped_validation")

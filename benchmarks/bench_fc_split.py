@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_compile import GOALS, compile_once, prepare, write_results  # noqa: E402  (benchmarks/bench_compile.py)
+from bench_compile import GOALS, compile_once, prepare_elsewhere, write_results  # noqa: E402  (bench_compile.py)
 from bench_coverage import cosine  # noqa: E402  (benchmarks/bench_coverage.py)
 from docblock import write_block  # noqa: E402  (benchmarks/docblock.py)
 
@@ -67,12 +67,12 @@ def cpu_nodes(onnx_path: Path, arch: str) -> list[str]:
 def bench(model: str, archs: list[str], reduced: bool, images: int) -> list[dict]:
     """One row per arch: CPU nodes before/after, compile wall and peak RSS, DPU MACs, mismatches, cosine.
 
-    Every compile runs first, while this process holds only the ONNX model (as bench_compile does): a child's peak
-    RSS counts the pages it shares with this process after the fork, so compiling after loading a compiled VGG-16
-    and an onnxruntime session here would report this process's memory too."""
+    The model is built in a spawned process and every compile runs first (as bench_compile does): a child's peak
+    RSS starts at this process's own high-water mark, so building VGG-16 here, or compiling after loading a compiled
+    VGG-16 and an onnxruntime session, would report this process's memory too."""
     with tempfile.TemporaryDirectory(prefix=f"bench_fc_split_{model}_") as tmp:
         work = Path(tmp)
-        onnx_path, calib_path = prepare(model, reduced, images, work)
+        onnx_path, calib_path = prepare_elsewhere(model, reduced, images, work)
         runs = {a: compile_once(onnx_path, calib_path, a, work / a) for a in archs}
         return [_check(model, reduced, a, onnx_path, runs[a], work / a) for a in archs]
 

@@ -5,7 +5,8 @@
 
 tests/test_readme_figures.py fails when the README's block differs from what the committed JSON renders, so a
 figure cannot go stale without a test saying so. Sources: compile.json (bench_compile.py), e2e.json
-(bench_e2e.py), calibration.json (bench_calibration.py), fusion.json (bench_fusion.py).
+(bench_e2e.py), calibration.json (bench_calibration.py), fusion.json (bench_fusion.py), fc_split.json
+(bench_fc_split.py).
 """
 from __future__ import annotations
 
@@ -82,14 +83,31 @@ def emulator_lines(data: dict) -> list[str]:
 def calibration_lines(data: dict) -> list[str]:
     rows = data["rows"]
     bad = [r for r in rows if abs(r["relative_error"]) > 0.25]
-    text = (f"Timing model vs published figures (Vitis AI model zoo latency on ZCU102/ZCU104, DNNVM Table 3 baseline "
-            f"GOPS): {len(rows) - len(bad)}/{len(rows)} rows within 25%")
+    text = (f"Timing model vs published figures (Vitis AI model zoo end-to-end latency on ZCU102/ZCU104, DNNVM Table 3 "
+            f"optimized-fusion GOPS of the conv part): {len(rows) - len(bad)}/{len(rows)} rows within 25%")
     if bad:
         text += "; outside: " + ", ".join(f"{r['model']} on {r['board']} {100 * r['relative_error']:+.1f}%" for r in bad)
     worst = max(rows, key=lambda r: abs(r["relative_error"]))
-    text += (f"; largest error {100 * worst['relative_error']:+.1f}% ({worst['model']} on {worst['board']}) "
-             "(`benchmarks/results/calibration.json`, `docs/timing-model.md`).")
-    return [text]
+    text += f"; largest error {100 * worst['relative_error']:+.1f}% ({worst['model']} on {worst['board']})"
+    fit = data.get("fit")
+    if fit and fit.get("shipped_fit"):
+        names = ", ".join(f"{k} = {v:g}" for k, v in fit["shipped"].items())
+        text += (f"; fitted values ({names}) chosen on the {fit['fit_rows']}: max |error| "
+                 f"{100 * fit['shipped_fit']['max_abs']:.1f}% there, {100 * fit['shipped_validation']['max_abs']:.1f}% "
+                 "on the other rows")
+    return [text + " (`benchmarks/results/calibration.json`, `docs/timing-model.md`)."]
+
+
+def fc_split_lines(data: dict) -> list[str]:
+    parts = []
+    for r in data["rows"]:
+        g = r["goals"]
+        n = len(r["cpu_nodes_after"])
+        met = _goal(n <= g["cpu_nodes_after"], f"{n} left")
+        parts.append(f"{r['arch']}: {len(r['cpu_nodes_before'])} -> {n} CPU nodes ({met}), {r['mismatches']} golden/emulator mismatching elements, cosine {r['cosine']:.4f} vs "
+                     "onnxruntime float")
+    return ["Full vgg16 with its large fully connected layers split over channels on the DPU: " + "; ".join(parts) +
+            " (`benchmarks/results/fc_split.json`, `docs/op-coverage.md`)."]
 
 
 def fusion_lines(data: list) -> list[str]:
@@ -113,7 +131,8 @@ def fusion_lines(data: list) -> list[str]:
     n = sum(int(r.get("subgraphs", 1)) for r in data)
     lost = {m: sum(r.get("sim_fallbacks_optimal", {}).get(m, 0) for r in data) for m in ("greedy", "none")}
     return [f"Fusion (`--fusion optimal`, the program the build ships), predicted utilisation on {DNNVM_ARCH} of "
-            "the network without its fully connected layers (as DNNVM's Table 3) vs DNNVM's on-board figures: " + ", ".join(parts) + f"; ahead on {ahead} of {len(parts)}. On the "
+            "the network without its fully connected layers (as DNNVM's Table 3) vs DNNVM's on-board figures: "
+            + ", ".join(parts) + f"; ahead on {ahead} of {len(parts)}. On the "
             f"simulator the searched plan lost to greedy's in {lost['greedy']} and to the unfused one in "
             f"{lost['none']} of {n} subgraphs over {len(data)} model/arch rows, where the build keeps the faster "
             "(`benchmarks/results/fusion.json`)."]
@@ -122,7 +141,8 @@ def fusion_lines(data: list) -> list[str]:
 def render(results: Path = RESULTS) -> str:
     lines: list[str] = []
     for name, fn in (("compile.json", compile_lines), ("e2e.json", emulator_lines),
-                     ("calibration.json", calibration_lines), ("fusion.json", fusion_lines)):
+                     ("calibration.json", calibration_lines), ("fusion.json", fusion_lines),
+                     ("fc_split.json", fc_split_lines)):
         data = _load(name, results)
         if data is not None:
             lines += fn(data)

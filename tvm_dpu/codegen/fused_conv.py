@@ -926,8 +926,9 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
             prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", "out", oslot),),
                       pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
                       pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
-                      length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=wrow_b + gl * wrows_b, bank_addr_in_1=ps.a[1], bank_id_out=vb0, bank_addr_bias=cg_mid + gl,
-                      channel_offset=cg_mid * cp - jb.cin, bank_addr_in_3=ps.a[3], bank_addr_in_2=ps.a[2])
+                      length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=wrow_b + gl * wrows_b,
+                      bank_id_out=vb0, bank_addr_bias=cg_mid + gl, channel_offset=cg_mid * cp - jb.cin,
+                      bank_addr_in_1=ps.a[1], bank_addr_in_2=ps.a[2], bank_addr_in_3=ps.a[3])
         _emit_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
 
     _emit_chain(prog, arch, graph, a, b, tile, ja, cg_out, fmaps, emit_pass, j_aug and (j_aug, _plain_rows(arch, ja)))
