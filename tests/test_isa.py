@@ -402,3 +402,19 @@ def test_leaky_gated_by_fingerprint_flags():
     run(replace(B4096, dw_leaky=True), [alu_init(exec_mode=0, act_type=3), make_instr("ALU")])
     with pytest.raises(EmulatorError, match=r"act_type=3 not allowed on .* CONV"):
         run(replace(B4096, conv_leaky=False), [conv_init(act_type=3), make_instr("CONV")])
+
+
+def test_shared_decoding_equals_decoding_and_reports_the_same_errors():
+    """decode_program_shared (the timing model's decoder) gives decode_program's instructions for a program with
+    repeated instructions, and fails on a truncated stream the way decode_program does."""
+    from tvm_dpu.codegen.isa import decode_program_shared, make_instr
+
+    prog = [make_instr("LOAD", length=4, channel=16), make_instr("CONVINIT", kernel_h=3, kernel_w=3),
+            make_instr("CONV", channel_group=2, length=8), make_instr("CONV", channel_group=2, length=8),
+            make_instr("LOAD", length=4, channel=16), make_instr("END")]
+    code = encode_program(prog)
+    assert decode_program_shared(code) == decode_program(code) == prog
+    assert decode_program_shared(code) == prog  # second call served from the shared table
+    for decoder in (decode_program, decode_program_shared):  # the first LOAD cut short
+        with pytest.raises(ISAError, match="word 0: truncated LOAD"):
+            decoder(code[:2])

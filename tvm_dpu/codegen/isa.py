@@ -230,6 +230,36 @@ def decode_program(code: Sequence[int] | np.ndarray) -> list[Instr]:
     return [ins for _, ins in iter_program(code)]
 
 
+#: Decoded instructions by their words, shared by decode_program_shared (bounded; a dict read is thread-safe, a
+#: race between two writers only decodes twice).
+_SHARED: dict[tuple[int, ...], Instr] = {}
+_SHARED_MAX = 1 << 16
+
+
+def decode_program_shared(code: Sequence[int] | np.ndarray) -> list[Instr]:
+    """`decode_program`, with each distinct instruction decoded once per process and its Instr shared between
+    programs: for readers that never modify an Instr (the timing model simulates the same instructions over and
+    over while the compiler compares programs). Errors are decode_program's."""
+    words = np.asarray(code, dtype=np.uint32).ravel().tolist()
+    specs = _table()[1]
+    out: list[Instr] = []
+    pos = 0
+    while pos < len(words):
+        spec = specs.get((words[pos] >> 28) & 0xF)
+        key = tuple(words[pos:pos + spec.words]) if spec is not None else None
+        ins = _SHARED.get(key) if key is not None and len(key) == spec.words else None
+        if ins is None:
+            ins, n = decode(words, pos)  # raises on a bad or truncated instruction
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.clear()
+            _SHARED[tuple(words[pos:pos + n])] = ins
+        else:
+            n = spec.words
+        out.append(ins)
+        pos += n
+    return out
+
+
 def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Instr:
     """Build an Instr with every field defaulted to its minimum (0, or 1 for minus fields), overridden by `fields`."""
     spec = instr_spec(name)
