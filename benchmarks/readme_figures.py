@@ -129,13 +129,14 @@ def fusion_lines(data: list) -> list[str]:
         ahead += ours > theirs
         parts.append(f"{name} {100 * ours:.1f}% (DNNVM {100 * theirs:.0f}%)")
     n = sum(int(r.get("subgraphs", 1)) for r in data)
-    lost = {m: sum(r.get("sim_fallbacks_optimal", {}).get(m, 0) for r in data) for m in ("greedy", "none")}
+    key = "sim_lost_to_optimal" if any("sim_lost_to_optimal" in r for r in data) else "sim_fallbacks_optimal"
+    lost = {m: sum(r.get(key, {}).get(m, 0) for r in data) for m in ("greedy", "none")}
     return [f"Fusion (`--fusion optimal`, the program the build ships), predicted utilisation on {DNNVM_ARCH} of "
             "the network without its fully connected layers (as DNNVM's Table 3) vs DNNVM's on-board figures: "
             + ", ".join(parts) + f"; ahead on {ahead} of {len(parts)}. On the "
             f"simulator the searched plan lost to greedy's in {lost['greedy']} and to the unfused one in "
-            f"{lost['none']} of {n} subgraphs over {len(data)} model/arch rows, where the build keeps the faster "
-            "(`benchmarks/results/fusion.json`)."]
+            f"{lost['none']} of {n} subgraphs over {len(data)} model/arch rows; the build compiles the unfused plan "
+            "beside the searched one and ships the faster (`benchmarks/results/fusion.json`)."]
 
 
 def render(results: Path = RESULTS) -> str:

@@ -260,13 +260,19 @@ def decode_program_shared(code: Sequence[int] | np.ndarray) -> list[Instr]:
     return out
 
 
+@lru_cache(maxsize=None)
+def _defaults(name: str) -> dict[str, int]:
+    return {f.name: f.min_value for f in instr_spec(name).fields}
+
+
 def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Instr:
     """Build an Instr with every field defaulted to its minimum (0, or 1 for minus fields), overridden by `fields`."""
-    spec = instr_spec(name)
-    vals = {f.name: f.min_value for f in spec.fields}
-    unknown = set(fields) - set(vals)
+    defaults = _defaults(name)  # the code generator builds ~10^5 instructions per network: no per-call table walk
+    unknown = [k for k in fields if k not in defaults]
     if unknown:
         raise ISAError(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")
-    vals.update({k: int(v) for k, v in fields.items()})
+    vals = dict(defaults)
+    for k, v in fields.items():
+        vals[k] = v if type(v) is int else int(v)  # numpy integers become ints
     return Instr(name, vals, dpdon, dpdby)
 

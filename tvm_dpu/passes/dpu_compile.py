@@ -285,15 +285,22 @@ def _params_in_program(csg: Any, blob: memoryview) -> None:
     csg.params = np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=offset)
 
 
+def fallback_modes(plan) -> tuple[str, ...]:
+    """The simpler plans compile_subgraph compiles and simulates against a searched `plan`, keeping the fastest:
+    the unfused one, and greedy's unless the search already settled every region where it differs from greedy in
+    context (fusion.select._in_context, with the simulator as the cost source: `stats["in_context"]`), which is
+    the same comparison made where it matters, so the whole greedy program is not compiled again."""
+    if plan.mode == "optimal":
+        return ("none",) if plan.stats.get("in_context") is not None else ("greedy", "none")
+    return ("none",) if plan.mode == "greedy" else ()
+
+
 def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     """Quantized XGraph -> (CompiledSubgraph, FusionPlan) with DNNVM fusion `fusion`.
 
-    The plan the search chooses is kept unless a simpler one simulates faster: "optimal" is compared with the
-    greedy plan and the unfused one, "greedy" with the unfused one. The search ranks plans with the analytic
-    cost, which does not see every instruction the fused emitters add (their smaller tiles mean more CONVs, each
-    paying the CONV fill); the simulator is the judge, so "optimal" is never slower than "greedy", and fusion
-    never slower than none. `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or
-    "none"), or is None.
+    The plan the search chooses is kept unless a simpler one (`fallback_modes`) simulates faster: fusion is never
+    slower than none on the simulator, and "optimal" never slower than greedy in any region where the two differ.
+    `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or "none"), or is None.
 
     Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
@@ -305,8 +312,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     csg, plan = compile_with_fusion(graph, arch, fusion)
     if fusion != "none" and plan.fused():
         best, best_cycles, kept = (csg, plan), program_cycles(csg.code, arch), None
-        simpler = ("greedy", "none") if fusion == "optimal" else ("none",)
-        for mode in simpler:  # timed only: compiled without a copy of the weights
+        for mode in fallback_modes(plan):  # timed only: compiled without a copy of the weights
             c, p = compile_with_fusion(graph, arch, mode, keep_params=False)
             if p.groups == best[1].groups:
                 continue  # the same program
