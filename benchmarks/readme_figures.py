@@ -124,13 +124,12 @@ def fusion_lines(data: list) -> list[str]:
         if r is None:
             continue
         # the conv part (bench_fusion.TABLE3_SCOPE: DNNVM ran the fully connected layers on the CPU)
-        ours = r["table3_optimal"]["utilisation"] if "table3_optimal" in r else r["gops_sim_optimal"] / peak
+        ours = r["table3_optimal"]["utilisation"]
         theirs = r["paper"][2] / peak
         ahead += ours > theirs
         parts.append(f"{name} {100 * ours:.1f}% (DNNVM {100 * theirs:.0f}%)")
     n = sum(int(r.get("subgraphs", 1)) for r in data)
-    key = "sim_lost_to_optimal" if any("sim_lost_to_optimal" in r for r in data) else "sim_fallbacks_optimal"
-    lost = {m: sum(r.get(key, {}).get(m, 0) for r in data) for m in ("greedy", "none")}
+    lost = {m: sum(r.get("sim_lost_to_optimal", {}).get(m, 0) for r in data) for m in ("greedy", "none")}
     return [f"Fusion (`--fusion optimal`, the program the build ships), predicted utilisation on {DNNVM_ARCH} of "
             "the network without its fully connected layers (as DNNVM's Table 3) vs DNNVM's on-board figures: "
             + ", ".join(parts) + f"; ahead on {ahead} of {len(parts)}. On the "

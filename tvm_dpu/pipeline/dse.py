@@ -119,7 +119,7 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
             ddr = int(t.ddr_read_bytes + t.ddr_write_bytes)
             # the cores share the DDR by what it moves, burst overheads included (short strided items cost more
             # than their bytes: e.g. a channel-augmented first layer's overlapping LOAD items)
-            bus = t.ddr_bus_bytes or ddr
+            bus = int(t.ddr_bus_bytes)
             for c in cores_fit:
                 core_fps = c / latency
                 ddr_fps = ddr_bytes_per_s / bus if bus else float("inf")
