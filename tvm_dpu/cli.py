@@ -146,14 +146,14 @@ def parse_vai_options(text: str | None, input_names: Sequence[str]) -> tuple[dic
     ``output_ops``: comma-separated ONNX node (or output tensor) names at which to cut the model;
     ``plugins``: see `vai_plugins`.
     """
-    import json
+    from .schema import SchemaError, parse_json
 
     if not text:
         return {}, []
     try:
-        opts = json.loads(text)
-    except ValueError as e:
-        raise FrontendError(f"--options is not valid JSON ({e}): expected e.g. "
+        opts = parse_json(text, 1 << 20)
+    except SchemaError as e:
+        raise FrontendError(f"--options is not valid: {e}: expected e.g. "
                             '\'{"input_shape": "1,3,224,224", "output_ops": "fc"}\'') from None
     if not isinstance(opts, dict):
         raise FrontendError("--options must be a JSON object, e.g. '{\"input_shape\": \"1,3,224,224\"}'")

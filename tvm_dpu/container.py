@@ -22,8 +22,12 @@ import struct
 from typing import Any
 
 from tvm_dpu.errors import ArtifactError
+from tvm_dpu.schema import SchemaError, parse_json
 
 _FIXED = struct.Struct("<8sIQQ32s")
+#: The header is in memory already (the whole file is); this bound keeps a forged length from making the JSON
+#: parser build a huge object tree.
+MAX_HEADER_BYTES = 64 << 20
 FIXED_SIZE = _FIXED.size
 _ALIGN = 16
 
@@ -157,10 +161,10 @@ def unpack(data: Any, magic: bytes, version: int, source: str, kind: str, fmt: s
         raise ArtifactError(f"{source}: checksum mismatch (sha256 stored at offset 28): the file is corrupt, "
                             f"{_locate(payload, hlen, label)}")
     try:
-        header = json.loads(bytes(payload[:hlen]).decode())
+        header = parse_json(bytes(payload[:hlen]), MAX_HEADER_BYTES)
         if not isinstance(header, dict):
-            raise ValueError("the header is not a JSON object")
-    except (ValueError, UnicodeDecodeError) as e:
+            raise SchemaError("the header is not a JSON object")
+    except SchemaError as e:
         raise ArtifactError(f"{source}: malformed header at offset {FIXED_SIZE}: {e}") from None
     if header.get("format") != fmt:
         raise ArtifactError(f"{source}: header at offset {FIXED_SIZE}: format tag {header.get('format')!r} is not "
@@ -172,7 +176,7 @@ def unpack(data: Any, magic: bytes, version: int, source: str, kind: str, fmt: s
 
 def _locate(payload: bytes, hlen: int, label: str) -> str:
     try:
-        header = json.loads(bytes(payload[:hlen]).decode())
+        header = parse_json(bytes(payload[:hlen]), MAX_HEADER_BYTES)
         area = payload[hlen:]
         for name, e in sorted(header["sections"].items()):
             raw = area[e["offset"]: e["offset"] + e["nbytes"]]

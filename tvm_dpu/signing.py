@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 from tvm_dpu.errors import ArtifactError, DPUError
 
@@ -118,13 +118,35 @@ def split(data: bytes) -> tuple[bytes, tuple[bytes, bytes] | None]:
     return data[:-TRAILER_SIZE], (pub, sig)
 
 
-def verify(data: bytes, trusted_keys: Iterable, source: str) -> bytes:
-    """The unsigned bytes of `data` if its signature is valid and made by one of `trusted_keys` (raw bytes, key
-    objects or key file paths); SignatureError otherwise."""
+def trusted_key_list(trusted_keys: Any) -> list:
+    """`trusted_keys` as a list of single key specs. One key may be given alone (a file path, raw 32 bytes or a
+    key object) or several in a list/tuple/set; anything else is a SignatureError, so that a plain path string is
+    never iterated character by character and raw key bytes never byte by byte."""
+    _, ed25519 = _crypto()
+    single = (str, os.PathLike, ed25519.Ed25519PublicKey, ed25519.Ed25519PrivateKey)
+    if isinstance(trusted_keys, single) or (isinstance(trusted_keys, (bytes, bytearray)) and len(trusted_keys) == 32):
+        return [trusted_keys]
+    if isinstance(trusted_keys, (bytes, bytearray)):
+        raise SignatureError(f"trusted_keys: {len(trusted_keys)} bytes is not a raw Ed25519 public key (32 bytes)")
+    if not isinstance(trusted_keys, (list, tuple, set, frozenset)):
+        raise SignatureError(f"trusted_keys must be a key (a key file path, 32 raw bytes or a key object) or a list "
+                             f"of keys, got {type(trusted_keys).__name__}")
+    keys = list(trusted_keys)
+    for i, k in enumerate(keys):
+        ok = isinstance(k, single) or (isinstance(k, (bytes, bytearray)) and len(k) == 32)
+        if not ok:
+            raise SignatureError(f"trusted_keys[{i}]: expected a key file path, 32 raw bytes or a key object, got "
+                                 f"{type(k).__name__} {k!r:.40}")
+    return keys
+
+
+def verify(data: bytes, trusted_keys: Any, source: str) -> bytes:
+    """The unsigned bytes of `data` if its signature is valid and made by one of `trusted_keys` (one key or a
+    list: raw bytes, key objects or key file paths, see `trusted_key_list`); SignatureError otherwise."""
     _, ed25519 = _crypto()
     from cryptography.exceptions import InvalidSignature
 
-    trusted = {public_key_bytes(k) for k in trusted_keys}
+    trusted = {public_key_bytes(k) for k in trusted_key_list(trusted_keys)}
     if not trusted:
         raise SignatureError(f"{source}: a signature is required but no trusted key was given")
     body, found = split(data)

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tvm_dpu.errors import ArchError
+from tvm_dpu.schema import SchemaError, parse_json
+
+#: An arch.json is a few hundred bytes; the bound keeps a wrong file (a model, an image) from being parsed.
+MAX_ARCH_JSON_BYTES = 1 << 20
 
 PRESETS_FILE = Path(__file__).with_name("presets.json")
 
@@ -230,12 +234,10 @@ def _from_arch_json(path: Path) -> Arch:
     if not path.is_file():
         raise ArchError(f"arch.json {str(path)!r} does not exist; known preset names: {_known_names()}")
     try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ArchError(
-            f"{path}: malformed JSON ({e.msg} at line {e.lineno} column {e.colno}); {_ARCH_JSON_HINT}"
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
+        spec = parse_json(path.read_bytes(), MAX_ARCH_JSON_BYTES)
+    except SchemaError as e:
+        raise ArchError(f"{path}: {e}; {_ARCH_JSON_HINT}") from None
+    except OSError as e:
         raise ArchError(f"{path}: cannot read ({e})") from None
     if not isinstance(spec, dict):
         raise ArchError(f"{path}: expected a JSON object, got {type(spec).__name__}; {_ARCH_JSON_HINT}")

@@ -27,6 +27,9 @@ from tvm_dpu.types import InputSpec
 
 FORMAT = "tvm-dpu-pipeline"
 VERSION = 1
+#: Detached Ed25519 signature of pipeline.json (the artifact signature trailer over the manifest's bytes).
+SIGNATURE_FILE = "pipeline.sig"
+MAX_MANIFEST_BYTES = 64 << 20
 EXECUTORS = ("local", "ray")
 
 
@@ -189,7 +192,17 @@ class PipelineModel:
             d["artifact"] = name
             d["sha256"] = hashlib.sha256((outdir / name).read_bytes()).hexdigest()
         path = outdir / "pipeline.json"
-        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        manifest = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        path.write_bytes(manifest)
+        sig_path = outdir / SIGNATURE_FILE
+        if sign is not None:
+            # The manifest (stage order, wire fix points, each stage's sha256) is signed as one unit, so no stage
+            # can be swapped, reordered or given other fix points without breaking the signature.
+            from tvm_dpu import signing
+
+            sig_path.write_bytes(signing.sign(manifest, sign)[len(manifest):])
+        elif sig_path.exists():
+            sig_path.unlink()  # a stale signature of an earlier save would not match this manifest
         return path
 
     @classmethod
@@ -206,37 +219,58 @@ class PipelineModel:
         path = Path(path)
         if path.is_dir():
             path = path / "pipeline.json"
-        doc = read_pipeline_json(path)
+        doc = read_pipeline_json(path, trusted_keys)
         stages = []
         for d in doc["stages"]:
             file = path.parent / d["artifact"]
-            data = file.read_bytes() if file.is_file() else None
-            if data is None:
-                raise PipelineError(f"{path}: stage {d['index']}: artifact {d['artifact']!r} is missing")
+            try:
+                data = file.read_bytes()
+            except OSError:
+                raise PipelineError(f"{path}: stage {d['index']}: artifact {d['artifact']!r} is missing or "
+                                    "unreadable") from None
             if hashlib.sha256(data).hexdigest() != d["sha256"]:
                 raise PipelineError(f"{path}: stage {d['index']}: {d['artifact']} does not match the sha256 "
                                     "pipeline.json records (modified or from another pipeline)")
             spec = StageSpec(index=d["index"], board=d["board"], arch=d["arch"], ops=d["ops"], inputs=d["inputs"],
                              outputs=d["outputs"], wire_fix_points=d["wire_fix_points"],
                              predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"])
-            local = load_artifact(file, device=device, trusted_keys=trusted_keys, **(device_options or {})) \
-                if executor == "local" else load_artifact(file, trusted_keys=trusted_keys)
-            stages.append(PipelineStage(spec, local, file))
+            # The bytes just checked are the bytes loaded (here and, for Ray, shipped to the actors): the file is
+            # never read again, so replacing it after this check changes nothing.
+            options = dict(device_options or {}) if executor == "local" else {}
+            local = load_artifact(file, device=device if executor == "local" else "emulator",
+                                  trusted_keys=trusted_keys, data=data, **options)
+            stages.append(PipelineStage(spec, local, file, artifact_bytes=data))
         inputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in doc["inputs"]]
         if executor == "ray":
             executor_options.update(device=device, device_options=device_options or {}, trusted_keys=trusted_keys)
         return cls(stages, inputs, doc["plan"], executor, executor_options)
 
 
-def read_pipeline_json(path: Path) -> dict:
-    """pipeline.json, checked against its schema (types, ranges, plain file names) before anything uses it."""
-    from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
+def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
+    """pipeline.json, checked against its schema (types, ranges, plain file names) before anything uses it. With
+    `trusted_keys`, its detached signature (`pipeline.sig` beside it, written by `save(sign=...)`) must be valid
+    and made by one of them; the bytes verified are the bytes parsed."""
+    from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str, parse_json
 
     try:
-        doc = json.loads(path.read_text())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise PipelineError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except OSError as e:
+        raise PipelineError(f"{path}: cannot read: {e.strerror}") from None
+    if trusted_keys is not None:
+        from tvm_dpu import signing
+
+        sig_path = path.parent / SIGNATURE_FILE
+        try:
+            trailer = sig_path.read_bytes()
+        except OSError:
+            raise signing.SignatureError(f"{path}: the pipeline manifest is not signed ({SIGNATURE_FILE} is "
+                                         "missing), and a signature is required") from None
+        raw = signing.verify(raw + trailer, trusted_keys, f"{path} (with {SIGNATURE_FILE})")
+    try:
+        doc = parse_json(raw, MAX_MANIFEST_BYTES)
+    except SchemaError as e:
         raise PipelineError(f"{path}: not a pipeline file ({e})") from None
     try:
         need_dict(doc, "pipeline.json")

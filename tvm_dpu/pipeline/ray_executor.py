@@ -148,10 +148,11 @@ class RayEngine:
 
 
 def stage_artifact_bytes(stage: Any, tmp: Path) -> bytes:
-    """The stage's artifact bytes: the file it was loaded from, or the model exported to `tmp`."""
-    source = getattr(stage, "artifact", None)
-    if source is not None:
-        return Path(source).read_bytes()
+    """The stage's artifact bytes: those checked when it was loaded (never the file read again), or the model
+    exported to `tmp` when it was built in this process."""
+    checked = getattr(stage, "artifact_bytes", None)
+    if checked is not None:
+        return checked
     path = stage.model.export(tmp / f"stage{stage.spec.index}.tvmdpu")
     return Path(path).read_bytes()
 

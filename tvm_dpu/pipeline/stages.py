@@ -65,6 +65,8 @@ class PipelineStage:
     model: Any  # CompiledModel
     #: The .tvmdpu file the stage was loaded from (None: built in this process).
     artifact: Path | None = None
+    #: The artifact's bytes as checked when loaded (what executors ship; the file is never read again).
+    artifact_bytes: bytes | None = None
     #: Frames this stage ran and the seconds it spent in them (for utilisation and executor overhead).
     runs: int = 0
     busy_s: float = 0.0

@@ -255,13 +255,15 @@ def _check_header(h: dict) -> None:
             need_str(p.get(k), f"plugin_subgraphs[{i}].{k}")
 
 
-def _open(path: Path, trusted_keys: Any = None):
+def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None):
     """The verified container of an artifact: the signature (required, by one of `trusted_keys`, when they are
-    given), checksums, then every header value."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    given), checksums, then every header value. `data`: the file's bytes, already read by the caller (who checked
+    them against a manifest); `path` then only names them in errors and the file is not read again."""
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
     if trusted_keys is not None:
         data = signing.verify(data, trusted_keys, str(path))
     else:
@@ -319,9 +321,13 @@ def _check_plugins_installed(plugin_subgraphs: list[dict], path: Path) -> None:
                                 "or recompile")
 
 
-def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None,
-         **device_options: Any) -> CompiledModel:
+def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None, *,
+         data: bytes | None = None, **device_options: Any) -> CompiledModel:
     """Load an artifact in this process and return a runnable `CompiledModel`.
+
+    `data`: the artifact's bytes when the caller has already read (and checked) them: they are what is verified
+    and loaded, and `path` is not read (it names the artifact in errors). Pipelines use this so that the bytes
+    checked against pipeline.json are the bytes that run.
 
     `trusted_keys` (Ed25519 public keys: key files, raw 32 bytes or key objects): require a valid signature by one
     of them, checked before anything else in the file is used.
@@ -335,7 +341,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     from tvm_dpu.runtime.device import arch_of
 
     path = Path(path)
-    c = _open(path, trusted_keys)
+    c = _open(path, trusted_keys, data)
     h = c.header
     try:
         fp = int(h["arch"]["fingerprint"], 16)
