@@ -511,10 +511,10 @@ def _feeds_for(model, path: str | None, what: str) -> dict:
     """Input arrays for `model` from an .npz file, or random normal input (seed 0) when `path` is None."""
     import numpy as np
 
-    from .feeds import load_npz
+    from .feeds import input_shape_check, load_npz
 
     if path:
-        feeds = load_npz(path, what)
+        feeds = load_npz(path, what, check=input_shape_check(model.inputs))
         if len(model.inputs) == 1 and model.inputs[0].name not in feeds and len(feeds) == 1:
             feeds = {model.inputs[0].name: next(iter(feeds.values()))}  # one array: whatever its name
         return feeds

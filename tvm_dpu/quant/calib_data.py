@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tvm_dpu.errors import DPUError, InputError
-from tvm_dpu.feeds import arrays_by_name, check_array, load_npz
+from tvm_dpu.feeds import arrays_by_name, check_array, input_shape_check, load_npz
 from tvm_dpu.types import InputSpec
 
 #: Random calibration batches used when the caller gives no data (with a warning: fix_points will be poor).
@@ -44,7 +44,8 @@ def _warn_if_uninformative(batches: list[list[np.ndarray]], inputs: list[InputSp
 
 def _batches(calibration: Any, inputs: list[InputSpec]) -> list[list[np.ndarray]]:
     if isinstance(calibration, (str, Path)):
-        calibration = load_npz(calibration, "calibration file")
+        calibration = load_npz(calibration, "calibration file",
+                               check=input_shape_check(inputs, samples=True, what="calibration data for input"))
     if isinstance(calibration, np.ndarray) or isinstance(calibration, Mapping):
         arrays = _by_input(calibration, inputs)
         samples = []
