@@ -199,9 +199,11 @@ def test_bad_shapes_arguments():
 
 def test_importer_conversion_failure_names_the_node():
     # Pad with run-time pads: TVM's converter raises ("Dynamic pads are not supported yet").
-    nodes = [helper.make_node("Pad", ["x", "pads"], ["y"], name="dyn_pad")]
+    # (The pads come from a float input: an int64 graph input is refused before the importer runs.)
+    nodes = [helper.make_node("Cast", ["pads_f"], ["pads"], to=TensorProto.INT64),
+             helper.make_node("Pad", ["x", "pads"], ["y"], name="dyn_pad")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, X),
-                                       helper.make_tensor_value_info("pads", TensorProto.INT64, [8])],
+                                       helper.make_tensor_value_info("pads_f", TensorProto.FLOAT, [8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"])])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     with pytest.raises(FrontendError, match=r"ONNX node 'dyn_pad' \(Pad\).*Dynamic pads"):

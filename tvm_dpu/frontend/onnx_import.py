@@ -34,6 +34,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
 from ..errors import FrontendError
+from . import onnx_checks
 from . import provenance as prov
 from .onnx_lazy import load_lazy, read_tensor, with_weights
 from .rewrite import Rewriter, bindings
@@ -530,6 +531,8 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
     graph = model.graph
     names = stable_node_names(graph)
     _check_ops(graph, names, where)
+    onnx_checks.check_io(graph, where)
+    onnx_checks.check_nodes(graph, names, where)
     shape_dict = _input_shapes(graph, shapes, where)
     if any(n.name != s for n, s in zip(graph.node, names)):
         graph = onnx.GraphProto()
@@ -547,6 +550,7 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
             msg = str(err).strip().splitlines()
             raise FrontendError(f"{where}: TVM's ONNX importer failed: {type(err).__name__}: "
                                 f"{msg[-1] if msg else ''}") from None
+    onnx_checks.check_imported(mod, graph, where)
     mod = _attach_provenance(mod, graph, names, importer._nodes)
     if normalize:
         from .normalize import normalize as _normalize
