@@ -237,3 +237,69 @@ def test_cli_options_plugins(tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert [p["device"] for p in meta["plugin_subgraphs"]] == ["softmax_ip"]
     assert main(["run", str(out / "mixed_cnn.tvmdpu"), "--verify"]) == 0
+
+
+class _Raises(SigmoidLUT):
+    """Raises ZeroDivisionError in the stage named by `where`."""
+
+    where = ""
+
+    def partition(self, graph):
+        if self.where == "partition":
+            raise ZeroDivisionError("bug in partition")
+        return super().partition(graph)
+
+    def float_reference(self, subgraph, inputs):
+        if self.where == "float_reference":
+            raise ZeroDivisionError("bug in float_reference")
+        return super().float_reference(subgraph, inputs)
+
+    def compile(self, subgraph, calibration):
+        if self.where == "compile":
+            raise ZeroDivisionError("bug in compile")
+        return super().compile(subgraph, calibration)
+
+
+@pytest.mark.parametrize("stage", ["partition", "float_reference", "compile"])
+def test_plugin_exceptions_name_the_plugin_and_stage(model, calib, stage):
+    cls = type(f"Raises_{stage}", (_Raises,), {"name": f"raises_{stage}", "where": stage})
+    with pytest.raises(PluginError, match=f"plugin 'raises_{stage}' failed in {stage}: ZeroDivisionError: bug in"):
+        tvm_dpu.build(model, arch=ARCH, calibration=calib, progress=False, plugins=[cls])
+
+
+def test_non_finite_plugin_outputs_are_refused(model, calib):
+    class NanRef(SigmoidLUT):
+        name = "nan_ref"
+
+        def float_reference(self, subgraph, inputs):
+            out = super().float_reference(subgraph, inputs)[0].copy()
+            out.flat[0] = np.nan
+            return [out]
+
+    with pytest.raises(PluginError, match="plugin 'nan_ref': float_reference output 0 has 1 NaN/Inf"):
+        tvm_dpu.build(model, arch=ARCH, calibration=calib, progress=False, plugins=[NanRef])
+
+    class InfRunner(SigmoidLUT):
+        name = "inf_runner"
+
+        def ref(self, payload, inputs):
+            return [np.full_like(inputs[0], np.inf)]
+
+        sim = ref
+
+    c = tvm_dpu.build(model, arch=ARCH, calibration=calib, progress=False, plugins=[InfRunner])
+    with pytest.raises(PluginError, match="plugin 'inf_runner': runner 'sim' of partition .* NaN/Inf"):
+        c.run(calib[0])
+
+
+def test_a_broken_entry_point_plugin_is_one_clear_error(tmp_path, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    import tvm_dpu.plugins.registry as registry
+
+    (tmp_path / "broken_plugin_mod.py").write_text("raise ImportError('missing dependency of the plugin')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = EntryPoint(name="broken", value="broken_plugin_mod:P", group=registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else [])
+    with pytest.raises(PluginError, match="plugin 'broken' .* failed to load: ImportError: missing dependency"):
+        get_plugin("broken")

@@ -142,3 +142,39 @@ class Plugin:
         if mode not in ("ref", "sim", "run"):
             raise PluginError(f"runner {mode!r}: choose 'ref', 'sim' or 'run'")
         return getattr(self, mode)
+
+
+def call_plugin(plugin: Any, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, a plugin's own code, with anything it raises turned into one PluginError naming the plugin and
+    the stage (partition, float_reference, compile, or a runner): a plugin's bug is reported as the plugin's."""
+    try:
+        return fn(*args)
+    except DPUError:
+        raise
+    except Exception as e:  # noqa: BLE001 - third-party code: every failure is reported with its origin
+        raise PluginError(f"plugin {plugin.name!r} failed in {stage}: {type(e).__name__}: {e}") from e
+
+
+def checked_outputs(plugin: Any, stage: str, outs: Any, shapes: list[tuple[int, ...]] | None = None
+                    ) -> list[np.ndarray]:
+    """A plugin's outputs as float32 arrays, refused (PluginError naming plugin and stage) when they are not a
+    list of numeric arrays, have the wrong count or shapes, or hold NaN/Inf (which the DPU side would silently
+    turn into finite numbers, like non-finite model inputs)."""
+    if outs is None or isinstance(outs, (str, bytes)) or not hasattr(outs, "__len__"):
+        raise PluginError(f"plugin {plugin.name!r}: {stage} must return a list of arrays, got {type(outs).__name__}")
+    out = []
+    for i, o in enumerate(outs):
+        try:
+            a = np.asarray(o, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise PluginError(f"plugin {plugin.name!r}: {stage} output {i} is not a numeric array ({e})") from None
+        if shapes is not None and i < len(shapes) and a.size != int(np.prod(shapes[i])):
+            raise PluginError(f"plugin {plugin.name!r}: {stage} output {i} has shape {a.shape}, expected "
+                              f"{tuple(shapes[i])}")
+        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise PluginError(f"plugin {plugin.name!r}: {stage} output {i} has {bad} NaN/Inf value(s) of {a.size}")
+        out.append(a)
+    if shapes is not None and len(out) != len(shapes):
+        raise PluginError(f"plugin {plugin.name!r}: {stage} returned {len(out)} outputs, expected {len(shapes)}")
+    return out

@@ -11,7 +11,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from tvm_dpu.plugins.api import Plugin, PluginError, PluginGraph, PluginOp, PluginSubgraph, SubgraphOp
+from tvm_dpu.plugins.api import (Plugin, PluginError, PluginGraph, PluginOp, PluginSubgraph, SubgraphOp, call_plugin,
+                                 checked_outputs)
 from tvm_dpu.program_blob import PLUGIN_DISPATCH_FUNC, pack_plugin_program
 
 
@@ -96,7 +97,7 @@ def claimer(plugin: Plugin):
                 for x in item:
                     take(x)
 
-        for item in plugin.partition(graph) or []:
+        for item in call_plugin(plugin, "partition", plugin.partition, graph) or []:
             take(item)
         return ExternalClaim(plugin.name, plugin.device, tags)
 
@@ -159,11 +160,13 @@ def external_compiler(plugin: Plugin):
     from tvm_dpu.passes.dpu_compile import ExternalCompiler
 
     def float_reference(fn: relax.Function, symbol: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o, dtype=np.float32) for o in plugin.float_reference(subgraph_of(fn, symbol), inputs)]
+        sub = subgraph_of(fn, symbol)
+        outs = call_plugin(plugin, "float_reference", plugin.float_reference, sub, inputs)
+        return checked_outputs(plugin, "float_reference", outs, [tuple(s) for s in sub.output_shapes])
 
     def compile_(fn: relax.Function, symbol: str, recorded: list[list[np.ndarray]]) -> bytes:
         sub = subgraph_of(fn, symbol)
-        payload = plugin.compile(sub, recorded)
+        payload = call_plugin(plugin, "compile", plugin.compile, sub, recorded)
         if not isinstance(payload, (bytes, bytearray)):
             raise PluginError(f"plugin {plugin.name!r}: compile must return bytes, got {type(payload).__name__}")
         return pack_plugin_program(plugin.name, str(plugin.version), plugin.device, sub.symbol, sub.input_shapes,

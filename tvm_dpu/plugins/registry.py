@@ -31,7 +31,11 @@ def register_plugin(cls_or_instance):
 def _load_entry_point(name: str) -> None:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
-            obj = ep.load()
+            try:
+                obj = ep.load()
+            except Exception as e:  # noqa: BLE001 - a broken third-party package: report it, no traceback
+                raise PluginError(f"plugin {name!r} (entry point {ep.value!r} in group {ENTRY_POINT_GROUP!r}) failed "
+                                  f"to load: {type(e).__name__}: {e}") from e
             if name not in _REGISTRY:  # the module may have registered itself with the decorator
                 register_plugin(obj)
             return

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tvm_dpu.plugins.api import PluginError
+from tvm_dpu.plugins.api import PluginError, call_plugin, checked_outputs
 from tvm_dpu.plugins.registry import get_plugin
 from tvm_dpu.program_blob import PLUGIN_DISPATCH_FUNC, unpack_plugin_program
 from tvm_dpu.runtime.dispatch import cached_blob
@@ -70,9 +70,13 @@ def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:
         raise PluginError(f"plugin partition {symbol}: called with {len(args)} tensors, expected "
                           f"{n_in} inputs and {len(header['output_shapes'])} outputs")
     inputs = [np.array(np.from_dlpack(a), dtype=np.float32) for a in args[:n_in]]
-    outs = plugin.runner(current_mode())(payload, inputs)
+    mode = current_mode()
+    runner = call_plugin(plugin, f"runner {mode!r}", plugin.runner, mode)
+    outs = call_plugin(plugin, f"runner {mode!r} of partition {symbol}", runner, payload, inputs)
+    shapes = [tuple(int(d) for d in dst.shape) for dst in args[n_in:]]
+    outs = checked_outputs(plugin, f"runner {mode!r} of partition {symbol}", outs, shapes)
     for dst, val in zip(args[n_in:], outs):
-        dst.copyfrom(np.ascontiguousarray(np.asarray(val, dtype=np.float32).reshape(tuple(dst.shape))))
+        dst.copyfrom(np.ascontiguousarray(val.reshape(tuple(dst.shape))))
 
 
 _REGISTERED: list[bool] = []
