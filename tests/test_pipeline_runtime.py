@@ -281,6 +281,29 @@ def test_ray_stream_bit_identical_and_errors_name_the_stage(ray_cluster, saved, 
         pipe.close()
 
 
+def _with_bad_frame(frames, at):
+    """`frames` with a NaN frame at index `at` (refused when the stream reaches it, like any bad input)."""
+    bad = np.full_like(frames[0], np.nan)
+    return frames[:at] + [bad] + frames[at:]
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_bad_frame_mid_stream_delivers_the_valid_frames_in_flight(request, executor, saved, frames, reference):
+    if executor == "ray":
+        request.getfixturevalue("ray_cluster")
+    pipe = PipelineModel.load(saved, executor=executor)
+    try:
+        got = []
+        with pytest.raises(DPUError, match="NaN"):
+            for out in pipe.run_stream(_with_bad_frame(frames, 3), max_in_flight=3):
+                got.append(out)
+        # Every frame fed before the bad one is delivered, in order, before the error.
+        assert len(got) == 3 and all(_same(g, r) for g, r in zip(got, reference))
+        assert _same(pipe.run(frames[4]), reference[4])  # and the pipeline keeps working
+    finally:
+        pipe.close()
+
+
 def test_ray_needs_the_board_resource(ray_cluster, saved):
     pipe = PipelineModel.load(saved, executor="ray", resource="fpga_that_nobody_has")
     with pytest.raises(PipelineError, match="offers 0 'fpga_that_nobody_has'"):

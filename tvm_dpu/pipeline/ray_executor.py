@@ -110,15 +110,29 @@ class RayEngine:
         # Frames still in flight when the stream stops (an error, or the consumer stopped) are left to finish:
         # cancelling queued actor calls breaks the actors' per-caller call ordering for later streams.
         pending: deque = deque()
-        for seq, payload in enumerate(payloads):
+        frames = iter(payloads)
+        bad_input: BaseException | None = None
+        seq = 0
+        while True:
+            try:
+                payload = next(frames)
+            except StopIteration:
+                break
+            except Exception as e:  # noqa: BLE001 - a bad frame: raised after the valid frames before it
+                bad_input = e
+                break
             ref: Any = payload
             for actor in self.actors:
                 ref = actor.run.remote(seq, ref)
             pending.append((seq, ref))
+            seq += 1
             if len(pending) >= max_in_flight:
                 yield self._collect(*pending.popleft())
+        # Frames already in flight are valid: deliver them before reporting the bad one, as the local executor does.
         while pending:
             yield self._collect(*pending.popleft())
+        if bad_input is not None:
+            raise bad_input
 
     def stats(self) -> list[dict]:
         """Per stage: frames run and seconds spent in them (measured in the actors)."""
