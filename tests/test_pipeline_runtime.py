@@ -304,6 +304,20 @@ def test_a_bad_frame_mid_stream_delivers_the_valid_frames_in_flight(request, exe
         pipe.close()
 
 
+def test_a_killed_stage_actor_is_named_with_the_frame(ray_cluster, saved, frames):
+    import ray
+
+    pipe = PipelineModel.load(saved, executor="ray")
+    try:
+        pipe.run(frames[0])  # actors up
+        engine = pipe._engine_for_run()
+        ray.kill(engine.actors[1])
+        with pytest.raises(PipelineError, match=r"frame 0: the Ray actor of stage 1 \(board1, zcu102\) died"):
+            list(pipe.run_stream(frames[:2], max_in_flight=2))
+    finally:
+        pipe.close()
+
+
 def test_ray_needs_the_board_resource(ray_cluster, saved):
     pipe = PipelineModel.load(saved, executor="ray", resource="fpga_that_nobody_has")
     with pytest.raises(PipelineError, match="offers 0 'fpga_that_nobody_has'"):

@@ -31,13 +31,8 @@ class _StageActor:
         from tvm_dpu.pipeline.stages import PipelineStage, StageSpec
         from tvm_dpu.runtime.artifact import load
 
-        fd, path = tempfile.mkstemp(suffix=f".stage{index}.tvmdpu")
-        with os.fdopen(fd, "wb") as f:
-            f.write(artifact)
-        try:
-            model = load(path, device=device, trusted_keys=trusted_keys, **device_options)
-        finally:
-            os.unlink(path)
+        model = load(f"<stage {index} artifact>", device=device, trusted_keys=trusted_keys, data=artifact,
+                     **device_options)
         self.stage = PipelineStage(StageSpec(**spec), model)
         self.fix_points = fix_points
         self.where = f"{socket.gethostname()}:{os.getpid()}"
@@ -95,6 +90,7 @@ class RayEngine:
                                 f"ray start --resources='{{\"{resource}\": 1}}')")
         actor_cls = ray.remote(_StageActor).options(num_cpus=0, resources={resource: 1})
         self.actors = []
+        self.specs = [f"{st.spec.board}, {st.spec.arch}" for st in pipe.stages]
         with tempfile.TemporaryDirectory(prefix="tvm_dpu_pipeline_") as tmp:
             for st in pipe.stages:
                 data = stage_artifact_bytes(st, Path(tmp))
@@ -146,8 +142,22 @@ class RayEngine:
         except self.ray.exceptions.GetTimeoutError:
             raise PipelineError(f"frame {seq}: no result within {self.timeout_s:g} s (a stage actor is stuck or "
                                 "its node is gone)") from None
+        except self.ray.exceptions.RayActorError:
+            dead = self._dead_stages()
+            which = ", ".join(f"stage {i} ({self.specs[i]})" for i in dead) or "a stage"
+            raise PipelineError(f"frame {seq}: the Ray actor of {which} died (its process or node is gone); frames "
+                                "in flight through it are lost: close() and load the pipeline again") from None
         except self.ray.exceptions.RayError as e:
-            raise PipelineError(_cause_text(e)) from None
+            raise PipelineError(f"frame {seq}: {_cause_text(e)}") from None
+
+    def _dead_stages(self) -> list[int]:
+        dead = []
+        for i, actor in enumerate(self.actors):
+            try:
+                self.ray.get(actor.ping.remote(), timeout=min(self.timeout_s, 10.0))
+            except Exception:  # noqa: BLE001 - any failure to answer a ping: that stage is gone
+                dead.append(i)
+        return dead
 
     def close(self) -> None:
         for a in getattr(self, "actors", []):
