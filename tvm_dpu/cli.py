@@ -153,7 +153,7 @@ def parse_vai_options(text: str | None, input_names: Sequence[str]) -> tuple[dic
     try:
         opts = parse_json(text, 1 << 20)
     except SchemaError as e:
-        raise FrontendError(f"--options is not valid: {e}: expected e.g. "
+        raise FrontendError(f"--options is not valid JSON ({e}): expected e.g. "
                             '\'{"input_shape": "1,3,224,224", "output_ops": "fc"}\'') from None
     if not isinstance(opts, dict):
         raise FrontendError("--options must be a JSON object, e.g. '{\"input_shape\": \"1,3,224,224\"}'")
