@@ -129,6 +129,17 @@ def _add_partition(sub) -> None:
 VAI_C_OPTIONS = ("input_shape", "output_ops", "plugins")
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count option (cores, runs, boards, ...): a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def vai_plugins(text: str | None) -> list[str]:
     """The ``plugins`` of vai_c-style ``--options`` ("a,b": custom-IP plugins applied in order before DPU
     partitioning). The JSON itself is checked by `parse_vai_options`."""
@@ -437,7 +448,7 @@ def _add_compile(sub) -> None:
     p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal",
                    help="DNNVM kernel fusion: none (every op alone; concat inputs saved into their slice, as the unfused compiler does), greedy (first template match "
                    "wins) or optimal (execution-path search over all template matches; default)")
-    p.add_argument("--cores", type=int, default=1, metavar="N",
+    p.add_argument("--cores", type=positive_int, default=1, metavar="N",
                    help="schedule independent DPU work of each subgraph (Inception branches, shortcut convs) on N "
                    "cores of the device (at most the arch's core count, e.g. 3 on zcu102); report.json gives the "
                    "predicted latency on 1 and N cores and OUTDIR/NAME.sgK.cores.trace.json the per-core timeline")
@@ -619,11 +630,11 @@ def _add_run(sub) -> None:
     p.add_argument("--input", metavar="FILE.npz", action="append",
                    help="input arrays named like the model inputs (default: random normal input); with several "
                    "artifacts, once per artifact in the same order")
-    p.add_argument("--cores", type=int, metavar="N",
+    p.add_argument("--cores", type=positive_int, metavar="N",
                    help="one artifact: run its DPU subgraphs on N emulated cores (segments of a model compiled with "
                    "--cores run concurrently); several artifacts: share N cores (default: one core per artifact, "
                    "up to the arch's core count)")
-    p.add_argument("--runs", type=int, default=1, metavar="R", help="run each model R times (default 1)")
+    p.add_argument("--runs", type=positive_int, default=1, metavar="R", help="run each model R times (default 1)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="for a pipeline: run the stages on threads here (default) or as Ray actors, one per board "
                    "(pip install 'tvm-dpu[cluster]'; joins the cluster of RAY_ADDRESS, else starts a local one)")
@@ -648,7 +659,7 @@ def _add_run(sub) -> None:
 def _run_keygen(args: argparse.Namespace) -> int:
     from .signing import generate_keypair
 
-    priv, pub = generate_keypair(args.prefix)
+    priv, pub = generate_keypair(args.prefix, overwrite=args.force)
     print(f"wrote {priv} (private: sign with 'tvm-dpu compile --sign {priv}') and {pub} (public: check with "
           f"'tvm-dpu run --require-signature {pub}')")
     return EXIT_OK
@@ -658,6 +669,7 @@ def _add_keygen(sub) -> None:
     p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing artifacts",
                        description="Write PREFIX.key (private key, PEM, mode 0600) and PREFIX.pub (public key, PEM).")
     p.add_argument("prefix", metavar="PREFIX", help="path prefix of the two key files")
+    p.add_argument("--force", action="store_true", help="replace existing key files (default: refuse)")
     p.set_defaults(func=_run_keygen)
 
 
@@ -848,7 +860,7 @@ def _add_pipeline(sub) -> None:
     p.add_argument("--part", metavar="PART[,PART...]",
                    help="instead of --arch: each board's FPGA part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg); its DPU is "
                    "picked by design-space exploration ('tvm-dpu dse'); DDR per board from --ddr-mib (default 2048)")
-    p.add_argument("--boards", type=int, required=True, metavar="N", help="number of boards (pipeline stages)")
+    p.add_argument("--boards", type=positive_int, required=True, metavar="N", help="number of boards (pipeline stages)")
     p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs (a leading sample axis per array)")
     p.add_argument("--link", default="serial-8.5g", metavar="LINK",
                    help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links, default) or gbe")
@@ -916,13 +928,13 @@ def _add_dse(sub) -> None:
     p.add_argument("--part", metavar="PART", help="take the budget of a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, "
                    "zu7ev, zu9eg); --dsp/--bram/--lut override it")
     p.add_argument("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)")
-    p.add_argument("--max-cores", type=int, default=4, metavar="N", help="most cores to try (PG338: up to 4)")
+    p.add_argument("--max-cores", type=positive_int, default=4, metavar="N", help="most cores to try (PG338: up to 4)")
     p.add_argument("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option")
     p.add_argument("--ddr-gbps", type=float, metavar="GBIT/S", help="board DDR bandwidth (default 136.8 = 17.1 GB/s)")
     p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
                    help="static shape of model input NAME (repeat for several inputs)")
-    p.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default 20)")
+    p.add_argument("--top", type=positive_int, default=20, metavar="N", help="rows to print (default 20)")
     p.add_argument("--json", metavar="FILE.json", help="also write every candidate as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_dse)

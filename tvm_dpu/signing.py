@@ -88,11 +88,16 @@ def public_key_bytes(spec) -> bytes:
     return public_key_bytes(key)
 
 
-def generate_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write PREFIX.key (private, PEM, mode 0600) and PREFIX.pub (public, PEM); returns both paths."""
+def generate_keypair(prefix: str | os.PathLike[str], overwrite: bool = False) -> tuple[Path, Path]:
+    """Write PREFIX.key (private, PEM, mode 0600) and PREFIX.pub (public, PEM); returns both paths. An existing
+    key file is never replaced unless `overwrite`: losing a private key orphans everything it signed."""
     serialization, ed25519 = _crypto()
     key = ed25519.Ed25519PrivateKey.generate()
     priv, pub = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    existing = [str(p) for p in (priv, pub) if p.exists()]
+    if existing and not overwrite:
+        raise SignatureError(f"{' and '.join(existing)} already exist{'s' if len(existing) == 1 else ''}: not "
+                             "replacing a key (choose another prefix, or pass --force / overwrite=True)")
     priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                        serialization.NoEncryption()))
     os.chmod(priv, 0o600)
