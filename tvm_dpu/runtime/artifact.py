@@ -312,6 +312,24 @@ def _library_section(c, path: Path, machine: str | None = None) -> tuple[str, by
     return machine, c.section(str(libs[machine]))
 
 
+def _programs_by_symbol(blobs: list[Program], header: dict, path: Path) -> dict[str, Program]:
+    """The library's DPU programs by symbol: exactly one per subgraph the header lists, and no other, so the
+    program that runs is the one `inspect` and the header describe (a second program for a symbol, or one the
+    header does not list, is refused)."""
+    found: dict[str, Program] = {}
+    for p in blobs:
+        if p.symbol in found:
+            raise ArtifactError(f"{path}: the library holds two DPU programs for subgraph {p.symbol}: refusing an "
+                                "ambiguous library (it was changed after export)")
+        found[p.symbol] = p
+    listed = {str(s.get("symbol")) for s in header.get("subgraphs") or [] if isinstance(s, dict)}
+    extra = sorted(set(found) - listed)
+    if extra:
+        raise ArtifactError(f"{path}: the library holds DPU programs the header does not list ({extra[:4]}): "
+                            "it was changed after export")
+    return found
+
+
 def programs(path: str | os.PathLike[str]) -> dict[str, Program]:
     """Symbol -> DPU program embedded in the artifact's library (the first library listed if this machine has
     none), without loading the library."""
@@ -323,7 +341,7 @@ def _programs_of(c, path: Path) -> dict[str, Program]:
     libs = c.header.get("cpu_libs") or {}
     machine = host_machine() if host_machine() in libs else (sorted(libs)[0] if libs else None)
     name, lib = _library_section(c, path, machine)
-    return {p.symbol: p for p in find_blobs(lib, f"{path}:lib.{name}")}
+    return _programs_by_symbol(find_blobs(lib, f"{path}:lib.{name}"), c.header, path)
 
 
 def _check_plugins_installed(plugin_subgraphs: list[dict], path: Path) -> None:
@@ -378,7 +396,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
     machine, lib_bytes = _library_section(c, path)
-    found = {p.symbol: p for p in find_blobs(lib_bytes, f"{path}:lib.{machine}")}
+    found = _programs_by_symbol(find_blobs(lib_bytes, f"{path}:lib.{machine}"), h, path)
     plugin_subgraphs = [plugin_summary(hd) for hd, _ in find_plugin_blobs(lib_bytes, f"{path}:lib.{machine}")]
     _check_plugins_installed(plugin_subgraphs, path)
     # Programs compiled for several cores run their segments on that many emulated cores unless told otherwise.

@@ -114,6 +114,12 @@ class CompiledModel:
             for r in self.runners.values():
                 r.device = device
 
+    def _listed_programs(self) -> frozenset[bytes] | None:
+        """Digests of the DPU programs a loaded artifact's header lists (verified against its library at load):
+        the only programs a run may execute. None for a model built in this process."""
+        digests = [r.program_digest for r in self.runners.values()]
+        return frozenset(digests) if digests and all(digests) else None
+
     def _feeds(self, inputs: Any) -> list[np.ndarray]:
         names = [s.name for s in self.inputs]
         arrays = arrays_by_name(inputs, names, "model inputs")
@@ -123,7 +129,8 @@ class CompiledModel:
         """Run the whole model. `inputs`: dict name -> array, a list in input order, or one array."""
         feeds = [tvm.runtime.tensor(a) for a in self._feeds(inputs)]
         try:
-            with use_device(self.dpu_device(), observer=self._observe if self._verify else None):
+            with use_device(self.dpu_device(), observer=self._observe if self._verify else None,
+                            programs=self._listed_programs()):
                 res = self.vm["main"](*feeds)
         except DPUError:
             raise

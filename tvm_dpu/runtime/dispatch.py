@@ -39,6 +39,9 @@ Observer = Callable[[str, Program, list, list], None]
 class _Context:
     device: Any
     observer: Observer | None
+    #: sha256 digests of the only programs this context may run (those a loaded artifact's header lists); None:
+    #: any program of the calling module (a model built in this process).
+    programs: frozenset[bytes] | None = None
 
 
 _CONTEXT: contextvars.ContextVar[_Context | None] = contextvars.ContextVar("tvm_dpu_device", default=None)
@@ -69,10 +72,12 @@ def get_device() -> Any:
 
 
 @contextmanager
-def use_device(device: Any, observer: Observer | None = None) -> Iterator[None]:
-    """Within the block (this thread / context only), DPU partitions run on `device`; `observer` sees every call."""
+def use_device(device: Any, observer: Observer | None = None,
+               programs: frozenset[bytes] | None = None) -> Iterator[None]:
+    """Within the block (this thread / context only), DPU partitions run on `device`; `observer` sees every call;
+    `programs` (sha256 digests), when given, are the only programs a call may run."""
     _check_device(device)
-    token = _CONTEXT.set(_Context(device, observer))
+    token = _CONTEXT.set(_Context(device, observer, programs))
     try:
         yield
     finally:
@@ -153,6 +158,10 @@ def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:
         raise DPUError(f"DPU partition {symbol}: called with {len(args)} tensors, the program takes {n_in} inputs "
                        f"and {len(prog.sg.outputs)} outputs")
     ctx = _CONTEXT.get()
+    if ctx is not None and ctx.programs is not None and prog.digest not in ctx.programs:
+        raise DPUError(f"DPU partition {symbol}: the model's library called a program (sha256 "
+                       f"{prog.digest.hex()[:16]}...) that its artifact header does not list: refusing to run it "
+                       "(the library was changed after export)")
     device = ctx.device if ctx is not None else _default_device(prog)
     dev_fp = int(device.arch.fingerprint)
     if dev_fp != prog.fingerprint:
