@@ -11,6 +11,17 @@ Campaigns (each case runs in a child process, so a crash or a hang is seen and c
 * npz      bad .npz files given to `tvm-dpu run --input`
 * inputs   NaN/Inf, wrong dtypes, extra/missing names, wrong shapes given to `CompiledModel.run`
 * threads  one loaded model, 8 threads x 20 runs
+* bounded  inputs that would need huge memory if read before being checked: a 300-byte .npz claiming 1e13
+           elements, a compressed 1x3x4096x4096 member of the wrong shape, a duplicate member, a strided view of 48 GiB
+* onnx     invalid ONNX models through `tvm-dpu compile` (negative pads, zero dilations, kernel_shape against the
+           weights, a wrong output declaration, int64 input, int64 output, NonZero, no inputs) and deeply nested
+           JSON (--arch file, --options)
+* plugins  a plugin raising in partition / float_reference / compile, returning NaN, a broken entry point
+* pipeline a signed pipeline tampered with (wire fix point +2, a stage of another pipeline signed by the same key,
+           the manifest signature removed, a deeply nested manifest), loaded with its key and run
+* binding  a library carrying a second program for a subgraph (the duplicate-program forgery)
+* keys     trusted_keys given as a short byte string, an int, a dict
+* leak     2,000 loads of one artifact: RSS growth and mappings of deleted files (a figure, not a case count)
 
 Outcome columns: `clean` (the project's error), `same` (ran, same output), `changed` (forged only: ran with another
 output), `other_exc` (any other exception), `crash` (the child died), `hang` (timeout), `wrong` (ran with another
@@ -183,10 +194,15 @@ def child(args) -> None:
     cases = json.loads(Path(args.child).read_text())
     x = np.load(cases["x"])
     expected = np.load(cases["expected"])
+    import contextlib
+
+    protocol = sys.stdout
     for i in range(args.start, len(cases["items"])):
         item = cases["items"][i]
         kind = item["kind"]
         try:
+            quiet = contextlib.redirect_stdout(sys.stderr)  # stdout carries only the outcome records
+            quiet.__enter__()
             if kind == "artifact":
                 m = tvm_dpu.load(item["path"], trusted_keys=item.get("trusted"))
                 y = m.run(x)[0]
@@ -200,6 +216,32 @@ def child(args) -> None:
                 m = tvm_dpu.load(cases["artifact"])
                 m.run(_bad_input(item["case"], x))
                 out = "wrong"  # a bad input that ran
+            elif kind == "cli":
+                from tvm_dpu.cli import main
+
+                try:
+                    rc = main(item["argv"])
+                except SystemExit as e:  # argparse's own refusals exit 2 too
+                    rc = e.code
+                out = "clean" if rc == 2 else "wrong"
+            elif kind == "pipeline":
+                from tvm_dpu.pipeline import PipelineModel
+
+                pipe = PipelineModel.load(item["path"], trusted_keys=item.get("trusted"))
+                with pipe:
+                    y = pipe.run(np.load(item["x"]))[0]
+                out = "same" if item.get("benign") and np.array_equal(y, np.load(item["expected"])) else "wrong"
+            elif kind == "plugin":
+                _plugin_case(item["case"], cases["onnx"], x)
+                out = "wrong"
+            elif kind == "keys":
+                tvm_dpu.load(cases["artifact"], trusted_keys=_bad_keys(item["case"]))
+                out = "wrong"
+            elif kind == "array":
+                m = tvm_dpu.load(cases["artifact"])
+                base = np.zeros(16, np.float32)
+                m.run(np.lib.stride_tricks.as_strided(base, shape=(1, 3, 65536, 65536), strides=(0, 0, 0, 0)))
+                out = "wrong"
             else:
                 raise ValueError(kind)
         except DPUError:
@@ -207,7 +249,9 @@ def child(args) -> None:
         except Exception as e:  # noqa: BLE001 - counting foreign exceptions is the point
             out = "other_exc"
             print(f"# case {i}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-        print(json.dumps({"i": i, "outcome": out}), flush=True)
+        finally:
+            quiet.__exit__(None, None, None)
+        print(json.dumps({"i": i, "outcome": out}), file=protocol, flush=True)
 
 
 def _bad_input(case: str, x: np.ndarray):
@@ -218,6 +262,206 @@ def _bad_input(case: str, x: np.ndarray):
 
 
 INPUT_CASES = ["nan", "inf", "bool", "complex", "object", "str", "extra", "missing", "shape", "rank", "list"]
+
+
+PLUGIN_CASES = ["partition", "float_reference", "compile", "nan_reference", "inf_runner", "broken_entry_point"]
+
+
+def _plugin_case(case: str, onnx_path: str, x: np.ndarray) -> None:
+    """Build (and run) the model with a misbehaving plugin that claims its last op; raises what the project
+    raises."""
+    import tvm_dpu
+    from tvm_dpu.plugins import Plugin, get_plugin
+
+    class Misbehaving(Plugin):
+        name = f"bad_{case}"
+
+        def partition(self, graph):
+            if case == "partition":
+                raise ZeroDivisionError("plugin bug")
+            return graph.ops[-1:]
+
+        def float_reference(self, subgraph, inputs):
+            if case == "float_reference":
+                raise ZeroDivisionError("plugin bug")
+            fill = np.nan if case == "nan_reference" else 0.0
+            return [np.full(s, fill, np.float32) for s in subgraph.output_shapes]
+
+        def compile(self, subgraph, calibration):
+            if case == "compile":
+                raise ZeroDivisionError("plugin bug")
+            return b"\x00"
+
+        def sim(self, payload, inputs):
+            return [np.full_like(inputs[0], np.inf)]
+
+        ref = sim
+
+    if case == "broken_entry_point":
+        from importlib.metadata import EntryPoint
+
+        import tvm_dpu.plugins.registry as registry
+
+        ep = EntryPoint(name="broken_ep", value="no_such_module_xyz:P", group=registry.ENTRY_POINT_GROUP)
+        registry.entry_points = lambda group: [ep]
+        get_plugin("broken_ep")
+        return
+    compiled = tvm_dpu.build(onnx_path, arch=ARCH, calibration=[x], progress=False, plugins=[Misbehaving])
+    compiled.run(x)
+
+
+def _bad_keys(case: str):
+    return {"short": b"\x01" * 7, "int": 12345, "dict": {"k": 1}}[case]
+
+
+def bounded_npz_cases(d: Path) -> list[Path]:
+    """.npz files that cost huge memory if read before their headers are checked."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.zeros(10, np.float32))
+    with zipfile.ZipFile(d / "claims_1e13.npz", "w") as z:
+        z.writestr("input.npy", buf.getvalue().replace(b"'shape': (10,)", b"'shape': (10000000000000,)"))
+    np.savez_compressed(d / "bomb.npz", input=np.zeros((1, 3, 4096, 4096), np.float32))
+    raw = io.BytesIO()
+    np.lib.format.write_array(raw, np.zeros((1, 3, 64, 64), np.float32))
+    import warnings
+
+    with warnings.catch_warnings(), zipfile.ZipFile(d / "dup.npz", "w") as z:
+        warnings.simplefilter("ignore")
+        z.writestr("input.npy", raw.getvalue())
+        z.writestr("input.npy", raw.getvalue())
+    return [d / "claims_1e13.npz", d / "bomb.npz", d / "dup.npz"]
+
+
+def onnx_cases(d: Path) -> list[list[str]]:
+    """argv of `tvm-dpu compile` on invalid models (and nested JSON options): each must exit 2."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    from onnx import save
+
+    def conv(name, pads=(1, 1, 1, 1), dil=(1, 1), ks=(3, 3), out=(1, 8, 8, 8), x_type=T.FLOAT):
+        w = nh.from_array(np.ones((8, 3, 3, 3), np.float32), "W")
+        nodes = [h.make_node("Conv", ["x", "W"], ["y"], pads=list(pads), dilations=list(dil), kernel_shape=list(ks))]
+        if x_type != T.FLOAT:
+            nodes.insert(0, h.make_node("Cast", ["xi"], ["x"], to=T.FLOAT))
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("xi" if x_type != T.FLOAT else "x", x_type,
+                                                               [1, 3, 8, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, list(out))], [w])
+        save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), d / f"{name}.onnx")
+        return d / f"{name}.onnx"
+
+    def graph(name, nodes, inputs, outputs, inits=()):
+        save(h.make_model(h.make_graph(nodes, "g", inputs, outputs, list(inits)),
+                          opset_imports=[h.make_opsetid("", 17)]), d / f"{name}.onnx")
+        return d / f"{name}.onnx"
+
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])
+    models = [conv("pads", pads=(-1, -1, -1, -1), out=(1, 8, 4, 4)), conv("dil0", dil=(0, 0)),
+              conv("kshape", ks=(5, 5)), conv("outdecl", out=(1, 5)), conv("int64_in", x_type=T.INT64),
+              graph("int64_out", [h.make_node("ArgMax", ["x"], ["y"], axis=1)], [x],
+                    [h.make_tensor_value_info("y", T.INT64, [1, 1, 8, 8])]),
+              graph("nonzero", [h.make_node("NonZero", ["x"], ["n"]), h.make_node("Cast", ["n"], ["y"], to=T.FLOAT)],
+                    [x], [h.make_tensor_value_info("y", T.FLOAT, [4, None])]),
+              graph("noinput", [h.make_node("Relu", ["c"], ["y"])], [], [h.make_tensor_value_info("y", T.FLOAT, [4])],
+                    [nh.from_array(np.ones(4, np.float32), "c")])]
+    out = [["compile", str(m), "-o", str(d / "o"), "-q"] for m in models]
+    deep = d / "deep_arch.json"
+    deep.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    ok = conv("ok")
+    out.append(["compile", str(ok), "--arch", str(deep), "-o", str(d / "o"), "-q"])
+    out.append(["compile", str(ok), "--options", "[" * 100_000 + "]" * 100_000, "-o", str(d / "o"), "-q"])
+    return out
+
+
+def pipeline_cases(d: Path) -> tuple[list[dict], str]:
+    """Signed pipelines (of a one-subgraph model: a reduced ResNet-18) tampered with; returns the items and the
+    trusted public key."""
+    import shutil
+
+    import tvm_dpu
+    from tvm_dpu import zoo
+    from tvm_dpu.pipeline import PipelineModel
+    from tvm_dpu.signing import generate_keypair
+
+    x = zoo.random_input("resnet18", reduced=True, seed=3)
+    compiled = tvm_dpu.build(zoo.build_model("resnet18", reduced=True), arch=ARCH, calibration=[x], progress=False)
+    np.save(d / "pipe_x.npy", x)
+    priv, pub = generate_keypair(d / "pipekey")
+    good, other = d / "pipe_good", d / "pipe_other"
+    PipelineModel.from_model(compiled, boards=3).save(good, sign=priv)
+    PipelineModel.from_model(compiled, boards=2).save(other, sign=priv)
+    np.save(d / "pipe_expected.npy", compiled.run(x)[0])
+    items = [{"kind": "pipeline", "path": str(good), "benign": True}]
+
+    def variant(name, edit):
+        v = d / f"pipe_{name}"
+        shutil.copytree(good, v)
+        edit(v)
+        items.append({"kind": "pipeline", "path": str(v)})
+
+    def fix_point(v):
+        doc = json.loads((v / "pipeline.json").read_text())
+        k = next(iter(doc["stages"][0]["wire_fix_points"]))
+        doc["stages"][0]["wire_fix_points"][k] += 2
+        (v / "pipeline.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+    def foreign(v):
+        data = (other / "stage1.tvmdpu").read_bytes()
+        (v / "stage1.tvmdpu").write_bytes(data)
+        doc = json.loads((v / "pipeline.json").read_text())
+        doc["stages"][1]["sha256"] = hashlib.sha256(data).hexdigest()
+        (v / "pipeline.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+    variant("fixpoint", fix_point)
+    variant("foreign_stage", foreign)
+    variant("unsigned", lambda v: (v / "pipeline.sig").unlink(missing_ok=True))
+    variant("deep", lambda v: (v / "pipeline.json").write_bytes(b"[" * 100_000 + b"]" * 100_000))
+    for it in items:
+        it.update(trusted=[str(pub)], x=str(d / "pipe_x.npy"), expected=str(d / "pipe_expected.npy"))
+    return items, str(pub)
+
+
+def binding_cases(art: Path, d: Path) -> list[Path]:
+    """The duplicate-program forgery: a second copy of a subgraph's program appended to the library."""
+    from tvm_dpu.program_blob import MAGIC as BLOB_MAGIC
+    from tvm_dpu.toolchains import host_machine
+
+    header, sections = _container(art)
+    key = f"lib.{host_machine()}"
+    lib = sections[key]
+    pos = lib.find(BLOB_MAGIC)
+    hlen = int.from_bytes(lib[pos + 12: pos + 20], "little")
+    blen = int.from_bytes(lib[pos + 20: pos + 28], "little")
+    sections[key] = lib + lib[pos: pos + 60 + hlen + blen]
+    f = d / "dup_program.tvmdpu"
+    f.write_bytes(_pack(header, sections))
+    return [f]
+
+
+def leak_figure(art: Path, loads: int = 2000) -> dict:
+    """RSS growth and mappings of deleted files over `loads` loads (every 10th load runs), in a child process."""
+    code = f"""
+import gc, json, numpy as np, tvm_dpu
+from tvm_dpu import zoo
+def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2 ** 20
+def maps(): return sum(1 for l in open('/proc/self/maps') if '(deleted)' in l)
+x = np.load({str(art.parent / 'x.npy')!r})
+m = tvm_dpu.load({str(art)!r}); m.run(x); del m; gc.collect()
+r0, m0 = rss(), maps()
+for i in range({loads}):
+    m = tvm_dpu.load({str(art)!r})
+    if i % 10 == 0: m.run(x)
+    del m
+gc.collect()
+print(json.dumps({{"loads": {loads}, "rss_growth_mib": round(rss() - r0, 1), "deleted_mappings_before": m0,
+                  "deleted_mappings_after": maps()}}))
+"""
+    # cwd: the temp dir, so "-c"'s sys.path[0] ('') does not shadow the tvm_dpu under test
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800, cwd=art.parent)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: float) -> dict:
@@ -248,6 +492,8 @@ def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: f
                         counts["crash"] += 1
                         done += 1
                     break
+                if not line.startswith('{"i"'):
+                    continue  # anything else a case printed (the CLI's own output goes to stderr; be safe)
                 rec = json.loads(line)
                 counts[rec["outcome"]] += 1
                 done = rec["i"] + 1
@@ -280,12 +526,15 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take before it is a hang")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--loads", type=int, default=2000, help="loads in the leak figure (default 2000)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args)
         return 0
+    import onnx
+
     import tvm_dpu
     from tvm_dpu import zoo
     from tvm_dpu.signing import generate_keypair
@@ -301,7 +550,9 @@ def main() -> int:
     expected = compiled.run(x)[0]
     np.save(d / "x.npy", x)
     np.save(d / "expected.npy", expected)
-    common = {"x": str(d / "x.npy"), "expected": str(d / "expected.npy"), "artifact": str(art)}
+    onnx.save(model, d / "model.onnx")
+    common = {"x": str(d / "x.npy"), "expected": str(d / "expected.npy"), "artifact": str(art),
+              "onnx": str(d / "model.onnx")}
     n = args.cases
     forged = program_cases(art, n, args.seed + 2, d, forge=True)
     campaigns = {
@@ -311,7 +562,14 @@ def main() -> int:
         "bytes": [{"kind": "artifact", "path": str(p)} for p in byte_cases(art, n, args.seed + 3, d)],
         "npz": [{"kind": "npz", "path": str(p)} for p in npz_cases(d)],
         "inputs": [{"kind": "input", "case": c} for c in INPUT_CASES],
+        "bounded": [{"kind": "npz", "path": str(p)} for p in bounded_npz_cases(d)] + [{"kind": "array"}],
+        "onnx": [{"kind": "cli", "argv": a} for a in onnx_cases(d)],
+        "plugins": [{"kind": "plugin", "case": c} for c in PLUGIN_CASES],
+        "binding": [{"kind": "artifact", "path": str(p)} for p in binding_cases(art, d)],
+        "keys": [{"kind": "keys", "case": c} for c in ("short", "int", "dict")],
     }
+    pipe_items, _ = pipeline_cases(d)
+    campaigns["pipeline"] = pipe_items
     # Forged files carrying the trailer of the original's signature: with the key trusted, every one must be
     # refused (the signature covers every byte).
     from tvm_dpu.signing import TRAILER_SIZE, sign
@@ -327,6 +585,9 @@ def main() -> int:
     for name, items in campaigns.items():
         results[name] = run_campaign(name, items, common, d, args.timeout)
     results["threads"] = thread_campaign(art, x, expected)
+    leak = leak_figure(art, args.loads)
+    print(f"leak: {leak['loads']} loads -> RSS +{leak['rss_growth_mib']} MiB, mappings of deleted files "
+          f"{leak['deleted_mappings_before']} -> {leak['deleted_mappings_after']}")
     # A signed forged file that loaded would be a defect: count it as wrong.
     fs = results["forged+signature"]
     fs["wrong"] += fs["same"] + fs["changed"]
@@ -343,7 +604,7 @@ def main() -> int:
           f"{time.perf_counter() - t0:.0f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"cases_per_campaign": n, "seed": args.seed, "results": results,
-                                     "bad_total": bad}, indent=2) + "\n")
+                                     "bad_total": bad, "leak": leak}, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 1 if bad else 0
 
