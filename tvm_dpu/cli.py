@@ -871,7 +871,8 @@ def _add_pipeline(sub) -> None:
     p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal", help="kernel fusion")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
                    help="static shape of model input NAME (repeat for several inputs)")
-    p.add_argument("--sign", metavar="KEYFILE", help="sign every stage artifact with this Ed25519 private key")
+    p.add_argument("--sign", metavar="KEYFILE", help="sign every stage artifact and the manifest (pipeline.sig) "
+                   "with this Ed25519 private key")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_pipeline)
