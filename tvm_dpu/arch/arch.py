@@ -436,6 +436,19 @@ def _activations(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ..
     return tuple(conv), tuple(alu)
 
 
+def _check_codegen_supports(fields: dict[str, Any], fp: int) -> None:
+    """Refuse, at decode, a fingerprint whose configuration the code generator cannot honour, rather than fail at
+    compile (a KeyError) or emit programs the emulator refuses or that compute wrong results. Found by compiling
+    and verifying a model on ISA1 combinations of these fields (tests/test_arch_support.py)."""
+    where = f"fingerprint 0x{fp:016X}"
+    if fields["isa"] == 1 and fields["img_bank_groups"] < 2:
+        raise ArchError(f"{where}: {fields['img_bank_groups']} image bank group(s) (bits 25:24); tvm-dpu's code "
+                        "generator double-buffers feature maps across two image bank groups and needs at least 2")
+    if fields["isa"] == 1 and not 1 <= fields["alu_pp"] <= fields["pp"]:
+        raise ArchError(f"{where}: ALU pixel parallelism {fields['alu_pp']} (bits 11:8) is above the DPU's pixel "
+                        f"parallelism {fields['pp']}: ALU instructions address at most PP pixel rows")
+
+
 def arch_from_fingerprint(fp: int | str) -> Arch:
     """The `Arch` a fingerprint describes: the DPU preset with that fingerprint if there is one, else a core
     named like the target factory does (DPUCZDX8G_ISA1_B4096_0101000016010407) with the bare-preset board
@@ -446,6 +459,7 @@ def arch_from_fingerprint(fp: int | str) -> Arch:
     for preset in presets:
         if preset.fingerprint == canonical:
             return preset
+    _check_codegen_supports(fields, canonical)
     conv_acts, alu_acts = _activations(fields)
     template = presets[0]
     return Arch(
