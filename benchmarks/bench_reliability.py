@@ -20,6 +20,8 @@ Campaigns (each case runs in a child process, so a crash or a hang is seen and c
 * pipeline a signed pipeline tampered with (wire fix point +2, a stage of another pipeline signed by the same key,
            the manifest signature removed, a deeply nested manifest), loaded with its key and run
 * binding  a library carrying a second program for a subgraph (the duplicate-program forgery)
+* trust    the forged files loaded under the default trust policy (not built here, not signed): every one refused
+           (the mutation campaigns above load with trust="unsigned" to reach the checks behind the policy)
 * keys     trusted_keys given as a short byte string, an int, a dict
 * leak     2,000 loads of one artifact: RSS growth and mappings of deleted files (a figure, not a case count)
 
@@ -204,7 +206,7 @@ def child(args) -> None:
             quiet = contextlib.redirect_stdout(sys.stderr)  # stdout carries only the outcome records
             quiet.__enter__()
             if kind == "artifact":
-                m = tvm_dpu.load(item["path"], trusted_keys=item.get("trusted"))
+                m = tvm_dpu.load(item["path"], trusted_keys=item.get("trusted"), trust=item.get("trust", "unsigned"))
                 y = m.run(x)[0]
                 out = "same" if np.array_equal(y, expected) else ("changed" if item.get("forged") else "wrong")
             elif kind == "npz":
@@ -541,6 +543,8 @@ def main() -> int:
 
     t0 = time.perf_counter()
     d = Path(tempfile.mkdtemp(prefix="tvm_dpu_rel_"))
+    # The trust policy's records of artifacts built here go to this run's own config (children inherit it).
+    os.environ["TVM_DPU_CONFIG_DIR"] = str(d / "config")
     model = zoo.build_model("mixed_cnn")
     compiled = tvm_dpu.build(model, arch=ARCH, calibration=[zoo.random_input(model, seed=s) for s in range(2)],
                              progress=False)
@@ -567,6 +571,7 @@ def main() -> int:
         "plugins": [{"kind": "plugin", "case": c} for c in PLUGIN_CASES],
         "binding": [{"kind": "artifact", "path": str(p)} for p in binding_cases(art, d)],
         "keys": [{"kind": "keys", "case": c} for c in ("short", "int", "dict")],
+        "trust": [{"kind": "artifact", "path": str(p), "trust": "auto"} for p in forged],
     }
     pipe_items, _ = pipeline_cases(d)
     campaigns["pipeline"] = pipe_items
@@ -588,10 +593,12 @@ def main() -> int:
     leak = leak_figure(art, args.loads)
     print(f"leak: {leak['loads']} loads -> RSS +{leak['rss_growth_mib']} MiB, mappings of deleted files "
           f"{leak['deleted_mappings_before']} -> {leak['deleted_mappings_after']}")
-    # A signed forged file that loaded would be a defect: count it as wrong.
-    fs = results["forged+signature"]
-    fs["wrong"] += fs["same"] + fs["changed"]
-    fs["same"] = fs["changed"] = 0
+    # A signed forged file that loaded would be a defect: count it as wrong; so would a forged file the trust
+    # policy let through.
+    for name in ("forged+signature", "trust"):
+        fs = results[name]
+        fs["wrong"] += fs["same"] + fs["changed"]
+        fs["same"] = fs["changed"] = 0
     cols = ("cases", "clean", "same", "changed") + BAD
     rows = [("campaign",) + cols] + [(k,) + tuple(str(v[c]) for c in cols) for k, v in results.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

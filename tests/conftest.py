@@ -1,7 +1,16 @@
 """Shared pytest configuration and fixtures."""
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+
+def pytest_configure(config):
+    # The trust policy's records (artifacts built here, trusted keys) live in a config directory: the tests use
+    # their own, so they neither read nor grow the user's (child processes inherit it).
+    os.environ["TVM_DPU_CONFIG_DIR"] = tempfile.mkdtemp(prefix="tvm_dpu_test_config_")
 
 
 @pytest.fixture(scope="module")

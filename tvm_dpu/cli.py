@@ -493,7 +493,8 @@ def _run_pipeline_file(args: argparse.Namespace) -> int:
         raise FrontendError("--device pynq with a pipeline needs --executor ray (one board per stage actor)")
     device_options = {"bitfile": args.bitfile, "timeout_s": args.timeout} if args.device == "pynq" else {}
     pipe = PipelineModel.load(args.compiled[0], executor=args.executor, device=args.device,
-                              device_options=device_options, trusted_keys=args.require_signature)
+                              device_options=device_options, trusted_keys=args.require_signature,
+                              trust=_trust(args))
     path = (args.input or [None])[0]
     feeds = _feeds_for(pipe, path, "--input")
     if path is None:
@@ -516,6 +517,12 @@ def _run_run(args: argparse.Namespace) -> int:
     if _is_pipeline(args.compiled[0]):
         return _run_pipeline_file(args)
     return _run_one(args)
+
+
+def _trust(args: argparse.Namespace) -> str:
+    if args.allow_unsigned and args.require_signature:
+        raise FrontendError("--allow-unsigned and --require-signature contradict each other: give one")
+    return "unsigned" if args.allow_unsigned else "auto"
 
 
 def _feeds_for(model, path: str | None, what: str) -> dict:
@@ -547,9 +554,9 @@ def _run_one(args: argparse.Namespace) -> int:
         if args.cores:
             raise FrontendError("--cores runs on emulated cores; with --device pynq the board's driver is used as is")
         model = load(compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout,
-                     trusted_keys=args.require_signature)
+                     trusted_keys=args.require_signature, trust=_trust(args))
     else:
-        model = load(compiled, trusted_keys=args.require_signature)
+        model = load(compiled, trusted_keys=args.require_signature, trust=_trust(args))
         if args.cores:
             from .runtime.cores import core_group
 
@@ -593,7 +600,7 @@ def _run_tenants(args: argparse.Namespace) -> int:
     if inputs and len(inputs) != len(paths):
         raise FrontendError(f"--input given {len(inputs)} times for {len(paths)} artifacts: give one per artifact "
                             "(in the same order) or none (random input)")
-    models = [load(p, trusted_keys=args.require_signature) for p in paths]
+    models = [load(p, trusted_keys=args.require_signature, trust=_trust(args)) for p in paths]
     if len({int(m.arch.fingerprint) for m in models}) != 1:
         listing = ", ".join(f"{p}: {m.arch.name} ({m.arch.fingerprint:#x})" for p, m in zip(paths, models))
         raise FrontendError(f"the artifacts are compiled for different DPUs ({listing}): one device runs one DPU")
@@ -650,6 +657,9 @@ def _add_run(sub) -> None:
     p.add_argument("--require-signature", metavar="PUBKEY", action="append",
                    help="refuse the artifact unless it is signed by this Ed25519 public key (PEM or raw 32 bytes; "
                    "repeat for several trusted keys); checked before anything in the file is used")
+    p.add_argument("--allow-unsigned", action="store_true",
+                   help="load the native code of an artifact that is neither signed by a trusted key nor built by "
+                   "you on this machine (you vouch for the file; see docs/deploy.md, trust policy)")
     p.set_defaults(func=_run_run)
 
 

@@ -207,7 +207,7 @@ class PipelineModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], executor: str = "local", device: Any = "emulator",
-             device_options: dict | None = None, trusted_keys: Any = None,
+             device_options: dict | None = None, trusted_keys: Any = None, trust: str = "auto",
              **executor_options: Any) -> "PipelineModel":
         """Load a pipeline written by `save` (pipeline.json, or the directory holding it). Every stage artifact
         is checked against the sha256 pipeline.json records before it is loaded (and loaded with the usual
@@ -238,7 +238,7 @@ class PipelineModel:
             # never read again, so replacing it after this check changes nothing.
             options = dict(device_options or {}) if executor == "local" else {}
             local = load_artifact(file, device=device if executor == "local" else "emulator",
-                                  trusted_keys=trusted_keys, data=data, **options)
+                                  trusted_keys=trusted_keys, data=data, trust=trust, **options)
             stages.append(PipelineStage(spec, local, file, artifact_bytes=data))
         inputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in doc["inputs"]]
         if executor == "ray":

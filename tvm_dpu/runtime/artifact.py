@@ -39,6 +39,7 @@ from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 from tvm_dpu.toolchains import CROSS_TARGETS, ELF_MACHINES, elf_machine, host_machine
+from tvm_dpu.trust import check_trust, record_build
 from tvm_dpu.types import InputSpec, PartitionReport
 from tvm_dpu.xgraph import serialize
 
@@ -143,6 +144,7 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     else:  # streamed: the file is not assembled in memory beside its sections
         write_container(tmp_path, MAGIC, FORMAT_VERSION, header, sections)
     os.replace(tmp_path, path)
+    record_build(path)
     return path
 
 
@@ -257,16 +259,19 @@ def _check_header(h: dict) -> None:
             need_str(p.get(k), f"plugin_subgraphs[{i}].{k}")
 
 
-def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None):
+def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None, trust: str | None = None):
     """The verified container of an artifact: the signature (required, by one of `trusted_keys`, when they are
     given), checksums, then every header value. `data`: the file's bytes, already read by the caller (who checked
-    them against a manifest); `path` then only names them in errors and the file is not read again."""
+    them against a manifest); `path` then only names them in errors and the file is not read again. `trust`: set
+    when the caller will load the native library: the trust policy (tvm_dpu.trust) then decides first."""
     if data is None:
         try:
             data = path.read_bytes()
         except OSError as e:
             raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-    if trusted_keys is not None:
+    if trust is not None:
+        data = check_trust(data, str(path), trusted_keys, trust)
+    elif trusted_keys is not None:
         data = signing.verify(data, trusted_keys, str(path))
     else:
         data, _ = signing.split(data)
@@ -365,8 +370,12 @@ def _check_plugins_installed(plugin_subgraphs: list[dict], path: Path) -> None:
 
 
 def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None, *,
-         data: bytes | None = None, **device_options: Any) -> CompiledModel:
+         data: bytes | None = None, trust: str = "auto", **device_options: Any) -> CompiledModel:
     """Load an artifact in this process and return a runnable `CompiledModel`.
+
+    Its native library is loaded only under the trust policy (tvm_dpu.trust): signed by a trusted key (the
+    `trusted_keys` given, else the user's trusted-keys file), or built by this user on this machine, or
+    `trust="unsigned"` (the caller vouches for the file). Anything else is a SignatureError saying how to trust it.
 
     `data`: the artifact's bytes when the caller has already read (and checked) them: they are what is verified
     and loaded, and `path` is not read (it names the artifact in errors). Pipelines use this so that the bytes
@@ -384,7 +393,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     from tvm_dpu.runtime.device import arch_of
 
     path = Path(path)
-    c = _open(path, trusted_keys, data)
+    c = _open(path, trusted_keys, data, trust)
     h = c.header
     try:
         fp = int(h["arch"]["fingerprint"], 16)

@@ -1,0 +1,94 @@
+"""The trust policy: an artifact's native code is loaded only when it is signed by a trusted key, built by this
+user on this machine, or explicitly allowed unsigned; a trusted-keys file in the user's config makes signatures
+mandatory. Reading a header (inspect, report) needs no trust."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import tvm_dpu
+from tvm_dpu import signing, trust, zoo
+from tvm_dpu.cli import main
+from tvm_dpu.runtime.artifact import read_header
+
+
+@pytest.fixture()
+def config(tmp_path, monkeypatch):
+    d = tmp_path / "config"
+    monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tvm_dpu.build(zoo.build_model("mixed_cnn", reduced=True), arch="zcu102", progress=False)
+
+
+def test_an_artifact_built_here_loads_and_a_foreign_one_is_refused(compiled, config, tmp_path, monkeypatch):
+    path = compiled.export(tmp_path / "m.tvmdpu")
+    assert (config / "built").read_text().split() == [trust._file_digest(path).hex()]
+    tvm_dpu.load(path)
+    # The same file on another machine (another user's config): not built there, unsigned.
+    monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(tmp_path / "elsewhere"))
+    with pytest.raises(signing.SignatureError, match="not built by this user on this machine"):
+        tvm_dpu.load(path)
+    tvm_dpu.load(path, trust="unsigned")  # the user vouches for it
+    read_header(path)  # reading the header loads no native code: no trust needed
+    with pytest.raises(signing.SignatureError, match="trust='sometimes'"):
+        tvm_dpu.load(path, trust="sometimes")
+
+
+def test_a_changed_byte_makes_a_local_build_foreign(compiled, config, tmp_path):
+    path = compiled.export(tmp_path / "m.tvmdpu")
+    data = bytearray(path.read_bytes())
+    data[100] ^= 1
+    changed = tmp_path / "changed.tvmdpu"
+    changed.write_bytes(bytes(data))
+    with pytest.raises(signing.SignatureError, match="not built by this user"):
+        tvm_dpu.load(changed)
+
+
+def test_signed_artifacts_from_elsewhere_load_with_their_key(compiled, config, tmp_path, monkeypatch):
+    priv, pub = signing.generate_keypair(tmp_path / "k")
+    path = compiled.export(tmp_path / "s.tvmdpu", sign=priv)
+    monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(tmp_path / "board"))
+    with pytest.raises(signing.SignatureError):
+        tvm_dpu.load(path)  # a signature by a key nobody listed is no trust
+    tvm_dpu.load(path, trusted_keys=pub)
+
+
+def test_a_trusted_keys_file_makes_signatures_mandatory(compiled, config, tmp_path):
+    priv, pub = signing.generate_keypair(tmp_path / "k")
+    local = compiled.export(tmp_path / "local.tvmdpu")
+    signed = compiled.export(tmp_path / "signed.tvmdpu", sign=priv)
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "trusted_keys").write_text(f"# team key\n{pub}\n")
+    tvm_dpu.load(signed)
+    for how in ({}, {"trust": "unsigned"}):  # neither a local build nor an explicit allowance overrides the file
+        with pytest.raises(signing.SignatureError, match="signatures are required by"):
+            tvm_dpu.load(local, **how)
+    (config / "trusted_keys").write_text("\n# nothing\n")
+    with pytest.raises(signing.SignatureError, match="lists no key"):
+        tvm_dpu.load(signed)
+
+
+def test_cli_allow_unsigned(compiled, config, tmp_path, monkeypatch, capsys):
+    path = compiled.export(tmp_path / "m.tvmdpu")
+    monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(tmp_path / "board"))
+    assert main(["run", str(path)]) == 2
+    assert "--allow-unsigned" in capsys.readouterr().err
+    assert main(["run", str(path), "--allow-unsigned"]) == 0
+    assert main(["run", str(path), "--allow-unsigned", "--require-signature", str(path)]) == 2
+    assert "contradict" in capsys.readouterr().err
+
+
+def test_an_unwritable_config_only_costs_the_local_record(compiled, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(blocker / "config"))
+    path = compiled.export(tmp_path / "m.tvmdpu")  # no error: the record is a convenience
+    with pytest.raises(signing.SignatureError, match="not built by this user"):
+        tvm_dpu.load(path)

@@ -1,0 +1,126 @@
+"""Which artifacts' native code this process may load: the trust policy.
+
+An artifact carries a native library (the model's CPU part), and loading it runs code from the file. So
+`tvm_dpu.load` loads the library only from an artifact that is one of:
+
+1. signed by a trusted key: the keys passed as `trusted_keys`, else the keys listed in the user's trusted-keys file
+   (`<config>/trusted_keys`, one key file path per line, relative paths from the config directory). When that file
+   exists, signatures are mandatory for every load in this user's processes;
+2. built by this user on this machine: `export` records the sha256 of every artifact it writes in
+   `<config>/built` (newest last, the oldest dropped past `MAX_BUILT`), so a model compiled here runs here with no
+   key management (the README's first command);
+3. explicitly allowed unsigned: `trust="unsigned"` / `tvm-dpu run --allow-unsigned`, for an artifact from a source
+   the user vouches for.
+
+Anything else (an unsigned artifact from elsewhere, or one signed by a key nobody listed) is refused with a
+`SignatureError` saying how to trust it. `<config>` is `$TVM_DPU_CONFIG_DIR`, else `$XDG_CONFIG_HOME/tvm-dpu`, else
+`~/.config/tvm-dpu`. Reading an artifact's header (`inspect`, `report`) loads no native code and needs no trust.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from tvm_dpu.signing import SignatureError
+
+TRUST_MODES = ("auto", "unsigned")
+#: Records kept in `<config>/built` (65 bytes each: a sha256 and a newline).
+MAX_BUILT = 20000
+_LOCK = threading.Lock()
+
+
+def config_dir() -> Path:
+    env = os.environ.get("TVM_DPU_CONFIG_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(base) if base else Path.home() / ".config") / "tvm-dpu"
+
+
+def configured_keys() -> list[str] | None:
+    """Key file paths from `<config>/trusted_keys` (None when the file does not exist: signatures optional)."""
+    path = config_dir() / "trusted_keys"
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, NotADirectoryError):  # no such file: signatures are optional
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SignatureError(f"{path}: cannot read the trusted-keys file ({e})") from None
+    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not keys:
+        raise SignatureError(f"{path}: the trusted-keys file lists no key (one key file path per line); remove it "
+                             "to make signatures optional")
+    return [str(config_dir() / k) if not os.path.isabs(k) else k for k in keys]
+
+
+def _file_digest(path: Path) -> bytes:
+    from tvm_dpu.signing import TRAILER_MAGIC, TRAILER_SIZE
+
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        end = size
+        if size >= TRAILER_SIZE:
+            f.seek(size - TRAILER_SIZE)
+            if f.read(8) == TRAILER_MAGIC:
+                end = size - TRAILER_SIZE
+        f.seek(0)
+        h = hashlib.sha256()
+        left = end
+        while left:
+            chunk = f.read(min(left, 1 << 22))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.digest()
+
+
+def record_build(path: str | os.PathLike[str]) -> None:
+    """Remember that this user built the artifact at `path` (its unsigned body's sha256). A config directory that
+    cannot be written only means the artifact will need a key or `--allow-unsigned` elsewhere: not an error."""
+    digest = _file_digest(Path(path)).hex()
+    built = config_dir() / "built"
+    with _LOCK:
+        try:
+            built.parent.mkdir(parents=True, exist_ok=True)
+            lines = built.read_text().split() if built.exists() else []
+            if digest in lines:
+                return
+            lines.append(digest)
+            tmp = built.with_name(f"built.tmp{os.getpid()}.{threading.get_ident()}")
+            tmp.write_text("\n".join(lines[-MAX_BUILT:]) + "\n")
+            os.replace(tmp, built)
+        except OSError:
+            pass
+
+
+def built_here(digest: bytes) -> bool:
+    try:
+        return digest.hex() in (config_dir() / "built").read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
+    """The artifact bytes to parse (signature trailer removed) if the policy allows loading its native code;
+    SignatureError saying how to trust it otherwise."""
+    from tvm_dpu import signing
+
+    if trust not in TRUST_MODES:
+        raise SignatureError(f"trust={trust!r}: choose one of {', '.join(TRUST_MODES)}")
+    if trusted_keys is not None:
+        return signing.verify(data, trusted_keys, source)
+    keys = configured_keys()
+    if keys is not None:
+        return signing.verify(data, keys, f"{source} (signatures are required by {config_dir() / 'trusted_keys'})")
+    body, _ = signing.split(data)
+    if trust == "unsigned" or built_here(hashlib.sha256(body).digest()):
+        return body
+    raise SignatureError(
+        f"{source}: not built by this user on this machine and not signed by a trusted key, so its native code is "
+        "not loaded. Trust it with a signature (tvm-dpu run --require-signature KEY.pub, trusted_keys=[...], or a "
+        f"trusted-keys file in {config_dir()}), or explicitly: tvm-dpu run --allow-unsigned / "
+        "tvm_dpu.load(..., trust='unsigned')")
