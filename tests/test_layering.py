@@ -22,7 +22,7 @@ PKG = "tvm_dpu"
 
 #: Leaf modules: plain data types, errors and file formats, importable by every layer (they import only leaves).
 LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.container", "tvm_dpu.schema", "tvm_dpu.program_blob",
-                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing"})
+                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing", "tvm_dpu.trust"})
 #: The fixed-point arithmetic and DPU quantization rules (a leaf above arch).
 QUANT_ARITH = frozenset({"tvm_dpu.quant.fixpoint", "tvm_dpu.quant.rules"})
 
@@ -43,6 +43,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.toolchains": frozenset(),
     "tvm_dpu.feeds": frozenset(),
     "tvm_dpu.signing": frozenset(),
+    "tvm_dpu.trust": frozenset(),  # the trust policy: signing plus the user's config
     # arch imports nothing of the project
     "tvm_dpu.arch": frozenset(),
     # quant's arithmetic imports only arch; calibration / quantization / QDQ import sit above xgraph
