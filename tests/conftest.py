@@ -21,6 +21,21 @@ def model():
     return zoo.build_model("mixed_cnn")
 
 
+@pytest.fixture(scope="session")
+def small_artifact(tmp_path_factory):
+    """The reduced mixed_cnn compiled for zcu102 (random calibration) and exported: a .tvmdpu path."""
+    import warnings
+
+    import tvm_dpu
+    from tvm_dpu import zoo
+
+    path = tmp_path_factory.mktemp("small_artifact") / "m.tvmdpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tvm_dpu.build(zoo.build_model("mixed_cnn", reduced=True), arch="zcu102", progress=False).export(path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def calib(model):
     """Two seeded calibration inputs for `model`."""

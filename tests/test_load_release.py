@@ -3,7 +3,6 @@ unloads a shared library, so the runtime reuses the one already loaded for equal
 from __future__ import annotations
 
 import gc
-import warnings
 
 import pytest
 
@@ -21,13 +20,9 @@ def _deleted_mappings() -> int:
         return sum(1 for line in f if "(deleted)" in line)
 
 
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory):
-    path = tmp_path_factory.mktemp("leak") / "m.tvmdpu"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tvm_dpu.build(zoo.build_model("mixed_cnn", reduced=True), arch="zcu102", progress=False).export(path)
-    return path
+@pytest.fixture()
+def artifact(small_artifact):
+    return small_artifact
 
 
 def test_500_loads_map_the_library_once_and_bound_rss(artifact):

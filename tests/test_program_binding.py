@@ -4,12 +4,10 @@ execute only the programs its header lists."""
 from __future__ import annotations
 
 import hashlib
-import warnings
 
 import numpy as np
 import pytest
 
-import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError, DPUError
@@ -25,13 +23,9 @@ from tvm_dpu.toolchains import host_machine
 load = functools.partial(_load, trust="unsigned")
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    path = tmp_path_factory.mktemp("bind") / "m.tvmdpu"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tvm_dpu.build(zoo.build_model("mixed_cnn", reduced=True), arch="zcu102", progress=False).export(path)
-    return path
+@pytest.fixture()
+def built(small_artifact):
+    return small_artifact
 
 
 def _sections(path):
