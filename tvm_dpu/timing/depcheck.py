@@ -24,9 +24,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from tvm_dpu.codegen.isa import Instr, decode_program, instr_spec
+from tvm_dpu.timing.cost import ENGINES
 from tvm_dpu.timing.params import TimingError
 
-ENGINES: tuple[str, ...] = ("load", "save", "conv", "misc")
 _SHORT = "LSCM"
 
 #: Tokens an own-engine counter holds when a program starts (and must hold again at END).

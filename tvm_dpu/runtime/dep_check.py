@@ -1,0 +1,47 @@
+"""The dependency checker (timing/depcheck.py) on real programs: the emulator records each instruction's bank rows
+and DDR bytes, the checker looks for token problems and races (docs/dependency-protocol.md).
+
+Addresses in a DPU program do not depend on the data, so zero inputs give the same access sets as real ones.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.isa import decode_program
+from tvm_dpu.program_blob import Multicore
+from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.timing.depcheck import DepReport, check
+from tvm_dpu.types import CompiledSubgraph
+
+
+def check_code(code: np.ndarray, arch: Arch | str | int, regions: Mapping[int, np.ndarray],
+               races: bool = True) -> DepReport:
+    """Check machine code `code` for `arch`; `regions` ({reg_id: uint8 array}, modified) are the DDR it runs on
+    when `races` asks for the emulator's access sets."""
+    a = load_arch(arch)
+    code = np.asarray(code, dtype=np.uint32)
+    instrs = decode_program(code)
+    if not races:
+        return check(instrs)
+    accesses = Emulator(a).record_accesses(code, dict(regions))
+    # The emulator stops at the first END: instructions after it never run on hardware either.
+    return check(instrs[:len(accesses)], accesses, bank_depth=a.bank_depth)
+
+
+def check_subgraph(sg: CompiledSubgraph, arch: Arch | None = None, races: bool = True) -> DepReport:
+    """Check a compiled subgraph's program (fresh regions: parameters copied, the rest zero)."""
+    return check_code(sg.code, arch if arch is not None else sg.arch, sg.new_regions(), races)
+
+
+def check_programs(sg: CompiledSubgraph, multicore: Multicore | None = None, arch: Arch | None = None,
+                   races: bool = True) -> dict[str, DepReport]:
+    """The subgraph's one-core program and, for a multi-core build, each segment's program: {label: report}."""
+    out = {"program": check_subgraph(sg, arch, races)}
+    if multicore is not None:
+        for k, seg in enumerate(multicore.segments):
+            out[f"segment {k}"] = check_subgraph(seg.sg, arch, races)
+    return out
