@@ -77,6 +77,8 @@ class Program:
     _clock: list = field(default_factory=list)
     _of_engine: dict = field(default_factory=lambda: {e: [] for e in ENGINES})  # engine -> its instruction indices
     _last_wait: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest wait
+    _last_post: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest post
+    _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
     #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
@@ -106,12 +108,17 @@ class Program:
         reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
         deps: list[int] = []
         for r in reads:
-            if r in self._last_writer:
-                deps.append(self._last_writer[r])
+            for k in self._related(r):
+                if k in self._last_writer:
+                    deps.append(self._last_writer[k])
         for w in writes:
-            if w in self._last_writer:
-                deps.append(self._last_writer[w])
-            deps.extend(self._readers.get(w, ()))
+            for k in self._related(w):
+                if k in self._last_writer:
+                    deps.append(self._last_writer[k])
+                deps.extend(self._readers.get(k, ()))
+        for r in reads + writes:
+            for n in range(1, len(r)):
+                self._children.setdefault(r[:n], set()).add(r)
         self.entries.append(_Entry(instr, engine, reads, writes, comment))
         own = ENGINE_BITS[engine]
         instr.dpdon |= own
@@ -139,6 +146,14 @@ class Program:
             self._init_state[key + "@"] = idx
         return idx
 
+    def _related(self, r: tuple) -> list[tuple]:
+        """r and every resource that overlaps it: a longer name is a part of its prefix (("vb0", 0, 3), bank 3 of
+        the copy buffer, lies in ("vb0", 0), the half a conv tile uses), so a prefix and its parts conflict."""
+        out = [r]
+        out.extend(r[:n] for n in range(1, len(r)) if r[:n] in self._last_writer or r[:n] in self._readers)
+        out.extend(self._children.get(r, ()))
+        return out
+
     def _canonical(self, resources: tuple) -> tuple:
         if not self.ddr_roots:
             return resources
@@ -159,6 +174,8 @@ class Program:
         # than one token along program order (vai_c's programs never do: COUNTER_DEPTH in timing/depcheck.py).
         # Token order stays consistent: every earlier post of src to dst is at an index <= covered < the post,
         # so the posts reach dst in the order of its waits.
+        # When src has no instruction there, the previous wait is made to wait for `dep` instead (its post moves
+        # from the pair's last post to `dep`): `idx` comes after that wait on its engine, so it is covered too.
         post = dep
         last_wait = self._last_wait.get(key, -1)
         if last_wait > dep:
@@ -166,6 +183,15 @@ class Program:
             k = bisect.bisect_left(later, last_wait)
             if k < len(later) and later[k] < idx:
                 post = later[k]
+            else:
+                self.entries[self._last_post[key]].instr.dpdby &= ~ENGINE_BITS[dst]
+                self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
+                self._last_post[key] = self._covered[key] = dep
+                for c in (self._clock[last_wait], self._clock[idx]):
+                    for k, v in enumerate(self._done_clock(dep)):
+                        c[k] = max(c[k], v)
+                return
+        self._last_post[key] = post
         self.entries[post].instr.dpdby |= ENGINE_BITS[dst]
         self.entries[idx].instr.dpdon |= ENGINE_BITS[src]
         self._covered[key] = post
