@@ -5,6 +5,7 @@ Addresses in a DPU program do not depend on the data, so zero inputs give the sa
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -45,3 +46,26 @@ def check_programs(sg: CompiledSubgraph, multicore: Multicore | None = None, arc
         for k, seg in enumerate(multicore.segments):
             out[f"segment {k}"] = check_subgraph(seg.sg, arch, races)
     return out
+
+
+def check_artifact(path: str | Path, races: bool = True) -> dict[str, dict[str, DepReport]]:
+    """Every DPU program of a .tvmdpu artifact (segments of multi-core builds included): {symbol: {label: report}}.
+    Nothing in the artifact is executed but the DPU code, on the emulator."""
+    from tvm_dpu.runtime.artifact import programs
+    return {sym: check_programs(p.sg, p.multicore, races=races) for sym, p in sorted(programs(path).items())}
+
+
+def format_reports(reports: dict[str, dict[str, DepReport]]) -> str:
+    """One line per program: instructions, own-bit fractions, per-pair posts/waits (depth), races, problems."""
+    lines = []
+    for sym, per in reports.items():
+        for label, rep in per.items():
+            pairs = " ".join(f"{k}:{v['posts']}/{v['waits']}({v['depth']})" for k, v in rep.pairs().items())
+            verdict = "ok" if rep.ok else f"{len(rep.problems)} problem(s), {len(rep.races)} race(s)"
+            lines.append(f"{sym} {label}: {rep.instructions} instructions, own bits {rep.own_on:.0%}/{rep.own_by:.0%}, "
+                         f"max cross depth {rep.max_cross_depth()}, races {'checked' if rep.races_checked else 'not checked'}"
+                         f": {verdict}")
+            lines.append(f"  pairs posts/waits(depth): {pairs}")
+            lines.extend(f"  {p}" for p in rep.problems[:10])
+            lines.extend(f"  {r}" for r in rep.races[:10])
+    return "\n".join(lines)
