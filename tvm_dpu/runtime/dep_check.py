@@ -63,7 +63,7 @@ def format_reports(reports: dict[str, dict[str, DepReport]]) -> str:
             pairs = " ".join(f"{k}:{v['posts']}/{v['waits']}({v['depth']})" for k, v in rep.pairs().items())
             verdict = "ok" if rep.ok else f"{len(rep.problems)} problem(s), {len(rep.races)} race(s)"
             lines.append(f"{sym} {label}: {rep.instructions} instructions, own bits {rep.own_on:.0%}/{rep.own_by:.0%}, "
-                         f"max cross depth {rep.max_cross_depth()}, races {'checked' if rep.races_checked else 'not checked'}"
+                         f"max cross depth {rep.max_cross_depth()} (run-ahead {rep.max_runahead()}), races {'checked' if rep.races_checked else 'not checked'}"
                          f": {verdict}")
             lines.append(f"  pairs posts/waits(depth): {pairs}")
             lines.extend(f"  {p}" for p in rep.problems[:10])

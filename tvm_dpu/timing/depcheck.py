@@ -93,6 +93,9 @@ class DepReport:
     posts: np.ndarray  # (4, 4) posts[src][dst]
     waits: np.ndarray  # (4, 4)
     depth: np.ndarray  # (4, 4) most tokens a counter holds along program order
+    #: (4, 4) most tokens a cross counter holds when its destination engine runs as late as the tokens allow
+    #: (every other engine runs ahead first): what a counter must hold if posting never stalls
+    runahead: np.ndarray = field(default_factory=lambda: np.zeros((4, 4), np.int64))
     problems: list[str] = field(default_factory=list)
     races: list[Race] = field(default_factory=list)
     races_checked: bool = False
@@ -123,6 +126,9 @@ class DepReport:
                                             "depth": int(self.depth[s][d])}
         return out
 
+    def max_runahead(self) -> int:
+        return max((int(self.runahead[s][d]) for s in range(4) for d in range(4) if s != d), default=0)
+
     def max_cross_depth(self) -> int:
         return max((int(self.depth[s][d]) for s in range(4) for d in range(4) if s != d), default=0)
 
@@ -136,6 +142,7 @@ class DepReport:
     def summary(self) -> dict[str, Any]:
         return {"instructions": self.instructions, "own_dpdon": round(self.own_on, 4),
                 "own_dpdby": round(self.own_by, 4), "pairs": self.pairs(), "max_cross_depth": self.max_cross_depth(),
+                "max_runahead": self.max_runahead(),
                 **self.ends(), "problems": list(self.problems), "races": [str(r) for r in self.races],
                 "races_checked": self.races_checked, "ok": self.ok}
 
@@ -187,6 +194,8 @@ def check(code: Any, accesses: Sequence[Access] | None = None, bank_depth: int =
                 depth[e][d] = max(depth[e][d], count[e][d])
     rep = DepReport(n, names, engine, dpdon, dpdby, posts, waits, depth, counter_depth=counter_depth)
     clocks = _replay(rep)
+    if clocks is not None:
+        rep.runahead = _runahead(rep)
     for s in range(4):
         for d in range(4):
             if s != d and depth[s][d] > counter_depth:
@@ -268,6 +277,50 @@ def _replay(rep: DepReport) -> list[tuple[int, ...]] | None:
                                     f"initial {OWN_CREDIT}: the next program's first {ENGINES[s]} instruction waits "
                                     f"forever")
     return start
+
+
+def _runahead(rep: DepReport) -> np.ndarray:
+    """Per cross pair (s, d): the most tokens (s, d) holds in the untimed replay that runs engine d only when no
+    other engine can move (the program is known not to deadlock)."""
+    engine = rep.engine
+    queues: list[list[int]] = [[] for _ in range(4)]
+    for i, e in enumerate(engine):
+        queues[e].append(i)
+    out = np.zeros((4, 4), np.int64)
+    for d in range(4):
+        tokens = initial_tokens()
+        head = [0] * 4
+        best = [0] * 4
+        left = rep.instructions
+        while left:
+            moved = False
+            for e in [x for x in range(4) if x != d] + [d]:
+                while head[e] < len(queues[e]):
+                    i = queues[e][head[e]]
+                    on = rep.dpdon[i]
+                    if any(on >> s & 1 and tokens[s][e] <= 0 for s in range(4)):
+                        break
+                    for s in range(4):
+                        if on >> s & 1:
+                            tokens[s][e] -= 1
+                    for t in range(4):
+                        if rep.dpdby[i] >> t & 1:
+                            tokens[e][t] += 1
+                    head[e] += 1
+                    left -= 1
+                    moved = True
+                    for s in range(4):
+                        best[s] = max(best[s], tokens[s][d])
+                    if e == d:
+                        break  # one step of d, then let the others run ahead again
+                if moved:
+                    break
+            if not moved:
+                break
+        for s in range(4):
+            if s != d:
+                out[s][d] = best[s]
+    return out
 
 
 def _ddr_bytes(items: list[tuple[int, int, int, int, int]], base: dict[int, int]) -> np.ndarray:
