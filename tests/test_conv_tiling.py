@@ -87,7 +87,9 @@ def test_augmentation_shortens_the_first_layer(monkeypatch):
 
 def test_double_buffered_tiles_overlap():
     """The LOADs of tile t+1 wait only for the CONVs of tile t-1 (the buffer half they overwrite): the CONV
-    engine is never idle between tiles of a compute-bound conv once the pipeline is full."""
+    engine is idle between tiles of a compute-bound conv at most once after the pipeline is full. (Once: where the
+    CONVs of tile t+1 need a token from the SAVEs of tile t-1 that no chain covers, the token comes from tile t's
+    first SAVE, because no counter may hold two tokens along program order: docs/dependency-protocol.md.)"""
     b = _B()
     b.conv(b.input(64, 32, 64), 64, 3, 1, 1)
     arch = load_arch("DPUCZDX8G_ISA1_B4096")
@@ -95,7 +97,8 @@ def test_double_buffered_tiles_overlap():
     r = simulate(cs.code, arch)
     conv = [i for i, n in enumerate(r.names) if n == "CONV"]
     gaps = np.array(r.start[conv[1:]]) - np.array(r.end[conv[:-1]])
-    assert float(np.max(gaps[len(gaps) // 4:])) < 1.0
+    steady = gaps[len(gaps) // 4:]
+    assert np.count_nonzero(steady >= 1.0) <= 1 and np.count_nonzero(steady < 1.0) >= len(steady) - 1 >= 8
 
 
 _RING_CASES = [("DPUCZDX8G_ISA1_B4096", 300, 10, 30, 3, 1, 1), ("DPUCZDX8G_ISA1_B4096", 200, 9, 70, 3, 2, 1),

@@ -692,6 +692,12 @@ def _run_inspect(args: argparse.Namespace) -> int:
     from .runtime.artifact import read_code, read_header
 
     path = Path(args.artifact)
+    if args.check_deps:
+        from .runtime.dep_check import check_artifact, format_reports
+
+        reports = check_artifact(path)
+        print(format_reports(reports))
+        return EXIT_OK if all(r.ok for per in reports.values() for r in per.values()) else EXIT_USER_ERROR
     header, sizes = read_header(path)
     meta = artifact_meta(header, sizes, path)
     meta["format_sections"] = sizes
@@ -750,6 +756,8 @@ def _add_inspect(sub) -> None:
     p.add_argument("--disasm", action="store_true", help="also print the instruction listing of every subgraph")
     p.add_argument("--json", action="store_true", help="print JSON (the meta.json content plus section sizes; "
                    "with --disasm a 'listing' per subgraph) instead of text")
+    p.add_argument("--check-deps", action="store_true", help="check every DPU program's dpdon/dpdby tokens and "
+                   "races (docs/dependency-protocol.md) instead; exit 2 if any program breaks the protocol")
     p.set_defaults(func=_run_inspect)
 
 

@@ -2,21 +2,24 @@
 
 Every emitted instruction declares the abstract resources it reads and writes (an on-chip buffer, a DDR tensor).
 The builder derives the dependencies from them (read-after-write, write-after-read, write-after-write) and turns
-each cross-engine dependency into a dpdon/dpdby token pair (isa1-semantics.md 10; the hardware meaning is our
-reading, the simulator ignores the flags):
+each cross-engine dependency into a dpdon/dpdby token pair, following the protocol of vai_c's own programs
+(docs/dependency-protocol.md, timing/depcheck.py):
 
-* an instruction's `dpdby` mask posts one token to each named engine when it finishes;
-* an instruction's `dpdon` mask waits for one token from each named engine before it starts;
-* tokens between a pair of engines are consumed in order, so the k-th wait of engine B on engine A is satisfied
-  by the k-th post of A to B.
+* an instruction's `dpdby` mask posts one token to each named engine when it finishes, its `dpdon` mask waits for
+  (and takes) one token from each named engine before it starts; tokens are counted per engine pair;
+* every instruction names its own engine in both masks, as vai_c's do: an engine's counter to itself starts with
+  one token, so each instruction waits for the previous one of its engine to complete and passes the token on;
+* posts balance waits on every pair, so END (waiting on and posting to SAVE, like vai_c's) leaves the counters as
+  the program found them.
 
-Engines execute their own instructions in order, so a dependency on instruction j of engine A also covers all
-earlier A instructions. The builder therefore only ever posts from the *latest* A instruction a waiter needs,
-and skips waits that an earlier wait of the same engine already covers. The timing model replays exactly
-these tokens, so the flags are the schedule.
-"""
+Engines complete their own instructions in order (the own tokens make sure of it), so a dependency on
+instruction j of engine A also covers all earlier A instructions, and anything j itself waited for. The builder
+keeps, per instruction, the newest instruction of each engine known complete before it starts (a vector clock
+over the token chains), posts only from the instruction a waiter needs and skips waits a chain already covers.
+The timing model replays exactly these tokens, so the flags are the schedule."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -34,7 +37,12 @@ SLOTTED = {"convw": 2, "bias": 2}
 def _expand(resources: Iterable) -> tuple:
     out = []
     for r in resources:
-        if len(r) == 1 and r[0] in SLOTTED:
+        if r and isinstance(r[0], tuple):
+            # A group of resources where one is expected (conv.py passes a tile's `in_res` group to loaders that
+            # take one resource): each of them. Kept as one key, the group matched no reader, so the CONVs of
+            # such tiles did not wait for their input LOADs (a race the dependency checker found).
+            out.extend(_expand(r))
+        elif len(r) == 1 and r[0] in SLOTTED:
             out.extend((r[0], k) for k in range(SLOTTED[r[0]]))
         else:
             out.append(r)
@@ -65,6 +73,12 @@ class Program:
     _covered: dict = field(default_factory=dict)
     _init_state: dict = field(default_factory=dict)
     _last_of_engine: dict = field(default_factory=dict)  # engine -> index of its latest instruction
+    #: per instruction, the newest instruction index of each engine known complete before it starts (-1: none)
+    _clock: list = field(default_factory=list)
+    _of_engine: dict = field(default_factory=lambda: {e: [] for e in ENGINES})  # engine -> its instruction indices
+    _last_wait: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest wait
+    _last_post: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest post
+    _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
     #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
@@ -94,22 +108,33 @@ class Program:
         reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
         deps: list[int] = []
         for r in reads:
-            if r in self._last_writer:
-                deps.append(self._last_writer[r])
+            for k in self._related(r):
+                if k in self._last_writer:
+                    deps.append(self._last_writer[k])
         for w in writes:
-            if w in self._last_writer:
-                deps.append(self._last_writer[w])
-            deps.extend(self._readers.get(w, ()))
+            for k in self._related(w):
+                if k in self._last_writer:
+                    deps.append(self._last_writer[k])
+                deps.extend(self._readers.get(k, ()))
+        for r in reads + writes:
+            for n in range(1, len(r)):
+                self._children.setdefault(r[:n], set()).add(r)
         self.entries.append(_Entry(instr, engine, reads, writes, comment))
+        own = ENGINE_BITS[engine]
+        instr.dpdon |= own
+        instr.dpdby |= own
+        prev = self._last_of_engine.get(engine)
+        self._clock.append(list(self._done_clock(prev)) if prev is not None else [-1] * len(ENGINES))
         # One wait per source engine, on the newest instruction of that engine this one needs: it completes
         # after every older one (engines run in order).
         newest: dict[str, int] = {}
         for d in deps:
             src = self.entries[d].engine
             newest[src] = max(d, newest.get(src, -1))
-        for d in newest.values():
+        for d in sorted(newest.values(), reverse=True):  # the newest first: its chain may cover the others
             self._depend(idx, d)
         self._last_of_engine[engine] = idx
+        self._of_engine[engine].append(idx)
         for r in reads:
             self._readers.setdefault(r, []).append(idx)
         for w in writes:
@@ -120,6 +145,14 @@ class Program:
             self._init_state[key] = dict(fields)
             self._init_state[key + "@"] = idx
         return idx
+
+    def _related(self, r: tuple) -> list[tuple]:
+        """r and every resource that overlaps it: a longer name is a part of its prefix (("vb0", 0, 3), bank 3 of
+        the copy buffer, lies in ("vb0", 0), the half a conv tile uses), so a prefix and its parts conflict."""
+        out = [r]
+        out.extend(r[:n] for n in range(1, len(r)) if r[:n] in self._last_writer or r[:n] in self._readers)
+        out.extend(self._children.get(r, ()))
+        return out
 
     def _canonical(self, resources: tuple) -> tuple:
         if not self.ddr_roots:
@@ -132,21 +165,54 @@ class Program:
         if src == dst:
             return  # in-order within an engine
         key = (src, dst)
-        if self._covered.get(key, -1) >= dep:
+        if self._covered.get(key, -1) >= dep or self._clock[idx][ENGINES.index(src)] >= dep:
             return
         # Post from `dep` itself, not from a later instruction of its engine: a later post would make the waiter
         # wait for work it does not need (e.g. the LOADs of tile t+1 for the CONVs of tile t instead of t-1,
-        # which serialises the double buffer). Token order stays consistent: every earlier post of src to dst
-        # is at an index <= covered < dep, so the posts reach dst in the order of its waits.
-        self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
+        # which serialises the double buffer). Except when the pair's previous wait comes after `dep`: then the
+        # post moves to src's first instruction at or after that wait, so the pair's counter never holds more
+        # than one token along program order (vai_c's programs never do: COUNTER_DEPTH in timing/depcheck.py).
+        # Token order stays consistent: every earlier post of src to dst is at an index <= covered < the post,
+        # so the posts reach dst in the order of its waits.
+        # When src has no instruction there, the previous wait is made to wait for `dep` instead (its post moves
+        # from the pair's last post to `dep`): `idx` comes after that wait on its engine, so it is covered too.
+        post = dep
+        last_wait = self._last_wait.get(key, -1)
+        if last_wait > dep:
+            later = self._of_engine[src]
+            k = bisect.bisect_left(later, last_wait)
+            if k < len(later) and later[k] < idx:
+                post = later[k]
+            else:
+                self.entries[self._last_post[key]].instr.dpdby &= ~ENGINE_BITS[dst]
+                self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
+                self._last_post[key] = self._covered[key] = dep
+                for c in (self._clock[last_wait], self._clock[idx]):
+                    for k, v in enumerate(self._done_clock(dep)):
+                        c[k] = max(c[k], v)
+                return
+        self._last_post[key] = post
+        self.entries[post].instr.dpdby |= ENGINE_BITS[dst]
         self.entries[idx].instr.dpdon |= ENGINE_BITS[src]
-        self._covered[key] = dep
+        self._covered[key] = post
+        self._last_wait[key] = idx
+        clock = self._clock[idx]
+        for k, v in enumerate(self._done_clock(post)):
+            clock[k] = max(clock[k], v)
+
+    def _done_clock(self, j: int) -> list[int]:
+        """What is known complete once instruction j completes: its start clock, itself and (in-order completion)
+        every earlier instruction of its engine."""
+        out = list(self._clock[j])
+        out[ENGINES.index(self.entries[j].engine)] = j
+        return out
 
     def end(self) -> None:
-        """Append END, which waits for every engine that has work outstanding."""
+        """Append END (on SAVE: it waits for the last SAVE through the own token, and for any other engine whose
+        last instruction no token chain already orders before it)."""
         before = dict(self._last_of_engine)
         idx = self.emit("END")
-        for e, last in before.items():
+        for last in sorted(before.values(), reverse=True):
             self._depend(idx, last)
 
     @property

@@ -31,6 +31,9 @@ class Banks:
         self.image_ids = frozenset(i for g in self.groups if g.kind == "image" for i in g.ids)
         self.base_id = {g.name: g.base_id for g in self.groups}  # group name -> first bank id
         self._blocks: dict[tuple[int, int, int], np.ndarray] = {}
+        #: The access record of the instruction being planned or run, while the emulator records accesses
+        #: (Emulator.record_accesses); None otherwise, and then the accessors below only test it.
+        self.trace = None
 
     def row_blocks(self, count: int, nrow: int, jump: int) -> np.ndarray:
         """Read-only view (keys, count, nrow, width): item [k] is the `count` runs of `nrow` rows starting at row
@@ -78,7 +81,10 @@ class Banks:
         """
         banks, rows = np.broadcast_arrays(np.asarray(banks, dtype=np.int64), np.asarray(rows, dtype=np.int64))
         nrow = -(-nbytes // self.width)
-        data = self._rows[self._keys(banks, rows, nrow)]  # (..., nrow, width)
+        keys = self._keys(banks, rows, nrow)
+        if self.trace is not None:
+            self.trace.bank_reads.append(keys.reshape(-1))
+        data = self._rows[keys]  # (..., nrow, width)
         data = data.reshape(banks.shape + (nrow * self.width,))
         return data[..., :nbytes] if nrow * self.width != nbytes else data
 
@@ -101,6 +107,8 @@ class Banks:
             padded[..., :nbytes] = data
             data = padded
         keys = self._keys(banks, rows, nrow).reshape(-1)
+        if self.trace is not None:
+            self.trace.bank_writes.append(keys)
         vals = data.reshape(-1, self.width)
         keys, vals = last_wins(keys, vals)
         self._rows[keys] = vals
@@ -112,6 +120,8 @@ class Banks:
         (nbytes,) uint8, as `read` would. When the keys are a regular grid of rows (`affine_view`) the result is a
         view of the bank memory (valid until the banks change), otherwise a gathered copy."""
         lead, nrow = keys.shape[:-1], keys.shape[-1]
+        if self.trace is not None:
+            self.trace.bank_reads.append(keys.reshape(-1))
         view = self.affine_view(keys)
         if view is not None:
             view = view[..., :nbytes]
@@ -127,6 +137,8 @@ class Banks:
         """A function writing data (..., nbytes) uint8 to the row-key lists keys (..., nrow) exactly as `write`
         does (zero-filled row tails, later items in C order win)."""
         lead, nrow = keys.shape[:-1], keys.shape[-1]
+        if self.trace is not None:
+            self.trace.bank_writes.append(keys.reshape(-1))
         span = nrow * self.width
         view = self.affine_view(keys) if last_wins_index(keys.reshape(-1)) is None else None
         if view is not None:

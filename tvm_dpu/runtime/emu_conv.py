@@ -416,6 +416,8 @@ def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: in
                                       f"at most {MAX_ADDR_GROUP} wraps (bank_addr_in_1..3)")
     rows = rm.rows[:, None] + np.arange(width, dtype=np.int64)[None, :] * jump
     keys = banks.keys(rm.banks[:, None], rows, nrow)  # (height, width, nrow)
+    if banks.trace is not None:
+        banks.trace.bank_reads.append(keys.reshape(-1))
     all_rows = banks.rows
     if keys.size:
         starts = keys[:, 0, 0]

@@ -29,6 +29,7 @@ from tvm_dpu.errors import EmulatorError, ISAError
 from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
 from tvm_dpu.runtime.banks import Banks
 from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, blas_threads  # noqa: F401 (re-exported)
+from tvm_dpu.timing.depcheck import Access
 
 #: Number of DDR base-address registers reachable by reg_id (3-bit field).
 NUM_REGIONS = 8
@@ -141,6 +142,8 @@ class Emulator:
         self._acts: dict[str, frozenset[int]] = {}
         self._scratch: dict[str, np.ndarray] = {}
         self._scratch_views: dict[tuple, np.ndarray] = {}
+        #: One Access per instruction while `record_accesses` compiles and runs a program; None otherwise.
+        self._accesses: list[Access] | None = None
 
     def scratch(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         """A work array of this emulator, shared by every step asking for `name` (contents undefined). Steps run
@@ -223,6 +226,25 @@ class Emulator:
             static.seconds = time.perf_counter() - t0
             self.stats = static
         return static
+
+    def record_accesses(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> list[Access]:
+        """Run `code` like `run` and return, per instruction executed, the bank rows and DDR bytes it read and
+        wrote (timing.depcheck.Access; the dependency checker's race detection). The program is compiled afresh
+        and not cached; `run` records nothing."""
+        self.regions = self._checked_regions(regions)
+        code = self._checked_code(code)
+        self._accesses = []
+        try:
+            program = self._compile(code)
+            accesses = self._accesses
+        finally:
+            self._accesses = None
+            self.banks.trace = None
+        self.stats = EmuStats()
+        with blas_threads():
+            for step, _ in program.plan:
+                step(self.regions)
+        return accesses
 
     def prepare(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> None:
         """Compile `code` for DDR regions of these sizes and cache it, so the first `run` does not pay for it.
@@ -322,6 +344,8 @@ class Emulator:
                 ctx = Ctx(index, ins, self.arch)
                 self.stats = scratch = EmuStats()
                 plan = planners.get(ins.name)
+                if self._accesses is not None:
+                    self.banks.trace = _record(self._accesses, ins)
                 try:
                     if plan is not None:
                         step = plan(self, ctx)
@@ -336,6 +360,8 @@ class Emulator:
                     names.append(ins.name)
                     static.append((0, 0, 0))
                     break
+                if self._accesses is not None:
+                    step = _recorded(self, self._accesses[-1], step)
                 steps.append(step)
                 names.append(ins.name)
                 static.append((scratch.load_bytes, scratch.save_bytes, scratch.macs))
@@ -344,6 +370,7 @@ class Emulator:
                     break
         finally:
             self.stats = saved_stats
+            self.banks.trace = None
         return Program(_batch_conv_runs(emu_ddr.merge_transfers(steps, _skip)), names, _init_key(self.convinit), uses_initial[0], static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
@@ -363,6 +390,41 @@ class Emulator:
         engine = "pool_engine" if ctx.ins.name.startswith("POOL") else "dwconv_engine"
         raise ctx.error(None, f"{self.arch.name} (ISA1) has no {engine}; use ALUINIT/ALU "
                               f"(isa1-semantics.md 0, 12.10)")
+
+
+def _record(accesses: list[Access], ins: Instr) -> Access:
+    """A new access record for `ins`, with the DDR bytes a LOAD reads or a SAVE writes (the bank side is recorded
+    by Banks while the instruction is planned or run)."""
+    acc = Access()
+    f = ins.fields
+    if ins.name == "LOAD" and f["broadcast"] != emu_ddr.BROADCAST_CONST:
+        acc.ddr_reads.append((f["reg_id"], f["ddr_addr"], f["length"], f["channel"], f["jump_read"]))
+    elif ins.name == "SAVE":
+        width = 1 if f["argmax"] & 2 and not f["const_en"] else f["channel"]
+        acc.ddr_writes.append((f["reg_id"], f["ddr_addr"], f["length"], width, f["jump_write"]))
+    accesses.append(acc)
+    return acc
+
+
+def _recorded(emu: Emulator, acc: Access, step: Step) -> Step:
+    """`step` with what planning did not see recorded: a CONV's weights, bias and output rows and a plain
+    LOAD's bank rows (both made into readers and writers only later), and whatever an interpreted step (ALU,
+    INIT) touches when it runs."""
+    if isinstance(step, emu_conv.ConvStep):
+        acc.bank_reads.append(step.param_reads)
+        acc.bank_writes.append(step.writes)
+        return step
+    if isinstance(step, emu_ddr.Transfer):
+        (acc.bank_reads if step.save else acc.bank_writes).append(step.keys.reshape(-1))
+        return step
+
+    def run(regions: Mapping[int, np.ndarray]) -> None:
+        emu.banks.trace = acc
+        try:
+            step(regions)
+        finally:
+            emu.banks.trace = None
+    return run
 
 
 def _init_key(ins: Instr | None) -> tuple | None:

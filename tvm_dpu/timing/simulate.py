@@ -5,8 +5,10 @@ Model (docs/timing-model.md):
 * Engines LOAD, SAVE, CONV, MISC each execute their own instructions in program order (isa1-semantics.md 10).
 * An instruction starts when its engine is idle, its words have been fetched (one 32-bit word per cycle through
   the instruction port, prefetched ahead) and one token from each engine of its `dpdon` mask is available.
-  Tokens between an engine pair are counted and consumed in order (codegen/program.py).
-* When it completes it posts one token to each engine of its `dpdby` mask. Compute instructions complete when
+  Tokens are counted per engine pair (timing/depcheck.py, docs/dependency-protocol.md): own-engine counters start
+  with one token, as vai_c's programs require (every engine's first instruction waits on its own engine).
+* When it completes it posts one token to each engine of its `dpdby` mask. At the end every counter must be back
+  at its start value (posts balance waits), else TimingError names the pair and the instruction that posted last. Compute instructions complete when
   their cycles are done; LOAD/SAVE free their engine when the last beat has moved and complete `ddr_latency` later.
 * LOAD and SAVE share the core's AXI beat rate (2 ports, capped by the DDR share): max-min fair, each also capped
   by its own bank-side rate (cost.py).
@@ -28,6 +30,7 @@ from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import decode_program_shared, instr_spec
 from tvm_dpu.timing.cost import ENGINES, CostModel, InstrCost
+from tvm_dpu.timing.depcheck import OWN_CREDIT, initial_tokens, pair_name
 from tvm_dpu.timing.params import MachineModel, TimingError, TimingParams, machine
 
 _LOAD, _SAVE = 0, 1
@@ -192,7 +195,8 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     remaining = [0.0] * 4  # DMA engines: beats left
     min_end = [0.0] * 4  # DMA engines: earliest end (issue + bank side)
     rate = [0.0] * 4
-    tokens = [[0] * 4 for _ in range(4)]  # tokens[src][dst]
+    tokens = initial_tokens()  # tokens[src][dst]
+    last_post = {}  # (src, dst) -> the instruction that posted last
     posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
     nan = float("nan")
     start, end, done = [nan] * n, [nan] * n, [nan] * n
@@ -300,6 +304,8 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             src = costs[i].engine
             for d in posts_to[i]:
                 tokens[src][d] += 1
+                last_post[(src, d)] = i
+    _check_balance(tokens, last_post, names, costs)
     start, end, done = np.array(start), np.array(end), np.array(done)
     total = float(np.nanmax(done)) if n else 0.0
     result = TimingResult(arch=a.name, freq_hz=m.freq_hz, cycles=total,
@@ -342,6 +348,20 @@ def _deadlock(t: float, names: list[str], queues: list[list[int]], head: list[in
             blocked.append(f"instruction {i} ({names[i]}, engine {ENGINES[e]}) waits for a token from "
                            f"{', '.join(missing) or '?'} that is never posted")
     raise TimingError(f"deadlock at cycle {t:.0f}: " + "; ".join(blocked))
+
+
+def _check_balance(tokens: list[list[int]], last_post: dict, names: list[str], costs: list[InstrCost]) -> None:
+    for s in range(4):
+        for d in range(4):
+            left = tokens[s][d] - (OWN_CREDIT if s == d else 0)
+            if left > 0:
+                i = last_post[(s, d)]
+                raise TimingError(f"unbalanced tokens: {left} token(s) {pair_name(s, d)} left over at the end (last "
+                                  f"posted by instruction {i} ({names[i]}, engine {ENGINES[costs[i].engine]}))")
+            if left < 0:
+                raise TimingError(f"unbalanced tokens: own counter {pair_name(s, d)} ends {-left} token(s) below "
+                                  f"its initial {OWN_CREDIT}: the next program's first {ENGINES[s]} instruction "
+                                  f"would wait forever")
 
 
 def simulate_subgraph(sg: Any, arch: Arch | str | None = None, params: TimingParams | None = None,

@@ -1,0 +1,203 @@
+"""The dpdon/dpdby protocol (docs/dependency-protocol.md): vai_c's own programs are the reference, the timing model
+runs them as written, the checker (timing/depcheck.py + runtime/dep_check.py) finds token problems and races, and
+the code generator emits only programs the checker accepts."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tvm_dpu
+from tvm_dpu import zoo
+from tvm_dpu.codegen.isa import ENGINE_BITS, LOAD, SAVE, encode_program, make_instr
+from tvm_dpu.runtime.dep_check import check_code, check_programs
+from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.arch import load_arch
+from tvm_dpu.timing.depcheck import COUNTER_DEPTH, check
+from tvm_dpu.timing.params import TimingError
+from tvm_dpu.timing.simulate import simulate
+
+VAI_C = Path(__file__).parent / "data" / "vai_c_mc"
+VAI_C_PROGRAMS = sorted(VAI_C.glob("*.bin"))
+ARCH = "DPUCZDX8G_ISA1_B4096"
+
+
+def _words(path: Path) -> np.ndarray:
+    return np.frombuffer(path.read_bytes(), "<u4")
+
+
+# -- vai_c's programs: the reference -------------------------------------------------------------------------
+def test_vai_c_programs_are_vendored():
+    assert len(VAI_C_PROGRAMS) == 4
+
+
+@pytest.mark.parametrize("path", VAI_C_PROGRAMS, ids=lambda p: p.stem)
+def test_vai_c_program_follows_the_protocol(path):
+    rep = check(_words(path))
+    assert rep.ok, rep.problems
+    assert rep.own_on > 0.98 and rep.own_by > 0.98
+    assert rep.ends()["first"] == ["LOAD on=L by=L"]
+    assert rep.ends()["last"] == ["END on=S by=S"]
+    assert (rep.posts == rep.waits).all()
+    assert rep.max_cross_depth() == COUNTER_DEPTH
+    # vai_c never throttles LOAD: it may post every load->conv token before CONV takes one.
+    assert rep.runahead[0][2] == rep.posts[0][2]
+
+
+@pytest.mark.parametrize("path", VAI_C_PROGRAMS, ids=lambda p: p.stem)
+def test_vai_c_program_has_no_race(path):
+    # Addresses do not depend on the data: zero regions larger than the program's (reg_id_to_size) will do.
+    rep = check_code(_words(path), ARCH, {k: np.zeros(1 << 20, np.uint8) for k in range(4)})
+    assert rep.races_checked and rep.ok, (rep.problems, rep.races)
+
+
+@pytest.mark.parametrize("path", VAI_C_PROGRAMS, ids=lambda p: p.stem)
+def test_timing_model_runs_vai_c_program_as_written(path):
+    r = simulate(_words(path), ARCH)
+    assert r.cycles > 0 and np.isfinite(r.done).all()
+
+
+# -- the timing model's errors -------------------------------------------------------------------------------
+def _prog(*instrs):
+    return encode_program(list(instrs))
+
+
+_LOAD = dict(bank_id=0, length=1, channel=16, jump_read=16, reg_id=0)
+_SAVE = dict(bank_id=0, length=1, channel=16, jump_write=16, reg_id=1)
+
+
+def test_simulate_names_the_instruction_a_deadlock_blocks():
+    code = _prog(make_instr("LOAD", LOAD, LOAD, **_LOAD), make_instr("SAVE", SAVE | ENGINE_BITS["conv"], SAVE, **_SAVE),
+                 make_instr("END", SAVE, SAVE))
+    with pytest.raises(TimingError, match=r"instruction 1 \(SAVE, engine save\) waits for a token from conv"):
+        simulate(code, ARCH)
+
+
+def test_simulate_rejects_tokens_left_over():
+    code = _prog(make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD), make_instr("SAVE", SAVE, SAVE, **_SAVE),
+                 make_instr("END", SAVE, SAVE))
+    with pytest.raises(TimingError, match=r"1 token\(s\) load->save left over .*instruction 0 \(LOAD"):
+        simulate(code, ARCH)
+
+
+def test_simulate_rejects_an_own_counter_left_empty():
+    code = _prog(make_instr("LOAD", LOAD, 0, **_LOAD), make_instr("END", SAVE, SAVE))
+    with pytest.raises(TimingError, match="own counter load->load ends 1 token"):
+        simulate(code, ARCH)
+
+
+# -- the checker ---------------------------------------------------------------------------------------------
+def _regions():
+    return {0: np.arange(64, dtype=np.uint8), 1: np.zeros(64, np.uint8)}
+
+
+def test_checker_finds_a_bank_race_and_accepts_the_token_that_orders_it():
+    racy = _prog(make_instr("LOAD", LOAD, LOAD, **_LOAD), make_instr("SAVE", SAVE, SAVE, **_SAVE),
+                 make_instr("END", SAVE, SAVE))
+    rep = check_code(racy, ARCH, _regions())
+    assert not rep.problems
+    assert [(r.first, r.second, r.kind) for r in rep.races] == [(0, 1, "RAW")]
+    assert "bank 0 row 0" in rep.races[0].where
+    ordered = _prog(make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD), make_instr("SAVE", SAVE | LOAD, SAVE, **_SAVE),
+                    make_instr("END", SAVE, SAVE))
+    rep = check_code(ordered, ARCH, _regions())
+    assert rep.ok and rep.pairs()["load->save"] == {"posts": 1, "waits": 1, "depth": 1}
+
+
+def test_checker_finds_a_ddr_race():
+    # SAVE writes region 1 bytes 0..15, then a LOAD reads them back with no token from SAVE.
+    code = _prog(make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD), make_instr("SAVE", SAVE | LOAD, SAVE, **_SAVE),
+                 make_instr("LOAD", LOAD, LOAD, **{**_LOAD, "reg_id": 1, "bank_id": 1}), make_instr("END", SAVE, SAVE))
+    rep = check_code(code, ARCH, _regions())
+    assert [(r.first, r.second, r.kind) for r in rep.races] == [(1, 2, "RAW")]
+    assert "DDR region 1 byte 0" in rep.races[0].where
+
+
+def test_checker_reports_deadlock_leftovers_and_depth():
+    dead = _prog(make_instr("SAVE", SAVE | LOAD, SAVE, **_SAVE), make_instr("END", SAVE, SAVE))
+    assert check(dead).problems == ["deadlock: instruction 0 (SAVE, engine save) waits for a token from load that "
+                                    "is never posted"]
+    left = _prog(make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD), make_instr("END", SAVE, SAVE))
+    assert any("left over at END" in p for p in check(left).problems)
+    deep = _prog(make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD), make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD),
+                 make_instr("SAVE", SAVE | LOAD, SAVE, **_SAVE), make_instr("SAVE", SAVE | LOAD, SAVE, **_SAVE),
+                 make_instr("END", SAVE, SAVE))
+    rep = check(deep)
+    assert rep.depth[0][1] == 2 and any("load->save holds up to 2" in p for p in rep.problems)
+    with pytest.raises(TimingError, match="breaks the dependency protocol"):
+        rep.raise_for_problems()
+
+
+def test_access_recording_is_off_by_default_and_changes_nothing():
+    code = _prog(make_instr("LOAD", LOAD, LOAD | SAVE, **_LOAD), make_instr("SAVE", SAVE | LOAD, SAVE, **_SAVE),
+                 make_instr("END", SAVE, SAVE))
+    emu = Emulator(load_arch(ARCH))
+    plain = _regions()
+    emu.run(code, plain)
+    assert emu.banks.trace is None and emu._accesses is None
+    recorded = _regions()
+    acc = Emulator(load_arch(ARCH)).record_accesses(code, recorded)
+    assert all((plain[k] == recorded[k]).all() for k in plain)
+    assert acc[0].ddr_reads == [(0, 0, 1, 16, 16)] and acc[1].ddr_writes == [(1, 0, 1, 16, 16)]
+    assert acc[0].bank_writes[0].tolist() == [0] and acc[1].bank_reads[0].tolist() == [0]
+
+
+# -- the code generator --------------------------------------------------------------------------------------
+def _build(name, arch, fusion, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tvm_dpu.build(zoo.build_model(name, reduced=True), arch=arch, fusion=fusion, progress=False,
+                             calibration=[zoo.random_input(name, reduced=True, seed=s) for s in range(2)], **kw)
+
+
+def _assert_clean(model, what):
+    n = 0
+    for sym, r in model.runners.items():
+        for label, rep in check_programs(r.sg, r.multicore).items():
+            assert rep.ok and rep.races_checked, f"{what} {sym} {label}: {rep.problems[:3]} {rep.races[:3]}"
+            assert rep.own_on == rep.own_by == 1.0, f"{what} {sym} {label}: an instruction without its own bits"
+            assert rep.ends()["last"] == ["END on=S by=S"], f"{what} {sym} {label}: {rep.ends()['last']}"
+            n += 1
+    assert n
+
+
+@pytest.mark.parametrize("name,arch,fusion", [("mixed_cnn", ARCH, "none"), ("mixed_cnn", ARCH, "optimal"),
+                                              ("shufflenetv2", "DPUCZDX8G_ISA1_B1152", "optimal"),
+                                              ("squeezenet1_1", "dnnvm-zu2", "none")])
+def test_codegen_programs_pass_the_checker(name, arch, fusion):
+    _assert_clean(_build(name, arch, fusion), f"{name}/{arch}/{fusion}")
+
+
+def test_cli_check_deps(tmp_path, capsys):
+    from tvm_dpu.cli import EXIT_OK, main
+    path = tmp_path / "m.tvmdpu"
+    _build("squeezenet1_1", "zcu102", "optimal").export(path)
+    assert main(["inspect", "--check-deps", str(path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "own bits 100%/100%, max cross depth 1 (run-ahead " in out and "races checked: ok" in out and "load->conv:" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fusion", ["none", "optimal"])
+@pytest.mark.parametrize("arch", [ARCH, "DPUCZDX8G_ISA1_B1152", "dnnvm-zu2"])
+@pytest.mark.parametrize("name", zoo.MODELS)
+def test_zoo_programs_pass_the_checker(name, arch, fusion):
+    _assert_clean(_build(name, arch, fusion), f"{name}/{arch}/{fusion}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["googlenet", "resnet50"])
+def test_multicore_segments_pass_the_checker(name):
+    model = _build(name, "zcu102", "optimal", cores=3, segments="always")
+    assert any(r.multicore is not None for r in model.runners.values())
+    _assert_clean(model, f"{name} cores=3")
+
+
+@pytest.mark.slow
+def test_pipeline_stages_pass_the_checker():
+    from tvm_dpu.pipeline.model import PipelineModel
+    pipe = PipelineModel.from_model(_build("resnet50", "zcu102", "optimal"), boards=3)
+    for k, st in enumerate(pipe.stages):
+        _assert_clean(st.model, f"resnet50 stage {k}")
