@@ -29,7 +29,7 @@ def compiled():
 
 def test_an_artifact_built_here_loads_and_a_foreign_one_is_refused(compiled, config, tmp_path, monkeypatch):
     path = compiled.export(tmp_path / "m.tvmdpu")
-    assert (config / "built").read_text().split() == [trust._file_digest(path).hex()]
+    assert (config / "built").read_text().split() == [trust.artifact_id(path.read_bytes())]
     tvm_dpu.load(path)
     # The same file on another machine (another user's config): not built there, unsigned.
     monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(tmp_path / "elsewhere"))
@@ -41,14 +41,23 @@ def test_an_artifact_built_here_loads_and_a_foreign_one_is_refused(compiled, con
         tvm_dpu.load(path, trust="sometimes")
 
 
-def test_a_changed_byte_makes_a_local_build_foreign(compiled, config, tmp_path):
+def test_a_changed_local_build_is_refused(compiled, config, tmp_path):
+    import hashlib
+
+    from tvm_dpu.container import FIXED_SIZE
+    from tvm_dpu.errors import ArtifactError
+
     path = compiled.export(tmp_path / "m.tvmdpu")
     data = bytearray(path.read_bytes())
-    data[100] ^= 1
+    data[FIXED_SIZE + 100] ^= 1
     changed = tmp_path / "changed.tvmdpu"
     changed.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="checksum mismatch"):
+        tvm_dpu.load(changed)  # the recorded identity holds the payload's sha256, which no longer matches
+    data[28:60] = hashlib.sha256(bytes(data[FIXED_SIZE:])).digest()  # a forger recomputes the checksum ...
+    changed.write_bytes(bytes(data))
     with pytest.raises(signing.SignatureError, match="not built by this user"):
-        tvm_dpu.load(changed)
+        tvm_dpu.load(changed)  # ... which changes the identity: no longer a local build
 
 
 def test_signed_artifacts_from_elsewhere_load_with_their_key(compiled, config, tmp_path, monkeypatch):

@@ -6,9 +6,9 @@ An artifact carries a native library (the model's CPU part), and loading it runs
 1. signed by a trusted key: the keys passed as `trusted_keys`, else the keys listed in the user's trusted-keys file
    (`<config>/trusted_keys`, one key file path per line, relative paths from the config directory). When that file
    exists, signatures are mandatory for every load in this user's processes;
-2. built by this user on this machine: `export` records the sha256 of every artifact it writes in
-   `<config>/built` (newest last, the oldest dropped past `MAX_BUILT`), so a model compiled here runs here with no
-   key management (the README's first command);
+2. built by this user on this machine: `export` records the identity of every artifact it writes (`artifact_id`,
+   which covers every byte) in `<config>/built` (newest last, the oldest dropped past `MAX_BUILT`), so a model
+   compiled here runs here with no key management (the README's first command);
 3. explicitly allowed unsigned: `trust="unsigned"` / `tvm-dpu run --allow-unsigned`, for an artifact from a source
    the user vouches for.
 
@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tvm_dpu.container import FIXED_SIZE
 from tvm_dpu.signing import SignatureError
 
 TRUST_MODES = ("auto", "unsigned")
@@ -56,32 +57,18 @@ def configured_keys() -> list[str] | None:
     return [str(config_dir() / k) if not os.path.isabs(k) else k for k in keys]
 
 
-def _file_digest(path: Path) -> bytes:
-    from tvm_dpu.signing import TRAILER_MAGIC, TRAILER_SIZE
-
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        end = size
-        if size >= TRAILER_SIZE:
-            f.seek(size - TRAILER_SIZE)
-            if f.read(8) == TRAILER_MAGIC:
-                end = size - TRAILER_SIZE
-        f.seek(0)
-        h = hashlib.sha256()
-        left = end
-        while left:
-            chunk = f.read(min(left, 1 << 22))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-    return h.digest()
+def artifact_id(fixed_part: bytes) -> str:
+    """The identity recorded for an artifact: sha256 of its fixed-size container header (tvm_dpu.container),
+    which holds the sha256 of everything after it. So it names every byte of the unsigned artifact at the cost
+    of hashing FIXED_SIZE bytes; the loader verifies that stored digest before anything in the file is used."""
+    return hashlib.sha256(bytes(fixed_part[:FIXED_SIZE])).hexdigest()
 
 
 def record_build(path: str | os.PathLike[str]) -> None:
     """Remember that this user built the artifact at `path` (its unsigned body's sha256). A config directory that
     cannot be written only means the artifact will need a key or `--allow-unsigned` elsewhere: not an error."""
-    digest = _file_digest(Path(path)).hex()
+    with open(path, "rb") as f:
+        digest = artifact_id(f.read(FIXED_SIZE))
     built = config_dir() / "built"
     with _LOCK:
         try:
@@ -97,9 +84,9 @@ def record_build(path: str | os.PathLike[str]) -> None:
             pass
 
 
-def built_here(digest: bytes) -> bool:
+def built_here(digest: str) -> bool:
     try:
-        return digest.hex() in (config_dir() / "built").read_text().split()
+        return digest in (config_dir() / "built").read_text().split()
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -117,7 +104,7 @@ def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> byte
     if keys is not None:
         return signing.verify(data, keys, f"{source} (signatures are required by {config_dir() / 'trusted_keys'})")
     body, _ = signing.split(data)
-    if trust == "unsigned" or built_here(hashlib.sha256(body).digest()):
+    if trust == "unsigned" or built_here(artifact_id(body)):
         return body
     raise SignatureError(
         f"{source}: not built by this user on this machine and not signed by a trusted key, so its native code is "

@@ -196,12 +196,16 @@ class TensorStats:
         head, rest = v[:max(room, 0)], v[max(room, 0):]
         if head.size:
             self.samples = np.concatenate([self.samples, head])
-        if rest.size:
-            seen = self.count + head.size + np.arange(1, rest.size + 1, dtype=np.float64)
-            slot = np.floor(self._rng.random(rest.size) * seen).astype(np.int64)
+        # In pieces of CHUNK values: the draws' temporaries (about 24 bytes a value) stay bounded however large
+        # the feature map (they were the peak of a large-input compile). The generator's stream is sequential, so
+        # the pieces draw exactly the numbers one call would: the same samples, fix points and artifacts.
+        for lo in range(0, rest.size, CHUNK):
+            part = rest[lo:lo + CHUNK]
+            seen = self.count + head.size + lo + np.arange(1, part.size + 1, dtype=np.float64)
+            slot = np.floor(self._rng.random(part.size) * seen).astype(np.int64)
             keep = slot < self.capacity
             # Fancy assignment writes in order, so a later value wins a slot drawn twice, as in the serial loop.
-            self.samples[slot[keep]] = rest[keep]
+            self.samples[slot[keep]] = part[keep]
         self.count += v.size
 
     @property
