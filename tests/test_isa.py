@@ -418,3 +418,39 @@ def test_shared_decoding_equals_decoding_and_reports_the_same_errors():
     for decoder in (decode_program, decode_program_shared):  # the first LOAD cut short
         with pytest.raises(ISAError, match="word 0: truncated LOAD"):
             decoder(code[:2])
+
+
+def test_isa_enumerations_are_data_with_one_spelling():
+    """The enumerated fields' codes (isa1-semantics.md 6.4, 8.3, 9.2, 7.1) come from isa_fields.json; the
+    quantizer, the code generator and the emulator read the same table."""
+    from tvm_dpu.codegen import alu
+    from tvm_dpu.codegen.isa import enum_code, enum_codes, enum_name
+    from tvm_dpu.runtime import emu_alu, emu_elew
+
+    acts = enum_codes("act_type")
+    assert dict(acts) == {"none": 0, "relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hard_sigmoid": 5,
+                          "hard_swish": 6}
+    assert dict(enum_codes("elew_type")) == {"add": 0, "mul": 1}
+    assert enum_codes("alu_exec_mode")["hard_sigmoid"] == emu_alu.HARD_SIGMOID == 7
+    assert enum_codes("alu_exec_mode")["leaky_relu"] == emu_alu.LEAKY == 4
+    assert alu.ALU_MODES is enum_codes("alu_exec_mode") and emu_alu.ALU_MODES == frozenset(range(9))
+    assert (emu_elew.ELEW_ADD, emu_elew.ELEW_MULT) == (0, 1)
+    assert enum_name("pool_type", 1) == "avgpool"
+    with pytest.raises(TypeError):
+        acts["relu"] = 7  # read-only: nobody can change a code for everyone else
+    with pytest.raises(ISAError, match="'hsigmoid' is not an ISA1 act_type"):
+        enum_code("act_type", "hsigmoid")
+    with pytest.raises(ISAError, match="unknown ISA enumeration 'act_types'"):
+        enum_codes("act_types")
+    with pytest.raises(ISAError, match="act_type 9 is not an ISA1 act_type code"):
+        enum_name("act_type", 9)
+
+
+def test_emulator_refuses_an_activation_name_it_does_not_know():
+    """An Arch activation list naming something outside the ISA's act_type table is an error, not dropped."""
+    from dataclasses import replace
+
+    emu = Emulator(replace(B4096, alu_activations=("relu", "hsigmoid")))
+    with pytest.raises(ISAError, match="'hsigmoid' is not an ISA1 act_type"):
+        emu.allowed_acts("alu")
+    assert Emulator(B4096).allowed_acts("alu") == frozenset({0, 1, 4})

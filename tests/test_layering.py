@@ -47,7 +47,8 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.arch": frozenset(),
     # quant's arithmetic imports only arch; calibration / quantization / QDQ import sit above xgraph
     "tvm_dpu.quant.fixpoint": frozenset({"tvm_dpu.arch"}) | QUANT_ARITH,
-    "tvm_dpu.quant.rules": frozenset({"tvm_dpu.arch"}) | QUANT_ARITH,
+    # the rules take the act_type codes from the ISA table (codegen.isa imports only the errors)
+    "tvm_dpu.quant.rules": frozenset({"tvm_dpu.arch", "tvm_dpu.codegen.isa"}) | QUANT_ARITH,
     "tvm_dpu.quant": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph"}) | QUANT_ARITH,
     # xgraph never imports passes, frontend or runtime (nor anything above it)
     "tvm_dpu.xgraph": frozenset({"tvm_dpu.arch"}) | QUANT_ARITH,

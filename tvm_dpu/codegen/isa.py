@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Iterable, Sequence
+from types import MappingProxyType
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -77,9 +78,40 @@ class Instr:
 
 
 @lru_cache(maxsize=1)
+def _doc() -> dict:
+    return json.loads(resources.files("tvm_dpu.codegen").joinpath("isa_fields.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def enum_codes(kind: str) -> Mapping[str, int]:
+    """name -> code of the ISA enumeration `kind` ("act_type", "elew_type", "alu_exec_mode", "pool_type"), as
+    isa_fields.json lists it; read-only. ISAError for an unknown enumeration."""
+    enums = {k: v for k, v in _doc()["enums"].items() if not k.startswith("_")}
+    if kind not in enums:
+        raise ISAError(f"unknown ISA enumeration {kind!r} (known: {', '.join(enums)})")
+    return MappingProxyType({name: int(code) for name, code in enums[kind].items()})
+
+
+def enum_code(kind: str, name: str) -> int:
+    """The code of `name` in the ISA enumeration `kind`; ISAError naming the known names if it has none."""
+    codes = enum_codes(kind)
+    try:
+        return codes[name]
+    except KeyError:
+        raise ISAError(f"{kind} {name!r} is not an ISA1 {kind} (known: {', '.join(codes)})") from None
+
+
+def enum_name(kind: str, code: int) -> str:
+    """The name of `code` in the ISA enumeration `kind`; ISAError if no name has that code."""
+    for name, c in enum_codes(kind).items():
+        if c == code:
+            return name
+    raise ISAError(f"{kind} {code} is not an ISA1 {kind} code (known: {dict(enum_codes(kind))})")
+
+
+@lru_cache(maxsize=1)
 def _table() -> tuple[dict[str, InstrSpec], dict[int, InstrSpec]]:
-    text = resources.files("tvm_dpu.codegen").joinpath("isa_fields.json").read_text()
-    doc = json.loads(text)
+    doc = _doc()
     by_name: dict[str, InstrSpec] = {}
     by_opcode: dict[int, InstrSpec] = {}
     for ins in doc["instructions"]:
