@@ -147,22 +147,18 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
 def _device_for(device: Any, arch, fp: int, path: Path, options: dict, cores: int = 1) -> Any:
     """The device to run on; ArtifactError when its DPU fingerprint is not the artifact's. "emulator" with
     `cores` > 1 is a `CoreGroup` of that many emulated cores (for programs compiled with several cores)."""
-    from tvm_dpu.runtime.device import EmulatorDevice
+    from tvm_dpu.runtime.device_kinds import check_options, device_kind
 
-    if isinstance(device, str) and device not in ("emulator", "pynq"):
-        raise ArtifactError(f"device={device!r}: expected 'emulator', 'pynq' or a device object")
-    if device == "emulator":
-        if options:
-            raise ArtifactError(f"device='emulator' takes no options (got {sorted(options)})")
-        if cores > 1:
-            from tvm_dpu.runtime.cores import core_group
+    if isinstance(device, str):
+        kind = device_kind(device, f"device={device!r}", ArtifactError)
+        check_options(kind, options, f"device={device!r}", ArtifactError)
+        if not kind.own_arch:  # built for the artifact's arch: nothing to compare
+            if cores > 1:
+                from tvm_dpu.runtime.cores import core_group
 
-            return core_group(arch, cores)
-        return EmulatorDevice(arch)
-    if device == "pynq":
-        from tvm_dpu.runtime.pynq_driver import PynqDevice
-
-        device = PynqDevice(**options)
+                return core_group(arch, cores, device)
+            return kind.make(arch)
+        device = kind.make(None, **options)
     dev_arch = getattr(device, "arch", None)
     if dev_arch is None or not callable(getattr(device, "execute", None)):
         raise ArtifactError(f"device {device!r} is not a DPU device (needs .arch and .execute(sg, regions))")
