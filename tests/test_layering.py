@@ -83,8 +83,6 @@ LAYERS: dict[str, frozenset[str] | None] = {
 
 #: Arrows allowed against LAYERS and left out of the cycle check, each with its reason (all lazy imports).
 EXEMPT: dict[tuple[str, str], str] = {
-    # CompiledModel.export forwards to artifact.export while artifact.load builds a CompiledModel.
-    ("tvm_dpu.runtime.compiled_model", "tvm_dpu.runtime.artifact"): "CompiledModel.export convenience",
     # Only an artifact that names plugins reaches for their registry, to refuse a missing one at load.
     ("tvm_dpu.runtime.artifact", "tvm_dpu.plugins.registry"): "load checks the artifact's plugins are installed",
     # relax.get_pipeline("dpu", plugins=[...]) resolves plugins by name; only when plugins are asked for.
