@@ -405,17 +405,35 @@ def test_leaky_gated_by_fingerprint_flags():
 
 
 def test_shared_decoding_equals_decoding_and_reports_the_same_errors():
-    """decode_program_shared (the timing model's decoder) gives decode_program's instructions for a program with
-    repeated instructions, and fails on a truncated stream the way decode_program does."""
-    from tvm_dpu.codegen.isa import decode_program_shared, make_instr
+    """iter_program(shared=True) (the timing model's decoder) gives decode_program's instructions for a program
+    with repeated instructions, as one read-only Instr per distinct instruction, and fails on a truncated stream
+    the way decode_program does."""
+    from tvm_dpu.codegen.isa import iter_program, make_instr
+
+    def decode_shared(code):
+        return [ins for _, ins in iter_program(code, shared=True)]
 
     prog = [make_instr("LOAD", length=4, channel=16), make_instr("CONVINIT", kernel_h=3, kernel_w=3),
             make_instr("CONV", channel_group=2, length=8), make_instr("CONV", channel_group=2, length=8),
             make_instr("LOAD", length=4, channel=16), make_instr("END")]
     code = encode_program(prog)
-    assert decode_program_shared(code) == decode_program(code) == prog
-    assert decode_program_shared(code) == prog  # second call served from the shared table
-    for decoder in (decode_program, decode_program_shared):  # the first LOAD cut short
+    shared = decode_shared(code)
+    assert shared == decode_program(code) == prog
+    assert decode_program(code) == shared  # equal either way round
+    assert shared[2] is shared[3] and shared[0] is shared[4]
+    again = decode_shared(code)  # served from the shared table
+    assert again == prog and all(a is b for a, b in zip(again, shared))
+    with pytest.raises(ISAError, match="read-only"):
+        shared[2].fields["length"] = 9
+    with pytest.raises(ISAError, match="read-only"):
+        shared[2].fields.update(length=9)
+    with pytest.raises(ISAError, match="read-only"):
+        shared[2].dpdon = 1
+    assert shared[3]["length"] == 8 and shared[3].dpdon == 0
+    plain = decode_program(code)
+    plain[2].fields["length"] = 9  # a plain decode stays the caller's to change
+    assert plain[2] != shared[2]
+    for decoder in (decode_program, decode_shared):  # the first LOAD cut short
         with pytest.raises(ISAError, match="word 0: truncated LOAD"):
             decoder(code[:2])
 
