@@ -452,7 +452,7 @@ def test_isa_enumerations_are_data_with_one_spelling():
     assert enum_codes("alu_exec_mode")["hard_sigmoid"] == emu_alu.HARD_SIGMOID == 7
     assert enum_codes("alu_exec_mode")["leaky_relu"] == emu_alu.LEAKY == 4
     assert alu.ALU_MODES is enum_codes("alu_exec_mode") and emu_alu.ALU_MODES == frozenset(range(9))
-    assert (emu_elew.ELEW_ADD, emu_elew.ELEW_MULT) == (0, 1)
+    assert (emu_elew.ELEW_ADD, emu_elew.ELEW_MUL) == (0, 1)
     assert enum_name("pool_type", 1) == "avgpool"
     with pytest.raises(TypeError):
         acts["relu"] = 7  # read-only: nobody can change a code for everyone else

@@ -42,7 +42,8 @@ def alu(emu: "Emulator", ctx: "Ctx") -> None:
     arch = emu.arch
     pp, cp = arch.pp, arch.icp
     mode = g["exec_mode"]
-    ctx.check(mode in ALU_MODES, None, f"ALUINIT exec_mode={mode} not an ALU mode of {arch.name} ({min(ALU_MODES)}-{max(ALU_MODES)})")
+    ctx.check(mode in ALU_MODES, None,
+              f"ALUINIT exec_mode={mode} not an ALU mode of {arch.name} ({min(ALU_MODES)}-{max(ALU_MODES)})")
     bank_in = emu.check_image_bank(ctx, "bank_id_in")
     bank_out = emu.check_image_bank(ctx, "bank_id_out")
     kh, kw, sh, sw = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"]
