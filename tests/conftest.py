@@ -1,9 +1,12 @@
-"""Shared pytest configuration and fixtures."""
+"""Shared pytest configuration, fixtures and the emulator-vs-golden harness."""
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pytest
 
 
@@ -11,6 +14,46 @@ def pytest_configure(config):
     # The trust policy's records (artifacts built here, trusted keys) live in a config directory: the tests use
     # their own, so they neither read nor grow the user's (child processes inherit it).
     os.environ["TVM_DPU_CONFIG_DIR"] = tempfile.mkdtemp(prefix="tvm_dpu_test_config_")
+
+
+@dataclass
+class EmulatorVsGolden:
+    """One compiled graph run on the emulator and on the golden reference with the same int8 inputs."""
+
+    compiled: Any  # the CompiledSubgraph
+    by_output: dict[str, int]  # output tensor -> elements where the emulator's differs from the golden's
+
+    @property
+    def bad(self) -> int:
+        """Elements that differ, over every output."""
+        return sum(self.by_output.values())
+
+
+def emulator_vs_golden(graph: Any, arch: Any, plan: Any = None, seed: int = 0) -> EmulatorVsGolden:
+    """Compile `graph` (a quantized XGraph; its outputs default to the last op's) for `arch` (a name or an Arch),
+    unfused or along the fusion `plan`, feed seeded random int8 inputs and compare every output of the emulator
+    with the golden reference's (the shapes must agree). The test harness of codegen and fusion."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.codegen.compiler import compile_graph, compile_graph_fused
+    from tvm_dpu.runtime.emulator import Emulator
+    from tvm_dpu.xgraph import run_graph
+
+    arch = load_arch(arch)
+    graph.outputs = graph.outputs or [graph.ops[-1].outputs[0]]
+    compiled = compile_graph(graph, arch) if plan is None else compile_graph_fused(graph, arch, plan)
+    rng = np.random.default_rng(seed)
+    feeds = {n: rng.integers(-128, 128, graph.tensors[n].shape).astype(np.int8) for n in graph.inputs}
+    regions = compiled.new_regions()
+    for b in compiled.inputs:
+        b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
+    Emulator(arch).run(compiled.code, regions)
+    golden = run_graph(graph, feeds)
+    by_output = {}
+    for b in compiled.outputs:
+        got, exp = b.fmap.from_ddr(regions[b.fmap.reg_id]), golden[b.name]
+        assert got.shape == exp.shape, f"{b.name}: emulator shape {got.shape}, golden {exp.shape}"
+        by_output[b.name] = int(np.sum(got != exp))
+    return EmulatorVsGolden(compiled, by_output)
 
 
 @pytest.fixture(scope="module")

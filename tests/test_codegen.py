@@ -10,8 +10,8 @@ from tvm_dpu.codegen.compiler import compile_graph, compile_graph_fused
 from tvm_dpu.codegen.conv import CONV_VARIANTS
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.codegen.isa import CONV, LOAD, SAVE
-from tvm_dpu.runtime.emulator import Emulator
-from tvm_dpu.xgraph import Graph, Op, Tensor, run_graph
+from tvm_dpu.xgraph import Graph, Op, Tensor
+from conftest import emulator_vs_golden
 
 ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
 
@@ -56,23 +56,9 @@ class _B:
 
 
 def _check(graph: Graph, arch_name: str, seed: int = 0, plan=None) -> dict:
-    arch = load_arch(arch_name)
-    graph.outputs = graph.outputs or [graph.ops[-1].outputs[0]]
-    compiled = compile_graph(graph, arch) if plan is None else compile_graph_fused(graph, arch, plan)
-    rng = np.random.default_rng(seed)
-    feeds = {n: rng.integers(-128, 128, graph.tensors[n].shape).astype(np.int8) for n in graph.inputs}
-    regions = compiled.new_regions()
-    for b in compiled.inputs:
-        b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
-    Emulator(arch).run(compiled.code, regions)
-    golden = run_graph(graph, feeds)
-    for b in compiled.outputs:
-        got = b.fmap.from_ddr(regions[b.fmap.reg_id])
-        exp = golden[b.name]
-        assert got.shape == exp.shape
-        bad = int(np.sum(got != exp))
-        assert bad == 0, f"{b.name}: {bad} of {got.size} elements differ"
-    return compiled.instr_counts
+    run = emulator_vs_golden(graph, arch_name, plan, seed)
+    assert run.bad == 0, f"elements that differ, by output: {run.by_output}"
+    return run.compiled.instr_counts
 
 
 @pytest.mark.parametrize("arch", ARCHS)

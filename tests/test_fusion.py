@@ -15,25 +15,12 @@ from tvm_dpu.errors import FusionError
 from tvm_dpu.fusion.select import MODES, plan_fusion
 from tvm_dpu.types import SINGLE, FusionPlan, Group
 from tvm_dpu.fusion.templates import TEMPLATES
-from tvm_dpu.runtime.emulator import Emulator
-from tvm_dpu.xgraph import Graph, run_graph
+from tvm_dpu.xgraph import Graph
 from tvm_dpu.xgraph.validate import validate_graph
+from conftest import emulator_vs_golden
 from test_codegen import _B
 
 ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
-
-
-def _run(graph: Graph, arch, plan: FusionPlan, seed: int = 0) -> int:
-    """Number of output elements where emulator != golden."""
-    compiled = compile_graph_fused(graph, arch, plan)
-    rng = np.random.default_rng(seed)
-    feeds = {n: rng.integers(-128, 128, graph.tensors[n].shape).astype(np.int8) for n in graph.inputs}
-    regions = compiled.new_regions()
-    for b in compiled.inputs:
-        b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
-    Emulator(arch).run(compiled.code, regions)
-    golden = run_graph(graph, feeds)
-    return sum(int(np.sum(b.fmap.from_ddr(regions[b.fmap.reg_id]) != golden[b.name])) for b in compiled.outputs)
 
 
 def _block() -> Graph:
@@ -72,7 +59,7 @@ def test_block_plans_bit_exact_and_ordered(arch_name):
     assert plans["optimal"].fused(), "no fusion chosen on a block made of templates"
     assert {gr.template for gr in plans["optimal"].fused()} & {"conv_add", "conv_pool", "conv_conv"}
     for m, p in plans.items():
-        assert _run(g, arch, p) == 0, m
+        assert emulator_vs_golden(g, arch, p).bad == 0, m
 
 
 def test_none_plan_is_the_unfused_compiler_and_aliases_concats():
@@ -100,7 +87,7 @@ def test_conv_add_fused_keeps_intermediate_on_chip():
     plan = FusionPlan("manual", [fused])
     compiled = compile_graph_fused(b.g, arch, plan)
     assert compiled.instr_counts.get("ELEW", 0) > 0
-    assert _run(b.g, arch, plan, seed=1) == 0
+    assert emulator_vs_golden(b.g, arch, plan, seed=1).bad == 0
     unfused = compile_graph_fused(b.g, arch, plan_fusion(b.g, arch, "none"))
     assert compiled.instr_counts["SAVE"] < unfused.instr_counts["SAVE"]  # the conv's output is never saved
 
@@ -146,7 +133,7 @@ def test_hconv3_loads_input_once_and_is_exact(arch_name):
     # bytes, not LOAD instructions: the lone 1x1 convs' raster-order tiles take fewer, longer LOADs
     from tvm_dpu.timing.simulate import simulate
     assert simulate(fused.code, arch).ddr_read_bytes < simulate(alone.code, arch).ddr_read_bytes
-    assert _run(b.g, arch, plan, seed=2) == 0
+    assert emulator_vs_golden(b.g, arch, plan, seed=2).bad == 0
 
 
 @pytest.mark.parametrize("arch_name", ARCHS)
@@ -164,7 +151,7 @@ def test_dw_pw_keeps_depthwise_output_on_chip(arch_name):
     fused = compile_graph_fused(b.g, arch, plan)
     alone = compile_graph_fused(b.g, arch, plan_fusion(b.g, arch, "none"))
     assert fused.instr_counts["SAVE"] < alone.instr_counts["SAVE"]
-    assert _run(b.g, arch, plan, seed=3) == 0
+    assert emulator_vs_golden(b.g, arch, plan, seed=3).bad == 0
 
 
 def test_optimal_falls_back_to_greedy_when_the_search_is_worse(monkeypatch):
@@ -204,7 +191,7 @@ def test_conv_then_pointwise_keeps_intermediate_on_chip(arch_name):
     fused = compile_graph_fused(b.g, arch, plan)
     alone = compile_graph_fused(b.g, arch, plan_fusion(b.g, arch, "none"))
     assert fused.instr_counts["SAVE"] < alone.instr_counts["SAVE"]
-    assert _run(b.g, arch, plan, seed=4) == 0
+    assert emulator_vs_golden(b.g, arch, plan, seed=4).bad == 0
     from tvm_dpu.codegen.fused import emittable
 
     assert emittable(plan.groups[0], b.g, arch)
@@ -248,8 +235,8 @@ def test_conv_then_windowed_conv_keeps_intermediate_on_chip(arch_name, case):
     fused = compile_graph_fused(g, arch, plan)
     unfused_plan = plan_fusion(g, arch, "none")
     unfused = compile_graph_fused(g, arch, unfused_plan)
-    assert _run(g, arch, plan, seed=case) == 0
-    assert _run(g, arch, unfused_plan, seed=case) == 0
+    assert emulator_vs_golden(g, arch, plan, seed=case).bad == 0
+    assert emulator_vs_golden(g, arch, unfused_plan, seed=case).bad == 0
     mid = g.ops[0].outputs[0]
     assert mid not in {b.name for b in fused.outputs}
     from tvm_dpu.codegen.isa import decode_program
@@ -272,7 +259,7 @@ def test_windowed_conv_conv_needs_both_weights_resident():
     arch = load_arch(ARCHS[1])
     plan = _manual(g, "conv_conv", [op.name for op in g.ops])
     assert not emittable(plan.groups[0], g, arch)
-    assert _run(g, arch, plan) == 0
+    assert emulator_vs_golden(g, arch, plan).bad == 0
 
 
 def _conv_pool_graph(cin: int, h: int, w: int, cout: int, k: int, s: int, p: int, pool: str, pk: int, ps: int,
@@ -308,7 +295,7 @@ def test_conv_pool_fused_bit_exact(arch_name, case):
     compiled = compile_graph_fused(g, arch, plan)
     conv_out = g.ops[0].outputs[0]
     assert conv_out not in {b.name for b in compiled.outputs}
-    assert _run(g, arch, plan, seed=case) == 0
+    assert emulator_vs_golden(g, arch, plan, seed=case).bad == 0
     unfused = compile_graph_fused(g, arch, plan_fusion(g, arch, "none"))
     assert compiled.instr_counts["SAVE"] < unfused.instr_counts["SAVE"]  # the conv's output is never saved
 
@@ -361,7 +348,7 @@ def test_pw_dw_fused_bit_exact(arch_name, case):
     assert emittable(group, g, arch)
     plan = FusionPlan("manual", [group])
     compiled = compile_graph_fused(g, arch, plan)
-    assert _run(g, arch, plan, seed=case) == 0
+    assert emulator_vs_golden(g, arch, plan, seed=case).bad == 0
     from tvm_dpu.timing.simulate import simulate_subgraph
 
     unfused = compile_graph_fused(g, arch, plan_fusion(g, arch, "none"))
@@ -434,7 +421,7 @@ def test_searched_plan_no_slower_than_greedy_in_the_whole_program(arch_name):
     sim = {m: cycles(compile_graph_fused(g, arch, p, keep_params=False).code, arch) for m, p in plans.items()}
     assert sim["optimal"] <= sim["greedy"]
     assert "in_context" in plans["optimal"].stats
-    assert _run(g, arch, plans["optimal"], seed=2) == 0
+    assert emulator_vs_golden(g, arch, plans["optimal"], seed=2).bad == 0
 
 
 @pytest.mark.parametrize("arch_name", ARCHS)
@@ -457,4 +444,4 @@ def test_pointwise_conv_add_runs_flattened(arch_name, cin, hw, cout):
 
     instrs = decode_program(compile_graph_fused(b.g, arch, plan).code)
     assert max(i["length"] for i in instrs if i.name == "CONV") > hw
-    assert _run(b.g, arch, plan, seed=cin) == 0
+    assert emulator_vs_golden(b.g, arch, plan, seed=cin).bad == 0

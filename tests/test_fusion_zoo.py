@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 
 import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.arch import load_arch
-from tvm_dpu.codegen.compiler import compile_graph_fused
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.fusion import TEMPLATES, OpGraph, embeddings_vf2, find_embeddings
 from tvm_dpu.fusion.select import MODES, plan_fusion
-from tvm_dpu.runtime.emulator import Emulator
-from tvm_dpu.xgraph import run_graph
+from conftest import emulator_vs_golden
 
 ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
 
@@ -49,18 +46,6 @@ def test_algorithm1_equals_vf2(xgraphs):
             assert mine == ref, f"{name}/{g.name}: template {t.name}"
 
 
-def _bad(graph, arch, plan) -> int:
-    compiled = compile_graph_fused(graph, arch, plan)
-    rng = np.random.default_rng(7)
-    feeds = {n: rng.integers(-128, 128, graph.tensors[n].shape).astype(np.int8) for n in graph.inputs}
-    regions = compiled.new_regions()
-    for b in compiled.inputs:
-        b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
-    Emulator(arch).run(compiled.code, regions)
-    golden = run_graph(graph, feeds)
-    return sum(int(np.sum(b.fmap.from_ddr(regions[b.fmap.reg_id]) != golden[b.name])) for b in compiled.outputs)
-
-
 @pytest.mark.parametrize("arch_name", ARCHS)
 def test_plans_ordered_and_bit_exact(xgraphs, arch_name):
     name, graphs = xgraphs
@@ -76,7 +61,8 @@ def test_plans_ordered_and_bit_exact(xgraphs, arch_name):
                 if key in compiled_plans:
                     continue  # greedy and optimal often agree: compile and run each distinct plan once
                 compiled_plans.add(key)
-                assert _bad(g, arch, p) == 0, f"{name}/{g.name} on {arch_name}, plan {m} (templates {templates})"
+                assert emulator_vs_golden(g, arch, p, seed=7).bad == 0, \
+                    f"{name}/{g.name} on {arch_name}, plan {m} (templates {templates})"
 
 
 @pytest.mark.slow
@@ -93,7 +79,7 @@ def test_full_size_optimal_bit_exact(name):
     for r in model.runners.values():
         _, plan = compile_with_fusion(r.graph, arch, "optimal")
         assert plan.fused()
-        assert _bad(r.graph, arch, plan) == 0, f"{name}/{r.graph.name}"
+        assert emulator_vs_golden(r.graph, arch, plan, seed=7).bad == 0, f"{name}/{r.graph.name}"
 
 
 @pytest.mark.parametrize("arch_name", ARCHS)
@@ -119,4 +105,5 @@ def test_every_conv_window_group_fused_bit_exact(xgraphs, arch_name, tname):
         if not groups:
             continue
         groups += [Group(SINGLE, (op.name,)) for op in g.ops if op.name not in used]
-        assert _bad(g, arch, FusionPlan("manual", groups)) == 0, f"{name}/{g.name} on {arch_name}"
+        assert emulator_vs_golden(g, arch, FusionPlan("manual", groups), seed=7).bad == 0, \
+            f"{name}/{g.name} on {arch_name}"

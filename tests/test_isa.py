@@ -405,16 +405,70 @@ def test_leaky_gated_by_fingerprint_flags():
 
 
 def test_shared_decoding_equals_decoding_and_reports_the_same_errors():
-    """decode_program_shared (the timing model's decoder) gives decode_program's instructions for a program with
-    repeated instructions, and fails on a truncated stream the way decode_program does."""
-    from tvm_dpu.codegen.isa import decode_program_shared, make_instr
+    """iter_program(shared=True) (the timing model's decoder) gives decode_program's instructions for a program
+    with repeated instructions, as one read-only Instr per distinct instruction, and fails on a truncated stream
+    the way decode_program does."""
+    from tvm_dpu.codegen.isa import iter_program, make_instr
+
+    def decode_shared(code):
+        return [ins for _, ins in iter_program(code, shared=True)]
 
     prog = [make_instr("LOAD", length=4, channel=16), make_instr("CONVINIT", kernel_h=3, kernel_w=3),
             make_instr("CONV", channel_group=2, length=8), make_instr("CONV", channel_group=2, length=8),
             make_instr("LOAD", length=4, channel=16), make_instr("END")]
     code = encode_program(prog)
-    assert decode_program_shared(code) == decode_program(code) == prog
-    assert decode_program_shared(code) == prog  # second call served from the shared table
-    for decoder in (decode_program, decode_program_shared):  # the first LOAD cut short
+    shared = decode_shared(code)
+    assert shared == decode_program(code) == prog
+    assert decode_program(code) == shared  # equal either way round
+    assert shared[2] is shared[3] and shared[0] is shared[4]
+    again = decode_shared(code)  # served from the shared table
+    assert again == prog and all(a is b for a, b in zip(again, shared))
+    with pytest.raises(ISAError, match="read-only"):
+        shared[2].fields["length"] = 9
+    with pytest.raises(ISAError, match="read-only"):
+        shared[2].fields.update(length=9)
+    with pytest.raises(ISAError, match="read-only"):
+        shared[2].dpdon = 1
+    assert shared[3]["length"] == 8 and shared[3].dpdon == 0
+    plain = decode_program(code)
+    plain[2].fields["length"] = 9  # a plain decode stays the caller's to change
+    assert plain[2] != shared[2]
+    for decoder in (decode_program, decode_shared):  # the first LOAD cut short
         with pytest.raises(ISAError, match="word 0: truncated LOAD"):
             decoder(code[:2])
+
+
+def test_isa_enumerations_are_data_with_one_spelling():
+    """The enumerated fields' codes (isa1-semantics.md 6.4, 8.3, 9.2, 7.1) come from isa_fields.json; the
+    quantizer, the code generator and the emulator read the same table."""
+    from tvm_dpu.codegen import alu
+    from tvm_dpu.codegen.isa import enum_code, enum_codes, enum_name
+    from tvm_dpu.runtime import emu_alu, emu_elew
+
+    acts = enum_codes("act_type")
+    assert dict(acts) == {"none": 0, "relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hard_sigmoid": 5,
+                          "hard_swish": 6}
+    assert dict(enum_codes("elew_type")) == {"add": 0, "mul": 1}
+    assert enum_codes("alu_exec_mode")["hard_sigmoid"] == emu_alu.HARD_SIGMOID == 7
+    assert enum_codes("alu_exec_mode")["leaky_relu"] == emu_alu.LEAKY == 4
+    assert alu.ALU_MODES is enum_codes("alu_exec_mode") and emu_alu.ALU_MODES == frozenset(range(9))
+    assert (emu_elew.ELEW_ADD, emu_elew.ELEW_MUL) == (0, 1)
+    assert enum_name("pool_type", 1) == "avgpool"
+    with pytest.raises(TypeError):
+        acts["relu"] = 7  # read-only: nobody can change a code for everyone else
+    with pytest.raises(ISAError, match="'hsigmoid' is not an ISA1 act_type"):
+        enum_code("act_type", "hsigmoid")
+    with pytest.raises(ISAError, match="unknown ISA enumeration 'act_types'"):
+        enum_codes("act_types")
+    with pytest.raises(ISAError, match="act_type 9 is not an ISA1 act_type code"):
+        enum_name("act_type", 9)
+
+
+def test_emulator_refuses_an_activation_name_it_does_not_know():
+    """An Arch activation list naming something outside the ISA's act_type table is an error, not dropped."""
+    from dataclasses import replace
+
+    emu = Emulator(replace(B4096, alu_activations=("relu", "hsigmoid")))
+    with pytest.raises(ISAError, match="'hsigmoid' is not an ISA1 act_type"):
+        emu.allowed_acts("alu")
+    assert Emulator(B4096).allowed_acts("alu") == frozenset({0, 1, 4})

@@ -318,9 +318,8 @@ def test_user_relax_module_gets_var_name_provenance():
 
 # ------------------------------------------------------------------------------------------------ zoo networks
 def _zoo(name: str, **kw):
-    zoo = pytest.importorskip("tvm_dpu.zoo")
-    if not hasattr(zoo, "build_model"):
-        pytest.skip("tvm_dpu.zoo.build_model not available")
+    from tvm_dpu import zoo
+
     return zoo.build_model(name, **kw)
 
 

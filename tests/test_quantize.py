@@ -356,10 +356,9 @@ def test_float_graph_required_and_bad_method():
 
 def _zoo_float_xgraphs(name: str) -> list[Graph]:
     """Float XGraphs of the DPU partitions of a reduced zoo model (frontend -> partition -> from_relax)."""
-    from_relax = pytest.importorskip("tvm_dpu.passes.from_relax")
     from tvm_dpu import zoo
     from tvm_dpu.frontend import from_onnx
-    from tvm_dpu.passes import partition
+    from tvm_dpu.passes import from_relax, partition
     from tvm_dpu.passes.dpu_compile import dpu_functions
 
     pmod, _ = partition(from_onnx(zoo.build_model(name, reduced=True)), load_arch("DPUCZDX8G_ISA1_B4096"))

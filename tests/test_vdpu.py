@@ -35,6 +35,26 @@ def test_one_virtual_dpu_per_core():
     assert len(tvm_dpu.devices("DPUCZDX8G_ISA1_B4096")) == 1
     with pytest.raises(DeviceError, match="expected 'emulator' or 'pynq'"):
         tvm_dpu.devices(ARCH, kind="gpu")
+    with pytest.raises(DeviceError, match="device kind 'emulator' takes no options"):
+        tvm_dpu.devices(ARCH, kind="emulator", bitfile="dpu.bit")
+
+
+def test_device_names_come_from_one_registry():
+    """The CLI's --device choices, set_device, load and devices() all resolve names through DEVICE_KINDS."""
+    from tvm_dpu.cli import build_parser
+    from tvm_dpu.errors import DPUError
+    from tvm_dpu.runtime.device_kinds import DEVICE_KINDS
+
+    assert list(DEVICE_KINDS) == ["emulator", "pynq"]
+    run = next(a for a in build_parser()._subparsers._group_actions[0].choices["run"]._actions
+               if "--device" in a.option_strings)
+    assert list(run.choices) == list(DEVICE_KINDS)
+    assert isinstance(DEVICE_KINDS["emulator"].make(tvm_dpu.load_arch(ARCH)), EmulatorDevice)
+    with pytest.raises(DPUError, match="expected 'emulator', 'pynq' or a device object"):
+        tvm_dpu.set_device("gpu")
+    with pytest.raises(DPUError, match="device kind 'emulator' takes no options"):
+        tvm_dpu.set_device("emulator", bitfile="dpu.bit")
+    assert tvm_dpu.get_device() == "emulator"
 
 
 def test_three_tenants_on_three_cores_bit_identical(artifacts):

@@ -624,6 +624,8 @@ def _run_tenants(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub) -> None:
+    from .runtime.device_kinds import DEVICE_KINDS
+
     p = sub.add_parser(
         "run",
         help="run a compiled artifact: CPU part in TVM, DPU subgraphs on the emulator (or a Pynq board)",
@@ -648,7 +650,7 @@ def _add_run(sub) -> None:
     p.add_argument("--verify", action="store_true",
                    help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
-    p.add_argument("--device", choices=["emulator", "pynq"], default="emulator",
+    p.add_argument("--device", choices=list(DEVICE_KINDS), default="emulator",
                    help="where the DPU subgraphs run: the bit-exact emulator (default) or the DPU of a Pynq board "
                    "(needs the pynq package: pip install 'tvm-dpu[pynq]')")
     p.add_argument("--bitfile", metavar="DPU.bit", help="with --device pynq: the DPUCZDX8G bitstream to load")

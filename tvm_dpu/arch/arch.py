@@ -68,7 +68,8 @@ class Arch:
     conv_leaky: bool = True  # CONV may use LeakyReLU (fingerprint bit 28)
     dw_leaky: bool = False  # ALU/depthwise may use LeakyReLU (fingerprint bit 29)
     save_argmax: bool = True  # fingerprint bit 30 (set in every shipped ISA1 target)
-    # Activation codes (dpu-facts.md: 0 none, 1 relu, 2 prelu, 3 leaky, 4 relu6, 5 hsigmoid, 6 hswish)
+    # Activation names per engine: names of the ISA act_type table (codegen/isa_fields.json "enums"); the emulator
+    # refuses a name that table does not have
     conv_activations: tuple[str, ...] = ("relu", "leaky_relu", "relu6")
     alu_activations: tuple[str, ...] = ("relu", "relu6")
     elew_activations: tuple[str, ...] = ("relu",)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.types import FMap
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
 
-#: ALUINIT exec_mode codes (isa1-semantics.md 9.2).
-ALU_MODES = {"dwconv": 0, "prelu": 1, "avgpool": 2, "maxpool": 3, "leaky": 4, "maxreduce": 5,
-             "dwconv_nobias": 6, "hsigmoid": 7, "dwconv_w16": 8}
+#: ALUINIT exec_mode codes (isa1-semantics.md 9.2), name -> code.
+ALU_MODES = enum_codes("alu_exec_mode")
 _LENGTH_MAX = 2048  # 11-bit minus field
 _LOAD_MAX = 1024  # LOAD / SAVE length: 10-bit minus field
 _ENDL_MAX = 8192  # 13-bit minus field

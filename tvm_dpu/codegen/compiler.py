@@ -524,9 +524,9 @@ def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, F
             job = AluJob(op.name, "dwconv_nobias", c, act_type=q.act_type, shift_cut=q.shift_cut, w_offset=off,
                          params_reg=REG_PARAMS)
         elif mode == "hard_sigmoid":
-            job = AluJob(op.name, "hsigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
+            job = AluJob(op.name, "hard_sigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
         elif mode == "leaky_relu":
-            job = AluJob(op.name, "leaky", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
+            job = AluJob(op.name, "leaky_relu", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
                          shift_prelu_n=q.shift_prelu_n)
         else:
             a = graph.param(op, "alpha").data

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.isa import enum_code
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.types import FMap
 from tvm_dpu.codegen.program import Program
@@ -84,7 +85,7 @@ def emit_elew(prog: Program, arch: Arch, job: ElewJob, xs: list[FMap], y: FMap, 
                                   jump_bank=1, id=i, jump_read_endl=1, bank_addr_in=base + i * length * n,
                                   shift_read=job.shift_read[i], jump_read=0 if gate[i] else n)
                     prog.emit("ELEW", reads=(("vb0", buf),), writes=(("vb1", buf),), bank_id_out=vb1 + k0,
-                              elew_type=0 if job.kind == "add" else 1, act_type=job.act_type, length=length,
+                              elew_type=enum_code("elew_type", job.kind), act_type=job.act_type, length=length,
                               valid_pixel_parallel=vpp, num=n_in, jump_write_endl=1, bank_addr_out=base,
                               channel_group=n, shift_write=job.shift_write, jump_write=n)
                 for r in range(nr):

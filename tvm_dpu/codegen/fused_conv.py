@@ -21,6 +21,7 @@ import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import ConvJob, augmented_weights
+from tvm_dpu.codegen.isa import enum_code
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, WindowTile, conv_tile, max_valid_rows,
@@ -291,8 +292,8 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
                     prog.emit("ELEWINIT", bank_id_in=vb1 + k0, share_pp=0, jump_bank=1, id=i,
                               jump_read_endl=1, bank_addr_in=addr[i], shift_read=q.shift_read[i], jump_read=n)
                 prog.emit("ELEW", reads=(("vb1", buf), ("vb1", buf, "operand")), writes=(("vb1", buf),),
-                          bank_id_out=vb1 + k0, elew_type=0, act_type=q.act_type, length=length,
-                          valid_pixel_parallel=rows, num=2, jump_write_endl=1, bank_addr_out=base,
+                          bank_id_out=vb1 + k0, elew_type=enum_code("elew_type", "add"), act_type=q.act_type,
+                          length=length, valid_pixel_parallel=rows, num=2, jump_write_endl=1, bank_addr_out=base,
                           channel_group=n, shift_write=q.shift_write, jump_write=n)
             for r, (p, col, cnt) in enumerate(runs):
                 prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", add.outputs[0]),), bank_id=vb1 + r,

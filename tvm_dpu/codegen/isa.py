@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Iterable, Sequence
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class InstrSpec:
         return ENGINE_BITS[self.category]
 
 
-@dataclass
+@dataclass(eq=False)
 class Instr:
     """One instruction: its upper-case name, true field values and the dpdon/dpdby engine masks."""
 
@@ -75,11 +76,82 @@ class Instr:
     def __getitem__(self, key: str) -> int:
         return self.fields[key]
 
+    def __eq__(self, other: object) -> bool:
+        # by value, so that a shared (read-only) instruction equals the same one decoded afresh
+        if not isinstance(other, Instr):
+            return NotImplemented
+        return (self.name, self.fields, self.dpdon, self.dpdby) == (other.name, other.fields, other.dpdon,
+                                                                    other.dpdby)
+
+    __hash__ = None  # mutable
+
+
+class _ReadOnlyFields(dict):
+    """The fields of a shared instruction: a dict (reads at dict speed, equal to a plain dict) that refuses
+    changes."""
+
+    def _refuse(self, *args, **kwargs):
+        raise ISAError("a shared decoded instruction is read-only (decode without shared=True to change it)")
+
+    __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = __ior__ = _refuse
+
+    def __reduce__(self):  # unpickling fills a dict through __setitem__ otherwise
+        return _ReadOnlyFields, (dict(self),)
+
+
+class _SharedInstr(Instr):
+    """An Instr that iter_program(shared=True) hands to every program holding its words: read-only."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise ISAError(f"{self.name}: a shared decoded instruction is read-only (decode without shared=True to "
+                       "change it)")
+
+    __delattr__ = __setattr__
+
+
+def _read_only(ins: Instr) -> _SharedInstr:
+    out = object.__new__(_SharedInstr)
+    for name, value in (("name", ins.name), ("fields", _ReadOnlyFields(ins.fields)), ("dpdon", ins.dpdon),
+                        ("dpdby", ins.dpdby)):
+        object.__setattr__(out, name, value)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _doc() -> dict:
+    return json.loads(resources.files("tvm_dpu.codegen").joinpath("isa_fields.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def enum_codes(kind: str) -> Mapping[str, int]:
+    """name -> code of the ISA enumeration `kind` ("act_type", "elew_type", "alu_exec_mode", "pool_type"), as
+    isa_fields.json lists it; read-only. ISAError for an unknown enumeration."""
+    enums = {k: v for k, v in _doc()["enums"].items() if not k.startswith("_")}
+    if kind not in enums:
+        raise ISAError(f"unknown ISA enumeration {kind!r} (known: {', '.join(enums)})")
+    return MappingProxyType({name: int(code) for name, code in enums[kind].items()})
+
+
+def enum_code(kind: str, name: str) -> int:
+    """The code of `name` in the ISA enumeration `kind`; ISAError naming the known names if it has none."""
+    codes = enum_codes(kind)
+    try:
+        return codes[name]
+    except KeyError:
+        raise ISAError(f"{kind} {name!r} is not an ISA1 {kind} (known: {', '.join(codes)})") from None
+
+
+def enum_name(kind: str, code: int) -> str:
+    """The name of `code` in the ISA enumeration `kind`; ISAError if no name has that code."""
+    for name, c in enum_codes(kind).items():
+        if c == code:
+            return name
+    raise ISAError(f"{kind} {code} is not an ISA1 {kind} code (known: {dict(enum_codes(kind))})")
+
 
 @lru_cache(maxsize=1)
 def _table() -> tuple[dict[str, InstrSpec], dict[int, InstrSpec]]:
-    text = resources.files("tvm_dpu.codegen").joinpath("isa_fields.json").read_text()
-    doc = json.loads(text)
+    doc = _doc()
     by_name: dict[str, InstrSpec] = {}
     by_opcode: dict[int, InstrSpec] = {}
     for ins in doc["instructions"]:
@@ -214,13 +286,15 @@ def encode_program(instrs: Iterable[Instr]) -> np.ndarray:
     return np.asarray(out, dtype=np.uint32)
 
 
-def iter_program(code: Sequence[int] | np.ndarray) -> Iterable[tuple[int, Instr]]:
-    """Yield (word offset, Instr) for every instruction of a machine-code stream."""
-    code = np.asarray(code, dtype=np.uint32).ravel()
-    words = code.tolist()
+def iter_program(code: Sequence[int] | np.ndarray, shared: bool = False) -> Iterator[tuple[int, Instr]]:
+    """Yield (word offset, Instr) for every instruction of a machine-code stream (errors name the word offset).
+    `shared`: each distinct instruction is decoded once per process and the same read-only Instr (ISAError on a
+    change) is yielded wherever its words recur, in this program or another: for readers that never change one
+    (the timing model simulates the same instructions over and over while the compiler compares programs)."""
+    words = np.asarray(code, dtype=np.uint32).ravel().tolist()
     pos = 0
     while pos < len(words):
-        ins, n = decode(words, pos)
+        ins, n = _decode_shared(words, pos) if shared else decode(words, pos)
         yield pos, ins
         pos += n
 
@@ -230,34 +304,24 @@ def decode_program(code: Sequence[int] | np.ndarray) -> list[Instr]:
     return [ins for _, ins in iter_program(code)]
 
 
-#: Decoded instructions by their words, shared by decode_program_shared (bounded; a dict read is thread-safe, a
-#: race between two writers only decodes twice).
-_SHARED: dict[tuple[int, ...], Instr] = {}
+#: Read-only decoded instructions by their words, for iter_program(shared=True) (bounded; a dict read is
+#: thread-safe, a race between two writers only decodes twice).
+_SHARED: dict[tuple[int, ...], _SharedInstr] = {}
 _SHARED_MAX = 1 << 16
 
 
-def decode_program_shared(code: Sequence[int] | np.ndarray) -> list[Instr]:
-    """`decode_program`, with each distinct instruction decoded once per process and its Instr shared between
-    programs: for readers that never modify an Instr (the timing model simulates the same instructions over and
-    over while the compiler compares programs). Errors are decode_program's."""
-    words = np.asarray(code, dtype=np.uint32).ravel().tolist()
-    specs = _table()[1]
-    out: list[Instr] = []
-    pos = 0
-    while pos < len(words):
-        spec = specs.get((words[pos] >> 28) & 0xF)
-        key = tuple(words[pos:pos + spec.words]) if spec is not None else None
-        ins = _SHARED.get(key) if key is not None and len(key) == spec.words else None
-        if ins is None:
-            ins, n = decode(words, pos)  # raises on a bad or truncated instruction
-            if len(_SHARED) >= _SHARED_MAX:
-                _SHARED.clear()
-            _SHARED[tuple(words[pos:pos + n])] = ins
-        else:
-            n = spec.words
-        out.append(ins)
-        pos += n
-    return out
+def _decode_shared(words: list[int], pos: int) -> tuple[Instr, int]:
+    spec = _table()[1].get((words[pos] >> 28) & 0xF)
+    if spec is not None:
+        # a truncated tail is a shorter tuple, never a key: the opcode fixes the length of every stored one
+        ins = _SHARED.get(tuple(words[pos:pos + spec.words]))
+        if ins is not None:
+            return ins, spec.words
+    ins, n = decode(words, pos)  # raises on a bad or truncated instruction
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    shared = _SHARED[tuple(words[pos:pos + n])] = _read_only(ins)
+    return shared, n
 
 
 @lru_cache(maxsize=None)

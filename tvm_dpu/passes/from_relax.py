@@ -32,7 +32,7 @@ partitioner's trace passed as `call_names`, see `build_float_xgraph`); its name 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,7 +212,7 @@ class _Builder:
 
     # -- the partition function ------------------------------------------------------------------------
     def build(self, func: relax.Function) -> FloatSubgraph:
-        env: dict = {}
+        params = []
         input_names, input_shapes = [], []
         for p in func.params:
             where = f"partition {self.graph.name!r} parameter {p.name!r}"
@@ -220,24 +220,15 @@ class _Builder:
             shape = _shape(p, where)
             t = self._new_tensor(str(p.name), _fmap_shape(shape, where))
             self.graph.inputs.append(t)
-            env[p] = _Value(t, shape)
+            params.append(_Value(t, shape))
             input_names.append(t)
             input_shapes.append(shape)
-        local_fns: dict = {}
-        for block in func.body.blocks:
-            for b in block.bindings:
-                val = b.value
-                if isinstance(val, relax.Function):
-                    local_fns[b.var] = val
-                elif isinstance(val, relax.Call) and isinstance(val.op, relax.Var) and val.op in local_fns:
-                    env[b.var] = self._composite(local_fns[val.op], [self._resolve(env, a) for a in val.args])
-                elif isinstance(val, (relax.Var, relax.Tuple, relax.TupleGetItem)):
-                    env[b.var] = self._resolve(env, val)
-                else:
-                    raise FromRelaxError(
-                        f"partition {self.graph.name!r}: binding {b.var.name!r} is {_describe(val)}, not a call "
-                        "of a composite function")
-        ret = self._resolve(env, func.body.body)
+
+        def other(b: relax.Binding) -> None:
+            raise FromRelaxError(f"partition {self.graph.name!r}: binding {b.var.name!r} is {_describe(b.value)}, "
+                                 "not a call of a composite function")
+
+        ret = walk_function(func, params, resolve=self._resolve, on_local_call=self._composite, on_other=other)
         outs = list(ret) if isinstance(ret, tuple) else [ret]
         for v in outs:
             if not isinstance(v, _Value):
@@ -271,25 +262,23 @@ class _Builder:
     def _composite(self, fn: relax.Function, args: list) -> _Value:
         kind = str(fn.attrs["Composite"]) if fn.attrs is not None and "Composite" in fn.attrs else "<none>"
         bindings = [b for blk in fn.body.blocks for b in blk.bindings]
-        own = {i: self._names_of(b.value, b.var) for i, b in enumerate(bindings)
+        own = {b.var: self._names_of(b.value, b.var) for b in bindings
                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)}
         comp = _Composite(kind, merge(*own.values()))
         if kind not in _known_composites():
             raise FromRelaxError(f"{comp.where()}: not a DPU pattern this lowering knows")
-        env = dict(zip(fn.params, args))
         if kind.startswith("dpu.hard_sigmoid"):
             return self._hard_sigmoid(comp, fn, args)
         uses = _use_counts(fn)
-        for i, b in enumerate(bindings):
-            val = b.value
-            if i not in own:
-                if isinstance(val, (relax.Var, relax.Tuple, relax.TupleGetItem)):
-                    env[b.var] = self._resolve(env, val)
-                    continue
-                raise FromRelaxError(f"{comp.where()}: binding {b.var.name!r} is {_describe(val)}")
-            self._check_dtype(val, comp.where())
-            env[b.var] = self._call(comp, b.var, val, [self._resolve(env, a) for a in val.args], uses, own[i])
-        out = self._resolve(env, fn.body.body)
+
+        def op(var: relax.Var, call: relax.Call, env: dict) -> _Value:
+            self._check_dtype(call, comp.where())
+            return self._call(comp, var, call, [self._resolve(env, a) for a in call.args], uses, own[var])
+
+        def other(b: relax.Binding) -> None:
+            raise FromRelaxError(f"{comp.where()}: binding {b.var.name!r} is {_describe(b.value)}")
+
+        out = walk_function(fn, args, resolve=self._resolve, on_op=op, on_other=other)
         if not isinstance(out, _Value):
             raise FromRelaxError(f"{comp.where()}: does not return one tensor")
         return out
@@ -549,6 +538,35 @@ def _per_channel(bias: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray | N
     return bias.reshape(c)
 
 
+def walk_function(fn: relax.Function, args: Sequence[Any], *, resolve: Callable[[dict, Any], Any],
+                  on_op: Callable[[relax.Var, relax.Call, dict], Any] | None = None,
+                  on_local_call: Callable[[relax.Function, list], Any] | None = None,
+                  on_other: Callable[[relax.Binding], Any], aliases: tuple[type, ...] = (
+                      relax.Var, relax.Tuple, relax.TupleGetItem)) -> Any:
+    """The one walk over a Relax function's bindings (a partition, or a composite inside it) that the DPU lowering
+    and the plugins' glue share. The params are bound to `args`; then, in order, each binding's var is bound to:
+    a local function: recorded (with `on_local_call`), a call of one: `on_local_call(function, resolved args)`;
+    a call of a Relax op: `on_op(var, call, env)` (with `on_op`); an alias (`aliases`: a var, tuple or tuple item):
+    `resolve(env, value)`; anything else: `on_other(binding)`, which raises. Returns `resolve(env, body)`."""
+    env: dict = dict(zip(fn.params, args))
+    local: dict = {}
+    for block in fn.body.blocks:
+        for b in block.bindings:
+            val = b.value
+            if on_local_call is not None and isinstance(val, relax.Function):
+                local[b.var] = val
+            elif on_local_call is not None and isinstance(val, relax.Call) and isinstance(val.op, relax.Var) \
+                    and val.op in local:
+                env[b.var] = on_local_call(local[val.op], [resolve(env, a) for a in val.args])
+            elif on_op is not None and isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.Op):
+                env[b.var] = on_op(b.var, val, env)
+            elif isinstance(val, aliases):
+                env[b.var] = resolve(env, val)
+            else:
+                on_other(b)
+    return resolve(env, fn.body.body)
+
+
 def _use_counts(fn: relax.Function) -> dict:
     """How many times each var of `fn`'s body is read (call arguments, aliases, tuples, the return value)."""
     counts: dict = {}
@@ -579,4 +597,4 @@ def _describe(e) -> str:
     return f"a {type(e).__name__}"
 
 
-__all__ = ["FloatSubgraph", "FromRelaxError", "UnsupportedCompositeError", "build_float_xgraph"]
+__all__ = ["FloatSubgraph", "FromRelaxError", "UnsupportedCompositeError", "build_float_xgraph", "walk_function"]

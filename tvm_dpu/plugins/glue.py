@@ -110,44 +110,36 @@ def claimer(plugin: Plugin):
 def subgraph_of(fn: relax.Function, symbol: str) -> PluginSubgraph:
     """A plugin partition function (composites inside) as a flat list of ops."""
     from tvm_dpu.frontend.provenance import node_names
+    from tvm_dpu.passes.from_relax import walk_function
 
     ops: list[SubgraphOp] = []
-    names: dict = {}
     node_list: list[str] = []
-    counter = [0]
 
-    def arg_name(a: Any, consts: dict, i: int) -> str:
+    def name_of(env: dict, a: Any) -> str:
+        return env[a]  # a var's tensor name
+
+    def arg_name(env: dict, a: Any, consts: dict, i: int) -> str:
         if isinstance(a, tvm.ir.Constant) and hasattr(a, "value") and hasattr(a.value, "numpy"):
             consts[i] = a.value.numpy()
             return f"const{i}"
         if isinstance(a, relax.Var):
-            return names[a]
+            return env[a]
         return str(a)
 
+    def op(var: relax.Var, call: relax.Call, env: dict) -> str:
+        consts: dict = {}
+        ins = [arg_name(env, a, consts, i) for i, a in enumerate(call.args)]
+        out = f"t{len(ops)}"
+        ops.append(SubgraphOp(call.op.name, attrs_to_dict(call.attrs), ins, out, consts))
+        node_list.extend(n for n in node_names(call) if n not in node_list)
+        return out
+
+    def other(b: Any) -> None:
+        raise PluginError(f"plugin partition {symbol}: cannot read {type(b.value).__name__} bindings")
+
     def walk(f: relax.Function, args: list[str]) -> str:
-        for p, n in zip(f.params, args):
-            names[p] = n
-        local: dict = {}
-        for block in f.body.blocks:
-            for b in block.bindings:
-                val = b.value
-                if isinstance(val, relax.Function):
-                    local[b.var] = val
-                elif isinstance(val, relax.Call) and isinstance(val.op, relax.Var) and val.op in local:
-                    names[b.var] = walk(local[val.op], [names[a] for a in val.args])
-                elif isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.Op):
-                    consts: dict = {}
-                    ins = [arg_name(a, consts, i) for i, a in enumerate(val.args)]
-                    out = f"t{counter[0]}"
-                    counter[0] += 1
-                    ops.append(SubgraphOp(val.op.name, attrs_to_dict(val.attrs), ins, out, consts))
-                    node_list.extend(n for n in node_names(val) if n not in node_list)
-                    names[b.var] = out
-                elif isinstance(val, relax.Var):
-                    names[b.var] = names[val]
-                else:
-                    raise PluginError(f"plugin partition {symbol}: cannot read {type(val).__name__} bindings")
-        return names[f.body.body]
+        return walk_function(f, args, resolve=name_of, on_op=op, on_local_call=walk, on_other=other,
+                             aliases=(relax.Var,))
 
     ret = walk(fn, [f"in{i}" for i in range(len(fn.params))])
     out_shape = _shape(fn.body.body) if hasattr(fn.body, "body") else None

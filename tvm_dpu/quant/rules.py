@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
+from tvm_dpu.codegen.isa import enum_code, enum_codes
 from tvm_dpu.errors import QuantizationError
 from tvm_dpu.quant.fixpoint import (
     HSIGMOID_SHIFT,
@@ -44,8 +45,6 @@ SHIFT_WRITE_MAX_EXP = 15
 #: ALU 6-bit shift fields.
 ALU_SHIFT_FIELD_MAX = 63
 
-#: ISA act_type codes (dpu-facts.md).
-ACT_CODES = {"none": 0, "relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hard_sigmoid": 5, "hard_swish": 6}
 #: Activations each engine can fuse on ISA1 (conformance README: CONV {none, relu, leaky, relu6}; ALU
 #: {none, relu, relu6}; ELEW {none, relu}).
 ENGINE_ACTS = {
@@ -132,7 +131,7 @@ def conv_params(op_name: str, fp_in: int, fp_w: int, fp_out: int, fp_bias: int |
     """
     if engine not in ENGINE_ACTS:
         raise ValueError(f"unknown engine {engine!r}")
-    if act not in ACT_CODES:
+    if act not in enum_codes("act_type"):
         raise QuantizationError(f"op {op_name!r}: unknown activation {act!r}")
     if act not in ENGINE_ACTS[engine]:
         raise QuantizationError(f"op {op_name!r}: activation {act!r} cannot be fused on the ISA1 {engine} engine "
@@ -156,7 +155,7 @@ def conv_params(op_name: str, fp_in: int, fp_w: int, fp_out: int, fp_bias: int |
                                 f"{RELU6_FIX_POINT}, not {fp_out}")
     if act == "leaky_relu":
         check_leaky_alpha(op_name, alpha)
-    return ConvQuant(shift_cut, shift_bias, shift_bias + 1, act, ACT_CODES[act])
+    return ConvQuant(shift_cut, shift_bias, shift_bias + 1, act, enum_code("act_type", act))
 
 
 # -- element-wise ---------------------------------------------------------------------------------------
@@ -212,7 +211,7 @@ def eltwise_params(op_name: str, kind: str, fp_ins: Sequence[int], fp_out: int, 
         if write_exp > SHIFT_WRITE_MAX_EXP or max(reads) > SHIFT_READ_MAX:
             raise QuantizationError(f"op {op_name!r}: product of fix_points {fps} to {fp_out} needs write scale "
                                     f"2**{write_exp} and read shifts {list(reads)}, outside the ELEW fields")
-    return EltwiseQuant(kind, reads, encode_shift_write(write_exp, op_name), write_exp, act, ACT_CODES[act],
+    return EltwiseQuant(kind, reads, encode_shift_write(write_exp, op_name), write_exp, act, enum_code("act_type", act),
                         exact=max(reads) <= 2)
 
 

@@ -50,11 +50,11 @@ class CompiledModel:
 
     # -- deployment -----------------------------------------------------------------------------------------
     def export(self, path: Any, cross: str | None = None, verify_data: bool = True, sign: Any = None) -> Any:
-        """Write the deployable one-file artifact (.tvmdpu); see `tvm_dpu.runtime.artifact.export`.
+        """Write the deployable one-file artifact (.tvmdpu); see `tvm_dpu.runtime.artifact_export.export`.
         `cross="aarch64"` adds the library cross-compiled for aarch64 Linux; `verify_data=False` omits the
         data only golden-reference verification needs; `sign` (an Ed25519 private key file) signs the file.
         Returns the path."""
-        from tvm_dpu.runtime.artifact import export
+        from tvm_dpu.runtime.artifact_export import export
 
         return export(self, path, cross=cross, verify_data=verify_data, sign=sign)
 

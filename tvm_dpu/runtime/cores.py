@@ -17,8 +17,8 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.runtime.device import DeviceError, EmulatorDevice
-from tvm_dpu.runtime.pynq_driver import PynqDevice
+from tvm_dpu.runtime.device import DeviceError
+from tvm_dpu.runtime.device_kinds import check_options, device_kind
 from tvm_dpu.types import CompiledSubgraph
 
 
@@ -98,13 +98,9 @@ def devices(arch: Any, kind: str = "emulator", **options: Any) -> list[VirtualDP
     window). Pin a model to a core by giving it one of them as its device (`tvm_dpu.load(path, device=d)`,
     `build(..., device=d)`)."""
     arch = load_arch(arch)
-    if kind == "emulator":
-        if options:
-            raise DeviceError(f"emulator devices take no options (got {sorted(options)})")
-        return [VirtualDPU(EmulatorDevice(arch), i) for i in range(arch.cores)]
-    if kind == "pynq":
-        return [VirtualDPU(PynqDevice(core=i, arch=arch, **options), i) for i in range(arch.cores)]
-    raise DeviceError(f"kind {kind!r}: expected 'emulator' or 'pynq'")
+    k = device_kind(kind, f"kind {kind!r}", DeviceError, or_object=False)
+    check_options(k, options, f"kind {kind!r}", DeviceError)
+    return [VirtualDPU(k.make(arch, i, **options), i) for i in range(arch.cores)]
 
 
 @dataclass

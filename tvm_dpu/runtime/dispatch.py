@@ -48,18 +48,18 @@ _CONTEXT: contextvars.ContextVar[_Context | None] = contextvars.ContextVar("tvm_
 _LOCK = threading.Lock()
 _PROGRAMS: OrderedDict[tuple[str, int, int, bytes], Any] = OrderedDict()
 _DEFAULT: dict[str, Any] = {"spec": "emulator", "options": {}, "device": None}
-_EMULATORS: dict[tuple[str, int], Any] = {}
+_BY_ARCH: dict[tuple[str, str, int], Any] = {}
 
 
 def set_device(device: Any = "emulator", **options: Any) -> None:
     """Choose where DPU partitions of TVM modules run in this process when no `use_device` block says otherwise:
     "emulator" (default: the bit-exact instruction emulator of each program's arch), "pynq" (a `PynqDevice(**options)`,
     e.g. bitfile="dpu.bit"; created on first use) or a device object (with `.arch` and `.execute(sg, regions)`)."""
-    if isinstance(device, str) and device not in ("emulator", "pynq"):
-        raise DPUError(f"device {device!r}: expected 'emulator', 'pynq' or a device object")
-    if device == "emulator" and options:
-        raise DPUError(f"device 'emulator' takes no options (got {sorted(options)})")
-    if not isinstance(device, str):
+    if isinstance(device, str):
+        from tvm_dpu.runtime.device_kinds import check_options, device_kind
+
+        check_options(device_kind(device, f"device {device!r}"), options, f"device {device!r}")
+    else:
         _check_device(device)
     with _LOCK:
         _DEFAULT.update(spec=device, options=dict(options), device=None if isinstance(device, str) else device)
@@ -89,26 +89,27 @@ def _check_device(device: Any) -> None:
         raise DPUError(f"device {device!r} is not a DPU device (needs .arch and .execute(sg, regions))")
 
 
-def _emulator_for(program: Program) -> Any:
-    from tvm_dpu.runtime.device import EmulatorDevice, arch_of
+def _device_for_program(kind: Any, program: Program) -> Any:
+    """One device of `kind` (not `own_arch`) per program arch, shared by the calls of this process."""
+    from tvm_dpu.runtime.device import arch_of
 
-    key = (program.sg.arch, program.fingerprint)
+    key = (kind.name, program.sg.arch, program.fingerprint)
     with _LOCK:
-        dev = _EMULATORS.get(key)
+        dev = _BY_ARCH.get(key)
         if dev is None:
-            dev = _EMULATORS[key] = EmulatorDevice(arch_of(program.sg.arch, program.fingerprint))
+            dev = _BY_ARCH[key] = kind.make(arch_of(program.sg.arch, program.fingerprint))
     return dev
 
 
 def _default_device(program: Program) -> Any:
-    spec = _DEFAULT["spec"]
-    if spec == "emulator":
-        return _emulator_for(program)
-    with _LOCK:
-        if _DEFAULT["device"] is None:
-            from tvm_dpu.runtime.pynq_driver import PynqDevice
+    from tvm_dpu.runtime.device_kinds import DEVICE_KINDS
 
-            _DEFAULT["device"] = PynqDevice(**_DEFAULT["options"])
+    spec = _DEFAULT["spec"]
+    if isinstance(spec, str) and not DEVICE_KINDS[spec].own_arch:
+        return _device_for_program(DEVICE_KINDS[spec], program)
+    with _LOCK:
+        if _DEFAULT["device"] is None:  # a named kind with a DPU of its own, made on first use
+            _DEFAULT["device"] = DEVICE_KINDS[spec].make(None, **_DEFAULT["options"])
         return _DEFAULT["device"]
 
 

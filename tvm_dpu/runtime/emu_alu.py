@@ -1,4 +1,4 @@
-"""ALU (with the most recent ALUINIT): depthwise conv, PReLU, pooling, leaky, max-reduce, hsigmoid
+"""ALU (with the most recent ALUINIT): depthwise conv, PReLU, pooling, leaky, max-reduce, hard sigmoid
 (isa1-semantics.md 9)."""
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from tvm_dpu.codegen.isa import enum_codes, enum_name
 from tvm_dpu.quant.fixpoint import HSIGMOID_MUL, INT8_MIN, saturate_int8, shift_round
 from tvm_dpu.runtime.banks import store_rows
-from tvm_dpu.runtime.emu_conv import SHIFT_BIAS_MAX, activate, apply_pads, fetch_window
+from tvm_dpu.runtime.emu_conv import ENGINE_ACTS, SHIFT_BIAS_MAX, activate, apply_pads, fetch_window
 
 if TYPE_CHECKING:
     from tvm_dpu.runtime.emulator import Ctx, Emulator
 
-DWCONV, PRELU, AVGPOOL, MAXPOOL, LEAKY, MAXREDUCE, DWCONV_NOBIAS, HSIGMOID, DWCONV_W16 = range(9)
-MODE_NAMES = ("dwconv", "prelu", "avgpool", "maxpool", "leaky", "maxreduce", "dwconv_nobias", "hsigmoid",
-              "dwconv_w16")
-ALU_MODES = frozenset(range(9))  # ISA1 alu_type list: modes 0-8
-#: hsigmoid clamp of the pre-shift value (9.2, mode 7).
+_MODE = enum_codes("alu_exec_mode")
+DWCONV, PRELU, AVGPOOL, MAXPOOL = _MODE["dwconv"], _MODE["prelu"], _MODE["avgpool"], _MODE["maxpool"]
+LEAKY, MAXREDUCE, DWCONV_NOBIAS = _MODE["leaky_relu"], _MODE["maxreduce"], _MODE["dwconv_nobias"]
+HARD_SIGMOID, DWCONV_W16 = _MODE["hard_sigmoid"], _MODE["dwconv_w16"]
+ALU_MODES = frozenset(_MODE.values())  # ISA1 alu_type list: modes 0-8
+#: hard-sigmoid clamp of the pre-shift value (9.2, mode 7).
 HSIGMOID_CLAMP = 1 << 32
 
 
@@ -40,7 +42,8 @@ def alu(emu: "Emulator", ctx: "Ctx") -> None:
     arch = emu.arch
     pp, cp = arch.pp, arch.icp
     mode = g["exec_mode"]
-    ctx.check(mode in ALU_MODES, None, f"ALUINIT exec_mode={mode} not an ALU mode of {arch.name} (0-8)")
+    ctx.check(mode in ALU_MODES, None,
+              f"ALUINIT exec_mode={mode} not an ALU mode of {arch.name} ({min(ALU_MODES)}-{max(ALU_MODES)})")
     bank_in = emu.check_image_bank(ctx, "bank_id_in")
     bank_out = emu.check_image_bank(ctx, "bank_id_out")
     kh, kw, sh, sw = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"]
@@ -51,11 +54,11 @@ def alu(emu: "Emulator", ctx: "Ctx") -> None:
     ctx.check(g["shift_bias"] <= SHIFT_BIAS_MAX, None, f"ALUINIT shift_bias={g['shift_bias']} > {SHIFT_BIAS_MAX}")
     act = g["act_type"]
     allowed = emu.allowed_acts("alu")
-    ctx.check(act in allowed and act in (0, 1, 3, 4), None,
+    ctx.check(act in allowed and act in ENGINE_ACTS, None,
               f"ALUINIT act_type={act} not allowed on {arch.name} ALU (allowed {sorted(allowed)})")
-    if mode in (PRELU, LEAKY, HSIGMOID):
+    if mode in (PRELU, LEAKY, HARD_SIGMOID):
         ctx.check(kh == kw == sh == sw == D == 1, None,
-                  f"ALU mode {MODE_NAMES[mode]} needs kernel, stride and kernel_d 1 "
+                  f"ALU mode {enum_name('alu_exec_mode', mode)} needs kernel, stride and kernel_d 1 "
                   f"(kernel {kh}x{kw}, stride {sh}x{sw}, kernel_d {D})")
     C = cg * cp
     real_h = (vpp - 1) * sh + kh
@@ -113,7 +116,7 @@ def alu(emu: "Emulator", ctx: "Ctx") -> None:
     elif mode in (MAXPOOL, MAXREDUCE):
         m = np.maximum(win[:, :, 0].max(axis=(-2, -1)).astype(np.int64), INT8_MIN)
         out = saturate_int8(shift_round(m, -_tsc(g["shift_cut"])))
-    else:  # HSIGMOID
+    else:  # HARD_SIGMOID
         xv = win[:, :, 0, :, 0, 0].astype(np.int64)
         v = np.clip(xv * HSIGMOID_MUL + (3 * HSIGMOID_MUL << g["shift_bias"]), 0, HSIGMOID_CLAMP)
         out = saturate_int8(shift_round(v, g["shift_cut"]))

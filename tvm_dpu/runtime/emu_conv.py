@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
+from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
 from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
@@ -25,6 +26,11 @@ CONV_STRIDE_MAX = 8
 SHIFT_BIAS_MAX = 20
 #: Highest bank-address slot (bank_addr_in, _1, _2, _3).
 MAX_ADDR_GROUP = 3
+_ACT = enum_codes("act_type")
+ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6 = _ACT["none"], _ACT["relu"], _ACT["leaky_relu"], _ACT["relu6"]
+#: The act_type codes the CONV and ALU engines compute (6.4: prelu, hard_sigmoid, hard_swish need parameters DPUV2
+#: does not encode).
+ENGINE_ACTS = frozenset({ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6})
 
 
 def fetch_window(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nbytes: int,
@@ -45,13 +51,13 @@ def apply_pads(x: np.ndarray, kh: int, kw: int, top: int, left: int, bottom_last
 
 
 def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
-    """DPURound(act(v / 2**shift)) for integer v, exactly; act codes 0 none, 1 relu, 3 leaky, 4 relu6."""
+    """DPURound(act(v / 2**shift)) for integer v, exactly; act one of ENGINE_ACTS (none, relu, leaky, relu6)."""
     out = shift_round(v, shift)
-    if act == 1:
+    if act == ACT_RELU:
         out = np.maximum(out, 0)
-    elif act == 4:
+    elif act == ACT_RELU6:
         out = np.clip(out, 0, RELU6_MAX)
-    elif act == 3:
+    elif act == ACT_LEAKY:
         neg = shift_round(v * LEAKY_NUM, shift + LEAKY_SHIFT)
         out = np.where(v < 0, neg, out)
     return saturate_int8(out)
@@ -70,7 +76,7 @@ PARALLEL_MIN_ROWS = 32
 #: started (emu_threads.run_parts).
 PARTS_PER_THREAD = 2
 #: act_type -> the int8 clamp of the rounded CONV output: none, relu, relu6 (leaky takes the integer path).
-CLAMPS = {0: (INT8_MIN, INT8_MAX), 1: (0, INT8_MAX), 4: (0, RELU6_MAX)}
+CLAMPS = {ACT_NONE: (INT8_MIN, INT8_MAX), ACT_RELU: (0, INT8_MAX), ACT_RELU6: (0, RELU6_MAX)}
 
 
 def exact_matmul_t(a: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -106,7 +112,7 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     ctx.check(g["shift_bias"] <= SHIFT_BIAS_MAX, None,
               f"CONVINIT shift_bias={g['shift_bias']} > {SHIFT_BIAS_MAX}")
     act = g["act_type"]
-    ctx.check(act in emu.allowed_acts("conv") and act in (0, 1, 3, 4), None,
+    ctx.check(act in emu.allowed_acts("conv") and act in ENGINE_ACTS, None,
               f"CONVINIT act_type={act} not allowed on {arch.name} CONV (allowed {sorted(emu.allowed_acts('conv'))})")
     cin = cg * icp
     choff = f["channel_offset"]

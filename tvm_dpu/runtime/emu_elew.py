@@ -6,13 +6,16 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from tvm_dpu.codegen.isa import enum_code
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
     from tvm_dpu.runtime.emulator import Ctx, Emulator
 
-ELEW_ADD, ELEW_MULT = 0, 1
+ELEW_ADD, ELEW_MUL = enum_code("elew_type", "add"), enum_code("elew_type", "mul")
+#: The ELEW act_type field is 1 bit: none or relu (8.3).
+ACT_RELU = enum_code("act_type", "relu")
 #: ELEWs with at most this many operands run as a lookup in a table of all 256**num results.
 TABLE_MAX_INPUTS = 2
 #: shift_write 0..15 shifts left, 16..31 shifts right by (v - 16).
@@ -36,8 +39,9 @@ def _plan(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None
     pp, cp = arch.pp, arch.icp
     num, vpp, cg, L = f["num"], f["valid_pixel_parallel"], f["channel_group"], f["length"]
     etype = f["elew_type"]
-    ctx.check(etype in (ELEW_ADD, ELEW_MULT), "elew_type", f"not an elew_type of {arch.name} (0 add, 1 mult)")
-    ctx.check(etype != ELEW_MULT or num == 2, "num", "mult needs exactly 2 inputs")
+    ctx.check(etype in (ELEW_ADD, ELEW_MUL), "elew_type",
+              f"not an elew_type of {arch.name} ({ELEW_ADD} add, {ELEW_MUL} mul)")
+    ctx.check(etype != ELEW_MUL or num == 2, "num", "mult needs exactly 2 inputs")
     ctx.check(f["act_type"] in emu.allowed_acts("elew"), "act_type", f"not an ELEW activation of {arch.name}")
     ctx.check(vpp <= arch.alu_pp, "valid_pixel_parallel", f"> eltwise pixel parallelism {arch.alu_pp}")
     ctx.check(len(fifo) >= num, "num", f"only {len(fifo)} pending ELEWINIT(s)")
@@ -72,7 +76,7 @@ def _plan(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None
     sw = f["shift_write"]
     scale = sw - SHIFT_WRITE_RIGHT if sw >= SHIFT_WRITE_RIGHT else -sw
     scale += 2 if etype == ELEW_ADD else 4
-    relu = f["act_type"] == 1
+    relu = f["act_type"] == ACT_RELU
     g0 = bank_out - bank_out % pp
     u = bank_out + k
     obanks = g0 + (u - g0) % pp

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.isa import Instr, iter_program
+from tvm_dpu.codegen.isa import Instr, enum_code, iter_program
 from tvm_dpu.errors import EmulatorError, ISAError
 from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
 from tvm_dpu.runtime.banks import Banks
@@ -42,8 +42,6 @@ PROGRAM_CACHE_INSTRUCTIONS = 100_000
 Step = Callable[[Mapping[int, np.ndarray]], None]
 
 
-#: Activation names of the Arch lists -> act_type codes.
-ACT_CODES = {"relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hsigmoid": 5, "hswish": 6}
 
 
 @dataclass
@@ -185,9 +183,10 @@ class Emulator:
             "elew": (a.elew_activations, False),
         }[engine]
         # Leaky is gated by the fingerprint flag (CV_LKRL / DW_LKRL), the other codes by the name lists.
-        codes = {0} | {ACT_CODES[n] for n in names if n in ACT_CODES and n != "leaky_relu"}
+        # A name the ISA does not know is an ISAError here, not a code silently left out.
+        codes = {enum_code("act_type", "none")} | {enum_code("act_type", n) for n in names if n != "leaky_relu"}
         if leaky_flag:
-            codes.add(ACT_CODES["leaky_relu"])
+            codes.add(enum_code("act_type", "leaky_relu"))
         return codes
 
     # ---- checks shared by engines ------------------------------------------------------------

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_dpu.codegen.isa import Instr
+from tvm_dpu.codegen.isa import Instr, enum_codes
 from tvm_dpu.timing.params import MachineModel, TimingError
+
+#: The depthwise-conv ALU exec modes: the ones that multiply (MACs).
+_DW_MODES = frozenset(enum_codes("alu_exec_mode")[m] for m in ("dwconv", "dwconv_nobias", "dwconv_w16"))
 
 ENGINES: tuple[str, ...] = ("load", "save", "conv", "misc")
 ENGINE_INDEX: dict[str, int] = {e: i for i, e in enumerate(ENGINES)}
@@ -104,7 +107,7 @@ class CostModel:
             d = f["kernel_d"]
             cycles = length * kh * kw * cg * d + p.alu_fill_cycles
             macs = 0
-            if ai["exec_mode"] in (0, 6, 8):  # depthwise conv modes
+            if ai["exec_mode"] in _DW_MODES:
                 macs = f["valid_pixel_parallel"] * length * kh * kw * d * cg * a.icp
             return InstrCost(ENGINE_INDEX["misc"], cycles, macs=macs)
         if name == "ELEW":

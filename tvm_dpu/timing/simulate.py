@@ -28,7 +28,7 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.isa import decode_program_shared, instr_spec
+from tvm_dpu.codegen.isa import instr_spec, iter_program
 from tvm_dpu.timing.cost import ENGINES, CostModel, InstrCost
 from tvm_dpu.timing.depcheck import OWN_CREDIT, initial_tokens, pair_name
 from tvm_dpu.timing.params import MachineModel, TimingError, TimingParams, machine
@@ -117,7 +117,7 @@ class TimingResult:
 
 
 def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], np.ndarray]:
-    instrs = decode_program_shared(code)
+    instrs = [ins for _, ins in iter_program(code, shared=True)]
     cm = CostModel(m)
     names, dpdon, dpdby, costs = [], [], [], []
     fetch = np.zeros(len(instrs))
