@@ -1,0 +1,1 @@
+"""AMD's .xmodel files (XIR graphs compiled by vai_c): read, run, inspect and report them."""
