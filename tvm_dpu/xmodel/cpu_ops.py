@@ -117,7 +117,12 @@ def run_cpu_op(op: XOp, inputs: list[np.ndarray], model: XModel, plugin_runner: 
     XModelError naming the op type and name."""
     fn = CPU_OPS.get(op.type)
     if fn is not None:
-        out = fn(op, inputs, model)
+        try:
+            out = fn(op, inputs, model)
+        except (TypeError, ValueError, KeyError, IndexError) as e:  # numpy AxisError is a ValueError
+            raise XModelError(f"{model.source}: {op.type} op {op.name!r}: its attributes or inputs do not fit "
+                              f"(attributes {sorted(op.attrs)}, input shapes {[np.shape(x) for x in inputs]}): "
+                              f"{type(e).__name__}: {e}") from None
     elif plugin_runner is not None:
         out = plugin_runner(op.type, op.name, dict(op.attrs), list(inputs), tuple(op.output.shape))
     else:
