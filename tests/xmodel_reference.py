@@ -88,6 +88,11 @@ def _prelu(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, x, x * slope).astype(np.float32)
 
 
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
 def reference_values(model: XModel, image: np.ndarray) -> dict[str, np.ndarray]:
     """op name -> value (int8 for fixed-point tensors, float32 otherwise) for a float input image."""
     values: dict[str, np.ndarray] = {}
@@ -120,6 +125,8 @@ def reference_values(model: XModel, image: np.ndarray) -> dict[str, np.ndarray]:
             v = v.astype(np.int8)
         elif t == "Mylayer":
             v = _prelu(ins[0], ins[1])
+        elif t == "softmax":
+            v = _softmax(ins[0].astype(np.float64), op.attrs.get("axis", -1)).astype(np.float32)
         else:
             raise Unsupported(f"op type {t} ({op.name})")
         values[op.name] = np.asarray(v).reshape(op.output.shape)
