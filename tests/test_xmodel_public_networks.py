@@ -40,3 +40,25 @@ def test_yolox_nano_matches_the_integer_reference(arch):
         for t in dpu.outputs:
             np.testing.assert_array_equal(got[t.op], want[t.op], err_msg=f"{arch} {t.op}")
             assert len(np.unique(got[t.op])) > 10
+
+
+PointPillars = "pointpillars_custom_op_zcu102_b1cf25b1dfb930f20eed5b30185d4d4ea5d74c1b.xmodel"
+
+
+@pytest.mark.slow
+def test_pointpillars_runs_end_to_end_with_the_shipped_ppscatter_plugin():
+    """Vitis AI's PyTorch custom-op example (Xilinx/Vitis-AI, Apache-2.0): two DPU subgraphs (33068 and 20320
+    instructions) around PPScatterV2 on the CPU, which the shipped vitis_ppscatter plugin supplies. No integer
+    reference (transposed-conv2d-fix is not in it): this pins that the whole graph runs and the heads vary."""
+    path = ROOT / PointPillars
+    if not path.is_file():
+        pytest.skip(f"{path} not present (set TVM_DPU_XMODELS)")
+    runner = load_xmodel(path)
+    rng = np.random.default_rng(0)
+    coords = np.full((1, 12000, 4), -1, np.float32)
+    coords[0, :3000, 2] = rng.integers(0, 496, 3000)
+    coords[0, :3000, 3] = rng.integers(0, 432, 3000)
+    feats = rng.normal(0, 1, (1, 12000, 100, 4)).astype(np.float32)
+    outs = runner.run({"VoxelNet__input_0": feats, "VoxelNet__input_1": coords})
+    assert [o.shape for o in outs] == [(1, 248, 216, 12), (1, 248, 216, 18), (1, 248, 216, 42)]
+    assert all(len(np.unique(o)) > 10 for o in outs)

@@ -36,44 +36,47 @@ def _const_fix(model: XModel, op: XOp) -> np.ndarray:
     raise Unsupported(f"const-fix {op.name} outside a DPU subgraph")
 
 
-def _conv(model: XModel, op: XOp, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    fx = model.op(op.inputs["input"][0]).output.fix_point
-    fw = model.op(op.inputs["weights"][0]).output.fix_point
-    fo = op.output.fix_point
-    kh, kw = op.attrs["kernel"][1], op.attrs["kernel"][0]  # XIR: kernel [w, h]
-    sh, sw = op.attrs["stride"][1], op.attrs["stride"][0]
-    dh, dw = op.attrs.get("dilation", [1, 1])[1], op.attrs.get("dilation", [1, 1])[0]
-    pl, pr, pt, pb = op.attrs.get("pad", [0, 0, 0, 0])
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-    n, oh, ow, oc = op.output.shape
-    acc = np.zeros((n, oh, ow, oc), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            win = xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
-            acc += np.einsum("nhwc,oc->nhwo", win, w[:, i, j, :].astype(np.int64))
+def _bias_act_round(model: XModel, op: XOp, acc: np.ndarray, b: np.ndarray | None, f_acc: int) -> np.ndarray:
+    """Bias aligned to the accumulator's fix point f_acc by shift, optional ReLU, one DPURound to the output."""
     if b is not None:
-        fb = model.op(op.inputs["bias"][0]).output.fix_point
-        sb = fx + fw - fb
+        sb = f_acc - model.op(op.inputs["bias"][0]).output.fix_point
         acc = acc + (b.astype(np.int64) << sb if sb >= 0 else b.astype(np.int64) >> -sb)
     if op.attrs.get("nonlinear", "NONE") not in ("NONE", "RELU"):
         raise Unsupported(f"nonlinear {op.attrs['nonlinear']}")
     if op.attrs.get("nonlinear") == "RELU":
         acc = np.maximum(acc, 0)
-    return _round_sat(acc, fx + fw - fo)
+    return _round_sat(acc, f_acc - op.output.fix_point)
+
+
+def _windows(op: XOp, x: np.ndarray, pad_value: int = 0):
+    """(i, j, window) per kernel tap: the input (padded with pad_value) sampled at that tap for every output pixel.
+    XIR lists kernel, stride and dilation as [w, h] and pad as [left, right, top, bottom]."""
+    kh, kw = op.attrs["kernel"][1], op.attrs["kernel"][0]
+    sh, sw = op.attrs["stride"][1], op.attrs["stride"][0]
+    dh, dw = op.attrs.get("dilation", [1, 1])[1], op.attrs.get("dilation", [1, 1])[0]
+    pl, pr, pt, pb = op.attrs.get("pad", [0, 0, 0, 0])
+    xp = np.pad(x.astype(np.int64), ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=pad_value)
+    _, oh, ow, _ = op.output.shape
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
+
+
+def _conv(model: XModel, op: XOp, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    fx = model.op(op.inputs["input"][0]).output.fix_point
+    fw = model.op(op.inputs["weights"][0]).output.fix_point
+    acc = np.zeros(op.output.shape, np.int64)
+    for i, j, win in _windows(op, x):
+        acc += np.einsum("nhwc,oc->nhwo", win, w[:, i, j, :].astype(np.int64))
+    return _bias_act_round(model, op, acc, b, fx + fw)
 
 
 def _maxpool(model: XModel, op: XOp, x: np.ndarray) -> np.ndarray:
     if op.attrs.get("type") != "MAX":
         raise Unsupported(f"pool type {op.attrs.get('type')}")
-    kh, kw = op.attrs["kernel"][1], op.attrs["kernel"][0]
-    sh, sw = op.attrs["stride"][1], op.attrs["stride"][0]
-    pl, pr, pt, pb = op.attrs.get("pad", [0, 0, 0, 0])
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=-128)
-    n, oh, ow, c = op.output.shape
-    m = np.full((n, oh, ow, c), -128, np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            m = np.maximum(m, xp[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :])
+    m = np.full(op.output.shape, -128, np.int64)
+    for _, _, win in _windows(op, x, pad_value=-128):
+        m = np.maximum(m, win)
     fx = model.op(op.input_ops[0]).output.fix_point
     return _round_sat(m, fx - op.output.fix_point)
 
@@ -95,23 +98,10 @@ def _depthwise(model: XModel, op: XOp, x: np.ndarray, w: np.ndarray, b: np.ndarr
         raise Unsupported(f"depthwise channel multiplier {w.shape[0]}")
     fx = model.op(op.inputs["input"][0]).output.fix_point
     fw = model.op(op.inputs["weights"][0]).output.fix_point
-    kh, kw = op.attrs["kernel"][1], op.attrs["kernel"][0]
-    sh, sw = op.attrs["stride"][1], op.attrs["stride"][0]
-    pl, pr, pt, pb = op.attrs.get("pad", [0, 0, 0, 0])
-    xp = np.pad(x.astype(np.int64), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-    n, oh, ow, c = op.output.shape
-    acc = np.zeros((n, oh, ow, c), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            acc += xp[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :] * w[0, i, j, :].astype(np.int64)
-    if b is not None:
-        sb = fx + fw - model.op(op.inputs["bias"][0]).output.fix_point
-        acc = acc + (b.astype(np.int64) << sb if sb >= 0 else b.astype(np.int64) >> -sb)
-    if op.attrs.get("nonlinear", "NONE") not in ("NONE", "RELU"):
-        raise Unsupported(f"nonlinear {op.attrs['nonlinear']}")
-    if op.attrs.get("nonlinear") == "RELU":
-        acc = np.maximum(acc, 0)
-    return _round_sat(acc, fx + fw - op.output.fix_point)
+    acc = np.zeros(op.output.shape, np.int64)
+    for i, j, win in _windows(op, x):
+        acc += win * w[0, i, j, :].astype(np.int64)
+    return _bias_act_round(model, op, acc, b, fx + fw)
 
 
 def _eltwise_add(model: XModel, op: XOp, xs: list[np.ndarray]) -> np.ndarray:
