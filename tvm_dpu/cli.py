@@ -282,6 +282,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     model.source_graph = source_graph
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
                       sign=args.sign)
+    if args.format == "xmodel":
+        model.export(outdir / f"{name}.xmodel")
     t_export = time.perf_counter()
     timing = model.timing()
     t_timing = time.perf_counter()
@@ -431,6 +433,8 @@ def _add_compile(sub) -> None:
     p.add_argument("--png", action="store_true",
                    help="also draw each DPU subgraph's engine timeline as a PNG Gantt chart (matplotlib; the Chrome "
                    "traces, always written, hold the same data)")
+    p.add_argument("--format", choices=["tvmdpu", "xmodel"], default="tvmdpu",
+                   help="xmodel: also write <name>.xmodel, AMD's XIR graph for VART / PYNQ-DPU (docs/deploy.md)")
     p.add_argument("--no-verify-data", action="store_true",
                    help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
                    "weights: the artifact shrinks by about half)")
