@@ -22,7 +22,7 @@ PKG = "tvm_dpu"
 
 #: Leaf modules: plain data types, errors and file formats, importable by every layer (they import only leaves).
 LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.container", "tvm_dpu.schema", "tvm_dpu.program_blob",
-                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing"})
+                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing", "tvm_dpu.protowire"})
 #: The fixed-point arithmetic and DPU quantization rules (a leaf above arch).
 QUANT_ARITH = frozenset({"tvm_dpu.quant.fixpoint", "tvm_dpu.quant.rules"})
 
@@ -43,6 +43,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.toolchains": frozenset(),
     "tvm_dpu.feeds": frozenset(),
     "tvm_dpu.signing": frozenset(),
+    "tvm_dpu.protowire": frozenset(),  # protobuf wire framing: ONNX (frontend) and XIR (xmodel) files
     # arch imports nothing of the project
     "tvm_dpu.arch": frozenset(),
     # quant's arithmetic imports only arch; calibration / quantization / QDQ import sit above xgraph
@@ -78,9 +79,10 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.plugins": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
                                   "tvm_dpu.passes", "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing",
                                   "tvm_dpu.runtime"}),
-    # AMD's .xmodel: read, run and written above runtime; compare rebuilds a network through the public build
+    # AMD's .xmodel files: read (schema tables over protowire), run on the runtime's emulator / device with
+    # plugins' CPU runners, inspected with the disassembler and the timing model; written from a CompiledModel
     "tvm_dpu.xmodel": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.codegen", "tvm_dpu.timing",
-                                 "tvm_dpu.quant", "tvm_dpu.runtime"}),
+                                 "tvm_dpu.runtime", "tvm_dpu.plugins"}) | QUANT_ARITH,
 }
 
 #: Arrows allowed against LAYERS and left out of the cycle check, each with its reason (all lazy imports).

@@ -61,3 +61,7 @@ class RunError(DPUError, RuntimeError):
 
 class FusionError(DPUError, ValueError):
     """A bad fusion request (unknown mode, a plan that does not cover the graph, a cyclic grouping)."""
+
+
+class XModelError(ArtifactError):
+    """An AMD .xmodel (XIR graph) that cannot be read or run: names the field path or op and the file offset."""

@@ -16,72 +16,20 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Iterator
-
 import numpy as np
 import onnx
 import tvm
 
 from ..errors import FrontendError
+from ..protowire import LENGTH_DELIMITED as _LENGTH_DELIMITED
+from ..protowire import WireError as _WireError
+from ..protowire import encode_varint as _encode_varint
+from ..protowire import fields as _fields
+from ..protowire import varint as _varint
 
 #: Initializers at least this large are left in the file (small ones, e.g. shapes, stay in the proto).
 MIN_LAZY_BYTES = 1 << 16
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_DATA_TYPE, _TENSOR_RAW_DATA, _TENSOR_DATA_LOCATION = 7, 5, 2, 9, 14
-_LENGTH_DELIMITED = 2
-
-
-class _WireError(ValueError):
-    """The file is not laid out as this reader expects (onnx.load then reads it, and reports any defect)."""
-
-
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise _WireError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _fields(buf: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """(field number, wire type, tag start, value start, value end) of each field in buf[start:end]; for a
-    varint the value span is its encoding."""
-    pos = start
-    while pos < end:
-        tag_start = pos
-        key, pos = _varint(buf, pos, end)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, value_end = _varint(buf, pos, end)
-        elif wire == 1:
-            value_end = pos + 8
-        elif wire == 5:
-            value_end = pos + 4
-        elif wire == _LENGTH_DELIMITED:
-            n, pos = _varint(buf, pos, end)
-            value_end = pos + n
-        else:  # groups: not in onnx.proto
-            raise _WireError(f"wire type {wire}")
-        if value_end > end:
-            raise _WireError("field past its message")
-        yield number, wire, tag_start, pos, value_end
-        pos = value_end
 
 
 def _lazy_initializer(buf: memoryview, start: int, end: int) -> tuple[list, tuple[int, int]] | None:
@@ -98,7 +46,7 @@ def _lazy_initializer(buf: memoryview, start: int, end: int) -> tuple[list, tupl
             float32 = _varint(buf, v_start, v_end)[0] == onnx.TensorProto.FLOAT
         if number == _TENSOR_DATA_LOCATION and wire == 0 and \
                 _varint(buf, v_start, v_end)[0] == onnx.TensorProto.EXTERNAL:
-            raise _WireError("external data files")  # onnx.load reads them
+            raise _WireError("external data files", start)  # onnx.load reads them
         pieces.append(buf[tag_start:v_end])
     if raw is None or not float32 or raw[1] < MIN_LAZY_BYTES:
         return None
@@ -132,7 +80,7 @@ def _without_weights(buf: memoryview) -> tuple[bytes, list[tuple[int, int, int]]
             graph.append(buf[g_tag:g_end])
         out += _length_delimited(_MODEL_GRAPH, graph)
     if graphs != 1:
-        raise _WireError(f"{graphs} graph fields")
+        raise _WireError(f"{graphs} graph fields", 0)
     return b"".join(out), lazy
 
 

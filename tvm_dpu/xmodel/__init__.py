@@ -1,1 +1,1 @@
-"""AMD's .xmodel format (an XIR graph serialized with XIR's public `graph_proto_v2` protobuf schema)."""
+"""AMD's .xmodel files (XIR graphs compiled by vai_c): read, run, inspect and report them."""

@@ -25,7 +25,9 @@ import numpy as np
 
 from tvm_dpu.types import REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK
 from tvm_dpu.xgraph.ops import dense_weights_shape, op_macs
-from tvm_dpu.xmodel.xir_schema import DATA_TYPES, XModelError, encode
+from tvm_dpu.errors import XModelError
+from tvm_dpu.xmodel.encode import encode_graph
+from tvm_dpu.xmodel.reader import Attr
 
 #: Runner libraries vai_c names in a subgraph's `runner` attribute.
 DPU_RUNNER = {"ref": "libvart-cpu-runner.so", "run": "libvart-dpu-runner.so", "sim": "libvart-sim-runner.so"}
@@ -39,6 +41,14 @@ CPU_OPS = {"relax.reshape": "reshape", "relax.flatten": "flatten", "relax.permut
 _NONLINEAR = {"none": "NONE", "relu": "RELU", "relu6": "RELU6", "leaky_relu": "LEAKYRELU"}
 
 
+#: XIR's DataType::Type numbering of Tensor.data_type.
+DATA_TYPES = {"INT": 0, "UINT": 1, "XINT": 2, "XUINT": 3, "FLOAT": 4}
+
+
+def _a(kind: str, value: Any) -> Attr:
+    return Attr(f"{kind}_value", value)
+
+
 def reg_name(reg_id: int) -> str:
     return f"REG_{reg_id}"
 
@@ -46,8 +56,8 @@ def reg_name(reg_id: int) -> str:
 def _fix_tensor(name: str, shape: list[int], fix_point: int) -> dict:
     return {"tensor_name": name, "tensor_dim": [int(d) for d in shape], "data_type": DATA_TYPES["XINT"],
             "tensor_bit_width": 8,
-            "tensor_attr": {"fix_point": ("int32", int(fix_point)), "bit_width": ("int32", 8),
-                            "if_signed": ("bool", True), "round_mode": ("string", "DPU_ROUND")}}
+            "tensor_attr": {"fix_point": _a("int32", int(fix_point)), "bit_width": _a("int32", 8),
+                            "if_signed": _a("bool", True), "round_mode": _a("string", "DPU_ROUND")}}
 
 
 def _float_tensor(name: str, shape: list[int]) -> dict:
@@ -58,8 +68,8 @@ def _float_tensor(name: str, shape: list[int]) -> dict:
 def _ddr(tensor: dict, fmap: Any) -> dict:
     """`tensor` with the DDR place VART reads: reg_id, ddr_addr, location 1 and the NHWC byte strides."""
     tensor["tensor_attr"].update({
-        "reg_id": ("int32", int(fmap.reg_id)), "ddr_addr": ("int32", int(fmap.offset)), "location": ("int32", 1),
-        "stride": ("int32_vec", [int(fmap.h * fmap.row_pitch), int(fmap.row_pitch), int(fmap.pixel_pitch), 1])})
+        "reg_id": _a("int32", int(fmap.reg_id)), "ddr_addr": _a("int32", int(fmap.offset)), "location": _a("int32", 1),
+        "stride": _a("int32_vec", [int(fmap.h * fmap.row_pitch), int(fmap.row_pitch), int(fmap.pixel_pitch), 1])})
     return tensor
 
 
@@ -102,7 +112,7 @@ class _Writer:
     def op(self, name: str, typ: str, args: dict[str, list[str]], tensor: dict, attrs: dict | None = None,
            device: str = "CPU") -> str:
         attrs = dict(attrs or {})
-        attrs["device"] = ("string", device)
+        attrs["device"] = _a("string", device)
         self.ops.append({"op_name": name, "op_type": typ, "op_attr": attrs,
                          "args": [{"arg_name": k, "arg_ops": v} for k, v in args.items()],
                          "output_tensor": tensor})
@@ -120,7 +130,7 @@ class _Writer:
         if self.cpu_ops:
             self.children.append({
                 "subgraph_name": f"subgraph_{self.cpu_ops[0]}", "op_name": list(self.cpu_ops),
-                "subg_attr": {"device": ("string", "CPU"), "runner": ("map_string_2_string", CPU_RUNNER)}})
+                "subg_attr": {"device": _a("string", "CPU"), "runner": _a("map_string_2_string", CPU_RUNNER)}})
             self.cpu_ops = []
 
     # -- conversions between the DPU's int8 NHWC and the host's float ---------------------------------------
@@ -128,17 +138,17 @@ class _Writer:
         """The op giving `v` as float in the model's layout with `shape`."""
         if not v.fix:
             return v.op if list(shape) == v.shape else self.cpu(
-                "reshape", v.op, shape, {"shape": ("int32_vec", list(shape))}, f"{v.op}_reshape")
+                "reshape", v.op, shape, {"shape": _a("int32_vec", list(shape))}, f"{v.op}_reshape")
         key = ("float", v.op, tuple(shape))
         if key in self.memo:
             return self.memo[key].op
-        src = self.cpu("fix2float", v.op, v.shape, {"fix_point": ("int32", v.fix_point)}, f"{v.op}_fix2float")
+        src = self.cpu("fix2float", v.op, v.shape, {"fix_point": _a("int32", v.fix_point)}, f"{v.op}_fix2float")
         cur = list(v.shape)
         if len(cur) == 4 and cur[1] * cur[2] > 1:
             cur = [cur[0], cur[3], cur[1], cur[2]]
-            src = self.cpu("transpose", src, cur, {"order": ("int32_vec", [0, 3, 1, 2])}, f"{src}_nchw")
+            src = self.cpu("transpose", src, cur, {"order": _a("int32_vec", [0, 3, 1, 2])}, f"{src}_nchw")
         if cur != list(shape):
-            src = self.cpu("reshape", src, list(shape), {"shape": ("int32_vec", list(shape))}, f"{src}_reshape")
+            src = self.cpu("reshape", src, list(shape), {"shape": _a("int32_vec", list(shape))}, f"{src}_reshape")
         self.memo[key] = _Val(src, list(shape), False)
         return src
 
@@ -153,8 +163,8 @@ class _Writer:
             return self.memo[key].op
         src = self.as_float(v, [1, f.c, f.h, f.w] if f.h * f.w > 1 else nhwc)
         if f.h * f.w > 1:
-            src = self.cpu("transpose", src, nhwc, {"order": ("int32_vec", [0, 2, 3, 1])}, f"{src}_nhwc")
-        out = self.cpu("float2fix", src, nhwc, {"fix_point": ("int32", binding.fix_point)}, f"{src}_float2fix",
+            src = self.cpu("transpose", src, nhwc, {"order": _a("int32_vec", [0, 2, 3, 1])}, f"{src}_nhwc")
+        out = self.cpu("float2fix", src, nhwc, {"fix_point": _a("int32", binding.fix_point)}, f"{src}_float2fix",
                        fix_point=binding.fix_point)
         self.memo[key] = _Val(out, nhwc, True, binding.fix_point)
         return out
@@ -168,9 +178,9 @@ class _Writer:
             return have
         n = self.name(name)
         self.op(n, "data-fix", {}, _fix_tensor(n, nhwc, binding.fix_point),
-                {"shape": ("int32_vec", nhwc), "data_type": ("string", "XINT8")}, device="USER")
+                {"shape": _a("int32_vec", nhwc), "data_type": _a("string", "XINT8")}, device="USER")
         self.children.append({"subgraph_name": f"subgraph_{n}", "op_name": [n],
-                              "subg_attr": {"device": ("string", "USER")}})
+                              "subg_attr": {"device": _a("string", "USER")}})
         v = self.placed_inputs[name] = _Val(n, nhwc, True, binding.fix_point)
         return v
 
@@ -227,21 +237,21 @@ class _Writer:
         self.children.append({
             "subgraph_name": f"subgraph_{symbol}",
             "subg_attr": {
-                "device": ("string", "DPU"), "runner": ("map_string_2_string", DPU_RUNNER),
-                "dpu_name": ("string", self.model.arch.dpu_name),
-                "dpu_fingerprint": ("uint64", int(sg.fingerprint)),
-                "mc_code": ("bytes", np.ascontiguousarray(sg.code, dtype="<u4").tobytes()),
-                "mc_code_preload": ("bytes", b""),
-                "reg_id_to_context_type": ("map_string_2_string", {reg_name(r): _CONTEXT[r] for r in regs}),
-                "reg_id_to_context_type_v2": ("map_string_2_string", {reg_name(r): _CONTEXT_V2[r] for r in regs}),
-                "reg_id_to_hw_segment": ("map_string_2_string", {reg_name(r): _SEGMENT[r] for r in regs}),
-                "reg_id_to_size": ("map_string_2_int32", {reg_name(r): int(sg.region_sizes[r]) for r in regs}),
-                "reg_id_to_parameter_value": ("map_string_2_bytes", {
+                "device": _a("string", "DPU"), "runner": _a("map_string_2_string", DPU_RUNNER),
+                "dpu_name": _a("string", self.model.arch.dpu_name),
+                "dpu_fingerprint": _a("uint64", int(sg.fingerprint)),
+                "mc_code": _a("bytes", np.ascontiguousarray(sg.code, dtype="<u4").tobytes()),
+                "mc_code_preload": _a("bytes", b""),
+                "reg_id_to_context_type": _a("map_string_2_string", {reg_name(r): _CONTEXT[r] for r in regs}),
+                "reg_id_to_context_type_v2": _a("map_string_2_string", {reg_name(r): _CONTEXT_V2[r] for r in regs}),
+                "reg_id_to_hw_segment": _a("map_string_2_string", {reg_name(r): _SEGMENT[r] for r in regs}),
+                "reg_id_to_size": _a("map_string_2_int32", {reg_name(r): int(sg.region_sizes[r]) for r in regs}),
+                "reg_id_to_parameter_value": _a("map_string_2_bytes", {
                     reg_name(REG_PARAMS): _param_region(sg)}),
-                "children_topological_sort": ("string_vec", [c["subgraph_name"] for c in children]),
-                "if_prefetch": ("bool", False), "debug_mode": ("string", "function"),
+                "children_topological_sort": _a("string_vec", [c["subgraph_name"] for c in children]),
+                "if_prefetch": _a("bool", False), "debug_mode": _a("string", "function"),
                 # VART's tracing and XLNX_SHOW_DPU_COUNTER read it unguarded: 2 x MACs, as vai_c counts
-                "workload": ("uint64", workload), "workload_on_arch": ("uint64", workload),
+                "workload": _a("uint64", workload), "workload_on_arch": _a("uint64", workload),
             },
             "subg_child": children})
         return outs
@@ -255,8 +265,8 @@ class _Writer:
             data = data.transpose(0, 2, 3, 1)  # OIHW -> OHWI, vai_c's layout
         n = self.name(tname)
         self.op(n, "const-fix", {}, _fix_tensor(n, list(data.shape), t.fix_point),
-                {"data": ("bytes", np.ascontiguousarray(data).tobytes()),
-                 "shape": ("int32_vec", list(data.shape)), "data_type": ("string", "XINT8")}, device="DPU")
+                {"data": _a("bytes", np.ascontiguousarray(data).tobytes()),
+                 "shape": _a("int32_vec", list(data.shape)), "data_type": _a("string", "XINT8")}, device="DPU")
         return n
 
     # -- host ops -------------------------------------------------------------------------------------------
@@ -269,19 +279,19 @@ class _Writer:
             return _Val(name, out_shape, False)
         if typ == "concat":
             srcs = [self.as_float(a, s) for a, s in zip(args[0], shapes[0])]
-            attrs = {"axis": ("int32", int(call.attrs.axis))}
+            attrs = {"axis": _a("int32", int(call.attrs.axis))}
             n = self.name(name)
             self.op(n, "concat", {"input": srcs}, _float_tensor(n, out_shape), attrs)
             return _Val(n, out_shape, False)
         src = args[0]
         src_op = self.as_float(src, shapes[0])
         if typ in ("reshape", "flatten"):
-            attrs = {"shape": ("int32_vec", list(out_shape))}
+            attrs = {"shape": _a("int32_vec", list(out_shape))}
             typ = "reshape"
         elif typ == "transpose":
-            attrs = {"order": ("int32_vec", [int(a) for a in call.attrs.axes])}
+            attrs = {"order": _a("int32_vec", [int(a) for a in call.attrs.axes])}
         else:
-            attrs = {"axis": ("int32", int(call.attrs.axis))}
+            attrs = {"axis": _a("int32", int(call.attrs.axis))}
         n = self.name(name)
         self.op(n, typ, {"input": [src_op]}, _float_tensor(n, out_shape), attrs)
         return _Val(n, out_shape, False)
@@ -299,11 +309,11 @@ def _xir_op(xop: Any, graph: Any) -> tuple[str, dict]:
     """(XIR type, attributes) of one quantized XGraph op, in vai_c's names (pads [l, r, t, b], NHWC)."""
     a = xop.attrs
     t = xop.type
-    nl = {"nonlinear": ("string", _NONLINEAR.get(a.get("act", "none"), str(a.get("act", "none")).upper()))}
+    nl = {"nonlinear": _a("string", _NONLINEAR.get(a.get("act", "none"), str(a.get("act", "none")).upper()))}
 
     def pad() -> dict:
         p = a.get("pads", [0, 0, 0, 0])  # XGraph: [top, left, bottom, right]
-        return {"pad": ("int32_vec", [int(p[1]), int(p[3]), int(p[0]), int(p[2])]), "pad_mode": ("string", "FLOOR")}
+        return {"pad": _a("int32_vec", [int(p[1]), int(p[3]), int(p[0]), int(p[2])]), "pad_mode": _a("string", "FLOOR")}
 
     def hw(v: list) -> list[int]:
         return [int(v[1]), int(v[0])]  # XIR lists (w, h)
@@ -311,39 +321,39 @@ def _xir_op(xop: Any, graph: Any) -> tuple[str, dict]:
     if t in ("conv2d", "depthwise_conv2d", "conv2d_transpose"):
         w = graph.tensors[xop.params["weights"]].shape
         kernel = hw(w[2:4])
-        attrs = {"kernel": ("int32_vec", kernel), "stride": ("int32_vec", hw(a.get("strides", [1, 1]))),
-                 "dilation": ("int32_vec", hw(a.get("dilations", [1, 1]))), **pad(), **nl}
+        attrs = {"kernel": _a("int32_vec", kernel), "stride": _a("int32_vec", hw(a.get("strides", [1, 1]))),
+                 "dilation": _a("int32_vec", hw(a.get("dilations", [1, 1]))), **pad(), **nl}
         typ = {"conv2d": "conv2d-fix", "depthwise_conv2d": "depthwise-conv2d-fix",
                "conv2d_transpose": "transposed-conv2d-fix"}[t]
         if t == "conv2d" and int(a.get("groups", 1)) != 1:
-            attrs["group"] = ("int32", int(a["groups"]))
+            attrs["group"] = _a("int32", int(a["groups"]))
         return typ, attrs
     if t == "dense":
         _, _, h, w = graph.tensors[xop.inputs[0]].shape
-        return "conv2d-fix", {"kernel": ("int32_vec", [int(w), int(h)]), "stride": ("int32_vec", [1, 1]),
-                              "dilation": ("int32_vec", [1, 1]), "pad": ("int32_vec", [0, 0, 0, 0]),
-                              "pad_mode": ("string", "FLOOR"), **nl}
+        return "conv2d-fix", {"kernel": _a("int32_vec", [int(w), int(h)]), "stride": _a("int32_vec", [1, 1]),
+                              "dilation": _a("int32_vec", [1, 1]), "pad": _a("int32_vec", [0, 0, 0, 0]),
+                              "pad_mode": _a("string", "FLOOR"), **nl}
     if t in ("max_pool2d", "avg_pool2d"):
         kernel = a.get("kernel")
         if a.get("global"):
             kernel = graph.tensors[xop.inputs[0]].shape[2:4]
-        return "pool-fix", {"type": ("string", "MAX" if t == "max_pool2d" else "AVG"),
-                            "kernel": ("int32_vec", hw(kernel)), "stride": ("int32_vec", hw(a.get("strides", [1, 1]))),
+        return "pool-fix", {"type": _a("string", "MAX" if t == "max_pool2d" else "AVG"),
+                            "kernel": _a("int32_vec", hw(kernel)), "stride": _a("int32_vec", hw(a.get("strides", [1, 1]))),
                             **pad()}
     if t in ("eltwise_add", "eltwise_mul"):
-        return "eltwise-fix", {"type": ("string", "ADD" if t == "eltwise_add" else "MUL"), **nl}
+        return "eltwise-fix", {"type": _a("string", "ADD" if t == "eltwise_add" else "MUL"), **nl}
     if t == "concat":
         axis = {0: 0, 1: 3, 2: 1, 3: 2}[int(a.get("axis", 1))]
-        return "concat-fix", {"axis": ("int32", axis)}
+        return "concat-fix", {"axis": _a("int32", axis)}
     if t == "upsample_nearest":
-        return "upsample-fix", {"scale": ("float_vec", [float(a["scale"][1]), float(a["scale"][0])]),
-                                "mode": ("string", "NEAREST")}
+        return "upsample-fix", {"scale": _a("float_vec", [float(a["scale"][1]), float(a["scale"][0])]),
+                                "mode": _a("string", "NEAREST")}
     if t == "activation":
         mode = a.get("mode")
         if mode == "hard_sigmoid":
             return "hard-sigmoid-fix", {}
         if mode == "leaky_relu":
-            return "leaky-relu-fix", {"alpha": ("float", float(a.get("alpha", 0.1)))}
+            return "leaky-relu-fix", {"alpha": _a("float", float(a.get("alpha", 0.1)))}
         if mode == "prelu":
             return "prelu-fix", {}
         return {"relu": "relu-fix", "relu6": "relu6-fix"}.get(mode, f"{mode}-fix"), {}
@@ -427,14 +437,14 @@ def xmodel_graph(model: Any) -> dict:
     root = {"subgraph_name": "root", "subg_attr": {}, "subg_child": w.children}
     return {"graph_name": "tvm_dpu_model",
             "op_node": w.ops, "subg_root": root,
-            "graph_attr": {"origin": ("string", "tvm-dpu")}}
+            "graph_attr": {"origin": _a("string", "tvm-dpu")}}
 
 
 def export_xmodel(model: Any, path: str | os.PathLike[str]) -> Path:
     """Write `model` as an .xmodel (deterministic bytes); returns the path. XModelError when part of the model
     has no XIR equivalent (the message names every such op)."""
     path = Path(path)
-    data = encode("Graph", xmodel_graph(model))
+    data = encode_graph(xmodel_graph(model))
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
