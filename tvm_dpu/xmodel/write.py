@@ -41,6 +41,17 @@ CPU_OPS = {"relax.reshape": "reshape", "relax.flatten": "flatten", "relax.permut
 _NONLINEAR = {"none": "NONE", "relu": "RELU", "relu6": "RELU6", "leaky_relu": "LEAKYRELU"}
 
 
+#: What VART's DPU runner reads from a DPU subgraph and from its input/output tensors, with the AttrValue kind it
+#: reads them as (Vitis-AI src/vai_runtime/vart/dpu-runner: dpu_kernel.cpp, dpu_session_base_imp.cpp,
+#: dpu_runner_base_imp.cpp, imp/dpu_runner_ddr.cpp); docs/deploy.md section 4 says which are required.
+VART_SUBGRAPH_ATTRS = {
+    "device": "string_value", "runner": "map_string_2_string_value", "mc_code": "bytes_value",
+    "children_topological_sort": "string_vec_value", "reg_id_to_context_type": "map_string_2_string_value",
+    "reg_id_to_context_type_v2": "map_string_2_string_value", "reg_id_to_size": "map_string_2_int32_value",
+    "reg_id_to_parameter_value": "map_string_2_bytes_value", "dpu_fingerprint": "uint64_value",
+    "workload": "uint64_value", "workload_on_arch": "uint64_value"}
+VART_TENSOR_ATTRS = {"reg_id": "int32_value", "ddr_addr": "int32_value", "location": "int32_value",
+                     "stride": "int32_vec_value", "fix_point": "int32_value"}
 #: XIR's DataType::Type numbering of Tensor.data_type.
 DATA_TYPES = {"INT": 0, "UINT": 1, "XINT": 2, "XUINT": 3, "FLOAT": 4}
 
