@@ -1,0 +1,259 @@
+"""The XIR graph of a .xmodel as the project's own dataclasses: ops, tensors, the subgraph tree and, for each DPU
+subgraph, what running it needs (machine code, regions, I/O tensors at their DDR addresses)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..errors import XModelError
+from .reader import Attr, decode_graph
+
+#: XIR's DataType::Type numbering (xir/tensor/data_type.hpp): Tensor.data_type.
+DATA_TYPES = {0: "int", 1: "uint", 2: "xint", 3: "xuint", 4: "float", 5: "bfloat"}
+#: Refuse files larger than protobuf itself can hold (2 GiB) before reading them.
+MAX_FILE_BYTES = (1 << 31) - 1
+
+
+def _values(attrs: dict[str, Attr]) -> dict[str, Any]:
+    return {k: a.value for k, a in attrs.items()}
+
+
+def _kinds(attrs: dict[str, Attr]) -> dict[str, str]:
+    return {k: a.kind for k, a in attrs.items()}
+
+
+@dataclass
+class XTensor:
+    """An op's output tensor. `dtype` is XIR's type and width (e.g. "xint8", "float32"); `fix_point` (int8
+    value * 2**-fix_point), `reg_id`, `ddr_addr`, `strides` (bytes, per dim) and `location` (1 = DDR) are None
+    where the tensor does not carry them."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    fix_point: int | None
+    reg_id: int | None
+    ddr_addr: int | None
+    strides: tuple[int, ...] | None
+    location: int | None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    attr_kinds: dict[str, str] = field(default_factory=dict)
+    op: str = ""  # the op producing it
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        bits = int("".join(c for c in self.dtype if c.isdigit()) or 8)
+        return n * bits // 8
+
+
+@dataclass
+class XOp:
+    """One XIR op: `inputs` maps each argument name (input, weights, bias, ...) to the names of the ops feeding it."""
+    name: str
+    type: str
+    attrs: dict[str, Any]
+    inputs: dict[str, list[str]]
+    output: XTensor
+    attr_kinds: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def input_ops(self) -> list[str]:
+        return [n for names in self.inputs.values() for n in names]
+
+
+@dataclass
+class XSubgraph:
+    """A node of the subgraph tree. `device` is "USER", "DPU", "CPU" or None (a DPU subgraph's layer groups);
+    `ops` lists the ops held directly by this node (a DPU subgraph's ops sit in its children)."""
+    name: str
+    device: str | None
+    attrs: dict[str, Any]
+    children: list["XSubgraph"]
+    ops: list[str]
+    attr_kinds: dict[str, str] = field(default_factory=dict)
+
+    def walk(self) -> Iterator["XSubgraph"]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def all_ops(self) -> list[str]:
+        """Every op of this subgraph and its descendants, in tree order."""
+        return [o for s in self.walk() for o in s.ops]
+
+
+@dataclass
+class Region:
+    """A DPU register region (REG_n): `data` is the CONST region's bytes (reg_id_to_parameter_value), else None."""
+    reg_id: int
+    name: str
+    context_type: str
+    context_type_v2: str | None
+    size: int
+    data: bytes | None
+
+
+@dataclass
+class DpuSubgraph:
+    """What a DPU subgraph runs: its machine code, arch fingerprint, regions and I/O tensors (DPU side: an input is
+    an upload op's output, an output the tensor a download op reads)."""
+    name: str
+    fingerprint: int
+    mc_code: bytes
+    mc_code_preload: bytes
+    regions: dict[int, Region]
+    inputs: list[XTensor]
+    outputs: list[XTensor]
+    attrs: dict[str, Any]
+    subgraph: XSubgraph
+
+    @property
+    def dpu_name(self) -> str:
+        return str(self.attrs.get("dpu_name", ""))
+
+
+def _reg_id(name: str, where: str) -> int:
+    if not name.startswith("REG_") or not name[4:].isdigit():
+        raise XModelError(f"{where}: register region {name!r} is not named REG_<n>")
+    return int(name[4:])
+
+
+@dataclass
+class XModel:
+    """A decoded .xmodel. `attrs` are the graph's attributes (origin, libs_info, ...)."""
+    name: str
+    attrs: dict[str, Any]
+    ops: list[XOp]
+    root: XSubgraph
+    source: str = "<bytes>"
+    attr_kinds: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.op_by_name = {op.name: op for op in self.ops}
+
+    def op(self, name: str) -> XOp:
+        try:
+            return self.op_by_name[name]
+        except KeyError:
+            raise XModelError(f"{self.source}: no op named {name!r}") from None
+
+    def subgraphs(self, device: str) -> list[XSubgraph]:
+        """The root's children on `device`, in file order."""
+        return [s for s in self.root.children if s.device == device]
+
+    def cpu_subgraphs(self) -> list[XSubgraph]:
+        return self.subgraphs("CPU")
+
+    def user_subgraphs(self) -> list[XSubgraph]:
+        return self.subgraphs("USER")
+
+    def consumers(self, name: str) -> list[XOp]:
+        return [op for op in self.ops if name in op.input_ops]
+
+    def dpu_subgraph(self, sg: XSubgraph) -> DpuSubgraph:
+        """The runnable view of the DPU subgraph `sg` (see DpuSubgraph)."""
+        where = f"{self.source}: DPU subgraph {sg.name!r}"
+        a = sg.attrs
+        for key in ("mc_code", "dpu_fingerprint", "reg_id_to_size", "reg_id_to_context_type"):
+            if key not in a:
+                raise XModelError(f"{where} has no attribute {key!r}")
+        kinds_v2 = a.get("reg_id_to_context_type_v2", {})
+        params = a.get("reg_id_to_parameter_value", {})
+        regions = {}
+        for name, size in a["reg_id_to_size"].items():
+            rid = _reg_id(name, where)
+            if not isinstance(size, int) or size < 0:
+                raise XModelError(f"{where}: region {name} has size {size!r}")
+            data = params.get(name)
+            if data is not None and len(data) > size:
+                raise XModelError(f"{where}: region {name} holds {len(data)} parameter bytes in {size}")
+            regions[rid] = Region(rid, name, str(a["reg_id_to_context_type"].get(name, "")),
+                                  kinds_v2.get(name), size, data)
+        ops = [self.op(n) for n in sg.all_ops()]
+        inputs = [op.output for op in ops if op.type == "upload"]
+        outputs = []
+        for op in ops:
+            if op.type == "download":
+                (src,) = op.input_ops or [None]
+                if src is None:
+                    raise XModelError(f"{where}: download op {op.name!r} has no input")
+                outputs.append(self.op(src).output)
+        for t in inputs + outputs:
+            if t.reg_id is None or t.ddr_addr is None:
+                raise XModelError(f"{where}: I/O tensor {t.name!r} has no reg_id / ddr_addr")
+            if t.reg_id not in regions:
+                raise XModelError(f"{where}: I/O tensor {t.name!r} is in REG_{t.reg_id}, which has no size")
+        return DpuSubgraph(sg.name, int(a["dpu_fingerprint"]), bytes(a["mc_code"]),
+                           bytes(a.get("mc_code_preload", b"")), regions, inputs, outputs, dict(a), sg)
+
+    def dpu_subgraphs(self) -> list[DpuSubgraph]:
+        return [self.dpu_subgraph(s) for s in self.subgraphs("DPU")]
+
+
+def _int_or_none(attrs: dict[str, Any], key: str) -> int | None:
+    v = attrs.get(key)
+    return int(v) if isinstance(v, (int, bool)) else None
+
+
+def _tensor(msg: dict[str, Any], op: str) -> XTensor:
+    attrs: dict[str, Attr] = msg["tensor_attr"]
+    values = _values(attrs)
+    stride = values.get("stride")
+    dtype = f"{DATA_TYPES.get(msg['data_type'], 'unknown')}{msg['tensor_bit_width']}"
+    return XTensor(msg["tensor_name"], tuple(int(d) for d in msg["tensor_dim"]), dtype,
+                   _int_or_none(values, "fix_point"), _int_or_none(values, "reg_id"),
+                   _int_or_none(values, "ddr_addr"),
+                   tuple(int(s) for s in stride) if isinstance(stride, list) else None,
+                   _int_or_none(values, "location"), values, _kinds(attrs), op)
+
+
+def _subgraph(msg: dict[str, Any]) -> XSubgraph:
+    attrs: dict[str, Attr] = msg["subg_attr"]
+    values = _values(attrs)
+    device = values.get("device")
+    return XSubgraph(msg["subgraph_name"], device if isinstance(device, str) else None, values,
+                     [_subgraph(c) for c in msg["subg_child"]], list(msg["op_name"]), _kinds(attrs))
+
+
+def read_xmodel(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> XModel:
+    """Read an AMD .xmodel (a serialized XIR graph). A file that is not one, or is damaged, raises XModelError
+    naming the field and file offset."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data, source = bytes(path_or_bytes), "<bytes>"
+    else:
+        source = os.fspath(path_or_bytes)
+        try:
+            size = os.path.getsize(source)
+            if size > MAX_FILE_BYTES:
+                raise XModelError(f"{source}: {size} bytes, more than an XIR graph (protobuf) can hold")
+            with open(source, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise XModelError(f"{source}: cannot read: {e.strerror or e}") from None
+    g = decode_graph(data, source)
+    ops = []
+    for i, m in enumerate(g["op_node"]):
+        if not m["op_name"]:
+            raise XModelError(f"{source}: op {i} has no name")
+        tensor = _tensor(m["output_tensor"] or {"tensor_name": "", "tensor_dim": [], "data_type": 0,
+                                                 "tensor_bit_width": 0, "tensor_attr": {}}, m["op_name"])
+        ops.append(XOp(m["op_name"], m["op_type"], _values(m["op_attr"]),
+                       {a["arg_name"]: list(a["arg_ops"]) for a in m["args"]}, tensor, _kinds(m["op_attr"])))
+    names = {op.name for op in ops}
+    if len(names) != len(ops):
+        raise XModelError(f"{source}: two ops share a name")
+    for op in ops:
+        for n in op.input_ops:
+            if n not in names:
+                raise XModelError(f"{source}: op {op.name!r} reads {n!r}, which is not an op of the graph")
+    if g["subg_root"] is None:
+        raise XModelError(f"{source}: the graph has no subgraph tree (subg_root): not compiled by vai_c")
+    root = _subgraph(g["subg_root"])
+    for sg in root.walk():
+        for n in sg.ops:
+            if n not in names:
+                raise XModelError(f"{source}: subgraph {sg.name!r} holds {n!r}, which is not an op of the graph")
+    return XModel(g["graph_name"], _values(g["graph_attr"]), ops, root, source, _kinds(g["graph_attr"]))
