@@ -14,8 +14,9 @@ import tvm_dpu
 from tvm_dpu.errors import XModelError
 from tvm_dpu.runtime.artifact import programs
 from tvm_dpu.types import REG_PARAMS
+from tvm_dpu.xmodel.model import read_xmodel
 from tvm_dpu.xmodel.reader import decode_graph
-from tvm_dpu.xmodel.write import VART_SUBGRAPH_ATTRS, VART_TENSOR_ATTRS, reg_name
+from tvm_dpu.xmodel.write import VART_SUBGRAPH_ATTRS, VART_TENSOR_ATTRS
 
 DATA = Path(__file__).parent / "data" / "xmodel"
 
@@ -68,35 +69,29 @@ def _io_tensors(graph: dict, sg: dict) -> tuple[list[dict], list[dict]]:
     return ins, outs
 
 
-def _check_binding(t: dict, b) -> None:
-    a = {k: v.value for k, v in t["tensor_attr"].items()}
+def _check_binding(t, b) -> None:
     f = b.fmap
-    assert (a["reg_id"], a["ddr_addr"], a["location"], a["fix_point"]) == (f.reg_id, f.offset, 1, b.fix_point)
-    assert a["stride"] == [f.h * f.row_pitch, f.row_pitch, f.pixel_pitch, 1]
-    assert list(t["tensor_dim"]) == [1, f.h, f.w, f.c]
-    assert t["data_type"] == 2 and t["tensor_bit_width"] == 8  # XINT, 8 bits
+    assert (t.reg_id, t.ddr_addr, t.location, t.fix_point) == (f.reg_id, f.offset, 1, b.fix_point)
+    assert t.strides == (f.h * f.row_pitch, f.row_pitch, f.pixel_pitch, 1)
+    assert t.shape == (1, f.h, f.w, f.c) and t.dtype == "xint8"
 
 
 def test_round_trip_is_bit_identical_to_the_artifact(built):
+    """Through xm2's reader: every DPU subgraph's code, regions, CONST bytes and I/O bindings are the .tvmdpu's."""
     model, tvmdpu, xmodel = built
     progs = programs(tvmdpu)
-    graph = decode_graph(Path(xmodel).read_bytes())
-    dpu = _dpu_subgraphs(graph)
+    dpu = {d.name: d for d in read_xmodel(xmodel).dpu_subgraphs()}
     assert len(progs) == 2 and set(dpu) == {f"subgraph_{s}" for s in progs}
     for symbol, prog in progs.items():
-        sg, x = prog.sg, dpu[f"subgraph_{symbol}"]
-        attrs = {k: v.value for k, v in x["subg_attr"].items()}
-        assert attrs["mc_code"] == np.ascontiguousarray(sg.code, "<u4").tobytes()
-        assert attrs["dpu_fingerprint"] == sg.fingerprint == model.arch.fingerprint
-        assert attrs["dpu_name"] == model.arch.dpu_name
-        assert attrs["reg_id_to_size"] == {reg_name(r): s for r, s in sg.region_sizes.items()}
-        assert attrs["reg_id_to_context_type"][reg_name(REG_PARAMS)] == "CONST"
-        assert attrs["reg_id_to_parameter_value"] == {reg_name(REG_PARAMS): sg.new_regions()[REG_PARAMS].tobytes()}
-        ins, outs = _io_tensors(graph, x)
-        assert len(ins) == len(sg.inputs) and len(outs) == len(sg.outputs)
-        for t, b in zip(ins, sg.inputs):
-            _check_binding(t, b)
-        for t, b in zip(outs, sg.outputs):
+        sg, d = prog.sg, dpu[f"subgraph_{symbol}"]
+        assert d.mc_code == np.ascontiguousarray(sg.code, "<u4").tobytes() and d.mc_code_preload == b""
+        assert d.fingerprint == sg.fingerprint == model.arch.fingerprint and d.dpu_name == model.arch.dpu_name
+        assert {r: g.size for r, g in d.regions.items()} == sg.region_sizes
+        assert {r: g.context_type for r, g in d.regions.items()} == {0: "CONST", 1: "DATA", 2: "DATA", 3: "DATA"}
+        assert d.regions[REG_PARAMS].data == sg.new_regions()[REG_PARAMS].tobytes()
+        assert all(g.data is None for r, g in d.regions.items() if r != REG_PARAMS)
+        assert len(d.inputs) == len(sg.inputs) and len(d.outputs) == len(sg.outputs)
+        for t, b in zip(d.inputs + d.outputs, sg.inputs + sg.outputs):
             _check_binding(t, b)
 
 
