@@ -17,6 +17,7 @@ Public API (the rest is imported lazily):
     partition(mod, arch) -> (tvm.IRModule, PartitionReport)
     load_arch(spec) -> Arch, list_presets()                                DPU configurations
     load(path, device="emulator"|"pynq") -> CompiledModel                  a deployed .tvmdpu artifact
+    load("m.xmodel", device=...) -> xmodel.XModelRunner                    a vai_c-compiled AMD .xmodel
     set_device("emulator"|"pynq"|device), use_device(device)              where DPU partitions of TVM modules run
     devices(arch, kind="emulator"|"pynq") -> one device per DPU core        pin models to cores
     PipelineModel.from_model(compiled, boards=N) / .load(pipeline.json)    a model split over N boards
@@ -36,7 +37,6 @@ _EXPORTS = {
     "list_presets": ("tvm_dpu.arch", "list_presets"),
     "Arch": ("tvm_dpu.arch", "Arch"),
     "CompiledModel": ("tvm_dpu.runtime.compiled_model", "CompiledModel"),
-    "load": ("tvm_dpu.runtime.artifact", "load"),
     "set_device": ("tvm_dpu.runtime.dispatch", "set_device"),
     "use_device": ("tvm_dpu.runtime.dispatch", "use_device"),
     "get_device": ("tvm_dpu.runtime.dispatch", "get_device"),
@@ -46,7 +46,22 @@ _EXPORTS = {
     "core_group": ("tvm_dpu.runtime.cores", "core_group"),
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted([*_EXPORTS, "load"]) + ["__version__"]
+
+
+def load(path, *args, **kwargs):
+    """Load a model to run: a `.tvmdpu` artifact (runtime.artifact.load -> CompiledModel) or, by its suffix, a
+    vai_c-compiled AMD `.xmodel` (xmodel.load_xmodel -> XModelRunner). Arguments as those functions take them
+    (`device="emulator"|"pynq"|device object`, device options)."""
+    import os
+
+    if isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(".xmodel"):
+        from tvm_dpu.xmodel.runner import load_xmodel
+
+        return load_xmodel(path, *args, **kwargs)
+    from tvm_dpu.runtime.artifact import load as load_artifact
+
+    return load_artifact(path, *args, **kwargs)
 
 
 def __getattr__(name: str):

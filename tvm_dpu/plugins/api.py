@@ -138,6 +138,16 @@ class Plugin:
     def run(self, payload: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise PluginError(f"plugin {self.name!r} has no board runner")
 
+    #: XIR op types (Vitis AI custom ops, e.g. "Mylayer") this plugin computes on the host when a vai_c .xmodel's
+    #: CPU subgraph holds them: `tvm_dpu.load("m.xmodel")` calls `cpu` for each such op.
+    cpu_ops: tuple[str, ...] = ()
+
+    def cpu(self, op_type: str, name: str, attrs: dict, inputs: list[np.ndarray],
+            output_shape: tuple[int, ...]) -> np.ndarray:
+        """The output of the XIR op `name` of type `op_type` (one of `cpu_ops`) from its inputs' values (int8 for
+        fixed-point tensors, float32 otherwise, in the op's argument order), with the op's XIR attributes."""
+        raise PluginError(f"plugin {self.name!r} lists cpu_ops but has no cpu runner")
+
     def runner(self, mode: str) -> Callable[[bytes, list[np.ndarray]], list[np.ndarray]]:
         if mode not in ("ref", "sim", "run"):
             raise PluginError(f"runner {mode!r}: choose 'ref', 'sim' or 'run'")

@@ -74,3 +74,18 @@ def resolve(plugins) -> list[Plugin]:
     if len(set(names)) != len(names):
         raise PluginError(f"plugins {names}: each plugin may be given once")
     return out
+
+
+def plugin_for_cpu_op(op_type: str) -> Plugin | None:
+    """The plugin whose `cpu_ops` name the XIR op type `op_type` (registered, shipped or installed by entry
+    point; the first registered wins), or None."""
+    def find() -> Plugin | None:
+        return next((p for p in _REGISTRY.values() if op_type in p.cpu_ops), None)
+
+    found = find()
+    if found is None:
+        for name in available_plugins():
+            if name not in _REGISTRY:
+                get_plugin(name)
+        found = find()
+    return found

@@ -1,0 +1,131 @@
+"""XIR's common CPU ops, run on the host with numpy (what VART's CPU runner does for a vai_c CPU subgraph).
+
+Fixed-point tensors (xint8) are int8 arrays with value = q * 2**-fix_point; float tensors are float32. Rounding
+modes are XIR's: DPU_ROUND (round half toward +inf, the DPU's; quant/fixpoint.dpu_round), PY3_ROUND (half to
+even) and STD_ROUND (half away from zero), each saturating to int8.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import XModelError
+from ..quant.fixpoint import dpu_round, saturate_int8
+from .model import XModel, XOp
+
+#: XIR float dtypes of `const` ops' data attribute.
+_CONST_DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "XINT8": np.int8,
+                 "int32": np.int32, "int64": np.int64}
+
+
+def quantize(x: np.ndarray, fix_point: int, round_mode: str = "DPU_ROUND") -> np.ndarray:
+    """float -> int8, q = round(x * 2**fix_point) in XIR's `round_mode`, saturated."""
+    t = np.asarray(x, np.float64) * 2.0 ** fix_point
+    if round_mode == "DPU_ROUND":
+        return dpu_round(t)
+    if round_mode == "PY3_ROUND":
+        return saturate_int8(np.round(t))
+    if round_mode == "STD_ROUND":
+        return saturate_int8(np.sign(t) * np.floor(np.abs(t) + 0.5))
+    raise XModelError(f"round_mode {round_mode!r}: expected DPU_ROUND, PY3_ROUND or STD_ROUND")
+
+
+def dequantize(q: np.ndarray, fix_point: int) -> np.ndarray:
+    return np.asarray(q, np.float32) * np.float32(2.0 ** -fix_point)
+
+
+def _fix_point(op: XOp, model: XModel) -> int:
+    fp = op.attrs.get("fix_point")
+    if fp is None:
+        fp = op.output.fix_point
+    if fp is None and op.input_ops:
+        fp = model.op(op.input_ops[0]).output.fix_point
+    if fp is None:
+        raise XModelError(f"{model.source}: op {op.name!r} ({op.type}) has no fix_point")
+    return int(fp)
+
+
+def _one(op: XOp, inputs: list[np.ndarray]) -> np.ndarray:
+    if len(inputs) != 1:
+        raise XModelError(f"op {op.name!r} ({op.type}) takes one input, has {len(inputs)}")
+    return inputs[0]
+
+
+def _fix2float(op, inputs, model):
+    return dequantize(_one(op, inputs), _fix_point(op, model))
+
+
+def _float2fix(op, inputs, model):
+    return quantize(_one(op, inputs), _fix_point(op, model), str(op.attrs.get("round_mode", "DPU_ROUND")))
+
+
+def _fix(op, inputs, model):
+    fp = _fix_point(op, model)
+    return dequantize(quantize(_one(op, inputs), fp, str(op.attrs.get("round_mode", "DPU_ROUND"))), fp)
+
+
+def _reshape(op, inputs, model):
+    return np.asarray(inputs[0]).reshape(op.output.shape)
+
+
+def _identity(op, inputs, model):
+    return np.asarray(_one(op, inputs))
+
+
+def _concat(op, inputs, model):
+    return np.concatenate(inputs, axis=int(op.attrs.get("axis", -1)))
+
+
+def _transpose(op, inputs, model):
+    return np.transpose(_one(op, inputs), [int(a) for a in op.attrs["order"]])
+
+
+def _softmax(op, inputs, model):
+    x = np.asarray(_one(op, inputs), np.float32)
+    axis = int(op.attrs.get("axis", -1))
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+def _const(op, inputs, model):
+    dtype = _CONST_DTYPES.get(str(op.attrs.get("data_type", "float32")))
+    data = op.attrs.get("data", b"")
+    if dtype is None or not isinstance(data, bytes):
+        raise XModelError(f"{model.source}: const op {op.name!r}: data_type {op.attrs.get('data_type')!r} "
+                          f"is not one of {sorted(_CONST_DTYPES)}")
+    n = int(np.prod(op.output.shape))
+    if len(data) != n * np.dtype(dtype).itemsize:
+        raise XModelError(f"{model.source}: const op {op.name!r} holds {len(data)} bytes for {n} "
+                          f"{np.dtype(dtype).name} values of shape {list(op.output.shape)}")
+    return np.frombuffer(data, dtype).reshape(op.output.shape).copy()
+
+
+CpuOp = Callable[[XOp, list[np.ndarray], XModel], np.ndarray]
+
+#: XIR op type -> host implementation.
+CPU_OPS: dict[str, CpuOp] = {
+    "fix2float": _fix2float, "float2fix": _float2fix, "fix": _fix,
+    "reshape": _reshape, "reshape-fix": _reshape, "flatten": _reshape, "squeeze": _reshape,
+    "identity": _identity, "concat": _concat, "concat-fix": _concat, "transpose": _transpose,
+    "softmax": _softmax, "const": _const, "const-fix": _const,
+}
+
+
+def run_cpu_op(op: XOp, inputs: list[np.ndarray], model: XModel, plugin_runner: Any = None) -> np.ndarray:
+    """The value of `op` from its inputs' values: a built-in op, else `plugin_runner` (a plugin's `cpu`), else
+    XModelError naming the op type and name."""
+    fn = CPU_OPS.get(op.type)
+    if fn is not None:
+        out = fn(op, inputs, model)
+    elif plugin_runner is not None:
+        out = plugin_runner(op.type, op.name, dict(op.attrs), list(inputs), tuple(op.output.shape))
+    else:
+        raise XModelError(f"{model.source}: CPU op {op.name!r} has type {op.type!r}, which tvm-dpu does not run "
+                          f"(built in: {', '.join(sorted(CPU_OPS))}); a plugin with `cpu_ops = ({op.type!r},)` "
+                          "and a `cpu` runner can supply it (docs/plugins.md)")
+    out = np.asarray(out)
+    if out.size != int(np.prod(op.output.shape)):
+        raise XModelError(f"{model.source}: op {op.name!r} ({op.type}) computed {out.size} values for a tensor of "
+                          f"shape {list(op.output.shape)}")
+    return out.reshape(op.output.shape)

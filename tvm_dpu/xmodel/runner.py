@@ -1,0 +1,290 @@
+"""Running a vai_c .xmodel: DPU subgraphs on a DPU device (the emulator or a Pynq board), CPU subgraphs on the
+host (cpu_ops.py, or a plugin's `cpu` runner for custom op types), in topological order.
+
+A DPU subgraph runs as VART's DPU runner runs it: one DDR buffer per register region, sized by
+`reg_id_to_size`, the CONST region filled with `reg_id_to_parameter_value`; each input (an `upload` op's output)
+is written at its `ddr_addr` with the tensor's byte strides, the machine code runs, and each output (the tensor a
+`download` op reads) is read back the same way. The architecture is the one `dpu_fingerprint` names.
+
+Nothing in an .xmodel is executable on the host (the machine code runs on the DPU or its emulator; CPU ops are
+interpreted by name), so the trust policy for native libraries does not apply to it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import DPUError, XModelError
+from ..feeds import arrays_by_name, check_array
+from ..types import CompiledSubgraph, InputSpec
+from .cpu_ops import CPU_OPS, dequantize, quantize, run_cpu_op
+from .model import DpuSubgraph, XModel, XOp, XSubgraph, XTensor, read_xmodel
+
+#: Op types that hand data over without computing (their value is their input's).
+_PASS_THROUGH = ("upload", "download")
+
+
+def _dtype_of(t: XTensor) -> str:
+    return "float32" if t.dtype.startswith("float") else "int8"
+
+
+def tensor_view(region: np.ndarray, t: XTensor, where: str) -> np.ndarray:
+    """The bytes of tensor `t` inside its DDR `region` (an int8 view with `t.strides`, writeable), after checking
+    that every element lies inside the region."""
+    shape = t.shape
+    strides = t.strides if t.strides is not None else tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    if len(strides) != len(shape) or any(s < 0 for s in strides):
+        raise XModelError(f"{where}: tensor {t.name!r} has strides {list(strides)} for shape {list(shape)}")
+    last = t.ddr_addr + sum((d - 1) * s for d, s in zip(shape, strides)) if all(shape) else t.ddr_addr - 1
+    if t.ddr_addr < 0 or last >= region.size:
+        raise XModelError(f"{where}: tensor {t.name!r} (shape {list(shape)}, strides {list(strides)}) at ddr_addr "
+                          f"{t.ddr_addr} ends at byte {last + 1}, past REG_{t.reg_id}'s {region.size} bytes")
+    return as_strided(region[t.ddr_addr:].view(np.int8), shape=shape, strides=strides)
+
+
+@dataclass
+class DpuProgram:
+    """A DPU subgraph prepared for a device: the project's CompiledSubgraph (code and region sizes) plus the
+    initial contents of its regions."""
+    sub: DpuSubgraph
+    sg: CompiledSubgraph
+    init: dict[int, np.ndarray]
+
+    def new_regions(self) -> dict[int, np.ndarray]:
+        return {rid: buf.copy() for rid, buf in self.init.items()}
+
+
+def _program(model: XModel, sub: DpuSubgraph, arch_name: str) -> DpuProgram:
+    where = f"{model.source}: DPU subgraph {sub.name!r}"
+    if len(sub.mc_code) % 4:
+        raise XModelError(f"{where}: mc_code has {len(sub.mc_code)} bytes, not whole 32-bit words")
+    if sub.mc_code_preload:
+        raise XModelError(f"{where}: mc_code_preload ({len(sub.mc_code_preload)} bytes) is not supported: "
+                          "tvm-dpu runs programs without a preload stage")
+    init = {}
+    for r in sub.regions.values():
+        buf = np.zeros(r.size, np.uint8)
+        if r.data:
+            buf[:len(r.data)] = np.frombuffer(r.data, np.uint8)
+        init[r.reg_id] = buf
+    code = np.frombuffer(sub.mc_code, "<u4").astype(np.uint32)
+    params = init.get(0, np.zeros(0, np.uint8))
+    sg = CompiledSubgraph(sub.name, arch_name, sub.fingerprint, code, params,
+                          {rid: b.size for rid, b in init.items()}, [], [])
+    return DpuProgram(sub, sg, init)
+
+
+def _topological(model: XModel, nodes: list[XSubgraph]) -> list[XSubgraph]:
+    """`nodes` ordered so each runs after the subgraphs producing its inputs (file order among equals)."""
+    owner = {op: i for i, s in enumerate(nodes) for op in s.all_ops()}
+    deps = [set() for _ in nodes]
+    for i, s in enumerate(nodes):
+        for name in s.all_ops():
+            for src in model.op(name).input_ops:
+                j = owner.get(src)
+                if j is None:
+                    raise XModelError(f"{model.source}: op {src!r} (read by {name!r}) is in no subgraph")
+                if j != i:
+                    deps[i].add(j)
+    order, done = [], set()
+    while len(order) < len(nodes):
+        ready = [i for i in range(len(nodes)) if i not in done and deps[i] <= done]
+        if not ready:
+            stuck = [nodes[i].name for i in range(len(nodes)) if i not in done]
+            raise XModelError(f"{model.source}: the subgraphs {stuck} depend on each other in a cycle")
+        done.add(ready[0])
+        order.append(nodes[ready[0]])
+    return order
+
+
+def _ops_in_order(model: XModel, names: list[str]) -> list[XOp]:
+    """The ops `names` in dependency order (inputs from outside the list count as available)."""
+    inside = set(names)
+    order, done = [], set()
+    pending = list(names)
+    while pending:
+        progressed = False
+        for n in list(pending):
+            if all(src in done or src not in inside for src in model.op(n).input_ops):
+                order.append(model.op(n))
+                done.add(n)
+                pending.remove(n)
+                progressed = True
+        if not progressed:
+            raise XModelError(f"{model.source}: the ops {pending} depend on each other in a cycle")
+    return order
+
+
+@dataclass
+class XModelRunner:
+    """A vai_c .xmodel ready to run (what `tvm_dpu.load("m.xmodel")` returns). `run(inputs) -> outputs`:
+    inputs are float32 (quantized with each input's fix_point and DPU rounding, as `data-fix` does), outputs are
+    the values of the graph's final ops (float32 after a fix2float, else int8)."""
+
+    model: XModel
+    device: Any
+    programs: dict[str, DpuProgram]
+    order: list[XSubgraph]
+    inputs: list[InputSpec]
+    outputs: list[InputSpec]
+    plugin_runners: dict[str, Any] = field(default_factory=dict)
+    last_stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def arch(self):
+        return self.device.arch
+
+    def output_specs(self) -> list[InputSpec]:
+        return list(self.outputs)
+
+    def run(self, inputs: Any) -> list[np.ndarray]:
+        """Run the model on float inputs (dict name -> array, a list in input order, or one array)."""
+        names = [s.name for s in self.inputs]
+        arrays = [check_array(s.name, a, s.shape) for s, a in
+                  zip(self.inputs, arrays_by_name(inputs, names, "model inputs"))]
+        values = self.run_values(dict(zip(names, arrays)))
+        return [values[s.name] for s in self.outputs]
+
+    def run_values(self, feeds: Mapping[str, np.ndarray], quantized: bool = False) -> dict[str, np.ndarray]:
+        """The value of every op computed on the host or read back from a DPU (op name -> array), from float
+        inputs (int8 ones when `quantized`) keyed by input op name."""
+        values: dict[str, np.ndarray] = {}
+        for sg in self.order:
+            if sg.device == "USER":
+                for op in _ops_in_order(self.model, sg.all_ops()):
+                    values[op.name] = self._user_input(op, feeds, quantized)
+            elif sg.device == "DPU":
+                self._run_dpu(self.programs[sg.name], values)
+            else:
+                for op in _ops_in_order(self.model, sg.all_ops()):
+                    if op.type in _PASS_THROUGH:
+                        values[op.name] = values[op.input_ops[0]]
+                        continue
+                    try:
+                        args = [values[n] for n in op.input_ops]
+                    except KeyError as e:
+                        raise XModelError(f"{self.model.source}: op {op.name!r} reads {e.args[0]!r}, which has "
+                                          "no value when it runs") from None
+                    values[op.name] = run_cpu_op(op, args, self.model, self._plugin_runner(op))
+        return values
+
+    def _user_input(self, op: XOp, feeds: Mapping[str, np.ndarray], quantized: bool) -> np.ndarray:
+        if op.name not in feeds:
+            raise XModelError(f"{self.model.source}: no value given for input {op.name!r}")
+        x = np.asarray(feeds[op.name]).reshape(op.output.shape)
+        if op.output.dtype.startswith("float"):
+            return x.astype(np.float32)
+        if quantized:
+            if x.dtype != np.int8:
+                raise XModelError(f"input {op.name!r}: int8 expected, got {x.dtype}")
+            return x
+        fp = op.output.fix_point
+        if fp is None:
+            raise XModelError(f"{self.model.source}: input {op.name!r} has no fix_point")
+        return quantize(x, fp, str(op.output.attrs.get("round_mode", "DPU_ROUND")))
+
+    def _run_dpu(self, prog: DpuProgram, values: dict[str, np.ndarray]) -> None:
+        where = f"{self.model.source}: DPU subgraph {prog.sub.name!r}"
+        regions = prog.new_regions()
+        for t in prog.sub.inputs:
+            upload = self.model.op(t.op)
+            src = values.get(upload.input_ops[0]) if upload.input_ops else None
+            if src is None:
+                raise XModelError(f"{where}: input {t.name!r} has no value when the subgraph runs")
+            if src.dtype != np.int8:
+                raise XModelError(f"{where}: input {t.name!r} is {src.dtype}, the DPU reads int8")
+            tensor_view(regions[t.reg_id], t, where)[...] = src.reshape(t.shape)
+        try:
+            self.device.execute(prog.sg, regions)
+        except DPUError as e:
+            raise type(e)(f"{where}: {e}") from None
+        self.last_stats[prog.sub.name] = getattr(self.device, "last_stats", None)
+        for t in prog.sub.outputs:
+            out = tensor_view(regions[t.reg_id], t, where).copy()
+            values[t.op] = out
+            for d in self.model.consumers(t.op):
+                if d.type == "download":
+                    values[d.name] = out.reshape(d.output.shape)
+
+    def _plugin_runner(self, op: XOp) -> Any:
+        if op.type in CPU_OPS:
+            return None
+        if op.type not in self.plugin_runners:
+            from ..plugins.registry import plugin_for_cpu_op
+
+            plugin = plugin_for_cpu_op(op.type)
+            self.plugin_runners[op.type] = None if plugin is None else _checked_plugin_call(plugin)
+        return self.plugin_runners[op.type]
+
+
+def _checked_plugin_call(plugin: Any) -> Any:
+    def call(op_type: str, name: str, attrs: dict, inputs: list, shape: tuple) -> np.ndarray:
+        try:
+            return plugin.cpu(op_type, name, attrs, inputs, shape)
+        except DPUError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plugin's own failure, reported with where it happened
+            raise XModelError(f"plugin {plugin.name!r} failed computing {op_type} op {name!r}: "
+                              f"{type(e).__name__}: {e}") from None
+    return call
+
+
+def _device(device: Any, arch: Any, options: dict, source: str) -> Any:
+    from ..runtime.device import EmulatorDevice
+
+    if device == "emulator":
+        if options:
+            raise XModelError(f"device='emulator' takes no options (got {sorted(options)})")
+        return EmulatorDevice(arch)
+    if device == "pynq":
+        from ..runtime.pynq_driver import PynqDevice
+
+        device = PynqDevice(**options)
+    elif isinstance(device, str):
+        raise XModelError(f"device={device!r}: expected 'emulator', 'pynq' or a device object")
+    dev_arch = getattr(device, "arch", None)
+    if dev_arch is None or not callable(getattr(device, "execute", None)):
+        raise XModelError(f"device {device!r} is not a DPU device (needs .arch and .execute(sg, regions))")
+    if int(dev_arch.fingerprint) != int(arch.fingerprint):
+        raise XModelError(f"{source}: compiled for DPU fingerprint {arch.fingerprint:#x} ({arch.name}) but the "
+                          f"device has {int(dev_arch.fingerprint):#x} ({dev_arch.name})")
+    return device
+
+
+def load_xmodel(path_or_model: str | os.PathLike | bytes | XModel, device: Any = "emulator",
+                **device_options: Any) -> XModelRunner:
+    """A vai_c .xmodel ready to run on `device` ("emulator", "pynq" with `device_options`, or a device object
+    whose DPU fingerprint is the xmodel's)."""
+    from ..arch import load_arch
+
+    model = path_or_model if isinstance(path_or_model, XModel) else read_xmodel(path_or_model)
+    subs = model.dpu_subgraphs()
+    fingerprints = {s.fingerprint for s in subs}
+    if len(fingerprints) > 1:
+        raise XModelError(f"{model.source}: DPU subgraphs for several DPUs {sorted(hex(f) for f in fingerprints)}")
+    arch = None
+    if subs:
+        try:
+            arch = load_arch(subs[0].fingerprint)
+        except DPUError as e:
+            raise XModelError(f"{model.source}: DPU fingerprint {subs[0].fingerprint:#x}: {e}") from None
+        if not arch.name.startswith("DPUCZDX8G_ISA1"):
+            raise XModelError(f"{model.source}: compiled for {arch.name} (fingerprint {subs[0].fingerprint:#x}); "
+                              "tvm-dpu runs DPUCZDX8G ISA1 programs only")
+    dev = _device(device, arch, device_options, model.source) if arch is not None else None
+    programs = {s.name: _program(model, s, arch.name) for s in subs}
+    order = _topological(model, [c for c in model.root.children if c.device in ("USER", "DPU", "CPU")])
+    inputs = [InputSpec(op.name, op.output.shape, "float32") for sg in model.user_subgraphs()
+              for op in _ops_in_order(model, sg.all_ops())]
+    consumed = {n for op in model.ops for n in op.input_ops}
+    placed = {n for sg in order for n in sg.all_ops()}
+    outputs = [InputSpec(op.name, op.output.shape, _dtype_of(op.output)) for op in model.ops
+               if op.name not in consumed and op.name in placed and op.type not in ("const", "const-fix")]
+    return XModelRunner(model, dev, programs, order, inputs, outputs)
+
+
+__all__ = ["DpuProgram", "XModelRunner", "dequantize", "load_xmodel", "tensor_view"]
