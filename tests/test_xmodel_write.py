@@ -153,3 +153,40 @@ def test_vart_attributes_present_with_vai_c_types(built, path):
         for t in [t for ts in _io_tensors(theirs, sg) for t in ts]:
             for k, kind in VART_TENSOR_ATTRS.items():
                 assert t["tensor_attr"][k].kind == kind, f"vai_c tensor {t['tensor_name']} attribute {k}"
+
+
+class _Recorder:
+    """The emulator, keeping each program's int8 outputs (NCHW) of its last run."""
+
+    def __init__(self, arch):
+        from tvm_dpu.runtime.device import EmulatorDevice
+
+        self.arch, self.inner, self.outs = arch, EmulatorDevice(arch), {}
+
+    def execute(self, sg, regions):
+        self.inner.execute(sg, regions)
+        self.outs[sg.name] = [b.fmap.from_ddr(regions[b.fmap.reg_id]) for b in sg.outputs]
+
+
+def test_read_back_xmodel_runs_like_the_model(built):
+    """tvm_dpu.load of our xmodel (xm2's runner: DPU programs on the emulator, host ops in numpy) computes the
+    CompiledModel's int8 values on every DPU output; the float outputs after the host softmax agree to float32
+    rounding (numpy's exp is not TVM's). Inputs are NHWC there (the DPU's layout, as VART users feed them)."""
+    model, _, xmodel = built
+    rec = _Recorder(model.arch)
+    model.pin(rec)
+    runner = tvm_dpu.load(xmodel)
+    assert [s.name for s in runner.inputs] == ["x"]
+    xm = read_xmodel(xmodel)
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+        (want,) = model.run(x)
+        values = runner.run_values({"x": x.transpose(0, 2, 3, 1)})
+        for d in xm.dpu_subgraphs():
+            symbol = d.name.removeprefix("subgraph_")
+            for t, q in zip(d.outputs, rec.outs[model.runners[symbol].sg.name]):
+                np.testing.assert_array_equal(values[t.op], q.transpose(0, 2, 3, 1).reshape(t.shape))
+        (got,) = [values[s.name] for s in runner.outputs]
+        assert got.shape == want.shape == (1, 5)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)

@@ -175,8 +175,9 @@ class _Writer:
         src = self.as_float(v, [1, f.c, f.h, f.w] if f.h * f.w > 1 else nhwc)
         if f.h * f.w > 1:
             src = self.cpu("transpose", src, nhwc, {"order": _a("int32_vec", [0, 2, 3, 1])}, f"{src}_nhwc")
-        out = self.cpu("float2fix", src, nhwc, {"fix_point": _a("int32", binding.fix_point)}, f"{src}_float2fix",
-                       fix_point=binding.fix_point)
+        out = self.cpu("float2fix", src, nhwc, {"fix_point": _a("int32", binding.fix_point),
+                                                "round_mode": _a("string", "DPU_ROUND")},
+                       f"{src}_float2fix", fix_point=binding.fix_point)
         self.memo[key] = _Val(out, nhwc, True, binding.fix_point)
         return out
 
