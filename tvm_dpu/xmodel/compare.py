@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DPUError, XModelError
-from ..types import FMap, TensorBinding, CompiledSubgraph
+from ..types import CompiledSubgraph
 from .model import DpuSubgraph, XModel, XOp, XTensor, read_xmodel
 
 #: XIR DPU op types the rebuild covers.
@@ -292,23 +292,12 @@ def rebuild_qdq(xm: XModel, d: DpuSubgraph) -> tuple[Any, list[XTensor], list[XT
 
 
 # -- running and measuring ------------------------------------------------------------------------------------
-def compiled_subgraph(d: DpuSubgraph, arch: Any) -> CompiledSubgraph:
-    """vai_c's DPU subgraph as the emulator runs it: its code, regions, and I/O at their DDR places."""
-    def binding(t: XTensor) -> TensorBinding:
-        n, h, w, c = t.shape if len(t.shape) == 4 else (1, 1, 1, int(np.prod(t.shape)))
-        st = t.strides if t.strides and len(t.strides) == 4 else (h * w * c, w * c, c, 1)
-        return TensorBinding(t.name, (1, c, h, w), int(t.fix_point), FMap(int(t.reg_id), int(t.ddr_addr), h, w, c,
-                                                                         int(st[2]), int(st[1])))
-    const = {r: g for r, g in d.regions.items() if g.data is not None}
-    if len(const) > 1:
-        raise XModelError(f"DPU subgraph {d.name!r}: {len(const)} CONST regions; the emulator's runner takes one")
-    params = np.frombuffer(next(iter(const.values())).data, np.uint8) if const else np.zeros(0, np.uint8)
-    sizes = {r: g.size for r, g in d.regions.items()}
-    preg = next(iter(const)) if const else 0
-    if preg != 0:
-        raise XModelError(f"DPU subgraph {d.name!r}: CONST region is REG_{preg}, not REG_0")
-    return CompiledSubgraph(d.name, arch.name, d.fingerprint, np.frombuffer(d.mc_code, "<u4").copy(), params.copy(),
-                            sizes, [binding(t) for t in d.inputs], [binding(t) for t in d.outputs])
+def _to_nchw(a: np.ndarray) -> np.ndarray:
+    return a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
+
+
+def _to_nhwc(a: np.ndarray) -> np.ndarray:
+    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
 
 
 def _engines(code: np.ndarray) -> dict[str, int]:
@@ -349,27 +338,32 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
     """Rebuild, compile and run one DPU subgraph of vai_c's against tvm-dpu's (see the module docstring)."""
     import tvm_dpu
     from ..arch.arch import arch_from_fingerprint
-    from ..runtime.subgraph_runner import run_int8
+    from .runner import _program, tensor_view
 
     arch = arch_from_fingerprint(d.fingerprint)
     if arch.isa != 1:
         raise XModelError(f"{xm.source}: DPU subgraph {d.name!r} is for {arch.dpu_name}; the emulator runs ISA1 only")
-    theirs = compiled_subgraph(d, arch)
+    where = f"{xm.source}: DPU subgraph {d.name!r}"
+    theirs = _program(xm, d, arch.name)
     onnx_model, ins, outs, notes = rebuild_qdq(xm, d)
     ours = tvm_dpu.build(onnx_model, arch=arch, progress=False)
     rng = np.random.default_rng(seed)
-    q_in = [rng.integers(-128, 128, b.shape, dtype=np.int8) for b in theirs.inputs]  # NCHW
+    q_in = [rng.integers(-128, 128, t.shape, dtype=np.int8) for t in ins]  # the DPU's layout (NHWC)
     dev = _CountingDevice(arch)
-    q_theirs = run_int8(theirs, dev, q_in)
-    vai = ProgramStats(_engines(theirs.code), dev.read, dev.written, *_timing([(theirs.code, None)], arch))
+    regions = theirs.new_regions()
+    for t, q in zip(ins, q_in):
+        tensor_view(regions[t.reg_id], t, where)[...] = q
+    dev.execute(theirs.sg, regions)
+    q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
+    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, *_timing([(theirs.sg.code, None)], arch))
     odev = _CountingDevice(arch)
     ours.pin(odev)
-    floats = ours.run({f"{t.op}__in": (q.astype(np.float32) * np.float32(2.0 ** -t.fix_point))
+    floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
                        for t, q in zip(ins, q_in)})
     differing = total = 0
     for t, got, want in zip(outs, floats, q_theirs):
         q = np.clip(np.rint(np.asarray(got, np.float64) * 2.0 ** t.fix_point), -128, 127).astype(np.int8)
-        q = q.reshape(np.asarray(want).shape)
+        q = _to_nhwc(q).reshape(want.shape)
         differing += int(np.sum(q != want))
         total += int(q.size)
     counts: Counter = Counter()
