@@ -338,13 +338,13 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
     """Rebuild, compile and run one DPU subgraph of vai_c's against tvm-dpu's (see the module docstring)."""
     import tvm_dpu
     from ..arch.arch import arch_from_fingerprint
-    from .runner import _program, tensor_view
+    from .runner import load_xmodel, tensor_view
 
     arch = arch_from_fingerprint(d.fingerprint)
     if arch.isa != 1:
         raise XModelError(f"{xm.source}: DPU subgraph {d.name!r} is for {arch.dpu_name}; the emulator runs ISA1 only")
     where = f"{xm.source}: DPU subgraph {d.name!r}"
-    theirs = _program(xm, d, arch.name)
+    theirs = load_xmodel(xm).programs[d.name]  # regions initialised as the xmodel runner does
     onnx_model, ins, outs, notes = rebuild_qdq(xm, d)
     ours = tvm_dpu.build(onnx_model, arch=arch, progress=False)
     rng = np.random.default_rng(seed)
