@@ -190,3 +190,16 @@ def test_read_back_xmodel_runs_like_the_model(built):
         (got,) = [values[s.name] for s in runner.outputs]
         assert got.shape == want.shape == (1, 5)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_cli_compile_format_xmodel(tmp_path):
+    from tvm_dpu.cli import main
+
+    src = tmp_path / "net.onnx"
+    onnx.save(_model(), src)
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(1).standard_normal((4, 1, 3, 8, 8)).astype(np.float32))
+    assert main(["compile", str(src), "--arch", "zcu102", "-o", str(tmp_path / "out"), "-q", "--calib",
+                 str(tmp_path / "calib.npz"),
+                 "--format", "xmodel"]) == 0
+    xm = read_xmodel(tmp_path / "out" / "net.xmodel")
+    assert len(xm.dpu_subgraphs()) == 2 and (tmp_path / "out" / "net.tvmdpu").exists()
