@@ -101,7 +101,10 @@ def test_every_rebuilt_op_type_round_trips(tmp_path):
 
     calib = np.random.default_rng(1).standard_normal((4, 1, 3, 8, 8)).astype(np.float32)
     path = tvm_dpu.build(_every_op_model(), progress=False, calibration=calib).export(tmp_path / "all.xmodel")
-    types = {op.type for op in read_xmodel(path).ops}
+    xm = read_xmodel(path)
+    types = {op.type for op in xm.ops}
+    assert xm.op("dw.weights").output.shape == (1, 3, 3, 8)  # XIR depthwise: (multiplier, kh, kw, C)
+    assert xm.op("conv3.weights").output.shape == (4, 3, 3, 16)  # OHWI
     assert {"conv2d-fix", "depthwise-conv2d-fix", "eltwise-fix", "pool-fix", "concat-fix", "upsample-fix",
             "hard-sigmoid-fix"} <= types
     (s,) = compare(path, seed=5).subgraphs

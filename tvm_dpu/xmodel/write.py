@@ -273,7 +273,9 @@ class _Writer:
         data = np.asarray(t.data, dtype=np.int8)
         if role == "weights" and xop.type == "dense":
             data = data.reshape(dense_weights_shape(xop, graph))
-        if data.ndim == 4:
+        if data.ndim == 4 and role == "weights" and xop.type == "depthwise_conv2d":
+            data = data.transpose(1, 2, 3, 0)  # (C, 1, kh, kw) -> XIR's (multiplier, kh, kw, C)
+        elif data.ndim == 4:
             data = data.transpose(0, 2, 3, 1)  # OIHW -> OHWI, vai_c's layout
         n = self.name(tname)
         self.op(n, "const-fix", {}, _fix_tensor(n, list(data.shape), t.fix_point),
