@@ -11,7 +11,7 @@ from tvm_dpu.codegen.isa import decode_program
 from tvm_dpu.xmodel.compare import compare
 from tvm_dpu.xmodel.encode import encode_graph
 from tvm_dpu.xmodel.model import read_xmodel
-from tvm_dpu.xmodel.reader import decode_graph
+from tvm_dpu.xmodel.reader import Attr, decode_graph
 
 DATA = Path(__file__).parent / "data" / "xmodel"
 ISA1 = sorted(DATA.glob("*isa1*.xmodel"))
@@ -39,11 +39,18 @@ def test_vai_c_conv_subgraph_matches_ours_int8(path):
     assert "int8 outputs equal (0 of 256" in res.table()
 
 
-def test_isa0_is_not_compared_with_reason():
-    res = compare(DATA / "tf2_custom_op_vai1.4_isa0.xmodel")
+def test_isa0_is_not_compared_with_reason(tmp_path):
+    """A DPU subgraph for ISA0 (vai_c 1.4's fingerprint for this network) is listed with the reason, not run."""
+    g = decode_graph(ISA1[0].read_bytes())
+    for sg in g["subg_root"]["subg_child"]:
+        if "dpu_fingerprint" in sg["subg_attr"]:
+            sg["subg_attr"]["dpu_fingerprint"] = Attr("uint64_value", 0x01000020F6014407)
+    isa0 = tmp_path / "isa0.xmodel"
+    isa0.write_bytes(encode_graph(g))
+    res = compare(isa0)
     assert not res.subgraphs and len(res.not_compared) == 2
-    assert all("ISA1 only" in why for why in res.not_compared.values())
-    assert main(["compare", str(DATA / "tf2_custom_op_vai1.4_isa0.xmodel")]) == 1
+    assert all("DPUCZDX8G_ISA0_B4096" in why and "ISA1 only" in why for why in res.not_compared.values())
+    assert main(["compare", str(isa0)]) == 1
 
 
 def _own_xmodel(tmp_path):

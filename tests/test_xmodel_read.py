@@ -51,7 +51,7 @@ def _tensor(name: str, dims: list[int], packed: bool = True, attrs: bytes = b"")
 
 
 def test_vendored_files_are_present_and_small():
-    assert len(FILES) == 3 and len(ISA1) == 2
+    assert len(FILES) == 2 and len(ISA1) == 2
     assert all(p.stat().st_size < 1 << 20 for p in FILES)
 
 

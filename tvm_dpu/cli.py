@@ -501,9 +501,17 @@ def _run_pipeline_file(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _is_xmodel(path: str) -> bool:
+    return str(path).lower().endswith(".xmodel")
+
+
 def _run_run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise FrontendError(f"--runs {args.runs}: expected at least 1")
+    if len(args.compiled) == 1 and _is_xmodel(args.compiled[0]):
+        from .xmodel.commands import run_run
+
+        return run_run(args, _feeds_for, _print_outputs)
     if len(args.compiled) > 1:
         return _run_tenants(args)
     if _is_pipeline(args.compiled[0]):
@@ -673,6 +681,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
     from .runtime.artifact import read_code, read_header
 
+    if _is_xmodel(args.artifact):
+        from .xmodel.commands import run_inspect
+
+        return run_inspect(args)
     path = Path(args.artifact)
     header, sizes = read_header(path)
     meta = artifact_meta(header, sizes, path)
@@ -742,6 +754,10 @@ def _run_report(args: argparse.Namespace) -> int:
     from .report_html import write_report
 
     out = Path(args.output)
+    if _is_xmodel(args.artifact):
+        from .xmodel.commands import run_report
+
+        return run_report(args)
     if _is_pipeline(args.artifact):
         from .pipeline.model import read_pipeline_json
         from .report_html import render_pipeline

@@ -9,7 +9,7 @@ from tvm_dpu.plugins.api import Plugin, PluginError
 
 ENTRY_POINT_GROUP = "tvm_dpu.plugins"
 #: Plugins shipped in this package (module path), loaded on first lookup.
-SHIPPED = {"softmax_ip": "tvm_dpu.plugins.softmax_ip"}
+SHIPPED = {"softmax_ip": "tvm_dpu.plugins.softmax_ip", "vitis_mylayer": "tvm_dpu.plugins.vitis_mylayer"}
 
 _REGISTRY: dict[str, Plugin] = {}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -26,6 +26,27 @@ def _ddr_range(ctx: "Ctx", reg: np.ndarray, pitch_field: str) -> None:
               f"length={f['length']} {pitch_field}={f[pitch_field]} channel={f['channel']})")
 
 
+def _masked_overrun(ctx: "Ctx", reg: np.ndarray, keep: np.ndarray | None) -> int:
+    """How many bytes past the end of its DDR region a LOAD reaches, when every one of them is masked by its
+    channel-augmentation padding (`keep` False: the tail of the last items, pad_end / pad_idx, 5.1); 0 when it
+    stays inside. Those bytes never reach a bank (they are zero there), and vai_c sizes an input region to its
+    tensor, so the last augmented items of a first-layer LOAD run a few masked bytes past it; the hardware reads
+    whole bursts from 4 KiB-page-aligned buffers (4) and the masked bytes are discarded. Any unmasked byte past
+    the end is the EmulatorError of _ddr_range."""
+    f = ctx.ins.fields
+    end = f["ddr_addr"] + (f["length"] - 1) * f["jump_read"] + f["channel"]
+    if end <= reg.size:
+        return 0
+    if keep is not None:
+        n, ch = keep.shape
+        # one past the last unmasked byte of each item (0 for an item masked entirely)
+        last = np.where(keep.any(axis=1), ch - np.argmax(keep[:, ::-1], axis=1), 0)
+        if f["ddr_addr"] + int(np.max(np.arange(n, dtype=np.int64) * f["jump_read"] + last)) <= reg.size:
+            return end - reg.size
+    _ddr_range(ctx, reg, "jump_read")
+    raise AssertionError("unreachable: _ddr_range raises for an access past the region")
+
+
 def _items(reg: np.ndarray, addr: int, n: int, width: int, pitch: int, writeable: bool) -> np.ndarray:
     """(n, width) view of DDR bytes addr + i * pitch + j (range already checked; the region may be strided)."""
     step = reg.strides[0]
@@ -41,7 +62,6 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
               f"no such bank on {emu.arch.name} (banks 0-{banks.num_banks - 1})")
     ctx.check(f["mode_avg"] == 0, "mode_avg", f"{emu.arch.name} has no mean-value bank (ISA1); mode_avg must be 0")
     reg = emu.region(ctx)
-    _ddr_range(ctx, reg, "jump_read")
     n, ch, jr = f["length"], f["channel"], f["jump_read"]
     items = np.arange(n, dtype=np.int64)
     keep = None
@@ -60,6 +80,7 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
         mask |= tail_items[:, None] & (byte[None, :] >= start[:, None])
         if mask.any():
             keep = ~mask
+    overrun = _masked_overrun(ctx, reg, keep)
     nrow = -(-ch // banks.width)
     keys = banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_write"], nrow)
     emu.stats.load_bytes += n * ch
@@ -70,7 +91,12 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
             data[~keep] = 0
         return lambda regions: write(data)
     rid, a = int(f["reg_id"]), int(f["ddr_addr"])
-    if jr == ch:
+    if overrun:
+        def source(regions: Mapping[int, np.ndarray]) -> np.ndarray:
+            # the bytes past the region's end are all masked (keep is 0 there): read them as zeros
+            padded = np.concatenate([regions[rid][a:], np.zeros(overrun, np.uint8)])
+            return _items(padded, 0, n, ch, jr, writeable=False)
+    elif jr == ch:
         def source(regions: Mapping[int, np.ndarray]) -> np.ndarray:
             return regions[rid][a:a + n * ch].reshape(n, ch)
     else:

@@ -1,0 +1,217 @@
+"""`tvm-dpu inspect|run|report m.xmodel`: the CLI's commands on a vai_c-compiled .xmodel (cli.py dispatches
+here on the suffix)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..codegen.isa import iter_program
+from ..errors import DPUError, ISAError, XModelError
+from .model import DpuSubgraph, XModel, XOp, XSubgraph, read_xmodel
+
+#: `tvm-dpu run m.xmodel --verify` exits with this status (the CLI's user-error status) without running:
+#: vai_c's programs come with no golden reference to compare against.
+EXIT_NO_GOLDEN = 2
+
+NO_GOLDEN = ("--verify: {path} holds vai_c's machine code, and tvm-dpu has no golden reference for code it did not "
+             "compile (the quantized XGraph the golden reference runs is not in an .xmodel); nothing was verified. "
+             "Run without --verify (the emulator runs the program bit-exactly as written)")
+
+
+def instr_counts(sub: DpuSubgraph) -> Counter:
+    """Instructions of the subgraph's machine code, per name (XModelError if it does not decode)."""
+    try:
+        return Counter(ins.name for _, ins in iter_program(np.frombuffer(sub.mc_code, "<u4")))
+    except ISAError as e:
+        raise XModelError(f"DPU subgraph {sub.name!r}: mc_code does not decode as ISA1: {e}") from None
+
+
+def _compiler(model: XModel) -> str:
+    libs = model.attrs.get("libs_info")
+    if isinstance(libs, dict):
+        names = sorted({k.split(" : ")[0] for k in libs if k.startswith("xcompiler")})
+        if names:
+            return ", ".join(names)
+    return "unknown compiler"
+
+
+def _op_line(op: XOp) -> str:
+    t = op.output
+    fp = "" if t.fix_point is None else f" fix_point {t.fix_point}"
+    place = "" if t.reg_id is None else f" REG_{t.reg_id}@{t.ddr_addr}"
+    keys = ("kernel", "stride", "pad", "dilation", "type", "nonlinear", "axis", "order", "shape")
+    attrs = " ".join(f"{k}={op.attrs[k]}" for k in keys if k in op.attrs and op.type not in ("const-fix",))
+    args = "; ".join(f"{a}: {', '.join(v)}" for a, v in op.inputs.items())
+    return (f"{op.type:18s} {op.name}  -> {list(t.shape)} {t.dtype}{fp}{place}" + (f"  [{attrs}]" if attrs else "")
+            + (f"  <- {args}" if args else ""))
+
+
+def _tree_lines(model: XModel, sg: XSubgraph, depth: int, dpu: dict[str, DpuSubgraph]) -> list[str]:
+    pad = "  " * depth
+    label = sg.device or ("root" if depth == 0 else "group")
+    line = f"{pad}{sg.name} [{label}]"
+    if sg.name in dpu and sg.device == "DPU":
+        d = dpu[sg.name]
+        counts = instr_counts(d)
+        regions = ", ".join(f"{r.name} {r.context_type_v2 or r.context_type} {r.size} B"
+                            for r in sorted(d.regions.values(), key=lambda r: r.reg_id))
+        line += (f" {d.dpu_name} fingerprint {d.fingerprint:#018x}: {sum(counts.values())} instructions "
+                 f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}); {regions}")
+    elif sg.ops:
+        line += f" ops: {', '.join(sg.ops)}"
+    out = [line]
+    for c in sg.children:
+        out += _tree_lines(model, c, depth + 1, dpu)
+    return out
+
+
+def inspect_text(model: XModel, disasm: bool = False) -> str:
+    """What `tvm-dpu inspect m.xmodel` prints: the graph, the subgraph tree, ops with fix points, each DPU
+    subgraph's I/O placement and (with `disasm`) its instruction listing."""
+    dpus = {d.name: d for d in model.dpu_subgraphs()}
+    n_cpu = len(model.cpu_subgraphs())
+    lines = [f"{model.source}: XIR graph {model.name!r} compiled by vai_c ({_compiler(model)}; origin "
+             f"{model.attrs.get('origin', '?')}): {len(model.ops)} ops, {len(dpus)} DPU and {n_cpu} CPU subgraph(s)",
+             "", "subgraph tree:"]
+    lines += _tree_lines(model, model.root, 1, dpus)
+    lines += ["", "ops:"] + [f"  {_op_line(op)}" for op in model.ops]
+    for d in dpus.values():
+        lines += ["", f"DPU subgraph {d.name}: code {len(d.mc_code)} B, preload {len(d.mc_code_preload)} B"]
+        for kind, ts in (("input", d.inputs), ("output", d.outputs)):
+            for t in ts:
+                lines.append(f"  {kind:6s} {t.name}: shape {list(t.shape)}, fix_point {t.fix_point}, REG_{t.reg_id} "
+                             f"ddr_addr {t.ddr_addr}, strides {list(t.strides or [])}")
+        if disasm:
+            from ..codegen.asm import disassemble
+
+            lines.append(disassemble(np.frombuffer(d.mc_code, "<u4").astype(np.uint32)).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def inspect_json(model: XModel) -> dict[str, Any]:
+    def tree(sg: XSubgraph) -> dict:
+        return {"name": sg.name, "device": sg.device, "ops": sg.ops, "children": [tree(c) for c in sg.children]}
+
+    dpus = model.dpu_subgraphs()
+    return {"file": model.source, "graph": model.name, "compiler": _compiler(model), "tree": tree(model.root),
+            "ops": [{"name": op.name, "type": op.type, "shape": list(op.output.shape), "dtype": op.output.dtype,
+                     "fix_point": op.output.fix_point, "inputs": op.inputs} for op in model.ops],
+            "dpu_subgraphs": [{"name": d.name, "dpu": d.dpu_name, "fingerprint": f"{d.fingerprint:#018x}",
+                               "instructions": dict(instr_counts(d)), "code_bytes": len(d.mc_code),
+                               "regions": {r.name: {"type": r.context_type, "size": r.size}
+                                           for r in d.regions.values()}} for d in dpus]}
+
+
+def run_inspect(args: Any) -> int:
+    model = read_xmodel(args.artifact)
+    if args.json:
+        print(json.dumps(inspect_json(model), indent=2))
+    else:
+        print(inspect_text(model, args.disasm), end="")
+    return 0
+
+
+def run_run(args: Any, feeds_for: Any, print_outputs: Any) -> int:
+    """`tvm-dpu run m.xmodel`; `feeds_for` / `print_outputs` are the CLI's input reader and output printer."""
+    from .runner import load_xmodel
+
+    (path,) = args.compiled
+    if args.verify:
+        raise DPUError(NO_GOLDEN.format(path=path))
+    for flag, bad in (("--cores", args.cores), ("--executor ray", args.executor != "local"),
+                      ("--require-signature", args.require_signature)):
+        if bad:
+            raise XModelError(f"{flag} does not apply to an .xmodel (one program per DPU subgraph on one core, "
+                              "and vai_c's files are not signed)")
+    if len(args.input or []) > 1:
+        raise XModelError(f"--input given {len(args.input)} times for one model")
+    if args.device == "pynq":
+        if not args.bitfile:
+            raise XModelError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
+        runner = load_xmodel(path, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout)
+    else:
+        runner = load_xmodel(path)
+    source = (args.input or [None])[0]
+    feeds = feeds_for(runner, source, "--input")
+    if source is None:
+        print("no --input: running on random normal input (seed 0)")
+    for _ in range(args.runs):
+        outputs = runner.run(feeds)
+    for name, st in runner.last_stats.items():
+        if st is not None:
+            print(f"DPU subgraph {name}: {st.instructions} instructions executed, ended={st.ended}")
+    print_outputs(outputs)
+    if args.output:
+        np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
+        print(f"wrote {args.output}")
+    return 0
+
+
+def xmodel_report_header(model: XModel) -> tuple[dict, dict[str, bytes]]:
+    """(a report header in the shape report_html.render_report reads, subgraph key -> machine code)."""
+    dpus = model.dpu_subgraphs()
+    if not dpus:
+        raise XModelError(f"{model.source}: no DPU subgraph to report on")
+    sub_id = {d.name: i for i, d in enumerate(dpus)}
+    owner: dict[str, XSubgraph] = {op: sg for sg in model.root.children for op in sg.all_ops()}
+    nodes, graph = [], []
+    for op in model.ops:
+        sg = owner.get(op.name)
+        on_dpu = sg is not None and sg.device == "DPU"
+        nodes.append({"name": op.name, "op": op.type, "device": "dpu" if on_dpu else "cpu",
+                      "subgraph": sub_id[sg.name] if on_dpu else None,
+                      "reason": f"vai_c placed it in {sg.device if sg else 'no'} subgraph "
+                                f"{sg.name if sg else ''}".strip()})
+        graph.append({"name": op.name, "op": op.type, "inputs": op.input_ops})
+    subs, codes = [], {}
+    for d in dpus:
+        key = f"sg{sub_id[d.name]}"
+        codes[key] = d.mc_code
+
+        def binding(t):
+            return {"name": t.name, "shape": list(t.shape), "fix_point": t.fix_point,
+                    "fmap": {"reg_id": t.reg_id, "offset": t.ddr_addr}}
+        group_ops = [c.name for c in d.subgraph.children if c.name in set(d.attrs.get("children_topological_sort")
+                                                                          or [c.name for c in d.subgraph.children])]
+        subs.append({"key": key, "id": sub_id[d.name], "symbol": d.name, "instr_counts": dict(instr_counts(d)),
+                     "op_ranges": [[g, 0, 0] for g in group_ops], "code_bytes": len(d.mc_code),
+                     "param_bytes": sum(len(r.data or b"") for r in d.regions.values()),
+                     "region_sizes": {str(r.reg_id): r.size for r in d.regions.values()},
+                     "inputs": [binding(t) for t in d.inputs], "outputs": [binding(t) for t in d.outputs]})
+    fp = dpus[0].fingerprint
+    header = {"arch": {"name": dpus[0].dpu_name, "fingerprint": f"{fp:#018x}"},
+              "partition": {"nodes": nodes, "subgraphs": len(dpus)}, "graph": graph, "subgraphs": subs,
+              "cpu_libs": {}, "inputs": [], "outputs": []}
+    return header, codes
+
+
+def run_report(args: Any) -> int:
+    """`tvm-dpu report m.xmodel -o r.html`: the HTML report with the timing model run on vai_c's programs (a
+    program the timing model cannot schedule is named with the reason, the rest of the page stays)."""
+    from ..arch import load_arch
+    from ..report_html import Timing, render_report, subgraph_timing
+
+    model = read_xmodel(args.artifact)
+    header, codes = xmodel_report_header(model)
+    arch = load_arch(model.dpu_subgraphs()[0].fingerprint)
+    timings = {}
+    for s in header["subgraphs"]:
+        t = subgraph_timing(np.frombuffer(codes[s["key"]], "<u4").astype(np.uint32), arch)
+        if isinstance(t, str):
+            t = (f"{s['symbol']}: {t} (the timing model follows the dependency tokens as tvm-dpu's own code "
+                 "uses them; vai_c's programs use them differently, see the dependency-protocol issue)")
+        timings[s["key"]] = t
+    out = Path(args.output)
+    page = render_report(header, {}, timings, Path(args.artifact).stem, Path(args.artifact).stat().st_size)
+    out.write_text(page, encoding="utf-8")
+    n_t = sum(isinstance(t, Timing) for t in timings.values())
+    print(f"wrote {out} ({out.stat().st_size} bytes): {len(header['subgraphs'])} DPU subgraph(s) of vai_c code, "
+          f"{len(model.ops)} ops, timing for {n_t}/{len(timings)} subgraph(s)")
+    for s in header["subgraphs"]:
+        t = timings[s["key"]]
+        print(f"  {s['symbol']}: {t.cycles:,} cycles" if isinstance(t, Timing) else f"  {t}")
+    return 0
