@@ -73,7 +73,6 @@ def test_our_own_xmodel_compares_equal(tmp_path, capsys):
 
 def _every_op_model():
     """conv+relu, depthwise, 1x1 conv, eltwise add, max and avg pool, concat, nearest upsample, conv, hard-sigmoid."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
