@@ -293,6 +293,8 @@ def _run_compile(args: argparse.Namespace) -> int:
     model.source_graph = source_graph
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
                       sign=args.sign)
+    if args.format == "xmodel":
+        model.export(outdir / f"{name}.xmodel")
     t_export = time.perf_counter()
     timing = model.timing()
     t_timing = time.perf_counter()
@@ -442,6 +444,8 @@ def _add_compile(sub) -> None:
     p.add_argument("--png", action="store_true",
                    help="also draw each DPU subgraph's engine timeline as a PNG Gantt chart (matplotlib; the Chrome "
                    "traces, always written, hold the same data)")
+    p.add_argument("--format", choices=["tvmdpu", "xmodel"], default="tvmdpu",
+                   help="xmodel: also write <name>.xmodel, AMD's XIR graph for VART / PYNQ-DPU (docs/deploy.md)")
     p.add_argument("--no-verify-data", action="store_true",
                    help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
                    "weights: the artifact shrinks by about half)")
@@ -977,6 +981,25 @@ def _add_dse(sub) -> None:
     p.set_defaults(func=_run_dse)
 
 
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="vai_c's program beside tvm-dpu's for an xmodel's quantized network",
+                       description="Rebuild each DPU subgraph of a vai_c .xmodel as a QDQ ONNX model (its int8 "
+                       "constants, scales 2^-fix_point), compile it with tvm-dpu and run both programs on the "
+                       "emulator on the same random inputs: int8 output differences, instructions per engine, DDR "
+                       "bytes and timing-model cycles (tvm_dpu.xmodel.compare).")
+    p.add_argument("xmodel", help="a vai_c-compiled .xmodel")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)")
+    p.set_defaults(func=_run_compare)
+
+
+def _run_compare(args) -> int:
+    from tvm_dpu.xmodel.compare import compare
+
+    result = compare(args.xmodel, seed=args.seed)
+    print(result.table())
+    return 0 if result.subgraphs else 1  # nothing could be compared: the table says why
+
+
 # Subcommand name -> function adding its parser to the subparsers object.
 COMMANDS: dict[str, Callable] = {
     "partition": _add_partition,
@@ -987,6 +1010,7 @@ COMMANDS: dict[str, Callable] = {
     "keygen": _add_keygen,
     "pipeline": _add_pipeline,
     "dse": _add_dse,
+    "compare": _add_compare,
 }
 
 

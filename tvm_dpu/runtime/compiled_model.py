@@ -53,7 +53,14 @@ class CompiledModel:
         """Write the deployable one-file artifact (.tvmdpu); see `tvm_dpu.runtime.artifact_export.export`.
         `cross="aarch64"` adds the library cross-compiled for aarch64 Linux; `verify_data=False` omits the
         data only golden-reference verification needs; `sign` (an Ed25519 private key file) signs the file.
-        Returns the path."""
+        A path ending in `.xmodel` writes AMD's XIR graph for VART instead (tvm_dpu.xmodel.write; none of the
+        other options apply). Returns the path."""
+        if str(path).lower().endswith(".xmodel"):
+            if cross is not None or sign is not None:
+                raise DPUError("an .xmodel export takes no cross= or sign= (VART loads the graph itself)")
+            from tvm_dpu.xmodel.write import export_xmodel
+
+            return export_xmodel(self, path)
         from tvm_dpu.runtime.artifact_export import export
 
         return export(self, path, cross=cross, verify_data=verify_data, sign=sign)

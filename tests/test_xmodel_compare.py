@@ -1,0 +1,132 @@
+"""`tvm-dpu compare`: vai_c's DPU programs beside tvm-dpu's compile of the same quantized ops (QDQ rebuild)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvm_dpu.cli import main
+from tvm_dpu.codegen.isa import decode_program
+from tvm_dpu.xmodel.compare import compare
+from tvm_dpu.xmodel.encode import encode_graph
+from tvm_dpu.xmodel.model import read_xmodel
+from tvm_dpu.xmodel.reader import Attr, decode_graph
+
+DATA = Path(__file__).parent / "data" / "xmodel"
+ISA1 = sorted(DATA.glob("*isa1*.xmodel"))
+
+
+@pytest.mark.parametrize("path", ISA1, ids=[p.stem for p in ISA1])
+def test_vai_c_conv_subgraph_matches_ours_int8(path):
+    res = compare(path, seed=3)
+    d = {x.name: x for x in read_xmodel(path).dpu_subgraphs()}
+    (conv,) = res.subgraphs  # conv/pool stack: rebuilt and compared
+    assert conv.name == "subgraph_quant_conv2d"
+    assert conv.total == 256 and conv.differing == 0 and conv.outputs_equal
+    code = np.frombuffer(d[conv.name].mc_code, "<u4")
+    assert sum(conv.vai_c.instructions.values()) == len(decode_program(code))
+    assert conv.vai_c.instructions["CONV"] == conv.ours.instructions["CONV"] == 18
+    # DDR bytes one run moved: at least the input (784 B) and weights read, the 256-byte output written
+    assert conv.vai_c.ddr_read_bytes > 100_000 and conv.vai_c.ddr_write_bytes == 256
+    assert conv.ours.ddr_write_bytes >= 256
+    assert conv.ours.cycles is not None and conv.ours.cycles > 0
+    # vai_c's program: cycles, or the timing model's error (reported, not raised)
+    assert (conv.vai_c.cycles is None) == (conv.vai_c.timing_error is not None)
+    # the dense subgraph's bias has fix_point fp_in + fp_w + 1 and odd values: refused with the reason
+    (why,) = res.not_compared.values()
+    assert "shift_bias field to 0" in why and "fp_bias <= fp_in + fp_w" in why
+    assert "int8 outputs equal (0 of 256" in res.table()
+
+
+def test_isa0_is_not_compared_with_reason(tmp_path):
+    """A DPU subgraph for ISA0 (vai_c 1.4's fingerprint for this network) is listed with the reason, not run."""
+    g = decode_graph(ISA1[0].read_bytes())
+    for sg in g["subg_root"]["subg_child"]:
+        if "dpu_fingerprint" in sg["subg_attr"]:
+            sg["subg_attr"]["dpu_fingerprint"] = Attr("uint64_value", 0x01000020F6014407)
+    isa0 = tmp_path / "isa0.xmodel"
+    isa0.write_bytes(encode_graph(g))
+    res = compare(isa0)
+    assert not res.subgraphs and len(res.not_compared) == 2
+    assert all("DPUCZDX8G_ISA0_B4096" in why and "ISA1 only" in why for why in res.not_compared.values())
+    assert main(["compare", str(isa0)]) == 1
+
+
+def _own_xmodel(tmp_path):
+    from test_xmodel_write import _build  # the same small model the writer tests export
+
+    return _build().export(tmp_path / "own.xmodel")
+
+
+def test_our_own_xmodel_compares_equal(tmp_path, capsys):
+    """Our exported xmodel's ops carry their int8 constants: the rebuild compiles back to the same programs."""
+    res = compare(_own_xmodel(tmp_path))
+    assert len(res.subgraphs) == 2 and not res.not_compared
+    for s in res.subgraphs:
+        assert s.outputs_equal and s.total > 0
+        assert s.vai_c.instructions == s.ours.instructions
+        assert s.vai_c.cycles == s.ours.cycles and s.cycle_ratio == 1.0
+    assert main(["compare", str(tmp_path / "own.xmodel")]) == 0
+    assert "ratio ours/vai_c: 1.000" in capsys.readouterr().out
+
+
+def _every_op_model():
+    """conv+relu, depthwise, 1x1 conv, eltwise add, max and avg pool, concat, nearest upsample, conv, hard-sigmoid."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def init(n, a):
+        return numpy_helper.from_array(np.asarray(a, np.float32), n)
+
+    inits = [init("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3), init("b1", rng.standard_normal(8) * 0.1),
+             init("wd", rng.standard_normal((8, 1, 3, 3)) * 0.3), init("w2", rng.standard_normal((8, 8, 1, 1)) * 0.3),
+             init("sc", [1, 1, 2, 2]), init("w3", rng.standard_normal((4, 16, 3, 3)) * 0.2)]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             n("Relu", ["c1"], ["r1"], name="relu1"),
+             n("Conv", ["r1", "wd"], ["dw"], name="dw", pads=[1, 1, 1, 1], group=8),
+             n("Conv", ["r1", "w2"], ["pw"], name="pw"),
+             n("Add", ["dw", "pw"], ["add"], name="add"),
+             n("MaxPool", ["add"], ["mp"], name="mp", kernel_shape=[2, 2], strides=[2, 2]),
+             n("AveragePool", ["r1"], ["ap"], name="ap", kernel_shape=[2, 2], strides=[2, 2]),
+             n("Concat", ["mp", "ap"], ["cat"], name="cat", axis=1),
+             n("Resize", ["cat", "", "sc"], ["up"], name="up", mode="nearest"),
+             n("Conv", ["up", "w3"], ["c3"], name="conv3", pads=[1, 1, 1, 1]),
+             n("HardSigmoid", ["c3"], ["y"], name="hs", alpha=1 / 6, beta=0.5)]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def test_every_rebuilt_op_type_round_trips(tmp_path):
+    """Exported by our writer, rebuilt by compare, compiled again: the same program and int8 outputs for every
+    DPU op type the rebuild covers."""
+    import tvm_dpu
+
+    calib = np.random.default_rng(1).standard_normal((4, 1, 3, 8, 8)).astype(np.float32)
+    path = tvm_dpu.build(_every_op_model(), progress=False, calibration=calib).export(tmp_path / "all.xmodel")
+    xm = read_xmodel(path)
+    types = {op.type for op in xm.ops}
+    assert xm.op("dw.weights").output.shape == (1, 3, 3, 8)  # XIR depthwise: (multiplier, kh, kw, C)
+    assert xm.op("conv3.weights").output.shape == (4, 3, 3, 16)  # OHWI
+    assert {"conv2d-fix", "depthwise-conv2d-fix", "eltwise-fix", "pool-fix", "concat-fix", "upsample-fix",
+            "hard-sigmoid-fix"} <= types
+    (s,) = compare(path, seed=5).subgraphs
+    assert s.outputs_equal and s.total == 256
+    assert s.vai_c.instructions == s.ours.instructions and s.vai_c.cycles == s.ours.cycles
+    assert (s.vai_c.ddr_read_bytes, s.vai_c.ddr_write_bytes) == (s.ours.ddr_read_bytes, s.ours.ddr_write_bytes)
+
+
+def test_op_without_rebuild_is_named(tmp_path):
+    g = decode_graph(_own_xmodel(tmp_path).read_bytes())
+    for op in g["op_node"]:
+        if op["op_type"] == "pool-fix":
+            op["op_type"] = "mystery-fix"
+    bad = tmp_path / "bad.xmodel"
+    bad.write_bytes(encode_graph(g))
+    res = compare(bad)
+    assert len(res.subgraphs) == 1
+    (why,) = res.not_compared.values()
+    assert "DPU op 'pool1' of type 'mystery-fix' cannot be rebuilt" in why

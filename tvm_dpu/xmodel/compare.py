@@ -1,0 +1,396 @@
+"""vai_c's program beside tvm-dpu's for the same quantized network: `tvm-dpu compare m.xmodel`.
+
+Each DPU subgraph of the xmodel is rebuilt as a QDQ ONNX model: its int8 constants (read from the CONST region at
+their `ddr_addr`) behind DequantizeLinear with scale 2**-fix_point, every feature map behind a QuantizeLinear /
+DequantizeLinear pair with its tensor's fix point. tvm-dpu compiles it (the QDQ import takes those fix points,
+nothing is calibrated), so both compilers compute on the same numbers. Both programs then run on the emulator on
+the same random int8 inputs; the result holds the int8 output differences, the instructions per engine, the DDR
+bytes each program moved and the timing model's cycles (or the timing model's error, reported, not raised).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import DPUError, XModelError
+from ..types import CompiledSubgraph
+from .model import DpuSubgraph, XModel, XOp, XTensor, read_xmodel
+
+#: XIR DPU op types the rebuild covers.
+REBUILDS = ("conv2d-fix", "depthwise-conv2d-fix", "pool-fix", "eltwise-fix", "concat-fix", "upsample-fix",
+            "reshape-fix", "hard-sigmoid-fix")
+_SKIP = ("upload", "download", "const-fix")
+_ENGINES = ("LOAD", "SAVE", "CONV", "MISC")
+#: vai_c's LEAKYRELU slope: 26/256, the DPU's fixed leaky-relu alpha.
+LEAKY_ALPHA = 26 / 256
+
+
+@dataclass
+class ProgramStats:
+    """One compiler's program(s) for a DPU subgraph: static instructions per engine, DDR bytes one run moved
+    (emulator counters), timing-model cycles or why there are none."""
+
+    instructions: dict[str, int]
+    ddr_read_bytes: int
+    ddr_write_bytes: int
+    cycles: float | None
+    timing_error: str | None = None
+    programs: int = 1
+
+
+@dataclass
+class SubgraphComparison:
+    name: str
+    differing: int
+    total: int
+    vai_c: ProgramStats
+    ours: ProgramStats
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def outputs_equal(self) -> bool:
+        return self.differing == 0
+
+    @property
+    def cycle_ratio(self) -> float | None:
+        """ours / vai_c's predicted cycles (None when either has no prediction)."""
+        if self.ours.cycles is None or not self.vai_c.cycles:
+            return None
+        return self.ours.cycles / self.vai_c.cycles
+
+
+@dataclass
+class Comparison:
+    path: str
+    arch: str
+    subgraphs: list[SubgraphComparison]
+    #: DPU subgraphs that could not be compared -> why (one clear reason each)
+    not_compared: dict[str, str] = field(default_factory=dict)
+
+    def table(self) -> str:
+        """A plain-text side-by-side table, one block per DPU subgraph."""
+        lines = [f"{self.path} ({self.arch})"]
+        for s in self.subgraphs:
+            lines.append(f"DPU subgraph {s.name}: int8 outputs {'equal' if s.outputs_equal else 'DIFFER'} "
+                         f"({s.differing} of {s.total} elements differ)")
+            lines.append(f"  {'':10}{'vai_c':>14}{'tvm-dpu':>14}")
+            for e in _ENGINES:
+                lines.append(f"  {e:10}{s.vai_c.instructions.get(e, 0):>14}{s.ours.instructions.get(e, 0):>14}")
+            lines.append(f"  {'DDR read':10}{s.vai_c.ddr_read_bytes:>14}{s.ours.ddr_read_bytes:>14}")
+            lines.append(f"  {'DDR write':10}{s.vai_c.ddr_write_bytes:>14}{s.ours.ddr_write_bytes:>14}")
+            cyc = [f"{p.cycles:.0f}" if p.cycles is not None else "n/a" for p in (s.vai_c, s.ours)]
+            lines.append(f"  {'cycles':10}{cyc[0]:>14}{cyc[1]:>14}")
+            r = s.cycle_ratio
+            lines.append(f"  ratio ours/vai_c: {r:.3f}" if r is not None else "  ratio ours/vai_c: n/a")
+            for p, who in ((s.vai_c, "vai_c"), (s.ours, "tvm-dpu")):
+                if p.timing_error:
+                    lines.append(f"  timing model on {who}'s program: {p.timing_error}")
+            lines += [f"  note: {n}" for n in s.notes]
+        for name, why in self.not_compared.items():
+            lines.append(f"DPU subgraph {name}: not compared: {why}")
+        return "\n".join(lines)
+
+
+# -- rebuilding the quantized network as QDQ ONNX ----------------------------------------------------------------
+def _nchw(shape: tuple[int, ...]) -> list[int]:
+    return [shape[0], shape[3], shape[1], shape[2]] if len(shape) == 4 else list(shape)
+
+
+def _hw(v: Any, default: int) -> list[int]:
+    """XIR's (w, h) pair as ONNX's (h, w)."""
+    v = list(v) if v is not None else [default, default]
+    return [int(v[1]), int(v[0])]
+
+
+def _const_data(xm: XModel, d: DpuSubgraph, op: XOp) -> np.ndarray:
+    """The int8 values of a const-fix op: its `data` attribute, else its bytes in the CONST region."""
+    t = op.output
+    n = int(np.prod(t.shape))
+    data = op.attrs.get("data")
+    if isinstance(data, bytes) and len(data) == n:
+        return np.frombuffer(data, np.int8).reshape(t.shape)
+    region = d.regions.get(t.reg_id) if t.reg_id is not None else None
+    if region is None or region.data is None or t.ddr_addr is None or t.ddr_addr + n > len(region.data):
+        raise XModelError(f"{xm.source}: const op {op.name!r} has neither data nor bytes in a CONST region")
+    return np.frombuffer(region.data, np.int8, n, t.ddr_addr).reshape(t.shape)
+
+
+class _Rebuild:
+    def __init__(self, xm: XModel, d: DpuSubgraph):
+        from onnx import helper, numpy_helper
+
+        self.h, self.nh = helper, numpy_helper
+        self.xm, self.d = xm, d
+        self.nodes: list = []
+        self.inits: list = []
+        self.notes: list[str] = []
+        self.k = 0
+
+    def init(self, name: str, v: np.ndarray) -> str:
+        self.inits.append(self.nh.from_array(np.asarray(v), name))
+        return name
+
+    def qdq(self, src: str, fix_point: int, out: str) -> str:
+        s = self.init(f"{out}__s", np.float32(2.0 ** -fix_point))
+        z = self.init(f"{out}__z", np.int8(0))
+        self.nodes += [self.h.make_node("QuantizeLinear", [src, s, z], [f"{out}__q"], name=f"Q_{out}"),
+                       self.h.make_node("DequantizeLinear", [f"{out}__q", s, z], [out], name=f"DQ_{out}")]
+        return out
+
+    def const(self, op: XOp, layout: str, max_fix_point: int | None = None) -> str:
+        """DequantizeLinear of a const-fix op's int8 values (weights OHWI -> OIHW). `max_fix_point`: the highest
+        fix point tvm-dpu's rules allow this constant (a bias: fp_in + fp_w); a higher one is lowered where that
+        is exact (every value divisible by the power of two it drops), else refused."""
+        q = _const_data(self.xm, self.d, op)
+        if layout == "OHWI":
+            q = q.transpose(0, 3, 1, 2)
+        elif layout == "depthwise":  # XIR depthwise weights (multiplier, kh, kw, C) -> (C*multiplier, 1, kh, kw)
+            q = q.transpose(3, 0, 1, 2).reshape(-1, 1, q.shape[1], q.shape[2])
+        fp = op.output.fix_point
+        if fp is None:
+            raise XModelError(f"{self.xm.source}: const op {op.name!r} has no fix_point")
+        if max_fix_point is not None and fp > max_fix_point:
+            k = fp - max_fix_point
+            if np.any(q.astype(np.int32) % (1 << k)):
+                raise XModelError(
+                    f"{self.xm.source}: bias {op.name!r} has fix_point {fp} > fp_in + fp_w = {max_fix_point}: vai_c "
+                    f"sets the CONVINIT shift_bias field to {1 - k} (the DPU doubles the accumulator), tvm-dpu's "
+                    f"quantizer requires fp_bias <= fp_in + fp_w, and the odd bias values make lowering it inexact")
+            self.notes.append(f"bias {op.name!r}: vai_c's fix_point {fp} > fp_in + fp_w = {max_fix_point} (shift_bias "
+                              f"field {1 - k}); rebuilt exactly as values / {1 << k} at fix_point {max_fix_point}, "
+                              f"which tvm-dpu's rules accept")
+            q = (q.astype(np.int32) >> k).astype(np.int8)
+            fp = max_fix_point
+        qn = self.init(f"{op.name}__int8", np.ascontiguousarray(q, np.int8))
+        s = self.init(f"{op.name}__s", np.float32(2.0 ** -fp))
+        z = self.init(f"{op.name}__z", np.zeros((), np.int8))
+        self.nodes.append(self.h.make_node("DequantizeLinear", [qn, s, z], [op.name], name=f"DQ_{op.name}"))
+        return op.name
+
+    def node(self, typ: str, ins: list[str], name: str, **attrs: Any) -> str:
+        out = f"{name}__{typ.lower()}{self.k}"
+        self.k += 1
+        self.nodes.append(self.h.make_node(typ, ins, [out], name=out, **attrs))
+        return out
+
+    def act(self, src: str, op: XOp) -> str:
+        nl = str(op.attrs.get("nonlinear", "NONE")).upper()
+        if nl in ("NONE", ""):
+            return src
+        if nl == "RELU":
+            return self.node("Relu", [src], op.name)
+        if nl == "LEAKYRELU":
+            return self.node("LeakyRelu", [src], op.name, alpha=LEAKY_ALPHA)
+        if nl == "RELU6":
+            lo, hi = self.init(f"{op.name}__lo", np.float32(0)), self.init(f"{op.name}__hi", np.float32(6))
+            return self.node("Clip", [src, lo, hi], op.name)
+        raise XModelError(f"{self.xm.source}: op {op.name!r} ({op.type}): nonlinear {nl} has no rebuild")
+
+    def op(self, op: XOp) -> str:
+        a, t = op.attrs, op.type
+        ins = op.inputs.get("input", [])
+        if t in ("conv2d-fix", "depthwise-conv2d-fix"):
+            w = self.const(self.xm.op(op.inputs["weights"][0]), "OHWI" if t == "conv2d-fix" else "depthwise")
+            args = [ins[0], w]
+            if op.inputs.get("bias"):
+                top = self.xm.op(ins[0]).output.fix_point + self.xm.op(op.inputs["weights"][0]).output.fix_point
+                args.append(self.const(self.xm.op(op.inputs["bias"][0]), "flat", top))
+            p = [int(x) for x in a.get("pad", [0, 0, 0, 0])]  # [l, r, t, b]
+            kw = {"pads": [p[2], p[0], p[3], p[1]], "strides": _hw(a.get("stride"), 1),
+                  "dilations": _hw(a.get("dilation"), 1), "kernel_shape": _hw(a.get("kernel"), 1)}
+            if t == "depthwise-conv2d-fix":
+                kw["group"] = int(self.xm.op(ins[0]).output.shape[-1])
+            elif int(a.get("group", 1)) != 1:
+                kw["group"] = int(a["group"])
+            return self.act(self.node("Conv", args, op.name, **kw), op)
+        if t == "pool-fix":
+            p = [int(x) for x in a.get("pad", [0, 0, 0, 0])]
+            kw = {"pads": [p[2], p[0], p[3], p[1]], "strides": _hw(a.get("stride"), 1),
+                  "kernel_shape": _hw(a.get("kernel"), 1)}
+            kind = str(a.get("type", "MAX")).upper()
+            if kind == "MAX":
+                return self.node("MaxPool", ins, op.name, **kw)
+            if kind == "AVG":
+                return self.node("AveragePool", ins, op.name, count_include_pad=1, **kw)
+            raise XModelError(f"{self.xm.source}: pool op {op.name!r} of type {kind} has no rebuild")
+        if t == "eltwise-fix":
+            kind = str(a.get("type", "ADD")).upper()
+            if kind != "ADD":
+                raise XModelError(f"{self.xm.source}: eltwise op {op.name!r} of type {kind} has no rebuild")
+            out = ins[0]
+            for x in ins[1:]:
+                out = self.node("Add", [out, x], op.name)
+            return self.act(out, op)
+        if t == "concat-fix":
+            axis = int(a.get("axis", -1)) % 4
+            return self.node("Concat", ins, op.name, axis={0: 0, 1: 2, 2: 3, 3: 1}[axis])
+        if t == "upsample-fix":
+            sc = [float(x) for x in a.get("scale", [1, 1])]
+            scales = self.init(f"{op.name}__scales", np.asarray([1, 1, sc[1], sc[0]], np.float32))
+            return self.node("Resize", [ins[0], "", scales], op.name, mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        if t == "reshape-fix":
+            src = self.xm.op(ins[0]).output.shape
+            if len(src) == 4 and src[1] * src[2] != 1:
+                raise XModelError(f"{self.xm.source}: reshape op {op.name!r} of a {list(src)} map: only a map with "
+                                  f"1x1 spatial size reshapes the same in NHWC and NCHW")
+            shape = self.init(f"{op.name}__shape", np.asarray(_nchw(op.output.shape), np.int64))
+            return self.node("Reshape", [ins[0], shape], op.name)
+        if t == "hard-sigmoid-fix":
+            return self.node("HardSigmoid", ins, op.name, alpha=1.0 / 6, beta=0.5)
+        raise XModelError(f"{self.xm.source}: DPU op {op.name!r} of type {t!r} cannot be rebuilt as ONNX "
+                          f"(compare rebuilds {', '.join(REBUILDS)})")
+
+
+def _topological(xm: XModel, names: list[str]) -> list[XOp]:
+    inside = set(names)
+    done: set[str] = set()
+    out: list[XOp] = []
+
+    def visit(n: str, stack: tuple = ()) -> None:
+        if n in done or n not in inside:
+            return
+        if n in stack:
+            raise XModelError(f"{xm.source}: ops form a cycle through {n!r}")
+        for m in xm.op(n).input_ops:
+            visit(m, stack + (n,))
+        done.add(n)
+        out.append(xm.op(n))
+
+    for n in names:
+        visit(n)
+    return out
+
+
+def rebuild_qdq(xm: XModel, d: DpuSubgraph) -> tuple[Any, list[XTensor], list[XTensor], list[str]]:
+    """(QDQ ONNX model, its inputs' DPU tensors, its outputs' DPU tensors, notes on what was re-expressed) of the
+    DPU subgraph `d`. ONNX names: each input is named after its upload op, each output after the op producing
+    it."""
+    from onnx import TensorProto, helper
+
+    r = _Rebuild(xm, d)
+    ops = _topological(xm, d.subgraph.all_ops())
+    graph_in = []
+    for op in ops:
+        if op.type == "upload":
+            t = op.output
+            graph_in.append(helper.make_tensor_value_info(f"{op.name}__in", TensorProto.FLOAT, _nchw(t.shape)))
+            r.qdq(f"{op.name}__in", t.fix_point, op.name)
+    for op in ops:
+        if op.type in _SKIP:
+            continue
+        if op.output.fix_point is None:
+            raise XModelError(f"{xm.source}: op {op.name!r} has no output fix_point")
+        r.qdq(r.op(op), op.output.fix_point, op.name)
+    graph_out = [helper.make_tensor_value_info(t.op, TensorProto.FLOAT, _nchw(t.shape)) for t in d.outputs]
+    g = helper.make_graph(r.nodes, d.name.replace("/", "_"), graph_in, graph_out, r.inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    return model, d.inputs, d.outputs, r.notes
+
+
+# -- running and measuring ------------------------------------------------------------------------------------
+def _to_nchw(a: np.ndarray) -> np.ndarray:
+    return a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
+
+
+def _to_nhwc(a: np.ndarray) -> np.ndarray:
+    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+
+
+def _engines(code: np.ndarray) -> dict[str, int]:
+    from ..codegen.isa import decode_program
+
+    from ..codegen.isa import instr_spec
+
+    c = Counter(instr_spec(ins.name).category.upper() for ins in decode_program(code))
+    return {e: int(c.get(e, 0)) for e in _ENGINES}
+
+
+def _timing(codes: list[tuple[np.ndarray, Any]], arch: Any) -> tuple[float | None, str | None]:
+    from ..timing.simulate import simulate
+
+    try:
+        return float(sum(simulate(code, arch, op_ranges=ranges).cycles for code, ranges in codes)), None
+    except DPUError as e:
+        return None, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+
+
+class _CountingDevice:
+    """The emulator, adding up what every program it runs moves over DDR."""
+
+    def __init__(self, arch: Any):
+        from ..runtime.device import EmulatorDevice
+
+        self.arch = arch
+        self.inner = EmulatorDevice(arch)
+        self.read = self.written = 0
+
+    def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
+        self.inner.execute(sg, regions)
+        self.read += self.inner.last_stats.load_bytes
+        self.written += self.inner.last_stats.save_bytes
+
+
+def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphComparison:
+    """Rebuild, compile and run one DPU subgraph of vai_c's against tvm-dpu's (see the module docstring)."""
+    import tvm_dpu
+    from ..arch.arch import arch_from_fingerprint
+    from .runner import load_xmodel, tensor_view
+
+    arch = arch_from_fingerprint(d.fingerprint)
+    if arch.isa != 1:
+        raise XModelError(f"{xm.source}: DPU subgraph {d.name!r} is for {arch.dpu_name}; the emulator runs ISA1 only")
+    where = f"{xm.source}: DPU subgraph {d.name!r}"
+    theirs = load_xmodel(xm).programs[d.name]  # regions initialised as the xmodel runner does
+    onnx_model, ins, outs, notes = rebuild_qdq(xm, d)
+    ours = tvm_dpu.build(onnx_model, arch=arch, progress=False)
+    rng = np.random.default_rng(seed)
+    q_in = [rng.integers(-128, 128, t.shape, dtype=np.int8) for t in ins]  # the DPU's layout (NHWC)
+    dev = _CountingDevice(arch)
+    regions = theirs.new_regions()
+    for t, q in zip(ins, q_in):
+        tensor_view(regions[t.reg_id], t, where)[...] = q
+    dev.execute(theirs.sg, regions)
+    q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
+    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, *_timing([(theirs.sg.code, None)], arch))
+    odev = _CountingDevice(arch)
+    ours.pin(odev)
+    floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
+                       for t, q in zip(ins, q_in)})
+    differing = total = 0
+    for t, got, want in zip(outs, floats, q_theirs):
+        q = np.clip(np.rint(np.asarray(got, np.float64) * 2.0 ** t.fix_point), -128, 127).astype(np.int8)
+        q = _to_nhwc(q).reshape(want.shape)
+        differing += int(np.sum(q != want))
+        total += int(q.size)
+    counts: Counter = Counter()
+    for r in ours.runners.values():
+        counts.update(_engines(r.sg.code))
+    if len(ours.runners) != 1:
+        notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
+    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, odev.read, odev.written,
+                        *_timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch),
+                        programs=len(ours.runners))
+    return SubgraphComparison(d.name, differing, total, vai, mine, notes)
+
+
+def compare(path: Any, seed: int = 0) -> Comparison:
+    """Every DPU subgraph of the xmodel at `path`: vai_c's program against tvm-dpu's compile of the same
+    quantized ops (`compare_subgraph`)."""
+    from ..arch.arch import arch_from_fingerprint
+
+    xm = read_xmodel(path)
+    dpus = xm.dpu_subgraphs()
+    if not dpus:
+        raise XModelError(f"{xm.source}: no DPU subgraph to compare")
+    arch = arch_from_fingerprint(dpus[0].fingerprint)
+    out = Comparison(str(path), arch.name, [])
+    for d in dpus:
+        try:
+            out.subgraphs.append(compare_subgraph(xm, d, seed))
+        except XModelError as e:  # this subgraph cannot be rebuilt or run: say why, compare the others
+            out.not_compared[d.name] = str(e).removeprefix(f"{xm.source}: ")
+    return out
