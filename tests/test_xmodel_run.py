@@ -204,3 +204,18 @@ def test_cli_report_names_why_there_is_no_timing(tmp_path, capsys):
     assert "2 DPU subgraph(s) of vai_c code" in printed
     # either cycles or the timing model's reason, per subgraph: never a traceback
     assert printed.count("cycles") + printed.count("timing model failed") >= 2
+
+
+def test_runs_through_the_pynq_driver_on_a_simulated_board():
+    """The register-level path (page-aligned buffers, base-address registers, start/poll) on the simulated pynq
+    board, whose fingerprint is the arch vai_c 3.0 compiled for: same outputs as the emulator device."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.runtime.pynq_driver import PynqDevice
+    from tvm_dpu.runtime.sim_regfile import SimulatedPynq
+
+    path = DATA / "tf2_custom_op_vai3.0_isa1.xmodel"
+    arch = load_arch(read_xmodel(path).dpu_subgraphs()[0].fingerprint)
+    board = load_xmodel(path, device=PynqDevice(bitfile="dpu.bit", pynq=SimulatedPynq(arch)))
+    emulated = load_xmodel(path)
+    for seed in range(2):
+        np.testing.assert_array_equal(board.run(_image(seed))[0], emulated.run(_image(seed))[0])

@@ -52,7 +52,7 @@ def _op_line(op: XOp) -> str:
 
 def _tree_lines(model: XModel, sg: XSubgraph, depth: int, dpu: dict[str, DpuSubgraph]) -> list[str]:
     pad = "  " * depth
-    label = sg.device or ("root" if depth == 0 else "group")
+    label = sg.device or ("root" if sg is model.root else "group")
     line = f"{pad}{sg.name} [{label}]"
     if sg.name in dpu and sg.device == "DPU":
         d = dpu[sg.name]

@@ -11,7 +11,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import XModelError
-from ..quant.fixpoint import dpu_round, saturate_int8
+from ..quant.fixpoint import saturate_int8
+from ..runtime.subgraph_runner import dequantize_tensor as dequantize
+from ..runtime.subgraph_runner import quantize_tensor
 from .model import XModel, XOp
 
 #: XIR float dtypes of `const` ops' data attribute.
@@ -21,18 +23,14 @@ _CONST_DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8, 
 
 def quantize(x: np.ndarray, fix_point: int, round_mode: str = "DPU_ROUND") -> np.ndarray:
     """float -> int8, q = round(x * 2**fix_point) in XIR's `round_mode`, saturated."""
-    t = np.asarray(x, np.float64) * 2.0 ** fix_point
     if round_mode == "DPU_ROUND":
-        return dpu_round(t)
+        return quantize_tensor(x, fix_point)
+    t = np.asarray(x, np.float64) * 2.0 ** fix_point
     if round_mode == "PY3_ROUND":
         return saturate_int8(np.round(t))
     if round_mode == "STD_ROUND":
         return saturate_int8(np.sign(t) * np.floor(np.abs(t) + 0.5))
     raise XModelError(f"round_mode {round_mode!r}: expected DPU_ROUND, PY3_ROUND or STD_ROUND")
-
-
-def dequantize(q: np.ndarray, fix_point: int) -> np.ndarray:
-    return np.asarray(q, np.float32) * np.float32(2.0 ** -fix_point)
 
 
 def _fix_point(op: XOp, model: XModel) -> int:
@@ -117,7 +115,12 @@ def run_cpu_op(op: XOp, inputs: list[np.ndarray], model: XModel, plugin_runner: 
     XModelError naming the op type and name."""
     fn = CPU_OPS.get(op.type)
     if fn is not None:
-        out = fn(op, inputs, model)
+        try:
+            out = fn(op, inputs, model)
+        except (TypeError, ValueError, KeyError, IndexError) as e:  # numpy AxisError is a ValueError
+            raise XModelError(f"{model.source}: {op.type} op {op.name!r}: its attributes or inputs do not fit "
+                              f"(attributes {sorted(op.attrs)}, input shapes {[np.shape(x) for x in inputs]}): "
+                              f"{type(e).__name__}: {e}") from None
     elif plugin_runner is not None:
         out = plugin_runner(op.type, op.name, dict(op.attrs), list(inputs), tuple(op.output.shape))
     else:

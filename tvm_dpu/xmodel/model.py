@@ -160,6 +160,12 @@ class XModel:
         for key in ("mc_code", "dpu_fingerprint", "reg_id_to_size", "reg_id_to_context_type"):
             if key not in a:
                 raise XModelError(f"{where} has no attribute {key!r}")
+        for key, kind in (("mc_code", bytes), ("mc_code_preload", bytes), ("dpu_fingerprint", int),
+                          ("reg_id_to_size", dict), ("reg_id_to_context_type", dict),
+                          ("reg_id_to_context_type_v2", dict), ("reg_id_to_parameter_value", dict)):
+            if key in a and (not isinstance(a[key], kind) or isinstance(a[key], bool)):
+                raise XModelError(f"{where}: attribute {key!r} is a {sg.attr_kinds.get(key, type(a[key]).__name__)}, "
+                                  f"not a {kind.__name__}")
         kinds_v2 = a.get("reg_id_to_context_type_v2", {})
         params = a.get("reg_id_to_parameter_value", {})
         regions = {}
@@ -168,6 +174,8 @@ class XModel:
             if not isinstance(size, int) or size < 0:
                 raise XModelError(f"{where}: region {name} has size {size!r}")
             data = params.get(name)
+            if data is not None and not isinstance(data, bytes):
+                raise XModelError(f"{where}: the parameters of region {name} are not bytes")
             if data is not None and len(data) > size:
                 raise XModelError(f"{where}: region {name} holds {len(data)} parameter bytes in {size}")
             regions[rid] = Region(rid, name, str(a["reg_id_to_context_type"].get(name, "")),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import XModelError
-from ..protowire import FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, WireError, fields, varint
+from ..protowire import FIXED32, LENGTH_DELIMITED, VARINT, WireError, fields, varint
 from .schema import MESSAGES, WIRE_OF_KIND, WRAPPERS, Field
 
 #: SubGraph nests itself; vai_c's trees are 3 deep. Deeper input is refused rather than recursed into.
@@ -128,6 +128,8 @@ class _Decoder:
                 key = self.values(Field("key", "string"), e_wire, v_start, v_end, f"{path}.key", e_tag, depth)[0]
             elif number == 2:
                 value = self.values(value_field, e_wire, v_start, v_end, f"{path}[{key!r}]", e_tag, depth)[0]
+        if value is None and f.value_kind == "message":  # an entry without its value: the empty message
+            value = self.message(f.message, end, end, f"{path}[{key!r}]", depth + 1)
         return key, value
 
     @staticmethod

@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..errors import DPUError, XModelError
 from ..feeds import arrays_by_name, check_array
 from ..types import CompiledSubgraph, InputSpec
-from .cpu_ops import CPU_OPS, dequantize, quantize, run_cpu_op
+from .cpu_ops import CPU_OPS, quantize, run_cpu_op
 from .model import DpuSubgraph, XModel, XOp, XSubgraph, XTensor, read_xmodel
 
 #: Op types that hand data over without computing (their value is their input's).
@@ -287,4 +287,4 @@ def load_xmodel(path_or_model: str | os.PathLike | bytes | XModel, device: Any =
     return XModelRunner(model, dev, programs, order, inputs, outputs)
 
 
-__all__ = ["DpuProgram", "XModelRunner", "dequantize", "load_xmodel", "tensor_view"]
+__all__ = ["DpuProgram", "XModelRunner", "load_xmodel", "tensor_view"]
