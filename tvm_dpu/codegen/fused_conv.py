@@ -24,7 +24,8 @@ from tvm_dpu.codegen.conv import ConvJob, augmented_weights
 from tvm_dpu.codegen.isa import enum_code
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, WindowTile, conv_tile, max_valid_rows,
+from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, RasterTile, RowTile, WindowTile,
+                                    augmentable, conv_tile, emit_raster_loads, max_valid_rows, raster_tiles,
                                     split_even)
 from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
@@ -138,17 +139,18 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
     job0 = jobs[0]
     flat = _flat(job0, x, *ys)
     buf = 0
-    for v, length, runs in _tiles(flat, ys[0], vpp, lmax):
-        base = buf * half
-        wt = _emit_input_tile(prog, arch, x, x_res, job0, flat, v, length, runs, buf)
+    for t in _tiles(flat, ys[0], vpp, lmax):
+        base, length = buf * half, t.length
+        wt = _emit_input_tile(prog, arch, x, x_res, job0, t, buf)
         pads = (0, 0, 0, 0) if flat else wt.pads(x)
         for j, n, f in zip(jobs, ns, first):
-            _emit_tile_convs(prog, arch, j, wt, pads, v, length, n, buf, base + f * length, f)
+            _emit_tile_convs(prog, arch, j, wt, pads, t.vpp, length, n, buf, base + f * length, f)
         for c, j, n, f, y in zip(convs, jobs, ns, first, ys):
-            for r, (p, col, cnt) in enumerate(runs):
-                prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", c.outputs[0]),), bank_id=vb1 + r,
-                          bank_addr=base + f * length, length=cnt, channel=j.cout, jump_read=n,
-                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=_addr(y, flat, p, col, 0))
+            for r in range(t.vpp):
+                for j0, a, cnt in t.runs(r, y.w, y.addr, y.pixel_pitch):
+                    prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", c.outputs[0]),), bank_id=vb1 + r,
+                              bank_addr=base + f * length + j0 * n, length=cnt, channel=j.cout, jump_read=n,
+                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a)
         buf ^= 1
 
 
@@ -184,55 +186,33 @@ def _flat(job: ConvJob, *maps: FMap) -> bool:
             and all(m.row_pitch == m.w * m.pixel_pitch for m in maps))
 
 
-def _flat_tiles(n_pix: int, vpp: int, lmax: int) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
-    """Tiles (rows, length, [(first pixel, 0, pixels) per row]) covering n_pix pixels in raster order: as few tiles
-    as vpp x lmax allows, of even size, each spread over all vpp rows (so the CONVs are even too; a tile's last row
-    may be shorter: its CONV columns past the end are computed but neither loaded nor saved)."""
-    out = []
-    for p0, rest in split_even(n_pix, ceil_div(n_pix, ceil_div(n_pix, vpp * lmax))):
-        length = ceil_div(rest, vpp)
-        v = ceil_div(rest, length)
-        out.append((v, length, [(p0 + r * length, 0, min(length, rest - r * length)) for r in range(v)]))
-    return out
-
-
-def _tiles(flat: bool, y: FMap, vpp: int, lmax: int) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
-    """Output tiles (rows, length, [(row or first pixel, first column, pixels) per row]): flattened
-    (_flat_tiles) or vpp image rows x up to lmax columns."""
+def _tiles(flat: bool, y: FMap, vpp: int, lmax: int) -> list[RasterTile | RowTile]:
+    """Output tiles: raster order (even tiles, tiling.raster_tiles) or vpp image rows x up to lmax columns."""
     if flat:
-        return _flat_tiles(y.h * y.w, vpp, lmax)
-    return [(v, length, [(p0 + r, q0, length) for r in range(v)]) for p0 in range(0, y.h, vpp)
-            for v in (min(vpp, y.h - p0),) for q0, length in split_even(y.w, lmax)]
+        return raster_tiles(y.h * y.w, vpp, lmax, even=True)
+    return [RowTile(p0, q0, min(vpp, y.h - p0), length) for p0 in range(0, y.h, vpp)
+            for q0, length in split_even(y.w, lmax)]
 
 
-def _emit_input_tile(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, flat: bool, v: int, length: int,
-                     runs: list[tuple[int, int, int]], buf: int) -> WindowTile:
-    """LOAD the conv input window of one output tile into half `buf` of VB0; returns its placement. Flattened:
-    row r of the tile is one LOAD of the run of pixels it covers."""
+def _emit_input_tile(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, tile: RasterTile | RowTile,
+                     buf: int) -> WindowTile:
+    """LOAD the conv input window of one output tile into half `buf` of VB0; returns its placement. A raster
+    tile: row r of the tile is the run of pixels it covers (tiling.emit_raster_loads)."""
     base = buf * (arch.bank_depth // 2)
     vb0 = arch.bank_group("VB0").base_id
     cg_in = ceil_div(job.cin, arch.icp)
-    if not flat:
-        p0, q0 = runs[0][:2]
-        wt = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, base)
+    if isinstance(tile, RowTile):
+        wt = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, tile.p0, tile.vpp, tile.q0,
+                           tile.length, cg_in, base)
         wt.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", buf))
         return wt
-    wt = WindowTile.of(arch.pp, 1, 1, 1, 1, (0, 0, 0, 0), 0, v, 0, length, cg_in, base)
-    for r, (p, _, cnt) in enumerate(runs):
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + r, bank_addr=base,
-                  length=cnt, channel=job.cin, jump_read=x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id,
-                  ddr_addr=x.offset + p * x.pixel_pitch)
-    return wt
+    emit_raster_loads(prog, vb0, arch.bank_depth, tile, x.w, x, x_res, 1, 1, job.cin, cg_in, base, ("vb0", buf))
+    return WindowTile.of(arch.pp, 1, 1, 1, 1, (0, 0, 0, 0), 0, tile.vpp, 0, tile.length, cg_in, base)
 
 
 def _flat_convs(n_pix: int, vpp: int, lmax: int, cg_out: int) -> int:
     """CONVs a flattened pointwise conv of cg_out output groups needs over n_pix pixels."""
-    return cg_out * len(_flat_tiles(n_pix, vpp, lmax)) if lmax >= 1 else 1 << 30
-
-
-def _addr(m: FMap, flat: bool, p: int, q: int, c: int) -> int:
-    """DDR address of channel c of pixel p (flat: raster index) or of row p, column q."""
-    return m.offset + p * m.pixel_pitch + c if flat else m.addr(p, q, c)
+    return cg_out * len(raster_tiles(n_pix, vpp, lmax, even=True)) if lmax >= 1 else 1 << 30
 
 
 def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
@@ -276,14 +256,15 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     for g0, n in split_even(cg_out, chunk):
         _load_params(prog, arch, job, g0, n)
         channels = min(n * ocp, job.cout - g0 * ocp)
-        for v, length, runs in tiles:
-            base = buf * half
-            wt = _emit_input_tile(prog, arch, x, conv.inputs[0], job, flat, v, length, runs, buf)
+        for t in tiles:
+            base, v, length = buf * half, t.vpp, t.length
+            wt = _emit_input_tile(prog, arch, x, conv.inputs[0], job, t, buf)
             opnd = base + length * n
-            for r, (p, col, cnt) in enumerate(runs):  # the add's other operand, next to the conv's output tile
-                prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb1", buf, "operand"),), bank_id=vb1 + r,
-                          bank_addr=opnd, length=cnt, channel=channels, jump_read=z.pixel_pitch,
-                          jump_write=n, reg_id=z.reg_id, ddr_addr=_addr(z, flat, p, col, g0 * ocp))
+            for r in range(v):  # the add's other operand, next to the conv's output tile
+                for j0, a, cnt in t.runs(r, z.w, lambda oy, ox: z.addr(oy, ox, g0 * ocp), z.pixel_pitch):
+                    prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb1", buf, "operand"),),
+                              bank_id=vb1 + r, bank_addr=opnd + j0 * n, length=cnt, channel=channels,
+                              jump_read=z.pixel_pitch, jump_write=n, reg_id=z.reg_id, ddr_addr=a)
             _emit_tile_convs(prog, arch, job, wt, (0, 0, 0, 0) if flat else wt.pads(x), v, length, n, buf, base)
             addr = {k: base, 1 - k: opnd}  # operand order of the add (shift_read is per operand)
             for k0 in range(0, v, arch.alu_pp):
@@ -295,10 +276,11 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
                           bank_id_out=vb1 + k0, elew_type=enum_code("elew_type", "add"), act_type=q.act_type,
                           length=length, valid_pixel_parallel=rows, num=2, jump_write_endl=1, bank_addr_out=base,
                           channel_group=n, shift_write=q.shift_write, jump_write=n)
-            for r, (p, col, cnt) in enumerate(runs):
-                prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", add.outputs[0]),), bank_id=vb1 + r,
-                          bank_addr=base, length=cnt, channel=channels, jump_read=n,
-                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=_addr(y, flat, p, col, g0 * ocp))
+            for r in range(v):
+                for j0, a, cnt in t.runs(r, y.w, lambda oy, ox: y.addr(oy, ox, g0 * ocp), y.pixel_pitch):
+                    prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", add.outputs[0]),), bank_id=vb1 + r,
+                              bank_addr=base + j0 * n, length=cnt, channel=channels, jump_read=n,
+                              jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a)
             buf ^= 1
 
 
@@ -504,12 +486,9 @@ class _ChainTile:
 def _augmentable(arch: Arch, job: ConvJob) -> bool:
     """Whether the conv's interior columns run channel-augmented (the first-layer trick, isa1-semantics 5.1): a
     LOAD item of kw*cin bytes read every sw*cin bytes of an image row (overlapping items) is the whole kernel row
-    of one output column, so the CONV runs as a kh x 1 kernel over kw*cin channels: ceil(kw*cin/ICP) channel
-    groups per tap row instead of kw (a 7x7 conv over 3 channels: 14 instead of 49 cycles per output column).
-    Worth it when the kernel row fits fewer groups than kw; the engine takes up to 2*ICP augmented channels."""
-    cg_aug = ceil_div(job.kw * job.cin, arch.icp)
-    return (arch.channel_augmentation and job.kw > 1 and job.sw <= job.kw and job.kw * job.cin <= 2 * arch.icp
-            and cg_aug < job.kw * ceil_div(job.cin, arch.icp))
+    of one output column, so the CONV runs as a kh x 1 kernel over kw*cin channels (tiling.augmentable; only
+    interior columns, so no padding masks)."""
+    return augmentable(arch, job.cin, job.kw, job.sw)
 
 
 def _augmented(job: ConvJob, w_offset: int) -> ConvJob:
