@@ -24,8 +24,8 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import ConvJob
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, RasterTile, RowTile, WindowTile,
-                                    emit_raster_loads, raster_tiles, split_even)
+from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, RasterTile, RowPlacement, RowTile,
+                                    WindowTile, emit_raster_loads, raster_tiles, split_even)
 from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
@@ -109,6 +109,31 @@ def emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pad
                   bank_addr_bias=g_first + gl, channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3],
                   bank_addr_in_2=a[2])
 
+
+
+def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base: int, v: int, length: int,
+                        wrow0: int, brow0: int, y: FMap, y_res: str, p0: int, q0: int) -> None:
+    """The pointwise second conv of a two-stage tile (dw_pw, conv_pw): its input tile, every channel group, sits
+    in VB1 from `base` of half `buf`; CONVINIT, one CONV per output-channel group (weights from CONVW row wrow0,
+    biases from BIAS row brow0) writing into the consumed VB0 window at `base`, and the SAVEs of its v rows."""
+    cg_in, cg_out = ceil_div(job.cin, arch.icp), ceil_div(job.cout, arch.ocp)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    place = RowPlacement(arch.pp, 1, length * cg_in, cg_in, base)
+    ib = [r % arch.bank_depth for r in place.bases()]
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=cg_out, jump_write_endl=1,
+              stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
+              stride_offset_out=0)
+    for gl in range(cg_out):
+        prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
+                  pad_left=0, pad_top=0, bank_addr_in=ib[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
+                  bank_addr_out=base + gl, length=length, bank_id_in=vb1, bank_addr_weights=wrow0 + gl * cg_in,
+                  bank_addr_in_1=ib[1], bank_id_out=vb0, bank_addr_bias=brow0 + gl,
+                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=ib[3], bank_addr_in_2=ib[2])
+    for r in range(v):
+        prog.emit("SAVE", reads=(("vb0", buf),), writes=(("ddr", y_res),), bank_id=vb0 + r,
+                  bank_addr=base, length=length, channel=job.cout, jump_read=cg_out,
+                  jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
 
 def is_pointwise(graph: Graph, op: Op) -> bool:
     win = xops.conv_window(op, graph)

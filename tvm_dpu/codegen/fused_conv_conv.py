@@ -5,7 +5,8 @@ from __future__ import annotations
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
                                          plain_rows)
-from tvm_dpu.codegen.fused_conv import conv_job, emit_tile_convs, fusable, is_pointwise, load_params, probe
+from tvm_dpu.codegen.fused_conv import (conv_job, emit_pointwise_tile, emit_tile_convs, fusable, is_pointwise,
+                                        load_params, probe)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, WindowTile, conv_tile, split_even
@@ -42,19 +43,17 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
     """conv -> pointwise conv per tile: the first conv's CONVs leave all its channel groups in VB1, the pointwise
     CONVs read them there and write into the consumed VB0 window, the SAVEs write the second conv's output; the
     intermediate never touches DDR."""
-    from tvm_dpu.codegen.tiling import RowPlacement
-
     tile = _conv_pw_tile(arch, graph, a, b)
     if tile is None:
         raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+pointwise fusion does not fit {arch.name}")
     vpp, lmax = tile
     ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
-    icp, half = arch.icp, arch.bank_depth // 2
-    cg_in, cg_mid, cg_out = ceil_div(ja.cin, icp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
+    half = arch.bank_depth // 2
+    cg_in, cg_mid, cg_out = ceil_div(ja.cin, arch.icp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
     wrows_a = ja.kh * ja.kw * cg_in
     load_params(prog, arch, ja, 0, cg_mid, 0, 0)
     load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
-    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    vb0 = arch.bank_group("VB0").base_id
     x, y = fmaps[a.inputs[0]], fmaps[b.outputs[0]]
     buf = 0
     for p0 in range(0, y.h, vpp):
@@ -64,23 +63,8 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
             wt = WindowTile.of(arch.pp, ja.kh, ja.kw, ja.sh, ja.sw, ja.pads, p0, v, q0, length, cg_in, base)
             wt.emit_loads(prog, vb0, arch.bank_depth, x, a.inputs[0], 0, ja.cin, ("vb0", buf))
             emit_tile_convs(prog, arch, ja, wt, wt.pads(x), v, length, cg_mid, buf, base)
-            place = RowPlacement(arch.pp, 1, length * cg_mid, cg_mid, base)
-            ib = [r % arch.bank_depth for r in place.bases()]
-            prog.emit("CONVINIT", act_type=jb.act_type, shift_cut=jb.shift_cut, shift_bias=jb.shift_bias,
-                      jump_read=cg_mid, jump_read_endl=place.endl, stride_out=1, jump_write=cg_out, jump_write_endl=1,
-                      stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
-                      stride_offset_out=0)
-            for gl in range(cg_out):
-                prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
-                          pad_left=0, pad_top=0, bank_addr_in=ib[0], channel_group=cg_mid, pad_right=0,
-                          pad_bottom=0, bank_addr_out=base + gl, length=length, bank_id_in=vb1,
-                          bank_addr_weights=cg_mid * wrows_a + gl * cg_mid, bank_addr_in_1=ib[1], bank_id_out=vb0,
-                          bank_addr_bias=cg_mid + gl, channel_offset=cg_mid * icp - jb.cin, bank_addr_in_3=ib[3],
-                          bank_addr_in_2=ib[2])
-            for r in range(v):
-                prog.emit("SAVE", reads=(("vb0", buf),), writes=(("ddr", b.outputs[0]),), bank_id=vb0 + r,
-                          bank_addr=base, length=length, channel=jb.cout, jump_read=cg_out,
-                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
+            emit_pointwise_tile(prog, arch, jb, buf, base, v, length, cg_mid * wrows_a, cg_mid, y, b.outputs[0], p0,
+                                q0)
             buf ^= 1
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.fused_conv import conv_job, fusable, load_params
+from tvm_dpu.codegen.fused_conv import conv_job, emit_pointwise_tile, fusable, load_params
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, max_valid_rows, split_even
@@ -54,7 +54,6 @@ def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: d
     write the pointwise output; the depthwise output never touches DDR."""
     from tvm_dpu.codegen.alu import ALU_MODES
     from tvm_dpu.codegen.layout import pack_dw_weights
-    from tvm_dpu.codegen.tiling import RowPlacement
 
     tile = _dw_pw_tile(arch, graph, dw, pw)
     if tile is None:
@@ -101,20 +100,5 @@ def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: d
                       valid_pixel_parallel=v, bank_id_in=vb0, bank_addr_in=a[0], pad_top=pad_top, pad_left=pad_left,
                       pad_right=win.kw - 1 - pad_right, bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0,
                       bank_addr_in_2=a[2], bank_addr_bias=0, bank_addr_in_3=a[3])
-            place = RowPlacement(arch.pp, 1, length * cg, cg, base)
-            b = [r % arch.bank_depth for r in place.bases()]
-            prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-                      jump_read=cg, jump_read_endl=place.endl, stride_out=1, jump_write=n_out, jump_write_endl=1,
-                      stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
-                      stride_offset_out=0)
-            for gl in range(n_out):
-                prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
-                          pad_left=0, pad_top=0, bank_addr_in=b[0], channel_group=cg, pad_right=0, pad_bottom=0,
-                          bank_addr_out=base + gl, length=length, bank_id_in=vb1, bank_addr_weights=gl * cg,
-                          bank_addr_in_1=b[1], bank_id_out=vb0, bank_addr_bias=cg + gl,
-                          channel_offset=cg * cp - job.cin, bank_addr_in_3=b[3], bank_addr_in_2=b[2])
-            for r in range(v):
-                prog.emit("SAVE", reads=(("vb0", buf),), writes=(("ddr", pw.outputs[0]),), bank_id=vb0 + r,
-                          bank_addr=base, length=length, channel=job.cout, jump_read=n_out,
-                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(p0 + r, q0, 0))
+            emit_pointwise_tile(prog, arch, job, buf, base, v, length, 0, cg, y, pw.outputs[0], p0, q0)
             buf ^= 1
