@@ -5,11 +5,11 @@ from __future__ import annotations
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
                                          plain_rows)
-from tvm_dpu.codegen.fused_conv import (conv_job, emit_pointwise_tile, emit_tile_convs, fusable, is_pointwise,
-                                        load_params, probe)
+from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_pointwise_tile, emit_tile_convs, fusable,
+                                        is_pointwise, load_params, output_tiles, probe)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import CodegenError, WindowTile, conv_tile, split_even
+from tvm_dpu.codegen.tiling import CodegenError, conv_tile
 from tvm_dpu.types import FMap
 from tvm_dpu.xgraph.graph import Graph, Op
 
@@ -53,19 +53,15 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
     wrows_a = ja.kh * ja.kw * cg_in
     load_params(prog, arch, ja, 0, cg_mid, 0, 0)
     load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
-    vb0 = arch.bank_group("VB0").base_id
     x, y = fmaps[a.inputs[0]], fmaps[b.outputs[0]]
     buf = 0
-    for p0 in range(0, y.h, vpp):
-        v = min(vpp, y.h - p0)
-        for q0, length in split_even(y.w, lmax):
-            base = buf * half
-            wt = WindowTile.of(arch.pp, ja.kh, ja.kw, ja.sh, ja.sw, ja.pads, p0, v, q0, length, cg_in, base)
-            wt.emit_loads(prog, vb0, arch.bank_depth, x, a.inputs[0], 0, ja.cin, ("vb0", buf))
-            emit_tile_convs(prog, arch, ja, wt, wt.pads(x), v, length, cg_mid, buf, base)
-            emit_pointwise_tile(prog, arch, jb, buf, base, v, length, cg_mid * wrows_a, cg_mid, y, b.outputs[0], p0,
-                                q0)
-            buf ^= 1
+    for t in output_tiles(False, y, vpp, lmax):
+        base, v, length = buf * half, t.vpp, t.length
+        wt = emit_input_tile(prog, arch, x, a.inputs[0], ja, t, buf)
+        emit_tile_convs(prog, arch, ja, wt, wt.pads(x), v, length, cg_mid, buf, base)
+        emit_pointwise_tile(prog, arch, jb, buf, base, v, length, cg_mid * wrows_a, cg_mid, y, b.outputs[0], t.p0,
+                            t.q0)
+        buf ^= 1
 
 
 def _conv_window_tile(arch: Arch, graph: Graph, a: Op, b: Op) -> ChainTile | None:
