@@ -167,3 +167,50 @@ def test_schedule_respects_every_dependency(monkeypatch):
         for w in writes:
             last_writer[w], readers[w] = i, []
     assert not late
+
+
+@pytest.mark.parametrize("even", [False, True])
+@pytest.mark.parametrize("n_pix,vpp,length", [(49, 4, 13), (196, 4, 17), (196, 4, 20), (5, 4, 1), (1000, 8, 37)])
+def test_raster_tiles_cover_every_pixel_once(even, n_pix, vpp, length):
+    """Both policies of the one raster tiler: tiles of at most vpp non-empty rows of at most `length` pixels,
+    consecutive in raster order, covering [0, n_pix) once; even tiles differ by at most one pixel per row."""
+    from tvm_dpu.codegen.tiling import raster_tiles
+    tiles = raster_tiles(n_pix, vpp, length, even)
+    rows = [row for t in tiles for row in t.rows]
+    assert all(1 <= t.vpp <= vpp and t.length <= length for t in tiles)
+    assert all(1 <= cnt <= t.length for t in tiles for _, cnt in t.rows)
+    assert [k for k, _ in rows] == [sum(c for _, c in rows[:i]) for i in range(len(rows))]
+    assert sum(c for _, c in rows) == n_pix
+    if even:
+        assert max(t.length for t in tiles) - min(t.length for t in tiles) <= 1
+    else:
+        assert all(t.length == length for t in tiles)
+
+
+def test_raster_runs_merge_only_where_ddr_is_contiguous():
+    """A tile row crossing image rows is one transfer on a dense map and one per image row on a map with a gap
+    between its rows (a column slice of a wider map), each starting at its image row's address."""
+    from tvm_dpu.codegen.tiling import RasterTile
+    from tvm_dpu.types import FMap
+    tile = RasterTile(13, ((5, 13),))
+    dense = FMap.dense(0, 0, 7, 7, 8)
+    assert tile.runs(0, 7, dense.addr, dense.pixel_pitch) == [(0, dense.addr(0, 5), 13)]
+    gapped = FMap(0, 0, 7, 7, 8, 8, 8 * 8)
+    assert tile.runs(0, 7, gapped.addr, gapped.pixel_pitch) == [(0, gapped.addr(0, 5), 2), (2, gapped.addr(1, 0), 7),
+                                                                 (9, gapped.addr(2, 0), 4)]
+
+
+def test_augmentation_limit_is_the_hardware_channel_count():
+    """One predicate for channel augmentation: items of at most 2*ICP bytes (the fingerprint's LD_AUGM,
+    conv_engine.channel_augmentation = 2*ICP; 24 on B1152), only where it shortens the CONVs, and for a padded
+    conv only where the LOAD's 5-bit mask fields cover its edge items (the fused path's interior columns need
+    none: pads=None)."""
+    from tvm_dpu.codegen.tiling import augmentable
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    assert augmentable(arch, 8, 3, 1)  # 24 bytes: 2 groups per kernel row instead of 3
+    assert not augmentable(arch, 16, 3, 1)  # 48 bytes: shorter CONVs, but beyond the hardware's 24
+    assert not augmentable(arch, 12, 3, 1)  # 36 bytes: 3 groups either way
+    assert augmentable(arch, 3, 7, 2, (3, 3, 3, 3))
+    assert not augmentable(arch, 3, 7, 2, (11, 11, 11, 11))  # pad_start 33 > 31
+    assert augmentable(arch, 3, 7, 2)  # interior columns only: no masks
+    assert augmentation(arch, 16, 64, 3, 3, 1, 1, (1, 1, 1, 1), 16) is None

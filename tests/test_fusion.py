@@ -427,8 +427,9 @@ def test_searched_plan_no_slower_than_greedy_in_the_whole_program(arch_name):
 @pytest.mark.parametrize("arch_name", ARCHS)
 @pytest.mark.parametrize("cin,hw,cout", [(48, 14, 40), (260, 9, 30), (20, 23, 100)])
 def test_pointwise_conv_add_runs_flattened(arch_name, cin, hw, cout):
-    """A 1x1 conv + add over dense maps runs over the pixels in raster order (fused_conv._flat): CONVs longer than
-    an image row, a last tile that ends mid-row, and the result bit-exact."""
+    """A 1x1 conv + add over dense maps runs over the pixels in raster order (fused_conv.flattenable,
+    tiling.raster_tiles): CONVs longer than an image row, a last tile that ends mid-row, and the result
+    bit-exact."""
     b = _B(cin + hw)
     x = b.input(cin, hw, hw)
     c = b.conv(x, cout, 1, act="none")

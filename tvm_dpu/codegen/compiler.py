@@ -7,7 +7,7 @@ Steps:
    1x1 ALU max pool) into their slice.
 2. Parameters: each conv-class op's weights and biases packed in bank order into REG_PARAMS.
 3. Emission, group by group of a fusion plan (`compile_graph_fused`): a lone op with the per-engine emitters
-   (conv.py, alu.py, elew.py, copy.py), a fused group with its pipeline (fused_conv.py). `compile_graph` is the
+   (conv.py, alu.py, elew.py, copy.py), a fused group with its pipeline (fused_*.py). `compile_graph` is the
    same path with a plan of single ops.
 """
 from __future__ import annotations
@@ -27,7 +27,11 @@ from tvm_dpu.codegen.elew import ElewJob, emit_elew
 from tvm_dpu.codegen.layout import ParamBlob, align, pack_channel_vector, pack_conv_weights, pack_dw_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.fused import emittable
-from tvm_dpu.codegen.fused_conv import emit_conv_add, emit_conv_conv, emit_conv_pool, emit_dw_pw, emit_hconv
+from tvm_dpu.codegen.fused_conv_add import emit_conv_add
+from tvm_dpu.codegen.fused_conv_conv import emit_conv_conv
+from tvm_dpu.codegen.fused_conv_pool import emit_conv_pool
+from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
+from tvm_dpu.codegen.fused_hconv import emit_hconv
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.errors import FusionError
 from tvm_dpu.types import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, SINGLE, CompiledSubgraph, FMap, FusionPlan,
@@ -243,7 +247,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     * DDR plan (`plan_ddr`): inputs, outputs, liveness-reused workspace; the concat inputs of
       `plan.concat_fused` alias their slice (the others are copied by the concat; plan "none" aliases the same
       inputs as `compile_graph`) and the intermediates a fused pipeline keeps on chip never reach DDR.
-    * Groups are emitted in plan order. Fused pipelines (fused_conv.py): conv_add (per output tile the CONVs leave
+    * Groups are emitted in plan order. Fused pipelines (fused_*.py): conv_add (per output tile the CONVs leave
       the conv's result in VB1, the add's other operand is loaded next to it, one ELEW per ALU_PP rows adds them
       in place, the SAVEs write the add's output; the conv's output never touches DDR), hconv2/hconv3 (one input
       tile load feeds the CONVs of every member), dw_pw and conv_conv with a pointwise second conv (the first

@@ -31,7 +31,8 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, CodegenError, RowPlacement, WindowTile, conv_tile, split_even
+from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, CodegenError, RasterTile, RowPlacement, WindowTile, augmentable,
+                                    conv_tile, emit_raster_loads, raster_tiles, split_even)
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -62,12 +63,8 @@ class ConvJob:
 
 
 #: DDR bytes kept free before and after a map a channel-augmented conv reads: its edge items read (masked) bytes
-#: up to pad_left * C before a row and past the last one (at most AUG_MAX_CHANNEL).
+#: up to pad_left * C before a row and past the last one (at most 2*ICP <= 64, tiling.augmentable).
 AUG_MARGIN = 64
-
-#: Largest item a LOAD may mask (channel <= 64, isa1-semantics.md 5.1), and the 5-bit pad_start / pad_end.
-AUG_MAX_CHANNEL = 64
-_PAD5 = 31
 
 
 @dataclass(frozen=True)
@@ -97,23 +94,19 @@ def _aug_item_cycles(channels: int) -> float:
 
 def augmentation(arch: Arch, cin: int, cout: int, kh: int, kw: int, sh: int, sw: int,
                  pads: tuple[int, int, int, int], pixel_pitch: int) -> Augment | None:
-    """The channel augmentation of a conv (Augment), or None when it does not fit the LOAD's masking fields or
-    would not be faster. Per output column of a tile, the plain conv's CONVs take n*kh*kw*cg cycles (n output
-    groups) and its LOADs little (whole rows, contiguous); the augmented conv's CONVs take n*kh*cg' and its LOADs
-    about rows*_aug_item_cycles (one burst per item), which is what a conv with few output groups is bound by."""
-    icp = arch.icp
-    ch = kw * cin
-    pl, pr = pads[1], pads[3]
-    # only a DPU built with channel augmentation (fingerprint bit 26) takes overlapping LOAD items for it
-    fits = (arch.channel_augmentation and pixel_pitch == cin and sw <= kw and ch <= AUG_MAX_CHANNEL and pl * cin <= _PAD5
-            and pr * cin + ceil_div(ch, icp) * icp - ch <= _PAD5 and ceil_div(pr, sw) <= 32)
-    if not fits:
+    """The channel augmentation of a conv (Augment), or None when the hardware cannot run it on this input
+    (tiling.augmentable; its pixels must be packed, pixel pitch = cin) or it would not be faster. Per output
+    column of a tile, the plain conv's CONVs take n*kh*kw*cg cycles (n output groups) and its LOADs little (whole
+    rows, contiguous); the augmented conv's CONVs take n*kh*cg' and its LOADs about rows*_aug_item_cycles (one
+    burst per item), which is what a conv with few output groups is bound by."""
+    if pixel_pitch != cin or not augmentable(arch, cin, kw, sw, pads):
         return None
+    icp, ch = arch.icp, kw * cin
     n = ceil_div(cout, arch.ocp)
     rows = (arch.pp - 1) * sh + kh
     plain = n * kh * kw * ceil_div(cin, icp)
     augmented = max(n * kh * ceil_div(ch, icp), rows * _aug_item_cycles(ch))
-    return Augment(kw, sw, pl, cin) if augmented < plain else None
+    return Augment(kw, sw, pads[1], cin) if augmented < plain else None
 
 
 def augmented_weights(w_oihw: np.ndarray) -> np.ndarray:
@@ -186,53 +179,22 @@ def flat_length(arch: Arch, job: ConvJob, y: FMap, chunk: int) -> int | None:
     return ceil_div(pixels, tiles * arch.pp)
 
 
-def _runs(y: FMap, k0: int, k1: int) -> list[tuple[int, int, int]]:
-    """The output pixels [k0, k1) in raster order as runs within one image row: [(row, column, count)]."""
-    out = []
-    while k0 < k1:
-        oy, ox = divmod(k0, y.w)
-        n = min(y.w - ox, k1 - k0)
-        out.append((oy, ox, n))
-        k0 += n
-    return out
-
-
-def _merge(runs: list[tuple[int, int, int]], addr, pitch: int) -> list[tuple[int, int, int]]:
-    """Runs as (first pixel index within the tile row, DDR address, count), consecutive runs merged when the
-    next one starts where the previous one's pitch leads (a DDR-contiguous map): fewer, longer transfers."""
-    out: list[list[int]] = []
-    j = 0
-    for oy, ox, n in runs:
-        a = addr(oy, ox)
-        if out and out[-1][1] + out[-1][2] * pitch == a and out[-1][2] + n <= FIELD10:
-            out[-1][2] += n
-        else:
-            out.append([j, a, n])
-        j += n
-    return [tuple(r) for r in out]
-
-
-def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, k0: int,
-                    length: int, g0: int, n: int, cg_in: int, base: int, banks: tuple[int, int, int], wbase: int,
-                    params: tuple) -> None:
-    """One flat tile of a pointwise conv (flat_length): tile row r holds output pixels k0 + r*L ... of the raster
-    order, its input pixels packed at pixel pitch cg_in in image bank r (row-fetch rule with stride 1, a single
-    wrap), its outputs at pitch n in VB1 bank r. The last row may be partial: the CONV computes the slots past
-    the end from stale bank rows, and nothing saves them."""
+def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
+                    tile: RasterTile, g0: int, n: int, cg_in: int, base: int, banks: tuple[int, int, int],
+                    wbase: int, params: tuple) -> None:
+    """One flat tile of a pointwise conv (flat_length, tiling.raster_tiles): its input pixels packed at pixel
+    pitch cg_in in image bank r for tile row r (row-fetch rule with stride 1, a single wrap), its outputs at
+    pitch n in VB1 bank r. The last row may be partial: the CONV computes the slots past the end from stale bank
+    rows, and nothing saves them."""
     vb0, vb1, buf = banks
-    total = y.h * y.w
-    vpp = min(arch.pp, ceil_div(total - k0, length))
+    length = tile.length
     place = RowPlacement(arch.pp, 1, length * cg_in, cg_in, base)
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
-    rows = [_runs(y, k0 + r * length, min(total, k0 + (r + 1) * length)) for r in range(vpp)]
-    for r, runs in enumerate(rows):
-        for j, a, cnt in _merge(runs, lambda oy, ox: x.addr(oy * job.sh, ox * job.sw), job.sw * x.pixel_pitch):
-            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", buf),), bank_id=vb0 + r,
-                      bank_addr=(base + j * cg_in) % arch.bank_depth, length=cnt, channel=job.cin,
-                      jump_read=job.sw * x.pixel_pitch, jump_write=cg_in, reg_id=x.reg_id, ddr_addr=a)
+    emit_raster_loads(prog, vb0, arch.bank_depth, tile, y.w, x, x_res, job.sh, job.sw, job.cin, cg_in, base,
+                      ("vb0", buf))
     prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
               jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
-              stride_h=1, kernel_h=1, valid_pixel_parallel=vpp, stride_offset_in=0, stride_w=1, kernel_w=1,
+              stride_h=1, kernel_h=1, valid_pixel_parallel=tile.vpp, stride_offset_in=0, stride_w=1, kernel_w=1,
               stride_offset_out=0)
     a = [b % arch.bank_depth for b in place.bases()]
     for gl in range(n):
@@ -241,8 +203,8 @@ def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x
                   bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * cg_in,
                   bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
                   channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
-    for r, runs in enumerate(rows):
-        for j, a_out, cnt in _merge(runs, lambda oy, ox: y.addr(oy, ox, g0 * arch.ocp), y.pixel_pitch):
+    for r in range(tile.vpp):
+        for j, a_out, cnt in tile.runs(r, y.w, lambda oy, ox: y.addr(oy, ox, g0 * arch.ocp), y.pixel_pitch):
             prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r,
                       bank_addr=(base + j * n) % arch.bank_depth, length=cnt, channel=channels, jump_read=n,
                       jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a_out)
@@ -326,8 +288,8 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
                   bank_id=bias_bank, bank_addr=wbase, length=n, channel=ocp, jump_read=ocp, jump_write=1,
                   reg_id=job.params_reg, ddr_addr=job.b_offset + g0 * ocp)
         if flat is not None:
-            for k0 in range(0, y.h * y.w, arch.pp * flat):
-                _emit_flat_tile(prog, arch, job, x, y, x_res, y_res, k0, flat, g0, n, cg_in, buf * half,
+            for tile in raster_tiles(y.h * y.w, arch.pp, flat, even=False):
+                _emit_flat_tile(prog, arch, job, x, y, x_res, y_res, tile, g0, n, cg_in, buf * half,
                                 (vb0, vb1, buf), wbase, w_res + b_res)
                 buf ^= 1
             continue

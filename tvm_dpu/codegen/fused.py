@@ -1,11 +1,15 @@
-"""Which fusion templates have a fused emitter (fused_conv.py), and whether a group fits it on an arch.
+"""Which fusion templates have a fused emitter (the fused_*.py modules), and whether a group fits it on an arch.
 
 The fused compiler (compiler.compile_graph_fused) emits a group as one pipeline when `emittable`, else member by
 member; the fusion search asks the same question to keep only plans whose gains the program realises."""
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.fused_conv import conv_add_fits, conv_conv_fits, conv_pool_fits, dw_pw_fits, hconv_fits
+from tvm_dpu.codegen.fused_conv_add import conv_add_fits
+from tvm_dpu.codegen.fused_conv_conv import conv_conv_fits
+from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
+from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
+from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
 

@@ -148,3 +148,110 @@ class WindowTile:
             prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
                       bank_addr=(row0 + (xs - self.x0) * pitch) % depth, length=xe - xs, channel=channels,
                       jump_read=x.pixel_pitch, jump_write=pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
+
+
+#: Largest augmented LOAD item in bytes, per unit of ICP: the fingerprint's LD_AUGM bit means
+#: conv_engine.channel_augmentation = 2*ICP (isa1-semantics.md 2, dpu-facts.md: 32 on B4096). The LOAD's masking
+#: fields work up to 64 channels (isa1-semantics.md 5.1), which 2*ICP never exceeds (ICP <= 16).
+AUG_CHANNELS_PER_ICP = 2
+
+#: The LOAD's 5-bit pad_start / pad_end fields (an augmented item's bytes in the left / right padding).
+PAD5 = 31
+
+
+def augmentable(arch: Arch, cin: int, kw: int, sw: int, pads: tuple[int, int, int, int] | None = None) -> bool:
+    """Whether a conv over `cin` channels with kernel width kw and stride sw can run channel-augmented on `arch`
+    (each LOAD item the kw*cin bytes of kw consecutive pixels, the conv a kh x 1 one over kw*cin channels) and
+    it makes the CONVs shorter (fewer channel groups per kernel row than kw).
+
+    The hardware's limit: a DPU built with channel augmentation (fingerprint bit 26) takes items of up to 2*ICP
+    bytes. `pads` (top, left, bottom, right): the edge items of a padded conv lie partly in the padding, so the
+    LOAD's 5-bit mask fields must cover them; None: only interior columns run augmented (no masks)."""
+    icp, ch = arch.icp, kw * cin
+    if not (arch.channel_augmentation and sw <= kw and ch <= AUG_CHANNELS_PER_ICP * icp
+            and ceil_div(ch, icp) < kw * ceil_div(cin, icp)):
+        return False
+    if pads is None:
+        return True
+    pl, pr = pads[1], pads[3]
+    return pl * cin <= PAD5 and pr * cin + ceil_div(ch, icp) * icp - ch <= PAD5 and ceil_div(pr, sw) <= 32
+
+
+@dataclass(frozen=True)
+class RasterTile:
+    """An output tile of a raster-order tiling: tile row r holds the output pixels rows[r] = (first, count) in
+    raster order (a row may cross image rows); every row is `length` CONV columns long, the last may hold fewer
+    pixels (its CONV columns past the end are computed but neither loaded nor saved)."""
+
+    length: int
+    rows: tuple[tuple[int, int], ...]
+
+    @property
+    def vpp(self) -> int:
+        return len(self.rows)
+
+    def runs(self, r: int, w: int, addr, pitch: int) -> list[tuple[int, int, int]]:
+        """Tile row r in a map: [(first pixel within the row, DDR address, pixels)], output pixel (oy, ox) of a
+        raster of width w at `addr(oy, ox)`, consecutive pixels `pitch` bytes apart in DDR. Pieces within one
+        image row, merged where the next starts where the previous one's pitch leads (a DDR-contiguous map):
+        fewer, longer transfers (at most FIELD10 pixels each)."""
+        k0, count = self.rows[r]
+        out: list[list[int]] = []
+        j, k, k1 = 0, k0, k0 + count
+        while k < k1:
+            oy, ox = divmod(k, w)
+            n = min(w - ox, k1 - k)
+            a = addr(oy, ox)
+            if out and out[-1][1] + out[-1][2] * pitch == a and out[-1][2] + n <= FIELD10:
+                out[-1][2] += n
+            else:
+                out.append([j, a, n])
+            j += n
+            k += n
+        return [(j, a, n) for j, a, n in out]
+
+
+@dataclass(frozen=True)
+class RowTile:
+    """An output tile of vpp image rows from p0 by `length` columns from q0, with RasterTile's interface."""
+
+    p0: int
+    q0: int
+    vpp: int
+    length: int
+
+    def runs(self, r: int, w: int, addr, pitch: int) -> list[tuple[int, int, int]]:
+        """Tile row r in a map whose pixel (oy, ox) is at `addr(oy, ox)`: one run (see RasterTile.runs)."""
+        return [(0, addr(self.p0 + r, self.q0), self.length)]
+
+
+def raster_tiles(n_pix: int, vpp: int, length: int, even: bool) -> list[RasterTile]:
+    """Tiles covering output pixels [0, n_pix) in raster order, vpp rows of at most `length` pixels each.
+
+    even=False: consecutive tiles of exactly vpp x length pixels (the last one shorter), for a caller that has
+    already balanced `length` over the tiles (conv.flat_length). even=True: the fewest tiles vpp x length allows,
+    of near-equal size, each spread over as few rows of one length as fit vpp (so their CONVs are even too)."""
+    out = []
+    if even:
+        for k0, rest in split_even(n_pix, ceil_div(n_pix, ceil_div(n_pix, vpp * length))):
+            ln = ceil_div(rest, vpp)
+            out.append(RasterTile(ln, tuple((k0 + r * ln, min(ln, rest - r * ln))
+                                            for r in range(ceil_div(rest, ln)))))
+        return out
+    for k0 in range(0, n_pix, vpp * length):
+        v = min(vpp, ceil_div(n_pix - k0, length))
+        out.append(RasterTile(length, tuple((k0 + r * length, min(n_pix, k0 + (r + 1) * length) - k0 - r * length)
+                                            for r in range(v))))
+    return out
+
+
+def emit_raster_loads(prog, bank0: int, depth: int, tile: RasterTile, w: int, x: FMap, x_res: str, sh: int,
+                      sw: int, channels: int, pitch: int, base: int, buf_res: tuple) -> None:
+    """LOAD the input pixels of a raster tile of a pointwise op (output raster width w, stride sh x sw): tile row
+    r into bank bank0 + r from row `base`, pixels `pitch` bank rows apart (row-fetch rule with stride 1, a
+    single wrap)."""
+    for r in range(tile.vpp):
+        for j, a, n in tile.runs(r, w, lambda oy, ox: x.addr(oy * sh, ox * sw), sw * x.pixel_pitch):
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + r,
+                      bank_addr=(base + j * pitch) % depth, length=n, channel=channels,
+                      jump_read=sw * x.pixel_pitch, jump_write=pitch, reg_id=x.reg_id, ddr_addr=a)

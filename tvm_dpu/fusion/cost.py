@@ -14,7 +14,10 @@ from contextvars import ContextVar
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
-from tvm_dpu.codegen.fused_conv import conv_add_fits, conv_pool_fits, dw_pw_fits, hconv_fits
+from tvm_dpu.codegen.fused_conv_add import conv_add_fits
+from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
+from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
+from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.tiling import FIELD10
 from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows

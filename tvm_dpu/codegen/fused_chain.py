@@ -1,0 +1,322 @@
+"""A conv feeding a window consumer (ALU pool / depthwise, or a windowed CONV) through a circular buffer in VB1
+laid out in the consumer's row-fetch layout: the tile choice (chain_tile), the conv side per strip of consumer
+columns (emit_chain, channel-augmented on interior columns where tiling.augmentable allows) and the consumer
+passes' SAVEs. Used by fused_conv_pool and fused_conv_conv's windowed form."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.conv import ConvJob, augmented_weights
+from tvm_dpu.codegen.fused_conv import fusable, load_params, probe
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_conv_weights
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, augmentable, max_valid_rows, split_even
+from tvm_dpu.types import FMap
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
+
+
+_ALU_LENGTH = 2048  # ALU length: 11-bit minus field
+
+
+@dataclass(frozen=True)
+class ChainTile:
+    """Tile of a conv feeding a window consumer (ALU pool / depthwise, or a CONV) through a circular buffer in
+    VB1."""
+    vc: int  # conv rows per CONV (at most; a CONV never crosses a wrap of the consumer's layout)
+    vp: int  # consumer rows per consumer instruction
+    lp: int  # consumer columns per strip
+    wraps: int  # wraps of the circular window buffer in VB1
+    la: int  # conv output columns per CONV (a strip's conv columns are cut into pieces of at most la)
+    a_slot: int  # rows of each half of VB0 for the conv's input window (the consumer's output slot follows it)
+    la_aug: int = 0  # the same for channel-augmented CONVs (0: the conv is not augmented, see _augmentable)
+
+
+def _augmentable(arch: Arch, job: ConvJob) -> bool:
+    """Whether the conv's interior columns run channel-augmented (the first-layer trick, isa1-semantics 5.1): a
+    LOAD item of kw*cin bytes read every sw*cin bytes of an image row (overlapping items) is the whole kernel row
+    of one output column, so the CONV runs as a kh x 1 kernel over kw*cin channels (tiling.augmentable; only
+    interior columns, so no padding masks)."""
+    return augmentable(arch, job.cin, job.kw, job.sw)
+
+
+def _augmented(job: ConvJob, w_offset: int) -> ConvJob:
+    """`job` as the kh x 1 conv over kw*cin channels it is on augmented input (no left/right padding: only
+    interior columns run augmented)."""
+    t, _, b, _ = job.pads
+    return replace(job, kw=1, sw=1, pads=(t, 0, b, 0), cin=job.kw * job.cin, w_offset=w_offset)
+
+
+def _piece_cols(job: ConvJob, cg_in: int, wraps_c: int, a_slot: int, lc: int) -> int:
+    """Widest conv piece (output columns) whose input window fits `a_slot` rows of every VB0 bank and the
+    10-bit jump_read_endl."""
+    in_c = min(FIELD10 // cg_in, max(0, a_slot) // (wraps_c * job.sh * cg_in))
+    return min(lc, FIELD10, (in_c - job.kw) // job.sw + 1)
+
+
+def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int) -> int:
+    """Most wraps (of PP*s rows) one consumer pass of vp rows can touch, whatever bank it starts at (for a CONV
+    consumer this is its valid-row group check, isa1-semantics 3.3)."""
+    return (pp - 1 + (s - 1 + (vp - 1) * s + kh - 1) // s) // pp + 1
+
+
+def window_of(graph: Graph, consumer: Op):
+    """Window of the consumer of a conv_pool / pw_dw / windowed conv_conv group."""
+    if consumer.type in ("depthwise_conv2d", "conv2d"):
+        return xops.conv_window(consumer, graph)
+    return xops.pool_window(consumer, graph)
+
+
+def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
+                wrows_extra: int) -> ChainTile | None:
+    """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
+    height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
+    VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
+    weights resident plus `wrows_extra` CONVW rows (the consumer's); VB1 holds the circular window only; each half
+    of VB0 holds one conv input window (a piece of at most `la` conv columns: a strip may need several) and one
+    consumer output slot of lp pixels x cg_out rows. The consumer does up to `vmax` rows per instruction. The
+    widest strip wins (fewest halo columns, fewest consumer instructions)."""
+    if arch.icp != arch.ocp or not fusable(arch, graph, conv):
+        return None
+    win = window_of(graph, consumer)
+    if win.pads[0] > 15 or win.pads[1] > 15 or win.sh > 8:  # 4-bit pads; CONV 3-bit stride_offset_out
+        return None
+    jc = probe(arch, graph, conv)
+    cg_in, cg_mid = ceil_div(jc.cin, arch.icp), ceil_div(jc.cout, arch.ocp)
+    aug = _augmentable(arch, jc)
+    ja = _augmented(jc, 0) if aug else None
+    cg_aug = ceil_div(ja.cin, arch.icp) if aug else 0
+    wrows_a = jc.kh * jc.kw * cg_in + (jc.kh * cg_aug if aug else 0)  # augmented weights next to the plain ones
+    if wrows_a * cg_mid + wrows_extra > arch.bank_depth or cg_mid + cg_out > arch.bank_depth:
+        return None
+    half, pp, depth = arch.bank_depth // 2, arch.pp, arch.bank_depth
+    try:
+        vc = max_valid_rows(pp, pp, jc.kh, jc.sh)
+    except CodegenError:
+        return None
+    vp = vmax
+    while vp >= 1 and _pool_pass_wraps(pp, win.sh, win.kh, vp) > 4:
+        vp -= 1
+    if vp < 1:
+        return None
+    need = _pool_pass_wraps(pp, win.sh, win.kh, vp) + 1  # the wraps a pass reads + the one the conv fills
+    wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
+    wc = graph.tensors[conv.outputs[0]].shape[3]
+    wp = graph.tensors[consumer.outputs[0]].shape[3]
+    for n_cols in range(1, wp + 1):
+        lp = ceil_div(wp, n_cols)
+        in_p = (lp - 1) * win.sw + win.kw
+        e, lc = in_p * cg_mid, min(in_p, wc)
+        if lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10:
+            continue
+        a_slot = half - lp * cg_out
+        la = _piece_cols(jc, cg_in, wraps_c, a_slot, lc)
+        la_aug = _piece_cols(ja, cg_aug, wraps_c, a_slot, lc) if aug else 0
+        wraps = depth // (win.sh * e)
+        if la >= 1 and wraps >= need and (la_aug >= 1 or not aug):
+            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug)
+    return None
+
+
+@dataclass(frozen=True)
+class ChainPass:
+    """One consumer instruction's rows of a strip, as the row-fetch rule addresses them in the circular buffer."""
+    j0: int  # first consumer output row
+    v: int  # consumer output rows
+    q0: int  # first consumer output column (of the strip)
+    m: int  # fetched row of the first input row // stride: its bank is m % PP
+    s0: int  # stride_offset_in
+    a: tuple[int, int, int, int]  # base address of each wrap it reads (bank_addr_in .. _3)
+    reads: tuple  # the circular-buffer wraps it reads (dependency tags)
+    p_top: int  # rows of top padding
+    p_bottom: int  # rows of bottom padding (below the conv's last row)
+    p_left: int
+    p_right: int
+    length: int
+    e: int  # jump_read_endl: the line pitch of the buffer (strip input columns x cg_mid)
+
+
+def load_chain_conv(prog: Program, arch: Arch, graph: Graph, conv: Op, job: ConvJob, tile: ChainTile,
+                     x: FMap, params: ParamBlob) -> tuple[ConvJob | None, int]:
+    """LOAD the chain conv's weights and biases (from CONVW row 0, BIAS row 0), plus its augmented weights after
+    them when the tile runs it augmented and its input's pixels are packed (pixel pitch = cin: consecutive pixels
+    are consecutive bytes). Returns the augmented job (or None) and the first free CONVW row."""
+    cg_mid = ceil_div(job.cout, arch.ocp)
+    load_params(prog, arch, job, 0, cg_mid)
+    rows = cg_mid * job.kh * job.kw * ceil_div(job.cin, arch.icp)
+    if not tile.la_aug or x.pixel_pitch != job.cin:
+        return None, rows
+    w = graph.param(conv, "weights").data
+    ja = _augmented(job, params.add(pack_conv_weights(augmented_weights(w), arch.icp, arch.ocp)))
+    load_params(prog, arch, ja, 0, cg_mid, rows, with_bias=False)
+    return ja, rows + cg_mid * ja.kh * ceil_div(ja.cin, arch.icp)
+
+
+def plain_rows(arch: Arch, job: ConvJob) -> int:
+    """CONVW rows of all output-channel groups of `job` (where the augmented weights start)."""
+    return ceil_div(job.cout, arch.ocp) * job.kh * job.kw * ceil_div(job.cin, arch.icp)
+
+
+def _conv_segments(job: ConvJob, w_in: int, c_lo: int, c_hi: int, augment: bool) -> list[tuple[int, int, bool]]:
+    """[c0, c1) column ranges of the conv's output columns [c_lo, c_hi), and whether each runs augmented: only
+    columns whose kernel row lies inside the image do (an augmented LOAD item cannot start left of a row's first
+    pixel, and the edge columns need no mask fields)."""
+    if not augment:
+        return [(c_lo, c_hi, False)]
+    a0 = ceil_div(job.pads[1], job.sw)
+    a1 = max(a0, (w_in - job.kw + job.pads[1]) // job.sw + 1)
+    cuts = sorted({c_lo, c_hi, min(max(a0, c_lo), c_hi), min(max(a1, c_lo), c_hi)})
+    return [(c0, c1, a0 <= c0 and c1 <= a1) for c0, c1 in zip(cuts, cuts[1:]) if c1 > c0]
+
+
+def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: ChainTile, job: ConvJob,
+                cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None = None) -> None:
+    """The conv side of conv -> window consumer, per strip of consumer output columns. Conv output row u of the
+    strip is "fetched row" u of the consumer's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = the
+    consumer's stride_h); wraps live in a circular buffer of VB1 whose per-wrap base addresses the consumer takes
+    explicitly (bank_addr_in..._3). The CONVs (never crossing a wrap, so the row-store rule with stride_out = S,
+    stride_offset_out = u % S and jump_write_endl = the line pitch places every row) compute each conv row once;
+    as soon as the rows of a pass of vp consumer rows are in, `emit_pass(pass, out_addr, oslot)` emits the
+    consumer's instruction(s) writing output slot `oslot` at VB0 row `out_addr` and the SAVEs. The conv's output
+    never touches DDR; only the strip's halo columns are computed twice. `aug` = (augmented job, its first CONVW
+    row) runs the interior columns channel-augmented (_augmentable)."""
+    win = window_of(graph, consumer)
+    half, pp, sp = arch.bank_depth // 2, arch.pp, win.sh
+    cg_mid = ceil_div(job.cout, arch.ocp)
+    x, y = fmaps[conv.inputs[0]], fmaps[consumer.outputs[0]]
+    _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
+    pt, pleft = win.pads[0], win.pads[1]
+    cbuf, oslot = 0, 0
+    for q0, length in split_even(y.w, tile.lp):
+        in_p = (length - 1) * win.sw + win.kw
+        e = in_p * cg_mid
+        slot_rows = sp * e  # rows of one wrap in every bank
+        wrap_addr = lambda w: (w % tile.wraps) * slot_rows
+        x0 = q0 * win.sw - pleft
+        c_lo, c_hi = max(0, x0), min(wc, x0 + in_p)
+        p_left, p_right = max(0, -x0), max(0, x0 + in_p - wc)
+        passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
+        nxt = 0  # first pass not yet emitted
+
+        def emit_ready(done: int) -> None:
+            """The consumer passes whose conv rows [.., done) are all computed."""
+            nonlocal nxt, oslot
+            while nxt < len(passes):
+                j0, v = passes[nxt]
+                u0 = j0 * sp - pt
+                n_fetch = (v - 1) * sp + win.kh
+                if min(hc, u0 + n_fetch) > done:
+                    return
+                m, s0 = divmod(u0, sp)
+                w0 = m // pp  # floor: a pass starting in the top padding begins in wrap -1 (rows masked)
+                top_w = (min(hc, u0 + n_fetch) - 1) // sp // pp
+                a = tuple(wrap_addr(w0 + g) for g in range(4))
+                reads = tuple(("vb1", "win", w % tile.wraps) for w in range(max(0, w0), top_w + 1))
+                ps = ChainPass(j0, v, q0, m, s0, a, reads, max(0, -u0), max(0, u0 + n_fetch - hc), p_left, p_right,
+                           length, e)
+                emit_pass(ps, oslot * half + tile.a_slot, oslot)
+                oslot ^= 1
+                nxt += 1
+
+        u = 0
+        while u < hc:
+            m, t0 = divmod(u, sp)
+            w = m // pp
+            nv = min(tile.vc, hc - u, (w + 1) * pp * sp - u)  # stay within wrap w
+            if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
+                raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
+                                   f"overrun")  # the fit check's `need` rules this out
+            for c0, c1, on in _conv_segments(job, x.w, c_lo, c_hi, aug is not None):
+                for pc0, pl in split_even(c1 - c0, tile.la_aug if on else tile.la):
+                    piece = _Piece(u, nv, c0 + pc0, pl, wrap_addr(w) + (c0 + pc0 - x0) * cg_mid, t0, m % pp,
+                                   w % tile.wraps)
+                    if on:
+                        _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job)
+                    else:
+                        _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece)
+                    cbuf ^= 1
+            u += nv
+            emit_ready(u)
+        emit_ready(hc)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Conv rows [u, u+nv) x columns [c, c+pl) of a chain, written into the circular buffer."""
+    u: int
+    nv: int
+    c: int
+    pl: int
+    out0: int  # buffer row of column c (output channel group 0)
+    t0: int  # stride_offset_out: u mod the consumer's stride
+    bank: int  # first VB1 bank written
+    wrap: int  # buffer wrap written (dependency tag)
+
+
+def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, cbuf: int, e: int, sp: int,
+                     piece: _Piece) -> None:
+    """One conv piece of a chain: its input window LOADed into half `cbuf` of VB0, one CONV per output-channel
+    group writing `nv` rows x `pl` columns into the circular buffer with the row-store rule (stride_out = the
+    consumer's stride sp, line pitch e)."""
+    cg_in = ceil_div(job.cin, arch.icp)
+    ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, piece.u, piece.nv, piece.c, piece.pl, cg_in,
+                       cbuf * (arch.bank_depth // 2))
+    ct.emit_loads(prog, arch.bank_group("VB0").base_id, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", cbuf))
+    pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
+    _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0)
+
+
+def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: tuple[ConvJob, int], cbuf: int,
+                          e: int, sp: int, piece: _Piece, job: ConvJob) -> None:
+    """An interior conv piece run channel-augmented: per fetched row one LOAD of `pl` overlapping items of
+    kw*cin bytes, sw*cin bytes apart (output column c's kernel row), then kh x 1 CONVs over kw*cin channels."""
+    ja, wrow0 = aug
+    u, nv, c, pl = piece.u, piece.nv, piece.c, piece.pl
+    depth, half = arch.bank_depth, arch.bank_depth // 2
+    vb0 = arch.bank_group("VB0").base_id
+    cg = ceil_div(ja.cin, arch.icp)
+    ct = WindowTile.of(arch.pp, ja.kh, 1, ja.sh, 1, ja.pads, u, nv, c, pl, cg, cbuf * half)
+    for h in range(ct.n_rows):
+        yy = ct.y0 + h
+        if not 0 <= yy < x.h:
+            continue  # padding rows: masked by the CONV's pad_top / pad_bottom
+        bank, row0 = ct.place.where(h)
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", cbuf),), bank_id=vb0 + bank,
+                  bank_addr=row0 % depth, length=pl, channel=ja.cin, jump_read=job.sw * x.pixel_pitch,
+                  jump_write=ct.place.pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, c * job.sw - job.pads[1], 0))
+    pad_top, _, pad_bottom, _ = ct.pads(x)
+    _emit_piece_convs(prog, arch, ja, cbuf, e, sp, piece, ct, (pad_top, 0, pad_bottom, 0), wrow0)
+
+
+def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: _Piece,
+                      ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int) -> None:
+    """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0)."""
+    nv, pl, out0, t0, bank, wrap = piece.nv, piece.pl, piece.out0, piece.t0, piece.bank, piece.wrap
+    cp, depth = arch.icp, arch.bank_depth
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
+    wrows = job.kh * job.kw * cg_in
+    pad_top, pad_left, pad_bottom, pad_right = pads
+    ia = [r % depth for r in ct.place.bases()]
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid, jump_write_endl=e,
+              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv, stride_offset_in=0, stride_w=job.sw,
+              kernel_w=job.kw, stride_offset_out=t0)
+    for gl in range(cg_mid):
+        prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)), writes=(("vb1", "win", wrap),),
+                  pad_left=pad_left, pad_top=pad_top, bank_addr_in=ia[0], channel_group=cg_in,
+                  pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl,
+                  length=pl, bank_id_in=vb0, bank_addr_weights=wrow0 + gl * wrows, bank_addr_in_1=ia[1],
+                  bank_id_out=vb1 + bank, bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin,
+                  bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
+
+
+def emit_pass_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: ChainPass, ob: int, cout: int, cg_out: int,
+                oslot: int) -> None:
+    """SAVE a consumer pass's output slot (v rows in consecutive VB0 banks from `ob`) to `tensor`."""
+    vb0 = arch.bank_group("VB0").base_id
+    for r in range(ps.v):
+        prog.emit("SAVE", reads=(("vb0", "out", oslot),), writes=(("ddr", tensor),), bank_id=vb0 + r,
+                  bank_addr=ob, length=ps.length, channel=cout, jump_read=cg_out, jump_write=y.pixel_pitch,
+                  reg_id=y.reg_id, ddr_addr=y.addr(ps.j0 + r, ps.q0, 0))

@@ -1,0 +1,93 @@
+"""conv_pool / pw_dw: a conv feeding an ALU window op (max/avg pool, depthwise conv) through fused_chain's
+circular buffer."""
+from __future__ import annotations
+
+import numpy as np
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
+                                         plain_rows, window_of)
+from tvm_dpu.codegen.fused_conv import conv_job
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import CodegenError
+from tvm_dpu.types import REG_PARAMS, FMap
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
+
+
+def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> ChainTile | None:
+    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (chain_tile; the
+    depthwise weights in DWCONVW, its biases after the conv's)."""
+    if pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
+        return None
+    if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
+        return None
+    cg_mid = ceil_div(graph.tensors[conv.outputs[0]].shape[1], arch.ocp)
+    if pool.type == "depthwise_conv2d":
+        win = xops.conv_window(pool, graph)
+        if (tuple(xops.attr(pool, "dilations")) != (1, 1) or win.kh * win.kw * cg_mid > arch.bank_depth
+                or graph.tensors[pool.outputs[0]].shape[1] != graph.tensors[conv.outputs[0]].shape[1]):
+            return None
+    return chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0)
+
+
+def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
+    """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool."""
+    return _conv_pool_tile(arch, graph, conv, pool) is not None
+
+
+def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
+                   params: ParamBlob) -> None:
+    """conv -> max/avg pool (or depthwise conv) per strip of pool output columns (emit_chain): as soon as the
+    conv rows of a pass of vp pool rows are in the circular buffer, one ALU pools them and SAVEs write the
+    result."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+
+    tile = _conv_pool_tile(arch, graph, conv, pool)
+    if tile is None:
+        raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
+    job = conv_job(arch, graph, conv, params)
+    qp = xops.quant_params(pool, graph)
+    win = window_of(graph, pool)
+    mode = {"max_pool2d": "maxpool", "avg_pool2d": "avgpool", "depthwise_conv2d": "dwconv"}[pool.type]
+    cp = arch.icp
+    cg_mid = ceil_div(job.cout, arch.ocp)
+    ja, _ = load_chain_conv(prog, arch, graph, conv, job, tile, fmaps[conv.inputs[0]], params)
+    alu_reads: tuple = ()
+    if mode == "dwconv":  # depthwise weights in DWCONVW, biases after the conv's in BIAS
+        from tvm_dpu.codegen.layout import pack_dw_weights
+
+        wd = graph.param(pool, "weights").data
+        bd = graph.param(pool, "bias", required=False)
+        bias_d = bd.data if bd is not None else np.zeros(job.cout, np.int8)
+        wd_off = params.add(pack_dw_weights(wd, cp))
+        bd_off = params.add(pack_channel_vector(bias_d, cp))
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),),
+                  bank_id=arch.bank_group("DWCONVW").base_id, bank_addr=0, length=win.kh * win.kw,
+                  channel=job.cout, jump_read=cg_mid * cp, jump_write=cg_mid, reg_id=REG_PARAMS, ddr_addr=wd_off)
+        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+                  bank_addr=cg_mid, length=1, channel=job.cout, jump_read=job.cout, jump_write=cg_mid,
+                  reg_id=REG_PARAMS, ddr_addr=bd_off)
+        alu_reads = (("dwconvw",), ("bias",))
+        alu_q = dict(act_type=qp.act_type, shift_bias=qp.shift_bias_isa, shift_cut=qp.shift_cut, multi_factor=0)
+    else:
+        alu_q = dict(act_type=0, shift_bias=0, shift_cut=qp.shift_cut,
+                     multi_factor=qp.multi_factor if mode == "avgpool" else 0)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    y = fmaps[pool.outputs[0]]
+
+    def emit_pass(ps: ChainPass, ob: int, oslot: int) -> None:
+        prog.emit("ALUINIT", exec_mode=ALU_MODES[mode], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
+                  stride_w=win.sw, stride_offset_in=ps.s0, stride_offset_out=0, stride_out=1, channel_group=cg_mid,
+                  channel_offset=cg_mid * cp - job.cout, length=ps.length, shift_prelu_p=0, shift_prelu_n=0,
+                  jump_read=cg_mid, jump_read_endl=ps.e, jump_read_weights=cg_mid, jump_write=cg_mid,
+                  jump_write_endl=1, **alu_q)
+        prog.emit("ALU", reads=ps.reads + alu_reads, writes=(("vb0", "out", oslot),), bank_id_out=vb0,
+                  bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
+                  bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
+                  pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,
+                  bank_addr_in_2=ps.a[2], bank_addr_bias=cg_mid, bank_addr_in_3=ps.a[3])
+        emit_pass_saves(prog, arch, y, pool.outputs[0], ps, ob, job.cout, cg_mid, oslot)
+
+    emit_chain(prog, arch, graph, conv, pool, tile, job, cg_mid, fmaps, emit_pass, ja and (ja, plain_rows(arch, job)))
