@@ -8,7 +8,7 @@ Constants are read as float: float32 data as is, integer data with a fix_point a
 evaluator runs a float graph or the dequantized view of an int8 graph. Feature maps are (N, C, H, W); the batch
 size N of the feeds may differ from the one the graph declares (calibration runs whole batches at once).
 
-One evaluator per op type (`FLOAT_EVALUATORS`), each ``fn(op, graph, *inputs) -> output array``.
+One evaluator per op type (the `float_ref` hooks of the op registry tvm_dpu/ops/, `float_evaluator`), each ``fn(op, graph, *inputs) -> output array``.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from tvm_dpu.ops import hook, kinds
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Tensor
 from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window, sliced_input
@@ -180,19 +181,9 @@ def eval_activation(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     raise GraphError(f"{op.where()}: activation mode {mode!r} has no float reference")
 
 
-FLOAT_EVALUATORS: dict[str, FloatEvaluator] = {
-    "conv2d": eval_conv2d,
-    "depthwise_conv2d": eval_conv2d,
-    "conv2d_transpose": eval_conv2d_transpose,
-    "dense": eval_dense,
-    "max_pool2d": eval_max_pool2d,
-    "avg_pool2d": eval_avg_pool2d,
-    "eltwise_add": eval_eltwise,
-    "eltwise_mul": eval_eltwise,
-    "concat": eval_concat,
-    "upsample_nearest": eval_upsample_nearest,
-    "activation": eval_activation,
-}
+def float_evaluator(kind: str) -> FloatEvaluator | None:
+    """The float evaluator of op type `kind` (its OpDef's `float_ref` hook), None for a kind the registry lacks."""
+    return hook(kind, "float_ref") if kind in kinds() else None
 
 
 def run_op_float(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -201,10 +192,10 @@ def run_op_float(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, 
     Returns {output name: float64 array}. Raises GraphError for an unknown op type, a missing input, or an input
     whose (C, H, W) differs from the declared shape.
     """
-    fn = FLOAT_EVALUATORS.get(op.type)
+    fn = float_evaluator(op.type)
     if fn is None:
         raise GraphError(f"{op.where()}: unsupported op type {op.type!r} (float reference knows: "
-                         f"{', '.join(FLOAT_EVALUATORS)})")
+                         f"{', '.join(kinds())})")
     args = []
     for name in op.inputs:
         t = graph.tensor(name, op.where())

@@ -4,7 +4,7 @@ It shares only `quant.fixpoint` (rounding primitives) and `quant.rules` (the int
 fix_points) with the code generator; the emulator, which runs the generated instructions, must agree with it bit
 for bit. Layout is logical NCHW; accumulations are exact (int64, or float64 where provably exact).
 
-One evaluator per op type (`EVALUATORS`), each `fn(op, graph, *inputs) -> output array`.
+One evaluator per op type (`EVALUATORS`, the `golden` hooks of the op registry tvm_dpu/ops/), each `fn(op, graph, *inputs) -> output array`.
 """
 from __future__ import annotations
 
@@ -12,27 +12,14 @@ from typing import Callable
 
 import numpy as np
 
-from tvm_dpu.xgraph.golden_conv import eval_conv2d, eval_conv2d_transpose, eval_dense
-from tvm_dpu.xgraph.golden_misc import eval_activation, eval_concat, eval_eltwise, eval_upsample_nearest
-from tvm_dpu.xgraph.golden_pool import eval_avg_pool2d, eval_max_pool2d
+from tvm_dpu.ops import hook, kinds
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op
 from tvm_dpu.xgraph.validate import validate_graph
 
 Evaluator = Callable[..., np.ndarray]
 
-EVALUATORS: dict[str, Evaluator] = {
-    "conv2d": eval_conv2d,
-    "depthwise_conv2d": eval_conv2d,
-    "conv2d_transpose": eval_conv2d_transpose,
-    "dense": eval_dense,
-    "max_pool2d": eval_max_pool2d,
-    "avg_pool2d": eval_avg_pool2d,
-    "eltwise_add": eval_eltwise,
-    "eltwise_mul": eval_eltwise,
-    "concat": eval_concat,
-    "upsample_nearest": eval_upsample_nearest,
-    "activation": eval_activation,
-}
+#: Op type -> golden evaluator, from the op registry (each OpDef's `golden` hook, an xgraph module).
+EVALUATORS: dict[str, Evaluator] = {kind: hook(kind, "golden") for kind in kinds()}
 
 
 def run_op(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,0 +1,20 @@
+"""A standalone activation on the ALU: leaky_relu, prelu, hard_sigmoid (the ALU's own modes) and relu / relu6
+(a 1x1 depthwise conv with a unit weight and the fused act). Activations fused into a conv or eltwise op are that
+op's ``act`` attribute, not this kind."""
+from __future__ import annotations
+
+from tvm_dpu.ops import OpDef, OpSpec
+
+#: The `mode` values of an activation op.
+ACTIVATION_MODES = ("leaky_relu", "prelu", "hard_sigmoid", "relu", "relu6")
+
+ACTIVATION = OpDef(
+    "activation", OpSpec({"alpha": None}, required=("mode",), optional_params=("alpha",)),
+    golden="tvm_dpu.xgraph.golden_misc:eval_activation",
+    float_ref="tvm_dpu.xgraph.float_ref:eval_activation",
+    quant="tvm_dpu.xgraph.ops:quant_activation",
+    cost="tvm_dpu.timing.analytic:alu_layer",
+    emitter="tvm_dpu.codegen.compiler:emit_activation",
+    patterns=("dpu.activation", "dpu.hard_sigmoid", "dpu.sigmoid"),
+    relax_ops=("relax.nn.relu", "relax.clip", "relax.nn.leakyrelu"),
+    doc="mode leaky_relu / prelu / hard_sigmoid / relu / relu6; prelu params: alpha (C,) int8 slopes")
