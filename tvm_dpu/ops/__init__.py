@@ -2,7 +2,7 @@
 
 An `OpDef` says everything the pipeline knows about one op kind: its attribute / parameter spec (the XGraph shape
 check), the names the DPU limit checks use for it, the Relax patterns and Relax ops that lower to it, and one hook
-per stage (golden evaluator, float reference, quantization rule, analytic cost, code emitter).
+per stage (golden evaluator, float reference, quantization rule, fix_point rule, analytic cost, code emitter).
 
 The registry is built from the package's modules (as onnx/reference's ``_op_list.py`` builds its list): every
 module of this package is imported and its module-level `OpDef` values are collected. Nothing else keeps a list of
@@ -33,9 +33,14 @@ HOOK_USERS = {
     "golden": "tvm_dpu.xgraph.golden",
     "float_ref": "tvm_dpu.xgraph.float_ref",
     "quant": "tvm_dpu.xgraph.ops",
+    "fix_points": "tvm_dpu.quant.quantize",
     "cost": "tvm_dpu.timing.analytic",
     "emitter": "tvm_dpu.codegen.compiler",
 }
+
+
+#: Relax patterns that lower to no op kind, with the reason (every other pattern belongs to one OpDef).
+NON_OP_PATTERNS = {"dpu.reshape": "a free reshape ([N,K] <-> [N,K,1,1]): the lowering aliases its input"}
 
 
 class OpRegistryError(DPUError, LookupError):
@@ -59,7 +64,8 @@ class OpDef:
 
     Hooks are ``"module:attribute"`` references, resolved by the stage that owns them (`hook`):
     golden ``fn(op, graph, *int8 inputs) -> int8 array`` (xgraph), float_ref the same in float64 (xgraph),
-    quant ``fn(op, graph) -> quant.rules parameters`` (xgraph), cost ``fn(machine, LayerDesc) -> LayerEstimate``
+    quant ``fn(op, graph) -> quant.rules parameters`` (xgraph), fix_points ``fn(op) -> FixPointRule`` (what the
+    quantizer ties the output fix_point to, quant.quantize), cost ``fn(machine, LayerDesc) -> LayerEstimate``
     (timing.analytic), emitter ``fn(prog, arch, graph, op, fmaps, alias, params, variant)`` (codegen).
     """
 
@@ -68,6 +74,7 @@ class OpDef:
     golden: str
     float_ref: str
     quant: str
+    fix_points: str
     cost: str
     emitter: str | None  # None: the code generator has no emitter; `cpu_reason` must say why
     #: Names of this op in the DPU limit checks (arch.opdesc.OpDesc.kind): the kind itself plus the special cases

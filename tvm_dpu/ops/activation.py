@@ -13,6 +13,7 @@ ACTIVATION = OpDef(
     golden="tvm_dpu.xgraph.golden_misc:eval_activation",
     float_ref="tvm_dpu.xgraph.float_ref:eval_activation",
     quant="tvm_dpu.xgraph.ops:quant_activation",
+    fix_points="tvm_dpu.quant.quantize:fp_activation",
     cost="tvm_dpu.timing.analytic:alu_layer",
     emitter="tvm_dpu.codegen.compiler:emit_activation",
     patterns=("dpu.activation", "dpu.hard_sigmoid", "dpu.sigmoid"),

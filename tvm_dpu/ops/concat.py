@@ -8,6 +8,7 @@ CONCAT = OpDef(
     golden="tvm_dpu.xgraph.golden_misc:eval_concat",
     float_ref="tvm_dpu.xgraph.float_ref:eval_concat",
     quant="tvm_dpu.xgraph.ops:quant_concat",
+    fix_points="tvm_dpu.quant.quantize:fp_concat",
     cost="tvm_dpu.timing.analytic:alu_layer",
     emitter="tvm_dpu.codegen.compiler:emit_concat",
     patterns=("dpu.concat",), relax_ops=("relax.concat",),

@@ -13,6 +13,7 @@ CONV2D = OpDef(
     golden="tvm_dpu.xgraph.golden_conv:eval_conv2d",
     float_ref="tvm_dpu.xgraph.float_ref:eval_conv2d",
     quant="tvm_dpu.xgraph.ops:quant_conv",
+    fix_points="tvm_dpu.quant.quantize:fp_conv",
     cost="tvm_dpu.timing.analytic:conv_layer",
     emitter="tvm_dpu.codegen.compiler:emit_conv_class",
     patterns=("dpu.conv2d",), relax_ops=("relax.nn.conv2d",),
@@ -24,6 +25,7 @@ CONV2D_TRANSPOSE = OpDef(
     golden="tvm_dpu.xgraph.golden_conv:eval_conv2d_transpose",
     float_ref="tvm_dpu.xgraph.float_ref:eval_conv2d_transpose",
     quant="tvm_dpu.xgraph.ops:quant_conv",
+    fix_points="tvm_dpu.quant.quantize:fp_conv",
     # costed as an ALU op: the analytic model has no transposed-conv formula (its conv formula is conv2d/dense)
     cost="tvm_dpu.timing.analytic:alu_layer",
     emitter="tvm_dpu.codegen.compiler:emit_conv_class",
@@ -37,6 +39,7 @@ DENSE = OpDef(
     golden="tvm_dpu.xgraph.golden_conv:eval_dense",
     float_ref="tvm_dpu.xgraph.float_ref:eval_dense",
     quant="tvm_dpu.xgraph.ops:quant_conv",
+    fix_points="tvm_dpu.quant.quantize:fp_conv",
     cost="tvm_dpu.timing.analytic:conv_layer",
     emitter="tvm_dpu.codegen.compiler:emit_conv_class",
     patterns=("dpu.dense",), relax_ops=("relax.nn.conv2d", "relax.reshape"),

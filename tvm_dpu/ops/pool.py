@@ -10,6 +10,7 @@ MAX_POOL2D = OpDef(
     golden="tvm_dpu.xgraph.golden_pool:eval_max_pool2d",
     float_ref="tvm_dpu.xgraph.float_ref:eval_max_pool2d",
     quant="tvm_dpu.xgraph.ops:quant_maxpool",
+    fix_points="tvm_dpu.quant.quantize:fp_max_pool",
     cost="tvm_dpu.timing.analytic:alu_layer",
     emitter="tvm_dpu.codegen.compiler:emit_pool",
     patterns=("dpu.max_pool2d",), relax_ops=("relax.nn.max_pool2d",),
@@ -20,6 +21,7 @@ AVG_POOL2D = OpDef(
     golden="tvm_dpu.xgraph.golden_pool:eval_avg_pool2d",
     float_ref="tvm_dpu.xgraph.float_ref:eval_avg_pool2d",
     quant="tvm_dpu.xgraph.ops:quant_avgpool",
+    fix_points="tvm_dpu.quant.quantize:fp_free",
     cost="tvm_dpu.timing.analytic:alu_layer",
     emitter="tvm_dpu.codegen.compiler:emit_pool",
     limit_kinds=("global_avg_pool",),  # kernel = input H x W, checked against its own limits

@@ -8,6 +8,7 @@ UPSAMPLE_NEAREST = OpDef(
     golden="tvm_dpu.xgraph.golden_misc:eval_upsample_nearest",
     float_ref="tvm_dpu.xgraph.float_ref:eval_upsample_nearest",
     quant="tvm_dpu.xgraph.ops:quant_upsample",
+    fix_points="tvm_dpu.quant.quantize:fp_upsample",
     cost="tvm_dpu.timing.analytic:alu_layer",
     emitter="tvm_dpu.codegen.compiler:emit_upsample_op",
     patterns=("dpu.upsample",), relax_ops=("relax.image.resize2d",),
