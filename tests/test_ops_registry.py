@@ -61,10 +61,11 @@ def missing_stages(defs: list[OpDef], patterns: list[str], lowered: set[str]) ->
 def test_registry_is_built_from_the_modules():
     defs = registry.registry()
     assert set(defs) == set(OP_SPECS) == set(golden.EVALUATORS)
-    assert len(defs) == 11
-    # the kinds the limits check know are the registry's, each XGraph kind plus its declared special cases
+    assert {"conv2d", "depthwise_conv2d", "dense", "max_pool2d", "eltwise_mul", "activation"} <= set(defs)
+    # the kinds the limits check know are the registry's: each XGraph kind plus its declared special cases (on
+    # main: 11 XGraph kinds and 13 limit kinds, two vocabularies kept by hand)
     assert set(OP_KINDS) == set(defs) | {"global_avg_pool", "depthwise_conv2d_transpose"}
-    assert len(OP_KINDS) == len(set(OP_KINDS)) == 13
+    assert len(OP_KINDS) == len(set(OP_KINDS))
     for kind, d in defs.items():
         assert d.kind == kind and OP_SPECS[kind] is d.spec
         assert registry.get(kind) is d

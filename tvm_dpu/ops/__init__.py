@@ -22,7 +22,7 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from tvm_dpu.errors import DPUError
 
@@ -145,3 +145,24 @@ def hook(kind: str, name: str) -> Any:
     if ref is None:
         raise OpRegistryError(f"op kind {kind!r} has no {name} ({get(kind).cpu_reason or 'no reason given'})")
     return resolve(ref)
+
+
+class HookTable(Mapping[str, Any]):
+    """Op kind -> its resolved `name` hook, resolved on first access (so a stage's table never imports another
+    stage's modules, and a hook that does not resolve fails where it is used, with its name)."""
+
+    def __init__(self, name: str) -> None:
+        if name not in HOOK_USERS:
+            raise OpRegistryError(f"unknown hook {name!r} (known: {', '.join(HOOK_USERS)})")
+        self.name = name
+
+    def __getitem__(self, kind: str) -> Any:
+        if kind not in _registry():
+            raise KeyError(kind)
+        return hook(kind, self.name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_registry())
+
+    def __len__(self) -> int:
+        return len(_registry())

@@ -8,15 +8,16 @@ Constants are read as float: float32 data as is, integer data with a fix_point a
 evaluator runs a float graph or the dequantized view of an int8 graph. Feature maps are (N, C, H, W); the batch
 size N of the feeds may differ from the one the graph declares (calibration runs whole batches at once).
 
-One evaluator per op type (the `float_ref` hooks of the op registry tvm_dpu/ops/, `float_evaluator`), each ``fn(op, graph, *inputs) -> output array``.
+One evaluator per op type (`FLOAT_EVALUATORS`, the `float_ref` hooks of the op registry tvm_dpu/ops/), each
+``fn(op, graph, *inputs) -> output array``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
-from tvm_dpu.ops import hook, kinds
+from tvm_dpu.ops import HookTable
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Tensor
 from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window, sliced_input
@@ -181,9 +182,8 @@ def eval_activation(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     raise GraphError(f"{op.where()}: activation mode {mode!r} has no float reference")
 
 
-def float_evaluator(kind: str) -> FloatEvaluator | None:
-    """The float evaluator of op type `kind` (its OpDef's `float_ref` hook), None for a kind the registry lacks."""
-    return hook(kind, "float_ref") if kind in kinds() else None
+#: Op type -> float evaluator, from the op registry (each OpDef's `float_ref` hook, defined above).
+FLOAT_EVALUATORS: Mapping[str, FloatEvaluator] = HookTable("float_ref")
 
 
 def run_op_float(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -192,10 +192,10 @@ def run_op_float(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, 
     Returns {output name: float64 array}. Raises GraphError for an unknown op type, a missing input, or an input
     whose (C, H, W) differs from the declared shape.
     """
-    fn = float_evaluator(op.type)
+    fn = FLOAT_EVALUATORS.get(op.type)
     if fn is None:
         raise GraphError(f"{op.where()}: unsupported op type {op.type!r} (float reference knows: "
-                         f"{', '.join(kinds())})")
+                         f"{', '.join(FLOAT_EVALUATORS)})")
     args = []
     for name in op.inputs:
         t = graph.tensor(name, op.where())

@@ -4,22 +4,23 @@ It shares only `quant.fixpoint` (rounding primitives) and `quant.rules` (the int
 fix_points) with the code generator; the emulator, which runs the generated instructions, must agree with it bit
 for bit. Layout is logical NCHW; accumulations are exact (int64, or float64 where provably exact).
 
-One evaluator per op type (`EVALUATORS`, the `golden` hooks of the op registry tvm_dpu/ops/), each `fn(op, graph, *inputs) -> output array`.
+One evaluator per op type (`EVALUATORS`, the `golden` hooks of the op registry tvm_dpu/ops/), each
+`fn(op, graph, *inputs) -> output array`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
-from tvm_dpu.ops import hook, kinds
+from tvm_dpu.ops import HookTable
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op
 from tvm_dpu.xgraph.validate import validate_graph
 
 Evaluator = Callable[..., np.ndarray]
 
 #: Op type -> golden evaluator, from the op registry (each OpDef's `golden` hook, an xgraph module).
-EVALUATORS: dict[str, Evaluator] = {kind: hook(kind, "golden") for kind in kinds()}
+EVALUATORS: Mapping[str, Evaluator] = HookTable("golden")
 
 
 def run_op(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
