@@ -176,14 +176,13 @@ IMPORTS = {m: _imports(m) for m in MODULES}
 def _hook_imports() -> None:
     """The op registry's hooks (tvm_dpu/ops/) are imports by name: each one counts as an import of the hook's
     module by the module that resolves it (`HOOK_USERS`), line 0."""
-    from tvm_dpu.ops import HOOK_USERS, registry
+    from tvm_dpu.ops import HOOK_USERS, hook_module, registry
 
     for d in registry().values():
         for hook, user in HOOK_USERS.items():
             ref = getattr(d, hook)
             if ref is not None:
-                module, _, name = ref.partition(":")
-                IMPORTS[user].append((_resolve(module), name, 0, False))
+                IMPORTS[user].append((_resolve(hook_module(hook, ref)), ref.rpartition(":")[2], 0, False))
 
 
 _hook_imports()

@@ -10,7 +10,7 @@ kinds: `xgraph.ops.OP_SPECS`, `arch.opdesc.OP_KINDS`, the golden and float evalu
 analytic cost model and the code generator all read this registry.
 
 Layering: the registry sits below every stage (this package imports nothing of the project), so an `OpDef` names
-its hooks as ``"module:attribute"`` strings, and only the stage that owns a hook resolves it (`hook`): the golden
+its hooks as strings, and only the stage that owns a hook resolves it (`hook`), within its own package: the golden
 reference resolves ``golden`` (an xgraph module), the code generator ``emitter`` (a codegen module), and so on.
 No stage is imported by another through the registry; tests/test_ops_registry.py checks that each hook lives in
 the layer that owns it (the golden reference in xgraph, never the emulator): tests/test_layering.py adds every
@@ -62,7 +62,8 @@ class OpSpec:
 class OpDef:
     """Everything the pipeline knows about one XGraph op kind (its serialized `Op.type`).
 
-    Hooks are ``"module:attribute"`` references, resolved by the stage that owns them (`hook`):
+    Hooks are references resolved by the stage that owns them (`hook`, `HOOK_USERS`): ``"function"`` in the
+    user module itself, ``"module:function"`` in a sibling module of the user's package:
     golden ``fn(op, graph, *int8 inputs) -> int8 array`` (xgraph), float_ref the same in float64 (xgraph),
     quant ``fn(op, graph) -> quant.rules parameters`` (xgraph), fix_points ``fn(op) -> FixPointRule`` (what the
     quantizer ties the output fix_point to, quant.quantize), cost ``fn(machine, LayerDesc) -> LayerEstimate``
@@ -130,13 +131,24 @@ def limit_kinds() -> tuple[str, ...]:
 
 
 @cache
-def resolve(ref: str) -> Any:
-    """The object a ``"module:attribute"`` hook reference names (imported on first use)."""
-    module, _, attr = ref.partition(":")
+def resolve(ref: str, user: str) -> Any:
+    """The object hook reference `ref` names for module `user` (imported on first use): ``"function"`` lives in
+    `user` itself, ``"module:function"`` in a module of `user`'s package. A hook cannot name a module outside its
+    user's package: that is what keeps the registry from creating an import across stages."""
+    module, _, attr = ref.rpartition(":")
+    package = user.rpartition(".")[0]
+    target = f"{package}.{module}" if module else user
     try:
-        return getattr(importlib.import_module(module), attr)
+        return getattr(importlib.import_module(target), attr)
     except (ImportError, AttributeError) as e:
-        raise OpRegistryError(f"hook {ref!r} does not resolve: {e}") from None
+        raise OpRegistryError(f"hook {ref!r} (in {target}) does not resolve: {e}") from None
+
+
+def hook_module(name: str, ref: str) -> str:
+    """The module hook `name`'s reference `ref` lives in."""
+    user = HOOK_USERS[name]
+    module = ref.rpartition(":")[0]
+    return f"{user.rpartition('.')[0]}.{module}" if module else user
 
 
 def hook(kind: str, name: str) -> Any:
@@ -144,7 +156,7 @@ def hook(kind: str, name: str) -> Any:
     ref = getattr(get(kind), name)
     if ref is None:
         raise OpRegistryError(f"op kind {kind!r} has no {name} ({get(kind).cpu_reason or 'no reason given'})")
-    return resolve(ref)
+    return resolve(ref, HOOK_USERS[name])
 
 
 class HookTable(Mapping[str, Any]):

@@ -21,7 +21,7 @@ from tvm_dpu.ops import HookTable
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Tensor
 from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window, sliced_input
-from tvm_dpu.xgraph.validate import validate_graph
+from tvm_dpu.xgraph.validate import run_ops, validate_feeds
 
 FloatEvaluator = Callable[..., np.ndarray]
 
@@ -218,13 +218,7 @@ def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool =
 
     Returns the graph outputs by name, or every computed tensor (inputs included) with keep_all=True.
     """
-    validate_graph(graph)
-    missing = [n for n in graph.inputs if n not in feeds]
-    if missing:
-        raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")
-    extra = [n for n in feeds if n not in graph.inputs]
-    if extra:
-        raise GraphError(f"graph {graph.name!r}: feed(s) {extra} are not graph inputs")
+    validate_feeds(graph, feeds)
     env: dict[str, np.ndarray] = {}
     batch = None
     for name, value in feeds.items():
@@ -237,8 +231,4 @@ def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool =
             raise GraphError(f"graph {graph.name!r}: feed {name!r} has batch {v.shape[0]}, other feeds {batch}")
         batch = v.shape[0]
         env[name] = v
-    for op in graph.ops:
-        env.update(run_op_float(op, graph, env))
-    if keep_all:
-        return env
-    return {name: env[name] for name in graph.outputs}
+    return run_ops(graph, env, run_op_float, keep_all)

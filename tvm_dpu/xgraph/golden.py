@@ -15,7 +15,7 @@ import numpy as np
 
 from tvm_dpu.ops import HookTable
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op
-from tvm_dpu.xgraph.validate import validate_graph
+from tvm_dpu.xgraph.validate import run_ops, validate_feeds
 
 Evaluator = Callable[..., np.ndarray]
 
@@ -53,13 +53,7 @@ def run_op(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.nda
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
     """Run the whole graph on int8 `feeds` (one per graph input). Returns the graph outputs by name, or every
     computed tensor with keep_all=True (handy to find the first layer where two implementations differ)."""
-    validate_graph(graph)
-    missing = [n for n in graph.inputs if n not in feeds]
-    if missing:
-        raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")
-    extra = [n for n in feeds if n not in graph.inputs]
-    if extra:
-        raise GraphError(f"graph {graph.name!r}: feed(s) {extra} are not graph inputs")
+    validate_feeds(graph, feeds)
     env: dict[str, np.ndarray] = {}
     for name, value in feeds.items():
         v = np.asarray(value)
@@ -68,8 +62,4 @@ def run_graph(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False
             raise GraphError(f"graph {graph.name!r}: feed {name!r} is {v.dtype}{tuple(v.shape)}, expected "
                              f"int8{t.shape}")
         env[name] = v
-    for op in graph.ops:
-        env.update(run_op(op, graph, env))
-    if keep_all:
-        return env
-    return {name: env[name] for name in graph.outputs}
+    return run_ops(graph, env, run_op, keep_all)

@@ -372,6 +372,7 @@ def is_depthwise(op: Op, graph: Graph) -> bool:
 
 
 def quant_conv(op: Op, graph: Graph) -> rules.ConvQuant:
+    """Quantization rule of conv2d / depthwise / transposed conv / dense: shifts from the input, weight, bias and output fix_points."""
     w = graph.param(op, "weights")
     b = graph.param(op, "bias", required=False)
     assert w is not None
@@ -383,32 +384,38 @@ def quant_conv(op: Op, graph: Graph) -> rules.ConvQuant:
 
 
 def quant_eltwise(op: Op, graph: Graph) -> rules.EltwiseQuant:
+    """Quantization rule of eltwise_add / eltwise_mul: per-input read shifts and the write shift."""
     kind = "add" if op.type == "eltwise_add" else "mul"
     return rules.eltwise_params(op.name, kind, [fix_point(graph, i, op) for i in op.inputs],
                                 fix_point(graph, op.outputs[0], op), attr(op, "act"))
 
 
 def quant_maxpool(op: Op, graph: Graph) -> rules.MaxPoolQuant:
+    """Quantization rule of max_pool2d: the requantizing shift (0 when the fix_point is shared)."""
     return rules.maxpool_params(op.name, fix_point(graph, op.inputs[0], op), fix_point(graph, op.outputs[0], op))
 
 
 def quant_avgpool(op: Op, graph: Graph) -> rules.AvgPoolQuant:
+    """Quantization rule of avg_pool2d: the DPU's kh*kw divisor as a multiply and shift."""
     win = pool_window(op, graph)
     return rules.avgpool_params(op.name, win.kh, win.kw, fix_point(graph, op.inputs[0], op),
                                 fix_point(graph, op.outputs[0], op))
 
 
 def quant_concat(op: Op, graph: Graph) -> rules.ConcatQuant:
+    """Quantization rule of concat: which inputs need requantizing into the output fix_point."""
     return rules.concat_params(op.name, [fix_point(graph, i, op) for i in op.inputs],
                                fix_point(graph, op.outputs[0], op))
 
 
 def quant_upsample(op: Op, graph: Graph) -> None:
+    """Quantization rule of upsample_nearest: input and output must share the fix_point (returns None)."""
     rules.same_fix_point(op.name, fix_point(graph, op.inputs[0], op), fix_point(graph, op.outputs[0], op),
                          "nearest upsampling")
 
 
 def quant_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuant | rules.ReluQuant:
+    """Quantization rule of A standalone activation, by mode."""
     fp_in = fix_point(graph, op.inputs[0], op)
     fp_out = fix_point(graph, op.outputs[0], op)
     mode = attr(op, "mode")
