@@ -372,7 +372,7 @@ def is_depthwise(op: Op, graph: Graph) -> bool:
 
 
 def quant_conv(op: Op, graph: Graph) -> rules.ConvQuant:
-    """Quantization rule of conv2d / depthwise / transposed conv / dense: shifts from the input, weight, bias and output fix_points."""
+    """Quantization rule of conv2d / depthwise / transposed conv / dense (shifts from the tensors' fix_points)."""
     w = graph.param(op, "weights")
     b = graph.param(op, "bias", required=False)
     assert w is not None
