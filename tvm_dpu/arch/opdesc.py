@@ -29,8 +29,9 @@ class OpDesc:
     dilation: tuple[int, int] = (1, 1)  # dh, dw
     pad: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
     groups: int = 1
-    activation: str | None = None  # None, "relu", "relu6", "leaky_relu", "hard_sigmoid", "hard_swish", "prelu",
-    # "sigmoid"
+    # None, a fused act ("relu", "relu6", "leaky_relu", "hard_swish") or, for kind "activation", a mode of
+    # tvm_dpu.ops.activation.ACTIVATION_MODES; "sigmoid" is checked so the report can say why not
+    activation: str | None = None
     alpha: float | None = None  # LeakyReLU slope
     num_inputs: int = 1  # eltwise / concat
     in_shape2: tuple[int, ...] | None = None  # eltwise: the second operand's shape when it differs (broadcast)
