@@ -33,7 +33,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -69,8 +69,8 @@ class FixPointRule:
     it when free (the op is then exact), "share_inputs" shares it with each input that may (concat)."""
 
     pin: tuple[int, str] | None = None
-    tie: str | None = None
-    why: str = ""
+    tie: Literal["same", "share", "share_inputs"] | None = None
+    why: str = ""  # what the op is, for the error when a "same" tie meets two pins
 
 
 def fp_free(op: Op) -> FixPointRule:
