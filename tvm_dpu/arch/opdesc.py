@@ -7,23 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Coarse op kinds understood by the limit checks.
-OP_KINDS = (
-    "conv2d",  # groups == 1 (also dense / inner product rewritten as 1x1 conv)
-    "depthwise_conv2d",  # groups == in_channels == out_channels (multiplier 1)
-    "conv2d_transpose",
-    "depthwise_conv2d_transpose",
-    "max_pool2d",
-    "avg_pool2d",
-    "global_avg_pool",  # processed as avg pool with kernel = input H x W
-    "eltwise_add",
-    "eltwise_mul",
-    "concat",
-    "upsample_nearest",
-    "dense",  # inner product; checked as a 1x1 conv over a 1x1 feature map
-    "activation",  # a standalone activation (`activation` names it) on its own engine (the ALU on ISA1);
-    # "hard_sigmoid" is the ALU's own mode (relu6(x + 3) / 6), "sigmoid" is checked so the report can say why not
-)
+from tvm_dpu.ops import limit_kinds
+
+#: Coarse op kinds understood by the limit checks: every XGraph op kind of the op registry (tvm_dpu/ops/) plus
+#: the special cases the limits table checks on their own (each OpDef's `limit_kinds`): "global_avg_pool" (an
+#: avg_pool2d whose kernel is the input H x W) and "depthwise_conv2d_transpose" (groups == in == out channels).
+#: "dense" is checked as a 1x1 conv over a 1x1 feature map; "activation" is a standalone activation on the ALU
+#: (`activation` names it; "sigmoid" is checked so the report can say why not).
+OP_KINDS = limit_kinds()
 
 
 @dataclass(frozen=True)
@@ -38,8 +29,9 @@ class OpDesc:
     dilation: tuple[int, int] = (1, 1)  # dh, dw
     pad: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
     groups: int = 1
-    activation: str | None = None  # None, "relu", "relu6", "leaky_relu", "hard_sigmoid", "hard_swish", "prelu",
-    # "sigmoid"
+    # None, a fused act ("relu", "relu6", "leaky_relu", "hard_swish") or, for kind "activation", a mode of
+    # tvm_dpu.ops.activation.ACTIVATION_MODES; "sigmoid" is checked so the report can say why not
+    activation: str | None = None
     alpha: float | None = None  # LeakyReLU slope
     num_inputs: int = 1  # eltwise / concat
     in_shape2: tuple[int, ...] | None = None  # eltwise: the second operand's shape when it differs (broadcast)

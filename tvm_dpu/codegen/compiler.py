@@ -34,6 +34,8 @@ from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
 from tvm_dpu.codegen.fused_hconv import emit_hconv
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.errors import FusionError
+from tvm_dpu.ops import OpRegistryError
+from tvm_dpu.ops import hook as op_hook
 from tvm_dpu.types import (REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK, SINGLE, CompiledSubgraph, FMap, FusionPlan,
                            Group, TensorBinding)
 from tvm_dpu.xgraph import ops as xops
@@ -477,66 +479,101 @@ def _zero_map(params: ParamBlob, width: int, c: int) -> FMap:
 
 def _emit_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
              alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
-    t = op.type
+    # the emitter of each op kind is its OpDef's `emitter` hook (tvm_dpu/ops/), one of the emit_* below
+    try:
+        emit = op_hook(op.type, "emitter")
+    except OpRegistryError as e:
+        raise CodegenError(f"op type {op.type!r} is not supported by the code generator yet ({e})") from None
+    emit(prog, arch, graph, op, fmaps, alias, params, variant)
+
+
+def emit_conv_class(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+                    alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
+    """conv2d / dense / conv2d_transpose on the CONV engine, depthwise_conv2d (and a depthwise transposed conv)
+    on the ALU."""
+    if op.type in ("conv2d", "dense", "conv2d_transpose") and not xops.is_depthwise(op, graph):
+        _emit_conv_op(prog, arch, graph, op, fmaps, params, variant)
+    else:
+        _emit_dwconv_op(prog, arch, graph, op, fmaps, params)
+
+
+def emit_pool(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+              alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
+    """max_pool2d / avg_pool2d on the ALU."""
+    out = op.outputs[0]
+    q = xops.quant_params(op, graph)
+    win = xops.pool_window(op, graph)
+    c = graph.tensors[out].shape[1]
+    if op.type == "max_pool2d":
+        job = AluJob(op.name, "maxpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                     shift_cut=q.shift_cut)
+    else:
+        job = AluJob(op.name, "avgpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                     shift_cut=q.shift_cut, multi_factor=q.multi_factor)
+    emit_alu(prog, arch, job, fmaps[op.inputs[0]], fmaps[out], op.inputs[0], out)
+
+
+def emit_eltwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+                 alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
+    """eltwise_add / eltwise_mul on the ELEW engine."""
+    out = op.outputs[0]
+    q = xops.quant_params(op, graph)
+    job = ElewJob(op.name, graph.tensors[out].shape[1], q.kind, q.act_type, tuple(q.shift_read), q.shift_write)
+    emit_elew(prog, arch, job, [fmaps[i] for i in op.inputs], fmaps[out], list(op.inputs), out)
+
+
+def emit_concat(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+                alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
+    """concat along channels: each input not already saved into its slice (`alias`) is copied, or requantized
+    by a 1x1 max pool where its fix_point differs."""
     out = op.outputs[0]
     y = fmaps[out]
-    if t in ("conv2d", "dense", "conv2d_transpose") and not xops.is_depthwise(op, graph):
-        _emit_conv_op(prog, arch, graph, op, fmaps, params, variant)
-    elif t in ("depthwise_conv2d", "conv2d_transpose"):
-        _emit_dwconv_op(prog, arch, graph, op, fmaps, params)
-    elif t in ("max_pool2d", "avg_pool2d"):
-        q = xops.quant_params(op, graph)
-        win = xops.pool_window(op, graph)
-        c = graph.tensors[out].shape[1]
-        if t == "max_pool2d":
-            job = AluJob(op.name, "maxpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
-                         shift_cut=q.shift_cut)
-        else:
-            job = AluJob(op.name, "avgpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
-                         shift_cut=q.shift_cut, multi_factor=q.multi_factor)
-        emit_alu(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
-    elif t in ("eltwise_add", "eltwise_mul"):
-        q = xops.quant_params(op, graph)
-        job = ElewJob(op.name, graph.tensors[out].shape[1], q.kind, q.act_type, tuple(q.shift_read), q.shift_write)
-        emit_elew(prog, arch, job, [fmaps[i] for i in op.inputs], y, list(op.inputs), out)
-    elif t == "concat":
-        q = xops.quant_params(op, graph)
-        axis = xops.attr(op, "axis") % 4
-        if axis != 1:
-            raise CodegenError(f"concat along axis {axis} is not supported by the code generator yet")
-        c0 = 0
-        for i, name in enumerate(op.inputs):
-            c = graph.tensors[name].shape[1]
-            if alias.get(name, (None,))[0] != out:
-                dst = y.channels(c0, c)
-                if q.requant[i] is None:
-                    emit_upsample(prog, arch, op.name, fmaps[name], dst, (1, 1), name, out)
-                else:
-                    job = AluJob(op.name, "maxpool", c, shift_cut=q.requant[i].shift_cut)
-                    emit_alu(prog, arch, job, fmaps[name], dst, name, out)
-            c0 += c
-    elif t == "upsample_nearest":
-        xops.quant_params(op, graph)
-        sh, sw = xops.attr(op, "scale")
-        emit_upsample(prog, arch, op.name, fmaps[op.inputs[0]], y, (int(sh), int(sw)), op.inputs[0], out)
-    elif t == "activation":
-        q = xops.quant_params(op, graph)
-        mode = xops.attr(op, "mode")
-        c = graph.tensors[out].shape[1]
-        if mode in ("relu", "relu6"):
-            off = params.add(pack_dw_weights(np.full((c, 1, 1, 1), q.weight, np.int8), arch.icp))
-            job = AluJob(op.name, "dwconv_nobias", c, act_type=q.act_type, shift_cut=q.shift_cut, w_offset=off,
-                         params_reg=REG_PARAMS)
-        elif mode == "hard_sigmoid":
-            job = AluJob(op.name, "hard_sigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
-        elif mode == "leaky_relu":
-            job = AluJob(op.name, "leaky_relu", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
-                         shift_prelu_n=q.shift_prelu_n)
-        else:
-            a = graph.param(op, "alpha").data
-            off = params.add(pack_channel_vector(a, arch.icp))
-            job = AluJob(op.name, "prelu", c, shift_prelu_p=q.shift_prelu_p, shift_prelu_n=q.shift_prelu_n,
-                         w_offset=off, params_reg=REG_PARAMS)
-        emit_alu(prog, arch, job, fmaps[op.inputs[0]], y, op.inputs[0], out)
+    q = xops.quant_params(op, graph)
+    axis = xops.attr(op, "axis") % 4
+    if axis != 1:
+        raise CodegenError(f"concat along axis {axis} is not supported by the code generator yet")
+    c0 = 0
+    for i, name in enumerate(op.inputs):
+        c = graph.tensors[name].shape[1]
+        if alias.get(name, (None,))[0] != out:
+            dst = y.channels(c0, c)
+            if q.requant[i] is None:
+                emit_upsample(prog, arch, op.name, fmaps[name], dst, (1, 1), name, out)
+            else:
+                job = AluJob(op.name, "maxpool", c, shift_cut=q.requant[i].shift_cut)
+                emit_alu(prog, arch, job, fmaps[name], dst, name, out)
+        c0 += c
+
+
+def emit_upsample_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+                     alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
+    """upsample_nearest by pixel replication."""
+    out = op.outputs[0]
+    xops.quant_params(op, graph)
+    sh, sw = xops.attr(op, "scale")
+    emit_upsample(prog, arch, op.name, fmaps[op.inputs[0]], fmaps[out], (int(sh), int(sw)), op.inputs[0], out)
+
+
+def emit_activation(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
+                    alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
+    """A standalone activation on the ALU (relu / relu6 as a unit-weight 1x1 depthwise conv)."""
+    out = op.outputs[0]
+    q = xops.quant_params(op, graph)
+    mode = xops.attr(op, "mode")
+    c = graph.tensors[out].shape[1]
+    if mode in ("relu", "relu6"):
+        off = params.add(pack_dw_weights(np.full((c, 1, 1, 1), q.weight, np.int8), arch.icp))
+        job = AluJob(op.name, "dwconv_nobias", c, act_type=q.act_type, shift_cut=q.shift_cut, w_offset=off,
+                     params_reg=REG_PARAMS)
+    elif mode == "hard_sigmoid":
+        job = AluJob(op.name, "hard_sigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
+    elif mode == "leaky_relu":
+        job = AluJob(op.name, "leaky_relu", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
+                     shift_prelu_n=q.shift_prelu_n)
     else:
-        raise CodegenError(f"op type {t!r} is not supported by the code generator yet")
+        a = graph.param(op, "alpha").data
+        off = params.add(pack_channel_vector(a, arch.icp))
+        job = AluJob(op.name, "prelu", c, shift_prelu_p=q.shift_prelu_p, shift_prelu_n=q.shift_prelu_n,
+                     w_offset=off, params_reg=REG_PARAMS)
+    emit_alu(prog, arch, job, fmaps[op.inputs[0]], fmaps[out], op.inputs[0], out)
+

@@ -33,7 +33,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from tvm_dpu.quant.calibration import (
     saturated_count,
     sqnr_db,
 )
+from tvm_dpu.ops import hook as op_hook
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA, RELU6_FIX_POINT
 from tvm_dpu.quant.threads import map_threads
 from tvm_dpu.xgraph import ops as opspec
@@ -59,6 +60,52 @@ CONV_TYPES = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense")
 #: Largest shift_bias = fp_in + fp_w - fp_bias (its ISA field is shift_bias + 1 <= 20).
 MAX_SHIFT_BIAS = rules.SHIFT_BIAS_ISA_MAX - 1
 _MAX_ROUNDS = 1000
+
+
+@dataclass(frozen=True)
+class FixPointRule:
+    """What an op's output fix_point is tied to (an OpDef's `fix_points` hook returns one): `pin` (fp, reason)
+    fixes it outright; `tie` "same" must share the input's fix_point (an error if pins disagree), "share" shares
+    it when free (the op is then exact), "share_inputs" shares it with each input that may (concat)."""
+
+    pin: tuple[int, str] | None = None
+    tie: Literal["same", "share", "share_inputs"] | None = None
+    why: str = ""  # what the op is, for the error when a "same" tie meets two pins
+
+
+def fp_free(op: Op) -> FixPointRule:
+    """The output fix_point is chosen from statistics (eltwise, avg pool, ...)."""
+    return FixPointRule()
+
+
+def fp_conv(op: Op) -> FixPointRule:
+    """A conv-class op: relu6 pins the output (clip at 6 is exact only at RELU6_FIX_POINT)."""
+    return FixPointRule((RELU6_FIX_POINT, "relu6")) if opspec.attr(op, "act") == "relu6" else FixPointRule()
+
+
+def fp_max_pool(op: Op) -> FixPointRule:
+    """max pool keeps the scale: sharing the fix_point makes it exact."""
+    return FixPointRule(tie="share")
+
+
+def fp_upsample(op: Op) -> FixPointRule:
+    """Nearest upsampling copies pixels: it cannot rescale."""
+    return FixPointRule(tie="same", why="nearest upsampling")
+
+
+def fp_concat(op: Op) -> FixPointRule:
+    """concat shares the output fix_point with the inputs that may (no requantization for those)."""
+    return FixPointRule(tie="share_inputs")
+
+
+def fp_activation(op: Op) -> FixPointRule:
+    """relu6 and hard_sigmoid pin their output; relu keeps the scale (weight 1, shift 0 when shared)."""
+    mode = opspec.attr(op, "mode")
+    if mode == "relu6":
+        return FixPointRule((RELU6_FIX_POINT, "relu6"))
+    if mode == "hard_sigmoid":
+        return FixPointRule((rules.HSIGMOID_FIX_POINT, "hard_sigmoid"))
+    return FixPointRule(tie="share") if mode == "relu" else FixPointRule()
 
 
 @dataclass
@@ -217,25 +264,22 @@ class _Quantizer:
         for name, fp in self.overrides.items():
             if name in groups.parent:
                 groups.pin[name] = (fp, "override")
-        for op in g.ops:
-            out = op.outputs[0]
-            if (op.type in CONV_TYPES and opspec.attr(op, "act") == "relu6"
-                    or op.type == "activation" and opspec.attr(op, "mode") == "relu6"):
-                self._pin(out, RELU6_FIX_POINT, "relu6", op)
-            elif op.type == "activation" and opspec.attr(op, "mode") == "hard_sigmoid":
-                self._pin(out, rules.HSIGMOID_FIX_POINT, "hard_sigmoid", op)
-        for op in g.ops:  # hard edges first
-            if op.type == "upsample_nearest" and not groups.union(op.inputs[0], op.outputs[0]):
-                raise QuantizationError(f"{op.where()}: nearest upsampling keeps the fix_point, but its input and "
+        # each kind's `fix_points` hook (tvm_dpu/ops/) says what its output's fix_point is tied to
+        fp_rules = [(op, op_hook(op.type, "fix_points")(op)) for op in g.ops]
+        for op, rule in fp_rules:
+            if rule.pin is not None:
+                self._pin(op.outputs[0], *rule.pin, op)
+        for op, rule in fp_rules:  # hard edges first
+            if rule.tie == "same" and not groups.union(op.inputs[0], op.outputs[0]):
+                raise QuantizationError(f"{op.where()}: {rule.why} keeps the fix_point, but its input and "
                                         f"output are pinned to different ones "
                                         f"({groups.pin[groups.find(op.inputs[0])]} vs "
                                         f"{groups.pin[groups.find(op.outputs[0])]})")
         inputs = set(g.inputs)
-        for op in g.ops:
-            if op.type == "max_pool2d" or op.type == "activation" and opspec.attr(op, "mode") == "relu":
-                # both keep the scale: sharing the fix_point makes them exact (relu: weight 1, shift 0)
+        for op, rule in fp_rules:
+            if rule.tie == "share":
                 groups.union(op.inputs[0], op.outputs[0])
-            elif op.type == "concat":
+            elif rule.tie == "share_inputs":
                 for i in op.inputs:
                     if i not in inputs and i in groups.parent and self._may_share(op.outputs[0], i):
                         groups.union(op.outputs[0], i)

@@ -38,10 +38,10 @@ import numpy as np
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.tiling import conv_tile
+from tvm_dpu.ops import hook as op_hook
+from tvm_dpu.ops import kinds as op_kinds
 from tvm_dpu.timing.params import MachineModel, TimingParams, machine
 from tvm_dpu.types import LayerDesc
-
-_CONV = ("conv2d", "dense")
 
 #: Cycles from a LOAD's request to its first data (AXI + DDR controller), paid once per op/group pipeline.
 DDR_LATENCY = 200
@@ -112,7 +112,8 @@ def _transfer(m: MachineModel, load: float, save: float) -> float:
     return max(load / min(per_engine, total), save / min(per_engine, total), (load + save) / total)
 
 
-def _conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+def conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """Estimate of a CONV-engine op (conv2d, dense): the DNNVM tiling model (Eqs. 3-8)."""
     a, p = m.arch, m.params
     _, ic, ih, iw = op.inputs[0].shape
     _, oc, oh, ow = op.outputs[0].shape
@@ -141,7 +142,8 @@ def _conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
                          (tw, th, tic, toc))
 
 
-def _alu_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+def alu_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """Estimate of an ALU / ELEW / copy op: one pass over its rows."""
     a, p = m.arch, m.params
     ins = [t.shape for t in op.inputs if len(t.shape) == 4]
     out = op.outputs[0].shape
@@ -172,7 +174,10 @@ def analytic_estimate(layers: Sequence[LayerDesc], arch: Arch | str,
     m = machine(load_arch(arch), params)
     res = AnalyticResult(m.arch.name, m.freq_hz)
     for op in layers:
-        res.layers.append(_conv_layer(m, op) if op.type in _CONV else _alu_layer(m, op))
+        # each kind's `cost` hook (tvm_dpu/ops/); a layer of a kind the registry lacks (a plugin's) is costed as
+        # one pass over its rows
+        cost = op_hook(op.type, "cost") if op.type in op_kinds() else alu_layer
+        res.layers.append(cost(m, op))
     return res
 
 

@@ -8,18 +8,20 @@ Constants are read as float: float32 data as is, integer data with a fix_point a
 evaluator runs a float graph or the dequantized view of an int8 graph. Feature maps are (N, C, H, W); the batch
 size N of the feeds may differ from the one the graph declares (calibration runs whole batches at once).
 
-One evaluator per op type (`FLOAT_EVALUATORS`), each ``fn(op, graph, *inputs) -> output array``.
+One evaluator per op type (`FLOAT_EVALUATORS`, the `float_ref` hooks of the op registry tvm_dpu/ops/), each
+``fn(op, graph, *inputs) -> output array``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
+from tvm_dpu.ops import HookTable
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Tensor
 from tvm_dpu.xgraph.ops import Window, attr, conv_window, dense_weights_shape, pool_window, sliced_input
-from tvm_dpu.xgraph.validate import validate_graph
+from tvm_dpu.xgraph.validate import run_ops, validate_feeds
 
 FloatEvaluator = Callable[..., np.ndarray]
 
@@ -180,19 +182,8 @@ def eval_activation(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     raise GraphError(f"{op.where()}: activation mode {mode!r} has no float reference")
 
 
-FLOAT_EVALUATORS: dict[str, FloatEvaluator] = {
-    "conv2d": eval_conv2d,
-    "depthwise_conv2d": eval_conv2d,
-    "conv2d_transpose": eval_conv2d_transpose,
-    "dense": eval_dense,
-    "max_pool2d": eval_max_pool2d,
-    "avg_pool2d": eval_avg_pool2d,
-    "eltwise_add": eval_eltwise,
-    "eltwise_mul": eval_eltwise,
-    "concat": eval_concat,
-    "upsample_nearest": eval_upsample_nearest,
-    "activation": eval_activation,
-}
+#: Op type -> float evaluator, from the op registry (each OpDef's `float_ref` hook, defined above).
+FLOAT_EVALUATORS: Mapping[str, FloatEvaluator] = HookTable("float_ref")
 
 
 def run_op_float(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -227,13 +218,7 @@ def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool =
 
     Returns the graph outputs by name, or every computed tensor (inputs included) with keep_all=True.
     """
-    validate_graph(graph)
-    missing = [n for n in graph.inputs if n not in feeds]
-    if missing:
-        raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")
-    extra = [n for n in feeds if n not in graph.inputs]
-    if extra:
-        raise GraphError(f"graph {graph.name!r}: feed(s) {extra} are not graph inputs")
+    validate_feeds(graph, feeds)
     env: dict[str, np.ndarray] = {}
     batch = None
     for name, value in feeds.items():
@@ -246,8 +231,4 @@ def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool =
             raise GraphError(f"graph {graph.name!r}: feed {name!r} has batch {v.shape[0]}, other feeds {batch}")
         batch = v.shape[0]
         env[name] = v
-    for op in graph.ops:
-        env.update(run_op_float(op, graph, env))
-    if keep_all:
-        return env
-    return {name: env[name] for name in graph.outputs}
+    return run_ops(graph, env, run_op_float, keep_all)

@@ -4,35 +4,23 @@ It shares only `quant.fixpoint` (rounding primitives) and `quant.rules` (the int
 fix_points) with the code generator; the emulator, which runs the generated instructions, must agree with it bit
 for bit. Layout is logical NCHW; accumulations are exact (int64, or float64 where provably exact).
 
-One evaluator per op type (`EVALUATORS`), each `fn(op, graph, *inputs) -> output array`.
+One evaluator per op type (`EVALUATORS`, the `golden` hooks of the op registry tvm_dpu/ops/), each
+`fn(op, graph, *inputs) -> output array`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
-from tvm_dpu.xgraph.golden_conv import eval_conv2d, eval_conv2d_transpose, eval_dense
-from tvm_dpu.xgraph.golden_misc import eval_activation, eval_concat, eval_eltwise, eval_upsample_nearest
-from tvm_dpu.xgraph.golden_pool import eval_avg_pool2d, eval_max_pool2d
+from tvm_dpu.ops import HookTable
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op
-from tvm_dpu.xgraph.validate import validate_graph
+from tvm_dpu.xgraph.validate import run_ops, validate_feeds
 
 Evaluator = Callable[..., np.ndarray]
 
-EVALUATORS: dict[str, Evaluator] = {
-    "conv2d": eval_conv2d,
-    "depthwise_conv2d": eval_conv2d,
-    "conv2d_transpose": eval_conv2d_transpose,
-    "dense": eval_dense,
-    "max_pool2d": eval_max_pool2d,
-    "avg_pool2d": eval_avg_pool2d,
-    "eltwise_add": eval_eltwise,
-    "eltwise_mul": eval_eltwise,
-    "concat": eval_concat,
-    "upsample_nearest": eval_upsample_nearest,
-    "activation": eval_activation,
-}
+#: Op type -> golden evaluator, from the op registry (each OpDef's `golden` hook, an xgraph module).
+EVALUATORS: Mapping[str, Evaluator] = HookTable("golden")
 
 
 def run_op(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -65,13 +53,7 @@ def run_op(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, np.nda
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
     """Run the whole graph on int8 `feeds` (one per graph input). Returns the graph outputs by name, or every
     computed tensor with keep_all=True (handy to find the first layer where two implementations differ)."""
-    validate_graph(graph)
-    missing = [n for n in graph.inputs if n not in feeds]
-    if missing:
-        raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")
-    extra = [n for n in feeds if n not in graph.inputs]
-    if extra:
-        raise GraphError(f"graph {graph.name!r}: feed(s) {extra} are not graph inputs")
+    validate_feeds(graph, feeds)
     env: dict[str, np.ndarray] = {}
     for name, value in feeds.items():
         v = np.asarray(value)
@@ -80,8 +62,4 @@ def run_graph(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False
             raise GraphError(f"graph {graph.name!r}: feed {name!r} is {v.dtype}{tuple(v.shape)}, expected "
                              f"int8{t.shape}")
         env[name] = v
-    for op in graph.ops:
-        env.update(run_op(op, graph, env))
-    if keep_all:
-        return env
-    return {name: env[name] for name in graph.outputs}
+    return run_ops(graph, env, run_op, keep_all)

@@ -35,50 +35,24 @@ activation          mode in leaky_relu / prelu / hard_sigmoid (ALU modes 4 / 1 /
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
+from tvm_dpu.ops import OpSpec, hook
+from tvm_dpu.ops import registry as op_registry
+from tvm_dpu.ops.activation import ACTIVATION_MODES
 from tvm_dpu.quant import rules
 from tvm_dpu.types import LayerDesc, TensorDesc
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, check_jsonable
 
 ACTS = ("none", "relu", "relu6", "leaky_relu")
-ACTIVATION_MODES = ("leaky_relu", "prelu", "hard_sigmoid", "relu", "relu6")
 CONV_TYPES = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense")
 
 
-@dataclass(frozen=True)
-class OpSpec:
-    """Static description of one op type."""
-
-    defaults: dict[str, Any] = field(default_factory=dict)
-    required: tuple[str, ...] = ()
-    n_inputs: tuple[int, int] = (1, 1)
-    params: tuple[str, ...] = ()  # required roles
-    optional_params: tuple[str, ...] = ()
-
-
-_CONV_DEFAULTS = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "groups": 1, "act": "none",
-                  "alpha": None}
+#: Op type -> its XGraph spec, from the op registry (tvm_dpu/ops/: one module per operator family).
+OP_SPECS: dict[str, OpSpec] = {kind: d.spec for kind, d in op_registry().items()}
 #: Op types that may carry the in_slice attribute (a partial conv over a slice of input channels).
 PARTIAL_TYPES = ("conv2d", "dense")
-_POOL_DEFAULTS = {"strides": [1, 1], "pads": [0, 0, 0, 0]}
-
-OP_SPECS: dict[str, OpSpec] = {
-    "conv2d": OpSpec(dict(_CONV_DEFAULTS, in_slice=None), params=("weights",), optional_params=("bias",)),
-    "depthwise_conv2d": OpSpec(dict(_CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
-    "conv2d_transpose": OpSpec(dict(_CONV_DEFAULTS, output_padding=[0, 0]), params=("weights",),
-                               optional_params=("bias",)),
-    "dense": OpSpec({"act": "none", "alpha": None, "in_slice": None}, params=("weights",),
-                    optional_params=("bias",)),
-    "max_pool2d": OpSpec(dict(_POOL_DEFAULTS), required=("kernel",)),
-    "avg_pool2d": OpSpec(dict(_POOL_DEFAULTS, kernel=None, count_include_pad=True, **{"global": False})),
-    "eltwise_add": OpSpec({"act": "none"}, n_inputs=(1, 4)),
-    "eltwise_mul": OpSpec({"act": "none"}, n_inputs=(2, 2)),
-    "concat": OpSpec({"axis": 1}, n_inputs=(1, 1 << 16)),
-    "upsample_nearest": OpSpec(required=("scale",)),
-    "activation": OpSpec({"alpha": None}, required=("mode",), optional_params=("alpha",)),
-}
 
 
 def spec(op: Op) -> OpSpec:
@@ -383,11 +357,8 @@ def fix_point(graph: Graph, name: str, op: Op) -> int:
 def quant_params(op: Op, graph: Graph) -> Any:
     """The `quant.rules` parameters of `op` from the fix_points of its tensors (QuantizationError if the DPU
     cannot do it). Both the golden reference and the code generator call this."""
-    handler = _QUANT.get(op.type)
-    if handler is None:
-        spec(op)
-        raise GraphError(f"{op.where()}: no quantization rule for op type {op.type!r}")
-    return handler(op, graph)
+    spec(op)
+    return hook(op.type, "quant")(op, graph)
 
 
 def is_depthwise(op: Op, graph: Graph) -> bool:
@@ -400,7 +371,8 @@ def is_depthwise(op: Op, graph: Graph) -> bool:
     return g > 1 and g == fmap_shape(graph, op.inputs[0], op)[1] == fmap_shape(graph, op.outputs[0], op)[1]
 
 
-def _q_conv(op: Op, graph: Graph) -> rules.ConvQuant:
+def quant_conv(op: Op, graph: Graph) -> rules.ConvQuant:
+    """Quantization rule of conv2d / depthwise / transposed conv / dense (shifts from the tensors' fix_points)."""
     w = graph.param(op, "weights")
     b = graph.param(op, "bias", required=False)
     assert w is not None
@@ -411,33 +383,39 @@ def _q_conv(op: Op, graph: Graph) -> rules.ConvQuant:
                              fp_b, attr(op, "act"), attr(op, "alpha"), engine)
 
 
-def _q_eltwise(op: Op, graph: Graph) -> rules.EltwiseQuant:
+def quant_eltwise(op: Op, graph: Graph) -> rules.EltwiseQuant:
+    """Quantization rule of eltwise_add / eltwise_mul: per-input read shifts and the write shift."""
     kind = "add" if op.type == "eltwise_add" else "mul"
     return rules.eltwise_params(op.name, kind, [fix_point(graph, i, op) for i in op.inputs],
                                 fix_point(graph, op.outputs[0], op), attr(op, "act"))
 
 
-def _q_maxpool(op: Op, graph: Graph) -> rules.MaxPoolQuant:
+def quant_maxpool(op: Op, graph: Graph) -> rules.MaxPoolQuant:
+    """Quantization rule of max_pool2d: the requantizing shift (0 when the fix_point is shared)."""
     return rules.maxpool_params(op.name, fix_point(graph, op.inputs[0], op), fix_point(graph, op.outputs[0], op))
 
 
-def _q_avgpool(op: Op, graph: Graph) -> rules.AvgPoolQuant:
+def quant_avgpool(op: Op, graph: Graph) -> rules.AvgPoolQuant:
+    """Quantization rule of avg_pool2d: the DPU's kh*kw divisor as a multiply and shift."""
     win = pool_window(op, graph)
     return rules.avgpool_params(op.name, win.kh, win.kw, fix_point(graph, op.inputs[0], op),
                                 fix_point(graph, op.outputs[0], op))
 
 
-def _q_concat(op: Op, graph: Graph) -> rules.ConcatQuant:
+def quant_concat(op: Op, graph: Graph) -> rules.ConcatQuant:
+    """Quantization rule of concat: which inputs need requantizing into the output fix_point."""
     return rules.concat_params(op.name, [fix_point(graph, i, op) for i in op.inputs],
                                fix_point(graph, op.outputs[0], op))
 
 
-def _q_upsample(op: Op, graph: Graph) -> None:
+def quant_upsample(op: Op, graph: Graph) -> None:
+    """Quantization rule of upsample_nearest: input and output must share the fix_point (returns None)."""
     rules.same_fix_point(op.name, fix_point(graph, op.inputs[0], op), fix_point(graph, op.outputs[0], op),
                          "nearest upsampling")
 
 
-def _q_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuant | rules.ReluQuant:
+def quant_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuant | rules.ReluQuant:
+    """Quantization rule of A standalone activation, by mode."""
     fp_in = fix_point(graph, op.inputs[0], op)
     fp_out = fix_point(graph, op.outputs[0], op)
     mode = attr(op, "mode")
@@ -452,18 +430,3 @@ def _q_activation(op: Op, graph: Graph) -> rules.PreluQuant | rules.HSigmoidQuan
     if mode in ("relu", "relu6"):
         return rules.relu_params(op.name, fp_in, fp_out, mode)
     raise GraphError(f"{op.where()}: activation mode {mode!r} is not one of {ACTIVATION_MODES}")
-
-
-_QUANT: dict[str, Callable[[Op, Graph], Any]] = {
-    "conv2d": _q_conv,
-    "depthwise_conv2d": _q_conv,
-    "conv2d_transpose": _q_conv,
-    "dense": _q_conv,
-    "max_pool2d": _q_maxpool,
-    "avg_pool2d": _q_avgpool,
-    "eltwise_add": _q_eltwise,
-    "eltwise_mul": _q_eltwise,
-    "concat": _q_concat,
-    "upsample_nearest": _q_upsample,
-    "activation": _q_activation,
-}

@@ -5,6 +5,8 @@ A function of its own, not a Graph method, because the op specs (ops.py) are bui
 sits below the op semantics, and validation needs both."""
 from __future__ import annotations
 
+from typing import Any, Callable, Mapping
+
 import numpy as np
 
 from tvm_dpu.xgraph import ops as opspec
@@ -64,6 +66,29 @@ def validate_graph(graph: Graph) -> None:
             raise GraphError(f"graph {graph.name!r}: output {name!r} is never produced")
     if graph.root is not None:
         _check_subgraphs(graph)
+
+def validate_feeds(graph: Graph, feeds: Mapping[str, Any]) -> None:
+    """`validate_graph`, then GraphError unless `feeds` names exactly the graph's inputs (the reference
+    interpreters' entry check; each then checks the values' dtype and shape its own way)."""
+    validate_graph(graph)
+    missing = [n for n in graph.inputs if n not in feeds]
+    if missing:
+        raise GraphError(f"graph {graph.name!r}: no feed for input(s) {missing}")
+    extra = [n for n in feeds if n not in graph.inputs]
+    if extra:
+        raise GraphError(f"graph {graph.name!r}: feed(s) {extra} are not graph inputs")
+
+
+def run_ops(graph: Graph, env: dict[str, Any], step: Callable[[Op, Graph, dict[str, Any]], dict[str, Any]],
+            keep_all: bool) -> dict[str, Any]:
+    """Run every op of `graph` in order with `step(op, graph, env) -> {output: value}` on the fed `env` (see
+    `validate_feeds`); the graph outputs by name, or every tensor computed with keep_all=True."""
+    for op in graph.ops:
+        env.update(step(op, graph, env))
+    if keep_all:
+        return env
+    return {name: env[name] for name in graph.outputs}
+
 
 def _check_tensor(graph: Graph, key: str, t: Tensor) -> None:
     if key != t.name:

@@ -1,0 +1,12 @@
+"""Depthwise convolution (groups == C_in == C_out, multiplier 1), run on the ALU."""
+from __future__ import annotations
+
+from tvm_dpu.ops import OpDef, OpSpec
+from tvm_dpu.ops.conv import CONV_DEFAULTS
+
+# the conv2d pattern with groups == C == O; act none / relu / relu6
+DEPTHWISE_CONV2D = OpDef(
+    "depthwise_conv2d", OpSpec(dict(CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
+    golden="golden_conv:eval_conv2d", float_ref="eval_conv2d", quant="quant_conv", fix_points="fp_conv",
+    cost="alu_layer", emitter="emit_conv_class", patterns=("dpu.conv2d",), relax_ops=("relax.nn.conv2d",),
+    doc="depthwise conv on the ALU")

@@ -1,0 +1,10 @@
+"""Nearest-neighbour upsampling by integer factors `scale` [sh, sw] (pixel replication, same fix_point in and
+out)."""
+from __future__ import annotations
+
+from tvm_dpu.ops import OpDef, OpSpec
+
+UPSAMPLE_NEAREST = OpDef(
+    "upsample_nearest", OpSpec(required=("scale",)), golden="golden_misc:eval_upsample_nearest",
+    float_ref="eval_upsample_nearest", quant="quant_upsample", fix_points="fp_upsample", cost="alu_layer",
+    emitter="emit_upsample_op", patterns=("dpu.upsample",), relax_ops=("relax.image.resize2d",))
