@@ -171,7 +171,7 @@ class Program:
         # wait for work it does not need (e.g. the LOADs of tile t+1 for the CONVs of tile t instead of t-1,
         # which serialises the double buffer). Except when the pair's previous wait comes after `dep`: then the
         # post moves to src's first instruction at or after that wait, so the pair's counter never holds more
-        # than one token along program order (vai_c's programs never do: COUNTER_DEPTH in timing/depcheck.py).
+        # than one token along program order (CODEGEN_COUNTER_DEPTH in timing/depcheck.py).
         # Token order stays consistent: every earlier post of src to dst is at an index <= covered < the post,
         # so the posts reach dst in the order of its waits.
         # When src has no instruction there, the previous wait is made to wait for `dep` instead (its post moves

@@ -106,7 +106,25 @@ def inspect_json(model: XModel) -> dict[str, Any]:
                                            for r in d.regions.values()}} for d in dpus]}
 
 
+def check_deps(path: Any, races: bool = True) -> dict[str, dict[str, Any]]:
+    """The dependency checker (tvm_dpu.timing.depcheck) on every DPU subgraph of a vai_c xmodel, races found from
+    the emulator's access sets on the subgraph's own regions: {subgraph: {"program": DepReport}}."""
+    from tvm_dpu.runtime.dep_check import check_code
+
+    from .runner import load_xmodel
+
+    runner = load_xmodel(path)
+    return {name: {"program": check_code(p.sg.code, runner.arch, p.new_regions(), races)}
+            for name, p in runner.programs.items()}
+
+
 def run_inspect(args: Any) -> int:
+    if getattr(args, "check_deps", False):
+        from tvm_dpu.runtime.dep_check import format_reports
+
+        reports = check_deps(args.artifact)
+        print(format_reports(reports))
+        return 0 if all(r.ok for per in reports.values() for r in per.values()) else 2
     model = read_xmodel(args.artifact)
     if args.json:
         print(json.dumps(inspect_json(model), indent=2))
