@@ -94,7 +94,7 @@ def test_fuzz_mutated_and_truncated_gives_only_xmodel_error(edits, cut):
 
 def test_a_crlf_damaged_copy_is_one_clear_error():
     """A damage met in the wild: a fork of DPU-PYNQ stores an xmodel that git's CRLF->LF conversion shortened
-    (every 0x0d before 0x0a dropped; /work/scratch/xmodels/PROVENANCE.txt). The reader names the field and offset
+    (every 0x0d before 0x0a dropped; tests/data/xmodel/PUBLIC_NETWORKS.txt). The reader names the field and offset
     where the stream stops making sense instead of returning a wrong graph."""
     assert _BASE.count(b"\r\n") > 100
     with pytest.raises(XModelError, match=r"field Graph\.op_node.* at offset \d+"):

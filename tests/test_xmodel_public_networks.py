@@ -1,5 +1,5 @@
 """vai_c networks too large to vendor (> 1 MB), checked where a copy is at hand: set TVM_DPU_XMODELS to a directory
-holding them (file names and sources in /work/scratch/xmodels/PROVENANCE.txt; the test skips a file it cannot find).
+holding them (file names and sources in tests/data/xmodel/PUBLIC_NETWORKS.txt; the test skips a file it cannot find).
 
 YOLOX-nano (Vitis AI model zoo, compiled by vai_c_xir 2.5 for the KV260 B4096 and B512 DPUs; from
 iotengineer22/kv260-ubuntu-test, Apache-2.0): 83 conv2d-fix, 30 depthwise-conv2d-fix, 7 eltwise-fix, 16 concat-fix,
@@ -16,7 +16,7 @@ import pytest
 from tvm_dpu.xmodel.runner import load_xmodel
 from xmodel_reference import reference_values
 
-ROOT = Path(os.environ.get("TVM_DPU_XMODELS", "/work/scratch/xmodels"))
+ROOT = Path(os.environ.get("TVM_DPU_XMODELS", "xmodels-not-vendored"))
 YOLOX = {"b4096": "yolox_nano_b4096_kv260-ubuntu-test_75f296b4ec8e95884c93db81778009db97cd788e.xmodel",
          "b512": "yolox_nano_b512_kv260-ubuntu-test_d8e11740a58a72e58df98e3defb08cf9a94f6a29.xmodel"}
 
