@@ -30,21 +30,22 @@ def keys(tmp_path_factory):
     return signing.generate_keypair(d / "a"), signing.generate_keypair(d / "b")
 
 
+def _save_signed(single, keys, tmp_path_factory, name, boards):
+    (priv, _), _ = keys
+    out = tmp_path_factory.mktemp(name)
+    PipelineModel.from_model(single, boards=boards).save(out, sign=priv)
+    return out
+
+
 @pytest.fixture(scope="module")
 def signed(single, keys, tmp_path_factory):
-    (priv, _), _ = keys
-    out = tmp_path_factory.mktemp("signed")
-    PipelineModel.from_model(single, boards=3).save(out, sign=priv)
-    return out
+    return _save_signed(single, keys, tmp_path_factory, "signed", boards=3)
 
 
 @pytest.fixture(scope="module")
 def other(single, keys, tmp_path_factory):
     """Another pipeline of the same model, signed by the same key (2 boards: other stage contents)."""
-    (priv, _), _ = keys
-    out = tmp_path_factory.mktemp("other")
-    PipelineModel.from_model(single, boards=2).save(out, sign=priv)
-    return out
+    return _save_signed(single, keys, tmp_path_factory, "other", boards=2)
 
 
 def _copy(src, dst):
