@@ -117,7 +117,10 @@ class Plugin:
 
     def partition(self, graph: PluginGraph) -> Iterable[Any]:
         """The ops this plugin's IP takes: PluginOp objects, op names, or groups (lists) of them. Adjacent claimed
-        ops merge into one subgraph as far as possible without creating a cycle (Vitis AI's merge_subgraph)."""
+        ops merge into one subgraph as far as possible without creating a cycle (Vitis AI's merge_subgraph).
+        A plugin that only supplies XIR CPU ops (`cpu_ops`) claims nothing by default."""
+        if self.cpu_ops:
+            return []
         raise NotImplementedError
 
     def float_reference(self, subgraph: PluginSubgraph, inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -17,9 +17,6 @@ class VitisMylayer(Plugin):
     version = "1"
     cpu_ops = ("Mylayer",)
 
-    def partition(self, graph):
-        return []
-
     def cpu(self, op_type, name, attrs, inputs, output_shape):
         if len(inputs) != 2:
             raise PluginError(f"Mylayer op {name!r}: expected inputs (x, alpha), got {len(inputs)}")

@@ -20,9 +20,6 @@ class VitisPPScatter(Plugin):
     version = "1"
     cpu_ops = ("PPScatterV2",)
 
-    def partition(self, graph):
-        return []
-
     def cpu(self, op_type, name, attrs, inputs, output_shape):
         if len(inputs) != 2:
             raise PluginError(f"PPScatterV2 op {name!r}: expected inputs (features, coords), got {len(inputs)}")
