@@ -14,7 +14,7 @@ MAX_POOL2D = OpDef(
 # global average pooling (kernel = input H x W) is checked against its own limits
 AVG_POOL2D = OpDef(
     "avg_pool2d", OpSpec(dict(_POOL_DEFAULTS, kernel=None, count_include_pad=True, **{"global": False})),
-    golden="golden_pool:eval_avg_pool2d", float_ref="eval_avg_pool2d", quant="quant_avgpool", fix_points="fp_free",
+    golden="golden_pool:eval_avg_pool2d", float_ref="eval_avg_pool2d", quant="quant_avgpool", fix_points="fp_avg_pool",
     cost="alu_layer", emitter="emit_pool", limit_kinds=("global_avg_pool",),
     patterns=("dpu.avg_pool2d", "dpu.global_avg_pool"), relax_ops=("relax.nn.avg_pool2d", "relax.mean"),
     doc="window mean; the DPU divides by kh*kw (count_include_pad semantics)")

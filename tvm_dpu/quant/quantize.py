@@ -33,7 +33,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -56,7 +56,6 @@ from tvm_dpu.xgraph import ops as opspec
 from tvm_dpu.xgraph.graph import Graph, Op, Tensor
 from tvm_dpu.xgraph.validate import validate_graph
 
-CONV_TYPES = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "dense")
 #: Largest shift_bias = fp_in + fp_w - fp_bias (its ISA field is shift_bias + 1 <= 20).
 MAX_SHIFT_BIAS = rules.SHIFT_BIAS_ISA_MAX - 1
 _MAX_ROUNDS = 1000
@@ -71,6 +70,16 @@ class FixPointRule:
     pin: tuple[int, str] | None = None
     tie: Literal["same", "share", "share_inputs"] | None = None
     why: str = ""  # what the op is, for the error when a "same" tie meets two pins
+    #: A conv-class op: its weights and bias take the shift_cut / bias-shift constraints (step 5).
+    weighted: bool = False
+    #: The largest fix_point the op's input may have, and why (lowered to it unless an override fixes it).
+    input_max: tuple[int, str] | None = None
+    #: The op applies LeakyReLU: its slope becomes exactly 26/256 (step 6).
+    leaky: bool = False
+    #: A parameter role whose fix_point must be 0 when it holds negative values (PReLU slopes on the ALU).
+    signed_param: str | None = None
+    #: A check of the op's attributes the DPU's arithmetic needs (raises QuantizationError naming the op).
+    check: Callable[[Op], None] | None = None
 
 
 def fp_free(op: Op) -> FixPointRule:
@@ -79,13 +88,22 @@ def fp_free(op: Op) -> FixPointRule:
 
 
 def fp_conv(op: Op) -> FixPointRule:
-    """A conv-class op: relu6 pins the output (clip at 6 is exact only at RELU6_FIX_POINT)."""
-    return FixPointRule((RELU6_FIX_POINT, "relu6")) if opspec.attr(op, "act") == "relu6" else FixPointRule()
+    """A conv-class op: relu6 pins the output (clip at 6 is exact only at RELU6_FIX_POINT); the weights and bias
+    follow shift_cut."""
+    act = opspec.attr(op, "act")
+    return FixPointRule((RELU6_FIX_POINT, "relu6") if act == "relu6" else None, weighted=True,
+                        leaky=act == "leaky_relu")
 
 
 def fp_max_pool(op: Op) -> FixPointRule:
     """max pool keeps the scale: sharing the fix_point makes it exact."""
     return FixPointRule(tie="share")
+
+
+def fp_avg_pool(op: Op) -> FixPointRule:
+    """avg pool rescales (chosen from statistics); padding must be counted in the divisor."""
+    return FixPointRule(check=lambda o: rules.check_avgpool_padding(
+        o.name, opspec.attr(o, "pads"), bool(opspec.attr(o, "count_include_pad"))))
 
 
 def fp_upsample(op: Op) -> FixPointRule:
@@ -99,13 +117,17 @@ def fp_concat(op: Op) -> FixPointRule:
 
 
 def fp_activation(op: Op) -> FixPointRule:
-    """relu6 and hard_sigmoid pin their output; relu keeps the scale (weight 1, shift 0 when shared)."""
+    """relu6 and hard_sigmoid pin their output (hard sigmoid also bounds its input's fix_point: the ALU's shift
+    field); relu keeps the scale (weight 1, shift 0 when shared); PReLU slopes that go negative need fp 0."""
     mode = opspec.attr(op, "mode")
     if mode == "relu6":
         return FixPointRule((RELU6_FIX_POINT, "relu6"))
     if mode == "hard_sigmoid":
-        return FixPointRule((rules.HSIGMOID_FIX_POINT, "hard_sigmoid"))
-    return FixPointRule(tie="share") if mode == "relu" else FixPointRule()
+        return FixPointRule((rules.HSIGMOID_FIX_POINT, "hard_sigmoid"),
+                            input_max=(rules.SHIFT_BIAS_ISA_MAX, f"hard-sigmoid {op.name!r}"))
+    if mode == "relu":
+        return FixPointRule(tie="share")
+    return FixPointRule(leaky=mode == "leaky_relu", signed_param="alpha" if mode == "prelu" else None)
 
 
 @dataclass
@@ -265,7 +287,8 @@ class _Quantizer:
             if name in groups.parent:
                 groups.pin[name] = (fp, "override")
         # each kind's `fix_points` hook (tvm_dpu/ops/) says what its output's fix_point is tied to
-        fp_rules = [(op, op_hook(op.type, "fix_points")(op)) for op in g.ops]
+        self.rules = {op.name: op_hook(op.type, "fix_points")(op) for op in g.ops}
+        fp_rules = [(op, self.rules[op.name]) for op in g.ops]
         for op, rule in fp_rules:
             if rule.pin is not None:
                 self._pin(op.outputs[0], *rule.pin, op)
@@ -358,7 +381,7 @@ class _Quantizer:
 
     def _conv_constraints(self) -> dict[str, int]:
         """fp_w per conv op after the shift_cut rule (may lower feature-map groups)."""
-        convs = [op for op in self.g.ops if op.type in CONV_TYPES]
+        convs = [op for op in self.g.ops if self.rules[op.name].weighted]
         weights = [op.params["weights"] for op in convs]
         searchable = [w for w in dict.fromkeys(weights) if w not in self.overrides and self.g.tensors[w].data is not None
                       and self.g.tensors[w].data.dtype.kind == "f"]
@@ -390,14 +413,13 @@ class _Quantizer:
                         f"outside [{rules.SHIFT_CUT_MIN}, {rules.SHIFT_CUT_MAX}] and the fix_points involved are "
                         "all fixed (overrides / relu6)")
             for op in self.g.ops:
-                if op.type == "activation" and opspec.attr(op, "mode") == "hard_sigmoid":
-                    fi = self.fp(op.inputs[0])
-                    if fi > rules.SHIFT_BIAS_ISA_MAX:
-                        if self.groups.find(op.inputs[0]) in self.groups.pin:
-                            raise QuantizationError(f"{op.where()}: hard-sigmoid input fix_point {fi} > "
-                                                    f"{rules.SHIFT_BIAS_ISA_MAX} is fixed by an override")
-                        self._lower_group(op.inputs[0], rules.SHIFT_BIAS_ISA_MAX, f"hard-sigmoid {op.name!r}")
-                        changed = True
+                bound = self.rules[op.name].input_max
+                if bound is not None and self.fp(op.inputs[0]) > bound[0]:
+                    if self.groups.find(op.inputs[0]) in self.groups.pin:
+                        raise QuantizationError(f"{op.where()}: input fix_point {self.fp(op.inputs[0])} > "
+                                                f"{bound[0]} ({bound[1]}) is fixed by an override")
+                    self._lower_group(op.inputs[0], *bound)
+                    changed = True
             if not changed:
                 break
         else:  # pragma: no cover - fps only decrease, so this cannot loop forever
@@ -423,12 +445,13 @@ class _Quantizer:
 
     def _other_constants(self) -> None:
         for op in self.g.ops:
-            if op.type == "activation" and opspec.attr(op, "mode") == "prelu":
-                aname = op.params["alpha"]
-                fp = self._const(aname, "alpha")
+            role = self.rules[op.name].signed_param
+            if role is not None:
+                aname = op.params[role]
+                fp = self._const(aname, role)
                 if np.any(self.g.tensors[aname].data < 0) and fp != 0:
-                    self.report.notes.append(f"{op.where()}: slopes {aname!r} fix_point {fp} -> 0 (negative slopes "
-                                             "need fp_alpha = 0 on the ALU)")
+                    self.report.notes.append(f"{op.where()}: {role} {aname!r} fix_point {fp} -> 0 (negative values "
+                                             "need fix_point 0 on the ALU)")
                     fp = 0
                 self._set_const(aname, fp, "prelu_sign", op)
             for name in op.inputs:
@@ -439,15 +462,15 @@ class _Quantizer:
     # -- steps 6-7: build and check ----------------------------------------------------------------------
     def _op(self, op: Op) -> Op:
         attrs = copy.deepcopy(op.attrs)
-        if op.type in CONV_TYPES and opspec.attr(op, "act") == "leaky_relu" or (
-                op.type == "activation" and opspec.attr(op, "mode") == "leaky_relu"):
+        rule = self.rules[op.name]
+        if rule.leaky:
             alpha = opspec.attr(op, "alpha")
             rules.check_leaky_alpha(op.name, alpha)
             if alpha is not None and float(alpha) != LEAKY_ALPHA:
                 self.report.notes.append(f"{op.where()}: LeakyReLU alpha {alpha} -> {LEAKY_ALPHA} (26/256)")
             attrs["alpha"] = LEAKY_ALPHA
-        if op.type == "avg_pool2d":
-            rules.check_avgpool_padding(op.name, opspec.attr(op, "pads"), bool(opspec.attr(op, "count_include_pad")))
+        if rule.check is not None:
+            rule.check(op)
         return Op(op.name, op.type, list(op.inputs), list(op.outputs), attrs, dict(op.params), list(op.source))
 
     def _kind(self, name: str) -> str:
