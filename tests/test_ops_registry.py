@@ -90,12 +90,12 @@ def test_every_kind_has_a_pattern_a_converter_and_an_emitter():
 
 
 def test_a_kind_lacking_a_stage_is_reported_unless_it_says_why():
-    planted = OpDef("rot90", OpSpec(), golden="m:f", float_ref="m:f", quant="m:f", fix_points="m:f", cost="m:f", emitter=None,
-                    patterns=("dpu.rot90",), relax_ops=("relax.rot90",))
+    planted = OpDef("rot90", OpSpec(), golden="m:f", float_ref="m:f", quant="m:f", fix_points="m:f", cost="m:f",
+                    work="m:f", emitter=None, patterns=("dpu.rot90",), relax_ops=("relax.rot90",))
     got = missing_stages([planted], ["dpu.conv2d"], {"relax.nn.conv2d"})
     assert got == ["rot90: no pattern in the table", "rot90: no converter for ['relax.rot90']", "rot90: no emitter"]
-    on_cpu = OpDef("rot90", OpSpec(), golden="m:f", float_ref="m:f", quant="m:f", fix_points="m:f", cost="m:f", emitter=None,
-                   cpu_reason="the DPU has no rotation")
+    on_cpu = OpDef("rot90", OpSpec(), golden="m:f", float_ref="m:f", quant="m:f", fix_points="m:f", cost="m:f",
+                   work="m:f", emitter=None, cpu_reason="the DPU has no rotation")
     assert missing_stages([on_cpu], [], set()) == []
 
 

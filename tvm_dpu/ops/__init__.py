@@ -35,6 +35,7 @@ HOOK_USERS = {
     "quant": "tvm_dpu.xgraph.ops",
     "fix_points": "tvm_dpu.quant.quantize",
     "cost": "tvm_dpu.timing.analytic",
+    "work": "tvm_dpu.timing.analytic",
     "emitter": "tvm_dpu.codegen.compiler",
 }
 
@@ -77,6 +78,7 @@ class OpDef:
     quant: str
     fix_points: str
     cost: str
+    work: str
     emitter: str | None  # None: the code generator has no emitter; `cpu_reason` must say why
     #: Names of this op in the DPU limit checks (arch.opdesc.OpDesc.kind): the kind itself plus the special cases
     #: the limits table checks separately (global average pooling, depthwise transposed conv).

@@ -12,6 +12,6 @@ ACTIVATION_MODES = ("leaky_relu", "prelu", "hard_sigmoid", "relu", "relu6")
 ACTIVATION = OpDef(
     "activation", OpSpec({"alpha": None}, required=("mode",), optional_params=("alpha",)),
     golden="golden_misc:eval_activation", float_ref="eval_activation", quant="quant_activation",
-    fix_points="fp_activation", cost="alu_layer", emitter="emit_activation",
+    fix_points="fp_activation", cost="alu_layer", work="pass_work", emitter="emit_activation",
     patterns=("dpu.activation", "dpu.hard_sigmoid", "dpu.sigmoid"),
     relax_ops=("relax.nn.relu", "relax.clip", "relax.nn.leakyrelu"))

@@ -8,5 +8,6 @@ from tvm_dpu.ops.conv import CONV_DEFAULTS
 DEPTHWISE_CONV2D = OpDef(
     "depthwise_conv2d", OpSpec(dict(CONV_DEFAULTS), params=("weights",), optional_params=("bias",)),
     golden="golden_conv:eval_conv2d", float_ref="eval_conv2d", quant="quant_conv", fix_points="fp_conv",
-    cost="alu_layer", emitter="emit_conv_class", patterns=("dpu.conv2d",), relax_ops=("relax.nn.conv2d",),
+    cost="depthwise_layer", work="depthwise_work", emitter="emit_conv_class", patterns=("dpu.conv2d",),
+    relax_ops=("relax.nn.conv2d",),
     doc="depthwise conv on the ALU")

@@ -6,5 +6,6 @@ from tvm_dpu.ops import OpDef, OpSpec
 
 UPSAMPLE_NEAREST = OpDef(
     "upsample_nearest", OpSpec(required=("scale",)), golden="golden_misc:eval_upsample_nearest",
-    float_ref="eval_upsample_nearest", quant="quant_upsample", fix_points="fp_upsample", cost="alu_layer",
+    float_ref="eval_upsample_nearest", quant="quant_upsample", fix_points="fp_upsample",
+    cost="copy_layer", work="move_work",
     emitter="emit_upsample_op", patterns=("dpu.upsample",), relax_ops=("relax.image.resize2d",))

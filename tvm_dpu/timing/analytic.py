@@ -142,29 +142,50 @@ def conv_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
                          (tw, th, tic, toc))
 
 
-def alu_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
-    """Estimate of an ALU / ELEW / copy op: one pass over its rows."""
+def _pass_layer(m: MachineModel, op: LayerDesc, taps: int = 1, per_pixel: int = 1, extra_load: float = 0.0,
+                moves: bool = True, computes: bool = True) -> LayerEstimate:
+    """One pass over an ALU / ELEW / copy op's output rows: `taps` window positions and `per_pixel` input reads per
+    output pixel; `moves` False when the op's bytes are never loaded or saved (aliased), `computes` False when no
+    engine computes it (a copy)."""
     a, p = m.arch, m.params
     ins = [t.shape for t in op.inputs if len(t.shape) == 4]
     out = op.outputs[0].shape
     _, c, oh, ow = out if len(out) == 4 else (1, int(np.prod(out[1:])), 1, 1)
-    cg = _ceil(c, a.icp)
-    load = float(sum(int(np.prod(s[1:])) for s in ins))
-    save = float(c * oh * ow)
-    taps, per_pixel = 1, 1
-    if op.type in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
-        taps = op.window[0] * op.window[1]
-        if op.type == "depthwise_conv2d":
-            load += c * (taps + 1)
-    elif op.type in ("eltwise_add", "eltwise_mul"):
-        per_pixel = _ceil(len(op.inputs), max(1, p.elew_inputs_per_cycle))
-    elif op.type == "concat":
-        # concat inputs saved straight into the output's channel slices cost nothing (codegen aliasing)
-        load = save = 0.0
-    rows = _ceil(oh, a.alu_pp)
-    compute = 0.0 if op.type in ("concat", "upsample_nearest") else rows * (ow * taps * cg * per_pixel +
-                                                                              p.alu_fill_cycles)
+    load = float(sum(int(np.prod(s[1:])) for s in ins)) + extra_load if moves else 0.0
+    save = float(c * oh * ow) if moves else 0.0
+    compute = _ceil(oh, a.alu_pp) * (ow * taps * _ceil(c, a.icp) * per_pixel + p.alu_fill_cycles) if computes else 0.0
     return LayerEstimate(op.name, op.type, 2.0 * op.macs, load, save, compute, _transfer(m, load, save))
+
+
+def alu_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """Estimate of an op the ALU runs in one pass of one tap per pixel (activations, a plugin's kinds)."""
+    return _pass_layer(m, op)
+
+
+def window_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """A pool on the ALU: one pass with kh*kw taps per output pixel."""
+    return _pass_layer(m, op, taps=op.window[0] * op.window[1])
+
+
+def depthwise_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """A depthwise conv on the ALU: a pool's pass plus its per-channel weights and bias."""
+    taps = op.window[0] * op.window[1]
+    return _pass_layer(m, op, taps=taps, extra_load=float(op.outputs[0].chw[0] * (taps + 1)))
+
+
+def elew_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """An element-wise op: each output pixel reads its inputs, `elew_inputs_per_cycle` at a time."""
+    return _pass_layer(m, op, per_pixel=_ceil(len(op.inputs), max(1, m.params.elew_inputs_per_cycle)))
+
+
+def concat_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """concat inputs saved straight into the output's channel slices cost nothing (codegen aliasing)."""
+    return _pass_layer(m, op, moves=False, computes=False)
+
+
+def copy_layer(m: MachineModel, op: LayerDesc) -> LayerEstimate:
+    """A data-movement op (nearest upsampling): its LOAD and SAVE, no compute."""
+    return _pass_layer(m, op, computes=False)
 
 
 def analytic_estimate(layers: Sequence[LayerDesc], arch: Arch | str,
@@ -210,26 +231,45 @@ class _Work:
     reload: int = 1  # how many times the op reads its input
 
 
-def _work(op: LayerDesc, arch: Arch) -> _Work:
-    t = op.type
+def conv_work(op: LayerDesc, arch: Arch) -> _Work:
+    """A CONV-engine op in a fused group: its MACs per cycle, its weights, and how often the input is re-read
+    (once per block of output-channel groups whose weights fit a bank)."""
+    kh, kw, _, _ = op.window
     c_out, h, w = op.outputs[0].chw
-    wk = _Work()
-    if t in ("conv2d", "dense", "conv2d_transpose"):
-        kh, kw, _, _ = op.window
-        cin = op.inputs[0].chw[0]
-        wk.conv = _ceil(cin // op.groups, arch.icp) * _ceil(c_out, arch.ocp) * _ceil(h, arch.pp) * w * kh * kw
-        rows, cg_out = weight_rows(op, arch)
-        wk.reload = _ceil(cg_out, max(1, arch.bank_depth // max(rows, 1)))
-        wk.weights = op.weights + c_out
-    elif t in ("depthwise_conv2d", "max_pool2d", "avg_pool2d"):
-        kh, kw, _, _ = op.window
-        wk.misc = _ceil(c_out, arch.icp) * _ceil(h, arch.alu_pp) * w * kh * kw
-        if t == "depthwise_conv2d":
-            wk.weights = op.weights + c_out
-    elif t in ("eltwise_add", "eltwise_mul", "activation"):
-        wk.misc = _ceil(c_out, arch.icp) * _ceil(h, arch.alu_pp) * w * len(op.inputs)
-    # concat / upsample: pure data movement (their LOAD/SAVE bytes are counted by the caller)
+    cin = op.inputs[0].chw[0]
+    rows, cg_out = weight_rows(op, arch)
+    return _Work(conv=_ceil(cin // op.groups, arch.icp) * _ceil(c_out, arch.ocp) * _ceil(h, arch.pp) * w * kh * kw,
+                 weights=op.weights + c_out, reload=_ceil(cg_out, max(1, arch.bank_depth // max(rows, 1))))
+
+
+def window_work(op: LayerDesc, arch: Arch) -> _Work:
+    """A pool on the ALU: kh*kw taps per output pixel."""
+    kh, kw, _, _ = op.window
+    c_out, h, w = op.outputs[0].chw
+    return _Work(misc=_ceil(c_out, arch.icp) * _ceil(h, arch.alu_pp) * w * kh * kw)
+
+
+def depthwise_work(op: LayerDesc, arch: Arch) -> _Work:
+    """A depthwise conv on the ALU: a pool's taps plus its per-channel weights and bias."""
+    wk = window_work(op, arch)
+    wk.weights = op.weights + op.outputs[0].chw[0]
     return wk
+
+
+def pass_work(op: LayerDesc, arch: Arch) -> _Work:
+    """An element-wise op or activation on the ALU: one read per input per output pixel."""
+    c_out, h, w = op.outputs[0].chw
+    return _Work(misc=_ceil(c_out, arch.icp) * _ceil(h, arch.alu_pp) * w * len(op.inputs))
+
+
+def move_work(op: LayerDesc, arch: Arch) -> _Work:
+    """concat / upsample: pure data movement (their LOAD/SAVE bytes are counted by the caller)."""
+    return _Work()
+
+
+def _work(op: LayerDesc, arch: Arch) -> _Work:
+    # each kind's `work` hook (tvm_dpu/ops/); a plugin's kind is data movement here, as before the registry
+    return op_hook(op.type, "work")(op, arch) if op.type in op_kinds() else move_work(op, arch)
 
 
 def group_cycles(members: Sequence[LayerDesc], template: str, arch: Arch, consumers: Mapping[str, int],
