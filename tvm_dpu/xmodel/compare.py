@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DPUError, XModelError
+from ..quant.rules import SHIFT_BIAS_MIN
 from ..types import CompiledSubgraph
 from .model import DpuSubgraph, XModel, XOp, XTensor, read_xmodel
 
@@ -142,8 +143,9 @@ class _Rebuild:
 
     def const(self, op: XOp, layout: str, max_fix_point: int | None = None) -> str:
         """DequantizeLinear of a const-fix op's int8 values (weights OHWI -> OIHW). `max_fix_point`: the highest
-        fix point tvm-dpu's rules allow this constant (a bias: fp_in + fp_w); a higher one is lowered where that
-        is exact (every value divisible by the power of two it drops), else refused."""
+        fix point tvm-dpu's rules allow this constant (a bias: fp_in + fp_w + 1, quant.rules.SHIFT_BIAS_MIN); a
+        higher one is lowered where that is exact (every value divisible by the power of two it drops), else
+        refused."""
         q = _const_data(self.xm, self.d, op)
         if layout == "OHWI":
             q = q.transpose(0, 3, 1, 2)
@@ -156,12 +158,10 @@ class _Rebuild:
             k = fp - max_fix_point
             if np.any(q.astype(np.int32) % (1 << k)):
                 raise XModelError(
-                    f"{self.xm.source}: bias {op.name!r} has fix_point {fp} > fp_in + fp_w = {max_fix_point}: vai_c "
-                    f"sets the CONVINIT shift_bias field to {1 - k} (the DPU doubles the accumulator), tvm-dpu's "
-                    f"quantizer requires fp_bias <= fp_in + fp_w, and the odd bias values make lowering it inexact")
-            self.notes.append(f"bias {op.name!r}: vai_c's fix_point {fp} > fp_in + fp_w = {max_fix_point} (shift_bias "
-                              f"field {1 - k}); rebuilt exactly as values / {1 << k} at fix_point {max_fix_point}, "
-                              f"which tvm-dpu's rules accept")
+                    f"{self.xm.source}: bias {op.name!r} has fix_point {fp} > {max_fix_point}, the most the DPU's "
+                    f"shift_bias field (>= 0) allows, and the odd bias values make lowering it inexact")
+            self.notes.append(f"bias {op.name!r}: fix_point {fp} > {max_fix_point}, the most the DPU's shift_bias "
+                              f"field allows; rebuilt exactly as values / {1 << k} at fix_point {max_fix_point}")
             q = (q.astype(np.int32) >> k).astype(np.int8)
             fp = max_fix_point
         qn = self.init(f"{op.name}__int8", np.ascontiguousarray(q, np.int8))
@@ -197,7 +197,7 @@ class _Rebuild:
             args = [ins[0], w]
             if op.inputs.get("bias"):
                 top = self.xm.op(ins[0]).output.fix_point + self.xm.op(op.inputs["weights"][0]).output.fix_point
-                args.append(self.const(self.xm.op(op.inputs["bias"][0]), "flat", top))
+                args.append(self.const(self.xm.op(op.inputs["bias"][0]), "flat", top - SHIFT_BIAS_MIN))
             p = [int(x) for x in a.get("pad", [0, 0, 0, 0])]  # [l, r, t, b]
             kw = {"pads": [p[2], p[0], p[3], p[1]], "strides": _hw(a.get("stride"), 1),
                   "dilations": _hw(a.get("dilation"), 1), "kernel_shape": _hw(a.get("kernel"), 1)}
