@@ -40,6 +40,13 @@ class ProgramStats:
     cycles: float | None
     timing_error: str | None = None
     programs: int = 1
+    #: cycles each engine is busy on the timing model (summed over the programs; empty without a prediction)
+    engine_busy: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def overlap(self) -> float | None:
+        """Engine-busy cycles per cycle (1.0: the engines take turns; higher: they work side by side)."""
+        return sum(self.engine_busy.values()) / self.cycles if self.cycles and self.engine_busy else None
 
 
 @dataclass
@@ -309,13 +316,18 @@ def _engines(code: np.ndarray) -> dict[str, int]:
     return {e: int(c.get(e, 0)) for e in _ENGINES}
 
 
-def _timing(codes: list[tuple[np.ndarray, Any]], arch: Any) -> tuple[float | None, str | None]:
+def _timing(codes: list[tuple[np.ndarray, Any]], arch: Any) -> tuple[float | None, str | None, dict[str, float]]:
+    """(cycles, None, engine busy cycles) of the programs on the timing model, or (None, why, {})."""
     from ..timing.simulate import simulate
 
     try:
-        return float(sum(simulate(code, arch, op_ranges=ranges).cycles for code, ranges in codes)), None
+        runs = [simulate(code, arch, op_ranges=ranges) for code, ranges in codes]
     except DPUError as e:
-        return None, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        return None, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}", {}
+    busy: Counter = Counter()
+    for r in runs:
+        busy.update(r.engine_busy)
+    return float(sum(r.cycles for r in runs)), None, {k: float(v) for k, v in busy.items()}
 
 
 class _CountingDevice:
@@ -355,7 +367,8 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
         tensor_view(regions[t.reg_id], t, where)[...] = q
     dev.execute(theirs.sg, regions)
     q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
-    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, *_timing([(theirs.sg.code, None)], arch))
+    cyc, err, busy = _timing([(theirs.sg.code, None)], arch)
+    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, cyc, err, engine_busy=busy)
     odev = _CountingDevice(arch)
     ours.pin(odev)
     floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
@@ -371,9 +384,9 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
         counts.update(_engines(r.sg.code))
     if len(ours.runners) != 1:
         notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
-    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, odev.read, odev.written,
-                        *_timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch),
-                        programs=len(ours.runners))
+    cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)
+    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, odev.read, odev.written, cyc, err,
+                        programs=len(ours.runners), engine_busy=busy)
     return SubgraphComparison(d.name, differing, total, vai, mine, notes)
 
 
