@@ -1,0 +1,373 @@
+"""On-chip residency across ops (issue 23): a chain of ops whose intermediate maps never leave the image banks.
+
+vai_c keeps a small network's maps in the banks from its input LOADs to its one SAVE: each op writes its whole
+output map straight into the layout its consumer reads (the row-store rule with the consumer's stride,
+isa1-semantics.md 3.3), and the consumer's CONVs / ALUs read it from there. The per-op emitters instead SAVE
+every map to DDR and LOAD it back tile by tile, which costs DDR traffic, LOAD/SAVE instructions and, under the
+dependency protocol, the latency of every transfer in the engines' token chains.
+
+The template "resident" is a linear chain of ops (each the only consumer of the previous one's output, no
+intermediate is a graph output) of these kinds: conv2d (groups 1, no dilation, no padding), dense (a conv whose
+kernel is its input map), max / avg pool (no padding) and the parameter-free ALU activations (hard-sigmoid,
+leaky relu). Every map of the chain is kept whole in one image bank group (`Resident`), alternately VB0 and
+VB1, each within one half of its group and never reused inside the chain:
+
+* map 0 (the chain's input) is LOADed from DDR, one LOAD per image row; channel-augmented (kw input pixels per
+  item, conv.augmentation) when the first op is a conv that gains from it;
+* op i computes from map i into map i+1: CONVs of PP output rows x the whole width per output-channel group
+  (weights all resident when they fit half the CONVW banks, else streamed group by group through the two
+  halves, the next group's weights loading while this one computes), ALUs of ALU_PP rows;
+* the last map is SAVEd, one SAVE per image row.
+
+Each image row of each map is its own resource for the dependency tracker (named under the bank half it lies
+in, so the instructions of neighbouring groups that use that half are ordered with it), so an op starts on the
+rows its producer has finished. `resident_fits` says whether a chain fits; the fusion search costs it on the
+timing model against the plan's groups (fusion.select).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
+from tvm_dpu.codegen.conv import ConvJob, augmentation, augmented_weights
+from tvm_dpu.codegen.fused_conv import load_biases, load_params
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, OUT_GROUPS_MAX, CodegenError
+from tvm_dpu.types import REG_PARAMS, FMap
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
+
+#: The fusion template name of a resident chain (a Group of any length >= 2; not an isomorphism template: the
+#: search finds the chains itself, fusion.select).
+RESIDENT = "resident"
+
+#: ALU modes a resident chain runs (those without parameters in DWCONVW).
+_ALU_ACTS = ("hard_sigmoid", "leaky_relu")
+_ALU_LENGTH = 2048  # ALU length: 11-bit minus field
+_ALU_ENDL = 8192  # ALU jump_read_endl / jump_write_endl: 13-bit minus fields
+_STRIDE_MAX = 8  # stride_offset_out is 3 bits
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A feature map kept whole in one image bank group, in the row-fetch layout of the op reading it with
+    stride `s` (isa1-semantics.md 3.3): image row y in bank (y // s) % PP of the group, from row
+    base + (y // s // PP) * s * e + (y % s) * e, pixel x `cg` rows after pixel x - 1 (channel group g at + g)."""
+
+    tag: str  # names its rows for the dependency tracker
+    vb: int  # image bank group index (0: VB0, 1: VB1)
+    bank0: int  # id of the group's first bank
+    half: int  # half of the group's rows the map lies in
+    base: int
+    h: int
+    w: int
+    cg: int
+    s: int
+
+    @property
+    def e(self) -> int:
+        """Rows between line slots (jump_read_endl / jump_write_endl)."""
+        return self.w * self.cg
+
+    def res(self, y: int) -> tuple:
+        return (f"vb{self.vb}", self.half, "res", self.tag, y)
+
+    def rows(self, y0: int, n: int) -> tuple:
+        """Resources of image rows [y0, y0 + n) that exist."""
+        return tuple(self.res(y) for y in range(max(0, y0), min(self.h, y0 + n)))
+
+    def where(self, y: int, pp: int) -> tuple[int, int]:
+        """(bank id, row of pixel 0) of image row y."""
+        k = y // self.s
+        return self.bank0 + k % pp, self.base + (k // pp) * self.s * self.e + (y % self.s) * self.e
+
+    def fetch(self, y0: int, pp: int, depth: int) -> tuple[int, list[int]]:
+        """(bank_id_in, bank_addr_in.._3) of an instruction whose first fetched row is y0 (a multiple of s)."""
+        k = y0 // self.s
+        return self.bank0 + k % pp, [(self.base + (k // pp + g) * self.s * self.e) % depth for g in range(MAX_WRAPS)]
+
+    def store(self, p0: int, pp: int, depth: int) -> tuple[int, int, int]:
+        """(bank_id_out, bank_addr_out, stride_offset_out) of an instruction writing rows from p0 (row-store rule
+        with stride_out = s, jump_write_endl = e)."""
+        k = p0 // self.s
+        return self.bank0 + k % pp, (self.base + (k // pp) * self.s * self.e) % depth, p0 % self.s
+
+    def footprint(self, pp: int) -> int:
+        """Rows of every bank of the group the map occupies."""
+        return ceil_div(ceil_div(self.h, self.s), pp) * self.s * self.e
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One op of a resident chain: its engine and geometry (a conv's after channel augmentation)."""
+
+    op: Op
+    kind: str  # "conv" | "alu"
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    cin: int
+    cout: int
+    h_out: int
+    w_out: int
+    aug: bool = False
+    item_jump: int = 0  # augmented: the conv's horizontal stride, pixels between the LOAD items of map 0
+    vpp: int = 1  # output rows per instruction
+
+
+def _step(arch: Arch, graph: Graph, op: Op) -> _Step | None:
+    """The chain step of `op`, or None when a resident chain cannot hold it."""
+    _, c_out, h_out, w_out = graph.tensors[op.outputs[0]].shape
+    c_in = graph.tensors[op.inputs[0]].shape[1]
+    if op.type == "conv2d":
+        if (xops.is_depthwise(op, graph) or xops.attr(op, "groups") != 1 or op.attrs.get("in_slice") is not None
+                or tuple(xops.attr(op, "dilations")) != (1, 1)):
+            return None
+        win = xops.conv_window(op, graph)
+        kind = "conv"
+    elif op.type == "dense":
+        win = xops.conv_window(op, graph)
+        kind = "conv"
+    elif op.type in ("max_pool2d", "avg_pool2d"):
+        win = xops.pool_window(op, graph)
+        kind = "alu"
+    elif op.type == "activation" and xops.attr(op, "mode") in _ALU_ACTS:
+        win = xops.Window(1, 1)
+        kind = "alu"
+    else:
+        return None
+    if any(win.pads) or win.sh > _STRIDE_MAX or win.sw > _STRIDE_MAX:
+        return None
+    if kind == "conv" and (win.kh > 16 or win.kw > 16 or ceil_div(c_out, arch.ocp) > OUT_GROUPS_MAX):
+        return None
+    return _Step(op, kind, win.kh, win.kw, win.sh, win.sw, c_in, c_out, h_out, w_out)
+
+
+def _augmented(arch: Arch, st: _Step, pixel_pitch: int) -> _Step:
+    """The first conv of a chain as the kh x 1 conv over kw*cin channels it becomes on channel-augmented input
+    (conv.Augment), when that is faster and possible on this input; else unchanged."""
+    if st.kind != "conv" or st.op.type != "conv2d":
+        return st
+    if augmentation(arch, st.cin, st.cout, st.kh, st.kw, st.sh, st.sw, (0, 0, 0, 0), pixel_pitch) is None:
+        return st
+    return _Step(st.op, "conv", st.kh, 1, st.sh, 1, st.kw * st.cin, st.cout, st.h_out, st.w_out, aug=True,
+                 item_jump=st.sw)
+
+
+def _rows_ok(pp: int, b0: int, vpp: int, kh: int, sh: int, limit: int) -> bool:
+    """Whether rows fetched from bank b0 (vpp output rows, kernel kh, stride sh) need at most `limit` wraps."""
+    return (b0 + ((vpp - 1) * sh + kh - 1) // sh) // pp < limit
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A resident chain laid out: its steps and maps (maps[i] is step i's input, maps[-1] the saved output)."""
+
+    steps: tuple[_Step, ...]
+    maps: tuple[Resident, ...]
+
+
+def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None = None) -> Chain | None:
+    """The layout of the resident chain `ops`, or None when it is not one (linkage, op kinds, fields, banks).
+    `pixel_pitch`: the DDR pixel pitch of the chain's input (None: packed, = its channels)."""
+    if len(ops) < 2:
+        return None
+    outputs = set(graph.outputs)
+    consumers: dict[str, int] = {}
+    for op in graph.ops:
+        for t in set(op.inputs):
+            consumers[t] = consumers.get(t, 0) + 1
+    for a, b in zip(ops, ops[1:]):
+        feeds = [t for t in b.inputs if not graph.tensors[t].is_const]
+        if feeds != [a.outputs[0]] or consumers.get(a.outputs[0]) != 1 or a.outputs[0] in outputs:
+            return None
+    steps = []
+    for op in ops:
+        st = _step(arch, graph, op)
+        if st is None:
+            return None
+        steps.append(st)
+    _, c0, h0, w0 = graph.tensors[ops[0].inputs[0]].shape
+    steps[0] = _augmented(arch, steps[0], c0 if pixel_pitch is None else pixel_pitch)
+    pp, depth, half, icp = arch.pp, arch.bank_depth, arch.bank_depth // 2, arch.icp
+    # map geometry: (h, w, cg, s); map 0 of an augmented conv holds one item of kw*cin channels per output column
+    geo = [(h0, steps[0].w_out if steps[0].aug else w0, ceil_div(steps[0].cin, icp), steps[0].sh)]
+    for i, st in enumerate(steps):
+        s_next = steps[i + 1].sh if i + 1 < len(steps) else 1
+        geo.append((st.h_out, st.w_out, ceil_div(st.cout, icp), s_next))
+    tops = [0, 0]
+    maps = []
+    for i, (h, w, cg, s) in enumerate(geo):
+        vb = i % 2
+        m = Resident(f"{ops[0].name}#{i}", vb, arch.bank_group(f"VB{vb}").base_id, 0, 0, h, w, cg, s)
+        fp = m.footprint(pp)
+        start = tops[vb]
+        if start // half != (start + fp - 1) // half:
+            start = (start // half + 1) * half  # a map stays within one half (its resources are named under it)
+        if fp > half or start + fp > depth:
+            return None
+        maps.append(Resident(m.tag, vb, m.bank0, start // half, start, h, w, cg, s))
+        tops[vb] = start + fp
+    if any(m.w > FIELD10 or m.cg > FIELD10 for m in (maps[0], maps[-1])):  # LOAD / SAVE length and pitch
+        return None
+    out = []
+    for i, st in enumerate(steps):
+        x, y = maps[i], maps[i + 1]
+        if st.kind == "conv":
+            cg_in = ceil_div(st.cin, icp)
+            wrows = st.kh * st.kw * cg_in
+            if (cg_in > 256 or st.w_out > FIELD10 or x.e > FIELD10 or y.e > FIELD10 or wrows > half
+                    or ceil_div(st.cout, arch.ocp) > half):
+                return None
+            vmax = pp
+            ok = lambda v, p0: _rows_ok(pp, p0 % pp, v, st.kh, st.sh, MAX_WRAPS)  # noqa: E731
+        else:
+            if x.cg > 256 or st.w_out > _ALU_LENGTH or x.e > _ALU_ENDL or y.e > _ALU_ENDL:
+                return None
+            vmax = arch.alu_pp
+            ok = lambda v, p0: _rows_ok(pp, p0 % pp, v, st.kh, st.sh, MAX_WRAPS)  # noqa: E731
+        vpp = next((v for v in range(vmax, 0, -1) if all(ok(v, p0) for p0 in range(0, st.h_out, v))), 0)
+        if vpp == 0:
+            return None
+        out.append(_Step(**{**st.__dict__, "vpp": vpp}))
+    return Chain(tuple(out), tuple(maps))
+
+
+def resident_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """Whether `ops` compile as one resident chain on `arch`, whatever the DDR layout of its input (with and
+    without channel augmentation of the first conv)."""
+    return plan_chain(arch, graph, ops) is not None and plan_chain(arch, graph, ops, pixel_pitch=0) is not None
+
+
+def _conv_job(arch: Arch, graph: Graph, st: _Step, params: ParamBlob) -> ConvJob:
+    """The ConvJob of a conv step (weights in the step's geometry and its biases appended to `params`)."""
+    op = st.op
+    q = xops.quant_params(op, graph)
+    w = graph.param(op, "weights").data
+    if op.type == "dense":
+        w = w.reshape(xops.dense_weights_shape(op, graph))
+    if st.aug:
+        w = augmented_weights(w)
+    b = graph.param(op, "bias", required=False)
+    bias = b.data if b is not None else np.zeros(st.cout, np.int8)
+    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
+    b_off = params.add(pack_channel_vector(bias, arch.ocp))
+    return ConvJob(op.name, st.kh, st.kw, st.sh, st.sw, (0, 0, 0, 0), st.cin, st.cout, q.act_type, q.shift_cut,
+                   q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+
+
+def _load_input(prog: Program, arch: Arch, st: _Step, m: Resident, x: FMap, x_res: str) -> None:
+    """One LOAD per image row of the chain's input into map 0 (items of kw*cin bytes every sw*cin bytes when the
+    first conv is augmented)."""
+    c, jr = (st.cin, st.item_jump * x.pixel_pitch) if st.aug else (x.c, x.pixel_pitch)
+    for y in range(m.h):
+        bank, row = m.where(y, arch.pp)
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(m.res(y),), bank_id=bank, bank_addr=row % arch.bank_depth,
+                  length=m.w, channel=c, jump_read=jr, jump_write=m.cg, reg_id=x.reg_id, ddr_addr=x.addr(y, 0))
+
+
+def _emit_conv(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident, y: Resident,
+               first: bool, load_x) -> None:
+    """The CONVs of a conv step from map x into map y, and its parameter LOADs (before the input's, for the
+    chain's first op)."""
+    pp, depth, half = arch.pp, arch.bank_depth, arch.bank_depth // 2
+    cg_in, cg_out = ceil_div(st.cin, arch.icp), ceil_div(st.cout, arch.ocp)
+    wrows = st.kh * st.kw * cg_in
+    bslot = prog.next_slot("bias")
+    load_biases(prog, arch, job, 0, cg_out, bslot * half, ("bias", bslot))
+    resident = cg_out * wrows <= half
+    tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
+    slots: dict[int, int] = {}
+
+    def load_group(g: int) -> None:
+        slots[g] = prog.next_slot("convw")
+        load_params(prog, arch, job, g, 1, slots[g] * half, with_bias=False, slot=slots[g])
+
+    if resident:
+        slot = prog.next_slot("convw")
+        load_params(prog, arch, job, 0, cg_out, slot * half, with_bias=False, slot=slot)
+        slots = {g: slot for g in range(cg_out)}
+    else:
+        load_group(0)
+        if cg_out > 1:
+            load_group(1)
+    if first:
+        load_x()
+
+    def conv(p0: int, v: int, g: int) -> None:
+        bank_in, a = x.fetch(p0 * st.sh, pp, depth)
+        bank_out, a_out, t0 = y.store(p0, pp, depth)
+        prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+                  jump_read=cg_in, jump_read_endl=x.e, stride_out=y.s, jump_write=y.cg, jump_write_endl=y.e,
+                  stride_h=st.sh, kernel_h=st.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=st.sw,
+                  kernel_w=st.kw, stride_offset_out=t0)
+        wbase = slots[g] * half + (g * wrows if resident else 0)
+        prog.emit("CONV", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]), ("bias", bslot)),
+                  writes=y.rows(p0, v), pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in,
+                  pad_right=st.kw - 1, pad_bottom=st.kh - 1, bank_addr_out=(a_out + g) % depth, length=st.w_out,
+                  bank_id_in=bank_in, bank_addr_weights=wbase, bank_addr_in_1=a[1], bank_id_out=bank_out,
+                  bank_addr_bias=bslot * half + g, channel_offset=cg_in * arch.icp - st.cin, bank_addr_in_3=a[3],
+                  bank_addr_in_2=a[2])
+
+    if resident:  # row tiles outer: the next op can start on the first rows
+        for p0, v in tiles:
+            for g in range(cg_out):
+                conv(p0, v, g)
+        return
+    for g in range(cg_out):  # weights streamed: each group's weights once, the next-but-one loading meanwhile
+        for p0, v in tiles:
+            conv(p0, v, g)
+        if g + 2 < cg_out:
+            load_group(g + 2)
+
+
+def _emit_alu(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y: Resident) -> None:
+    """The ALUs of a pool / activation step from map x into map y."""
+    pp, depth = arch.pp, arch.bank_depth
+    for p0 in range(0, st.h_out, st.vpp):
+        v = min(st.vpp, st.h_out - p0)
+        bank_in, a = x.fetch(p0 * st.sh, pp, depth)
+        bank_out, a_out, t0 = y.store(p0, pp, depth)
+        prog.emit("ALUINIT", exec_mode=ALU_MODES[job.mode], kernel_h=st.kh, kernel_w=st.kw, stride_h=st.sh,
+                  stride_w=st.sw, stride_offset_in=0, stride_offset_out=t0, stride_out=y.s, channel_group=x.cg,
+                  channel_offset=x.cg * arch.icp - st.cout, length=st.w_out, shift_prelu_p=job.shift_prelu_p,
+                  act_type=job.act_type, shift_bias=job.shift_bias, shift_cut=job.shift_cut,
+                  shift_prelu_n=job.shift_prelu_n, multi_factor=job.multi_factor, jump_read=x.cg,
+                  jump_read_endl=x.e, jump_read_weights=x.cg, jump_write=y.cg, jump_write_endl=y.e)
+        prog.emit("ALU", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh), writes=y.rows(p0, v),
+                  bank_id_out=bank_out, bank_addr_out=a_out, pad_bottom=st.kh - 1, valid_pixel_parallel=v,
+                  bank_id_in=bank_in, bank_addr_in=a[0], pad_top=0, pad_left=0, pad_right=st.kw - 1,
+                  bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0, bank_addr_in_2=a[2], bank_addr_bias=0,
+                  bank_addr_in_3=a[3])
+
+
+def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+                  params: ParamBlob) -> None:
+    """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring)."""
+    x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
+    x, y = fmaps[x_res], fmaps[y_res]
+    chain = plan_chain(arch, graph, ops, x.pixel_pitch)
+    if chain is None:
+        raise CodegenError(f"ops {[op.name for op in ops]}: the chain does not fit the banks of {arch.name} as one "
+                           "resident chain")
+    steps, maps = chain.steps, chain.maps
+    load_x = lambda: _load_input(prog, arch, steps[0], maps[0], x, x_res)  # noqa: E731
+    if steps[0].kind != "conv":
+        load_x()
+    for i, st in enumerate(steps):
+        if st.kind == "conv":
+            _emit_conv(prog, arch, st, _conv_job(arch, graph, st, params), maps[i], maps[i + 1], i == 0, load_x)
+        else:
+            _emit_alu(prog, arch, st, alu_job(arch, graph, st.op, params), maps[i], maps[i + 1])
+    m = maps[-1]
+    c = graph.tensors[y_res].shape[1]
+    for yy in range(m.h):
+        bank, row = m.where(yy, arch.pp)
+        prog.emit("SAVE", reads=(m.res(yy),), writes=(("ddr", y_res),), bank_id=bank, bank_addr=row % arch.bank_depth,
+                  length=m.w, channel=c, jump_read=m.cg, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                  ddr_addr=y.addr(yy, 0))
