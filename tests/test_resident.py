@@ -61,7 +61,7 @@ def test_resident_chain_is_bit_exact_and_checker_clean(arch, make):
     assert run.bad == 0, run.by_output
     counts = run.compiled.instr_counts
     h = g.tensors[g.outputs[0]].shape[2]
-    assert counts["SAVE"] == h  # one SAVE per output row: no intermediate map reaches DDR
+    assert counts["SAVE"] <= h  # at most one SAVE per output row: no intermediate map reaches DDR
     rep = check_subgraph(run.compiled)
     assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
     assert rep.max_cross_depth() <= CODEGEN_COUNTER_DEPTH and rep.own_on == rep.own_by == 1.0

@@ -12,12 +12,13 @@ kernel is its input map), max / avg pool (no padding) and the parameter-free ALU
 leaky relu). Every map of the chain is kept whole in one image bank group (`Resident`), alternately VB0 and
 VB1, each within one half of its group and never reused inside the chain:
 
-* map 0 (the chain's input) is LOADed from DDR, one LOAD per image row; channel-augmented (kw input pixels per
+* map 0 (the chain's input) is LOADed from DDR, one LOAD per image row (rows that follow each other in one bank
+  and in DDR merged); channel-augmented (kw input pixels per
   item, conv.augmentation) when the first op is a conv that gains from it;
 * op i computes from map i into map i+1: CONVs of PP output rows x the whole width per output-channel group
   (weights all resident when they fit half the CONVW banks, else streamed group by group through the two
   halves, the next group's weights loading while this one computes), ALUs of ALU_PP rows;
-* the last map is SAVEd, one SAVE per image row.
+* the last map is SAVEd, one SAVE per image row, or one for all when one instruction wrote them into one bank.
 
 Each image row of each map is its own resource for the dependency tracker (named under the bank half it lies
 in, so the instructions of neighbouring groups that use that half are ordered with it), so an op starts on the
@@ -27,6 +28,7 @@ timing model against the plan's groups (fusion.select).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -145,7 +147,10 @@ def _step(arch: Arch, graph: Graph, op: Op) -> _Step | None:
         return None
     if kind == "conv" and (win.kh > 16 or win.kw > 16 or ceil_div(c_out, arch.ocp) > OUT_GROUPS_MAX):
         return None
-    return _Step(op, kind, win.kh, win.kw, win.sh, win.sw, c_in, c_out, h_out, w_out)
+    # One output row: the vertical stride changes nothing computed, and stride kh puts the whole window in one bank
+    # (line slots E apart), so its producer or LOAD writes it with one instruction instead of one per row.
+    sh = win.kh if h_out == 1 and win.kh <= _STRIDE_MAX else win.sh
+    return _Step(op, kind, win.kh, win.kw, sh, win.sw, c_in, c_out, h_out, w_out)
 
 
 def _augmented(arch: Arch, st: _Step, pixel_pitch: int) -> _Step:
@@ -198,7 +203,9 @@ def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None 
     # map geometry: (h, w, cg, s); map 0 of an augmented conv holds one item of kw*cin channels per output column
     geo = [(h0, steps[0].w_out if steps[0].aug else w0, ceil_div(steps[0].cin, icp), steps[0].sh)]
     for i, st in enumerate(steps):
-        s_next = steps[i + 1].sh if i + 1 < len(steps) else 1
+        # the saved map: all rows in one bank (one SAVE) when one instruction writes them all
+        last = st.h_out if st.h_out <= min(_STRIDE_MAX, pp if st.kind == "conv" else arch.alu_pp) else 1
+        s_next = steps[i + 1].sh if i + 1 < len(steps) else last
         geo.append((st.h_out, st.w_out, ceil_div(st.cout, icp), s_next))
     tops = [0, 0]
     maps = []
@@ -261,43 +268,88 @@ def _conv_job(arch: Arch, graph: Graph, st: _Step, params: ParamBlob) -> ConvJob
                    q.shift_bias_isa, w_off, b_off, REG_PARAMS)
 
 
-def _load_input(prog: Program, arch: Arch, st: _Step, m: Resident, x: FMap, x_res: str) -> None:
-    """One LOAD per image row of the chain's input into map 0 (items of kw*cin bytes every sw*cin bytes when the
-    first conv is augmented)."""
-    c, jr = (st.cin, st.item_jump * x.pixel_pitch) if st.aug else (x.c, x.pixel_pitch)
+#: One instruction group of a chain's schedule: (rows of its input map it needs emitted before it, rows of its
+#: output map it completes, the function that emits it).
+_Unit = tuple[int, int, Callable[[], None]]
+
+
+def _load_units(prog: Program, arch: Arch, st: _Step, m: Resident, x: FMap, x_res: str) -> list[_Unit]:
+    """The LOADs of the chain's input into map 0: one per image row (items of kw*cin bytes every sw*cin bytes
+    when the first conv is augmented), rows that follow each other in one bank and in DDR merged."""
+    out: list[_Unit] = []
+    for y0, n, bank, row in (_runs(arch, m, x) if not st.aug else
+                             [(y, 1, *m.where(y, arch.pp)) for y in range(m.h)]):
+        c, jr = (st.cin, st.item_jump * x.pixel_pitch) if st.aug else (x.c, x.pixel_pitch)
+
+        def emit(y0: int = y0, n: int = n, bank: int = bank, row: int = row, c: int = c, jr: int = jr) -> None:
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=m.rows(y0, n), bank_id=bank,
+                      bank_addr=row % arch.bank_depth, length=n * m.w, channel=c, jump_read=jr, jump_write=m.cg,
+                      reg_id=x.reg_id, ddr_addr=x.addr(y0, 0))
+
+        out.append((0, y0 + n, emit))
+    return out
+
+
+def _save_units(prog: Program, arch: Arch, m: Resident, y: FMap, y_res: str, c: int) -> list[_Unit]:
+    """The SAVEs of the chain's output map (rows merged as _runs does)."""
+    out: list[_Unit] = []
+    for y0, n, bank, row in _runs(arch, m, y):
+        def emit(y0: int = y0, n: int = n, bank: int = bank, row: int = row) -> None:
+            prog.emit("SAVE", reads=m.rows(y0, n), writes=(("ddr", y_res),), bank_id=bank,
+                      bank_addr=row % arch.bank_depth, length=n * m.w, channel=c, jump_read=m.cg,
+                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(y0, 0))
+
+        out.append((y0 + n, 0, emit))
+    return out
+
+
+def _runs(arch: Arch, m: Resident, ddr: FMap) -> list[tuple[int, int, int, int]]:
+    """Image rows of map m as transfers (first row, rows, bank id, bank row): consecutive rows merged where they
+    follow each other both in one bank (line slots e apart) and in DDR, up to the 10-bit length field."""
+    out: list[list[int]] = []
     for y in range(m.h):
         bank, row = m.where(y, arch.pp)
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(m.res(y),), bank_id=bank, bank_addr=row % arch.bank_depth,
-                  length=m.w, channel=c, jump_read=jr, jump_write=m.cg, reg_id=x.reg_id, ddr_addr=x.addr(y, 0))
+        if out:
+            y0, n, b, r = out[-1]
+            if (b == bank and row == r + n * m.e and ddr.addr(y, 0) == ddr.addr(y0, 0) + n * m.w * ddr.pixel_pitch
+                    and (n + 1) * m.w <= FIELD10):
+                out[-1][1] += 1
+                continue
+        out.append([y, 1, bank, row])
+    return [(y0, n, b, r) for y0, n, b, r in out]
 
 
-def _emit_conv(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident, y: Resident,
-               first: bool, load_x) -> None:
-    """The CONVs of a conv step from map x into map y, and its parameter LOADs (before the input's, for the
-    chain's first op)."""
+def _needs(st: _Step, h_in: int, p0: int, v: int) -> int:
+    """Rows of the input map a tile of v output rows from p0 reads (their end)."""
+    return min(h_in, p0 * st.sh + (v - 1) * st.sh + st.kh)
+
+
+def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
+                y: Resident) -> tuple[Callable[[], None], list[_Unit], bool]:
+    """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream group by group)."""
     pp, depth, half = arch.pp, arch.bank_depth, arch.bank_depth // 2
     cg_in, cg_out = ceil_div(st.cin, arch.icp), ceil_div(st.cout, arch.ocp)
     wrows = st.kh * st.kw * cg_in
-    bslot = prog.next_slot("bias")
-    load_biases(prog, arch, job, 0, cg_out, bslot * half, ("bias", bslot))
     resident = cg_out * wrows <= half
     tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
     slots: dict[int, int] = {}
+    bslot = [0]
 
     def load_group(g: int) -> None:
         slots[g] = prog.next_slot("convw")
         load_params(prog, arch, job, g, 1, slots[g] * half, with_bias=False, slot=slots[g])
 
-    if resident:
-        slot = prog.next_slot("convw")
-        load_params(prog, arch, job, 0, cg_out, slot * half, with_bias=False, slot=slot)
-        slots = {g: slot for g in range(cg_out)}
-    else:
+    def start() -> None:
+        bslot[0] = prog.next_slot("bias")
+        load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, ("bias", bslot[0]))
+        if resident:
+            slot = prog.next_slot("convw")
+            load_params(prog, arch, job, 0, cg_out, slot * half, with_bias=False, slot=slot)
+            slots.update({g: slot for g in range(cg_out)})
+            return
         load_group(0)
         if cg_out > 1:
             load_group(1)
-    if first:
-        load_x()
 
     def conv(p0: int, v: int, g: int) -> None:
         bank_in, a = x.fetch(p0 * st.sh, pp, depth)
@@ -307,48 +359,69 @@ def _emit_conv(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident, 
                   stride_h=st.sh, kernel_h=st.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=st.sw,
                   kernel_w=st.kw, stride_offset_out=t0)
         wbase = slots[g] * half + (g * wrows if resident else 0)
-        prog.emit("CONV", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]), ("bias", bslot)),
+        prog.emit("CONV", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]),
+                                                                               ("bias", bslot[0])),
                   writes=y.rows(p0, v), pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in,
                   pad_right=st.kw - 1, pad_bottom=st.kh - 1, bank_addr_out=(a_out + g) % depth, length=st.w_out,
                   bank_id_in=bank_in, bank_addr_weights=wbase, bank_addr_in_1=a[1], bank_id_out=bank_out,
-                  bank_addr_bias=bslot * half + g, channel_offset=cg_in * arch.icp - st.cin, bank_addr_in_3=a[3],
-                  bank_addr_in_2=a[2])
+                  bank_addr_bias=bslot[0] * half + g, channel_offset=cg_in * arch.icp - st.cin,
+                  bank_addr_in_3=a[3], bank_addr_in_2=a[2])
 
+    units: list[_Unit] = []
     if resident:  # row tiles outer: the next op can start on the first rows
         for p0, v in tiles:
-            for g in range(cg_out):
+            def tile(p0: int = p0, v: int = v) -> None:
+                for g in range(cg_out):
+                    conv(p0, v, g)
+
+            units.append((_needs(st, x.h, p0, v), p0 + v, tile))
+        return start, units, False
+    for g in range(cg_out):  # weights streamed: each group's once, the next-but-one loading meanwhile
+        for k, (p0, v) in enumerate(tiles):
+            def step(p0: int = p0, v: int = v, g: int = g, last: bool = k == len(tiles) - 1) -> None:
                 conv(p0, v, g)
-        return
-    for g in range(cg_out):  # weights streamed: each group's weights once, the next-but-one loading meanwhile
-        for p0, v in tiles:
-            conv(p0, v, g)
-        if g + 2 < cg_out:
-            load_group(g + 2)
+                if last and g + 2 < cg_out:
+                    load_group(g + 2)
+
+            units.append((_needs(st, x.h, p0, v), p0 + v if g == cg_out - 1 else 0, step))
+    return start, units, True
 
 
-def _emit_alu(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y: Resident) -> None:
+def _alu_units(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y: Resident) -> list[_Unit]:
     """The ALUs of a pool / activation step from map x into map y."""
     pp, depth = arch.pp, arch.bank_depth
+    out: list[_Unit] = []
     for p0 in range(0, st.h_out, st.vpp):
         v = min(st.vpp, st.h_out - p0)
-        bank_in, a = x.fetch(p0 * st.sh, pp, depth)
-        bank_out, a_out, t0 = y.store(p0, pp, depth)
-        prog.emit("ALUINIT", exec_mode=ALU_MODES[job.mode], kernel_h=st.kh, kernel_w=st.kw, stride_h=st.sh,
-                  stride_w=st.sw, stride_offset_in=0, stride_offset_out=t0, stride_out=y.s, channel_group=x.cg,
-                  channel_offset=x.cg * arch.icp - st.cout, length=st.w_out, shift_prelu_p=job.shift_prelu_p,
-                  act_type=job.act_type, shift_bias=job.shift_bias, shift_cut=job.shift_cut,
-                  shift_prelu_n=job.shift_prelu_n, multi_factor=job.multi_factor, jump_read=x.cg,
-                  jump_read_endl=x.e, jump_read_weights=x.cg, jump_write=y.cg, jump_write_endl=y.e)
-        prog.emit("ALU", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh), writes=y.rows(p0, v),
-                  bank_id_out=bank_out, bank_addr_out=a_out, pad_bottom=st.kh - 1, valid_pixel_parallel=v,
-                  bank_id_in=bank_in, bank_addr_in=a[0], pad_top=0, pad_left=0, pad_right=st.kw - 1,
-                  bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0, bank_addr_in_2=a[2], bank_addr_bias=0,
-                  bank_addr_in_3=a[3])
+
+        def emit(p0: int = p0, v: int = v) -> None:
+            bank_in, a = x.fetch(p0 * st.sh, pp, depth)
+            bank_out, a_out, t0 = y.store(p0, pp, depth)
+            prog.emit("ALUINIT", exec_mode=ALU_MODES[job.mode], kernel_h=st.kh, kernel_w=st.kw, stride_h=st.sh,
+                      stride_w=st.sw, stride_offset_in=0, stride_offset_out=t0, stride_out=y.s, channel_group=x.cg,
+                      channel_offset=x.cg * arch.icp - st.cout, length=st.w_out, shift_prelu_p=job.shift_prelu_p,
+                      act_type=job.act_type, shift_bias=job.shift_bias, shift_cut=job.shift_cut,
+                      shift_prelu_n=job.shift_prelu_n, multi_factor=job.multi_factor, jump_read=x.cg,
+                      jump_read_endl=x.e, jump_read_weights=x.cg, jump_write=y.cg, jump_write_endl=y.e)
+            prog.emit("ALU", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh), writes=y.rows(p0, v),
+                      bank_id_out=bank_out, bank_addr_out=a_out, pad_bottom=st.kh - 1, valid_pixel_parallel=v,
+                      bank_id_in=bank_in, bank_addr_in=a[0], pad_top=0, pad_left=0, pad_right=st.kw - 1,
+                      bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0, bank_addr_in_2=a[2], bank_addr_bias=0,
+                      bank_addr_in_3=a[3])
+
+        out.append((_needs(st, x.h, p0, v), p0 + v, emit))
+    return out
 
 
 def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
                   params: ParamBlob) -> None:
-    """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring)."""
+    """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring).
+
+    Program order follows the data: each unit (a LOAD run, a tile of CONVs, an ALU, a SAVE run) is emitted as soon
+    as the rows it reads have been emitted, consumers first, so every wait names a post just before it (the
+    code generator keeps each token counter at one token along program order, program.Program) and an op starts
+    on the first rows of its input while its producer computes the rest. A conv step's parameter LOADs come with
+    its first unit, once no unfinished earlier step uses the CONVW / BIAS half they go to."""
     x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
     x, y = fmaps[x_res], fmaps[y_res]
     chain = plan_chain(arch, graph, ops, x.pixel_pitch)
@@ -356,18 +429,54 @@ def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps:
         raise CodegenError(f"ops {[op.name for op in ops]}: the chain does not fit the banks of {arch.name} as one "
                            "resident chain")
     steps, maps = chain.steps, chain.maps
-    load_x = lambda: _load_input(prog, arch, steps[0], maps[0], x, x_res)  # noqa: E731
-    if steps[0].kind != "conv":
-        load_x()
+    n = len(steps)
+    starts: list[Callable[[], None] | None] = []
+    units: list[list[_Unit]] = [_load_units(prog, arch, steps[0], maps[0], x, x_res)]
+    streamed: list[bool] = []
     for i, st in enumerate(steps):
         if st.kind == "conv":
-            _emit_conv(prog, arch, st, _conv_job(arch, graph, st, params), maps[i], maps[i + 1], i == 0, load_x)
+            start, us, stream = _conv_units(prog, arch, st, _conv_job(arch, graph, st, params), maps[i], maps[i + 1])
         else:
-            _emit_alu(prog, arch, st, alu_job(arch, graph, st.op, params), maps[i], maps[i + 1])
-    m = maps[-1]
-    c = graph.tensors[y_res].shape[1]
-    for yy in range(m.h):
-        bank, row = m.where(yy, arch.pp)
-        prog.emit("SAVE", reads=(m.res(yy),), writes=(("ddr", y_res),), bank_id=bank, bank_addr=row % arch.bank_depth,
-                  length=m.w, channel=c, jump_read=m.cg, jump_write=y.pixel_pitch, reg_id=y.reg_id,
-                  ddr_addr=y.addr(yy, 0))
+            start, us, stream = None, _alu_units(prog, arch, st, alu_job(arch, graph, st.op, params), maps[i],
+                                                 maps[i + 1]), False
+        starts.append(start)
+        units.append(us)
+        streamed.append(stream)
+    units.append(_save_units(prog, arch, maps[-1], y, y_res, graph.tensors[y_res].shape[1]))
+    # stage k: 0 the input LOADs, 1..n the steps, n+1 the SAVEs; stage k reads map k-1 and writes map k
+    emitted = [0] * (n + 2)
+    rows = [0] * (n + 2)  # rows of map k emitted so far
+    started = [False] * n
+
+    def done(k: int) -> bool:
+        return emitted[k] == len(units[k])
+
+    def may_start(i: int) -> bool:
+        convs = [j for j in range(i) if starts[j] is not None]
+        if not convs or starts[i] is None:
+            return True
+        last = convs[-1]
+        if not all(done(j + 1) for j in convs[:-1]):
+            return False
+        return done(last + 1) or not (streamed[last] or streamed[i])
+
+    while not all(done(k) for k in range(n + 2)):
+        for k in range(n + 1, -1, -1):
+            if done(k):
+                continue
+            need, produces, emit = units[k][emitted[k]]
+            if k > 0 and rows[k - 1] < need:
+                continue
+            i = k - 1
+            if 0 <= i < n and not started[i]:
+                if not may_start(i):
+                    continue
+                started[i] = True
+                if starts[i] is not None:
+                    starts[i]()
+            emit()
+            emitted[k] += 1
+            rows[k] = max(rows[k], produces)
+            break
+        else:
+            raise CodegenError(f"ops {[op.name for op in ops]}: the resident chain's schedule is stuck")
