@@ -3,18 +3,14 @@ quantized numbers. The issue's bar is asserted here too: outputs equal int8 for 
 on the timing model, on every network."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_vaic", ROOT / "benchmarks" / "bench_vaic.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("bench_vaic")
 
 
 def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):

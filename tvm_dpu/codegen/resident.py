@@ -180,7 +180,10 @@ class Chain:
 def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None = None) -> Chain | None:
     """The layout of the resident chain `ops`, or None when it is not one (linkage, op kinds, fields, banks).
     `pixel_pitch`: the DDR pixel pitch of the chain's input (None: packed, = its channels)."""
-    if len(ops) < 2:
+    if len(ops) < 2 or arch.icp != arch.ocp:  # a map's channel groups are the same rows for CONV in and out
+        return None
+    maps_4d = [graph.tensors[ops[0].inputs[0]].shape] + [graph.tensors[op.outputs[0]].shape for op in ops]
+    if any(len(s) != 4 or s[0] != 1 for s in maps_4d):
         return None
     outputs = set(graph.outputs)
     consumers: dict[str, int] = {}
