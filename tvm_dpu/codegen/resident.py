@@ -148,8 +148,10 @@ def _step(arch: Arch, graph: Graph, op: Op) -> _Step | None:
     if kind == "conv" and (win.kh > 16 or win.kw > 16 or ceil_div(c_out, arch.ocp) > OUT_GROUPS_MAX):
         return None
     # One output row: the vertical stride changes nothing computed, and stride kh puts the whole window in one bank
-    # (line slots E apart), so its producer or LOAD writes it with one instruction instead of one per row.
-    sh = win.kh if h_out == 1 and win.kh <= _STRIDE_MAX else win.sh
+    # (line slots E apart), so its producer or LOAD writes it with one instruction instead of one per row; only
+    # for a small window, which then still fits a quarter of the bank.
+    one_bank = win.kh * win.kw * ceil_div(c_in, arch.icp) <= arch.bank_depth // 4
+    sh = win.kh if h_out == 1 and win.kh <= _STRIDE_MAX and one_bank else win.sh
     return _Step(op, kind, win.kh, win.kw, sh, win.sw, c_in, c_out, h_out, w_out)
 
 

@@ -294,10 +294,13 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
 
 def _resident(graph: Graph, arch: Arch, groups: list[Group], stats: dict, residency: bool) -> list[Group]:
     """`groups` with the resident chains (fusion.residency) that make the program faster, in executable order;
-    stats["resident"] counts them."""
+    stats["resident"] counts them (absent when there are none, so such a plan is the same as before)."""
     if not residency:
         return groups
-    plan, stats["resident"] = with_residency(graph, arch, groups, lambda gs: _window_cycles(graph, arch, gs))
+    plan, n = with_residency(graph, arch, groups, lambda gs: _window_cycles(graph, arch, gs))
+    if not n:
+        return groups
+    stats["resident"] = n
     return order_groups(graph, plan)
 
 
