@@ -3,7 +3,7 @@
 Each DPU subgraph of each ISA1 xmodel under tests/data/xmodel is rebuilt from its int8 numbers as QDQ ONNX and
 compiled by tvm-dpu (`tvm_dpu.xmodel.compare`, the `tvm-dpu compare` command); both programs run on the emulator
 on the same random int8 inputs. Per subgraph: whether the outputs are equal int8 for int8, both programs' cycles
-on the timing model, their instructions, SAVEs and DDR bytes, the engines' overlap (busy cycles per cycle) and
+on the timing model, their instructions, SAVE-engine instructions (SAVEs and the END) and DDR bytes, the engines' overlap (busy cycles per cycle) and
 the ratio ours / vai_c's, with its goal (<= 1.00). Where we lose, the last column says what vai_c's program does
 that ours does not, computed from the two programs. Subgraphs that cannot be rebuilt are listed with the reason.
 JSON goes to benchmarks/results/vaic.json (benchmarks/readme_figures.py renders the README figure from it).
@@ -41,8 +41,8 @@ def why_behind(vai: dict, ours: dict) -> list[str]:
     slower)."""
     out = []
     if vai["instructions"]["SAVE"] < ours["instructions"]["SAVE"] or vai["ddr_write"] < ours["ddr_write"]:
-        out.append(f"keeps intermediate maps on chip ({vai['instructions']['SAVE']} SAVEs, {vai['ddr_write']} B "
-                   f"written vs our {ours['instructions']['SAVE']}, {ours['ddr_write']} B)")
+        out.append(f"keeps intermediate maps on chip ({vai['instructions']['SAVE']} SAVE-engine instructions, "
+                   f"{vai['ddr_write']} B written vs our {ours['instructions']['SAVE']}, {ours['ddr_write']} B)")
     if vai["ddr_read"] < ours["ddr_read"]:
         out.append(f"reads less DDR ({vai['ddr_read']} vs {ours['ddr_read']} B)")
     if vai["overlap"] is not None and ours["overlap"] is not None and vai["overlap"] > ours["overlap"] + 0.02:
@@ -101,7 +101,7 @@ def _goal(ok: bool, text: str) -> str:
 def table(data: dict) -> str:
     """The Markdown table of a bench result, the goal beside each ratio and equality."""
     lines = ["| xmodel | DPU subgraph | int8 outputs equal (goal: all) | cycles vai_c | cycles ours | "
-             "ratio ours/vai_c (goal <= 1.00) | instructions vai_c / ours | SAVEs vai_c / ours | "
+             "ratio ours/vai_c (goal <= 1.00) | instructions vai_c / ours | SAVE engine (SAVEs + END) vai_c / ours | "
              "DDR read B vai_c / ours | DDR write B vai_c / ours | overlap vai_c / ours | what vai_c does that we "
              "do not |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -39,7 +39,7 @@ def test_the_table_says_what_vai_c_does_where_we_lose():
     ours = {**vai, "instructions": {**vai["instructions"], "SAVE": 9}, "ddr_write": 900, "ddr_read": 1900,
             "cycles": 1500.0, "overlap": 0.9, "engine_busy": {**vai["engine_busy"], "load": 900.0}}
     why = bench.why_behind(vai, ours)
-    assert any("on chip (1 SAVEs, 10 B written vs our 9, 900 B)" in w for w in why)
+    assert any("on chip (1 SAVE-engine instructions, 10 B written vs our 9, 900 B)" in w for w in why)
     assert any("reads less DDR (1000 vs 1900 B)" in w for w in why)
     assert any("overlaps its engines more (1.11 vs 0.90" in w for w in why)
     assert any("LOAD engine busy for less" in w for w in why)
