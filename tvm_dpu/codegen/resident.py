@@ -52,6 +52,7 @@ _ALU_ACTS = ("hard_sigmoid", "leaky_relu")
 _ALU_LENGTH = 2048  # ALU length: 11-bit minus field
 _ALU_ENDL = 8192  # ALU jump_read_endl / jump_write_endl: 13-bit minus fields
 _STRIDE_MAX = 8  # stride_offset_out is 3 bits
+_SAVE_CHANNELS = 4096  # SAVE channel: 12-bit minus field
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,8 @@ def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None 
             return None
         maps.append(Resident(m.tag, vb, m.bank0, start // half, start, h, w, cg, s))
         tops[vb] = start + fp
-    if any(m.w > FIELD10 or m.cg > FIELD10 for m in (maps[0], maps[-1])):  # LOAD / SAVE length and pitch
-        return None
+    if any(m.w > FIELD10 or m.cg > FIELD10 for m in (maps[0], maps[-1])) or steps[-1].cout > _SAVE_CHANNELS:
+        return None  # LOAD / SAVE length, bank pitch and channels
     out = []
     for i, st in enumerate(steps):
         x, y = maps[i], maps[i + 1]
@@ -237,13 +238,13 @@ def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None 
                     or ceil_div(st.cout, arch.ocp) > half):
                 return None
             vmax = pp
-            ok = lambda v, p0: _rows_ok(pp, p0 % pp, v, st.kh, st.sh, MAX_WRAPS)  # noqa: E731
         else:
             if x.cg > 256 or st.w_out > _ALU_LENGTH or x.e > _ALU_ENDL or y.e > _ALU_ENDL:
                 return None
             vmax = arch.alu_pp
-            ok = lambda v, p0: _rows_ok(pp, p0 % pp, v, st.kh, st.sh, MAX_WRAPS)  # noqa: E731
-        vpp = next((v for v in range(vmax, 0, -1) if all(ok(v, p0) for p0 in range(0, st.h_out, v))), 0)
+        # the most rows per instruction whose fetched rows stay within the four base addresses, from any tile start
+        vpp = next((v for v in range(vmax, 0, -1)
+                    if all(_rows_ok(pp, p0 % pp, v, st.kh, st.sh, MAX_WRAPS) for p0 in range(0, st.h_out, v))), 0)
         if vpp == 0:
             return None
         out.append(_Step(**{**st.__dict__, "vpp": vpp}))
