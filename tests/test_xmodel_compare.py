@@ -26,7 +26,9 @@ def test_vai_c_conv_subgraph_matches_ours_int8(path):
     assert conv.total == 256 and conv.differing == 0 and conv.outputs_equal
     code = np.frombuffer(d[conv.name].mc_code, "<u4")
     assert sum(conv.vai_c.instructions.values()) == len(decode_program(code))
-    assert conv.vai_c.instructions["CONV"] == conv.ours.instructions["CONV"] == 18
+    assert conv.vai_c.instructions["CONV"] == 18
+    # ours keeps the maps on chip as vai_c's does (a resident chain): no more SAVE-engine instructions than it
+    assert conv.ours.instructions["SAVE"] <= conv.vai_c.instructions["SAVE"]
     # DDR bytes one run moved: at least the input (784 B) and weights read, the 256-byte output written
     assert conv.vai_c.ddr_read_bytes > 100_000 and conv.vai_c.ddr_write_bytes == 256
     assert conv.ours.ddr_write_bytes >= 256
