@@ -6,7 +6,7 @@
 tests/test_readme_figures.py fails when the README's block differs from what the committed JSON renders, so a
 figure cannot go stale without a test saying so. Sources: compile.json (bench_compile.py), e2e.json
 (bench_e2e.py), calibration.json (bench_calibration.py), fusion.json (bench_fusion.py), fc_split.json
-(bench_fc_split.py).
+(bench_fc_split.py), vaic.json (bench_vaic.py).
 """
 from __future__ import annotations
 
@@ -138,11 +138,33 @@ def fusion_lines(data: list) -> list[str]:
             "beside the searched one and ships the faster (`benchmarks/results/fusion.json`)."]
 
 
+def vaic_lines(data: dict) -> list[str]:
+    rows = data["rows"]
+    if not rows:
+        return []
+    cap = data["goal_ratio_max"]
+    parts = []
+    for r in rows:
+        ratio = r["ratio"]
+        name = f"{Path(r['xmodel']).stem} {r['subgraph'].split('(')[0]}"
+        if ratio is None:
+            parts.append(f"{name}: no prediction (goal missed)")
+            continue
+        eq = "outputs equal" if r["outputs_equal"] else f"{r['differing']} int8 outputs DIFFER"
+        parts.append(f"{name} {r['ours']['cycles']:.0f} vs {r['vai_c']['cycles']:.0f} cycles, ratio {ratio:.3f} "
+                     f"({_goal(ratio <= cap, f'{100 * (ratio / cap - 1):.1f}% over')}; {eq})")
+    text = (f"tvm-dpu vs vai_c on the same quantized networks (every vendored vai_c xmodel's DPU subgraphs rebuilt "
+            f"from their int8 numbers, timing model, goal ratio <= {cap:.2f}): " + "; ".join(parts))
+    if data["not_compared"]:
+        text += f"; {len(data['not_compared'])} subgraph(s) not compared"
+    return [text + " (`benchmarks/results/vaic.json`)."]
+
+
 def render(results: Path = RESULTS) -> str:
     lines: list[str] = []
     for name, fn in (("compile.json", compile_lines), ("e2e.json", emulator_lines),
                      ("calibration.json", calibration_lines), ("fusion.json", fusion_lines),
-                     ("fc_split.json", fc_split_lines)):
+                     ("fc_split.json", fc_split_lines), ("vaic.json", vaic_lines)):
         data = _load(name, results)
         if data is not None:
             lines += fn(data)

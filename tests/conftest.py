@@ -56,6 +56,18 @@ def emulator_vs_golden(graph: Any, arch: Any, plan: Any = None, seed: int = 0) -
     return EmulatorVsGolden(compiled, by_output)
 
 
+def load_bench(name: str) -> Any:
+    """benchmarks/<name>.py imported as a module (the benchmarks are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" /
+                                                  f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="module")
 def model():
     """The bundled mixed CPU/DPU example network (ONNX ModelProto)."""

@@ -198,3 +198,34 @@ def test_dependency_tokens_pair_up():
                 posted[(e, src)] += 1
     assert posted == {k: v + (OWN_CREDIT if k[0] == k[1] else 0) for k, v in waited.items()}
     assert posted[(LOAD, CONV)] > 0 and posted[(CONV, SAVE)] > 0 and posted[(SAVE, LOAD)] > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bias_one_bit_finer_than_the_accumulator(arch):
+    """fp_bias = fp_in + fp_w + 1 (vai_c's TF2 dense layer): ISA field shift_bias 0, V = 2*acc + bias. Odd biases
+    (which no coarser fix_point represents) on the CONV engine, the ALU's depthwise conv and a dense layer: the
+    emulator equals the golden bit for bit, and the CONVINIT carries field 0."""
+    from tvm_dpu.codegen.isa import decode_program
+    from tvm_dpu.xgraph import quant_params
+
+    b = _B(3)
+    x = b.input(16, 6, 6, fp=4)
+    odd = lambda n: b.g.add_tensor(Tensor(b._name("k"), (n,), "int8", 4 + 7 + 1,  # noqa: E731
+                                          (b.rng.integers(-64, 64, n) * 2 + 1).astype(np.int8))).name
+    c = b.op("conv2d", [x], (1, 16, 6, 6), 5, {"weights": b.const((16, 16, 3, 3), 7), "bias": odd(16)},
+             strides=[1, 1], pads=[1, 1, 1, 1], act="none")
+    b.g.tensors[b.g.ops[-1].params["bias"]].fix_point = 4 + 7 + 1
+    assert (quant_params(b.g.ops[-1], b.g).shift_bias, quant_params(b.g.ops[-1], b.g).shift_bias_isa) == (-1, 0)
+    d = b.op("depthwise_conv2d", [c], (1, 16, 6, 6), 4,
+             {"weights": b.const((16, 1, 3, 3), 6), "bias": b.g.add_tensor(Tensor(
+                 "dwb", (16,), "int8", 5 + 6 + 1, (b.rng.integers(-64, 64, 16) * 2 + 1).astype(np.int8))).name},
+             strides=[1, 1], pads=[1, 1, 1, 1], groups=16, act="relu")
+    gp = b.op("avg_pool2d", [d], (1, 16, 1, 1), 4, **{"global": True})
+    b.g.tensors["dwb"].fix_point = 5 + 6 + 1
+    e = b.op("dense", [gp], (1, 10, 1, 1), 2, {"weights": b.const((10, 16), 7), "bias": b.g.add_tensor(Tensor(
+        "db", (10,), "int8", 4 + 7 + 1, (b.rng.integers(-64, 64, 10) * 2 + 1).astype(np.int8))).name})
+    b.g.outputs = [e, c]
+    run = emulator_vs_golden(b.g, arch, None, 0)
+    assert run.bad == 0, run.by_output
+    inits = [i for i in decode_program(run.compiled.code) if i.name == "CONVINIT"]
+    assert any(i.fields["shift_bias"] == 0 for i in inits)

@@ -264,9 +264,16 @@ def test_saturation():
 def test_bias_alignment():
     # acc = 3 (fp 2+0), bias 5 at fp 1 -> 5 * 2**1 = 10 at fp 2; (3 + 10) / 2**2 = 3.25 -> 3
     assert conv1x1([3], 2, 0, bias=5, fp_b=1) == [3]
-    # bias with a finer fix_point than the accumulator cannot be aligned
+    # one fraction bit finer than the accumulator: the datapath's 2*acc + bias, (2*3 + 5) / 2**3 = 1.375 -> 1;
+    # ties round up: acc 1, bias -1 at fp 3: (2 - 1) / 2**3 = 0.125 -> 0, bias 3: (2 + 3) / 8 -> 1 (0.625)
+    assert conv1x1([3], 2, 0, bias=5, fp_b=3) == [1]
+    assert conv1x1([1, 2], 2, 0, bias=-1, fp_b=3) == [0, 0]
+    assert conv1x1([2], 2, 0, bias=-4, fp_b=3) == [0]  # (4 - 4) / 8
+    assert conv1x1([3], 2, 1, bias=-2, fp_b=3) == [1]  # (6 - 2) / 4 = 1.0
+    assert conv1x1([3], 2, 1, bias=-4, fp_b=3) == [1]  # (6 - 4) / 4 = 0.5 -> 1 (tie up)
+    # two bits finer: beyond the ISA field (>= 0)
     with pytest.raises(QuantizationError, match="bias shift"):
-        conv1x1([3], 2, 0, bias=5, fp_b=3)
+        conv1x1([3], 2, 0, bias=5, fp_b=4)
 
 
 def test_relu6_clamps_at_96():

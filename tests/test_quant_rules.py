@@ -22,8 +22,10 @@ def test_conv_shift_cut_range():
 def test_conv_bias_shift_semantic_and_isa_field():
     q = rules.conv_params("c", 4, 6, 5, fp_bias=10)
     assert (q.shift_bias, q.shift_bias_isa) == (0, 1)
-    with pytest.raises(QuantizationError, match="'c'.*bias shift.*= -1 < 0"):
-        rules.conv_params("c", 4, 6, 5, fp_bias=11)
+    q = rules.conv_params("c", 4, 6, 5, fp_bias=11)  # one bit finer than the accumulator: field 0 (2*acc + bias)
+    assert (q.shift_bias, q.shift_bias_isa) == (-1, 0)
+    with pytest.raises(QuantizationError, match="'c'.*bias shift.*= -2 < -1"):
+        rules.conv_params("c", 4, 6, 5, fp_bias=12)
     q = rules.conv_params("c", 12, 8, 10, fp_bias=1)  # semantic 19 -> field 20, the largest allowed
     assert (q.shift_bias, q.shift_bias_isa) == (19, 20)
     with pytest.raises(QuantizationError, match="'c'.*shift_bias field.*= 21 > 20"):

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import enum_codes
-from tvm_dpu.codegen.layout import ceil_div
-from tvm_dpu.types import FMap
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_dw_weights
+from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, WindowTile, max_valid_rows, split_even
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
 
 #: ALUINIT exec_mode codes (isa1-semantics.md 9.2), name -> code.
 ALU_MODES = enum_codes("alu_exec_mode")
@@ -46,6 +50,34 @@ class AluJob:
     w_offset: int | None = None  # dwconv weights [kh][kw][cg*CP], or prelu slopes [cg*CP]
     b_offset: int | None = None  # dwconv bias [cg*CP]
     params_reg: int = 0
+
+
+def alu_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> AluJob:
+    """The AluJob of a max/avg pool or a standalone activation (relu / relu6 as a unit-weight 1x1 depthwise conv,
+    hard-sigmoid, leaky relu, prelu), its parameters appended to `params`."""
+    q = xops.quant_params(op, graph)
+    c = graph.tensors[op.outputs[0]].shape[1]
+    if op.type in ("max_pool2d", "avg_pool2d"):
+        win = xops.pool_window(op, graph)
+        if op.type == "max_pool2d":
+            return AluJob(op.name, "maxpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                          shift_cut=q.shift_cut)
+        return AluJob(op.name, "avgpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
+                      shift_cut=q.shift_cut, multi_factor=q.multi_factor)
+    mode = xops.attr(op, "mode")
+    if mode in ("relu", "relu6"):
+        off = params.add(pack_dw_weights(np.full((c, 1, 1, 1), q.weight, np.int8), arch.icp))
+        return AluJob(op.name, "dwconv_nobias", c, act_type=q.act_type, shift_cut=q.shift_cut, w_offset=off,
+                      params_reg=REG_PARAMS)
+    if mode == "hard_sigmoid":
+        return AluJob(op.name, "hard_sigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
+    if mode == "leaky_relu":
+        return AluJob(op.name, "leaky_relu", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
+                      shift_prelu_n=q.shift_prelu_n)
+    a = graph.param(op, "alpha").data
+    off = params.add(pack_channel_vector(a, arch.icp))
+    return AluJob(op.name, "prelu", c, shift_prelu_p=q.shift_prelu_p, shift_prelu_n=q.shift_prelu_n,
+                  w_offset=off, params_reg=REG_PARAMS)
 
 
 def _choose(arch: Arch, job: AluJob, width: int) -> tuple[int, int, int]:

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.alu import AluJob, emit_alu
+from tvm_dpu.codegen.alu import AluJob, alu_job, emit_alu
 from tvm_dpu.codegen import conv_variants
 from tvm_dpu.codegen.conv import AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv
 from tvm_dpu.codegen.copy import emit_upsample
@@ -32,6 +32,7 @@ from tvm_dpu.codegen.fused_conv_conv import emit_conv_conv
 from tvm_dpu.codegen.fused_conv_pool import emit_conv_pool
 from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
 from tvm_dpu.codegen.fused_hconv import emit_hconv
+from tvm_dpu.codegen.resident import RESIDENT, emit_resident
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.errors import FusionError
 from tvm_dpu.ops import OpRegistryError
@@ -268,6 +269,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     for g in fused:
         if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
             on_chip.update(ops[g.ops[0]].outputs)
+        elif g.template == RESIDENT:  # every map but the chain's output stays in the banks
+            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
     # The liveness walk must follow the emission order.
     order = [ops[n] for g in groups for n in g.ops]
     emit_graph = Graph(graph.name, graph.tensors, order, graph.inputs, graph.outputs)
@@ -291,6 +294,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
                 emit_conv_conv(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template in ("conv_pool", "pw_dw"):
                 emit_conv_pool(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused and g.template == RESIDENT:
+                emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
             elif g in fused and g.template == "dw_pw":
                 emit_dw_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused:
@@ -501,16 +506,7 @@ def emit_pool(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, 
               alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
     """max_pool2d / avg_pool2d on the ALU."""
     out = op.outputs[0]
-    q = xops.quant_params(op, graph)
-    win = xops.pool_window(op, graph)
-    c = graph.tensors[out].shape[1]
-    if op.type == "max_pool2d":
-        job = AluJob(op.name, "maxpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
-                     shift_cut=q.shift_cut)
-    else:
-        job = AluJob(op.name, "avgpool", c, win.kh, win.kw, win.sh, win.sw, tuple(win.pads),
-                     shift_cut=q.shift_cut, multi_factor=q.multi_factor)
-    emit_alu(prog, arch, job, fmaps[op.inputs[0]], fmaps[out], op.inputs[0], out)
+    emit_alu(prog, arch, alu_job(arch, graph, op, params), fmaps[op.inputs[0]], fmaps[out], op.inputs[0], out)
 
 
 def emit_eltwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
@@ -558,22 +554,5 @@ def emit_activation(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict
                     alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
     """A standalone activation on the ALU (relu / relu6 as a unit-weight 1x1 depthwise conv)."""
     out = op.outputs[0]
-    q = xops.quant_params(op, graph)
-    mode = xops.attr(op, "mode")
-    c = graph.tensors[out].shape[1]
-    if mode in ("relu", "relu6"):
-        off = params.add(pack_dw_weights(np.full((c, 1, 1, 1), q.weight, np.int8), arch.icp))
-        job = AluJob(op.name, "dwconv_nobias", c, act_type=q.act_type, shift_cut=q.shift_cut, w_offset=off,
-                     params_reg=REG_PARAMS)
-    elif mode == "hard_sigmoid":
-        job = AluJob(op.name, "hard_sigmoid", c, shift_cut=q.shift_cut, shift_bias=q.shift_bias)
-    elif mode == "leaky_relu":
-        job = AluJob(op.name, "leaky_relu", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
-                     shift_prelu_n=q.shift_prelu_n)
-    else:
-        a = graph.param(op, "alpha").data
-        off = params.add(pack_channel_vector(a, arch.icp))
-        job = AluJob(op.name, "prelu", c, shift_prelu_p=q.shift_prelu_p, shift_prelu_n=q.shift_prelu_n,
-                     w_offset=off, params_reg=REG_PARAMS)
-    emit_alu(prog, arch, job, fmaps[op.inputs[0]], fmaps[out], op.inputs[0], out)
+    emit_alu(prog, arch, alu_job(arch, graph, op, params), fmaps[op.inputs[0]], fmaps[out], op.inputs[0], out)
 

@@ -57,22 +57,31 @@ def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
 
 
 def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
-                 with_bias: bool = True) -> None:
+                 with_bias: bool = True, slot: int | None = None) -> None:
     """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
-    bank) and (with_bias) their biases into BIAS rows from brow0."""
+    bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the half of the CONVW / BIAS banks the
+    rows lie in (program.SLOTTED), so only the instructions using that half are waited for; None: the whole
+    buffers."""
+    convw_res, bias_res = (("convw",), ("bias",)) if slot is None else (("convw", slot), ("bias", slot))
     icp, ocp = arch.icp, arch.ocp
     cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
     wrows = job.kh * job.kw * cg_in
     convw = arch.bank_group("CONVW").base_id
     for o in range(min(ocp, job.cout - g0 * ocp)):
         for i0, cnt in split_even(n * job.kh * job.kw, FIELD10):
-            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("convw",),), bank_id=convw + o,
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(convw_res,), bank_id=convw + o,
                       bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,
                       jump_write=cg_in, reg_id=job.params_reg,
                       ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
-    if not with_bias:
-        return
-    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+    if with_bias:
+        load_biases(prog, arch, job, g0, n, brow0, bias_res)
+
+
+def load_biases(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, brow0: int, res: tuple) -> None:
+    """LOAD the biases of output-channel groups [g0, g0+n) of `job` into BIAS rows from brow0 (one LOAD; `res`
+    names the BIAS rows for the dependency tracker)."""
+    ocp = arch.ocp
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(res,), bank_id=arch.bank_group("BIAS").base_id,
               bank_addr=brow0, length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
               ddr_addr=job.b_offset + g0 * ocp)
 

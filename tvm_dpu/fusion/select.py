@@ -32,6 +32,7 @@ from tvm_dpu.errors import FusionError
 from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, cost_source_name, tile_width
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
+from tvm_dpu.fusion.residency import with_residency
 from tvm_dpu.fusion.templates import TEMPLATES, Template
 from tvm_dpu.types import SINGLE, CompiledSubgraph, FusionPlan, Group
 from tvm_dpu.xgraph.graph import Graph
@@ -245,9 +246,11 @@ class _Search:
 
 
 def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tuple[str, ...] | None = None,
-                accept: Callable[[Group, Graph, Arch], bool] | None = None) -> FusionPlan:
+                accept: Callable[[Group, Graph, Arch], bool] | None = None, residency: bool = True) -> FusionPlan:
     """Choose the fusion groups of `graph` for `arch` in `mode` (none | greedy | optimal), using the templates
-    named in `templates` (default: all of templates.TEMPLATES) and the groups `accept` lets through."""
+    named in `templates` (default: all of templates.TEMPLATES) and the groups `accept` lets through; with
+    `residency`, runs of groups inside linear chains become resident chains where that is faster on the timing
+    model (fusion.residency; not in mode none, the unfused baseline)."""
     if mode not in MODES:
         raise FusionError(f"fusion mode {mode!r} is not one of {', '.join(MODES)}")
     known = {t.name: t for t in TEMPLATES}
@@ -272,8 +275,9 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     g_cost = plan_cost(greedy, cf, graph, arch)
     stats = {"t_isomorphism": t1 - t0, "candidates": len(cands), "fallback": 0, "greedy_cost": g_cost}
     if mode == "greedy":
+        groups = _resident(graph, arch, greedy, stats, residency)
         stats["t_selection"] = time.perf_counter() - t1
-        return FusionPlan(mode, greedy, cf, g_cost, stats)
+        return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats)
     groups, sweeps = _Search(graph, arch, og, cands).run()
     if cost_source_name() == "simulate":
         groups, stats["in_context"] = _in_context(graph, arch, groups, greedy)
@@ -283,8 +287,21 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     if o_cost > g_cost:
         groups, o_cost = greedy, g_cost
         stats["fallback"] = 1
+    groups = _resident(graph, arch, groups, stats, residency)
     stats["t_selection"] = time.perf_counter() - t1
-    return FusionPlan(mode, groups, cf, o_cost, stats)
+    return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats)
+
+
+def _resident(graph: Graph, arch: Arch, groups: list[Group], stats: dict, residency: bool) -> list[Group]:
+    """`groups` with the resident chains (fusion.residency) that make the program faster, in executable order;
+    stats["resident"] counts them (absent when there are none, so such a plan is the same as before)."""
+    if not residency:
+        return groups
+    plan, n = with_residency(graph, arch, groups, lambda gs: _window_cycles(graph, arch, gs))
+    if not n:
+        return groups
+    stats["resident"] = n
+    return order_groups(graph, plan)
 
 
 def _regions(searched: list[Group], other: list[Group]) -> list[set[str]]:

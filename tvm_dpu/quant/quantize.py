@@ -21,7 +21,8 @@ Order of decisions (each step only narrows what the previous one chose):
      lower fp_in of the consumers, so the pass repeats until nothing changes (fps only decrease, so it ends).
      When the output fp is pinned (ReLU6, override), fp_w is raised instead and large weights saturate; the
      report says how many.
-   * bias: fp_bias is clamped into [fp_in + fp_w - 19, fp_in + fp_w] (shift_bias >= 0, ISA field <= 20).
+   * bias: fp_bias is clamped into [fp_in + fp_w - 19, fp_in + fp_w] (shift_bias >= 0, ISA field <= 20); a given
+     (overridden) fp_bias may be fp_in + fp_w + 1 (ISA field 0, rules.SHIFT_BIAS_MIN).
 6. LeakyReLU slopes within `rules.LEAKY_ALPHA_TOLERANCE` of 26/256 become exactly 26/256, others are rejected;
    average pools with padding and count_include_pad=False are rejected (`rules.check_avgpool_padding`).
 7. The int8 graph is validated and `xgraph.ops.quant_params` is evaluated for every op, so a graph this returns
@@ -436,10 +437,14 @@ class _Quantizer:
             if bname is not None:
                 top = self.fp(op.inputs[0]) + fw[op.name]
                 pb = self._const(bname, "bias")
-                fb = min(max(pb, top - MAX_SHIFT_BIAS), top)
+                # A given fix_point (QDQ scale, override) may be one bit finer than the accumulator: the datapath
+                # adds the bias to 2*acc (rules.SHIFT_BIAS_MIN), as vai_c's programs do. A calibrated bias stops at
+                # fp_in + fp_w: a finer bit lies below the output's rounding anyway.
+                low = rules.SHIFT_BIAS_MIN if bname in self.const_pinned else 0
+                fb = min(max(pb, top - MAX_SHIFT_BIAS), top - low)
                 if fb != pb:
                     self.report.notes.append(f"{op.where()}: bias {bname!r} fix_point {pb} -> {fb} (bias shift "
-                                             f"fp_in + fp_w - fp_bias must be in [0, {MAX_SHIFT_BIAS}])")
+                                             f"fp_in + fp_w - fp_bias must be in [{low}, {MAX_SHIFT_BIAS}])")
                 self._set_const(bname, fb, "bias_shift", op)
         return fw
 

@@ -7,7 +7,8 @@ multipliers from here, so the two see the same parameters; each then applies the
 Field encodings (isa1-semantics.md 6.4, 8.3, 9.2) are exposed next to the semantic values:
 
 * CONV / ALU dwconv: t = (acc + bias * 2**shift_bias) / 2**shift_cut. The ISA field is shift_bias + 1, because
-  the ISA1 datapath computes V = 2*acc + bias * 2**field and divides by 2**(shift_cut + 1) (bias not doubled).
+  the ISA1 datapath computes V = 2*acc + bias * 2**field and divides by 2**(shift_cut + 1) (bias not doubled);
+  so shift_bias may be -1 (field 0: a bias with one more fraction bit than the accumulator).
 * ALU shift_cut for pooling ("tsc"): field < 8 -> multiply by 2**field; field >= 8 -> divide by 2**(field - 8).
 * ALU shift_prelu_p / shift_prelu_n ("shp"): field >= 32 -> divide by 2**(field - 32); field < 32 -> multiply by
   2**field.
@@ -35,6 +36,10 @@ from tvm_dpu.quant.fixpoint import (
 SHIFT_CUT_MIN, SHIFT_CUT_MAX = 0, 16
 #: Upper bound of the shift_bias ISA field checked by CONV and ALU.
 SHIFT_BIAS_ISA_MAX = 20
+#: Lowest shift_bias = fp_in + fp_w - fp_bias: ISA field 0. The datapath computes V = 2*acc + bias * 2**field, so a
+#: bias one fraction bit finer than the accumulator (fp_bias = fp_in + fp_w + 1) is exact with field 0; vai_c
+#: emits that (its TF2 dense layer has fp_bias 13 = fp_in + fp_w + 1).
+SHIFT_BIAS_MIN = -1
 #: Slopes accepted as "LeakyReLU with alpha 26/256": the quantizer replaces them by exactly 26/256.
 LEAKY_ALPHA_TOLERANCE = 1 / 256
 #: Output fix_point of a hard-sigmoid: 1.0 = 128 saturates to 127, which is the only upper clamp the ALU has.
@@ -125,7 +130,7 @@ def conv_params(op_name: str, fp_in: int, fp_w: int, fp_out: int, fp_bias: int |
                 act: str = "none", alpha: float | None = None, engine: str = "conv") -> ConvQuant:
     """Parameters of a conv-class op (conv2d, dense, transposed conv on CONV; depthwise on the ALU, engine="alu").
 
-    Constraints: shift_cut = fp_in + fp_w - fp_out in [0, 16]; shift_bias = fp_in + fp_w - fp_bias >= 0 and its
+    Constraints: shift_cut = fp_in + fp_w - fp_out in [0, 16]; shift_bias = fp_in + fp_w - fp_bias >= -1 and its
     ISA field shift_bias + 1 <= 20; relu6 needs fp_out == 4; the activation must be fusable on the engine;
     leaky alpha ~ 26/256. Without a bias (fp_bias None) the bias is zero and shift_bias is 0.
     """
@@ -144,9 +149,10 @@ def conv_params(op_name: str, fp_in: int, fp_w: int, fp_out: int, fp_bias: int |
         shift_bias = 0
     else:
         shift_bias = fp_in + fp_w - fp_bias
-        if shift_bias < 0:
+        if shift_bias < SHIFT_BIAS_MIN:
             raise QuantizationError(f"op {op_name!r}: bias shift = fp_in + fp_w - fp_bias = {fp_in} + {fp_w} - "
-                                    f"{fp_bias} = {shift_bias} < 0 (the DPU can only shift the bias left)")
+                                    f"{fp_bias} = {shift_bias} < {SHIFT_BIAS_MIN} (the DPU adds the bias to twice "
+                                    f"the accumulator, so it can weigh a bias at most half an accumulator unit)")
         if shift_bias + 1 > SHIFT_BIAS_ISA_MAX:
             raise QuantizationError(f"op {op_name!r}: shift_bias field = fp_in + fp_w - fp_bias + 1 = "
                                     f"{shift_bias + 1} > {SHIFT_BIAS_ISA_MAX}")

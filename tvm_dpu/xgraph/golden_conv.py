@@ -54,9 +54,14 @@ def conv_accumulate(x: np.ndarray, w: np.ndarray, win: Window, groups: int = 1) 
 def requantize(acc: np.ndarray, bias: np.ndarray | None, q: ConvQuant) -> np.ndarray:
     """int8 output of the CONV datapath from the exact accumulator (N, O, H, W)."""
     v = np.asarray(acc, dtype=np.int64)
-    if bias is not None:
-        v = v + (bias.astype(np.int64) << np.int64(q.shift_bias))[None, :, None, None]
     n = q.shift_cut
+    if bias is not None:
+        b = bias.astype(np.int64)[None, :, None, None]
+        if q.shift_bias >= 0:
+            v = v + (b << np.int64(q.shift_bias))
+        else:  # a bias finer than the accumulator (shift_bias -1): t = (2*acc + bias) / 2**(shift_cut + 1)
+            k = -q.shift_bias
+            v, n = (v << np.int64(k)) + b, n + k
     if q.act == "leaky_relu":
         # t < 0 -> t * 26/256: one rounding of 26*v / 2**(n+8), not a rounding of the rounded t.
         r = np.where(v < 0, shift_round(v * LEAKY_NUM, n + LEAKY_SHIFT), shift_round(v, n))

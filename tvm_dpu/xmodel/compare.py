@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DPUError, XModelError
+from ..quant.rules import SHIFT_BIAS_MIN
 from ..types import CompiledSubgraph
 from .model import DpuSubgraph, XModel, XOp, XTensor, read_xmodel
 
@@ -39,6 +40,13 @@ class ProgramStats:
     cycles: float | None
     timing_error: str | None = None
     programs: int = 1
+    #: cycles each engine is busy on the timing model (summed over the programs; empty without a prediction)
+    engine_busy: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def overlap(self) -> float | None:
+        """Engine-busy cycles per cycle (1.0: the engines take turns; higher: they work side by side)."""
+        return sum(self.engine_busy.values()) / self.cycles if self.cycles and self.engine_busy else None
 
 
 @dataclass
@@ -142,8 +150,9 @@ class _Rebuild:
 
     def const(self, op: XOp, layout: str, max_fix_point: int | None = None) -> str:
         """DequantizeLinear of a const-fix op's int8 values (weights OHWI -> OIHW). `max_fix_point`: the highest
-        fix point tvm-dpu's rules allow this constant (a bias: fp_in + fp_w); a higher one is lowered where that
-        is exact (every value divisible by the power of two it drops), else refused."""
+        fix point tvm-dpu's rules allow this constant (a bias: fp_in + fp_w + 1, quant.rules.SHIFT_BIAS_MIN); a
+        higher one is lowered where that is exact (every value divisible by the power of two it drops), else
+        refused."""
         q = _const_data(self.xm, self.d, op)
         if layout == "OHWI":
             q = q.transpose(0, 3, 1, 2)
@@ -156,12 +165,10 @@ class _Rebuild:
             k = fp - max_fix_point
             if np.any(q.astype(np.int32) % (1 << k)):
                 raise XModelError(
-                    f"{self.xm.source}: bias {op.name!r} has fix_point {fp} > fp_in + fp_w = {max_fix_point}: vai_c "
-                    f"sets the CONVINIT shift_bias field to {1 - k} (the DPU doubles the accumulator), tvm-dpu's "
-                    f"quantizer requires fp_bias <= fp_in + fp_w, and the odd bias values make lowering it inexact")
-            self.notes.append(f"bias {op.name!r}: vai_c's fix_point {fp} > fp_in + fp_w = {max_fix_point} (shift_bias "
-                              f"field {1 - k}); rebuilt exactly as values / {1 << k} at fix_point {max_fix_point}, "
-                              f"which tvm-dpu's rules accept")
+                    f"{self.xm.source}: bias {op.name!r} has fix_point {fp} > {max_fix_point}, the most the DPU's "
+                    f"shift_bias field (>= 0) allows, and the odd bias values make lowering it inexact")
+            self.notes.append(f"bias {op.name!r}: fix_point {fp} > {max_fix_point}, the most the DPU's shift_bias "
+                              f"field allows; rebuilt exactly as values / {1 << k} at fix_point {max_fix_point}")
             q = (q.astype(np.int32) >> k).astype(np.int8)
             fp = max_fix_point
         qn = self.init(f"{op.name}__int8", np.ascontiguousarray(q, np.int8))
@@ -197,7 +204,7 @@ class _Rebuild:
             args = [ins[0], w]
             if op.inputs.get("bias"):
                 top = self.xm.op(ins[0]).output.fix_point + self.xm.op(op.inputs["weights"][0]).output.fix_point
-                args.append(self.const(self.xm.op(op.inputs["bias"][0]), "flat", top))
+                args.append(self.const(self.xm.op(op.inputs["bias"][0]), "flat", top - SHIFT_BIAS_MIN))
             p = [int(x) for x in a.get("pad", [0, 0, 0, 0])]  # [l, r, t, b]
             kw = {"pads": [p[2], p[0], p[3], p[1]], "strides": _hw(a.get("stride"), 1),
                   "dilations": _hw(a.get("dilation"), 1), "kernel_shape": _hw(a.get("kernel"), 1)}
@@ -309,13 +316,18 @@ def _engines(code: np.ndarray) -> dict[str, int]:
     return {e: int(c.get(e, 0)) for e in _ENGINES}
 
 
-def _timing(codes: list[tuple[np.ndarray, Any]], arch: Any) -> tuple[float | None, str | None]:
+def _timing(codes: list[tuple[np.ndarray, Any]], arch: Any) -> tuple[float | None, str | None, dict[str, float]]:
+    """(cycles, None, engine busy cycles) of the programs on the timing model, or (None, why, {})."""
     from ..timing.simulate import simulate
 
     try:
-        return float(sum(simulate(code, arch, op_ranges=ranges).cycles for code, ranges in codes)), None
+        runs = [simulate(code, arch, op_ranges=ranges) for code, ranges in codes]
     except DPUError as e:
-        return None, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        return None, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}", {}
+    busy: Counter = Counter()
+    for r in runs:
+        busy.update(r.engine_busy)
+    return float(sum(r.cycles for r in runs)), None, {k: float(v) for k, v in busy.items()}
 
 
 class _CountingDevice:
@@ -355,7 +367,8 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
         tensor_view(regions[t.reg_id], t, where)[...] = q
     dev.execute(theirs.sg, regions)
     q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
-    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, *_timing([(theirs.sg.code, None)], arch))
+    cyc, err, busy = _timing([(theirs.sg.code, None)], arch)
+    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, cyc, err, engine_busy=busy)
     odev = _CountingDevice(arch)
     ours.pin(odev)
     floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
@@ -371,9 +384,9 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
         counts.update(_engines(r.sg.code))
     if len(ours.runners) != 1:
         notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
-    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, odev.read, odev.written,
-                        *_timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch),
-                        programs=len(ours.runners))
+    cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)
+    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, odev.read, odev.written, cyc, err,
+                        programs=len(ours.runners), engine_busy=busy)
     return SubgraphComparison(d.name, differing, total, vai, mine, notes)
 
 

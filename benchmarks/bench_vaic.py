@@ -1,0 +1,153 @@
+"""tvm-dpu's program against vai_c's on the same quantized network, for every vendored vai_c xmodel (issue 23).
+
+Each DPU subgraph of each ISA1 xmodel under tests/data/xmodel is rebuilt from its int8 numbers as QDQ ONNX and
+compiled by tvm-dpu (`tvm_dpu.xmodel.compare`, the `tvm-dpu compare` command); both programs run on the emulator
+on the same random int8 inputs. Per subgraph: whether the outputs are equal int8 for int8, both programs' cycles
+on the timing model, their instructions, SAVE-engine instructions (SAVEs and the END) and DDR bytes, the engines' overlap (busy cycles per cycle) and
+the ratio ours / vai_c's, with its goal (<= 1.00). Where we lose, the last column says what vai_c's program does
+that ours does not, computed from the two programs. Subgraphs that cannot be rebuilt are listed with the reason.
+JSON goes to benchmarks/results/vaic.json (benchmarks/readme_figures.py renders the README figure from it).
+
+    python benchmarks/bench_vaic.py                      # the vendored xmodels
+    python benchmarks/bench_vaic.py --extra /work/scratch/xmodels --json /tmp/vaic.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "xmodel"
+DEFAULT_JSON = ROOT / "benchmarks" / "results" / "vaic.json"
+#: The issue's bar: our program no slower than vai_c's on the timing model, on every network.
+RATIO_MAX = 1.00
+
+
+def xmodels(extra: list[Path]) -> list[Path]:
+    """The vendored vai_c xmodels (tests/data/xmodel, recursively) and those under `extra`, without duplicates."""
+    seen: dict[bytes, Path] = {}
+    for d in [DATA, *extra]:
+        for p in sorted(d.rglob("*.xmodel")):
+            seen.setdefault(p.read_bytes()[:4096] + str(p.stat().st_size).encode(), p)
+    return list(seen.values())
+
+
+def why_behind(vai: dict, ours: dict) -> list[str]:
+    """What vai_c's program does that ours does not, from the two programs' figures (empty when we are not
+    slower)."""
+    out = []
+    if vai["instructions"]["SAVE"] < ours["instructions"]["SAVE"] or vai["ddr_write"] < ours["ddr_write"]:
+        out.append(f"keeps intermediate maps on chip ({vai['instructions']['SAVE']} SAVE-engine instructions, "
+                   f"{vai['ddr_write']} B written vs our {ours['instructions']['SAVE']}, {ours['ddr_write']} B)")
+    if vai["ddr_read"] < ours["ddr_read"]:
+        out.append(f"reads less DDR ({vai['ddr_read']} vs {ours['ddr_read']} B)")
+    if vai["overlap"] is not None and ours["overlap"] is not None and vai["overlap"] > ours["overlap"] + 0.02:
+        out.append(f"overlaps its engines more ({vai['overlap']:.2f} vs {ours['overlap']:.2f} busy cycles per "
+                   "cycle)")
+    for e in ("CONV", "MISC", "LOAD"):
+        if vai["engine_busy"].get(e.lower(), 0) < 0.97 * ours["engine_busy"].get(e.lower(), 0):
+            out.append(f"keeps its {e} engine busy for less ({vai['engine_busy'][e.lower()]:.0f} vs "
+                       f"{ours['engine_busy'][e.lower()]:.0f} cycles)")
+    if sum(vai["instructions"].values()) < sum(ours["instructions"].values()):
+        out.append(f"fewer instructions ({sum(vai['instructions'].values())} vs {sum(ours['instructions'].values())})")
+    return out
+
+
+def _stats(p) -> dict:
+    return {"instructions": dict(p.instructions), "ddr_read": p.ddr_read_bytes, "ddr_write": p.ddr_write_bytes,
+            "cycles": p.cycles, "timing_error": p.timing_error, "programs": p.programs,
+            "engine_busy": dict(p.engine_busy), "overlap": p.overlap}
+
+
+def bench(paths: list[Path], seed: int = 0) -> dict:
+    """Every DPU subgraph of every xmodel in `paths`: rows (compared) and not_compared (with the reason)."""
+    from tvm_dpu.errors import DPUError
+    from tvm_dpu.xmodel.compare import compare
+
+    rows, skipped = [], []
+    for p in paths:
+        try:
+            rel = str(p.relative_to(ROOT))
+        except ValueError:
+            rel = str(p)
+        t0 = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                c = compare(p, seed=seed)
+        except DPUError as e:  # not an xmodel this can compare at all (ISA0, damaged): say why
+            skipped.append({"xmodel": rel, "subgraph": None, "why": " ".join(str(e).split())})
+            continue
+        for s in c.subgraphs:
+            vai, ours = _stats(s.vai_c), _stats(s.ours)
+            ratio = s.cycle_ratio
+            rows.append({"xmodel": rel, "arch": c.arch, "subgraph": s.name, "outputs_equal": s.outputs_equal,
+                         "differing": s.differing, "elements": s.total, "vai_c": vai, "ours": ours,
+                         "ratio": ratio, "ratio_goal_met": ratio is not None and ratio <= RATIO_MAX,
+                         "vai_c_does": why_behind(vai, ours) if ratio is not None and ratio > RATIO_MAX else [],
+                         "notes": s.notes, "seconds": time.perf_counter() - t0})
+        skipped += [{"xmodel": rel, "subgraph": n, "why": w} for n, w in c.not_compared.items()]
+    return {"goal_ratio_max": RATIO_MAX, "seed": seed, "rows": rows, "not_compared": skipped}
+
+
+def _goal(ok: bool, text: str) -> str:
+    return f"{text} {'met' if ok else 'MISSED'}"
+
+
+def table(data: dict) -> str:
+    """The Markdown table of a bench result, the goal beside each ratio and equality."""
+    lines = ["| xmodel | DPU subgraph | int8 outputs equal (goal: all) | cycles vai_c | cycles ours | "
+             "ratio ours/vai_c (goal <= 1.00) | instructions vai_c / ours | SAVE engine (SAVEs + END) vai_c / ours | "
+             "DDR read B vai_c / ours | DDR write B vai_c / ours | overlap vai_c / ours | what vai_c does that we "
+             "do not |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cyc(p: dict) -> str:
+        return f"{p['cycles']:.0f}" if p["cycles"] is not None else f"n/a ({p['timing_error']})"
+
+    for r in data["rows"]:
+        v, o = r["vai_c"], r["ours"]
+        ratio = r["ratio"]
+        rt = _goal(r["ratio_goal_met"], f"{ratio:.3f}") if ratio is not None else "n/a MISSED"
+        if ratio is not None and ratio > RATIO_MAX:
+            rt += f" (+{100 * (ratio - 1):.1f}%)"
+        ov = lambda p: f"{p['overlap']:.2f}" if p["overlap"] is not None else "n/a"  # noqa: E731
+        eq = _goal(r["outputs_equal"], f"{'yes' if r['outputs_equal'] else 'NO'} ({r['differing']} of "
+                                       f"{r['elements']} differ)")
+        lines.append(
+            f"| {Path(r['xmodel']).name} | {r['subgraph']} | {eq} | {cyc(v)} | {cyc(o)} | {rt} | "
+            f"{sum(v['instructions'].values())} / {sum(o['instructions'].values())} | "
+            f"{v['instructions']['SAVE']} / {o['instructions']['SAVE']} | {v['ddr_read']} / {o['ddr_read']} | "
+            f"{v['ddr_write']} / {o['ddr_write']} | {ov(v)} / {ov(o)} | {'; '.join(r['vai_c_does']) or '-'} |")
+    for s in data["not_compared"]:
+        lines.append(f"| {Path(s['xmodel']).name} | {s['subgraph'] or '-'} | not compared: {s['why']} |"
+                     + " |" * 9)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--extra", action="append", default=[], help="another directory of vai_c xmodels")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=str(DEFAULT_JSON))
+    ap.add_argument("--from-json", help="skip the runs: print the table of this results file")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text())
+    else:
+        data = bench(xmodels([Path(e) for e in args.extra]), args.seed)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+    print(table(data))
+    missed = [r for r in data["rows"] if not (r["ratio_goal_met"] and r["outputs_equal"])]
+    print(f"\n{len(data['rows']) - len(missed)} of {len(data['rows'])} DPU subgraphs meet both goals; "
+          f"{len(data['not_compared'])} not compared")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""On-chip residency across ops (codegen/resident.py, fusion/residency.py): chains whose intermediate maps stay
+in the banks are bit-exact (emulator == golden), clean under the dependency checker, and chosen by the fusion
+search only where the timing model says the program is faster."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import emulator_vs_golden
+from test_codegen import _B
+from tvm_dpu.arch import load_arch
+from tvm_dpu.codegen.isa import decode_program
+from tvm_dpu.codegen.resident import RESIDENT, plan_chain, resident_fits
+from tvm_dpu.fusion.residency import linear_chains
+from tvm_dpu.fusion.select import plan_fusion
+from tvm_dpu.runtime.dep_check import check_subgraph
+from tvm_dpu.timing.depcheck import CODEGEN_COUNTER_DEPTH
+from tvm_dpu.timing.simulate import cycles
+from tvm_dpu.types import FusionPlan, Group
+
+ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
+
+
+def _conv_stack(seed: int = 1):
+    """vai_c's TF2 example shape: 7x7 conv on one channel (channel-augmented), 7x7 conv, 2x2 max pool, 5x5 conv
+    of 64 channels, 2x2 max pool."""
+    b = _B(seed)
+    x = b.input(1, 28, 28)
+    c1 = b.conv(x, 32, 7, fp_out=3, act="none")
+    c2 = b.conv(c1, 32, 7, fp_out=3, act="none")
+    p1 = b.op("max_pool2d", [c2], (1, 32, 8, 8), 3, kernel=[2, 2], strides=[2, 2])
+    c3 = b.conv(p1, 64, 5, fp_out=3, act="leaky_relu")
+    b.op("avg_pool2d", [c3], (1, 64, 2, 2), 3, kernel=[2, 2], strides=[2, 2])
+    return b.g
+
+
+def _classifier(seed: int = 2):
+    """DPU-PYNQ's MNIST classifier shape: conv 3x3 + relu, max pool, a 13x13 'dense' conv of 128 channels whose
+    weights (8 groups of 338 rows) stream through the CONVW halves, a dense layer and a hard-sigmoid."""
+    b = _B(seed)
+    x = b.input(1, 28, 28)
+    c1 = b.conv(x, 32, 3, fp_out=3, act="relu")
+    p1 = b.op("max_pool2d", [c1], (1, 32, 13, 13), 3, kernel=[2, 2], strides=[2, 2])
+    c2 = b.conv(p1, 128, 13, fp_out=3, act="relu")
+    d = b.op("dense", [c2], (1, 10, 1, 1), 4, {"weights": b.const((10, 128), 7), "bias": b.const((10,), 5)})
+    b.op("activation", [d], (1, 10, 1, 1), 7, mode="hard_sigmoid")
+    return b.g
+
+
+def _resident_plan(graph) -> FusionPlan:
+    return FusionPlan("resident", [Group(RESIDENT, tuple(op.name for op in graph.ops))])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("make", [_conv_stack, _classifier], ids=["conv_stack", "classifier"])
+def test_resident_chain_is_bit_exact_and_checker_clean(arch, make):
+    g = make()
+    g.outputs = [g.ops[-1].outputs[0]]
+    assert resident_fits(load_arch(arch), g, g.ops)
+    run = emulator_vs_golden(g, arch, _resident_plan(g), seed=5)
+    assert run.bad == 0, run.by_output
+    counts = run.compiled.instr_counts
+    h = g.tensors[g.outputs[0]].shape[2]
+    assert counts["SAVE"] <= h  # at most one SAVE per output row: no intermediate map reaches DDR
+    rep = check_subgraph(run.compiled)
+    assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
+    assert rep.max_cross_depth() <= CODEGEN_COUNTER_DEPTH and rep.own_on == rep.own_by == 1.0
+    unfused = emulator_vs_golden(g, arch, None, seed=5)
+    assert cycles(run.compiled.code, arch) < cycles(unfused.compiled.code, arch)
+
+
+def test_streamed_weights_use_both_convw_halves():
+    """The 13x13 conv's 8 output groups of 338 weight rows do not fit half the CONVW banks: they stream, group g
+    in the other half from group g - 1, so the next group loads while this one computes."""
+    g = _classifier()
+    g.outputs = [g.ops[-1].outputs[0]]
+    run = emulator_vs_golden(g, "DPUCZDX8G_ISA1_B4096", _resident_plan(g), seed=1)
+    assert run.bad == 0
+    half = 1024
+    convs = [i for i in decode_program(run.compiled.code) if i.name == "CONV"]
+    big = [c for c in convs if c.fields["channel_group"] == 2 and c.fields["length"] == 1]
+    assert len(big) == 8
+    halves = [c.fields["bank_addr_weights"] // half for c in big]
+    assert set(halves) == {0, 1} and all(a != b for a, b in zip(halves, halves[1:]))
+
+
+def test_what_does_not_fit_is_refused():
+    arch = load_arch("DPUCZDX8G_ISA1_B4096")
+    b = _B(3)
+    x = b.input(16, 12, 12)
+    c1 = b.conv(x, 16, 3, p=1)  # padding: the resident layout has no pad rows
+    b.conv(c1, 16, 1)
+    assert not resident_fits(arch, b.g, b.g.ops)
+    assert plan_chain(arch, b.g, b.g.ops[:1]) is None  # one op is no chain
+    b = _B(4)
+    x = b.input(16, 12, 12)
+    c1 = b.conv(x, 16, 3)
+    b.op("eltwise_add", [c1, c1], (1, 16, 10, 10), 3)  # not a linear chain: two reads of one map
+    assert not resident_fits(arch, b.g, b.g.ops)
+    b = _B(5)
+    x = b.input(64, 200, 200)  # 200x200x64 maps do not fit half an image bank group
+    c1 = b.conv(x, 64, 1)
+    b.conv(c1, 64, 1)
+    assert not resident_fits(arch, b.g, b.g.ops)
+
+
+def test_linear_chains():
+    g = _conv_stack()
+    assert linear_chains(g) == [[op.name for op in g.ops]]
+    b = _B(6)
+    x = b.input(8, 6, 6)
+    c1 = b.conv(x, 8, 1)
+    c2 = b.conv(c1, 8, 1)
+    c3 = b.conv(c1, 8, 1)  # c1 read twice: chains stop and start there
+    b.op("eltwise_add", [c2, c3], (1, 8, 6, 6), 3)
+    assert all(len(c) == 1 for c in linear_chains(b.g))
+
+
+@pytest.mark.parametrize("mode", ["greedy", "optimal"])
+def test_search_chooses_residency_where_it_is_faster(mode):
+    arch = "DPUCZDX8G_ISA1_B4096"
+    g = _conv_stack()
+    g.outputs = [g.ops[-1].outputs[0]]
+    plan = plan_fusion(g, load_arch(arch), mode)
+    assert plan.stats["resident"] == 1 and [gr.template for gr in plan.groups] == [RESIDENT]
+    assert emulator_vs_golden(g, arch, plan, seed=2).bad == 0
+    off = plan_fusion(g, load_arch(arch), mode, residency=False)
+    assert RESIDENT not in {gr.template for gr in off.groups} and "resident" not in off.stats
+    assert plan.cost < off.cost
+    # a big-map chain that does not fit is left to the templates
+    b = _B(7)
+    x = b.input(32, 120, 120)
+    c1 = b.conv(x, 32, 1)
+    b.conv(c1, 32, 1)
+    big = plan_fusion(b.g, load_arch(arch), mode)
+    assert "resident" not in big.stats and RESIDENT not in {gr.template for gr in big.groups}
+
+
+def test_resident_chain_between_ordinary_groups():
+    """A resident chain between ordinary groups (an unfused padded conv before, a pool after): the neighbours'
+    bank halves are ordered with the chain's rows (emulator == golden, checker clean)."""
+    b = _B(8)
+    x = b.input(3, 20, 20)
+    c0 = b.conv(x, 16, 3, p=1)
+    c1 = b.conv(c0, 16, 3)
+    p1 = b.op("max_pool2d", [c1], (1, 16, 9, 9), 3, kernel=[2, 2], strides=[2, 2])
+    c2 = b.conv(p1, 32, 3)
+    p2 = b.op("max_pool2d", [c2], (1, 32, 7, 7), 3, kernel=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    b.g.outputs = [p2]
+    names = [op.name for op in b.g.ops]
+    plan = FusionPlan("mixed", [Group("single", (names[0],)), Group(RESIDENT, tuple(names[1:4])),
+                                Group("single", (names[4],))])
+    for arch in ARCHS:
+        run = emulator_vs_golden(b.g, arch, plan, seed=3)
+        assert run.bad == 0, run.by_output
+        rep = check_subgraph(run.compiled)
+        assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
+    assert np.sum([i.name == "SAVE" for i in decode_program(run.compiled.code)]) < \
+        np.sum([i.name == "SAVE" for i in decode_program(emulator_vs_golden(b.g, ARCHS[1], None, 3).compiled.code)])

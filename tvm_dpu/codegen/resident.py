@@ -1,0 +1,488 @@
+"""On-chip residency across ops (issue 23): a chain of ops whose intermediate maps never leave the image banks.
+
+vai_c keeps a small network's maps in the banks from its input LOADs to its one SAVE: each op writes its whole
+output map straight into the layout its consumer reads (the row-store rule with the consumer's stride,
+isa1-semantics.md 3.3), and the consumer's CONVs / ALUs read it from there. The per-op emitters instead SAVE
+every map to DDR and LOAD it back tile by tile, which costs DDR traffic, LOAD/SAVE instructions and, under the
+dependency protocol, the latency of every transfer in the engines' token chains.
+
+The template "resident" is a linear chain of ops (each the only consumer of the previous one's output, no
+intermediate is a graph output) of these kinds: conv2d (groups 1, no dilation, no padding), dense (a conv whose
+kernel is its input map), max / avg pool (no padding) and the parameter-free ALU activations (hard-sigmoid,
+leaky relu). Every map of the chain is kept whole in one image bank group (`Resident`), alternately VB0 and
+VB1, each within one half of its group and never reused inside the chain:
+
+* map 0 (the chain's input) is LOADed from DDR, one LOAD per image row (rows that follow each other in one bank
+  and in DDR merged); channel-augmented (kw input pixels per
+  item, conv.augmentation) when the first op is a conv that gains from it;
+* op i computes from map i into map i+1: CONVs of PP output rows x the whole width per output-channel group
+  (weights all resident when they fit half the CONVW banks, else streamed group by group through the two
+  halves, the next group's weights loading while this one computes), ALUs of ALU_PP rows;
+* the last map is SAVEd, one SAVE per image row, or one for all when one instruction wrote them into one bank.
+
+Each image row of each map is its own resource for the dependency tracker (named under the bank half it lies
+in, so the instructions of neighbouring groups that use that half are ordered with it), so an op starts on the
+rows its producer has finished. `resident_fits` says whether a chain fits; the fusion search costs it on the
+timing model against the plan's groups (fusion.select).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
+from tvm_dpu.codegen.conv import ConvJob, augmentation, augmented_weights
+from tvm_dpu.codegen.fused_conv import load_biases, load_params
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
+from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, OUT_GROUPS_MAX, CodegenError
+from tvm_dpu.types import REG_PARAMS, FMap
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
+
+#: The fusion template name of a resident chain (a Group of any length >= 2; not an isomorphism template: the
+#: search finds the chains itself, fusion.select).
+RESIDENT = "resident"
+
+#: ALU modes a resident chain runs (those without parameters in DWCONVW).
+_ALU_ACTS = ("hard_sigmoid", "leaky_relu")
+_ALU_LENGTH = 2048  # ALU length: 11-bit minus field
+_ALU_ENDL = 8192  # ALU jump_read_endl / jump_write_endl: 13-bit minus fields
+_STRIDE_MAX = 8  # stride_offset_out is 3 bits
+_SAVE_CHANNELS = 4096  # SAVE channel: 12-bit minus field
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A feature map kept whole in one image bank group, in the row-fetch layout of the op reading it with
+    stride `s` (isa1-semantics.md 3.3): image row y in bank (y // s) % PP of the group, from row
+    base + (y // s // PP) * s * e + (y % s) * e, pixel x `cg` rows after pixel x - 1 (channel group g at + g)."""
+
+    tag: str  # names its rows for the dependency tracker
+    vb: int  # image bank group index (0: VB0, 1: VB1)
+    bank0: int  # id of the group's first bank
+    half: int  # half of the group's rows the map lies in
+    base: int
+    h: int
+    w: int
+    cg: int
+    s: int
+
+    @property
+    def e(self) -> int:
+        """Rows between line slots (jump_read_endl / jump_write_endl)."""
+        return self.w * self.cg
+
+    def res(self, y: int) -> tuple:
+        return (f"vb{self.vb}", self.half, "res", self.tag, y)
+
+    def rows(self, y0: int, n: int) -> tuple:
+        """Resources of image rows [y0, y0 + n) that exist."""
+        return tuple(self.res(y) for y in range(max(0, y0), min(self.h, y0 + n)))
+
+    def where(self, y: int, pp: int) -> tuple[int, int]:
+        """(bank id, row of pixel 0) of image row y."""
+        k = y // self.s
+        return self.bank0 + k % pp, self.base + (k // pp) * self.s * self.e + (y % self.s) * self.e
+
+    def fetch(self, y0: int, pp: int, depth: int) -> tuple[int, list[int]]:
+        """(bank_id_in, bank_addr_in.._3) of an instruction whose first fetched row is y0 (a multiple of s)."""
+        k = y0 // self.s
+        return self.bank0 + k % pp, [(self.base + (k // pp + g) * self.s * self.e) % depth for g in range(MAX_WRAPS)]
+
+    def store(self, p0: int, pp: int, depth: int) -> tuple[int, int, int]:
+        """(bank_id_out, bank_addr_out, stride_offset_out) of an instruction writing rows from p0 (row-store rule
+        with stride_out = s, jump_write_endl = e)."""
+        k = p0 // self.s
+        return self.bank0 + k % pp, (self.base + (k // pp) * self.s * self.e) % depth, p0 % self.s
+
+    def footprint(self, pp: int) -> int:
+        """Rows of every bank of the group the map occupies."""
+        return ceil_div(ceil_div(self.h, self.s), pp) * self.s * self.e
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One op of a resident chain: its engine and geometry (a conv's after channel augmentation)."""
+
+    op: Op
+    kind: str  # "conv" | "alu"
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    cin: int
+    cout: int
+    h_out: int
+    w_out: int
+    aug: bool = False
+    item_jump: int = 0  # augmented: the conv's horizontal stride, pixels between the LOAD items of map 0
+    vpp: int = 1  # output rows per instruction
+
+
+def _step(arch: Arch, graph: Graph, op: Op) -> _Step | None:
+    """The chain step of `op`, or None when a resident chain cannot hold it."""
+    _, c_out, h_out, w_out = graph.tensors[op.outputs[0]].shape
+    c_in = graph.tensors[op.inputs[0]].shape[1]
+    if op.type == "conv2d":
+        if (xops.is_depthwise(op, graph) or xops.attr(op, "groups") != 1 or op.attrs.get("in_slice") is not None
+                or tuple(xops.attr(op, "dilations")) != (1, 1)):
+            return None
+        win = xops.conv_window(op, graph)
+        kind = "conv"
+    elif op.type == "dense":
+        win = xops.conv_window(op, graph)
+        kind = "conv"
+    elif op.type in ("max_pool2d", "avg_pool2d"):
+        win = xops.pool_window(op, graph)
+        kind = "alu"
+    elif op.type == "activation" and xops.attr(op, "mode") in _ALU_ACTS:
+        win = xops.Window(1, 1)
+        kind = "alu"
+    else:
+        return None
+    if any(win.pads) or win.sh > _STRIDE_MAX or win.sw > _STRIDE_MAX:
+        return None
+    if kind == "conv" and (win.kh > 16 or win.kw > 16 or ceil_div(c_out, arch.ocp) > OUT_GROUPS_MAX):
+        return None
+    # One output row: the vertical stride changes nothing computed, and stride kh puts the whole window in one bank
+    # (line slots E apart), so its producer or LOAD writes it with one instruction instead of one per row; only
+    # for a small window, which then still fits a quarter of the bank.
+    one_bank = win.kh * win.kw * ceil_div(c_in, arch.icp) <= arch.bank_depth // 4
+    sh = win.kh if h_out == 1 and win.kh <= _STRIDE_MAX and one_bank else win.sh
+    return _Step(op, kind, win.kh, win.kw, sh, win.sw, c_in, c_out, h_out, w_out)
+
+
+def _augmented(arch: Arch, st: _Step, pixel_pitch: int) -> _Step:
+    """The first conv of a chain as the kh x 1 conv over kw*cin channels it becomes on channel-augmented input
+    (conv.Augment), when that is faster and possible on this input; else unchanged."""
+    if st.kind != "conv" or st.op.type != "conv2d":
+        return st
+    if augmentation(arch, st.cin, st.cout, st.kh, st.kw, st.sh, st.sw, (0, 0, 0, 0), pixel_pitch) is None:
+        return st
+    return _Step(st.op, "conv", st.kh, 1, st.sh, 1, st.kw * st.cin, st.cout, st.h_out, st.w_out, aug=True,
+                 item_jump=st.sw)
+
+
+def _rows_ok(pp: int, b0: int, vpp: int, kh: int, sh: int, limit: int) -> bool:
+    """Whether rows fetched from bank b0 (vpp output rows, kernel kh, stride sh) need at most `limit` wraps."""
+    return (b0 + ((vpp - 1) * sh + kh - 1) // sh) // pp < limit
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A resident chain laid out: its steps and maps (maps[i] is step i's input, maps[-1] the saved output)."""
+
+    steps: tuple[_Step, ...]
+    maps: tuple[Resident, ...]
+
+
+def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None = None) -> Chain | None:
+    """The layout of the resident chain `ops`, or None when it is not one (linkage, op kinds, fields, banks).
+    `pixel_pitch`: the DDR pixel pitch of the chain's input (None: packed, = its channels)."""
+    if len(ops) < 2 or arch.icp != arch.ocp:  # a map's channel groups are the same rows for CONV in and out
+        return None
+    maps_4d = [graph.tensors[ops[0].inputs[0]].shape] + [graph.tensors[op.outputs[0]].shape for op in ops]
+    if any(len(s) != 4 or s[0] != 1 for s in maps_4d):
+        return None
+    outputs = set(graph.outputs)
+    consumers: dict[str, int] = {}
+    for op in graph.ops:
+        for t in set(op.inputs):
+            consumers[t] = consumers.get(t, 0) + 1
+    for a, b in zip(ops, ops[1:]):
+        feeds = [t for t in b.inputs if not graph.tensors[t].is_const]
+        if feeds != [a.outputs[0]] or consumers.get(a.outputs[0]) != 1 or a.outputs[0] in outputs:
+            return None
+    steps = []
+    for op in ops:
+        st = _step(arch, graph, op)
+        if st is None:
+            return None
+        steps.append(st)
+    _, c0, h0, w0 = graph.tensors[ops[0].inputs[0]].shape
+    steps[0] = _augmented(arch, steps[0], c0 if pixel_pitch is None else pixel_pitch)
+    pp, depth, half, icp = arch.pp, arch.bank_depth, arch.bank_depth // 2, arch.icp
+    # map geometry: (h, w, cg, s); map 0 of an augmented conv holds one item of kw*cin channels per output column
+    geo = [(h0, steps[0].w_out if steps[0].aug else w0, ceil_div(steps[0].cin, icp), steps[0].sh)]
+    for i, st in enumerate(steps):
+        # the saved map: all rows in one bank (one SAVE) when one instruction writes them all
+        last = st.h_out if st.h_out <= min(_STRIDE_MAX, pp if st.kind == "conv" else arch.alu_pp) else 1
+        s_next = steps[i + 1].sh if i + 1 < len(steps) else last
+        geo.append((st.h_out, st.w_out, ceil_div(st.cout, icp), s_next))
+    tops = [0, 0]
+    maps = []
+    for i, (h, w, cg, s) in enumerate(geo):
+        vb = i % 2
+        m = Resident(f"{ops[0].name}#{i}", vb, arch.bank_group(f"VB{vb}").base_id, 0, 0, h, w, cg, s)
+        fp = m.footprint(pp)
+        start = tops[vb]
+        if start // half != (start + fp - 1) // half:
+            start = (start // half + 1) * half  # a map stays within one half (its resources are named under it)
+        if fp > half or start + fp > depth:
+            return None
+        maps.append(Resident(m.tag, vb, m.bank0, start // half, start, h, w, cg, s))
+        tops[vb] = start + fp
+    if any(m.w > FIELD10 or m.cg > FIELD10 for m in (maps[0], maps[-1])) or steps[-1].cout > _SAVE_CHANNELS:
+        return None  # LOAD / SAVE length, bank pitch and channels
+    out = []
+    for i, st in enumerate(steps):
+        x, y = maps[i], maps[i + 1]
+        if st.kind == "conv":
+            cg_in = ceil_div(st.cin, icp)
+            wrows = st.kh * st.kw * cg_in
+            if (cg_in > 256 or st.w_out > FIELD10 or x.e > FIELD10 or y.e > FIELD10 or wrows > half
+                    or ceil_div(st.cout, arch.ocp) > half):
+                return None
+            vmax = pp
+        else:
+            if x.cg > 256 or st.w_out > _ALU_LENGTH or x.e > _ALU_ENDL or y.e > _ALU_ENDL:
+                return None
+            vmax = arch.alu_pp
+        # the most rows per instruction whose fetched rows stay within the four base addresses, from any tile start
+        vpp = next((v for v in range(vmax, 0, -1)
+                    if all(_rows_ok(pp, p0 % pp, v, st.kh, st.sh, MAX_WRAPS) for p0 in range(0, st.h_out, v))), 0)
+        if vpp == 0:
+            return None
+        out.append(_Step(**{**st.__dict__, "vpp": vpp}))
+    return Chain(tuple(out), tuple(maps))
+
+
+def resident_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """Whether `ops` compile as one resident chain on `arch`, whatever the DDR layout of its input (with and
+    without channel augmentation of the first conv)."""
+    return plan_chain(arch, graph, ops) is not None and plan_chain(arch, graph, ops, pixel_pitch=0) is not None
+
+
+def _conv_job(arch: Arch, graph: Graph, st: _Step, params: ParamBlob) -> ConvJob:
+    """The ConvJob of a conv step (weights in the step's geometry and its biases appended to `params`)."""
+    op = st.op
+    q = xops.quant_params(op, graph)
+    w = graph.param(op, "weights").data
+    if op.type == "dense":
+        w = w.reshape(xops.dense_weights_shape(op, graph))
+    if st.aug:
+        w = augmented_weights(w)
+    b = graph.param(op, "bias", required=False)
+    bias = b.data if b is not None else np.zeros(st.cout, np.int8)
+    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
+    b_off = params.add(pack_channel_vector(bias, arch.ocp))
+    return ConvJob(op.name, st.kh, st.kw, st.sh, st.sw, (0, 0, 0, 0), st.cin, st.cout, q.act_type, q.shift_cut,
+                   q.shift_bias_isa, w_off, b_off, REG_PARAMS)
+
+
+#: One instruction group of a chain's schedule: (rows of its input map it needs emitted before it, rows of its
+#: output map it completes, the function that emits it).
+_Unit = tuple[int, int, Callable[[], None]]
+
+
+def _load_units(prog: Program, arch: Arch, st: _Step, m: Resident, x: FMap, x_res: str) -> list[_Unit]:
+    """The LOADs of the chain's input into map 0: one per image row (items of kw*cin bytes every sw*cin bytes
+    when the first conv is augmented), rows that follow each other in one bank and in DDR merged."""
+    out: list[_Unit] = []
+    for y0, n, bank, row in (_runs(arch, m, x) if not st.aug else
+                             [(y, 1, *m.where(y, arch.pp)) for y in range(m.h)]):
+        c, jr = (st.cin, st.item_jump * x.pixel_pitch) if st.aug else (x.c, x.pixel_pitch)
+
+        def emit(y0: int = y0, n: int = n, bank: int = bank, row: int = row, c: int = c, jr: int = jr) -> None:
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=m.rows(y0, n), bank_id=bank,
+                      bank_addr=row % arch.bank_depth, length=n * m.w, channel=c, jump_read=jr, jump_write=m.cg,
+                      reg_id=x.reg_id, ddr_addr=x.addr(y0, 0))
+
+        out.append((0, y0 + n, emit))
+    return out
+
+
+def _save_units(prog: Program, arch: Arch, m: Resident, y: FMap, y_res: str, c: int) -> list[_Unit]:
+    """The SAVEs of the chain's output map (rows merged as _runs does)."""
+    out: list[_Unit] = []
+    for y0, n, bank, row in _runs(arch, m, y):
+        def emit(y0: int = y0, n: int = n, bank: int = bank, row: int = row) -> None:
+            prog.emit("SAVE", reads=m.rows(y0, n), writes=(("ddr", y_res),), bank_id=bank,
+                      bank_addr=row % arch.bank_depth, length=n * m.w, channel=c, jump_read=m.cg,
+                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(y0, 0))
+
+        out.append((y0 + n, 0, emit))
+    return out
+
+
+def _runs(arch: Arch, m: Resident, ddr: FMap) -> list[tuple[int, int, int, int]]:
+    """Image rows of map m as transfers (first row, rows, bank id, bank row): consecutive rows merged where they
+    follow each other both in one bank (line slots e apart) and in DDR, up to the 10-bit length field."""
+    out: list[list[int]] = []
+    for y in range(m.h):
+        bank, row = m.where(y, arch.pp)
+        if out:
+            y0, n, b, r = out[-1]
+            if (b == bank and row == r + n * m.e and ddr.addr(y, 0) == ddr.addr(y0, 0) + n * m.w * ddr.pixel_pitch
+                    and (n + 1) * m.w <= FIELD10):
+                out[-1][1] += 1
+                continue
+        out.append([y, 1, bank, row])
+    return [(y0, n, b, r) for y0, n, b, r in out]
+
+
+def _needs(st: _Step, h_in: int, p0: int, v: int) -> int:
+    """Rows of the input map a tile of v output rows from p0 reads (their end)."""
+    return min(h_in, p0 * st.sh + (v - 1) * st.sh + st.kh)
+
+
+def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
+                y: Resident) -> tuple[Callable[[], None], list[_Unit], bool]:
+    """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream group by group)."""
+    pp, depth, half = arch.pp, arch.bank_depth, arch.bank_depth // 2
+    cg_in, cg_out = ceil_div(st.cin, arch.icp), ceil_div(st.cout, arch.ocp)
+    wrows = st.kh * st.kw * cg_in
+    resident = cg_out * wrows <= half
+    tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
+    slots: dict[int, int] = {}
+    bslot = [0]
+
+    def load_group(g: int) -> None:
+        slots[g] = prog.next_slot("convw")
+        load_params(prog, arch, job, g, 1, slots[g] * half, with_bias=False, slot=slots[g])
+
+    def start() -> None:
+        bslot[0] = prog.next_slot("bias")
+        load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, ("bias", bslot[0]))
+        if resident:
+            slot = prog.next_slot("convw")
+            load_params(prog, arch, job, 0, cg_out, slot * half, with_bias=False, slot=slot)
+            slots.update({g: slot for g in range(cg_out)})
+            return
+        load_group(0)
+        if cg_out > 1:
+            load_group(1)
+
+    def conv(p0: int, v: int, g: int) -> None:
+        bank_in, a = x.fetch(p0 * st.sh, pp, depth)
+        bank_out, a_out, t0 = y.store(p0, pp, depth)
+        prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+                  jump_read=cg_in, jump_read_endl=x.e, stride_out=y.s, jump_write=y.cg, jump_write_endl=y.e,
+                  stride_h=st.sh, kernel_h=st.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=st.sw,
+                  kernel_w=st.kw, stride_offset_out=t0)
+        wbase = slots[g] * half + (g * wrows if resident else 0)
+        prog.emit("CONV", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]),
+                                                                               ("bias", bslot[0])),
+                  writes=y.rows(p0, v), pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in,
+                  pad_right=st.kw - 1, pad_bottom=st.kh - 1, bank_addr_out=(a_out + g) % depth, length=st.w_out,
+                  bank_id_in=bank_in, bank_addr_weights=wbase, bank_addr_in_1=a[1], bank_id_out=bank_out,
+                  bank_addr_bias=bslot[0] * half + g, channel_offset=cg_in * arch.icp - st.cin,
+                  bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+
+    units: list[_Unit] = []
+    if resident:  # row tiles outer: the next op can start on the first rows
+        for p0, v in tiles:
+            def tile(p0: int = p0, v: int = v) -> None:
+                for g in range(cg_out):
+                    conv(p0, v, g)
+
+            units.append((_needs(st, x.h, p0, v), p0 + v, tile))
+        return start, units, False
+    for g in range(cg_out):  # weights streamed: each group's once, the next-but-one loading meanwhile
+        for k, (p0, v) in enumerate(tiles):
+            def step(p0: int = p0, v: int = v, g: int = g, last: bool = k == len(tiles) - 1) -> None:
+                conv(p0, v, g)
+                if last and g + 2 < cg_out:
+                    load_group(g + 2)
+
+            units.append((_needs(st, x.h, p0, v), p0 + v if g == cg_out - 1 else 0, step))
+    return start, units, True
+
+
+def _alu_units(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y: Resident) -> list[_Unit]:
+    """The ALUs of a pool / activation step from map x into map y."""
+    pp, depth = arch.pp, arch.bank_depth
+    out: list[_Unit] = []
+    for p0 in range(0, st.h_out, st.vpp):
+        v = min(st.vpp, st.h_out - p0)
+
+        def emit(p0: int = p0, v: int = v) -> None:
+            bank_in, a = x.fetch(p0 * st.sh, pp, depth)
+            bank_out, a_out, t0 = y.store(p0, pp, depth)
+            prog.emit("ALUINIT", exec_mode=ALU_MODES[job.mode], kernel_h=st.kh, kernel_w=st.kw, stride_h=st.sh,
+                      stride_w=st.sw, stride_offset_in=0, stride_offset_out=t0, stride_out=y.s, channel_group=x.cg,
+                      channel_offset=x.cg * arch.icp - st.cout, length=st.w_out, shift_prelu_p=job.shift_prelu_p,
+                      act_type=job.act_type, shift_bias=job.shift_bias, shift_cut=job.shift_cut,
+                      shift_prelu_n=job.shift_prelu_n, multi_factor=job.multi_factor, jump_read=x.cg,
+                      jump_read_endl=x.e, jump_read_weights=x.cg, jump_write=y.cg, jump_write_endl=y.e)
+            prog.emit("ALU", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh), writes=y.rows(p0, v),
+                      bank_id_out=bank_out, bank_addr_out=a_out, pad_bottom=st.kh - 1, valid_pixel_parallel=v,
+                      bank_id_in=bank_in, bank_addr_in=a[0], pad_top=0, pad_left=0, pad_right=st.kw - 1,
+                      bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0, bank_addr_in_2=a[2], bank_addr_bias=0,
+                      bank_addr_in_3=a[3])
+
+        out.append((_needs(st, x.h, p0, v), p0 + v, emit))
+    return out
+
+
+def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+                  params: ParamBlob) -> None:
+    """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring).
+
+    Program order follows the data: each unit (a LOAD run, a tile of CONVs, an ALU, a SAVE run) is emitted as soon
+    as the rows it reads have been emitted, consumers first, so every wait names a post just before it (the
+    code generator keeps each token counter at one token along program order, program.Program) and an op starts
+    on the first rows of its input while its producer computes the rest. A conv step's parameter LOADs come with
+    its first unit, once no unfinished earlier step uses the CONVW / BIAS half they go to."""
+    x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
+    x, y = fmaps[x_res], fmaps[y_res]
+    chain = plan_chain(arch, graph, ops, x.pixel_pitch)
+    if chain is None:
+        raise CodegenError(f"ops {[op.name for op in ops]}: the chain does not fit the banks of {arch.name} as one "
+                           "resident chain")
+    steps, maps = chain.steps, chain.maps
+    n = len(steps)
+    starts: list[Callable[[], None] | None] = []
+    units: list[list[_Unit]] = [_load_units(prog, arch, steps[0], maps[0], x, x_res)]
+    streamed: list[bool] = []
+    for i, st in enumerate(steps):
+        if st.kind == "conv":
+            start, us, stream = _conv_units(prog, arch, st, _conv_job(arch, graph, st, params), maps[i], maps[i + 1])
+        else:
+            start, us, stream = None, _alu_units(prog, arch, st, alu_job(arch, graph, st.op, params), maps[i],
+                                                 maps[i + 1]), False
+        starts.append(start)
+        units.append(us)
+        streamed.append(stream)
+    units.append(_save_units(prog, arch, maps[-1], y, y_res, graph.tensors[y_res].shape[1]))
+    # stage k: 0 the input LOADs, 1..n the steps, n+1 the SAVEs; stage k reads map k-1 and writes map k
+    emitted = [0] * (n + 2)
+    rows = [0] * (n + 2)  # rows of map k emitted so far
+    started = [False] * n
+
+    def done(k: int) -> bool:
+        return emitted[k] == len(units[k])
+
+    def may_start(i: int) -> bool:
+        convs = [j for j in range(i) if starts[j] is not None]
+        if not convs or starts[i] is None:
+            return True
+        last = convs[-1]
+        if not all(done(j + 1) for j in convs[:-1]):
+            return False
+        return done(last + 1) or not (streamed[last] or streamed[i])
+
+    while not all(done(k) for k in range(n + 2)):
+        for k in range(n + 1, -1, -1):
+            if done(k):
+                continue
+            need, produces, emit = units[k][emitted[k]]
+            if k > 0 and rows[k - 1] < need:
+                continue
+            i = k - 1
+            if 0 <= i < n and not started[i]:
+                if not may_start(i):
+                    continue
+                started[i] = True
+                if starts[i] is not None:
+                    starts[i]()
+            emit()
+            emitted[k] += 1
+            rows[k] = max(rows[k], produces)
+            break
+        else:
+            raise CodegenError(f"ops {[op.name for op in ops]}: the resident chain's schedule is stuck")
