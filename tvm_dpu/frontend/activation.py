@@ -114,8 +114,35 @@ def _hoist_over_reshape(rw: Rewriter, value: relax.Expr):
     return prov.with_nodes(relax.op.reshape(act, rs.args[1]), prov.node_names(rs) or rw.cur_names)
 
 
+def _hard_swish_gate_first(rw: Rewriter, value: relax.Expr):
+    """(x * clip(x + 3, 0, 6)) / 6 -> x * (clip(x + 3, 0, 6) / 6): the hard swish torch.export's decomposition
+    writes, put in the order of TVM's importers (a hard-sigmoid gate, then an eltwise multiply), which the DPU runs
+    as ALU mode 7 and an eltwise multiply. The two differ by float rounding only."""
+    if op_name(value) != "relax.divide":
+        return None
+    six = const_array(value.args[1])
+    if six is None or six.size != 1 or not close(float(six.reshape(-1)[0]), 6.0):
+        return None
+    mul = rw.producer_call(value.args[0], "relax.multiply")
+    if mul is None or not rw.single_use(value.args[0]):
+        return None
+    for x, gate in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
+        clip = rw.producer_call(gate, "relax.clip")
+        add = rw.producer_call(clip.args[0], "relax.add") if clip is not None else None
+        if add is None or _scalar_operand(clip) != [0.0, 6.0] or not add.args[0].same_as(x):
+            continue
+        three = _scalar_operand(add)
+        if three is not None and close(three[0], 3.0):
+            g = rw.emit(relax.op.divide(gate, value.args[1]), prov.node_names(mul) or rw.cur_names)
+            return prov.with_nodes(relax.op.multiply(x, g), rw.cur_names)
+    return None
+
+
 def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
     """Rewriter callback of canonicalize_activations (one binding)."""
+    swish = _hard_swish_gate_first(rw, value)
+    if swish is not None:
+        return swish
     out = _clamp_rule(rw, var, value)
     if out is not None and not isinstance(out, relax.Call):
         return out  # an unbounded clamp: gone

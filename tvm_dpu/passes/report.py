@@ -115,6 +115,9 @@ def build_report(mod, result: "PartitionResult") -> PartitionReport:
         for n in session_names.get(info.tag, []):
             tags_of_node.setdefault(n, []).append(info.tag)
 
+    for n in nodes:  # a module without ONNX provenance lists its Relax ops (normalize's ensure_provenance)
+        if str(n.get("op", "")).startswith("relax."):
+            n["op"] = _short(str(n["op"]))
     by_name = {str(n["name"]): n for n in nodes}
     producer = {str(o): str(n["name"]) for n in nodes for o in n.get("outputs", [])}
     consumers: dict[str, list[str]] = {}
