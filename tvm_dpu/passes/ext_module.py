@@ -10,8 +10,8 @@ returned as a static-library module, so `VirtualMachine(ex)` (which links it) an
 links it into the .so) both carry the DPU code; a second model in the same process carries its own bytes under
 local labels, so nothing clashes and nothing is looked up in a table another model could overwrite.
 
-The object is compiled for the machine of the target being built (`Target.current()`'s mtriple), so a build for
-aarch64 (the board) embeds an aarch64 trampoline.
+The object is compiled for the machine of the target being built (`Target.current()`'s mtriple, its host's when
+it has one: `Target("dpu-kv260", host=aarch64)`), so a build for aarch64 (the board) embeds an aarch64 trampoline.
 """
 from __future__ import annotations
 
@@ -130,6 +130,8 @@ def embedding_codegen(dispatch: str):
 
     def codegen(functions, options, constant_names):
         target = tvm.target.Target.current(allow_none=True)
+        if target is not None and target.host is not None:
+            target = target.host  # the trampoline runs beside the VM: on the host (cross compilation)
         mtriple = None
         if target is not None:
             mtriple = str(target.attrs["mtriple"]) if "mtriple" in target.attrs else None
