@@ -111,3 +111,27 @@ def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> byte
         "not loaded. Trust it with a signature (tvm-dpu run --require-signature KEY.pub, trusted_keys=[...], or a "
         f"trusted-keys file in {config_dir()}), or explicitly: tvm-dpu run --allow-unsigned / "
         "tvm_dpu.load(..., trust='unsigned')")
+
+
+def check_library_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
+    """The bytes of a plain shared library (TVM's export_library output) to load, if the policy allows it: a valid
+    signature by a trusted key (the trailer `tvm_dpu.signing.sign` appends), or `trust="unsigned"`. "Built by this user"
+    does not apply (tvm-dpu did not write the file); SignatureError saying how to trust it otherwise."""
+    from tvm_dpu import signing
+
+    if trust not in TRUST_MODES:
+        raise SignatureError(f"trust={trust!r}: choose one of {', '.join(TRUST_MODES)}")
+    if trusted_keys is not None:
+        return signing.verify(data, trusted_keys, source)
+    keys = configured_keys()
+    if keys is not None:
+        return signing.verify(data, keys, f"{source} (signatures are required by {config_dir() / 'trusted_keys'})")
+    body, _ = signing.split(data)
+    if trust == "unsigned":
+        return body
+    raise SignatureError(
+        f"{source}: a shared library is native code, and this one is not signed by a trusted key, so it is not "
+        "loaded. Trust it with a signature (the file with tvm_dpu.signing.sign(data, KEY.key) appended, then tvm-dpu "
+        "run --require-signature KEY.pub), or "
+        "explicitly: tvm-dpu run --allow-unsigned / tvm_dpu.load(..., trust='unsigned'). inspect and report read "
+        "it without loading it")

@@ -230,8 +230,16 @@ def _programs_by_symbol(blobs: list[Program], header: dict, path: Path) -> dict[
 
 def programs(path: str | os.PathLike[str]) -> dict[str, Program]:
     """Symbol -> DPU program embedded in the artifact's library (the first library listed if this machine has
-    none), without loading the library."""
+    none), or in TVM's exported library itself, without loading the library."""
+    from tvm_dpu.runtime.library_file import is_library, library_programs
+
     path = Path(path)
+    if is_library(path):
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+        return library_programs(data, str(path))
     return _programs_of(_open(path), path)
 
 
@@ -284,7 +292,10 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     DPU programs inside it have been checked against the header.
     """
     from tvm_dpu.runtime.device import arch_of
+    from tvm_dpu.runtime.library_file import is_library, load_library
 
+    if data is None and is_library(path):  # TVM's export_library output (runtime/library_file.py)
+        return load_library(path, device, trusted_keys, trust=trust, **device_options)
     path = Path(path)
     c = _open(path, trusted_keys, data, trust)
     h = c.header
@@ -343,14 +354,17 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
 
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
-    """(header, section name -> size in bytes) of an artifact, verified, without loading its library.
+    """(header, section name -> size in bytes) of an artifact, verified, without loading its library (for TVM's
+    exported library, the header runtime/library_file.py puts together from the programs inside it).
 
     Each header subgraph is completed from its program inside the library (the one place that data lives):
     "inputs"/"outputs" (bindings with fix_points and DDR places), "region_sizes", "instr_counts", "op_ranges",
     "output_shapes", "code_bytes", "param_bytes", and "multicore" (None, or the cores and the segments' cores and
     predicted cycles of a program compiled for several cores)."""
-    from tvm_dpu.program_blob import binding_json
+    from tvm_dpu.runtime.library_file import is_library, library_header, subgraph_fields
 
+    if is_library(path):  # TVM's export_library output: the header is put together from its programs
+        return library_header(path)
     path = Path(path)
     c = _open(path)
     header = c.header
@@ -361,21 +375,17 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
         if prog is None:
             raise ArtifactError(f"{path}: subgraph {s.get('symbol')} is listed in the header but its library has "
                                 f"no program for it (has {sorted(progs)})")
-        sg = prog.sg
-        s.update({"inputs": [binding_json(b) for b in sg.inputs], "outputs": [binding_json(b) for b in sg.outputs],
-                  "region_sizes": {str(k): int(v) for k, v in sorted(sg.region_sizes.items())},
-                  "instr_counts": dict(sg.instr_counts), "op_ranges": [list(x) for x in sg.op_ranges],
-                  "output_shapes": [list(x) for x in prog.output_shapes],
-                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes),
-                  "multicore": None if prog.multicore is None else {
-                      "cores": prog.multicore.cores, "segments": len(prog.multicore.segments),
-                      "cycles_cores_1": prog.multicore.single_cycles, "cycles": prog.multicore.cycles,
-                      "segment_cores": [g.core for g in prog.multicore.segments]}})
+        s.update(subgraph_fields(prog))
     return header, sizes
 
 
 def read_code(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Subgraph key -> machine code (uint32 words) of an artifact, without loading its library."""
+    """Subgraph key -> machine code (uint32 words) of an artifact (or of TVM's exported library), without loading
+    its library."""
+    from tvm_dpu.runtime.library_file import is_library, library_code
+
+    if is_library(path):
+        return library_code(path)
     path = Path(path)
     c = _open(path)
     progs = _programs_of(c, path)
