@@ -174,6 +174,7 @@ def load_library(path: str | os.PathLike[str], device: Any = "emulator", trusted
         inputs.append(InputSpec(name, shapes[i], "float32"))
     return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs,
                          subgraph_ids={s: i for i, s in enumerate(progs)}, device=dev,
+                         build_info={"source": LIBRARY_FORMAT},
                          plugin_subgraphs=[plugin_summary(h) for h, _ in find_plugin_blobs(data, str(path))])
 
 
