@@ -45,7 +45,7 @@ _EXPORTS = {
     "devices": ("tvm_dpu.runtime.cores", "devices"),
     "serve": ("tvm_dpu.runtime.cores", "serve"),
     "PipelineModel": ("tvm_dpu.pipeline.model", "PipelineModel"),
-    "describe": ("tvm_dpu.runtime.library_file", "describe"),
+    "describe": ("tvm_dpu.runtime.describe", "describe"),
     "core_group": ("tvm_dpu.runtime.cores", "core_group"),
 }
 

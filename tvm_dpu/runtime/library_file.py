@@ -1,5 +1,6 @@
 """TVM's exported library (`ex.export_library("m.so")` of a module compiled with target "dpu") as a file the
-tools read: `tvm-dpu inspect|report|run m.so` and `tvm_dpu.describe`.
+tools read: `tvm-dpu inspect|report|run m.so` and `tvm_dpu.describe` (runtime/describe.py). Reading only: the
+trusted load of such a library is `artifact.load_library`.
 
 Such a library holds every DPU partition's program (program_blob bytes, embedded by the BYOC codegen) beside the
 CPU part. Reading it for `inspect` / `report` / `describe` scans the file's bytes for those programs
@@ -17,14 +18,12 @@ export_library, not tvm-dpu, wrote the file. The bytes that were checked are the
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.program_blob import Program, binding_json, find_blobs, find_plugin_blobs, plugin_summary
 from tvm_dpu.toolchains import ELF_MACHINES, elf_machine
-from tvm_dpu.types import InputSpec
 
 ELF_MAGIC = b"\x7fELF"
 #: The "format" of the header `library_header` puts together (an artifact's header has none).
@@ -117,108 +116,5 @@ def library_code(path: str | os.PathLike[str]) -> dict:
     return {f"sg{i}": p.sg.code for i, p in enumerate(progs.values())}
 
 
-# ------------------------------------------------------------------------------------------------- running
-_MATCH_SHAPE = re.compile(r"vm\.builtin\.match_shape in: %(\d+), %void, i(\d+), ((?:i\d+, )*)")
-
-
-def _main_input_shapes(lib: Any) -> dict[int, tuple[int, ...]]:
-    """Static shapes of main's parameters, read from the VM bytecode's match_shape checks (code 0 = a dimension
-    asserted equal to an immediate); parameters with any other dimension are left out."""
-    from tvm import relax
-
-    text = relax.VMExecutable(lib).as_text()
-    body = text.split("@main:", 1)[1].split("\n@", 1)[0] if "@main:" in text else ""
-    shapes: dict[int, tuple[int, ...]] = {}
-    for m in _MATCH_SHAPE.finditer(body):
-        reg, ndim = int(m.group(1)), int(m.group(2))
-        vals = [int(v) for v in re.findall(r"i(\d+)", m.group(3))]
-        pairs = list(zip(vals[0::2], vals[1::2]))[:ndim]
-        if len(pairs) == ndim and all(code == 0 for code, _ in pairs) and reg not in shapes:
-            shapes[reg] = tuple(v for _, v in pairs)
-    return shapes
-
-
-def load_library(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None, *,
-                 trust: str = "auto", **device_options: Any):
-    """A runnable `CompiledModel` of an exported library, loaded under the trust policy (module docstring). Its
-    inputs are named as main's parameters, with the shapes the bytecode checks; the DPU partitions run on
-    `device` as for an artifact. Golden verification is not available (the library has no XGraphs)."""
-    import tvm
-    from tvm import relax
-
-    from tvm_dpu.runtime.artifact import _device_for, _load_library
-    from tvm_dpu.runtime.compiled_model import CompiledModel
-    from tvm_dpu.runtime.device import arch_of
-    from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
-    from tvm_dpu.trust import check_library_trust
-
-    path = Path(path)
-    data = check_library_trust(_read(path), str(path), trusted_keys, trust)
-    progs = library_programs(data, str(path))
-    a = _arch_of(progs, str(path))
-    fp = int(a["fingerprint"], 16)
-    arch = arch_of(a["name"], fp, str(path))
-    cores = max((p.multicore.cores for p in progs.values() if p.multicore is not None), default=1)
-    dev = _device_for(device, arch, fp, path, device_options, min(cores, arch.cores))
-    runners = {s: SubgraphRunner(p.sg, dev, None, p.output_shapes, p.digest, p.multicore) for s, p in progs.items()}
-    lib = _load_library(data)
-    vm = relax.VirtualMachine(lib, tvm.cpu())
-    n = int(vm.module["get_function_arity"]("main"))
-    shapes = _main_input_shapes(lib)
-    inputs = []
-    for i in range(n):
-        name = str(vm.module["get_function_param_name"]("main", i))
-        if i not in shapes:
-            raise ArtifactError(f"{path}: the shape of input {name!r} is not static in the library's bytecode; "
-                                "run it through tvm.runtime.load_module and relax.VirtualMachine")
-        inputs.append(InputSpec(name, shapes[i], "float32"))
-    return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs,
-                         subgraph_ids={s: i for i, s in enumerate(progs)}, device=dev,
-                         build_info={"source": LIBRARY_FORMAT},
-                         plugin_subgraphs=[plugin_summary(h) for h, _ in find_plugin_blobs(data, str(path))])
-
-
-
-
-# ------------------------------------------------------------------------------------------------- describe
-def _static_library_programs(module: Any, found: dict[str, Program]) -> None:
-    """The DPU programs of the static libraries in `module`'s import tree (the DPU codegen's objects)."""
-    import tempfile
-
-    if module.kind == "static_library":
-        with tempfile.TemporaryDirectory(prefix="tvm_dpu_") as tmp:
-            obj = Path(tmp) / "partition.o"
-            module.write_to_file(str(obj), "o")
-            found.update(library_programs(obj.read_bytes(), "DPU partition object"))
-    elif module.kind == "library" and not found:
-        raise ArtifactError("a library loaded with tvm.runtime.load_module: its DPU programs are read from the file "
-                            "it was loaded from, tvm_dpu.describe('m.so') (nothing is loaded to read them)")
-    for child in module.imports:
-        _static_library_programs(child, found)
-
-
-def describe(obj: Any) -> list[dict]:
-    """What every DPU partition of `obj` holds: one `program_blob.program_summary` per partition (symbol, arch and
-    fingerprint, instruction counts by kind, code/param bytes, input and output tensors with shapes and
-    fix_points). `obj`: a path to TVM's exported library (.so) or to a .tvmdpu artifact, the bytes of a library, or
-    what `tvm.compile(..., target="dpu")` returned (or its runtime module). Files are read, never loaded."""
-    from tvm_dpu.program_blob import program_summary
-
-    if isinstance(obj, (str, os.PathLike)):
-        from tvm_dpu.runtime.artifact import programs
-
-        progs = programs(obj)
-    elif isinstance(obj, (bytes, bytearray, memoryview)):
-        progs = library_programs(bytes(obj), "library bytes")
-    else:
-        module = getattr(obj, "mod", obj)  # a relax.VMExecutable wraps its runtime module
-        if not hasattr(module, "imports"):
-            raise ArtifactError(f"tvm_dpu.describe: expected a path, library bytes or a TVM module, got "
-                                f"{type(obj).__name__}")
-        progs = {}
-        _static_library_programs(module, progs)
-    return [program_summary(p) for p in progs.values()]
-
-
-__all__ = ["describe", "is_library", "library_code", "library_header", "library_programs", "load_library",
+__all__ = ["LIBRARY_FORMAT", "is_library", "library_code", "library_header", "library_programs",
            "subgraph_fields"]
