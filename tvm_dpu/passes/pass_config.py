@@ -61,11 +61,9 @@ _STATE: dict = {"loaded": None}
 
 def cache_dir() -> Path:
     """`$TVM_DPU_CACHE_DIR`, else `$XDG_CACHE_HOME/tvm-dpu`, else `~/.cache/tvm-dpu`."""
-    env = os.environ.get("TVM_DPU_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "tvm-dpu"
+    from tvm_dpu.trust import user_dir
+
+    return user_dir("TVM_DPU_CACHE_DIR", "XDG_CACHE_HOME", ".cache")
 
 
 def _tvm_lib_dir() -> Path:
