@@ -130,7 +130,7 @@ def test_partition_report_is_what_compiles_for_tvms_import():
     mod = tvm_from_onnx(model)
     _, report = tvm_dpu.partition(mod, ARCH)
     record: list = []
-    from tvm_dpu.passes.pipeline import dpu_pipeline
+    from tvm_dpu.backend.relax_pipeline import dpu_pipeline
 
     with pytest.warns(UserWarning, match="no calibration data"):
         tvm.compile(mod, target="llvm", relax_pipeline=dpu_pipeline(arch=ARCH, fusion="none", record=record))

@@ -3,7 +3,7 @@ calibration function. `import tvm_dpu` registers all of them (`register()`), so 
 
     tvm.compile(mod, target="dpu")                               # default arch, random calibration (warns)
     tvm.compile(mod, target="dpu-kv260")                         # the arch of a preset: one target tag per preset
-    tvm.compile(mod, target=Target("dpu-kv260", host={"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))  # for the board
+    tvm.compile(mod, target=Target("dpu-kv260", host={"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))  # the board
     with tvm.transform.PassContext(config={"relax.dpu.arch": "kv260", "relax.dpu.calibration": "calib.npz"}):
         tvm.compile(mod, target="dpu")                           # arch, calibration, fusion from the config
     tvm.compile(mod, target="dpu", relax_pipeline=relax.get_pipeline("dpu", arch=..., calibration=..., fusion=...))
@@ -35,9 +35,9 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from tvm_dpu.backend.ext_module import TVM_DEFAULT_PIPELINE, cpu_lowering
+from tvm_dpu.backend.pass_config import config_value, register_pass_config
 from tvm_dpu.errors import DPUError
-from tvm_dpu.passes.ext_module import TVM_DEFAULT_PIPELINE, cpu_lowering
-from tvm_dpu.passes.pass_config import config_value, register_pass_config
 
 #: Arch used when the pipeline is not told one (tvm.compile(mod, target="dpu")).
 DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
@@ -146,7 +146,7 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     into the partitioned module, each DPU partition's float body replaced as soon as the partition is quantized,
     so the float weights of the DPU part (VGG-16: 0.5 GB) are freed before code generation instead of living
     until the compile returns. Otherwise `mod` is left as it was."""
-    from tvm_dpu.passes.dpu_compile import compile_dpu_partitions, is_partitioned
+    from tvm_dpu.backend.dpu_compile import compile_dpu_partitions, is_partitioned
     from tvm_dpu.passes.partition import binding_node_names, partition_detailed
     from tvm_dpu.passes.report import build_report
 
@@ -233,8 +233,8 @@ def register() -> None:
     and the target-aware "default" pipeline (idempotent)."""
     if _STATE["registered"]:
         return
-    from tvm_dpu.passes.dpu_compile import register_calibration
-    from tvm_dpu.passes.ext_module import register_codegen
+    from tvm_dpu.backend.dpu_compile import register_calibration
+    from tvm_dpu.backend.ext_module import register_codegen
 
     register_codegen()
     register_calibration()
