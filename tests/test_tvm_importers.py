@@ -189,3 +189,13 @@ def test_mobilenetv2_through_tvms_import_runs_bit_identical_to_build():
 
 def _run_cpu_vm(ex, x):
     return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_a_tir_call_left_on_the_cpu_says_what_it_is():
+    """A call_tir normalization cannot lift (here a Pad in reflect mode) is named in the report's reason."""
+    model = _model([helper.make_node("Pad", ["x", "pads"], ["p"], mode="reflect"),
+                    helper.make_node("Relu", ["p"], ["y"])],
+                   [helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])], 13)
+    _, report = tvm_dpu.partition(tvm_from_onnx(model), ARCH)
+    (pad,) = [n for n in report.nodes if n.op == "call_tir"]
+    assert pad.device == "cpu" and "call of the TIR function" in pad.reason and "mirror_pad" in pad.reason
