@@ -150,3 +150,36 @@ def test_missing_cross_compiler_is_a_clear_error(model, monkeypatch):
     monkeypatch.setattr(toolchains.shutil, "which", lambda cmd, *a, **k: None if "aarch64" in cmd else real(cmd))
     with pytest.raises(DPUError, match="needs the cross compiler 'aarch64-linux-gnu-gcc' on PATH"):
         _compile(model, tvm.target.Target("dpu-zcu102", host=AARCH64), calibration="random", fusion="none")
+
+
+def _fresh_process(env_extra: dict, code: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **env_extra}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+_PROBE = ("import tvm, tvm_dpu\nfrom tvm_dpu.backend.pass_config import registered\n"
+          "print(registered(), 'relax.dpu.arch' in tvm.transform.PassContext.list_configs())")
+
+
+@pytest.mark.slow
+def test_config_options_need_a_private_cache_and_a_compiler(tmp_path):
+    """The registration library is compiled into the user's cache and loaded from there only when that is the
+    user's own and writable by nobody else; without a C++ compiler the options are simply absent."""
+    import os
+
+    cache = tmp_path / "cache"
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(cache)}, _PROBE) == "True True"
+    assert [p.name for p in cache.iterdir() if p.suffix == ".so"]  # compiled once, reused by the next import
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(cache), "CXX": "/nonexistent/c++"}, _PROBE) == "True True"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(shared)}, _PROBE) == "False False"
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(tmp_path / "none"), "CXX": "/nonexistent/c++"},
+                          _PROBE) == "False False"

@@ -74,10 +74,11 @@ def _source() -> str:
     return _SOURCE.replace("KEYS", ", ".join(f'"{k}"' for k in CONFIG_OPTIONS))
 
 
-def _library_name(cxx: str) -> str:
+def _library_name() -> str:
+    """Named by what it depends on: the source and the TVM library it links against."""
     lib = _tvm_lib_dir() / "libtvm_compiler.so"
     st = lib.stat()
-    key = "\n".join([_source(), str(lib), str(st.st_size), str(st.st_mtime_ns), cxx, tvm.__version__])
+    key = "\n".join([_source(), str(lib), str(st.st_size), str(st.st_mtime_ns), tvm.__version__])
     return f"passconfig-{hashlib.sha256(key.encode()).hexdigest()[:24]}.so"
 
 
@@ -117,18 +118,19 @@ def register_pass_config() -> bool:
     if all(k in known for k in CONFIG_OPTIONS):  # registered already (e.g. by another copy of this package)
         _STATE["loaded"] = True
         return True
-    cxx = os.environ.get("CXX") or "g++"
     ok = False
-    if shutil.which(cxx) is not None:
-        try:
-            path = cache_dir() / _library_name(cxx)
-            if not (path.exists() and _private(path) and _private(path.parent)):
-                _compile(path, cxx)
-            if _private(path) and _private(path.parent):
-                ctypes.CDLL(str(path))  # its static initializer registers the options
-                ok = all(k in tvm.transform.PassContext.list_configs() for k in CONFIG_OPTIONS)
-        except OSError:
-            ok = False
+    try:
+        path = cache_dir() / _library_name()
+        if not (path.exists() and _private(path) and _private(path.parent)):
+            cxx = os.environ.get("CXX") or "g++"
+            if shutil.which(cxx) is None:
+                raise OSError(f"no C++ compiler {cxx!r}")
+            _compile(path, cxx)
+        if _private(path) and _private(path.parent):
+            ctypes.CDLL(str(path))  # its static initializer registers the options
+            ok = all(k in tvm.transform.PassContext.list_configs() for k in CONFIG_OPTIONS)
+    except OSError:
+        ok = False
     _STATE["loaded"] = ok
     return ok
 
