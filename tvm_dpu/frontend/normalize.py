@@ -146,12 +146,26 @@ RULES = (_const_rule, _noop_rule, _bn_rule, _affine_rule, _pad_rule, _dense_rule
          _act_rule)
 
 
+#: Module attribute normalize() sets: the module is in normalized form, and normalizing it again changes nothing.
+#: (The rules are not idempotent in general: a second sweep can fold what the first left, e.g. an input scale into
+#: a dense that only became a conv late in the first sweep; so the partition report, partition_for_dpu and the
+#: pipeline, which all normalize, must see the module tvm_dpu.build compiles, normalized once.)
+NORMALIZED_ATTR = "tvm_dpu.normalized"
+
+
+def is_normalized(mod: tvm.IRModule) -> bool:
+    return mod.attrs is not None and NORMALIZED_ATTR in mod.attrs and bool(mod.attrs[NORMALIZED_ATTR])
+
+
 def normalize(mod: tvm.IRModule, *, separate_passes: bool = False) -> tvm.IRModule:
-    """Run all normalization passes (see module docstring for the order and the resulting form).
+    """Run all normalization passes (see module docstring for the order and the resulting form); a module
+    normalized already (`NORMALIZED_ATTR`) is returned as it is.
 
     By default the rules run chained in one sweep (same result, ~4x faster); ``separate_passes=True`` runs
     :data:`PASSES` one after the other (for debugging a single rewrite).
     """
+    if is_normalized(mod):
+        return mod
     mod = ensure_provenance(mod)
     if separate_passes:
         for _, p in PASSES:
@@ -163,9 +177,9 @@ def normalize(mod: tvm.IRModule, *, separate_passes: bool = False) -> tvm.IRModu
     # e.g. the unused indices torch.export's max_pool2d_with_indices leaves (zeros_like), once the tuple is resolved
     mod = relax.transform.DeadCodeElimination()(mod)
     mod = remove_unused_functions(mod)
-    return prov.update_absorbed(mod)
+    return prov.update_absorbed(mod).with_attr(NORMALIZED_ATTR, True)
 
 
-__all__ = ["normalize", "ensure_provenance", "remove_unused_functions", "lift_tir", "fold_constants", "remove_noops",
+__all__ = ["normalize", "is_normalized", "NORMALIZED_ATTR", "ensure_provenance", "remove_unused_functions", "lift_tir", "fold_constants", "remove_noops",
            "batch_norm_to_affine", "fold_affine", "fold_batch_norm", "fold_pad", "dense_to_conv",
            "mean_to_avg_pool", "canonicalize_activations", "PASSES"]
