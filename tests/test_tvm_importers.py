@@ -150,7 +150,9 @@ def _torch_placements(name):
 
     net = build(name)
     x = torch.randn(1, 3, 32, 32)
-    theirs = _placement(normalize(from_exported_program(torch.export.export(net, (x,)), keep_params_as_input=False)))
+    mod = from_exported_program(torch.export.export(net, (x,)), keep_params_as_input=False)
+    theirs = _placement(normalize(mod))
+    assert tvm_dpu.partition(mod, ARCH)[1].subgraphs == theirs[0]  # the report API says the same
     f = io.BytesIO()
     torch.onnx.export(net, (x,), f, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
     return theirs, _placement(tvm_dpu.from_onnx(f.getvalue()))
