@@ -159,13 +159,13 @@ def is_normalized(mod: tvm.IRModule) -> bool:
 
 def normalize(mod: tvm.IRModule, *, separate_passes: bool = False) -> tvm.IRModule:
     """Run all normalization passes (see module docstring for the order and the resulting form); a module
-    normalized already (`NORMALIZED_ATTR`) is returned as it is.
+    normalized already (`NORMALIZED_ATTR`) comes back unchanged (a new module object with the same functions).
 
     By default the rules run chained in one sweep (same result, ~4x faster); ``separate_passes=True`` runs
     :data:`PASSES` one after the other (for debugging a single rewrite).
     """
-    if is_normalized(mod):
-        return mod
+    if is_normalized(mod):  # a module of its own all the same: callers may rewrite it in place (tvm_dpu.build)
+        return tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
     mod = ensure_provenance(mod)
     if separate_passes:
         for _, p in PASSES:
