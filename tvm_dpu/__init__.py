@@ -18,6 +18,8 @@ Public API (the rest is imported lazily):
     load_arch(spec) -> Arch, list_presets()                                DPU configurations
     load(path, device="emulator"|"pynq") -> CompiledModel                  a deployed .tvmdpu artifact
     load("m.xmodel", device=...) -> xmodel.XModelRunner                    a vai_c-compiled AMD .xmodel
+    load("m.so", trust="unsigned"|trusted_keys=...) -> CompiledModel      TVM's export_library output
+    describe(ex | "m.so" | "m.tvmdpu") -> [per DPU partition: symbol, arch, instruction counts, fix_points]
     set_device("emulator"|"pynq"|device), use_device(device)              where DPU partitions of TVM modules run
     devices(arch, kind="emulator"|"pynq") -> one device per DPU core        pin models to cores
     PipelineModel.from_model(compiled, boards=N) / .load(pipeline.json)    a model split over N boards
@@ -43,6 +45,7 @@ _EXPORTS = {
     "devices": ("tvm_dpu.runtime.cores", "devices"),
     "serve": ("tvm_dpu.runtime.cores", "serve"),
     "PipelineModel": ("tvm_dpu.pipeline.model", "PipelineModel"),
+    "describe": ("tvm_dpu.runtime.describe", "describe"),
     "core_group": ("tvm_dpu.runtime.cores", "core_group"),
 }
 

@@ -14,7 +14,7 @@ from typing import Any
 import tvm
 
 from tvm_dpu.errors import DPUError
-from tvm_dpu.backend.relax_pipeline import DEFAULT_ARCH, dpu_pipeline, register
+from tvm_dpu.backend.relax_pipeline import dpu_pipeline, dpu_target_tags, register
 from tvm_dpu.program_blob import digest_of
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
@@ -60,11 +60,15 @@ def import_model(mod: Any, shapes: dict | None = None, fix_points: dict[str, int
     return _prepare(mod, shapes, normalized), fix_points, is_qdq
 
 
-def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
+def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any = None,
           shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
           fix_points: dict[str, int] | None = None, fusion: str = "optimal", plugins: Any = None,
           cores: int = 1, segments: str = "auto") -> CompiledModel:
     """Compile `mod` (a Relax IRModule, an ONNX file path or ModelProto) for the DPU.
+
+    `target`: "dpu" or a per-preset tag such as "dpu-kv260"; `arch` (preset name, arch.json path or Arch), when
+    None, comes from the tag, the PassContext config "relax.dpu.arch", else the default (B4096); given twice and
+    differently is a DPUError.
 
     The DPU-capable parts become DPU machine code (calibrated on `calibration`: an iterable of input dicts or
     arrays, a dict/array with a leading sample axis, or an .npz path; random inputs with a warning if None); the
@@ -89,9 +93,12 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
     the model runs on `cores` emulated cores (a `CoreGroup`); outputs are bit-identical to cores=1.
     `segments="always"` keeps the segments even where one program is predicted faster (to measure the runtime).
     """
-    if target not in ("dpu", "DPU"):
-        raise DPUError(f"target {target!r}: tvm_dpu.build compiles for target 'dpu' (the CPU part uses LLVM)")
     register()
+    tags = dpu_target_tags()
+    target = "dpu" if str(target).lower() == "dpu" else str(target)
+    if target not in tags:
+        raise DPUError(f"target {target!r}: tvm_dpu.build compiles for a DPU target: 'dpu' or a per-preset tag "
+                       f"({', '.join(t for t in tags if t != 'dpu')}); the CPU part uses LLVM")
     t0 = time.perf_counter()
     from tvm_dpu.frontend import normalize
 
@@ -105,7 +112,7 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = DEFAULT_ARCH, calibratio
                             is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins,
                             cores=cores, segments=segments, handed_over=True)
     # `mod` is this build's own: the pipeline releases its DPU float weights as the partitions are quantized.
-    ex = tvm.compile(mod, target="dpu", relax_pipeline=pipeline)
+    ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     t_end = time.perf_counter()
     (result,) = record
     if device is None and cores > 1:

@@ -733,7 +733,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(meta, indent=2))
         return EXIT_OK
     a = header["arch"]
-    print(f"{path}: tvm-dpu artifact, {meta['artifact_bytes']} bytes, sha256 {meta['artifact_sha256'][:16]}...")
+    kind = header.get("format") or "tvm-dpu artifact"  # or TVM's exported library (runtime/library_file.py)
+    print(f"{path}: {kind}, {meta['artifact_bytes']} bytes, sha256 {meta['artifact_sha256'][:16]}...")
     print(f"arch: {a['name']} (fingerprint {a['fingerprint']}); CPU library for: "
           f"{', '.join(sorted(header.get('cpu_libs') or {'?': ''}))}")
     for kind in ("inputs", "outputs"):

@@ -82,6 +82,33 @@ def binding_json(b: TensorBinding) -> dict:
     return {"name": b.name, "shape": list(b.shape), "fix_point": int(b.fix_point), "fmap": asdict(b.fmap)}
 
 
+def program_summary(p: Program) -> dict:
+    """What one DPU program holds, for people: partition symbol, arch and fingerprint, instruction counts by
+    kind, code and parameter bytes, and every input/output tensor with its shape and fix_point (the scale is
+    2**-fix_point); `tvm_dpu.describe` returns these and the DPU modules' `inspect_source()` prints them."""
+    sg = p.sg
+    return {"symbol": p.symbol, "arch": sg.arch, "fingerprint": f"{sg.fingerprint:#x}",
+            "instructions": int(sum(sg.instr_counts.values())), "instr_counts": dict(sorted(sg.instr_counts.items())),
+            "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes),
+            "inputs": [{"name": b.name, "shape": list(b.shape), "fix_point": int(b.fix_point)} for b in sg.inputs],
+            "outputs": [{"name": b.name, "shape": list(b.shape), "fix_point": int(b.fix_point)} for b in sg.outputs],
+            "cores": p.multicore.cores if p.multicore is not None else 1, "sha256": p.digest.hex()}
+
+
+def summary_text(summaries: list[dict]) -> str:
+    """`program_summary` dicts as text, one block per DPU partition."""
+    lines = []
+    for s in summaries:
+        counts = ", ".join(f"{k} {v}" for k, v in s["instr_counts"].items())
+        lines.append(f"DPU partition {s['symbol']}: arch {s['arch']} (fingerprint {s['fingerprint']}), "
+                     f"{s['instructions']} instructions ({counts}), code {s['code_bytes']} B, params "
+                     f"{s['param_bytes']} B" + (f", {s['cores']} cores" if s["cores"] > 1 else ""))
+        for kind in ("inputs", "outputs"):
+            for t in s[kind]:
+                lines.append(f"  {kind[:-1]:6s} {t['name']}: shape {tuple(t['shape'])}, fix_point {t['fix_point']}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def binding_from_json(d: dict) -> TensorBinding:
     return TensorBinding(d["name"], tuple(int(x) for x in d["shape"]), int(d["fix_point"]), FMap(**d["fmap"]))
 

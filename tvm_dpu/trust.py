@@ -33,12 +33,17 @@ MAX_BUILT = 20000
 _LOCK = threading.Lock()
 
 
+def user_dir(env: str, xdg: str, fallback: str) -> Path:
+    """`$<env>`, else `$<xdg>/tvm-dpu`, else `~/<fallback>/tvm-dpu` (a per-user directory, XDG style)."""
+    given = os.environ.get(env)
+    if given:
+        return Path(given)
+    base = os.environ.get(xdg)
+    return (Path(base) if base else Path.home() / fallback) / "tvm-dpu"
+
+
 def config_dir() -> Path:
-    env = os.environ.get("TVM_DPU_CONFIG_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(base) if base else Path.home() / ".config") / "tvm-dpu"
+    return user_dir("TVM_DPU_CONFIG_DIR", "XDG_CONFIG_HOME", ".config")
 
 
 def configured_keys() -> list[str] | None:
@@ -91,9 +96,9 @@ def built_here(digest: str) -> bool:
         return False
 
 
-def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
-    """The artifact bytes to parse (signature trailer removed) if the policy allows loading its native code;
-    SignatureError saying how to trust it otherwise."""
+def _by_key_or_choice(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes | None:
+    """The policy's rules 1 and 3: the verified bytes when keys apply (given, or the trusted-keys file), the
+    unsigned bytes under `trust="unsigned"`, None when neither decides."""
     from tvm_dpu import signing
 
     if trust not in TRUST_MODES:
@@ -103,11 +108,37 @@ def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> byte
     keys = configured_keys()
     if keys is not None:
         return signing.verify(data, keys, f"{source} (signatures are required by {config_dir() / 'trusted_keys'})")
+    return signing.split(data)[0] if trust == "unsigned" else None
+
+
+def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
+    """The artifact bytes to parse (signature trailer removed) if the policy allows loading its native code;
+    SignatureError saying how to trust it otherwise."""
+    from tvm_dpu import signing
+
+    decided = _by_key_or_choice(data, source, trusted_keys, trust)
+    if decided is not None:
+        return decided
     body, _ = signing.split(data)
-    if trust == "unsigned" or built_here(artifact_id(body)):
+    if built_here(artifact_id(body)):
         return body
     raise SignatureError(
         f"{source}: not built by this user on this machine and not signed by a trusted key, so its native code is "
         "not loaded. Trust it with a signature (tvm-dpu run --require-signature KEY.pub, trusted_keys=[...], or a "
         f"trusted-keys file in {config_dir()}), or explicitly: tvm-dpu run --allow-unsigned / "
         "tvm_dpu.load(..., trust='unsigned')")
+
+
+def check_library_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
+    """The bytes of a plain shared library (TVM's export_library output) to load, if the policy allows it: a valid
+    signature by a trusted key (the trailer `tvm_dpu.signing.sign` appends), or `trust="unsigned"`. "Built by this user"
+    does not apply (tvm-dpu did not write the file); SignatureError saying how to trust it otherwise."""
+    decided = _by_key_or_choice(data, source, trusted_keys, trust)
+    if decided is not None:
+        return decided
+    raise SignatureError(
+        f"{source}: a shared library is native code, and this one is not signed by a trusted key, so it is not "
+        "loaded. Trust it with a signature (the file with tvm_dpu.signing.sign(data, KEY.key) appended, then tvm-dpu "
+        "run --require-signature KEY.pub), or "
+        "explicitly: tvm-dpu run --allow-unsigned / tvm_dpu.load(..., trust='unsigned'). inspect and report read "
+        "it without loading it")

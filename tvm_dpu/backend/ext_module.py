@@ -10,8 +10,8 @@ returned as a static-library module, so `VirtualMachine(ex)` (which links it) an
 links it into the .so) both carry the DPU code; a second model in the same process carries its own bytes under
 local labels, so nothing clashes and nothing is looked up in a table another model could overwrite.
 
-The object is compiled for the machine of the target being built (`Target.current()`'s mtriple), so a build for
-aarch64 (the board) embeds an aarch64 trampoline.
+The object is compiled for the machine of the target being built (`Target.current()`'s mtriple, its host's when
+it has one: `Target("dpu-kv260", host=aarch64)`), so a build for aarch64 (the board) embeds an aarch64 trampoline.
 """
 from __future__ import annotations
 
@@ -124,31 +124,59 @@ def _blob_of(fn, symbol: str) -> memoryview:
     return memoryview(np.from_dlpack(attrs[PROGRAM_ATTR]).view(np.uint8).reshape(-1))
 
 
-def embedding_codegen(dispatch: str):
+def describing_module(text: str, parts: list, symbols: list[str]) -> tvm.runtime.Module:
+    """A C-source module whose source is `text` (a C comment; it compiles to nothing) importing the modules `parts`:
+    what the codegen returns, so that `inspect_source()` says what the partitions hold while the static libraries
+    below it carry the code (export_library and the VM link the whole import tree)."""
+    body = text.replace("*/", "* /")
+    code = f"/* tvm-dpu: the DPU partitions of this module\n\n{body}*/\ntypedef int tvm_dpu_partitions_t;\n"
+    # it lists the partitions' symbols as its functions (TVM's linker asks the module it was handed; the code is in
+    # the static libraries below, linked into the same library)
+    module = tvm_ffi.get_global_func("runtime.CSourceModuleCreate")(code, "c", list(symbols), [])
+    for part in parts:
+        module.import_module(part)
+    return module
+
+
+def _describe_dpu_programs(blobs: list[tuple[str, memoryview]]) -> str:
+    from tvm_dpu.program_blob import program_summary, summary_text, unpack_program
+
+    return summary_text([program_summary(unpack_program(blob, f"DPU partition {symbol}")) for symbol, blob in blobs])
+
+
+def embedding_codegen(dispatch: str, describe=None):
     """A BYOC codegen hook that embeds each partition's `tvm_dpu.program` bytes in a static-library module whose
-    packed function calls the host function `dispatch` (the DPU's, or a custom-IP plugin's)."""
+    packed function calls the host function `dispatch` (the DPU's, or a custom-IP plugin's). With `describe`
+    (symbol/blob pairs -> text), the static libraries are returned below one `describing_module`."""
 
     def codegen(functions, options, constant_names):
         target = tvm.target.Target.current(allow_none=True)
+        if target is not None and target.host is not None:
+            target = target.host  # the trampoline runs beside the VM: on the host (cross compilation)
         mtriple = None
         if target is not None:
             mtriple = str(target.attrs["mtriple"]) if "mtriple" in target.attrs else None
         machine = machine_of_triple(mtriple)
-        modules = []
+        modules, blobs = [], []
         with tempfile.TemporaryDirectory(prefix="tvm_dpu_") as tmp:
             for i, fn in enumerate(functions):
                 symbol = str(fn.attrs["global_symbol"])
                 obj = Path(tmp) / f"partition{i}.o"
-                write_trampoline_object(obj, symbol, _blob_of(fn, symbol), machine, dispatch)
+                blob = _blob_of(fn, symbol)
+                write_trampoline_object(obj, symbol, blob, machine, dispatch)
+                blobs.append((symbol, blob))
                 # load_static_library keeps the object's bytes: the file can go with the directory.
                 modules.append(tvm.runtime.load_static_library(str(obj), [symbol]))
-        return modules
+        if describe is None or not modules:
+            return modules
+        return [describing_module(describe(blobs), modules, [sym for sym, _ in blobs])]
 
     return codegen
 
 
-#: The `relax.ext.dpu` hook: one static-library runtime module per DPU partition function.
-dpu_codegen = embedding_codegen(DISPATCH_FUNC)
+#: The `relax.ext.dpu` hook: one static-library runtime module per DPU partition function, below a C-source module
+#: whose `inspect_source()` lists every partition's symbol, arch, instruction counts and tensor fix_points.
+dpu_codegen = embedding_codegen(DISPATCH_FUNC, _describe_dpu_programs)
 
 
 def register_codegen() -> None:

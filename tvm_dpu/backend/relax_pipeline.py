@@ -2,6 +2,10 @@
 calibration function. `import tvm_dpu` registers all of them (`register()`), so these spellings work:
 
     tvm.compile(mod, target="dpu")                               # default arch, random calibration (warns)
+    tvm.compile(mod, target="dpu-kv260")                         # the arch of a preset: one target tag per preset
+    tvm.compile(mod, target=Target("dpu-kv260", host={"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))  # the board
+    with tvm.transform.PassContext(config={"relax.dpu.arch": "kv260", "relax.dpu.calibration": "calib.npz"}):
+        tvm.compile(mod, target="dpu")                           # arch, calibration, fusion from the config
     tvm.compile(mod, target="dpu", relax_pipeline=relax.get_pipeline("dpu", arch=..., calibration=..., fusion=...))
     tvm.compile(tvm_dpu.partition_for_dpu(mod, arch), target="dpu", relax_pipeline=relax.get_pipeline("dpu", ...))
     tvm.compile(compiled.relax_module, target=<any CPU target>, relax_pipeline="dpu_lowering")  # programs attached
@@ -10,6 +14,15 @@ calibration function. `import tvm_dpu` registers all of them (`register()`), so 
 everything for the CPU. `register()` therefore wraps the "default" pipeline factory: when the target being built
 carries the "dpu" key (the "dpu" tag does), the default pipeline is the DPU pipeline with default options; for
 every other target it is TVM's own default pipeline, unchanged.
+
+Where the arch comes from: the pipeline's `arch` option, the PassContext config "relax.dpu.arch" (pass_config.py)
+and the target's `model` attribute (what the "dpu-<preset>" tags set); those given must name the same arch, else
+DPUError; none given: DEFAULT_ARCH. Calibration and fusion likewise from their options or "relax.dpu.calibration"
+/ "relax.dpu.fusion".
+
+Cross compilation: with a target host (`Target("dpu-kv260", host=aarch64)`), the CPU part runs on the host, so
+the pipeline binds every TIR function to the host target and the codegen builds the DPU partitions' objects for
+the host's machine (the llvm+mtriple+keys spelling of the same target gives the same library).
 
 The DPU pipeline: normalize and partition (unless the module is already partitioned), compile every DPU
 partition (dpu_compile.py: calibration, quantization, code generation), `RunCodegen` (ext_module.py embeds each
@@ -23,11 +36,84 @@ import tvm
 from tvm import relax
 
 from tvm_dpu.backend.ext_module import TVM_DEFAULT_PIPELINE, cpu_lowering
+from tvm_dpu.backend.pass_config import config_value, register_pass_config
+from tvm_dpu.errors import DPUError
 
 #: Arch used when the pipeline is not told one (tvm.compile(mod, target="dpu")).
 DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
 
+#: Fusion planner when neither the pipeline option nor the "relax.dpu.fusion" config chooses one.
+DEFAULT_FUSION = "optimal"
+#: Prefix of the per-preset target tags ("dpu-kv260", "dpu-DPUCZDX8G_ISA1_B4096", ...).
+TAG_PREFIX = "dpu-"
 _STATE: dict[str, Any] = {"registered": False}
+
+
+def dpu_target_tags() -> dict[str, dict]:
+    """Target tag -> its config: "dpu" (the default arch, or whatever the context chooses) and one per preset
+    (its arch in the target's `model` attribute)."""
+    from tvm_dpu.arch import list_presets
+
+    base = {"kind": "llvm", "keys": ["dpu", "cpu"]}
+    tags = {"dpu": dict(base)}
+    for preset in list_presets():
+        tags[TAG_PREFIX + preset] = {**base, "model": preset}
+    return tags
+
+
+def _target_arch(target: Any) -> str | None:
+    if target is None or "dpu" not in list(target.keys):
+        return None
+    model = target.attrs.get("model") if "model" in target.attrs else None
+    return str(model) if model else None
+
+
+def resolve_arch(arch: Any = None) -> Any:
+    """The arch a compile uses: `arch` (the pipeline option), the PassContext config "relax.dpu.arch" and the current
+    target's `model` must agree where given (DPUError naming them otherwise); none given: DEFAULT_ARCH."""
+    from tvm_dpu.arch import load_arch
+
+    target = tvm.target.Target.current(allow_none=True)
+    given = [(what, v) for what, v in (("the pipeline's arch option", arch),
+                                       ('the PassContext config "relax.dpu.arch"', config_value("relax.dpu.arch")),
+                                       ("the target's model attribute (a dpu-<preset> target tag sets it)",
+                                        _target_arch(target))) if v is not None]
+    if not given:
+        return DEFAULT_ARCH
+    loaded = [(what, v, load_arch(v)) for what, v in given]
+    first = loaded[0]
+    for other in loaded[1:]:
+        if other[2] != first[2]:
+            raise DPUError(f"two different DPU archs asked for: {first[1]!r} by {first[0]} and {other[1]!r} by "
+                           f"{other[0]}; give one")
+    return first[1]
+
+
+def resolve_calibration(calibration: Any = None) -> Any:
+    """`calibration` if given, else the PassContext config "relax.dpu.calibration" (an .npz path, or "random")."""
+    if calibration is not None:
+        return calibration
+    return config_value("relax.dpu.calibration")
+
+
+def resolve_fusion(fusion: str | None = None) -> str:
+    return fusion or config_value("relax.dpu.fusion") or DEFAULT_FUSION
+
+
+def bind_tir_to_host() -> tvm.transform.Pass:
+    """With a target host (cross compilation: `Target("dpu-kv260", host=aarch64)`), every TIR function of the CPU
+    part is compiled for the host: the "dpu" target's own kind is the build machine's llvm, so without this the
+    kernels would be built for it and the host's linker would refuse them ("Relocations in generic ELF")."""
+
+    @tvm.transform.module_pass(opt_level=0, name="DPUBindHost")
+    def _bind(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        target = tvm.target.Target.current(allow_none=True)
+        host = getattr(target, "host", None) if target is not None else None
+        if host is None or "dpu" not in list(target.keys):
+            return mod
+        return tvm.tirx.transform.BindTarget(tvm.target.Target(host, host=host))(mod)
+
+    return _bind
 
 
 def lower_dpu_module(mod: tvm.IRModule) -> tvm.IRModule:
@@ -36,7 +122,7 @@ def lower_dpu_module(mod: tvm.IRModule) -> tvm.IRModule:
     if "const_name_to_constant" in (mod.attrs or {}):
         # RunCodegen copies the partitions' weights there; the programs already hold them (the .so would double).
         mod = mod.without_attr("const_name_to_constant")
-    return cpu_lowering()(mod)
+    return bind_tir_to_host()(cpu_lowering()(mod))
 
 
 def compiled_dpu_lowering() -> tvm.transform.Pass:
@@ -50,7 +136,7 @@ def compiled_dpu_lowering() -> tvm.transform.Pass:
 
 
 def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibration: Any = None,
-                        fusion: str = "optimal", method: str = "mse", fix_points: dict[str, int] | None = None,
+                        fusion: str = DEFAULT_FUSION, method: str = "mse", fix_points: dict[str, int] | None = None,
                         is_qdq: bool = False, normalize: bool = True, progress: bool = False, plugins: Any = None,
                         cores: int = 1, segments: str = "auto", handed_over: bool = False):
     """Partition `mod` for `arch` (unless it already is; enabled `plugins` claim their ops first) and compile its
@@ -97,14 +183,16 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     return result
 
 
-def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str = "optimal", method: str = "mse",
+def dpu_pipeline(arch: Any = None, calibration: Any = None, fusion: str | None = None, method: str = "mse",
                  fix_points: dict[str, int] | None = None, is_qdq: bool = False, normalize: bool = True,
                  progress: bool = False, record: list | None = None, plugins: Any = None,
                  cores: int = 1, segments: str = "auto", handed_over: bool = False) -> tvm.transform.Pass:
     """The "dpu" Relax pipeline (`relax.get_pipeline("dpu", **options)`).
 
-    Options: `arch` (preset name, arch.json path or Arch), `calibration` (arrays, dicts, an .npz path, ...; None
-    calibrates on random inputs with a warning), `fusion` ("none" | "greedy" | "optimal"), `method` ("mse" |
+    Options: `arch` (preset name, arch.json path or Arch; None: the PassContext config "relax.dpu.arch", the
+    target's model (the "dpu-<preset>" tags), else DEFAULT_ARCH; see `resolve_arch`), `calibration` (arrays, dicts,
+    an .npz path, ...; None: the config "relax.dpu.calibration", else random inputs with a warning), `fusion`
+    ("none" | "greedy" | "optimal"; None: the config "relax.dpu.fusion", else "optimal"), `method` ("mse" |
     "minmax"), `fix_points` ({ONNX tensor name: fix_point}), `normalize` (run tvm-dpu's normalization first),
     `plugins` (custom-IP plugins by name, "a,b" or a list, applied in order before DPU partitioning), `cores`
     (DPU cores each partition's independent segments are scheduled on; 1: one program per partition) and `segments` ("auto": keep a
@@ -114,7 +202,8 @@ def dpu_pipeline(arch: Any = DEFAULT_ARCH, calibration: Any = None, fusion: str 
 
     @tvm.transform.module_pass(opt_level=0, name="DPUPipeline")
     def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        result = prepare_and_compile(mod, arch=arch, calibration=calibration, fusion=fusion, method=method,
+        result = prepare_and_compile(mod, arch=resolve_arch(arch), calibration=resolve_calibration(calibration),
+                                     fusion=resolve_fusion(fusion), method=method,
                                      fix_points=fix_points, is_qdq=is_qdq, normalize=normalize, progress=progress,
                                      plugins=plugins, cores=cores,
                                      segments=segments, handed_over=handed_over)
@@ -149,7 +238,9 @@ def register() -> None:
 
     register_codegen()
     register_calibration()
-    tvm.target.tag.register_tag("dpu", {"kind": "llvm", "keys": ["dpu", "cpu"]}, override=True)
+    for tag, config in dpu_target_tags().items():
+        tvm.target.tag.register_tag(tag, config, override=True)
+    register_pass_config()
     pipelines = relax.pipeline.PIPELINE_MAP
     if "dpu" not in pipelines:
         relax.register_pipeline("dpu")(dpu_pipeline)

@@ -17,6 +17,7 @@ from .normalize import (
     fold_batch_norm,
     fold_constants,
     fold_pad,
+    lift_tir,
     mean_to_avg_pool,
     normalize,
     remove_noops,
@@ -27,7 +28,7 @@ from .provenance import SOURCE_NODES_ATTR, merge, node_names, source_nodes, with
 __all__ = [
     "from_onnx", "normalize", "source_nodes", "node_names", "with_nodes", "merge", "SOURCE_NODES_ATTR",
     "supported_opsets", "model_opset", "parse_input_shapes", "stable_node_names", "ensure_provenance",
-    "fold_constants", "remove_noops",
+    "fold_constants", "remove_noops", "lift_tir",
     "batch_norm_to_affine", "fold_affine", "fold_batch_norm", "fold_pad", "dense_to_conv", "mean_to_avg_pool",
     "canonicalize_activations", "PASSES",
 ]

@@ -77,24 +77,42 @@ def _scalar_operand(call: relax.Call) -> list[float] | None:
 def starts_hard_sigmoid(rw: Rewriter, var: relax.Var, value: relax.Expr) -> bool:
     """Whether the binding `var = value` (input graph) is the first op of a hard-sigmoid chain whose inner ops have
     one consumer each. The affine fold must leave such an op alone: folded into the producing conv, the chain
-    would lose the shape the DPU runs as one ALU hard-sigmoid (mode 7)."""
+    would lose the shape the DPU runs as one ALU hard-sigmoid (mode 7). The clip may be a chain of clamps that
+    canonicalize_activations merges (torch.export writes clip(clip(x, 0, inf), -inf, 6))."""
+
+    def next_of(v):
+        users = rw.old_consumers.get(v, [])
+        nxt = rw.old_single_consumer(v)
+        return (users[0], nxt) if nxt is not None and len(users) == 1 else (None, None)
+
     for chain in HARD_SIGMOID_FORMS.values():
         v, e, ok = var, value, True
         for i, (name, consts) in enumerate(chain):
-            if not isinstance(e, relax.Call) or op_name(e) != name:
+            if not isinstance(e, relax.Call):
                 ok = False
                 break
-            got = _scalar_operand(e)
+            if name == "relax.clip" and clamp_of(rw, e) is not None:
+                lo, hi = -math.inf, math.inf
+                while True:  # the clamps up to the chain's next op, intersected
+                    _, a, b = clamp_of(rw, e)
+                    lo, hi = max(lo, a), min(hi, b)
+                    nv, ne = next_of(v) if i + 1 < len(chain) else (None, None)
+                    if ne is None or clamp_of(rw, ne) is None:
+                        break
+                    v, e = nv, ne
+                got = [lo, hi]
+            elif op_name(e) == name:
+                got = _scalar_operand(e)
+            else:
+                got = None
             if got is None or len(got) != len(consts) or not all(close(g, w) for g, w in zip(got, consts)):
                 ok = False
                 break
             if i + 1 < len(chain):
-                nxt = rw.old_single_consumer(v)
-                users = rw.old_consumers.get(v, [])
-                if nxt is None or len(users) != 1:
+                v, e = next_of(v)
+                if e is None:
                     ok = False
                     break
-                v, e = users[0], nxt
         if ok:
             return True
     return False
@@ -114,8 +132,35 @@ def _hoist_over_reshape(rw: Rewriter, value: relax.Expr):
     return prov.with_nodes(relax.op.reshape(act, rs.args[1]), prov.node_names(rs) or rw.cur_names)
 
 
+def _hard_swish_gate_first(rw: Rewriter, value: relax.Expr):
+    """(x * clip(x + 3, 0, 6)) / 6 -> x * (clip(x + 3, 0, 6) / 6): the hard swish torch.export's decomposition
+    writes, put in the order of TVM's importers (a hard-sigmoid gate, then an eltwise multiply), which the DPU runs
+    as ALU mode 7 and an eltwise multiply. The two differ by float rounding only."""
+    if op_name(value) != "relax.divide":
+        return None
+    six = const_array(value.args[1])
+    if six is None or six.size != 1 or not close(float(six.reshape(-1)[0]), 6.0):
+        return None
+    mul = rw.producer_call(value.args[0], "relax.multiply")
+    if mul is None or not rw.single_use(value.args[0]):
+        return None
+    for x, gate in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
+        clip = rw.producer_call(gate, "relax.clip")
+        add = rw.producer_call(clip.args[0], "relax.add") if clip is not None else None
+        if add is None or _scalar_operand(clip) != [0.0, 6.0] or not add.args[0].same_as(x):
+            continue
+        three = _scalar_operand(add)
+        if three is not None and close(three[0], 3.0):
+            g = rw.emit(relax.op.divide(gate, value.args[1]), prov.node_names(mul) or rw.cur_names)
+            return prov.with_nodes(relax.op.multiply(x, g), rw.cur_names)
+    return None
+
+
 def rule(rw: Rewriter, var: relax.Var, value: relax.Expr):
     """Rewriter callback of canonicalize_activations (one binding)."""
+    swish = _hard_swish_gate_first(rw, value)
+    if swish is not None:
+        return swish
     out = _clamp_rule(rw, var, value)
     if out is not None and not isinstance(out, relax.Call):
         return out  # an unbounded clamp: gone

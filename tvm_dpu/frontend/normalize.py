@@ -3,6 +3,8 @@
 ``normalize(mod)`` runs, in order (each pass is also callable on its own, ``IRModule -> IRModule``):
 
 1. :func:`ensure_provenance` - a hand-built module gets Var-name provenance (see :mod:`.provenance`);
+1b. :func:`~.tir_lift.lift_tir` - ops TVM's own importers lowered to ``call_tir`` at import (Clip -> TIR
+   maximum/minimum, Pad, multi-input Min/Max) lifted back to Relax ops (tvm-dpu's importer never emits them);
 2. :func:`~.const_fold.fold_constants` - numpy folding of constant subexpressions (no LLVM JIT);
 3. :func:`~.cleanup.remove_noops` - Dropout, identity reshape/cast removed, reshape chains merged;
 4. :func:`~.fold_bn.batch_norm_to_affine` - inference BN -> per-channel multiply + add;
@@ -11,8 +13,10 @@
 6. :func:`~.fold_pad.fold_pad` - constant-zero Pad folded into the following conv2d's padding (conv only);
 7. :func:`~.dense_to_conv.dense_to_conv` - Gemm/MatMul with constant weight on ``[N, K]`` -> conv2d (+ reshapes);
 8. :func:`~.pool.mean_to_avg_pool` - spatial mean / GlobalAveragePool -> avg_pool2d (+ reshape);
-9. :func:`~.activation.canonicalize_activations` - Clip/Min/Max/Relu chains -> relu or clip;
-10. remove_noops again, ``relax.transform.CanonicalizeBindings``, unused PrimFuncs dropped.
+9. :func:`~.activation.canonicalize_activations` - Clip/Min/Max/Relu chains -> relu or clip; torch.export's hard swish
+   ``(x * clip(x + 3, 0, 6)) / 6`` -> ``x * (clip(x + 3, 0, 6) / 6)``;
+10. remove_noops again, ``relax.transform.CanonicalizeBindings`` and ``DeadCodeElimination``, unused PrimFuncs
+    dropped.
 (``normalize`` chains these rules per binding in one sweep, see :data:`RULES`; the passes give the same result.)
 
 Normalized form (what ``main`` of a conv/BN/ReLU network contains afterwards; all NCHW / OIHW):
@@ -55,6 +59,7 @@ from .fold_pad import rule as _pad_rule
 from .pool import dpu_scale_rule as _dpu_scale_rule
 from .pool import rule as _mean_rule
 from .rewrite import Rewriter, bindings, vars_in, rewrite_module
+from .tir_lift import lift_tir, rule_for as _lift_rule_for
 
 
 def ensure_provenance(mod: tvm.IRModule) -> tvm.IRModule:
@@ -115,6 +120,7 @@ def remove_unused_functions(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 PASSES = (
+    ("lift_tir", lift_tir),
     ("fold_constants", fold_constants),
     ("remove_noops", remove_noops),
     ("batch_norm_to_affine", batch_norm_to_affine),
@@ -140,24 +146,40 @@ RULES = (_const_rule, _noop_rule, _bn_rule, _affine_rule, _pad_rule, _dense_rule
          _act_rule)
 
 
+#: Module attribute normalize() sets: the module is in normalized form, and normalizing it again changes nothing.
+#: (The rules are not idempotent in general: a second sweep can fold what the first left, e.g. an input scale into
+#: a dense that only became a conv late in the first sweep; so the partition report, partition_for_dpu and the
+#: pipeline, which all normalize, must see the module tvm_dpu.build compiles, normalized once.)
+NORMALIZED_ATTR = "tvm_dpu.normalized"
+
+
+def is_normalized(mod: tvm.IRModule) -> bool:
+    return mod.attrs is not None and NORMALIZED_ATTR in mod.attrs and bool(mod.attrs[NORMALIZED_ATTR])
+
+
 def normalize(mod: tvm.IRModule, *, separate_passes: bool = False) -> tvm.IRModule:
-    """Run all normalization passes (see module docstring for the order and the resulting form).
+    """Run all normalization passes (see module docstring for the order and the resulting form); a module
+    normalized already (`NORMALIZED_ATTR`) comes back unchanged (a new module object with the same functions).
 
     By default the rules run chained in one sweep (same result, ~4x faster); ``separate_passes=True`` runs
     :data:`PASSES` one after the other (for debugging a single rewrite).
     """
+    if is_normalized(mod):  # a module of its own all the same: callers may rewrite it in place (tvm_dpu.build)
+        return tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
     mod = ensure_provenance(mod)
     if separate_passes:
         for _, p in PASSES:
             mod = p(mod)
     else:
-        mod = rewrite_module(mod, RULES)
+        mod = rewrite_module(mod, (_lift_rule_for(mod), *RULES))
         mod = rewrite_module(mod, (_noop_rule, _act_rule))
     mod = relax.transform.CanonicalizeBindings()(mod)
+    # e.g. the unused indices torch.export's max_pool2d_with_indices leaves (zeros_like), once the tuple is resolved
+    mod = relax.transform.DeadCodeElimination()(mod)
     mod = remove_unused_functions(mod)
-    return prov.update_absorbed(mod)
+    return prov.update_absorbed(mod).with_attr(NORMALIZED_ATTR, True)
 
 
-__all__ = ["normalize", "ensure_provenance", "remove_unused_functions", "fold_constants", "remove_noops",
+__all__ = ["normalize", "is_normalized", "NORMALIZED_ATTR", "ensure_provenance", "remove_unused_functions", "lift_tir", "fold_constants", "remove_noops",
            "batch_norm_to_affine", "fold_affine", "fold_batch_norm", "fold_pad", "dense_to_conv",
            "mean_to_avg_pool", "canonicalize_activations", "PASSES"]

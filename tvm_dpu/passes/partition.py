@@ -450,13 +450,19 @@ def partition_detailed(mod: tvm.IRModule, arch, claimers: Sequence[Claimer] = ()
     return PartitionResult(result_mod, placement, infos, session)
 
 
-def partition(mod: tvm.IRModule, arch) -> tuple[tvm.IRModule, PartitionReport]:
-    """Partition `mod` for the DPU `arch` (an Arch, preset name or arch.json path).
+def partition(mod: tvm.IRModule, arch, normalize: bool = True) -> tuple[tvm.IRModule, PartitionReport]:
+    """Partition `mod` for the DPU `arch` (an Arch, preset name or arch.json path), exactly as `partition_for_dpu`,
+    the "dpu" pipeline and `tvm_dpu.build` do (so the report says what compiles): tvm-dpu's normalization first
+    (a no-op on a module from `tvm_dpu.from_onnx`; `normalize=False` skips it for a module normalized already).
 
     Returns the partitioned module (functions with attr ``Codegen="dpu"`` called from main; RunCodegen not
     applied) and a `PartitionReport` listing every model node with its device, subgraph and, for CPU nodes, the
     exact reason.
     """
+    if normalize:
+        from ..frontend import normalize as normalize_mod
+
+        mod = normalize_mod(mod)
     result = partition_detailed(mod, arch)
     report = build_report(mod, result)
     return result.module, report

@@ -75,7 +75,11 @@ def _binding_reason(result: "PartitionResult", tag: int, op_label: str) -> str:
         return session.excluded[tag]
     if tag in session.rejections:
         return session.rejections[tag][1]
-    return _generic_reason(op_label, result.infos[tag].op)
+    info = result.infos[tag]
+    if _short(info.op) == "call_tir" and info.call.args and hasattr(info.call.args[0], "name_hint"):
+        return (f"{op_label} is a call of the TIR function {info.call.args[0].name_hint} (lowered at import, not a "
+                "Relax op tvm-dpu knows how to lift back): no DPU pattern matches TIR")
+    return _generic_reason(op_label, info.op)
 
 
 def _note(result: "PartitionResult", tags: list[int]) -> str | None:
@@ -115,6 +119,9 @@ def build_report(mod, result: "PartitionResult") -> PartitionReport:
         for n in session_names.get(info.tag, []):
             tags_of_node.setdefault(n, []).append(info.tag)
 
+    for n in nodes:  # a module without ONNX provenance lists its Relax ops (normalize's ensure_provenance)
+        if str(n.get("op", "")).startswith("relax."):
+            n["op"] = _short(str(n["op"]))
     by_name = {str(n["name"]): n for n in nodes}
     producer = {str(o): str(n["name"]) for n in nodes for o in n.get("outputs", [])}
     consumers: dict[str, list[str]] = {}

@@ -13,17 +13,22 @@ from tvm_dpu.types import InputSpec
 
 #: Random calibration batches used when the caller gives no data (with a warning: fix_points will be poor).
 RANDOM_CALIBRATION_BATCHES = 2
+#: The calibration value that asks for random inputs knowingly (no warning; e.g. the PassContext config
+#: "relax.dpu.calibration" for a timing-only build).
+RANDOM = "random"
 
 
 def calibration_batches(calibration: Any, inputs: list[InputSpec], progress: bool = False) -> list[list[np.ndarray]]:
     """Normalize calibration data to a list of batches (one array per model input, in input order).
 
-    Accepted: None (random normal inputs, with a warning), an array or dict of arrays with the input shapes or with
+    Accepted: None (random normal inputs, with a warning), "random" (the same, chosen knowingly: no warning), an array or dict of arrays with the input shapes or with
     a leading sample axis (each sample becomes one batch), an .npz path, or an iterable of arrays / dicts.
     """
-    if calibration is None:
-        warnings.warn("no calibration data: calibrating on random normal inputs; fix_points will not suit real "
-                      "data (pass calibration=... or --calib FILE.npz)", stacklevel=3)
+    chosen_random = isinstance(calibration, str) and calibration == RANDOM
+    if calibration is None or chosen_random:
+        if not chosen_random:
+            warnings.warn("no calibration data: calibrating on random normal inputs; fix_points will not suit real "
+                          "data (pass calibration=... or --calib FILE.npz)", stacklevel=3)
         rng = np.random.default_rng(0)
         return [[rng.standard_normal(s.shape).astype(np.float32) for s in inputs]
                 for _ in range(RANDOM_CALIBRATION_BATCHES)]

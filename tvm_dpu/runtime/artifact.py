@@ -37,10 +37,12 @@ from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_
 # the writer's export, cross_compile and SUFFIX stay importable from here
 from tvm_dpu.runtime.artifact_export import FORMAT_VERSION, MAGIC, SUFFIX, cross_compile, export  # noqa: F401
 from tvm_dpu.runtime.compiled_model import CompiledModel
+from tvm_dpu.runtime.library_file import (LIBRARY_FORMAT, is_library, library_code, library_header,
+                                         library_programs, subgraph_fields)
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 from tvm_dpu.toolchains import host_machine
-from tvm_dpu.trust import check_trust
+from tvm_dpu.trust import check_library_trust, check_trust
 from tvm_dpu.types import InputSpec, PartitionReport
 from tvm_dpu.xgraph import serialize
 
@@ -230,8 +232,14 @@ def _programs_by_symbol(blobs: list[Program], header: dict, path: Path) -> dict[
 
 def programs(path: str | os.PathLike[str]) -> dict[str, Program]:
     """Symbol -> DPU program embedded in the artifact's library (the first library listed if this machine has
-    none), without loading the library."""
+    none), or in TVM's exported library itself, without loading the library."""
     path = Path(path)
+    if is_library(path):
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+        return library_programs(data, str(path))
     return _programs_of(_open(path), path)
 
 
@@ -285,6 +293,8 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     """
     from tvm_dpu.runtime.device import arch_of
 
+    if data is None and is_library(path):  # TVM's export_library output (runtime/library_file.py)
+        return load_library(path, device, trusted_keys, trust=trust, **device_options)
     path = Path(path)
     c = _open(path, trusted_keys, data, trust)
     h = c.header
@@ -343,14 +353,15 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
 
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
-    """(header, section name -> size in bytes) of an artifact, verified, without loading its library.
+    """(header, section name -> size in bytes) of an artifact, verified, without loading its library (for TVM's
+    exported library, the header runtime/library_file.py puts together from the programs inside it).
 
     Each header subgraph is completed from its program inside the library (the one place that data lives):
     "inputs"/"outputs" (bindings with fix_points and DDR places), "region_sizes", "instr_counts", "op_ranges",
     "output_shapes", "code_bytes", "param_bytes", and "multicore" (None, or the cores and the segments' cores and
     predicted cycles of a program compiled for several cores)."""
-    from tvm_dpu.program_blob import binding_json
-
+    if is_library(path):  # TVM's export_library output: the header is put together from its programs
+        return library_header(path)
     path = Path(path)
     c = _open(path)
     header = c.header
@@ -361,22 +372,77 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:
         if prog is None:
             raise ArtifactError(f"{path}: subgraph {s.get('symbol')} is listed in the header but its library has "
                                 f"no program for it (has {sorted(progs)})")
-        sg = prog.sg
-        s.update({"inputs": [binding_json(b) for b in sg.inputs], "outputs": [binding_json(b) for b in sg.outputs],
-                  "region_sizes": {str(k): int(v) for k, v in sorted(sg.region_sizes.items())},
-                  "instr_counts": dict(sg.instr_counts), "op_ranges": [list(x) for x in sg.op_ranges],
-                  "output_shapes": [list(x) for x in prog.output_shapes],
-                  "code_bytes": int(sg.code.nbytes), "param_bytes": int(sg.params.nbytes),
-                  "multicore": None if prog.multicore is None else {
-                      "cores": prog.multicore.cores, "segments": len(prog.multicore.segments),
-                      "cycles_cores_1": prog.multicore.single_cycles, "cycles": prog.multicore.cycles,
-                      "segment_cores": [g.core for g in prog.multicore.segments]}})
+        s.update(subgraph_fields(prog))
     return header, sizes
 
 
 def read_code(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Subgraph key -> machine code (uint32 words) of an artifact, without loading its library."""
+    """Subgraph key -> machine code (uint32 words) of an artifact (or of TVM's exported library), without loading
+    its library."""
+    if is_library(path):
+        return library_code(path)
     path = Path(path)
     c = _open(path)
     progs = _programs_of(c, path)
     return {str(s["key"]): progs[str(s["symbol"])].sg.code for s in c.header["subgraphs"] if s["symbol"] in progs}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# TVM's exported library (.so): loaded under the trust policy (runtime/library_file.py reads it)
+# ---------------------------------------------------------------------------------------------------------
+_MATCH_SHAPE = re.compile(r"vm\.builtin\.match_shape in: %(\d+), %void, i(\d+), ((?:i\d+, )*)")
+
+
+def _main_input_shapes(lib: Any) -> dict[int, tuple[int, ...]]:
+    """Static shapes of main's parameters, read from the VM bytecode's match_shape checks (code 0 = a dimension
+    asserted equal to an immediate); parameters with any other dimension are left out."""
+    from tvm import relax
+
+    text = relax.VMExecutable(lib).as_text()
+    body = text.split("@main:", 1)[1].split("\n@", 1)[0] if "@main:" in text else ""
+    shapes: dict[int, tuple[int, ...]] = {}
+    for m in _MATCH_SHAPE.finditer(body):
+        reg, ndim = int(m.group(1)), int(m.group(2))
+        vals = [int(v) for v in re.findall(r"i(\d+)", m.group(3))]
+        pairs = list(zip(vals[0::2], vals[1::2]))[:ndim]
+        if len(pairs) == ndim and all(code == 0 for code, _ in pairs) and reg not in shapes:
+            shapes[reg] = tuple(v for _, v in pairs)
+    return shapes
+
+
+def load_library(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None, *,
+                 trust: str = "auto", **device_options: Any) -> CompiledModel:
+    """A runnable `CompiledModel` of TVM's exported library (`ex.export_library("m.so")`), loaded under the trust
+    policy for plain libraries (`trust.check_library_trust`: a trusted signature, or `trust="unsigned"`); the bytes
+    checked are the bytes loaded. Its inputs are main's parameters with the shapes the VM bytecode checks; the DPU
+    partitions run on `device` as for an artifact. Golden verification is not available (no XGraphs)."""
+    from tvm import relax
+
+    from tvm_dpu.runtime.device import arch_of
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    data = check_library_trust(raw, str(path), trusted_keys, trust)
+    header, _ = library_header(path, data)
+    progs = library_programs(data, str(path))
+    fp = int(header["arch"]["fingerprint"], 16)
+    arch = arch_of(str(header["arch"]["name"]), fp, str(path))
+    cores = max((p.multicore.cores for p in progs.values() if p.multicore is not None), default=1)
+    dev = _device_for(device, arch, fp, path, device_options, min(cores, arch.cores))
+    runners = {s: SubgraphRunner(p.sg, dev, None, p.output_shapes, p.digest, p.multicore) for s, p in progs.items()}
+    lib = _load_library(data)
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    shapes = _main_input_shapes(lib)
+    inputs = []
+    for i in range(int(vm.module["get_function_arity"]("main"))):
+        name = str(vm.module["get_function_param_name"]("main", i))
+        if i not in shapes:
+            raise ArtifactError(f"{path}: the shape of input {name!r} is not static in the library's bytecode; "
+                                "run it through tvm.runtime.load_module and relax.VirtualMachine")
+        inputs.append(InputSpec(name, shapes[i], "float32"))
+    return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs,
+                         subgraph_ids={s: i for i, s in enumerate(progs)}, device=dev,
+                         build_info={"source": LIBRARY_FORMAT}, plugin_subgraphs=header["plugin_subgraphs"])

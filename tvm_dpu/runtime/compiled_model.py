@@ -152,6 +152,10 @@ class CompiledModel:
         if enabled and not self.can_verify:
             from tvm_dpu.errors import ArtifactError
 
+            if self.build_info.get("source") == "TVM exported library":  # runtime/library_file.py
+                raise ArtifactError("a TVM exported library (.so) carries no verification data (the quantized "
+                                    "XGraphs): verify the .tvmdpu artifact that tvm-dpu compile (or "
+                                    "CompiledModel.export) writes")
             raise ArtifactError("this model has no verification data (exported with verify_data=False / "
                                 "--no-verify-data): re-export it with verification data to verify")
         with self._lock:
