@@ -118,7 +118,7 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
                   stride_h=jb.sh, kernel_h=jb.kh, valid_pixel_parallel=ps.v, stride_offset_in=ps.s0,
                   stride_w=jb.sw, kernel_w=jb.kw, stride_offset_out=0)
         for gl in range(cg_out):
-            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", "out", oslot),),
+            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", oslot, "out"),),
                       pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
                       pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
                       length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=wrow_b + gl * wrows_b,

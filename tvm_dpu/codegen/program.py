@@ -49,6 +49,29 @@ def _expand(resources: Iterable) -> tuple:
     return tuple(out)
 
 
+#: Bytes of a DDR tensor tracked as one resource by LOAD / SAVE (the AXI 4 KiB boundary).
+DDR_BLOCK = 4096
+_DMA_DDR = ("LOAD", "SAVE")
+
+
+def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
+    """`resources` with each whole-tensor ("ddr", name) of a LOAD / SAVE narrowed to the DDR_BLOCK-sized blocks of
+    the bytes it moves (ddr_addr to ddr_addr + (length-1)*jump + channel, isa1-semantics 4): a consumer's first
+    LOADs then wait only for the SAVEs of the rows they read, not for the whole map, so consecutive ops overlap.
+    A ("ddr", name) named by any other instruction still covers every block (a prefix conflicts with its parts)."""
+    if "ddr_addr" not in fields:
+        return resources
+    lo = fields["ddr_addr"]
+    hi = lo + max(0, fields.get("length", 1) - 1) * fields.get(jump, 0) + fields.get("channel", 1)
+    out = []
+    for r in resources:
+        if len(r) == 2 and r[0] == "ddr" and r[1] != "params":
+            out.extend(("ddr", r[1], b) for b in range(lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK + 1))
+        else:
+            out.append(r)
+    return tuple(out)
+
+
 #: INIT instructions configure the op that follows; an identical INIT already in force is not re-emitted.
 _INITS = {"CONVINIT": "conv", "ALUINIT": "alu", "POOLINIT": "pool", "DWINIT": "dw"}
 
@@ -84,6 +107,10 @@ class Program:
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
     #: SAVEs of every producer that wrote a slice.
     ddr_roots: dict = field(default_factory=dict)
+    #: (first row, slot) while a fused kernel written for parameters from row 0 of the CONVW / BIAS banks is emitted
+    #: into half `slot` of them instead (relocated_params): its parameter LOADs and the rows its CONVs / ALUs read
+    #: move by `first row`, and its ("convw",) / ("bias",) resources become that half's.
+    param_shift: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -101,11 +128,18 @@ class Program:
             key = _INITS[name]
             if self._init_state.get(key) == fields:
                 return self._init_state[key + "@"]
+        if self.param_shift is not None:
+            reads, writes, fields = self._shift_params(tuple(reads), tuple(writes), fields)
         spec = instr_spec(name)
         engine = spec.category
         instr = make_instr(name, **fields)
         idx = len(self.entries)
         reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
+        if name in _DMA_DDR:
+            if name == "LOAD":
+                reads = _ddr_blocks(reads, fields, "jump_read")
+            else:
+                writes = _ddr_blocks(writes, fields, "jump_write")
         deps: list[int] = []
         for r in reads:
             for k in self._related(r):
@@ -145,6 +179,18 @@ class Program:
             self._init_state[key] = dict(fields)
             self._init_state[key + "@"] = idx
         return idx
+
+    def _shift_params(self, reads: tuple, writes: tuple, fields: dict) -> tuple[tuple, tuple, dict]:
+        """An instruction of a relocated fused kernel (param_shift): rows of whole-bank parameter resources move."""
+        row, slot = self.param_shift
+        fields = dict(fields)
+        for buf, key in (("convw", "bank_addr_weights"), ("bias", "bank_addr_bias")):
+            if (buf,) in writes and "bank_addr" in fields:
+                fields["bank_addr"] += row
+            if (buf,) in reads and key in fields:
+                fields[key] += row
+        move = lambda rs: tuple((r[0], slot) if r in (("convw",), ("bias",)) else r for r in rs)
+        return move(reads), move(writes), fields
 
     def _related(self, r: tuple) -> list[tuple]:
         """r and every resource that overlaps it: a longer name is a part of its prefix (("vb0", 0, 3), bank 3 of
