@@ -57,11 +57,12 @@ def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
 
 
 def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
-                 with_bias: bool = True, slot: int | None = None) -> None:
+                 with_bias: bool = True, slot: int | None = None, tag: str | None = None) -> None:
     """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
     bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the rows lie in that half of the CONVW
-    and BIAS banks (param_slot), so the LOADs wait only for the CONVs reading that half; None: the whole banks."""
-    w_res, b_res = param_resources(slot)
+    and BIAS banks (param_slots), so the LOADs wait only for the CONVs reading that half; None: the whole banks.
+    `tag`: see param_resources."""
+    w_res, b_res = param_resources(slot, tag)
     icp, ocp = arch.icp, arch.ocp
     cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
     wrows = job.kh * job.kw * cg_in
@@ -79,8 +80,13 @@ def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0:
               ddr_addr=job.b_offset + g0 * ocp)
 
 
-def param_resources(slot: int | None) -> tuple[tuple, tuple]:
-    """The dependency resources of parameters in half `slot` of the CONVW / BIAS banks (None: the whole banks)."""
+def param_resources(slot: int | None, tag: str | None = None) -> tuple[tuple, tuple]:
+    """The dependency resources of parameters in half `slot` of the CONVW / BIAS banks (None: the whole banks);
+    `tag` names one member's rows of a kernel holding several (program.SLOTTED: they do not conflict with the
+    other members' but with whole slots), so its first CONVs need not wait for the others' LOADs."""
+    if tag is not None:
+        return ((("convw", tag),), (("bias", tag),)) if slot is None else \
+            ((("convw", slot, tag),), (("bias", slot, tag),))
     if slot is None:
         return (("convw",),), (("bias",),)
     return (("convw", slot),), (("bias", slot),)
@@ -140,11 +146,11 @@ def probe(arch: Arch, graph: Graph, op: Op) -> ConvJob:
 
 def emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pads: tuple[int, int, int, int],
                      v: int, length: int, n: int, buf: int, out0: int, wrow0: int = 0, brow0: int = 0,
-                     slot: int | None = None) -> None:
+                     slot: int | None = None, tag: str | None = None) -> None:
     """CONVINIT + the CONVs of n output-channel groups of one tile: input window `wt` in half `buf` of VB0,
     output pixels n rows apart from VB1 row out0; group gl's weights from CONVW row wrow0 + gl * (its rows), its
-    bias in BIAS row brow0 + gl, both in half `slot` of those banks (None: anywhere; see load_params)."""
-    w_res, b_res = param_resources(slot)
+    bias in BIAS row brow0 + gl, both in half `slot` of those banks (None: anywhere) under `tag` (see load_params)."""
+    w_res, b_res = param_resources(slot, tag)
     cg_in = ceil_div(job.cin, arch.icp)
     wrows = job.kh * job.kw * cg_in
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
@@ -165,7 +171,8 @@ def emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pad
 
 
 def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base: int, v: int, length: int,
-                        wrow0: int, brow0: int, y: FMap, y_res: str, p0: int, q0: int) -> None:
+                        wrow0: int, brow0: int, y: FMap, y_res: str, p0: int, q0: int,
+                        params: tuple = (("convw",), ("bias",))) -> None:
     """The pointwise second conv of a two-stage tile (dw_pw, conv_pw): its input tile, every channel group, sits
     in VB1 from `base` of half `buf`; CONVINIT, one CONV per output-channel group (weights from CONVW row wrow0,
     biases from BIAS row brow0) writing into the consumed VB0 window at `base`, and the SAVEs of its v rows."""
@@ -178,7 +185,7 @@ def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base:
               stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
               stride_offset_out=0)
     for gl in range(cg_out):
-        prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
+        prog.emit("CONV", reads=(("vb1", buf),) + params, writes=(("vb0", buf),),
                   pad_left=0, pad_top=0, bank_addr_in=ib[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
                   bank_addr_out=base + gl, length=length, bank_id_in=vb1, bank_addr_weights=wrow0 + gl * cg_in,
                   bank_addr_in_1=ib[1], bank_id_out=vb0, bank_addr_bias=brow0 + gl,

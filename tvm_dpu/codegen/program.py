@@ -44,6 +44,10 @@ def _expand(resources: Iterable) -> tuple:
             out.extend(_expand(r))
         elif len(r) == 1 and r[0] in SLOTTED:
             out.extend((r[0], k) for k in range(SLOTTED[r[0]]))
+        elif len(r) == 2 and r[0] in SLOTTED and isinstance(r[1], str):
+            # a tagged part (e.g. ("convw", "b"), one member's rows of a fused kernel) in every slot: it conflicts
+            # with whole slots but not with the other tags
+            out.extend((r[0], k, r[1]) for k in range(SLOTTED[r[0]]))
         else:
             out.append(r)
     return tuple(out)
@@ -184,12 +188,13 @@ class Program:
         """An instruction of a relocated fused kernel (param_shift): rows of whole-bank parameter resources move."""
         row, slot = self.param_shift
         fields = dict(fields)
+        moved = lambda r, buf: r[0] == buf and (len(r) == 1 or len(r) == 2 and isinstance(r[1], str))
         for buf, key in (("convw", "bank_addr_weights"), ("bias", "bank_addr_bias")):
-            if (buf,) in writes and "bank_addr" in fields:
+            if any(moved(r, buf) for r in writes) and "bank_addr" in fields:
                 fields["bank_addr"] += row
-            if (buf,) in reads and key in fields:
+            if any(moved(r, buf) for r in reads) and key in fields:
                 fields[key] += row
-        move = lambda rs: tuple((r[0], slot) if r in (("convw",), ("bias",)) else r for r in rs)
+        move = lambda rs: tuple((r[0], slot) + r[1:] if moved(r, "convw") or moved(r, "bias") else r for r in rs)
         return move(reads), move(writes), fields
 
     def _related(self, r: tuple) -> list[tuple]:
