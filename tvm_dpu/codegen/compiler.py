@@ -350,7 +350,7 @@ def relocated_params(prog: Program, arch: Arch, emit: Callable[..., None], param
     fit one: its weight LOADs then overlap the previous op's CONVs instead of waiting for all of them, which made
     fused kernels start with a bubble their unfused members do not have. The rows are measured by emitting the
     kernel once into a scratch program (with a scratch parameter region)."""
-    scratch = Program(ddr_roots=dict(prog.ddr_roots))
+    scratch = Program(ddr_roots=dict(prog.ddr_roots), track=False)
     emit(scratch, ParamBlob(keep=False))
     w_rows, b_rows = param_rows(scratch, arch)
     half = arch.bank_depth // 2

@@ -106,6 +106,7 @@ class Program:
     _last_wait: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest wait
     _last_post: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest post
     _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
+    _prefixes: dict = field(default_factory=dict)  # resource name used -> its proper prefixes
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
     #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
@@ -115,6 +116,9 @@ class Program:
     #: into half `slot` of them instead (relocated_params): its parameter LOADs and the rows its CONVs / ALUs read
     #: move by `first row`, and its ("convw",) / ("bias",) resources become that half's.
     param_shift: tuple[int, int] | None = None
+    #: False: a scratch program whose instructions are only looked at (compiler.relocated_params measures a
+    #: kernel's parameter rows with one): no dependency tracking, no tokens
+    track: bool = True
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -138,6 +142,9 @@ class Program:
         engine = spec.category
         instr = make_instr(name, **fields)
         idx = len(self.entries)
+        if not self.track:
+            self.entries.append(_Entry(instr, engine, tuple(reads), tuple(writes), comment))
+            return idx
         reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
         if name in _DMA_DDR:
             if name == "LOAD":
@@ -155,8 +162,10 @@ class Program:
                     deps.append(self._last_writer[k])
                 deps.extend(self._readers.get(k, ()))
         for r in reads + writes:
-            for n in range(1, len(r)):
-                self._children.setdefault(r[:n], set()).add(r)
+            if r not in self._prefixes:
+                pre = self._prefixes[r] = tuple(r[:n] for n in range(1, len(r)))
+                for q in pre:
+                    self._children.setdefault(q, set()).add(r)
         self.entries.append(_Entry(instr, engine, reads, writes, comment))
         own = ENGINE_BITS[engine]
         instr.dpdon |= own
@@ -178,6 +187,11 @@ class Program:
         for w in writes:
             self._last_writer[w] = idx
             self._readers[w] = []
+            # a write over a whole resource orders its parts' earlier readers too (it waited for them): a later
+            # writer of a part waits for this write, so their lists restart (else they grow with the program)
+            for c in self._children.get(w, ()):
+                if self._readers.get(c):
+                    self._readers[c] = []
         if name in _INITS:
             key = _INITS[name]
             self._init_state[key] = dict(fields)
@@ -201,7 +215,10 @@ class Program:
         """r and every resource that overlaps it: a longer name is a part of its prefix (("vb0", 0, 3), bank 3 of
         the copy buffer, lies in ("vb0", 0), the half a conv tile uses), so a prefix and its parts conflict."""
         out = [r]
-        out.extend(r[:n] for n in range(1, len(r)) if r[:n] in self._last_writer or r[:n] in self._readers)
+        pre = self._prefixes.get(r)
+        if pre is None:
+            pre = tuple(r[:n] for n in range(1, len(r)))
+        out.extend(q for q in pre if q in self._last_writer or q in self._readers)
         out.extend(self._children.get(r, ()))
         return out
 
