@@ -116,18 +116,52 @@ class TimingResult:
                 "macs": self.macs, "instructions": len(self.names)}
 
 
+#: InstrCosts of shared decoded instructions (iter_program(shared=True)) per machine model: the compiler simulates
+#: programs that differ in a few ops (fusion fallback, conv variants, candidates), so most instructions recur.
+#: Keyed by the instruction's identity (and its CONVINIT / ALUINIT's), the entry holding the objects so that an
+#: id is not reused while cached. Bounded; guarded for threads.
+_COST_CACHE: "OrderedDict[MachineModel, dict]" = OrderedDict()
+_COST_CACHE_MAX = 1 << 17
+_COST_LOCK = threading.Lock()
+_INIT_OF = {"CONV": "convinit", "ALU": "aluinit"}
+_STATEFUL = frozenset(("CONVINIT", "ALUINIT"))
+
+
+def _cost_cache(m: MachineModel) -> dict:
+    with _COST_LOCK:
+        cache = _COST_CACHE.get(m)
+        if cache is None or len(cache) > _COST_CACHE_MAX:
+            cache = _COST_CACHE[m] = {}
+            while len(_COST_CACHE) > 4:
+                _COST_CACHE.popitem(last=False)
+        return cache
+
+
 def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], np.ndarray]:
     instrs = [ins for _, ins in iter_program(code, shared=True)]
     cm = CostModel(m)
+    cache = _cost_cache(m)
     names, dpdon, dpdby, costs = [], [], [], []
     fetch = np.zeros(len(instrs))
     words = 0
     for i, ins in enumerate(instrs):
-        names.append(ins.name)
+        name = ins.name
+        names.append(name)
         dpdon.append(ins.dpdon)
         dpdby.append(ins.dpdby)
-        costs.append(cm.cost(i, ins))
-        words += instr_spec(ins.name).words
+        if name in _STATEFUL:
+            c = cm.cost(i, ins)
+        else:
+            init = getattr(cm, _INIT_OF[name]) if name in _INIT_OF else None
+            key = (id(ins), id(init))
+            hit = cache.get(key)
+            if hit is not None and hit[0] is ins and hit[1] is init:
+                c = hit[2]
+            else:
+                c = cm.cost(i, ins)
+                cache[key] = (ins, init, c)
+        costs.append(c)
+        words += instr_spec(name).words
         fetch[i] = words * m.fetch_cycles_per_word
     return names, dpdon, dpdby, costs, fetch
 
