@@ -166,22 +166,6 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
     return names, dpdon, dpdby, costs, fetch
 
 
-def _share(active: dict[int, tuple[float, float]], capacity: float) -> dict[int, float]:
-    """Max-min fair split of `capacity` beats/cycle among DMA engines {engine: (remaining beats, own cap)}."""
-    rates: dict[int, float] = {}
-    left = capacity
-    todo = sorted(active, key=lambda e: active[e][1])
-    while todo:
-        fair = left / len(todo)
-        e = todo[0]
-        cap = active[e][1]
-        r = min(cap, fair)
-        rates[e] = r
-        left -= r
-        todo.pop(0)
-    return rates
-
-
 #: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
 #: programs several times (fusion fallback, conv variants, repeated blocks compiled alone), and a program's
 #: cycles depend only on its words and the machine. Bounded; guarded for threads.
@@ -243,17 +227,28 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     t = 0.0
     finished = 0
 
+    ports = float(m.params.axi_data_ports)
+    # the bank side caps each instruction's beat rate
+    own_cap = [min(c.beats / max(c.cycles, _EPS), ports) if c.beats > 0 else 0.0 for c in costs]
+
     def rerate() -> None:
-        active = {}
-        for e in (_LOAD, _SAVE):
-            i = running[e]
-            if i is not None and remaining[e] > 0.0:
-                c = costs[i]
-                own = c.beats / max(c.cycles, _EPS)  # the bank side caps the instruction's beat rate
-                active[e] = (remaining[e], min(own, float(m.params.axi_data_ports)))
-        r = _share(active, capacity)
-        for e in (_LOAD, _SAVE):
-            rate[e] = r.get(e, 0.0)
+        # max-min fair split of the AXI capacity between the two DMA engines, each capped by its own rate (the
+        # smaller cap first; on a tie LOAD)
+        il, is_ = running[_LOAD], running[_SAVE]
+        load_on = il is not None and remaining[_LOAD] > 0.0
+        save_on = is_ is not None and remaining[_SAVE] > 0.0
+        if load_on and save_on:
+            cl, cs = own_cap[il], own_cap[is_]
+            first, second, c1, c2 = (_SAVE, _LOAD, cs, cl) if cs < cl else (_LOAD, _SAVE, cl, cs)
+            r1 = min(c1, capacity / 2)
+            rate[first] = r1
+            rate[second] = min(c2, (capacity - r1) / 1)
+        elif load_on:
+            rate[_LOAD], rate[_SAVE] = min(own_cap[il], capacity / 1), 0.0
+        elif save_on:
+            rate[_LOAD], rate[_SAVE] = 0.0, min(own_cap[is_], capacity / 1)
+        else:
+            rate[_LOAD] = rate[_SAVE] = 0.0
 
     while finished < n:
         # -- start every instruction that can start at t
