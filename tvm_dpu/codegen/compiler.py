@@ -12,9 +12,10 @@ Steps:
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from tvm_dpu.codegen import conv_variants
 from tvm_dpu.codegen.conv import AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
-from tvm_dpu.codegen.layout import ParamBlob, align, pack_channel_vector, pack_conv_weights, pack_dw_weights
+from tvm_dpu.codegen.layout import ParamBlob, align, ceil_div, pack_channel_vector, pack_conv_weights, pack_dw_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.fused import emittable
 from tvm_dpu.codegen.fused_conv_add import emit_conv_add
@@ -290,14 +291,12 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         try:
             if g in fused and g.template == "conv_add":
                 emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
-            elif g in fused and g.template == "conv_conv":
-                emit_conv_conv(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
-            elif g in fused and g.template in ("conv_pool", "pw_dw"):
-                emit_conv_pool(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
             elif g in fused and g.template == RESIDENT:
                 emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
-            elif g in fused and g.template == "dw_pw":
-                emit_dw_pw(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+            elif g in fused and g.template in _RELOCATED:
+                emit = functools.partial(_RELOCATED[g.template], arch=arch, graph=graph, a=ops[g.ops[0]],
+                                         b=ops[g.ops[1]], fmaps=fmaps)
+                relocated_params(prog, arch, emit, params)
             elif g in fused:
                 emit_hconv(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
             else:
@@ -323,6 +322,53 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         name=graph.name, arch=arch.name, fingerprint=arch.fingerprint, code=prog.encode(), params=params.blob(),
         region_sizes=region_sizes, inputs=[binding(n) for n in graph.inputs],
         outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges)
+
+
+#: Fused kernels written with their parameters from row 0 of the CONVW / BIAS banks, which relocated_params moves.
+_RELOCATED = {
+    "conv_conv": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_conv(prog, arch, graph, a, b, fmaps, params),
+    "conv_pool": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_pool(prog, arch, graph, a, b, fmaps, params),
+    "pw_dw": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_pool(prog, arch, graph, a, b, fmaps, params),
+    "dw_pw": lambda prog, params, arch, graph, a, b, fmaps: emit_dw_pw(prog, arch, graph, a, b, fmaps, params),
+}
+
+
+def param_rows(prog: Program, arch: Arch) -> tuple[int, int]:
+    """(CONVW rows, BIAS rows) the parameter LOADs of `prog` fill, counted from row 0."""
+    convw = arch.bank_group("CONVW")
+    bias = arch.bank_group("BIAS").base_id
+    rows = [0, 0]
+    for e in prog.entries:
+        if e.instr.name != "LOAD":
+            continue
+        f = e.instr.fields
+        k = 0 if convw.base_id <= f["bank_id"] < convw.base_id + convw.count else 1 if f["bank_id"] == bias else -1
+        if k >= 0:
+            end = f["bank_addr"] + (f["length"] - 1) * f["jump_write"] + ceil_div(f["channel"], arch.icp)
+            rows[k] = max(rows[k], end)
+    return rows[0], rows[1]
+
+
+def relocated_params(prog: Program, arch: Arch, emit: Callable[..., None], params: ParamBlob) -> None:
+    """emit(prog, params) for a fused kernel that puts its parameters from row 0 of the CONVW and BIAS banks, moved
+    into the half the previous op did not use (Program.next_slot, as the unfused conv alternates halves) when they
+    fit one: its weight LOADs then overlap the previous op's CONVs instead of waiting for all of them, which made
+    fused kernels start with a bubble their unfused members do not have. The rows are measured by emitting the
+    kernel once into a scratch program (with a scratch parameter region)."""
+    scratch = Program(ddr_roots=dict(prog.ddr_roots), track=False)
+    emit(scratch, ParamBlob(keep=False))
+    w_rows, b_rows = param_rows(scratch, arch)
+    half = arch.bank_depth // 2
+    if w_rows > half or b_rows > half:
+        emit(prog, params)
+        return
+    slot = prog.next_slot("convw")
+    prog.next_slot("bias")
+    prog.param_shift = (slot * half, slot)
+    try:
+        emit(prog, params)
+    finally:
+        prog.param_shift = None
 
 
 def _bias_of(graph: Graph, op: Op, n: int) -> np.ndarray:

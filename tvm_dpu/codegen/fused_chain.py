@@ -119,6 +119,15 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     return None
 
 
+def wrap_res(wrap: int, slot_rows: int, half: int) -> tuple:
+    """Dependency resources of wrap `wrap` of a chain's circular buffer in VB1 (`slot_rows` rows per wrap): one per
+    VB1 half it lies in, named under that half, so they conflict with the other ops' ("vb1", half) tiles (wraps
+    named apart from the halves let a chain's first CONVs overwrite rows an earlier op's SAVEs still read) but not
+    with each other."""
+    lo = wrap * slot_rows
+    return tuple(("vb1", h, "win", wrap) for h in range(lo // half, (lo + slot_rows - 1) // half + 1))
+
+
 @dataclass(frozen=True)
 class ChainPass:
     """One consumer instruction's rows of a strip, as the row-fetch rule addresses them in the circular buffer."""
@@ -212,7 +221,8 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                 w0 = m // pp  # floor: a pass starting in the top padding begins in wrap -1 (rows masked)
                 top_w = (min(hc, u0 + n_fetch) - 1) // sp // pp
                 a = tuple(wrap_addr(w0 + g) for g in range(4))
-                reads = tuple(("vb1", "win", w % tile.wraps) for w in range(max(0, w0), top_w + 1))
+                reads = tuple(r for w in range(max(0, w0), top_w + 1)
+                              for r in wrap_res(w % tile.wraps, slot_rows, half))
                 ps = ChainPass(j0, v, q0, m, s0, a, reads, max(0, -u0), max(0, u0 + n_fetch - hc), p_left, p_right,
                            length, e)
                 emit_pass(ps, oslot * half + tile.a_slot, oslot)
@@ -262,7 +272,7 @@ def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJo
     cg_in = ceil_div(job.cin, arch.icp)
     ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, piece.u, piece.nv, piece.c, piece.pl, cg_in,
                        cbuf * (arch.bank_depth // 2))
-    ct.emit_loads(prog, arch.bank_group("VB0").base_id, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", cbuf))
+    ct.emit_loads(prog, arch.bank_group("VB0").base_id, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", cbuf, "in"))
     pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
     _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0)
 
@@ -282,7 +292,7 @@ def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: t
         if not 0 <= yy < x.h:
             continue  # padding rows: masked by the CONV's pad_top / pad_bottom
         bank, row0 = ct.place.where(h)
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", cbuf),), bank_id=vb0 + bank,
+        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", cbuf, "in"),), bank_id=vb0 + bank,
                   bank_addr=row0 % depth, length=pl, channel=ja.cin, jump_read=job.sw * x.pixel_pitch,
                   jump_write=ct.place.pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, c * job.sw - job.pads[1], 0))
     pad_top, _, pad_bottom, _ = ct.pads(x)
@@ -304,7 +314,7 @@ def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int
               stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv, stride_offset_in=0, stride_w=job.sw,
               kernel_w=job.kw, stride_offset_out=t0)
     for gl in range(cg_mid):
-        prog.emit("CONV", reads=(("vb0", cbuf), ("convw",), ("bias",)), writes=(("vb1", "win", wrap),),
+        prog.emit("CONV", reads=(("vb0", cbuf, "in"), ("convw",), ("bias",)), writes=wrap_res(wrap, sp * e, depth // 2),
                   pad_left=pad_left, pad_top=pad_top, bank_addr_in=ia[0], channel_group=cg_in,
                   pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl,
                   length=pl, bank_id_in=vb0, bank_addr_weights=wrow0 + gl * wrows, bank_addr_in_1=ia[1],
@@ -317,6 +327,6 @@ def emit_pass_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: ChainPa
     """SAVE a consumer pass's output slot (v rows in consecutive VB0 banks from `ob`) to `tensor`."""
     vb0 = arch.bank_group("VB0").base_id
     for r in range(ps.v):
-        prog.emit("SAVE", reads=(("vb0", "out", oslot),), writes=(("ddr", tensor),), bank_id=vb0 + r,
+        prog.emit("SAVE", reads=(("vb0", oslot, "out"),), writes=(("ddr", tensor),), bank_id=vb0 + r,
                   bank_addr=ob, length=ps.length, channel=cout, jump_read=cg_out, jump_write=y.pixel_pitch,
                   reg_id=y.reg_id, ddr_addr=y.addr(ps.j0 + r, ps.q0, 0))

@@ -57,33 +57,86 @@ def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
 
 
 def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
-                 with_bias: bool = True, slot: int | None = None) -> None:
+                 with_bias: bool = True, slot: int | None = None, tag: str | None = None) -> None:
     """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
-    bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the half of the CONVW / BIAS banks the
-    rows lie in (program.SLOTTED), so only the instructions using that half are waited for; None: the whole
-    buffers."""
-    convw_res, bias_res = (("convw",), ("bias",)) if slot is None else (("convw", slot), ("bias", slot))
+    bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the rows lie in that half of the CONVW
+    and BIAS banks (param_slots), so the LOADs wait only for the CONVs reading that half; None: the whole banks.
+    `tag`: see param_resources."""
+    w_res, b_res = param_resources(slot, tag)
     icp, ocp = arch.icp, arch.ocp
     cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
     wrows = job.kh * job.kw * cg_in
     convw = arch.bank_group("CONVW").base_id
     for o in range(min(ocp, job.cout - g0 * ocp)):
         for i0, cnt in split_even(n * job.kh * job.kw, FIELD10):
-            prog.emit("LOAD", reads=(("ddr", "params"),), writes=(convw_res,), bank_id=convw + o,
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=w_res, bank_id=convw + o,
                       bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,
                       jump_write=cg_in, reg_id=job.params_reg,
                       ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
     if with_bias:
-        load_biases(prog, arch, job, g0, n, brow0, bias_res)
+        load_biases(prog, arch, job, g0, n, brow0, b_res)
 
 
 def load_biases(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, brow0: int, res: tuple) -> None:
-    """LOAD the biases of output-channel groups [g0, g0+n) of `job` into BIAS rows from brow0 (one LOAD; `res`
-    names the BIAS rows for the dependency tracker)."""
+    """LOAD the biases of output-channel groups [g0, g0+n) of `job` into BIAS rows from brow0 (one LOAD; `res`:
+    the dependency resources of those rows, param_resources)."""
     ocp = arch.ocp
-    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(res,), bank_id=arch.bank_group("BIAS").base_id,
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=res, bank_id=arch.bank_group("BIAS").base_id,
               bank_addr=brow0, length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
               ddr_addr=job.b_offset + g0 * ocp)
+
+
+def param_resources(slot: int | None, tag: str | None = None) -> tuple[tuple, tuple]:
+    """The dependency resources of parameters in half `slot` of the CONVW / BIAS banks (None: the whole banks);
+    `tag` names one member's rows of a kernel holding several (program.SLOTTED: they do not conflict with the
+    other members' but with whole slots), so its first CONVs need not wait for the others' LOADs."""
+    if tag is not None:
+        return ((("convw", tag),), (("bias", tag),)) if slot is None else \
+            ((("convw", slot, tag),), (("bias", slot, tag),))
+    if slot is None:
+        return (("convw",),), (("bias",),)
+    return (("convw", slot),), (("bias", slot),)
+
+
+def param_slots(prog: Program, arch: Arch, sizes: list[tuple[int, int]]) -> list[tuple[int | None, int, int]]:
+    """Where the parameters of a fused kernel's members go: per member (its CONVW rows, BIAS rows), (the half of the
+    CONVW / BIAS banks it lies in or None for the whole banks, its first CONVW row, its first BIAS row).
+
+    Members fill the half the previous op did not use (Program.next_slot, as the unfused conv alternates halves),
+    in order, and those that do not fit there the other half; so the first members' parameters load while the
+    previous op still computes, and the rest as soon as its CONVs are done, overlapping the first members' CONVs.
+    Only when the members cannot be split so do they take the whole banks (their LOADs then wait for every CONV
+    before them: the kernel starts with a bubble, what made GoogLeNet's horizontally fused 1x1 convs lose to the
+    unfused ones)."""
+    half = arch.bank_depth // 2
+    total_w, total_b = sum(w for w, _ in sizes), sum(b for _, b in sizes)
+    if total_w > arch.bank_depth or total_b > arch.bank_depth:
+        raise CodegenError(f"parameters of {total_w} CONVW rows / {total_b} BIAS rows do not fit the banks")
+    cut = len(sizes)
+    if total_w > half or total_b > half:
+        w = b = 0
+        cut = 0
+        while cut < len(sizes) and w + sizes[cut][0] <= half and b + sizes[cut][1] <= half:
+            w, b = w + sizes[cut][0], b + sizes[cut][1]
+            cut += 1
+        if cut == 0 or total_w - w > half or total_b - b > half:
+            out, w, b = [], 0, 0
+            for sw, sb in sizes:
+                out.append((None, w, b))
+                w, b = w + sw, b + sb
+            return out
+    first = prog.next_slot("convw")
+    prog.next_slot("bias")
+    if cut < len(sizes):  # the rest in the other half, which the next op then avoids
+        prog.next_slot("convw")
+        prog.next_slot("bias")
+    out = []
+    for k, part in ((first, sizes[:cut]), (1 - first, sizes[cut:])):
+        w = b = k * half
+        for sw, sb in part:
+            out.append((k, w, b))
+            w, b = w + sw, b + sb
+    return out
 
 
 def conv_geometry(graph: Graph, op: Op) -> tuple:
@@ -98,9 +151,12 @@ def probe(arch: Arch, graph: Graph, op: Op) -> ConvJob:
 
 
 def emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pads: tuple[int, int, int, int],
-                     v: int, length: int, n: int, buf: int, out0: int, g_first: int = 0) -> None:
+                     v: int, length: int, n: int, buf: int, out0: int, wrow0: int = 0, brow0: int = 0,
+                     slot: int | None = None, tag: str | None = None) -> None:
     """CONVINIT + the CONVs of n output-channel groups of one tile: input window `wt` in half `buf` of VB0,
-    output pixels n rows apart from VB1 row out0; group gl's weights are resident group g_first + gl."""
+    output pixels n rows apart from VB1 row out0; group gl's weights from CONVW row wrow0 + gl * (its rows), its
+    bias in BIAS row brow0 + gl, both in half `slot` of those banks (None: anywhere) under `tag` (see load_params)."""
+    w_res, b_res = param_resources(slot, tag)
     cg_in = ceil_div(job.cin, arch.icp)
     wrows = job.kh * job.kw * cg_in
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
@@ -111,17 +167,18 @@ def emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pad
               stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=job.sw,
               kernel_w=job.kw, stride_offset_out=0)
     for gl in range(n):
-        prog.emit("CONV", reads=(("vb0", buf), ("convw",), ("bias",)), writes=(("vb1", buf),), pad_left=pad_left,
+        prog.emit("CONV", reads=(("vb0", buf),) + w_res + b_res, writes=(("vb1", buf),), pad_left=pad_left,
                   pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
                   pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=length, bank_id_in=vb0,
-                  bank_addr_weights=(g_first + gl) * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
-                  bank_addr_bias=g_first + gl, channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3],
+                  bank_addr_weights=wrow0 + gl * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
+                  bank_addr_bias=brow0 + gl, channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3],
                   bank_addr_in_2=a[2])
 
 
 
 def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base: int, v: int, length: int,
-                        wrow0: int, brow0: int, y: FMap, y_res: str, p0: int, q0: int) -> None:
+                        wrow0: int, brow0: int, y: FMap, y_res: str, p0: int, q0: int,
+                        params: tuple = (("convw",), ("bias",))) -> None:
     """The pointwise second conv of a two-stage tile (dw_pw, conv_pw): its input tile, every channel group, sits
     in VB1 from `base` of half `buf`; CONVINIT, one CONV per output-channel group (weights from CONVW row wrow0,
     biases from BIAS row brow0) writing into the consumed VB0 window at `base`, and the SAVEs of its v rows."""
@@ -134,7 +191,7 @@ def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base:
               stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
               stride_offset_out=0)
     for gl in range(cg_out):
-        prog.emit("CONV", reads=(("vb1", buf), ("convw",), ("bias",)), writes=(("vb0", buf),),
+        prog.emit("CONV", reads=(("vb1", buf),) + params, writes=(("vb0", buf),),
                   pad_left=0, pad_top=0, bank_addr_in=ib[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
                   bank_addr_out=base + gl, length=length, bank_id_in=vb1, bank_addr_weights=wrow0 + gl * cg_in,
                   bank_addr_in_1=ib[1], bank_id_out=vb0, bank_addr_bias=brow0 + gl,
@@ -157,6 +214,29 @@ def flattenable(job: ConvJob, *maps: FMap) -> bool:
     cycles of a CONV weigh 3x less) and no PP rows go unused."""
     return ((job.kh, job.kw, job.sh, job.sw, tuple(job.pads)) == (1, 1, 1, 1, (0, 0, 0, 0))
             and all(m.row_pitch == m.w * m.pixel_pitch for m in maps))
+
+
+def flat_chunk(arch: Arch, cin: int, cg_out: int, n_pix: int, vpp: int, resident: int,
+               rows_per_group: int = 1) -> tuple[int, int]:
+    """(output groups per chunk, L) of a flattened pointwise conv (flattenable) over n_pix pixels whose output tile
+    keeps `rows_per_group` VB1 rows per pixel and resident group (2: the add's operand beside the output): the
+    fewest CONVs (each pays the CONV fill: more resident groups make shorter tiles, hence more CONVs per group),
+    then the fewest chunks (each loads the input again). At most `resident` groups (what the CONVW banks hold).
+    Taking the most groups that fit instead (the widest conv_tile) made a 1x1 over 256 -> 1024 channels on a 14x14
+    map run 430 CONVs of 10 pixels where 172 of 25 do: its fused form lost to the unfused conv and add."""
+    half = arch.bank_depth // 2
+    lin = min(FIELD10, half) // ceil_div(cin, arch.icp)
+    best: tuple[tuple[int, int], int, int] | None = None
+    for n in range(1, max(1, resident) + 1):
+        length = min(lin, half // (rows_per_group * n), FIELD10)
+        if length < 1:
+            break
+        key = (cg_out * ceil_div(n_pix, vpp * length), ceil_div(cg_out, n))
+        if best is None or key < best[0]:
+            best = (key, n, length)
+    if best is None:
+        raise CodegenError(f"no flat tile of a pointwise conv over {cin} channels fits half a bank of {arch.name}")
+    return best[1], best[2]
 
 
 def output_tiles(flat: bool, y: FMap, vpp: int, lmax: int) -> list[RasterTile | RowTile]:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_tile_convs, flattenable, fusable, load_params,
-                                        output_tiles, probe)
+from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_tile_convs, flat_chunk, flattenable, fusable,
+                                        load_params, output_tiles, param_slots, probe)
 from tvm_dpu.codegen.isa import enum_code
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import CodegenError, conv_tile, raster_tiles, split_even
+from tvm_dpu.codegen.tiling import OUT_GROUPS_MAX, CodegenError, conv_tile, split_even
 from tvm_dpu.types import FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
@@ -22,11 +22,6 @@ def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
         return False
     tile = conv_tile(arch, *job.geometry, min(ceil_div(job.cout, arch.ocp), arch.bank_depth // wrows))
     return tile is not None and arch.bank_depth // 2 // (2 * tile[2]) >= 1
-
-
-def _flat_convs(n_pix: int, vpp: int, lmax: int, cg_out: int) -> int:
-    """CONVs a flattened pointwise conv of cg_out output groups needs over n_pix pixels."""
-    return cg_out * len(raster_tiles(n_pix, vpp, lmax, even=True)) if lmax >= 1 else 1 << 30
 
 
 def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
@@ -53,14 +48,8 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     vpp, lmax, chunk = tile
     flat = flattenable(job, x, y, z)
     if flat:
-        # fewer resident output groups make longer CONVs (the add's operand and the output share VB1): take them
-        # when that needs fewer CONVs over the map (a 1x1 over many channels on a 14x14 map), else keep the input
-        # loaded once
-        few = max(1, min(chunk, half // (2 * lmax)))
-        n_pix = y.h * y.w
-        if _flat_convs(n_pix, vpp, min(lmax, half // (2 * few)), cg_out) < \
-                _flat_convs(n_pix, vpp, min(lmax, half // (2 * chunk)), cg_out):
-            chunk = few
+        chunk, lmax = flat_chunk(arch, job.cin, cg_out, y.h * y.w, vpp,
+                                  min(cg_out, arch.bank_depth // wrows, OUT_GROUPS_MAX), 2)
     lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
     if lmax < 1:
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
@@ -68,7 +57,8 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     tiles = output_tiles(flat, y, vpp, lmax)
     buf = 0
     for g0, n in split_even(cg_out, chunk):
-        load_params(prog, arch, job, g0, n)
+        [(slot, wrow0, brow0)] = param_slots(prog, arch, [(n * wrows, n)])
+        load_params(prog, arch, job, g0, n, wrow0, brow0, slot=slot)
         channels = min(n * ocp, job.cout - g0 * ocp)
         for t in tiles:
             base, v, length = buf * half, t.vpp, t.length
@@ -79,7 +69,8 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
                     prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb1", buf, "operand"),),
                               bank_id=vb1 + r, bank_addr=opnd + j0 * n, length=cnt, channel=channels,
                               jump_read=z.pixel_pitch, jump_write=n, reg_id=z.reg_id, ddr_addr=a)
-            emit_tile_convs(prog, arch, job, wt, (0, 0, 0, 0) if flat else wt.pads(x), v, length, n, buf, base)
+            emit_tile_convs(prog, arch, job, wt, (0, 0, 0, 0) if flat else wt.pads(x), v, length, n, buf, base,
+                            wrow0, brow0, slot)
             addr = {k: base, 1 - k: opnd}  # operand order of the add (shift_read is per operand)
             for k0 in range(0, v, arch.alu_pp):
                 rows = min(arch.alu_pp, v - k0)

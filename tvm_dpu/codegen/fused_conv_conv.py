@@ -51,16 +51,20 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
     half = arch.bank_depth // 2
     cg_in, cg_mid, cg_out = ceil_div(ja.cin, arch.icp), ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
     wrows_a = ja.kh * ja.kw * cg_in
-    load_params(prog, arch, ja, 0, cg_mid, 0, 0)
-    load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid)
+    load_params(prog, arch, ja, 0, cg_mid, 0, 0, tag="a")
     x, y = fmaps[a.inputs[0]], fmaps[b.outputs[0]]
     buf = 0
-    for t in output_tiles(False, y, vpp, lmax):
+    for k, t in enumerate(output_tiles(False, y, vpp, lmax)):
         base, v, length = buf * half, t.vpp, t.length
         wt = emit_input_tile(prog, arch, x, a.inputs[0], ja, t, buf)
-        emit_tile_convs(prog, arch, ja, wt, wt.pads(x), v, length, cg_mid, buf, base)
+        emit_tile_convs(prog, arch, ja, wt, wt.pads(x), v, length, cg_mid, buf, base, tag="a")
+        if k == 0:
+            # B's parameters after A's first CONVs in program order (the engines run apart): those CONVs need only
+            # A's parameters and the first tile, and wait for no token a B LOAD posts (posted before them, it
+            # would be the second on the LOAD->CONV counter, which program.Program keeps at one)
+            load_params(prog, arch, jb, 0, cg_out, cg_mid * wrows_a, cg_mid, tag="b")
         emit_pointwise_tile(prog, arch, jb, buf, base, v, length, cg_mid * wrows_a, cg_mid, y, b.outputs[0], t.p0,
-                            t.q0)
+                            t.q0, (("convw", "b"), ("bias", "b")))
         buf ^= 1
 
 
@@ -118,7 +122,7 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
                   stride_h=jb.sh, kernel_h=jb.kh, valid_pixel_parallel=ps.v, stride_offset_in=ps.s0,
                   stride_w=jb.sw, kernel_w=jb.kw, stride_offset_out=0)
         for gl in range(cg_out):
-            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", "out", oslot),),
+            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", oslot, "out"),),
                       pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
                       pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
                       length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=wrow_b + gl * wrows_b,

@@ -83,7 +83,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
                   channel_offset=cg_mid * cp - job.cout, length=ps.length, shift_prelu_p=0, shift_prelu_n=0,
                   jump_read=cg_mid, jump_read_endl=ps.e, jump_read_weights=cg_mid, jump_write=cg_mid,
                   jump_write_endl=1, **alu_q)
-        prog.emit("ALU", reads=ps.reads + alu_reads, writes=(("vb0", "out", oslot),), bank_id_out=vb0,
+        prog.emit("ALU", reads=ps.reads + alu_reads, writes=(("vb0", oslot, "out"),), bank_id_out=vb0,
                   bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
                   bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
                   pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_conv import (conv_geometry, conv_job, emit_input_tile, emit_tile_convs, flattenable, fusable,
-                                        load_params, output_tiles, probe)
+                                        load_params, output_tiles, param_slots, probe)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, conv_tile
@@ -43,19 +43,27 @@ def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: 
     ns = [ceil_div(j.cout, ocp) for j in jobs]
     first = [sum(ns[:i]) for i in range(len(ns))]  # group offset of each member (weights, biases, VB1 slice)
     vpp, lmax, _ = conv_tile(arch, *jobs[0].geometry, sum(ns))
-    for j, n, f in zip(jobs, ns, first):
-        load_params(prog, arch, j, 0, n, f * wrows, f)
+    places = param_slots(prog, arch, [(wrows * n, n) for n in ns])
+    # Member i's parameters (tagged apart) are loaded after member i-1's first CONVs in program order: the first
+    # CONVs wait only for the first member's parameters and the first input tile (see fused_conv_conv.emit_conv_pw).
+    load = [lambda i=i, j=j, n=n, place=place: load_params(prog, arch, j, 0, n, place[1], place[2], slot=place[0],
+                                                           tag=f"m{i}")
+            for i, (j, n, place) in enumerate(zip(jobs, ns, places))]
+    load[0]()
     vb1 = arch.bank_group("VB1").base_id
     ys = [fmaps[c.outputs[0]] for c in convs]
     job0 = jobs[0]
     flat = flattenable(job0, x, *ys)
     buf = 0
-    for t in output_tiles(flat, ys[0], vpp, lmax):
+    for k, t in enumerate(output_tiles(flat, ys[0], vpp, lmax)):
         base, length = buf * half, t.length
         wt = emit_input_tile(prog, arch, x, x_res, job0, t, buf)
         pads = (0, 0, 0, 0) if flat else wt.pads(x)
-        for j, n, f in zip(jobs, ns, first):
-            emit_tile_convs(prog, arch, j, wt, pads, t.vpp, length, n, buf, base + f * length, f)
+        for i, (j, n, f, (slot, wrow0, brow0)) in enumerate(zip(jobs, ns, first, places)):
+            emit_tile_convs(prog, arch, j, wt, pads, t.vpp, length, n, buf, base + f * length, wrow0, brow0, slot,
+                            f"m{i}")
+            if k == 0 and i + 1 < len(load):
+                load[i + 1]()
         for c, j, n, f, y in zip(convs, jobs, ns, first, ys):
             for r in range(t.vpp):
                 for j0, a, cnt in t.runs(r, y.w, y.addr, y.pixel_pitch):

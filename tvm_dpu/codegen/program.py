@@ -44,6 +44,33 @@ def _expand(resources: Iterable) -> tuple:
             out.extend(_expand(r))
         elif len(r) == 1 and r[0] in SLOTTED:
             out.extend((r[0], k) for k in range(SLOTTED[r[0]]))
+        elif len(r) == 2 and r[0] in SLOTTED and isinstance(r[1], str):
+            # a tagged part (e.g. ("convw", "b"), one member's rows of a fused kernel) in every slot: it conflicts
+            # with whole slots but not with the other tags
+            out.extend((r[0], k, r[1]) for k in range(SLOTTED[r[0]]))
+        else:
+            out.append(r)
+    return tuple(out)
+
+
+#: Bytes of a DDR tensor tracked as one resource by LOAD / SAVE (the AXI 4 KiB boundary).
+DDR_BLOCK = 4096
+_DMA_DDR = ("LOAD", "SAVE")
+
+
+def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
+    """`resources` with each whole-tensor ("ddr", name) of a LOAD / SAVE narrowed to the DDR_BLOCK-sized blocks of
+    the bytes it moves (ddr_addr to ddr_addr + (length-1)*jump + channel, isa1-semantics 4): a consumer's first
+    LOADs then wait only for the SAVEs of the rows they read, not for the whole map, so consecutive ops overlap.
+    A ("ddr", name) named by any other instruction still covers every block (a prefix conflicts with its parts)."""
+    if "ddr_addr" not in fields:
+        return resources
+    lo = fields["ddr_addr"]
+    hi = lo + max(0, fields.get("length", 1) - 1) * fields.get(jump, 0) + fields.get("channel", 1)
+    out = []
+    for r in resources:
+        if len(r) == 2 and r[0] == "ddr" and r[1] != "params":
+            out.extend(("ddr", r[1], b) for b in range(lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK + 1))
         else:
             out.append(r)
     return tuple(out)
@@ -79,11 +106,19 @@ class Program:
     _last_wait: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest wait
     _last_post: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest post
     _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
+    _prefixes: dict = field(default_factory=dict)  # resource name used -> its proper prefixes
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
     #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
     #: SAVEs of every producer that wrote a slice.
     ddr_roots: dict = field(default_factory=dict)
+    #: (first row, slot) while a fused kernel written for parameters from row 0 of the CONVW / BIAS banks is emitted
+    #: into half `slot` of them instead (relocated_params): its parameter LOADs and the rows its CONVs / ALUs read
+    #: move by `first row`, and its ("convw",) / ("bias",) resources become that half's.
+    param_shift: tuple[int, int] | None = None
+    #: False: a scratch program whose instructions are only looked at (compiler.relocated_params measures a
+    #: kernel's parameter rows with one): no dependency tracking, no tokens
+    track: bool = True
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -101,11 +136,21 @@ class Program:
             key = _INITS[name]
             if self._init_state.get(key) == fields:
                 return self._init_state[key + "@"]
+        if self.param_shift is not None:
+            reads, writes, fields = self._shift_params(tuple(reads), tuple(writes), fields)
         spec = instr_spec(name)
         engine = spec.category
         instr = make_instr(name, **fields)
         idx = len(self.entries)
+        if not self.track:
+            self.entries.append(_Entry(instr, engine, tuple(reads), tuple(writes), comment))
+            return idx
         reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
+        if name in _DMA_DDR:
+            if name == "LOAD":
+                reads = _ddr_blocks(reads, fields, "jump_read")
+            else:
+                writes = _ddr_blocks(writes, fields, "jump_write")
         deps: list[int] = []
         for r in reads:
             for k in self._related(r):
@@ -117,8 +162,10 @@ class Program:
                     deps.append(self._last_writer[k])
                 deps.extend(self._readers.get(k, ()))
         for r in reads + writes:
-            for n in range(1, len(r)):
-                self._children.setdefault(r[:n], set()).add(r)
+            if r not in self._prefixes:
+                pre = self._prefixes[r] = tuple(r[:n] for n in range(1, len(r)))
+                for q in pre:
+                    self._children.setdefault(q, set()).add(r)
         self.entries.append(_Entry(instr, engine, reads, writes, comment))
         own = ENGINE_BITS[engine]
         instr.dpdon |= own
@@ -140,17 +187,38 @@ class Program:
         for w in writes:
             self._last_writer[w] = idx
             self._readers[w] = []
+            # a write over a whole resource orders its parts' earlier readers too (it waited for them): a later
+            # writer of a part waits for this write, so their lists restart (else they grow with the program)
+            for c in self._children.get(w, ()):
+                if self._readers.get(c):
+                    self._readers[c] = []
         if name in _INITS:
             key = _INITS[name]
             self._init_state[key] = dict(fields)
             self._init_state[key + "@"] = idx
         return idx
 
+    def _shift_params(self, reads: tuple, writes: tuple, fields: dict) -> tuple[tuple, tuple, dict]:
+        """An instruction of a relocated fused kernel (param_shift): rows of whole-bank parameter resources move."""
+        row, slot = self.param_shift
+        fields = dict(fields)
+        moved = lambda r, buf: r[0] == buf and (len(r) == 1 or len(r) == 2 and isinstance(r[1], str))
+        for buf, key in (("convw", "bank_addr_weights"), ("bias", "bank_addr_bias")):
+            if any(moved(r, buf) for r in writes) and "bank_addr" in fields:
+                fields["bank_addr"] += row
+            if any(moved(r, buf) for r in reads) and key in fields:
+                fields[key] += row
+        move = lambda rs: tuple((r[0], slot) + r[1:] if moved(r, "convw") or moved(r, "bias") else r for r in rs)
+        return move(reads), move(writes), fields
+
     def _related(self, r: tuple) -> list[tuple]:
         """r and every resource that overlaps it: a longer name is a part of its prefix (("vb0", 0, 3), bank 3 of
         the copy buffer, lies in ("vb0", 0), the half a conv tile uses), so a prefix and its parts conflict."""
         out = [r]
-        out.extend(r[:n] for n in range(1, len(r)) if r[:n] in self._last_writer or r[:n] in self._readers)
+        pre = self._prefixes.get(r)
+        if pre is None:
+            pre = tuple(r[:n] for n in range(1, len(r)))
+        out.extend(q for q in pre if q in self._last_writer or q in self._readers)
         out.extend(self._children.get(r, ()))
         return out
 

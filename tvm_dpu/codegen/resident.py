@@ -35,7 +35,7 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
 from tvm_dpu.codegen.conv import ConvJob, augmentation, augmented_weights
-from tvm_dpu.codegen.fused_conv import load_biases, load_params
+from tvm_dpu.codegen.fused_conv import load_biases, load_params, param_resources
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, OUT_GROUPS_MAX, CodegenError
@@ -347,7 +347,7 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
 
     def start() -> None:
         bslot[0] = prog.next_slot("bias")
-        load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, ("bias", bslot[0]))
+        load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, param_resources(bslot[0])[1])
         if resident:
             slot = prog.next_slot("convw")
             load_params(prog, arch, job, 0, cg_out, slot * half, with_bias=False, slot=slot)

@@ -14,7 +14,7 @@ from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
 from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
-from tvm_dpu.runtime.emu_threads import blas_threads, run_parts, thread_count
+from tvm_dpu.runtime.emu_threads import blas_threads, max_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
@@ -273,7 +273,10 @@ class ConvBatch:
         # One float32 chunk and small shifts (every real layer but the widest): the requantisation in float32 too.
         self.float32_requant = self.float_path and K <= GEMM_CHUNK and float32_shift_round_exact(
             -INT8_MIN * (1 << self.sb) + (1 << (N - 1)), N)
+        # the blocks when the step is shared between threads, and the one block it is otherwise (thread_count is
+        # decided run by run; cutting a GEMM costs a single thread ~25% more)
         self.parts = _split(first.vpp, first.out_keys.shape[0] // first.vpp, n * ocp, K, ocp)
+        self.parts_alone = [(slice(0, first.vpp), None)]
         self.write = _batch_writer(run)
 
     def weights(self) -> np.ndarray:
@@ -315,9 +318,10 @@ class ConvBatch:
         length = first.out_keys.shape[0] // first.vpp
         out = self.emu.scratch("conv_out", (first.vpp * length, wt.shape[1]), np.int8)
         c = self.offsets()
-        a = None if self.parts[0][1] is None else first.im2col(0, first.vpp)  # column parts share all rows
+        parts = self.parts if len(self.parts) > 1 and thread_count() > 1 else self.parts_alone
+        a = None if parts[0][1] is None else first.im2col(0, first.vpp)  # column parts share all rows
         jobs = []
-        for i, (vrows, cols) in enumerate(self.parts):
+        for i, (vrows, cols) in enumerate(parts):
             rows = slice(vrows.start * length, vrows.stop * length)
             cols = cols or slice(None)
             shape = (rows.stop - rows.start, wt[:, cols].shape[1])
@@ -354,9 +358,9 @@ class ConvBatch:
 
 def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice | None]]:
     """Blocks (output rows of the window, GEMM columns or None for all) of a CONV run's GEMM, PARTS_PER_THREAD per
-    thread (`thread_count`): whole output rows when there are enough (each part then also makes its own GEMM input
+    thread (`max_threads`): whole output rows when there are enough (each part then also makes its own GEMM input
     rows), else whole OCP-column groups; a single block when the GEMM is too small to share."""
-    parts = thread_count()
+    parts = max_threads()
     if parts > 1:
         parts *= PARTS_PER_THREAD
     m = vpp * length

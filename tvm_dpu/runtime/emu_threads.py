@@ -14,15 +14,53 @@ import functools
 import glob
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from tvm_dpu.errors import EmulatorError
 
-#: Threads sharing a step unless TVM_DPU_EMU_THREADS says otherwise. 1: on the shared 2-core machine, with one
-#: core taken by other work, 2 threads made full ResNet-50 20-40% slower (0.25-0.28 s against 0.20 s per image,
-#: load 2); the gain on an idle machine could not be measured there.
-DEFAULT_THREADS = 1
+#: Threads sharing a step unless TVM_DPU_EMU_THREADS says otherwise; 0 = automatic (`thread_count`): the cores
+#: (at most AUTO_MAX_THREADS) while the machine is otherwise idle, else 1. A fixed 2 made full ResNet-50 20-40%
+#: slower on the shared 2-core machine with one core taken by other work (0.25-0.28 s against 0.20 s per image,
+#: load 2); with the other core idle the GEMMs, two thirds of a run, split over both.
+DEFAULT_THREADS = 0
+AUTO_MAX_THREADS = 2
+#: The load average above which the automatic setting keeps to one thread: the emulating process itself counts
+#: about 1, so on 2 cores a load under 1.5 means the other core is free.
+AUTO_IDLE_MARGIN = 0.5
+_LOAD_TTL_S = 1.0
+_load_seen = [-1e9, 0.0]  # (monotonic time read, 1-minute load average)
+
+
+def _env_threads() -> int | None:
+    env = os.environ.get("TVM_DPU_EMU_THREADS", "").strip()
+    if not env:
+        return None if DEFAULT_THREADS == 0 else DEFAULT_THREADS
+    try:
+        n = int(env)
+    except ValueError:
+        raise EmulatorError(f"TVM_DPU_EMU_THREADS={env!r} is not an integer") from None
+    return max(1, n)
+
+
+def _load_average() -> float:
+    """The 1-minute load average, read at most once per _LOAD_TTL_S (steps ask for it thousands of times a run)."""
+    now = time.monotonic()
+    if now - _load_seen[0] > _LOAD_TTL_S:
+        try:
+            _load_seen[1] = os.getloadavg()[0]
+        except OSError:  # not available: assume busy, i.e. one thread
+            _load_seen[1] = float("inf")
+        _load_seen[0] = now
+    return _load_seen[1]
+
+
+def max_threads() -> int:
+    """Threads a step's work is cut for (emu_conv._split): TVM_DPU_EMU_THREADS, else the automatic maximum."""
+    fixed = _env_threads()
+    return fixed if fixed is not None else max(1, min(AUTO_MAX_THREADS, os.cpu_count() or 1))
+
 
 #: BLAS threads while a program runs (environment TVM_DPU_EMU_BLAS_THREADS; 0 leaves BLAS as configured).
 #: CONV GEMMs are narrow (N = OCP = 16 columns): a second thread gains little on an idle 2-core machine and is
@@ -34,16 +72,13 @@ _pool_lock = threading.Lock()
 
 
 def thread_count() -> int:
-    """Threads sharing a step (environment TVM_DPU_EMU_THREADS, default DEFAULT_THREADS; 1 keeps everything on
-    the calling thread)."""
-    env = os.environ.get("TVM_DPU_EMU_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise EmulatorError(f"TVM_DPU_EMU_THREADS={env!r} is not an integer") from None
-        return max(1, n)
-    return DEFAULT_THREADS
+    """Threads sharing a step now: TVM_DPU_EMU_THREADS when set (1 keeps everything on the calling thread), else
+    max_threads() while the load average leaves the other cores free and 1 otherwise."""
+    fixed = _env_threads()
+    if fixed is not None:
+        return fixed
+    n = max_threads()
+    return n if n > 1 and _load_average() < n - 1 + AUTO_IDLE_MARGIN else 1
 
 
 def _workers(n: int) -> ThreadPoolExecutor:
@@ -60,10 +95,12 @@ def run_parts(parts: list[Callable[[], None]]) -> None:
     thread runs parts[0] and then, from the back, every part no worker has started yet. With more parts than
     threads, a worker slowed by other load takes fewer of them. The first exception of any part is raised after
     all parts have finished."""
-    if len(parts) == 1:
-        parts[0]()
+    threads = thread_count() if len(parts) > 1 else 1
+    if threads == 1:  # cut for more threads than are to be used now (max_threads): all on this thread
+        for part in parts:
+            part()
         return
-    pool = _workers(max(1, thread_count() - 1))
+    pool = _workers(threads - 1)
     futures = [pool.submit(p) for p in parts[1:]]
     error: BaseException | None = None
     try:

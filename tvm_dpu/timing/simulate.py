@@ -116,36 +116,54 @@ class TimingResult:
                 "macs": self.macs, "instructions": len(self.names)}
 
 
+#: InstrCosts of shared decoded instructions (iter_program(shared=True)) per machine model: the compiler simulates
+#: programs that differ in a few ops (fusion fallback, conv variants, candidates), so most instructions recur.
+#: Keyed by the instruction's identity (and its CONVINIT / ALUINIT's), the entry holding the objects so that an
+#: id is not reused while cached. Bounded; guarded for threads.
+_COST_CACHE: "OrderedDict[MachineModel, dict]" = OrderedDict()
+_COST_CACHE_MAX = 1 << 17
+_COST_LOCK = threading.Lock()
+_INIT_OF = {"CONV": "convinit", "ALU": "aluinit"}
+_STATEFUL = frozenset(("CONVINIT", "ALUINIT"))
+
+
+def _cost_cache(m: MachineModel) -> dict:
+    with _COST_LOCK:
+        cache = _COST_CACHE.get(m)
+        if cache is None or len(cache) > _COST_CACHE_MAX:
+            cache = _COST_CACHE[m] = {}
+            while len(_COST_CACHE) > 4:
+                _COST_CACHE.popitem(last=False)
+        return cache
+
+
 def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], np.ndarray]:
     instrs = [ins for _, ins in iter_program(code, shared=True)]
     cm = CostModel(m)
+    cache = _cost_cache(m)
     names, dpdon, dpdby, costs = [], [], [], []
     fetch = np.zeros(len(instrs))
     words = 0
     for i, ins in enumerate(instrs):
-        names.append(ins.name)
+        name = ins.name
+        names.append(name)
         dpdon.append(ins.dpdon)
         dpdby.append(ins.dpdby)
-        costs.append(cm.cost(i, ins))
-        words += instr_spec(ins.name).words
+        if name in _STATEFUL:
+            c = cm.cost(i, ins)
+        else:
+            init = getattr(cm, _INIT_OF[name]) if name in _INIT_OF else None
+            key = (id(ins), id(init))
+            hit = cache.get(key)
+            if hit is not None and hit[0] is ins and hit[1] is init:
+                c = hit[2]
+            else:
+                c = cm.cost(i, ins)
+                cache[key] = (ins, init, c)
+        costs.append(c)
+        words += instr_spec(name).words
         fetch[i] = words * m.fetch_cycles_per_word
     return names, dpdon, dpdby, costs, fetch
-
-
-def _share(active: dict[int, tuple[float, float]], capacity: float) -> dict[int, float]:
-    """Max-min fair split of `capacity` beats/cycle among DMA engines {engine: (remaining beats, own cap)}."""
-    rates: dict[int, float] = {}
-    left = capacity
-    todo = sorted(active, key=lambda e: active[e][1])
-    while todo:
-        fair = left / len(todo)
-        e = todo[0]
-        cap = active[e][1]
-        r = min(cap, fair)
-        rates[e] = r
-        left -= r
-        todo.pop(0)
-    return rates
 
 
 #: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
@@ -209,17 +227,28 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     t = 0.0
     finished = 0
 
+    ports = float(m.params.axi_data_ports)
+    # the bank side caps each instruction's beat rate
+    own_cap = [min(c.beats / max(c.cycles, _EPS), ports) if c.beats > 0 else 0.0 for c in costs]
+
     def rerate() -> None:
-        active = {}
-        for e in (_LOAD, _SAVE):
-            i = running[e]
-            if i is not None and remaining[e] > 0.0:
-                c = costs[i]
-                own = c.beats / max(c.cycles, _EPS)  # the bank side caps the instruction's beat rate
-                active[e] = (remaining[e], min(own, float(m.params.axi_data_ports)))
-        r = _share(active, capacity)
-        for e in (_LOAD, _SAVE):
-            rate[e] = r.get(e, 0.0)
+        # max-min fair split of the AXI capacity between the two DMA engines, each capped by its own rate (the
+        # smaller cap first; on a tie LOAD)
+        il, is_ = running[_LOAD], running[_SAVE]
+        load_on = il is not None and remaining[_LOAD] > 0.0
+        save_on = is_ is not None and remaining[_SAVE] > 0.0
+        if load_on and save_on:
+            cl, cs = own_cap[il], own_cap[is_]
+            first, second, c1, c2 = (_SAVE, _LOAD, cs, cl) if cs < cl else (_LOAD, _SAVE, cl, cs)
+            r1 = min(c1, capacity / 2)
+            rate[first] = r1
+            rate[second] = min(c2, (capacity - r1) / 1)
+        elif load_on:
+            rate[_LOAD], rate[_SAVE] = min(own_cap[il], capacity / 1), 0.0
+        elif save_on:
+            rate[_LOAD], rate[_SAVE] = 0.0, min(own_cap[is_], capacity / 1)
+        else:
+            rate[_LOAD] = rate[_SAVE] = 0.0
 
     while finished < n:
         # -- start every instruction that can start at t
