@@ -6,9 +6,15 @@ the link (every tensor produced at or before the cut and used after it is sent, 
 sent at every cut it crosses). With an overlapped link (`Link.overlap`, the default for every link in
 links.json) the board's DMA sends frame f while the DPU computes frame f+1 from a second output buffer, so the
 stage period is max(compute, send) and the stage holds its outgoing tensors twice; otherwise the period is
-compute + send. A frame's latency is the sum of every stage's compute and send. Each stage must fit its board's
-memory: its weights plus its largest feature-map working set (plus the second output buffer), within
-`Board.ddr_bytes`.
+compute + send. A frame's latency is the sum of every stage's compute, host time and send. Each stage must fit its
+board's memory: its weights, its largest feature-map working set, the buffer it receives into (which holds the
+tensors that skip the stage's ops for the whole frame) and its output buffer (twice with an overlapped link),
+within `Board.ddr_bytes`.
+
+Host time (`HostTerms`, from the measured host cost model tvm_dpu.timing.host): every stage's frame also costs
+the host the VM call, the DPU driver call, converting and DMA-ing what it receives and sends, and (first and last
+stage) the model's CPU ops before and after its DPU part. The host runs before and after the stage's DPU work on
+the same frame, so it adds to the stage's compute: period max(compute + host, send) with an overlapped link.
 
 `plan_chain` is exact: dynamic programming over (boards used, ops covered) with the bottleneck as the objective,
 O(boards x ops^2). Boards may differ (an op's time is given per board arch).
@@ -24,6 +30,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 from tvm_dpu.errors import DPUError
+from tvm_dpu.timing.host import HostCost
 
 
 class PlanError(DPUError, ValueError):
@@ -87,11 +94,42 @@ class Stage:
     send_s: float
     memory_bytes: int
     overlap: bool = True  # the link's: sending overlaps the next frame's compute
+    host_s: float = 0.0  # the host's time per frame (HostTerms), before and after the DPU's
+
+    @property
+    def busy_s(self) -> float:
+        """DPU plus host time of one frame on the stage's board."""
+        return self.compute_s + self.host_s
 
     @property
     def seconds(self) -> float:
         """The stage's period: time per frame once frames are pipelined."""
-        return max(self.compute_s, self.send_s) if self.overlap else self.compute_s + self.send_s
+        return max(self.busy_s, self.send_s) if self.overlap else self.busy_s + self.send_s
+
+    @property
+    def bound(self) -> str:
+        """What sets the stage's period: "link", "host" or "DPU"."""
+        link_bound = self.send_s >= self.busy_s if self.overlap else self.send_s > max(self.compute_s, self.host_s)
+        if link_bound:
+            return "link"
+        return "host" if self.host_s > self.compute_s else "DPU"
+
+
+@dataclass(frozen=True)
+class HostTerms:
+    """The host's share of a pipeline plan: the measured cost model, the elements of the model's inputs and
+    outputs (what the first stage receives and the last one returns) and the seconds of the CPU ops before and
+    after the model's DPU part (run by the first and the last stage)."""
+
+    cost: HostCost
+    input_elems: int = 0
+    output_elems: int = 0
+    first_cpu_s: float = 0.0
+    last_cpu_s: float = 0.0
+
+    def stage_s(self, recv: int, send: int, first: bool, last: bool) -> float:
+        return (self.cost.call_seconds(recv, send) + (self.first_cpu_s if first else 0.0)
+                + (self.last_cpu_s if last else 0.0))
 
 
 @dataclass
@@ -111,14 +149,22 @@ class Plan:
     @property
     def latency_s(self) -> float:
         """One frame from the first stage's input to the last stage's output."""
-        return sum(s.compute_s + s.send_s for s in self.stages)
+        return sum(s.busy_s + s.send_s for s in self.stages)
+
+    def bottleneck(self) -> str:
+        """The slowest stage and what bounds it, e.g. "stage 2 (DPU 4.1 ms + host 0.9 ms; link 0.2 ms): DPU"."""
+        i = max(range(len(self.stages)), key=lambda k: self.stages[k].seconds)
+        s = self.stages[i]
+        return (f"stage {i} (DPU {s.compute_s * 1e3:.3f} ms + host {s.host_s * 1e3:.3f} ms; link "
+                f"{s.send_s * 1e3:.3f} ms): {s.bound}")
 
     def to_json(self) -> dict:
         return {"link": self.link.name, "overlap": self.link.overlap, "bottleneck_ms": self.bottleneck_s * 1e3,
-                "fps": self.fps, "latency_ms": self.latency_s * 1e3,
+                "fps": self.fps, "latency_ms": self.latency_s * 1e3, "bottleneck": self.bottleneck(),
                 "stages": [{"board": s.board.name, "arch": s.board.arch, "ops": self.ops[s.first:s.end],
                             "first": s.first, "end": s.end, "compute_ms": s.compute_s * 1e3,
-                            "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3, "memory_bytes": s.memory_bytes}
+                            "host_ms": s.host_s * 1e3, "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3,
+                            "memory_bytes": s.memory_bytes}
                            for s in self.stages]}
 
 
@@ -156,9 +202,9 @@ def board_ddr_bytes(board: str) -> int:
     return int(table[board]) * 3 // 4
 
 
-def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Plan:
+def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link, host: HostTerms | None = None) -> Plan:
     """The plan of `ops` (in order) over `boards` (in pipeline order, one stage each, every stage non-empty) with
-    the smallest bottleneck stage time; PlanError when none fits."""
+    the smallest bottleneck stage time, host time included when `host` is given; PlanError when none fits."""
     n, k = len(ops), len(boards)
     if k == 0:
         raise PlanError("no boards")
@@ -171,12 +217,17 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Pl
 
     def stage(b: Board, i: int, j: int) -> Stage | None:
         send = ops[j - 1].cut_bytes if j < n else 0
+        recv = ops[i - 1].cut_bytes if i > 0 else 0
         params = sum(o.param_bytes for o in ops[i:j])
-        memory = params + max(o.work_bytes for o in ops[i:j]) + (send if link.overlap else 0)
+        # the receive buffer holds what skips the stage's ops for the whole frame; the output buffer is doubled
+        # when sending overlaps the next frame
+        memory = params + max(o.work_bytes for o in ops[i:j]) + recv + (send if link.overlap else 0)
         if memory > b.ddr_bytes:
             return None
+        host_s = 0.0 if host is None else host.stage_s(recv if i > 0 else host.input_elems,
+                                                       send if j < n else host.output_elems, i == 0, j == n)
         return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
-                     link.overlap)
+                     link.overlap, host_s)
 
     inf = float("inf")
     # best[s][j]: smallest bottleneck of ops[0:j] on boards[0:s]; choice[s][j]: where stage s-1 starts.
