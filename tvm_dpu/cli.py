@@ -599,7 +599,7 @@ def _run_one(args: argparse.Namespace) -> int:
 
 
 def _run_tenants(args: argparse.Namespace) -> int:
-    """Several artifacts at once on the cores of one (emulated) device: model i on core i mod N, each model
+    """Several artifacts at once on the cores of one (emulated) device, placed by predicted DPU load, each model
     `--runs` times from its own thread; prints throughput per model and per core."""
     from .runtime.artifact import load
     from .runtime.cores import devices, serve
@@ -621,8 +621,11 @@ def _run_tenants(args: argparse.Namespace) -> int:
     n = args.cores or min(len(paths), len(cores))
     if not 1 <= n <= len(cores):
         raise FrontendError(f"--cores {n}: {arch.name} has {len(cores)} DPU core(s)")
-    for i, m in enumerate(models):
-        m.pin(cores[i % n])
+    from .runtime.cores import place_by_load, predicted_load_s
+
+    placement = place_by_load([predicted_load_s(m) for m in models], n)  # by predicted DPU time, not i mod N
+    for m, c in zip(models, placement):
+        m.pin(cores[c])
     feeds = [_feeds_for(m, inputs[i] if inputs else None, f"--input {i + 1}") for i, m in enumerate(models)]
     if not inputs:
         print("no --input: running every model on random normal input (seed 0)")
@@ -647,7 +650,8 @@ def _add_run(sub) -> None:
     p.add_argument("compiled", metavar="COMPILED", nargs="+",
                    help="the .tvmdpu artifact written by 'tvm-dpu compile', or the pipeline.json (or its directory) "
                    "written by 'tvm-dpu pipeline'; several artifacts run at the same time on the cores of one device "
-                   "(model i on core i mod --cores) and throughput per model and per core is printed")
+                   "(placed on --cores cores by predicted DPU load) and throughput per model and per core is "
+                   "printed")
     p.add_argument("--input", metavar="FILE.npz", action="append",
                    help="input arrays named like the model inputs (default: random normal input); with several "
                    "artifacts, once per artifact in the same order")
