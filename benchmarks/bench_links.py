@@ -4,7 +4,8 @@ A stage actor returns its output tensors; the next stage's actor receives them a
 cut's bytes go through Ray's object store: serialised by the sender, stored, fetched by the receiver's node and
 deserialised. On one machine (loopback) the fetch is a shared-memory read, so what this measures is Ray's own cost
 per transfer: the task round trip, (de)serialisation and the object store, as a line t = a + b x bytes over
-payloads of 1 KiB .. 16 MiB (median of repeated calls, one int8 array per call, as the wire sends it). Between two
+payloads of 1 KiB .. 16 MiB (median of repeated calls, one int8 array per call, as the wire sends it), less the
+same call pair moving one byte (the actor calls themselves are the executor's cost, not the link's). Between two
 boards the bytes also cross the network: the `ray-gbe` link adds GbE's wire time (links.json "gbe": 0.94 Gbit/s of
 TCP payload, 100 us switch + stack) to the measured per-byte and per-transfer cost:
 
@@ -36,7 +37,11 @@ LINKS = ROOT / "tvm_dpu" / "pipeline" / "links.json"
 def measure(reps: int) -> dict:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    import tempfile
+
+    # address="local": always a new instance of our own, never a cluster someone else started
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=tempfile.mkdtemp(prefix="rayl", dir="/tmp"))
     try:
         @ray.remote(num_cpus=0)
         class Stage:
@@ -62,8 +67,9 @@ def measure(reps: int) -> dict:
             rows.append({"bytes": nbytes, "median_s": statistics.median(times), "empty_median_s": statistics.median(base)})
     finally:
         ray.shutdown()
+    # what the payload adds to the same call pair with one byte: the transfer through the object store
     xs = np.array([r["bytes"] for r in rows], float)
-    ys = np.array([r["median_s"] for r in rows], float)
+    ys = np.array([r["median_s"] - r["empty_median_s"] for r in rows], float)
     slope, intercept = np.polyfit(xs, ys, 1)
     return {"rows": rows, "fit": {"latency_s": max(0.0, float(intercept)), "s_per_byte": max(0.0, float(slope))}}
 

@@ -133,3 +133,34 @@ def test_host_terms_of_a_model_move_the_plan():
         assert st.host_s >= cost.call_s + cost.dpu_call_s
     slow = plan_chain(chain, boards, LINK, host_terms(compiled, cost.scaled(50.0)))
     assert slow.bottleneck_s > hosted.bottleneck_s and "host" in slow.bottleneck()
+
+
+def test_several_op_orders_on_a_branchy_graph():
+    from tvm_dpu.pipeline.model import PipelineModel
+    from tvm_dpu.pipeline.plan import chain_units, plan_model, unit_deps, unit_orders
+
+    model = zoo.build_model("googlenet", reduced=True)
+    x = zoo.random_input(model, seed=3)
+    compiled = tvm_dpu.build(model, arch="zcu102", calibration=[zoo.random_input(model, seed=0)], progress=False)
+    units = chain_units(compiled)
+    deps = unit_deps(units)
+    orders = unit_orders(units)
+    assert len(orders) >= 2 and orders[0] == list(range(len(units)))
+    for order in orders:  # every order is topological
+        pos = {u: i for i, u in enumerate(order)}
+        assert all(pos[d] < pos[u] for u in order for d in deps[u])
+    boards = [Board(f"zcu102-{i}", "zcu102", board_ddr_bytes("zcu102")) for i in range(3)]
+    per_order = [plan_chain(op_chain(compiled, boards, o), boards, LINK) for o in orders]
+    best = plan_model(compiled, boards, LINK)
+    assert best.bottleneck_s == pytest.approx(min(p.bottleneck_s for p in per_order))
+    # the cut bytes differ between orders (else one order would do)
+    assert len({tuple(c.cut_bytes for c in op_chain(compiled, boards, o)) for o in orders}) > 1
+    # a pipeline cut along another order still computes the single-board integers
+    other = per_order[1]
+    pipe = PipelineModel.from_plan(compiled, other)
+    assert np.array_equal(pipe.run(x)[0], compiled.run(x)[0])
+    pipe.close()
+    with pytest.raises(PlanError, match="permutation"):
+        op_chain(compiled, boards, [0] * len(units))
+    with pytest.raises(PlanError, match="before the unit that produces it"):
+        op_chain(compiled, boards, list(reversed(range(len(units)))))

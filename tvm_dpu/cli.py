@@ -831,7 +831,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .pipeline.model import PipelineModel, boards_for
-    from .pipeline.plan import load_link
+    from .pipeline.plan import default_link, load_link
     from .report_html import render_pipeline
 
     path = Path(args.model)
@@ -844,6 +844,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
         calib = Path(args.calib)
         if not calib.is_file():
             raise FrontendError(f"--calib {calib}: no such file")
+    args.link = args.link or default_link(args.executor)
     load_link(args.link)  # a bad --link fails before the compile
     if (args.arch is None) == (args.part is None):
         raise FrontendError("give either --arch (each board's DPU) or --part (each board's FPGA part: the DPU is "
@@ -906,8 +907,10 @@ def _add_pipeline(sub) -> None:
                    "picked by design-space exploration ('tvm-dpu dse'); DDR per board from --ddr-mib (default 2048)")
     p.add_argument("--boards", type=positive_int, required=True, metavar="N", help="number of boards (pipeline stages)")
     p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs (a leading sample axis per array)")
-    p.add_argument("--link", default="serial-8.5g", metavar="LINK",
-                   help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links, default) or gbe")
+    p.add_argument("--link", default=None, metavar="LINK",
+                   help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links; the default with "
+                   "the local executor), gbe, or ray-gbe (Ray's object store over GbE; the default with --executor "
+                   "ray)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="executor of the check run: threads here (default) or Ray actors")
     p.add_argument("--ddr-mib", type=int, metavar="MiB",

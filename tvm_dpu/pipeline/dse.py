@@ -121,11 +121,13 @@ def algorithm1(dsp: int) -> str | None:
 
 def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks_mhz: Sequence[float] = (300.0,),
             max_cores: int = 4, dsp_usage: str | Sequence[str] = "high", ddr_bytes_per_s: float = 17.1e9,
-            fusion: str = "optimal", uram: int = 0, ram_usage: str | None = None) -> list[Candidate]:
+            fusion: str = "optimal", uram: int = 0, ram_usage: str | None = None,
+            cache: dict | None = None) -> list[Candidate]:
     """Every configuration that fits the budget, ranked (see module docstring). `model`: a CompiledModel with
     one DPU subgraph (its quantized graph is recompiled per architecture). `dsp_usage`: "high", "low" or both;
     `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" / "high"
-    (PG338 v4.0 BRAM36K table) or None (the v1.2 figures)."""
+    (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same model
+    to compile each architecture once."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.passes.dpu_compile import compile_subgraph
     from tvm_dpu.pipeline.plan import single_subgraph
@@ -151,7 +153,13 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
         if not fits:
             continue
         base = load_arch(name)
-        csg, _ = compile_subgraph(graph, base, fusion)
+        key = (id(graph), name, fusion)
+        if cache is not None and key in cache:
+            csg = cache[key]
+        else:
+            csg, _ = compile_subgraph(graph, base, fusion)
+            if cache is not None:
+                cache[key] = csg
         for mhz in clocks_mhz:
             arch = dataclasses.replace(base, freq_mhz=float(mhz), ddr_bytes_per_s=float(ddr_bytes_per_s))
             t = simulate(csg.code, arch)
@@ -195,15 +203,15 @@ def part_conditions(part: str, reserve: bool = True) -> dict[str, Any]:
     return {"budget": budget, "board": board, "clock_mhz": a.freq_mhz, "ddr_bytes_per_s": a.ddr_bytes_per_s}
 
 
-def explore_part(model: Any, part: str, max_cores: int = 4, fusion: str = "optimal", reserve: bool = True
-                 ) -> list[Candidate]:
+def explore_part(model: Any, part: str, max_cores: int = 4, fusion: str = "optimal", reserve: bool = True,
+                 cache: dict | None = None) -> list[Candidate]:
     """Every configuration that fits `part` as AMD's boards build it, ranked (module docstring): RAM usage low,
     both DSP usages, the UltraRAM option where the part has URAM, the platform reserve, the carrying board's DPU
     clock and DDR bandwidth."""
     cond = part_conditions(part, reserve)
     b = cond["budget"]
     return explore(model, int(b["dsp"]), b["bram36k"], int(b["lut"]), (cond["clock_mhz"],), max_cores,
-                   ("high", "low"), cond["ddr_bytes_per_s"], fusion, int(b["uram"]), "low")
+                   ("high", "low"), cond["ddr_bytes_per_s"], fusion, int(b["uram"]), "low", cache)
 
 
 def table_text(cands: Sequence[Candidate], limit: int = 20) -> str:

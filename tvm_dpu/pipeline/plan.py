@@ -16,8 +16,11 @@ the host the VM call, the DPU driver call, converting and DMA-ing what it receiv
 stage) the model's CPU ops before and after its DPU part. The host runs before and after the stage's DPU work on
 the same frame, so it adds to the stage's compute: period max(compute + host, send) with an overlapped link.
 
-`plan_chain` is exact: dynamic programming over (boards used, ops covered) with the bottleneck as the objective,
-O(boards x ops^2). Boards may differ (an op's time is given per board arch).
+`plan_chain` is exact for one op order: dynamic programming over (boards used, ops covered) with the bottleneck as
+the objective, O(boards x ops^2). Boards may differ (an op's time is given per board arch). One order does not
+suffice on a branchy graph (what crosses a cut depends on which branch runs first), so `plan_model` plans several
+valid orders (`unit_orders`: program order, depth-first, breadth-first, free-first) and keeps the best; it is
+exact over those orders, not over every topological order (their number grows exponentially with the branches).
 
 `op_chain` builds the chain of a compiled single-DPU-subgraph model from the timing model (per-op cycles of the
 program as compiled) and its XGraph (tensor sizes, weights).
@@ -172,6 +175,13 @@ def _data() -> dict:
     return json.loads(resources.files("tvm_dpu.pipeline").joinpath("links.json").read_text())
 
 
+def default_link(executor: str = "local") -> str:
+    """The link model a pipeline is planned with unless one is named: the Ray executor moves tensors through Ray's
+    object store over IP ("ray-gbe", measured by benchmarks/bench_links.py), the local one stands for boards on
+    the paper's serial links ("serial-8.5g")."""
+    return "ray-gbe" if executor == "ray" else "serial-8.5g"
+
+
 def load_link(name: str) -> Link:
     """A link model by name ("serial-8.5g", "gbe"; see links.json)."""
     links = _data()["links"]
@@ -301,38 +311,117 @@ def tensor_bytes(graph: Any, name: str) -> int:
     return size * (4 if tensor.dtype in ("int32", "float32") else 1)
 
 
-def op_chain(model: Any, boards: Sequence[Board]) -> list[OpCost]:
+def unit_deps(units: Sequence[ChainUnit]) -> list[set[int]]:
+    """Per unit, the units whose outputs it reads."""
+    producer = {t: u for u, unit in enumerate(units) for op in unit.ops for t in op.outputs}
+    return [{producer[t] for op in unit.ops for t in op.inputs if t in producer and producer[t] != u}
+            for u, unit in enumerate(units)]
+
+
+def unit_orders(units: Sequence[ChainUnit], limit: int = 4) -> list[list[int]]:
+    """Up to `limit` distinct valid (topological) orders of `units`: program order first, then Kahn's algorithm
+    taking the most recently readied unit (finish a branch before starting the next), the oldest (interleave
+    branches), and the unit that completes the most producers' readers (frees their maps soonest)."""
+    deps = unit_deps(units)
+    n = len(units)
+    users: list[set[int]] = [set() for _ in range(n)]
+    for u, ds in enumerate(deps):
+        for d in ds:
+            users[d].add(u)
+
+    def kahn(pick) -> list[int]:
+        indeg = [len(d) for d in deps]
+        ready = [u for u in range(n) if indeg[u] == 0]
+        order: list[int] = []
+        while ready:
+            u = pick(ready, order)
+            ready.remove(u)
+            order.append(u)
+            for v in sorted(users[u]):
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    ready.append(v)
+        return order
+
+    def frees_most(ready: list[int], order: list[int]) -> int:
+        done = set(order)
+
+        def freed(u: int) -> int:  # producers whose last pending reader is u
+            return sum(1 for d in deps[u] if not users[d] - done - {u})
+
+        return max(ready, key=lambda u: (freed(u), -u))
+
+    candidates = [list(range(n)), kahn(lambda r, o: r[-1]), kahn(lambda r, o: r[0]), kahn(frees_most)]
+    orders: list[list[int]] = []
+    for c in candidates:
+        if len(c) == n and c not in orders:
+            orders.append(c)
+    return orders[:max(1, limit)]
+
+
+def op_chain(model: Any, boards: Sequence[Board], order: Sequence[int] | None = None,
+             _seconds: dict | None = None) -> list[OpCost]:
     """The op chain of a compiled single-DPU-subgraph model (`CompiledModel`): per unit (`chain_units`), the timing
     model's cycles of the program as compiled, re-simulated for each distinct board arch, and from the quantized
-    XGraph the weight bytes, working-set bytes and the bytes crossing a cut after it."""
+    XGraph the weight bytes, working-set bytes and the bytes crossing a cut after it. `order`: the units in
+    another valid order (`unit_orders`; default program order), which changes what crosses each cut."""
     from tvm_dpu.timing.simulate import simulate
 
     runner = single_subgraph(model)
     graph, sg = runner.graph, runner.sg
     units = chain_units(model)
-    per_arch: dict[str, list[float]] = {}
+    per_arch: dict[str, list[float]] = {} if _seconds is None else _seconds
     for b in boards:
         if b.arch not in per_arch:
             timing = simulate(sg.code, b.load(), op_ranges=sg.op_ranges)
             per_arch[b.arch] = [ot.cycles / timing.freq_hz for ot in timing.ops]
+    order = list(range(len(units))) if order is None else list(order)
+    if sorted(order) != list(range(len(units))):
+        raise PlanError(f"order {order[:8]}...: not a permutation of the model's {len(units)} units")
     produced_at: dict[str, int] = {t: -1 for t in graph.inputs}
     last_use: dict[str, int] = {}
-    for u, unit in enumerate(units):
-        for op in unit.ops:
+    for pos, u in enumerate(order):
+        for op in units[u].ops:
             for t in op.inputs:
-                last_use[t] = max(last_use.get(t, -1), u)
+                last_use[t] = max(last_use.get(t, -1), pos)
             for t in op.outputs:
-                produced_at[t] = u
+                produced_at[t] = pos
     for t in graph.outputs:
         last_use[t] = len(units)  # the model output leaves the last stage
+    for t, p in produced_at.items():
+        if t in last_use and last_use[t] < p:
+            raise PlanError(f"order reads tensor {t!r} before the unit that produces it")
 
     out = []
-    for u, unit in enumerate(units):
+    for pos, u in enumerate(order):
+        unit = units[u]
         fmaps = {t for op in unit.ops for t in list(op.inputs) + list(op.outputs)
                  if t in graph.tensors and graph.tensors[t].data is None}
         out.append(OpCost(
             name=unit.name, seconds={a: per_arch[a][u] for a in per_arch},
             param_bytes=sum(tensor_bytes(graph, t) for op in unit.ops for t in op.params.values()),
             work_bytes=sum(tensor_bytes(graph, t) for t in fmaps),
-            cut_bytes=sum(tensor_bytes(graph, t) for t, p in produced_at.items() if p <= u < last_use.get(t, -1))))
+            cut_bytes=sum(tensor_bytes(graph, t) for t, p in produced_at.items() if p <= pos < last_use.get(t, -1))))
     return out
+
+
+def plan_model(model: Any, boards: Sequence[Board], link: Link, host: HostTerms | None = None,
+               orders: int = 4) -> Plan:
+    """The best plan of `model` over `boards` among several valid op orders (`unit_orders`): the planner is exact
+    for one order, and another topological order of a branchy graph can cut with fewer bytes in flight; ties
+    keep program order."""
+    units = chain_units(model)
+    seconds: dict = {}
+    best: Plan | None = None
+    error: PlanError | None = None
+    for order in unit_orders(units, orders):
+        try:
+            plan = plan_chain(op_chain(model, boards, order, seconds), boards, link, host)
+        except PlanError as e:
+            error = error or e
+            continue
+        if best is None or plan.bottleneck_s < best.bottleneck_s - 1e-12:
+            best = plan
+    if best is None:
+        raise error if error is not None else PlanError("no valid op order")
+    return best

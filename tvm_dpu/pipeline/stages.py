@@ -192,8 +192,10 @@ def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> lis
     runner = single_subgraph(model)
     graph = runner.graph
     units = chain_units(model)
-    if [u.name for u in units] != list(plan.ops):
+    by_name = {u.name: u for u in units}
+    if sorted(by_name) != sorted(plan.ops) or len(plan.ops) != len(units):
         raise PlanError("the plan was not made for this model (its op chain differs)")
+    units = [by_name[n] for n in plan.ops]  # the plan's order (program order or another valid one)
     layout = layout or main_layout(model)
     model_inputs = [s.name for s in model.inputs]
     rename: dict[str, str] = {}
