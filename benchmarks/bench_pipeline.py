@@ -258,7 +258,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--archs", default="dnnvm-zu2,ultra96", help="board presets (default: a B1152-class board "
                     "and Ultra96's B1600)")
-    ap.add_argument("--links", default="serial-8.5g,gbe,serial-8.5g-blocking")
+    ap.add_argument("--links", default="serial-8.5g,gbe,ray-gbe,serial-8.5g-blocking")
     ap.add_argument("--max-boards", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="reduced ResNet-50 (checks the script)")
     ap.add_argument("--runs", type=int, default=12, help="frames for the executor overhead")

@@ -86,6 +86,12 @@ def test_requests_that_cannot_be_planned():
     with pytest.raises(PlanError, match="known links"):
         load_link("carrier-pigeon")
     assert load_link("gbe").seconds(125_000_000) == pytest.approx(1e-4 + 1e9 / 0.94e9)
+    # the Ray executor's default link: Ray's object store (measured on loopback) over GbE, slower than bare GbE
+    from tvm_dpu.pipeline.plan import default_link
+
+    assert default_link("ray") == "ray-gbe" and default_link("local") == "serial-8.5g"
+    ray_gbe = load_link("ray-gbe")
+    assert ray_gbe.latency_us > load_link("gbe").latency_us and ray_gbe.gbit_per_s <= load_link("gbe").gbit_per_s
     assert board_ddr_bytes("zcu102") == 3 * 2**30
 
 
