@@ -88,10 +88,10 @@ class _Timed:
 
     def __init__(self, arch, seconds: dict[int, float]):
         self.arch = arch
-        self.seconds = seconds  # id(program code) -> predicted seconds
+        self.seconds = seconds  # program (subgraph or segment) name -> predicted seconds
 
     def execute(self, sg, regions) -> None:
-        time.sleep(self.seconds[id(sg.code)])
+        time.sleep(self.seconds[sg.name])
 
 
 def predicted_ms(model, cores: int) -> float:
@@ -143,9 +143,9 @@ def overhead(model, x, reps: int) -> dict:
     # With cores that take each program's predicted time (no DDR contention: every program its one-core time),
     # the loss is what the wall time exceeds the prediction by, segments (vs the contention-free schedule) minus
     # one program (vs its own time), in % of the one-program latency.
-    seconds = {id(g.sg.code): simulate(g.sg.code, model.arch).cycles / freq for g in r.multicore.segments}
-    seconds[id(r.sg.code)] = dpu_s
-    ideal_s = list_schedule([[seconds[id(g.sg.code)] * freq] for g in r.multicore.segments],
+    seconds = {g.sg.name: simulate(g.sg.code, model.arch).cycles / freq for g in r.multicore.segments}
+    seconds[r.sg.name] = dpu_s
+    ideal_s = list_schedule([[seconds[g.sg.name] * freq] for g in r.multicore.segments],
                             [g.after for g in r.multicore.segments], r.multicore.cores, contention=False).makespan / freq
     timed = [VirtualDPU(_Timed(model.arch, seconds), c) for c in range(r.multicore.cores)]
     timed_whole_s = host_s(lambda: run_int8(r.sg, timed[0], qin))
@@ -179,14 +179,14 @@ def end_to_end(model, x, reps: int) -> dict:
     from tvm_dpu.timing.simulate import simulate
 
     freq = model.arch.freq_mhz * 1e6
-    seconds: dict[int, float] = {}
+    seconds: dict[str, float] = {}
     segs = 0
     handoff = 0
     for r in model.runners.values():
-        seconds[id(r.sg.code)] = simulate(r.sg.code, model.arch).cycles / freq
+        seconds[r.sg.name] = simulate(r.sg.code, model.arch).cycles / freq
         if r.multicore is not None:
             for g in r.multicore.segments:
-                seconds[id(g.sg.code)] = (g.end - g.start) / freq
+                seconds[g.sg.name] = (g.end - g.start) / freq
             segs += len(r.multicore.segments)
             handoff += sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
     cores = max((r.multicore.cores for r in model.runners.values() if r.multicore is not None), default=1)
