@@ -162,7 +162,8 @@ def overhead(model, x, reps: int) -> dict:
 
 def end_to_end(model, x, reps: int) -> dict:
     """Gain and loss measured end to end the way fGrain measures them (the whole `model.run`, VM and host work
-    included, the same input each time; median of `reps`), with cores that sleep each program's predicted DPU
+    included, the same input each time; median of `reps`, the set-ups taking turns run by run), with cores that
+    sleep each program's predicted DPU
     time: a segment its slot in the contention-aware schedule, a whole program its one-core time.
 
     * native: the whole program on a bare timed device (no virtual-DPU layer);
@@ -191,19 +192,22 @@ def end_to_end(model, x, reps: int) -> dict:
             handoff += sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
     cores = max((r.multicore.cores for r in model.runners.values() if r.multicore is not None), default=1)
 
-    def wall(device) -> float:
-        model.pin(device)
+    devices = {"native": _Timed(model.arch, seconds), "wrapped": VirtualDPU(_Timed(model.arch, seconds), 0)}
+    if segs:
+        devices["segments"] = CoreGroup([VirtualDPU(_Timed(model.arch, seconds), c) for c in range(cores)])
+    times: dict[str, list[float]] = {k: [] for k in devices}
+    for k, d in devices.items():  # warm up each
+        model.pin(d)
         model.run(x)
-        times = []
-        for _ in range(reps):
+    # the three set-ups take turns run by run, so a load change on this shared host hits them alike
+    for _ in range(reps):
+        for k, d in devices.items():
+            model.pin(d)
             t0 = time.perf_counter()
             model.run(x)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
-    native = wall(_Timed(model.arch, seconds))
-    wrapped = wall(VirtualDPU(_Timed(model.arch, seconds), 0))
-    multi = wall(CoreGroup([VirtualDPU(_Timed(model.arch, seconds), c) for c in range(cores)])) if segs else wrapped
+            times[k].append(time.perf_counter() - t0)
+    native, wrapped = statistics.median(times["native"]), statistics.median(times["wrapped"])
+    multi = statistics.median(times["segments"]) if segs else wrapped
     host = load_host_cost()
     ins = sum(int(np.prod(s.shape)) for s in model.inputs)
     outs = sum(int(np.prod(s.shape)) for s in model.output_specs())
