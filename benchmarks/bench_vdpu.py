@@ -268,6 +268,34 @@ def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) 
             "table": conc.table()}
 
 
+def e2e_only(args) -> int:
+    import tvm_dpu
+    from tvm_dpu import zoo
+
+    n_cores = tvm_dpu.load_arch(args.board).cores
+    out = {}
+    for name in args.models.split(","):
+        model = model_for(name, not args.full)
+        t0 = time.perf_counter()
+        built = tvm_dpu.build(model, arch=args.board, progress=False, calibration=[zoo.random_input(model, seed=0)],
+                              cores=n_cores)
+        out[name] = {"build_s": time.perf_counter() - t0, "end_to_end": end_to_end(built, zoo.random_input(model, seed=1),
+                                                                                 args.reps)}
+        e = out[name]["end_to_end"]
+        print(f"{name}: {e['segments']} segments; native {e['native_ms']:.3f} ms, wrapped {e['wrapped_ms']:.3f} ms, "
+              f"{n_cores} cores {e['segments_ms']:.3f} ms: gain {e['gain_percent']:.1f}% (predicted with host "
+              f"{e['predicted']['gain_percent']:.1f}%, DPU only {e['predicted']['dpu_only_gain_percent']:.1f}%), "
+              f"loss {e['loss_percent']:.2f}%; fGrain: gain ~{FGRAIN_GAIN_PERCENT:.0f}%, loss "
+              f"{FGRAIN_OVERHEAD_PERCENT}%", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"board": args.board, "reduced": not args.full, "reps": args.reps,
+                                     "fgrain": {"gain_percent": FGRAIN_GAIN_PERCENT,
+                                                "overhead_percent": FGRAIN_OVERHEAD_PERCENT},
+                                     "models": out, "host_cpus": os.cpu_count()}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
 def _table(rows: list[tuple]) -> str:
     w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r))
@@ -283,10 +311,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per model in the multi-tenant measurement")
     ap.add_argument("--reps", type=int, default=20, help="repetitions of the overhead measurement")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--e2e-only", action="store_true",
+                    help="only the end-to-end gain and loss (one build per model on all cores), e.g. with --full "
+                    "--models alexnet2,googlenet -> --json results/vdpu_e2e_full.json")
     args = ap.parse_args()
 
     import tvm_dpu
     from tvm_dpu import zoo
+
+    if args.e2e_only:
+        return e2e_only(args)
 
     names = args.models.split(",")
     tenant_names = args.tenants.split(",")

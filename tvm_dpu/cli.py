@@ -950,10 +950,22 @@ def _run_dse(args: argparse.Namespace) -> int:
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
     model = _build_reporting_warnings(str(path), arch="B4096", calibration=args.calib,
                                       shapes=parse_input_shapes(args.input_shape), progress=not args.quiet)
-    cands = explore(model, int(dsp), float(bram), None if lut is None else int(lut), clocks, args.max_cores,
-                    args.dsp_usage, args.ddr_gbps * 1e9 / 8 if args.ddr_gbps else 17.1e9)
-    print(f"budget: {dsp} DSP, {bram} BRAM36K{'' if lut is None else f', {lut} LUT'}; "
-          f"{len(cands)} configurations fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
+    if args.part and args.dsp is None and args.bram is None and args.lut is None:
+        # a part alone: explore it as AMD's boards build it (platform reserve, URAM, its board's DDR and clock)
+        from .pipeline.dse import explore_part, part_conditions
+
+        cond = part_conditions(args.part)
+        cands = explore_part(model, args.part, args.max_cores)
+        b = cond["budget"]
+        print(f"{args.part} as its board ({cond['board']}) builds it: {b['dsp']:.0f} DSP, {b['bram36k']:.0f} "
+              f"BRAM36K, {b['lut']:.0f} LUT, {b['uram']:.0f} URAM after the platform reserve; "
+              f"{cond['clock_mhz']:g} MHz, DDR {cond['ddr_bytes_per_s'] / 1e9:g} GB/s; {len(cands)} configurations "
+              f"fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
+    else:
+        cands = explore(model, int(dsp), float(bram), None if lut is None else int(lut), clocks, args.max_cores,
+                        args.dsp_usage, args.ddr_gbps * 1e9 / 8 if args.ddr_gbps else 17.1e9)
+        print(f"budget: {dsp} DSP, {bram} BRAM36K{'' if lut is None else f', {lut} LUT'}; "
+              f"{len(cands)} configurations fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
     print(table_text(cands, args.top))
     if args.json:
         Path(args.json).write_text(json.dumps([c.to_json() for c in cands], indent=2) + "\n")
@@ -973,8 +985,9 @@ def _add_dse(sub) -> None:
     p.add_argument("--dsp", type=int, metavar="N", help="DSP48 slices available for the DPU")
     p.add_argument("--bram", type=float, metavar="N", help="BRAM36K blocks available for the DPU")
     p.add_argument("--lut", type=int, metavar="N", help="LUTs available for the DPU (default: not checked)")
-    p.add_argument("--part", metavar="PART", help="take the budget of a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, "
-                   "zu7ev, zu9eg); --dsp/--bram/--lut override it")
+    p.add_argument("--part", metavar="PART", help="a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg): alone, "
+                   "explored as its board builds it (platform reserve, UltraRAM, the board's DDR and clock); with "
+                   "--dsp/--bram/--lut, its budget overridden by them")
     p.add_argument("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)")
     p.add_argument("--max-cores", type=positive_int, default=4, metavar="N", help="most cores to try (PG338: up to 4)")
     p.add_argument("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option")
