@@ -3,9 +3,11 @@ the model's coefficients, each a least-squares line over several sizes (minimum 
 
 * quant_s_per_elem / dequant_s_per_elem: `quantize_tensor` (float32 -> int8, no float64 step) and
   `dequantize_tensor` on 64 Ki .. 1 Mi elements;
+* region_s_per_byte: `CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in, every call)
+  over 1 .. 64 MiB;
 * dpu_call_s and dma_s_per_byte: `run_int8` of a one-conv DPU program on a device that does no DPU work (regions,
-  parameters, the device call, the int8 layout copy in and out), over feature maps of 4 Ki .. 256 Ki bytes:
-  intercept = driver, slope = DMA per byte (in + out);
+  parameters, the device call, the int8 layout copy in and out), over feature maps of 4 Ki .. 256 Ki bytes, less
+  its regions' share: intercept = driver, slope = DMA per byte (in + out);
 * call_s and vm_s_per_elem: `CompiledModel.run` of the same models on that device: its slope less the conversions
   and DMA above is the VM's copies of the float tensors in and out (per element each way), the median of what is
   left the VM call and the Python around it;
@@ -74,6 +76,22 @@ def conversions(reps: int) -> dict:
             "dequant_fit": fit(sizes, d_t)}
 
 
+def regions(reps: int) -> dict:
+    """`CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in: every call) over 1 .. 64 MiB
+    of regions, half of them weights."""
+    from types import SimpleNamespace
+
+    from tvm_dpu.types import REG_PARAMS, CompiledSubgraph
+
+    sizes = [1 << 20, 1 << 22, 1 << 24, 1 << 26]
+    times = []
+    for n in sizes:
+        fake = SimpleNamespace(region_sizes={REG_PARAMS: n // 2, REG_PARAMS + 1: n - n // 2},
+                               params=np.ones(n // 2, np.uint8))
+        times.append(best_of(lambda: CompiledSubgraph.new_regions(fake), reps))
+    return {"sizes": sizes, "s": times, "fit": fit(sizes, times)}
+
+
 def one_conv(res: int, ch: int):
     from tvm_dpu.zoo.graph_builder import GraphBuilder
 
@@ -97,7 +115,8 @@ def driver_and_call(reps: int) -> dict:
         t_int8 = best_of(lambda: run_int8(r.sg, dev, qin), reps)
         m.pin(dev)
         t_run = best_of(lambda: m.run(x), reps)
-        rows.append({"elems": ch * res * res, "run_int8_s": t_int8, "model_run_s": t_run})
+        rows.append({"elems": ch * res * res, "run_int8_s": t_int8, "model_run_s": t_run,
+                     "region_bytes": int(sum(r.sg.region_sizes.values()))})
     return {"rows": rows}
 
 
@@ -157,7 +176,8 @@ def segments(reps: int) -> dict:
     segs = best_of(lambda: run_segments(r.sg, r.multicore, cores, qin), reps)
     handoff = sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
     return {"segments": len(r.multicore.segments), "one_program_s": whole, "segments_s": segs,
-            "handoff_bytes": handoff}
+            "handoff_bytes": handoff, "program_region_bytes": int(sum(r.sg.region_sizes.values())),
+            "segment_region_bytes": int(sum(sum(g.sg.region_sizes.values()) for g in r.multicore.segments))}
 
 
 def main() -> int:
@@ -169,22 +189,28 @@ def main() -> int:
 
     conv = conversions(args.reps)
     q, dq = conv["quant_fit"][1], conv["dequant_fit"][1]
+    reg = regions(args.reps)
+    region = reg["fit"][1]
     drv = driver_and_call(args.reps)
     el = [2 * r["elems"] for r in drv["rows"]]  # int8 bytes in + out of the one-conv program
-    _, dma = fit(el, [r["run_int8_s"] for r in drv["rows"]])
+    # run_int8 = driver + regions + DMA in and out: the regions' share first (measured alone above)
+    _, dma = fit(el, [r["run_int8_s"] - region * r["region_bytes"] for r in drv["rows"]])
     # the intercept as the median residual: one noisy large size would otherwise push the line below zero
-    dpu_call_s = max(0.0, float(np.median([r["run_int8_s"] - dma * b for r, b in zip(drv["rows"], el)])))
+    dpu_call_s = max(0.0, float(np.median([r["run_int8_s"] - region * r["region_bytes"] - dma * b
+                                           for r, b in zip(drv["rows"], el)])))
     # model.run = VM call + driver + DMA + quantize (in) + dequantize (out) + the VM's own copies of the float
     # tensors in and out (vm_s_per_elem each way)
     run_fixed, run_slope = fit([r["elems"] for r in drv["rows"]], [r["model_run_s"] for r in drv["rows"]])
     vm = max(0.0, (run_slope - q - dq - 2 * dma) / 2)
-    per = [r["model_run_s"] - dpu_call_s - (q + dq + 2 * dma + 2 * vm) * r["elems"] for r in drv["rows"]]
+    per = [r["model_run_s"] - dpu_call_s - region * r["region_bytes"] - (q + dq + 2 * dma + 2 * vm) * r["elems"]
+           for r in drv["rows"]]
     call_s = max(0.0, float(np.median(per)))
     cpu = cpu_ops(args.reps)
     seg = segments(args.reps)
-    segment_s = max(0.0, (seg["segments_s"] - seg["one_program_s"] - dma * seg["handoff_bytes"]) / seg["segments"])
+    segment_s = max(0.0, (seg["segments_s"] - seg["one_program_s"] - dma * seg["handoff_bytes"]
+                          - region * (seg["segment_region_bytes"] - seg["program_region_bytes"])) / seg["segments"])
     cost = {"call_s": call_s, "dpu_call_s": dpu_call_s, "quant_s_per_elem": q, "dequant_s_per_elem": dq,
-            "dma_s_per_byte": dma, "vm_s_per_elem": vm, "cpu_fixed_s": cpu["fit"][0], "cpu_s_per_elem": cpu["fit"][1],
+            "dma_s_per_byte": dma, "vm_s_per_elem": vm, "region_s_per_byte": region, "cpu_fixed_s": cpu["fit"][0], "cpu_s_per_elem": cpu["fit"][1],
             "segment_s": segment_s}
     host = f"{platform.machine()} {platform.processor() or platform.platform()}, python {platform.python_version()}"
     source = (f"benchmarks/bench_host.py on {host}, {time.strftime('%Y-%m-%d', time.gmtime())}: minimum of "
@@ -196,7 +222,8 @@ def main() -> int:
     big = 802816
     print(f"  -> to_wire of {big:,} elements: {q * big * 1e3:.2f} ms (was 33.9 ms through float64, issue 27)")
     doc = {"source": source, "cost": cost,
-           "measured": {"conversions": conv, "driver_and_call": drv, "cpu_ops": cpu, "segments": seg}}
+           "measured": {"conversions": conv, "regions": reg, "driver_and_call": drv, "cpu_ops": cpu,
+                        "segments": seg}}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.json}")

@@ -216,8 +216,15 @@ def end_to_end(model, x, reps: int) -> dict:
     dpu_one = sum(simulate(r.sg.code, model.arch).cycles for r in model.runners.values()) / freq
     dpu_multi = sum((r.multicore.cycles if r.multicore is not None else simulate(r.sg.code, model.arch).cycles)
                     for r in model.runners.values()) / freq
-    host_one = host.call_seconds(ins, outs, len(model.runners))
-    host_multi = host_one + sum(host.segment_seconds(0) for _ in range(segs)) + host.dma_s_per_byte * handoff
+    region_one = sum(sum(r.sg.region_sizes.values()) for r in model.runners.values())
+    region_seg = sum(sum(g.sg.region_sizes.values()) for r in model.runners.values() if r.multicore is not None
+                     for g in r.multicore.segments)
+    region_rest = sum(sum(r.sg.region_sizes.values()) for r in model.runners.values() if r.multicore is None)
+    host_one = host.call_seconds(ins, outs, len(model.runners), region_bytes=region_one)
+    # with segments: the VM call and conversions as before, each segment its dispatch, regions and hand-offs
+    host_multi = (host.call_seconds(ins, outs, len(model.runners), region_bytes=region_rest)
+                  + segs * host.segment_seconds(0) + host.dma_s_per_byte * handoff
+                  + host.region_s_per_byte * host.scale * region_seg)
     return {"cores": cores, "segments": segs, "native_ms": native * 1e3, "wrapped_ms": wrapped * 1e3,
             "segments_ms": multi * 1e3, "gain_percent": 100 * (1 - multi / native),
             "loss_percent": 100 * (wrapped - native) / native,

@@ -37,7 +37,7 @@ def _brute(ops, boards, link, host=None):
             compute = sum(o.seconds[b.arch] for o in ops[i:j])
             if host is not None:
                 compute += host.stage_s(recv if i else host.input_elems, send if j < n else host.output_elems,
-                                        i == 0, j == n)
+                                        i == 0, j == n, mem)
             period = max(compute, link.seconds(send)) if link.overlap else compute + link.seconds(send)
             worst = max(worst, period)
         best = min(best, worst)
@@ -58,7 +58,7 @@ def test_optimal_against_brute_force(n, k, seed, hetero, overlap, with_host):
            for i in range(n)]
     boards = [Board(f"b{s}", archs[s % len(archs)], int(rng.integers(120, 600)) * 10_000) for s in range(k)]
     # a host that converts at 2 ns per element (a 4 MB cut: 8 ms each way), so host time moves the best cut
-    host = HostTerms(HostCost(2e-4, 5e-5, 1e-9, 5e-10, 3e-10, 2e-10, 1e-6, 1e-9, 3e-5), 150_000, 1000, 1e-3,
+    host = HostTerms(HostCost(2e-4, 5e-5, 1e-9, 5e-10, 3e-10, 2e-10, 1e-6, 1e-9, 3e-5, 1e-9), 150_000, 1000, 1e-3,
                      2e-3) if with_host else None
     expected = _brute(ops, boards, LINK, host)
     if expected == float("inf"):

@@ -236,18 +236,18 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     # segment; the one program once): a DPU-only gain smaller than that is lost to dispatch and hand-offs.
     host = load_host_cost()
     hz = arch.freq_mhz * 1e6
-    dispatch = HOST_DISPATCH_S * hz
     produced = {b.name for c in compiled for b in c.outputs}
     handoff = [sum(int(np.prod(b.shape)) for b in c.inputs if b.name in produced) for c in compiled]
-    charges = [host.segment_seconds(h) * hz for h in handoff]
+    charges = [host.segment_seconds(h, sum(c.region_sizes.values())) * hz for h, c in zip(handoff, compiled)]
     charged = list_schedule([[c + ch for c in cyc] for cyc, ch in zip(cycles, charges)], deps, cores).makespan
-    faster = sched.makespan < single and charged < single + dispatch
+    single_charged = single + host.segment_seconds(0, sum(whole.region_sizes.values())) * hz
+    faster = sched.makespan < single and charged < single_charged
     used = faster or policy == "always"
     reason = (f"{len(members)} segments on {cores} cores" +
               (f" ({len(split)} convs split over their output channels)" if split else "") +
               f": predicted {sched.makespan:.0f} DPU cycles vs {single:.0f} on one core; with the host's "
               f"{HOST_DISPATCH_S * 1e6:.0f} us per segment and {sum(handoff)} B of hand-offs "
-              f"{charged:.0f} vs {single + dispatch:.0f}" +
+              f"{charged:.0f} vs {single_charged:.0f}" +
               ("" if used else "; kept as one program") + (" (kept: segments='always')" if used and not faster else ""))
     info = MulticoreInfo(cores, used, reason, single, sched.makespan if used else single, ideal.makespan, rows)
     info.split_convs = sorted(split)

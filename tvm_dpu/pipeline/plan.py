@@ -130,8 +130,8 @@ class HostTerms:
     first_cpu_s: float = 0.0
     last_cpu_s: float = 0.0
 
-    def stage_s(self, recv: int, send: int, first: bool, last: bool) -> float:
-        return (self.cost.call_seconds(recv, send) + (self.first_cpu_s if first else 0.0)
+    def stage_s(self, recv: int, send: int, first: bool, last: bool, region_bytes: int = 0) -> float:
+        return (self.cost.call_seconds(recv, send, region_bytes=region_bytes) + (self.first_cpu_s if first else 0.0)
                 + (self.last_cpu_s if last else 0.0))
 
 
@@ -234,8 +234,9 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link, host:
         memory = params + max(o.work_bytes for o in ops[i:j]) + recv + (send if link.overlap else 0)
         if memory > b.ddr_bytes:
             return None
+        # the stage program's DDR regions, set up every frame: its weights and its feature maps
         host_s = 0.0 if host is None else host.stage_s(recv if i > 0 else host.input_elems,
-                                                       send if j < n else host.output_elems, i == 0, j == n)
+                                                       send if j < n else host.output_elems, i == 0, j == n, memory)
         return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
                      link.overlap, host_s)
 

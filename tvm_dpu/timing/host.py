@@ -4,8 +4,9 @@ The DPU timing model predicts the accelerator; a user also pays the host around 
 (one pipeline stage, one virtual-DPU segment) the host:
 
 * enters the Relax VM (`call_s`: the VM call and the Python around it, per model run);
-* drives the DPU once per DPU program (`dpu_call_s`: DDR regions, parameters bound, the device call without
-  its DPU work - the "driver");
+* drives the DPU once per DPU program (`dpu_call_s`: the device call without its DPU work - the "driver"), and
+  sets up that program's DDR regions for the call (`region_s_per_byte` x region bytes: the runtime zeroes fresh
+  regions and copies the weights in on every call, so a program's weights cost every frame);
 * converts feature maps between float and the DPU's int8 at the DPU boundary and on a pipeline's wire
   (`quant_s_per_elem` float32 -> int8, `dequant_s_per_elem` int8 -> float32);
 * moves int8 feature maps into and out of the DPU's DDR regions in its layout (`dma_s_per_byte`: the input
@@ -46,6 +47,7 @@ class HostCost:
     cpu_fixed_s: float
     cpu_s_per_elem: float
     segment_s: float
+    region_s_per_byte: float = 0.0
     source: str = ""
     scale: float = 1.0
 
@@ -72,16 +74,18 @@ class HostCost:
         """CPU ops run by the Relax VM, each given by its output elements."""
         return self.scale * sum(self.cpu_fixed_s + self.cpu_s_per_elem * e for e in op_elems)
 
-    def call_seconds(self, in_elems: int, out_elems: int, dpu_calls: int = 1, cpu_op_elems: tuple = ()) -> float:
-        """Host seconds of one model call (a pipeline stage's frame): VM, driver per DPU program, conversions and
-        DMA of what enters and leaves, CPU ops."""
-        return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s) + self.conversion_s(in_elems + out_elems)
-                + self.cpu_ops_s(cpu_op_elems))
+    def call_seconds(self, in_elems: int, out_elems: int, dpu_calls: int = 1, cpu_op_elems: tuple = (),
+                     region_bytes: int = 0) -> float:
+        """Host seconds of one model call (a pipeline stage's frame): VM, driver per DPU program, the programs'
+        DDR regions (`region_bytes` in all), conversions and DMA of what enters and leaves, CPU ops."""
+        return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s + self.region_s_per_byte * region_bytes)
+                + self.conversion_s(in_elems + out_elems) + self.cpu_ops_s(cpu_op_elems))
 
-    def segment_seconds(self, handoff_bytes: int) -> float:
-        """Host seconds one virtual-DPU segment adds: its dispatch (thread, events, regions) and the copy of the
-        feature maps it receives from other segments."""
-        return self.scale * (self.segment_s + self.dma_s_per_byte * handoff_bytes)
+    def segment_seconds(self, handoff_bytes: int, region_bytes: int = 0) -> float:
+        """Host seconds one virtual-DPU segment adds: its dispatch (thread, events), its DDR regions and the copy
+        of the feature maps it receives from other segments."""
+        return self.scale * (self.segment_s + self.dma_s_per_byte * handoff_bytes
+                             + self.region_s_per_byte * region_bytes)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
