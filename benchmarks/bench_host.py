@@ -1,10 +1,10 @@
 """Host cost model (tvm_dpu/timing/host.py): measure what the host spends around the DPU on this machine and fit
-the model's coefficients, each a least-squares line over several sizes (minimum of repeated timings per size):
+the model's coefficients, each a least-squares line over several sizes (median of repeated timings per size):
 
 * quant_s_per_elem / dequant_s_per_elem: `quantize_tensor` (float32 -> int8, no float64 step) and
   `dequantize_tensor` on 64 Ki .. 1 Mi elements;
 * region_s_per_byte: `CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in, every call)
-  over 1 .. 64 MiB;
+  over 1 .. 64 MiB of weights, per weight byte;
 * dpu_call_s and dma_s_per_byte: `run_int8` of a one-conv DPU program on a device that does no DPU work (regions,
   parameters, the device call, the int8 layout copy in and out), over feature maps of 4 Ki .. 256 Ki bytes, less
   its regions' share: intercept = driver, slope = DMA per byte (in + out);
@@ -36,13 +36,15 @@ MODEL_FILE = ROOT / "tvm_dpu" / "timing" / "host_cost.json"
 
 
 def best_of(fn, reps: int) -> float:
+    """The median of `reps` timed calls after one untimed call: what a call typically costs on this (shared)
+    host; the minimum would hide the page faults and cache misses a user pays."""
     fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return float(np.median(times))
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -78,7 +80,8 @@ def conversions(reps: int) -> dict:
 
 def regions(reps: int) -> dict:
     """`CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in: every call) over 1 .. 64 MiB
-    of regions, half of them weights."""
+    of weights: the copy into freshly mapped pages (large regions are new mappings each call, so every page faults
+    in), per weight byte."""
     from types import SimpleNamespace
 
     from tvm_dpu.types import REG_PARAMS, CompiledSubgraph
@@ -86,8 +89,7 @@ def regions(reps: int) -> dict:
     sizes = [1 << 20, 1 << 22, 1 << 24, 1 << 26]
     times = []
     for n in sizes:
-        fake = SimpleNamespace(region_sizes={REG_PARAMS: n // 2, REG_PARAMS + 1: n - n // 2},
-                               params=np.ones(n // 2, np.uint8))
+        fake = SimpleNamespace(region_sizes={REG_PARAMS: n}, params=np.ones(n, np.uint8))
         times.append(best_of(lambda: CompiledSubgraph.new_regions(fake), reps))
     return {"sizes": sizes, "s": times, "fit": fit(sizes, times)}
 
@@ -116,7 +118,7 @@ def driver_and_call(reps: int) -> dict:
         m.pin(dev)
         t_run = best_of(lambda: m.run(x), reps)
         rows.append({"elems": ch * res * res, "run_int8_s": t_int8, "model_run_s": t_run,
-                     "region_bytes": int(sum(r.sg.region_sizes.values()))})
+                     "region_bytes": int(len(r.sg.params))})
     return {"rows": rows}
 
 
@@ -176,8 +178,8 @@ def segments(reps: int) -> dict:
     segs = best_of(lambda: run_segments(r.sg, r.multicore, cores, qin), reps)
     handoff = sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
     return {"segments": len(r.multicore.segments), "one_program_s": whole, "segments_s": segs,
-            "handoff_bytes": handoff, "program_region_bytes": int(sum(r.sg.region_sizes.values())),
-            "segment_region_bytes": int(sum(sum(g.sg.region_sizes.values()) for g in r.multicore.segments))}
+            "handoff_bytes": handoff, "program_region_bytes": int(len(r.sg.params)),
+            "segment_region_bytes": int(sum(len(g.sg.params) for g in r.multicore.segments))}
 
 
 def main() -> int:
@@ -213,7 +215,7 @@ def main() -> int:
             "dma_s_per_byte": dma, "vm_s_per_elem": vm, "region_s_per_byte": region, "cpu_fixed_s": cpu["fit"][0], "cpu_s_per_elem": cpu["fit"][1],
             "segment_s": segment_s}
     host = f"{platform.machine()} {platform.processor() or platform.platform()}, python {platform.python_version()}"
-    source = (f"benchmarks/bench_host.py on {host}, {time.strftime('%Y-%m-%d', time.gmtime())}: minimum of "
+    source = (f"benchmarks/bench_host.py on {host}, {time.strftime('%Y-%m-%d', time.gmtime())}: median of "
               f"{args.reps} timings per size, least-squares lines (see the script)")
     print(f"host cost model ({host}):")
     for k, v in cost.items():

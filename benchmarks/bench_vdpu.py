@@ -216,10 +216,10 @@ def end_to_end(model, x, reps: int) -> dict:
     dpu_one = sum(simulate(r.sg.code, model.arch).cycles for r in model.runners.values()) / freq
     dpu_multi = sum((r.multicore.cycles if r.multicore is not None else simulate(r.sg.code, model.arch).cycles)
                     for r in model.runners.values()) / freq
-    region_one = sum(sum(r.sg.region_sizes.values()) for r in model.runners.values())
-    region_seg = sum(sum(g.sg.region_sizes.values()) for r in model.runners.values() if r.multicore is not None
+    region_one = sum(len(r.sg.params) for r in model.runners.values())
+    region_seg = sum(len(g.sg.params) for r in model.runners.values() if r.multicore is not None
                      for g in r.multicore.segments)
-    region_rest = sum(sum(r.sg.region_sizes.values()) for r in model.runners.values() if r.multicore is None)
+    region_rest = sum(len(r.sg.params) for r in model.runners.values() if r.multicore is None)
     host_one = host.call_seconds(ins, outs, len(model.runners), region_bytes=region_one)
     # with segments: the VM call and conversions as before, each segment its dispatch, regions and hand-offs
     host_multi = (host.call_seconds(ins, outs, len(model.runners), region_bytes=region_rest)

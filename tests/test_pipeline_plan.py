@@ -37,7 +37,7 @@ def _brute(ops, boards, link, host=None):
             compute = sum(o.seconds[b.arch] for o in ops[i:j])
             if host is not None:
                 compute += host.stage_s(recv if i else host.input_elems, send if j < n else host.output_elems,
-                                        i == 0, j == n, mem)
+                                        i == 0, j == n, sum(o.param_bytes for o in ops[i:j]))
             period = max(compute, link.seconds(send)) if link.overlap else compute + link.seconds(send)
             worst = max(worst, period)
         best = min(best, worst)

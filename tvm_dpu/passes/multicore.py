@@ -238,9 +238,9 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     hz = arch.freq_mhz * 1e6
     produced = {b.name for c in compiled for b in c.outputs}
     handoff = [sum(int(np.prod(b.shape)) for b in c.inputs if b.name in produced) for c in compiled]
-    charges = [host.segment_seconds(h, sum(c.region_sizes.values())) * hz for h, c in zip(handoff, compiled)]
+    charges = [host.segment_seconds(h, len(c.params)) * hz for h, c in zip(handoff, compiled)]
     charged = list_schedule([[c + ch for c in cyc] for cyc, ch in zip(cycles, charges)], deps, cores).makespan
-    single_charged = single + host.segment_seconds(0, sum(whole.region_sizes.values())) * hz
+    single_charged = single + host.segment_seconds(0, len(whole.params)) * hz
     faster = sched.makespan < single and charged < single_charged
     used = faster or policy == "always"
     reason = (f"{len(members)} segments on {cores} cores" +

@@ -5,7 +5,7 @@ The DPU timing model predicts the accelerator; a user also pays the host around 
 
 * enters the Relax VM (`call_s`: the VM call and the Python around it, per model run);
 * drives the DPU once per DPU program (`dpu_call_s`: the device call without its DPU work - the "driver"), and
-  sets up that program's DDR regions for the call (`region_s_per_byte` x region bytes: the runtime zeroes fresh
+  sets up that program's DDR regions for the call (`region_s_per_byte` x its weight bytes: the runtime maps fresh
   regions and copies the weights in on every call, so a program's weights cost every frame);
 * converts feature maps between float and the DPU's int8 at the DPU boundary and on a pipeline's wire
   (`quant_s_per_elem` float32 -> int8, `dequant_s_per_elem` int8 -> float32);
@@ -77,13 +77,14 @@ class HostCost:
     def call_seconds(self, in_elems: int, out_elems: int, dpu_calls: int = 1, cpu_op_elems: tuple = (),
                      region_bytes: int = 0) -> float:
         """Host seconds of one model call (a pipeline stage's frame): VM, driver per DPU program, the programs'
-        DDR regions (`region_bytes` in all), conversions and DMA of what enters and leaves, CPU ops."""
+        DDR regions (`region_bytes`: their weight bytes in all), conversions and DMA of what enters and leaves,
+        CPU ops."""
         return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s + self.region_s_per_byte * region_bytes)
                 + self.conversion_s(in_elems + out_elems) + self.cpu_ops_s(cpu_op_elems))
 
     def segment_seconds(self, handoff_bytes: int, region_bytes: int = 0) -> float:
-        """Host seconds one virtual-DPU segment adds: its dispatch (thread, events), its DDR regions and the copy
-        of the feature maps it receives from other segments."""
+        """Host seconds one virtual-DPU segment adds: its dispatch (thread, events), its DDR regions (`region_bytes`:
+        its weight bytes) and the copy of the feature maps it receives from other segments."""
         return self.scale * (self.segment_s + self.dma_s_per_byte * handoff_bytes
                              + self.region_s_per_byte * region_bytes)
 
