@@ -88,10 +88,10 @@ class _Timed:
 
     def __init__(self, arch, seconds: dict[int, float]):
         self.arch = arch
-        self.seconds = seconds  # id(program code) -> predicted seconds
+        self.seconds = seconds  # program (subgraph or segment) name -> predicted seconds
 
     def execute(self, sg, regions) -> None:
-        time.sleep(self.seconds[id(sg.code)])
+        time.sleep(self.seconds[sg.name])
 
 
 def predicted_ms(model, cores: int) -> float:
@@ -143,9 +143,9 @@ def overhead(model, x, reps: int) -> dict:
     # With cores that take each program's predicted time (no DDR contention: every program its one-core time),
     # the loss is what the wall time exceeds the prediction by, segments (vs the contention-free schedule) minus
     # one program (vs its own time), in % of the one-program latency.
-    seconds = {id(g.sg.code): simulate(g.sg.code, model.arch).cycles / freq for g in r.multicore.segments}
-    seconds[id(r.sg.code)] = dpu_s
-    ideal_s = list_schedule([[seconds[id(g.sg.code)] * freq] for g in r.multicore.segments],
+    seconds = {g.sg.name: simulate(g.sg.code, model.arch).cycles / freq for g in r.multicore.segments}
+    seconds[r.sg.name] = dpu_s
+    ideal_s = list_schedule([[seconds[g.sg.name] * freq] for g in r.multicore.segments],
                             [g.after for g in r.multicore.segments], r.multicore.cores, contention=False).makespan / freq
     timed = [VirtualDPU(_Timed(model.arch, seconds), c) for c in range(r.multicore.cores)]
     timed_whole_s = host_s(lambda: run_int8(r.sg, timed[0], qin))
@@ -158,6 +158,79 @@ def overhead(model, x, reps: int) -> dict:
             "timed_cores": {"one_program_ms": timed_whole_s * 1e3, "segments_ms": timed_segments_s * 1e3,
                             "ideal_schedule_ms": ideal_s * 1e3, "loss_us": loss_s * 1e6,
                             "loss_percent": 100 * loss_s / dpu_s}}
+
+
+def end_to_end(model, x, reps: int) -> dict:
+    """Gain and loss measured end to end the way fGrain measures them (the whole `model.run`, VM and host work
+    included, the same input each time; median of `reps`, the set-ups taking turns run by run), with cores that
+    sleep each program's predicted DPU
+    time: a segment its slot in the contention-aware schedule, a whole program its one-core time.
+
+    * native: the whole program on a bare timed device (no virtual-DPU layer);
+    * wrapped: the same through one `VirtualDPU` (the runtime layer) - fGrain's virtualisation loss is
+      wrapped against native;
+    * segments: the partition's segments on a `CoreGroup` of the build's cores - the gain is against native.
+    Beside them, the host cost model's prediction of the same runs (tvm_dpu/timing/host.py)."""
+    import statistics
+
+    import numpy as np
+
+    from tvm_dpu.runtime.cores import CoreGroup, VirtualDPU
+    from tvm_dpu.timing.host import load_host_cost
+    from tvm_dpu.timing.simulate import simulate
+
+    freq = model.arch.freq_mhz * 1e6
+    seconds: dict[str, float] = {}
+    segs = 0
+    handoff = 0
+    for r in model.runners.values():
+        seconds[r.sg.name] = simulate(r.sg.code, model.arch).cycles / freq
+        if r.multicore is not None:
+            for g in r.multicore.segments:
+                seconds[g.sg.name] = (g.end - g.start) / freq
+            segs += len(r.multicore.segments)
+            handoff += sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
+    cores = max((r.multicore.cores for r in model.runners.values() if r.multicore is not None), default=1)
+
+    devices = {"native": _Timed(model.arch, seconds), "wrapped": VirtualDPU(_Timed(model.arch, seconds), 0)}
+    if segs:
+        devices["segments"] = CoreGroup([VirtualDPU(_Timed(model.arch, seconds), c) for c in range(cores)])
+    times: dict[str, list[float]] = {k: [] for k in devices}
+    for k, d in devices.items():  # warm up each
+        model.pin(d)
+        model.run(x)
+    # the three set-ups take turns, so a load change on this shared host hits them alike; after each switch one
+    # untimed run, so a timed run never pays for the switch
+    for _ in range(reps):
+        for k, d in devices.items():
+            model.pin(d)
+            model.run(x)
+            t0 = time.perf_counter()
+            model.run(x)
+            times[k].append(time.perf_counter() - t0)
+    native, wrapped = statistics.median(times["native"]), statistics.median(times["wrapped"])
+    multi = statistics.median(times["segments"]) if segs else wrapped
+    host = load_host_cost()
+    ins = sum(int(np.prod(s.shape)) for s in model.inputs)
+    outs = sum(int(np.prod(s.shape)) for s in model.output_specs())
+    dpu_one = sum(simulate(r.sg.code, model.arch).cycles for r in model.runners.values()) / freq
+    dpu_multi = sum((r.multicore.cycles if r.multicore is not None else simulate(r.sg.code, model.arch).cycles)
+                    for r in model.runners.values()) / freq
+    region_one = sum(len(r.sg.params) for r in model.runners.values())
+    region_seg = sum(len(g.sg.params) for r in model.runners.values() if r.multicore is not None
+                     for g in r.multicore.segments)
+    region_rest = sum(len(r.sg.params) for r in model.runners.values() if r.multicore is None)
+    host_one = host.call_seconds(ins, outs, len(model.runners), region_bytes=region_one)
+    # with segments: the VM call and conversions as before, each segment its dispatch, regions and hand-offs
+    host_multi = (host.call_seconds(ins, outs, len(model.runners), region_bytes=region_rest)
+                  + segs * host.segment_seconds(0) + host.dma_s_per_byte * handoff
+                  + host.region_s_per_byte * host.scale * region_seg)
+    return {"cores": cores, "segments": segs, "native_ms": native * 1e3, "wrapped_ms": wrapped * 1e3,
+            "segments_ms": multi * 1e3, "gain_percent": 100 * (1 - multi / native),
+            "loss_percent": 100 * (wrapped - native) / native,
+            "predicted": {"one_program_ms": (dpu_one + host_one) * 1e3, "segments_ms": (dpu_multi + host_multi) * 1e3,
+                          "gain_percent": 100 * (1 - (dpu_multi + host_multi) / (dpu_one + host_one)),
+                          "dpu_only_gain_percent": 100 * (1 - dpu_multi / dpu_one) if dpu_one else 0.0}}
 
 
 def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) -> dict:
@@ -182,8 +255,10 @@ def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) 
     pred_seq = sum(c[0] for c in cyc) * ms
     pred_conc = list_schedule(cyc, [[] for _ in cyc], k).makespan * ms
     pred_ideal = max(c[0] for c in cyc) * ms
-    for m, core in zip(models, cores):
-        m.pin(core)
+    from tvm_dpu.runtime.cores import place_by_load, predicted_load_s
+
+    for m, c in zip(models, place_by_load([predicted_load_s(m) for m in models], len(cores))):
+        m.pin(cores[c])
     xs = [inputs[n] for n in names]
     for m, x in zip(models, xs):
         m.run(x)  # link the library, warm the emulator
@@ -202,6 +277,34 @@ def tenants(built: dict, inputs: dict, names: list[str], board: str, runs: int) 
             "table": conc.table()}
 
 
+def e2e_only(args) -> int:
+    import tvm_dpu
+    from tvm_dpu import zoo
+
+    n_cores = tvm_dpu.load_arch(args.board).cores
+    out = {}
+    for name in args.models.split(","):
+        model = model_for(name, not args.full)
+        t0 = time.perf_counter()
+        built = tvm_dpu.build(model, arch=args.board, progress=False, calibration=[zoo.random_input(model, seed=0)],
+                              cores=n_cores)
+        out[name] = {"build_s": time.perf_counter() - t0, "end_to_end": end_to_end(built, zoo.random_input(model, seed=1),
+                                                                                 args.reps)}
+        e = out[name]["end_to_end"]
+        print(f"{name}: {e['segments']} segments; native {e['native_ms']:.3f} ms, wrapped {e['wrapped_ms']:.3f} ms, "
+              f"{n_cores} cores {e['segments_ms']:.3f} ms: gain {e['gain_percent']:.1f}% (predicted with host "
+              f"{e['predicted']['gain_percent']:.1f}%, DPU only {e['predicted']['dpu_only_gain_percent']:.1f}%), "
+              f"loss {e['loss_percent']:.2f}%; fGrain: gain ~{FGRAIN_GAIN_PERCENT:.0f}%, loss "
+              f"{FGRAIN_OVERHEAD_PERCENT}%", flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"board": args.board, "reduced": not args.full, "reps": args.reps,
+                                     "fgrain": {"gain_percent": FGRAIN_GAIN_PERCENT,
+                                                "overhead_percent": FGRAIN_OVERHEAD_PERCENT},
+                                     "models": out, "host_cpus": os.cpu_count()}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
 def _table(rows: list[tuple]) -> str:
     w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r))
@@ -217,10 +320,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per model in the multi-tenant measurement")
     ap.add_argument("--reps", type=int, default=20, help="repetitions of the overhead measurement")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--e2e-only", action="store_true",
+                    help="only the end-to-end gain and loss (one build per model on all cores), e.g. with --full "
+                    "--models alexnet2,googlenet -> --json results/vdpu_e2e_full.json")
     args = ap.parse_args()
 
     import tvm_dpu
     from tvm_dpu import zoo
+
+    if args.e2e_only:
+        return e2e_only(args)
 
     names = args.models.split(",")
     tenant_names = args.tenants.split(",")
@@ -252,7 +361,8 @@ def main() -> int:
                          "decisions": {n: [v["reason"] for v in m.build_info["multicore"].values()]
                                        for n, m in per_cores.items()},
                          "overhead_finest_cut": overhead(finest, x, args.reps),
-                         "overhead_auto": overhead(per_cores[n_cores], x, args.reps)}
+                         "overhead_auto": overhead(per_cores[n_cores], x, args.reps),
+                         "end_to_end": end_to_end(per_cores[n_cores], x, args.reps)}
         print(f"{name}: built in {build_s:.1f} s", file=sys.stderr)
     header = ("model", "1 core ms", *(f"{n} cores ms" for n in range(2, n_cores + 1)),
               *(f"gain {n}c" for n in range(2, n_cores + 1)), *(f"segs {n}c" for n in range(2, n_cores + 1)),
@@ -279,6 +389,19 @@ def main() -> int:
           f"predicted DPU latency; loss (timed): the same with cores that sleep each program's predicted time, wall "
           f"time beyond the prediction, segments minus one program, in % of its latency; fGrain: < "
           f"{FGRAIN_OVERHEAD_PERCENT}%")
+    e2e = [("model", "segs", "native ms", "wrapped ms", f"{n_cores} cores ms", "gain", "loss", "pred. gain (host)",
+            "pred. gain (DPU only)")]
+    for name, r in results.items():
+        e = r["end_to_end"]
+        e2e.append((name, str(e["segments"]), f"{e['native_ms']:.3f}", f"{e['wrapped_ms']:.3f}",
+                    f"{e['segments_ms']:.3f}", f"{e['gain_percent']:.1f}%", f"{e['loss_percent']:.2f}%",
+                    f"{e['predicted']['gain_percent']:.1f}%", f"{e['predicted']['dpu_only_gain_percent']:.1f}%"))
+    print(f"\nEnd to end, fGrain's way (whole model.run, same input, median of {args.reps}; cores sleep each "
+          "program's predicted DPU time): gain = 1 - segments/native; loss = wrapped (one VirtualDPU) / native "
+          f"(bare device) - 1. fGrain (measured on its FPGA): gain ~{FGRAIN_GAIN_PERCENT:.0f}% (AlexNet), loss "
+          f"{FGRAIN_OVERHEAD_PERCENT}%. What differs: our DPU time is the timing model's, slept, not run; host on "
+          "the development machine; fGrain splits AlexNet on virtual FPGA blocks, we split branches on DPU cores.")
+    print(_table(e2e))
     mt = tenants(built, inputs, tenant_names, args.board, args.runs)
     print()
     print(_table([("", "one core, in turn", f"{len(tenant_names)} cores, at once", "gain"),

@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.pipeline import Board, OpCost, PlanError, load_link, plan_chain
-from tvm_dpu.pipeline.plan import board_ddr_bytes, op_chain
+from tvm_dpu.pipeline.plan import HostTerms, board_ddr_bytes, op_chain
+from tvm_dpu.timing.host import HostCost
 
 LINK = load_link("serial-8.5g")
 
 
-def _brute(ops, boards, link):
+def _brute(ops, boards, link, host=None):
     n, k = len(ops), len(boards)
     best = float("inf")
     for cuts in itertools.combinations(range(1, n), k - 1):
@@ -26,12 +27,17 @@ def _brute(ops, boards, link):
         for s, b in enumerate(boards):
             i, j = bounds[s], bounds[s + 1]
             send = ops[j - 1].cut_bytes if j < n else 0
+            recv = ops[i - 1].cut_bytes if i > 0 else 0
             mem = sum(o.param_bytes for o in ops[i:j]) + max(o.work_bytes for o in ops[i:j])
+            mem += recv  # the receive buffer, which holds skip tensors for the whole frame
             mem += send if link.overlap else 0  # the second output buffer
             if mem > b.ddr_bytes:
                 worst = float("inf")
                 break
             compute = sum(o.seconds[b.arch] for o in ops[i:j])
+            if host is not None:
+                compute += host.stage_s(recv if i else host.input_elems, send if j < n else host.output_elems,
+                                        i == 0, j == n, sum(o.param_bytes for o in ops[i:j]))
             period = max(compute, link.seconds(send)) if link.overlap else compute + link.seconds(send)
             worst = max(worst, period)
         best = min(best, worst)
@@ -39,8 +45,8 @@ def _brute(ops, boards, link):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 9), st.integers(1, 4), st.integers(0, 2**31), st.booleans(), st.booleans())
-def test_optimal_against_brute_force(n, k, seed, hetero, overlap):
+@given(st.integers(2, 9), st.integers(1, 4), st.integers(0, 2**31), st.booleans(), st.booleans(), st.booleans())
+def test_optimal_against_brute_force(n, k, seed, hetero, overlap, with_host):
     LINK = load_link("serial-8.5g" if overlap else "serial-8.5g-blocking")
     k = min(k, n)
     rng = np.random.default_rng(seed)
@@ -51,13 +57,19 @@ def test_optimal_against_brute_force(n, k, seed, hetero, overlap):
                   int(rng.integers(0, 40)) * 100_000)
            for i in range(n)]
     boards = [Board(f"b{s}", archs[s % len(archs)], int(rng.integers(120, 600)) * 10_000) for s in range(k)]
-    expected = _brute(ops, boards, LINK)
+    # a host that converts at 2 ns per element (a 4 MB cut: 8 ms each way), so host time moves the best cut
+    host = HostTerms(HostCost(2e-4, 5e-5, 1e-9, 5e-10, 3e-10, 2e-10, 1e-6, 1e-9, 3e-5, 1e-9), 150_000, 1000, 1e-3,
+                     2e-3) if with_host else None
+    expected = _brute(ops, boards, LINK, host)
     if expected == float("inf"):
         with pytest.raises(PlanError, match="no way to fit"):
-            plan_chain(ops, boards, LINK)
+            plan_chain(ops, boards, LINK, host)
         return
-    plan = plan_chain(ops, boards, LINK)
+    plan = plan_chain(ops, boards, LINK, host)
     assert plan.bottleneck_s == pytest.approx(expected)
+    if host is not None:
+        assert all(s.host_s > 0 for s in plan.stages)
+        assert plan.bottleneck().startswith("stage ") and plan.to_json()["stages"][0]["host_ms"] > 0
     assert [s.first for s in plan.stages][0] == 0 and plan.stages[-1].end == n
     assert all(a.end == b.first for a, b in zip(plan.stages, plan.stages[1:]))
     assert all(s.memory_bytes <= s.board.ddr_bytes for s in plan.stages) and plan.stages[-1].send_bytes == 0
@@ -74,6 +86,12 @@ def test_requests_that_cannot_be_planned():
     with pytest.raises(PlanError, match="known links"):
         load_link("carrier-pigeon")
     assert load_link("gbe").seconds(125_000_000) == pytest.approx(1e-4 + 1e9 / 0.94e9)
+    # the Ray executor's default link: Ray's object store (measured on loopback) over GbE, slower than bare GbE
+    from tvm_dpu.pipeline.plan import default_link
+
+    assert default_link("ray") == "ray-gbe" and default_link("local") == "serial-8.5g"
+    ray_gbe = load_link("ray-gbe")
+    assert ray_gbe.latency_us > load_link("gbe").latency_us and ray_gbe.gbit_per_s <= load_link("gbe").gbit_per_s
     assert board_ddr_bytes("zcu102") == 3 * 2**30
 
 
@@ -91,3 +109,64 @@ def test_op_chain_of_a_compiled_model_and_its_plan():
     three = plan_chain(chain, boards, LINK)
     assert three.bottleneck_s <= one.bottleneck_s and len(three.stages) == 3
     assert three.to_json()["stages"][0]["ops"][0] == chain[0].name
+
+
+def test_skip_tensor_buffer_counted_in_memory():
+    # op b's output is used two ops later: the middle stage receives it and holds it while its own op runs
+    ops = [OpCost("a", {"A": 1e-3}, 0, 10, 500), OpCost("b", {"A": 1e-3}, 0, 10, 500),
+           OpCost("c", {"A": 1e-3}, 0, 10, 0)]
+    plan = plan_chain(ops, [Board(f"b{i}", "A", 10_000) for i in range(3)], LINK)
+    assert [s.memory_bytes for s in plan.stages] == [10 + 500, 500 + 10 + 500, 500 + 10]
+    with pytest.raises(PlanError, match="no way to fit"):
+        plan_chain(ops, [Board(f"b{i}", "A", 1000) for i in range(3)], LINK)
+
+
+def test_host_terms_of_a_model_move_the_plan():
+    model = zoo.build_model("resnet18", reduced=True)
+    compiled = tvm_dpu.build(model, arch="zcu102", calibration=[zoo.random_input(model, seed=0)], progress=False)
+    from tvm_dpu.pipeline.stages import host_terms
+    from tvm_dpu.timing.host import load_host_cost
+
+    cost = load_host_cost()
+    terms = host_terms(compiled, cost)
+    assert terms.input_elems == 3 * 64 * 64 and terms.output_elems == 10
+    boards = [Board(f"zcu102-{i}", "zcu102", board_ddr_bytes("zcu102")) for i in range(2)]
+    chain = op_chain(compiled, boards)
+    bare = plan_chain(chain, boards, LINK)
+    hosted = plan_chain(chain, boards, LINK, terms)
+    assert hosted.bottleneck_s > bare.bottleneck_s
+    for st in hosted.stages:  # every stage pays at least the VM call and a driver call
+        assert st.host_s >= cost.call_s + cost.dpu_call_s
+    slow = plan_chain(chain, boards, LINK, host_terms(compiled, cost.scaled(50.0)))
+    assert slow.bottleneck_s > hosted.bottleneck_s and "host" in slow.bottleneck()
+
+
+def test_several_op_orders_on_a_branchy_graph():
+    from tvm_dpu.pipeline.model import PipelineModel
+    from tvm_dpu.pipeline.plan import chain_units, plan_model, unit_deps, unit_orders
+
+    model = zoo.build_model("googlenet", reduced=True)
+    x = zoo.random_input(model, seed=3)
+    compiled = tvm_dpu.build(model, arch="zcu102", calibration=[zoo.random_input(model, seed=0)], progress=False)
+    units = chain_units(compiled)
+    deps = unit_deps(units)
+    orders = unit_orders(units)
+    assert len(orders) >= 2 and orders[0] == list(range(len(units)))
+    for order in orders:  # every order is topological
+        pos = {u: i for i, u in enumerate(order)}
+        assert all(pos[d] < pos[u] for u in order for d in deps[u])
+    boards = [Board(f"zcu102-{i}", "zcu102", board_ddr_bytes("zcu102")) for i in range(3)]
+    per_order = [plan_chain(op_chain(compiled, boards, o), boards, LINK) for o in orders]
+    best = plan_model(compiled, boards, LINK)
+    assert best.bottleneck_s == pytest.approx(min(p.bottleneck_s for p in per_order))
+    # the cut bytes differ between orders (else one order would do)
+    assert len({tuple(c.cut_bytes for c in op_chain(compiled, boards, o)) for o in orders}) > 1
+    # a pipeline cut along another order still computes the single-board integers
+    other = per_order[1]
+    pipe = PipelineModel.from_plan(compiled, other)
+    assert np.array_equal(pipe.run(x)[0], compiled.run(x)[0])
+    pipe.close()
+    with pytest.raises(PlanError, match="permutation"):
+        op_chain(compiled, boards, [0] * len(units))
+    with pytest.raises(PlanError, match="before the unit that produces it"):
+        op_chain(compiled, boards, list(reversed(range(len(units)))))

@@ -1,15 +1,18 @@
 """Virtual DPUs: the cores of one device as separate devices; several models served concurrently on them."""
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tvm_dpu
 from tvm_dpu import zoo
-from tvm_dpu.runtime.cores import VirtualDPU, serve
+from tvm_dpu.runtime.cores import VirtualDPU, place_by_load, predicted_load_s, serve
 from tvm_dpu.runtime.device import DeviceError, EmulatorDevice
 
 ARCH = "zcu102"
@@ -108,3 +111,29 @@ def test_serve_needs_virtual_dpus(artifacts):
     (a, xa, _), _ = artifacts
     with pytest.raises(DeviceError, match="tvm_dpu.devices"):
         serve([tvm_dpu.load(a)], [xa], runs=1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=7), st.integers(1, 4))
+def test_placement_by_predicted_load_is_within_lpt_bound(loads, cores):
+    where = place_by_load(loads, cores)
+    assert len(where) == len(loads) and all(0 <= c < cores for c in where)
+
+    def busiest(assign) -> float:
+        per = [0.0] * cores
+        for load, c in zip(loads, assign):
+            per[c] += load
+        return max(per)
+
+    best = min(busiest(a) for a in itertools.product(range(cores), repeat=len(loads)))
+    assert busiest(where) <= best * (4 / 3 - 1 / (3 * cores)) + 1e-9  # Graham's bound for largest-first
+
+
+def test_placement_beats_round_robin_on_skewed_tenants(artifacts):
+    # two heavy and two light tenants on 2 cores: i mod N puts both heavy ones on core 0
+    loads = [5.0, 4.0, 1.0, 1.0]
+    assert place_by_load(loads, 2) == [0, 1, 1, 0]
+    m = tvm_dpu.load(artifacts[1][0])
+    assert predicted_load_s(m) == pytest.approx(m.timing().latency_s) and predicted_load_s(m) > 0
+    with pytest.raises(DeviceError, match="0 cores"):
+        place_by_load(loads, 0)

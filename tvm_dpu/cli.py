@@ -599,7 +599,7 @@ def _run_one(args: argparse.Namespace) -> int:
 
 
 def _run_tenants(args: argparse.Namespace) -> int:
-    """Several artifacts at once on the cores of one (emulated) device: model i on core i mod N, each model
+    """Several artifacts at once on the cores of one (emulated) device, placed by predicted DPU load, each model
     `--runs` times from its own thread; prints throughput per model and per core."""
     from .runtime.artifact import load
     from .runtime.cores import devices, serve
@@ -621,8 +621,11 @@ def _run_tenants(args: argparse.Namespace) -> int:
     n = args.cores or min(len(paths), len(cores))
     if not 1 <= n <= len(cores):
         raise FrontendError(f"--cores {n}: {arch.name} has {len(cores)} DPU core(s)")
-    for i, m in enumerate(models):
-        m.pin(cores[i % n])
+    from .runtime.cores import place_by_load, predicted_load_s
+
+    placement = place_by_load([predicted_load_s(m) for m in models], n)  # by predicted DPU time, not i mod N
+    for m, c in zip(models, placement):
+        m.pin(cores[c])
     feeds = [_feeds_for(m, inputs[i] if inputs else None, f"--input {i + 1}") for i, m in enumerate(models)]
     if not inputs:
         print("no --input: running every model on random normal input (seed 0)")
@@ -647,7 +650,8 @@ def _add_run(sub) -> None:
     p.add_argument("compiled", metavar="COMPILED", nargs="+",
                    help="the .tvmdpu artifact written by 'tvm-dpu compile', or the pipeline.json (or its directory) "
                    "written by 'tvm-dpu pipeline'; several artifacts run at the same time on the cores of one device "
-                   "(model i on core i mod --cores) and throughput per model and per core is printed")
+                   "(placed on --cores cores by predicted DPU load) and throughput per model and per core is "
+                   "printed")
     p.add_argument("--input", metavar="FILE.npz", action="append",
                    help="input arrays named like the model inputs (default: random normal input); with several "
                    "artifacts, once per artifact in the same order")
@@ -828,7 +832,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .pipeline.model import PipelineModel, boards_for
-    from .pipeline.plan import load_link
+    from .pipeline.plan import default_link, load_link
     from .report_html import render_pipeline
 
     path = Path(args.model)
@@ -841,6 +845,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
         calib = Path(args.calib)
         if not calib.is_file():
             raise FrontendError(f"--calib {calib}: no such file")
+    args.link = args.link or default_link(args.executor)
     load_link(args.link)  # a bad --link fails before the compile
     if (args.arch is None) == (args.part is None):
         raise FrontendError("give either --arch (each board's DPU) or --part (each board's FPGA part: the DPU is "
@@ -903,8 +908,10 @@ def _add_pipeline(sub) -> None:
                    "picked by design-space exploration ('tvm-dpu dse'); DDR per board from --ddr-mib (default 2048)")
     p.add_argument("--boards", type=positive_int, required=True, metavar="N", help="number of boards (pipeline stages)")
     p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs (a leading sample axis per array)")
-    p.add_argument("--link", default="serial-8.5g", metavar="LINK",
-                   help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links, default) or gbe")
+    p.add_argument("--link", default=None, metavar="LINK",
+                   help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links; the default with "
+                   "the local executor), gbe, or ray-gbe (Ray's object store over GbE; the default with --executor "
+                   "ray)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="executor of the check run: threads here (default) or Ray actors")
     p.add_argument("--ddr-mib", type=int, metavar="MiB",
@@ -944,10 +951,22 @@ def _run_dse(args: argparse.Namespace) -> int:
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
     model = _build_reporting_warnings(str(path), arch="B4096", calibration=args.calib,
                                       shapes=parse_input_shapes(args.input_shape), progress=not args.quiet)
-    cands = explore(model, int(dsp), float(bram), None if lut is None else int(lut), clocks, args.max_cores,
-                    args.dsp_usage, args.ddr_gbps * 1e9 / 8 if args.ddr_gbps else 17.1e9)
-    print(f"budget: {dsp} DSP, {bram} BRAM36K{'' if lut is None else f', {lut} LUT'}; "
-          f"{len(cands)} configurations fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
+    if args.part and args.dsp is None and args.bram is None and args.lut is None:
+        # a part alone: explore it as AMD's boards build it (platform reserve, URAM, its board's DDR and clock)
+        from .pipeline.dse import explore_part, part_conditions
+
+        cond = part_conditions(args.part)
+        cands = explore_part(model, args.part, args.max_cores)
+        b = cond["budget"]
+        print(f"{args.part} as its board ({cond['board']}) builds it: {b['dsp']:.0f} DSP, {b['bram36k']:.0f} "
+              f"BRAM36K, {b['lut']:.0f} LUT, {b['uram']:.0f} URAM after the platform reserve; "
+              f"{cond['clock_mhz']:g} MHz, DDR {cond['ddr_bytes_per_s'] / 1e9:g} GB/s; {len(cands)} configurations "
+              f"fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
+    else:
+        cands = explore(model, int(dsp), float(bram), None if lut is None else int(lut), clocks, args.max_cores,
+                        args.dsp_usage, args.ddr_gbps * 1e9 / 8 if args.ddr_gbps else 17.1e9)
+        print(f"budget: {dsp} DSP, {bram} BRAM36K{'' if lut is None else f', {lut} LUT'}; "
+              f"{len(cands)} configurations fit; Algorithm 1 (DSP only) would pick {algorithm1(int(dsp))}")
     print(table_text(cands, args.top))
     if args.json:
         Path(args.json).write_text(json.dumps([c.to_json() for c in cands], indent=2) + "\n")
@@ -967,8 +986,9 @@ def _add_dse(sub) -> None:
     p.add_argument("--dsp", type=int, metavar="N", help="DSP48 slices available for the DPU")
     p.add_argument("--bram", type=float, metavar="N", help="BRAM36K blocks available for the DPU")
     p.add_argument("--lut", type=int, metavar="N", help="LUTs available for the DPU (default: not checked)")
-    p.add_argument("--part", metavar="PART", help="take the budget of a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, "
-                   "zu7ev, zu9eg); --dsp/--bram/--lut override it")
+    p.add_argument("--part", metavar="PART", help="a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg): alone, "
+                   "explored as its board builds it (platform reserve, UltraRAM, the board's DDR and clock); with "
+                   "--dsp/--bram/--lut, its budget overridden by them")
     p.add_argument("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)")
     p.add_argument("--max-cores", type=positive_int, default=4, metavar="N", help="most cores to try (PG338: up to 4)")
     p.add_argument("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option")

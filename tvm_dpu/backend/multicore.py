@@ -17,12 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import group_dependencies
 from tvm_dpu.errors import DPUError
 from tvm_dpu.program_blob import Multicore, Segment
 from tvm_dpu.timing.multicore import (HOST_DISPATCH_S, coalesce, contention_cycles, list_schedule,
                                       topological_order)
+from tvm_dpu.timing.host import load_host_cost
 from tvm_dpu.timing.simulate import simulate
 
 
@@ -228,16 +231,23 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     rows = [{"segment": i, "ops": ops, "core": s.core, "start_cycle": s.start, "end_cycle": s.end,
              "after": d, "cycles_by_active_cores": cyc}
             for i, (ops, s, d, cyc) in enumerate(zip(members, sched.slots, deps, cycles))]
-    # Keep the segments only when they win with the runtime's host cost per segment charged too (each segment
-    # on its core, the one program once): a DPU-only gain smaller than that is lost to dispatch and hand-offs.
-    dispatch = HOST_DISPATCH_S * arch.freq_mhz * 1e6
-    charged = list_schedule([[c + dispatch for c in cyc] for cyc in cycles], deps, cores).makespan
-    faster = sched.makespan < single and charged < single + dispatch
+    # Keep the segments only when they win with the runtime's host cost charged too (the host cost model,
+    # timing/host.py: per segment its dispatch and the host copy of every feature map it receives from another
+    # segment; the one program once): a DPU-only gain smaller than that is lost to dispatch and hand-offs.
+    host = load_host_cost()
+    hz = arch.freq_mhz * 1e6
+    produced = {b.name for c in compiled for b in c.outputs}
+    handoff = [sum(int(np.prod(b.shape)) for b in c.inputs if b.name in produced) for c in compiled]
+    charges = [host.segment_seconds(h, len(c.params)) * hz for h, c in zip(handoff, compiled)]
+    charged = list_schedule([[c + ch for c in cyc] for cyc, ch in zip(cycles, charges)], deps, cores).makespan
+    single_charged = single + host.segment_seconds(0, len(whole.params)) * hz
+    faster = sched.makespan < single and charged < single_charged
     used = faster or policy == "always"
     reason = (f"{len(members)} segments on {cores} cores" +
               (f" ({len(split)} convs split over their output channels)" if split else "") +
-              f": predicted {sched.makespan:.0f} DPU cycles vs {single:.0f} on one core; with "
-              f"{HOST_DISPATCH_S * 1e6:.0f} us of host time per segment {charged:.0f} vs {single + dispatch:.0f}" +
+              f": predicted {sched.makespan:.0f} DPU cycles vs {single:.0f} on one core; with the host's "
+              f"{HOST_DISPATCH_S * 1e6:.0f} us per segment and {sum(handoff)} B of hand-offs "
+              f"{charged:.0f} vs {single_charged:.0f}" +
               ("" if used else "; kept as one program") + (" (kept: segments='always')" if used and not faster else ""))
     info = MulticoreInfo(cores, used, reason, single, sched.makespan if used else single, ideal.makespan, rows)
     info.split_convs = sorted(split)

@@ -6,13 +6,20 @@ still fit. On the DPU the design space is the convolution architecture (B512 .. 
 number of cores (1 .. 4) and the clock. `explore` generalises Algorithm 1 to it:
 
 * cost of a configuration = cores x the per-core LUT / BRAM36K / DSP of its architecture (PG338, dpu_resources.json,
-  with its source and caveats); it fits when every cost is within the board's budget;
+  with its source and caveats): DSP and LUT by DSP usage (high: DSPs multiply and accumulate; low: multiply
+  only), BRAM36K by RAM usage (PG338 v4.0's low / high table; `ram_usage=None` keeps the v1.2 figures measured
+  without depthwise convolution), and with the UltraRAM option (B4096, the bank counts AMD's KV260 / ZCU104
+  builds use) part of the BRAM36K replaced by URAM; it fits when every cost is within the board's budget;
 * its predicted single-frame latency comes from the timing model on the model's own program code-generated for
   that architecture (the quantized graph is arch-independent, so it is quantized once), at that clock;
 * its predicted throughput = min(cores / latency, DDR bandwidth / DDR bytes per frame): cores run different
   frames, and together they cannot move more bytes than the board's DDR delivers (the bound is reported);
 * configurations are ranked by throughput, then latency, then DSP used. For comparison `algorithm1` gives the
   architecture the paper's rule would pick from the DSP budget alone.
+
+`explore_part` explores a Zynq UltraScale+ part (tvm_dpu/arch/parts.json) as AMD's boards build it: its PL less a
+platform reserve, RAM usage low, both DSP usages, the UltraRAM option where the part has URAM, the DDR bandwidth
+and DPU clock of the board that carries the part (presets.json: per-part DDR and clock derating).
 """
 from __future__ import annotations
 
@@ -36,13 +43,39 @@ def resource_table(dsp_usage: str = "high") -> dict[str, dict[str, float]]:
     return {k: v for k, v in table[dsp_usage].items() if not k.startswith("_")}
 
 
+def _resources() -> dict:
+    return json.loads(resources.files("tvm_dpu.pipeline").joinpath("dpu_resources.json").read_text())
+
+
 def device_budget(part: str) -> dict[str, float]:
-    """DSP / BRAM36K / LUT of a Zynq UltraScale+ part (dpu_resources.json "devices")."""
-    data = json.loads(resources.files("tvm_dpu.pipeline").joinpath("dpu_resources.json").read_text())
-    devices = {k: v for k, v in data["devices"].items() if not k.startswith("_")}
-    if part.lower() not in devices:
-        raise PlanError(f"part {part!r}: known parts are {sorted(devices)}")
-    return devices[part.lower()]
+    """DSP / BRAM36K / LUT / URAM of a Zynq UltraScale+ part (tvm_dpu/arch/parts.json)."""
+    from tvm_dpu.arch.parts import part_info
+    from tvm_dpu.errors import ArchError
+
+    try:
+        info = part_info(part)
+    except ArchError as e:
+        raise PlanError(str(e)) from None
+    return {k: info[k] for k in ("dsp", "bram36k", "lut", "uram")}
+
+
+def core_costs(dsp_usage: str = "high", ram_usage: str | None = None) -> dict[str, list[dict[str, float]]]:
+    """Per architecture, the per-core cost of each way to build it: {"dsp", "lut", "bram36k", "uram"}, without
+    and (B4096) with the UltraRAM option (see the module docstring and dpu_resources.json)."""
+    data = _resources()
+    table = resource_table(dsp_usage)
+    if ram_usage is not None and ram_usage not in data["ram_usage_bram36k"]:
+        raise PlanError(f"ram_usage {ram_usage!r}: choose low or high")
+    uram = {k: v for k, v in data["uram_option"].items() if not k.startswith("_")}
+    out = {}
+    for name, cost in table.items():
+        bram = float(data["ram_usage_bram36k"][ram_usage][name]) if ram_usage else float(cost["bram36k"])
+        ways = [{"dsp": cost["dsp"], "lut": cost["lut"], "bram36k": bram, "uram": 0}]
+        if name in uram:
+            ways.append({"dsp": cost["dsp"], "lut": cost["lut"], "bram36k": bram - uram[name]["bram36k_saved"],
+                         "uram": uram[name]["uram"]})
+        out[name] = ways
+    return out
 
 
 @dataclass
@@ -62,6 +95,8 @@ class Candidate:
     ddr_bytes_per_frame: int
     arch: Any = None  # the Arch (name, clock, cores)
     ddr_bus_bytes_per_frame: int = 0  # what the DDR moves per frame, burst overheads included (the DDR cap's unit)
+    dsp_usage: str = "high"
+    uram: int = 0  # UltraRAM blocks (the UltraRAM option), all cores
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -85,10 +120,14 @@ def algorithm1(dsp: int) -> str | None:
 
 
 def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks_mhz: Sequence[float] = (300.0,),
-            max_cores: int = 4, dsp_usage: str = "high", ddr_bytes_per_s: float = 17.1e9,
-            fusion: str = "optimal") -> list[Candidate]:
+            max_cores: int = 4, dsp_usage: str | Sequence[str] = "high", ddr_bytes_per_s: float = 17.1e9,
+            fusion: str = "optimal", uram: int = 0, ram_usage: str | None = None,
+            cache: dict | None = None) -> list[Candidate]:
     """Every configuration that fits the budget, ranked (see module docstring). `model`: a CompiledModel with
-    one DPU subgraph (its quantized graph is recompiled per architecture)."""
+    one DPU subgraph (its quantized graph is recompiled per architecture). `dsp_usage`: "high", "low" or both;
+    `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" / "high"
+    (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same model
+    to compile each architecture once."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.backend.dpu_compile import compile_subgraph
     from tvm_dpu.pipeline.plan import single_subgraph
@@ -96,8 +135,10 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
 
     if dsp <= 0 or bram36k <= 0:
         raise PlanError(f"budget dsp={dsp}, bram36k={bram36k}: both must be positive")
-    table = resource_table(dsp_usage)
-    data = json.loads(resources.files("tvm_dpu.pipeline").joinpath("dpu_resources.json").read_text())
+    usages = [dsp_usage] if isinstance(dsp_usage, str) else list(dsp_usage)
+    ways = {u: core_costs(u, ram_usage) for u in usages}
+    table = resource_table(usages[0])
+    data = _resources()
     max_cores = min(int(max_cores), int(data["max_cores"]))
     graph = single_subgraph(model).graph
     from tvm_dpu.xgraph.ops import op_macs
@@ -105,13 +146,20 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
     macs = sum(op_macs(op, graph) for op in graph.ops)
     out: list[Candidate] = []
     for name in ARCHS:
-        cost = table[name]
-        cores_fit = [c for c in range(1, max_cores + 1) if c * cost["dsp"] <= dsp and c * cost["bram36k"] <= bram36k
-                     and (lut is None or c * cost["lut"] <= lut)]
-        if not cores_fit:
+        # (cores, dsp usage, per-core cost) of every way to build `name` that fits
+        fits = [(c, u, w) for u in usages for w in ways[u][name] for c in range(1, max_cores + 1)
+                if c * w["dsp"] <= dsp and c * w["bram36k"] <= bram36k and c * w["uram"] <= uram
+                and (lut is None or c * w["lut"] <= lut)]
+        if not fits:
             continue
         base = load_arch(name)
-        csg, _ = compile_subgraph(graph, base, fusion)
+        key = (id(graph), name, fusion)
+        if cache is not None and key in cache:
+            csg = cache[key]
+        else:
+            csg, _ = compile_subgraph(graph, base, fusion)
+            if cache is not None:
+                cache[key] = csg
         for mhz in clocks_mhz:
             arch = dataclasses.replace(base, freq_mhz=float(mhz), ddr_bytes_per_s=float(ddr_bytes_per_s))
             t = simulate(csg.code, arch)
@@ -120,28 +168,58 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
             # the cores share the DDR by what it moves, burst overheads included (short strided items cost more
             # than their bytes: e.g. a channel-augmented first layer's overlapping LOAD items)
             bus = int(t.ddr_bus_bytes)
-            for c in cores_fit:
+            for c, usage, w in fits:
                 core_fps = c / latency
                 ddr_fps = ddr_bytes_per_s / bus if bus else float("inf")
                 fps = min(core_fps, ddr_fps)
                 ops = 2 * macs if macs else t.total_ops
-                out.append(Candidate(name, c, float(mhz), int(c * cost["dsp"]), c * cost["bram36k"],
-                                     int(c * cost["lut"]), latency * 1e3, fps, fps * ops / 1e9,
-                                     ddr_fps < core_fps, ddr, dataclasses.replace(arch, cores=c), int(bus)))
+                out.append(Candidate(name, c, float(mhz), int(c * w["dsp"]), c * w["bram36k"],
+                                     int(c * w["lut"]), latency * 1e3, fps, fps * ops / 1e9,
+                                     ddr_fps < core_fps, ddr, dataclasses.replace(arch, cores=c), int(bus),
+                                     usage, int(c * w["uram"])))
     if not out:
         raise PlanError(f"no DPU configuration fits dsp={dsp}, bram36k={bram36k}"
                         f"{'' if lut is None else f', lut={lut}'} (the smallest, B512, needs "
                         f"{table['B512']['dsp']} DSP and {table['B512']['bram36k']} BRAM36K per core)")
-    out.sort(key=lambda c: (-c.fps, c.latency_ms, c.dsp))
+    # ties (the same DPU and cores built differently): fewer DSP, then fewer URAM
+    out.sort(key=lambda c: (-c.fps, c.latency_ms, c.dsp, c.uram))
     return out
 
 
+def part_conditions(part: str, reserve: bool = True) -> dict[str, Any]:
+    """What `explore_part` assumes for `part`: the budget (PL less the platform reserve), the DPU clock and DDR
+    bandwidth of the board carrying it, and the sources of each (parts.json, presets.json)."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.arch.parts import part_info, platform_reserve
+
+    info = device_budget(part)
+    board = part_info(part)["board"]
+    frac = platform_reserve() if reserve else {}
+    budget = {k: info[k] * (1.0 - frac.get(k, 0.0)) for k in ("dsp", "bram36k", "lut", "uram")}
+    if board is None:
+        return {"budget": budget, "board": None, "clock_mhz": 300.0, "ddr_bytes_per_s": 17.1e9,
+                "note": "no board preset carries this part: 300 MHz and the ZCU102 DDR figure assumed"}
+    a = load_arch(board)
+    return {"budget": budget, "board": board, "clock_mhz": a.freq_mhz, "ddr_bytes_per_s": a.ddr_bytes_per_s}
+
+
+def explore_part(model: Any, part: str, max_cores: int = 4, fusion: str = "optimal", reserve: bool = True,
+                 cache: dict | None = None) -> list[Candidate]:
+    """Every configuration that fits `part` as AMD's boards build it, ranked (module docstring): RAM usage low,
+    both DSP usages, the UltraRAM option where the part has URAM, the platform reserve, the carrying board's DPU
+    clock and DDR bandwidth."""
+    cond = part_conditions(part, reserve)
+    b = cond["budget"]
+    return explore(model, int(b["dsp"]), b["bram36k"], int(b["lut"]), (cond["clock_mhz"],), max_cores,
+                   ("high", "low"), cond["ddr_bytes_per_s"], fusion, int(b["uram"]), "low", cache)
+
+
 def table_text(cands: Sequence[Candidate], limit: int = 20) -> str:
-    rows = [f"{'rank':>4} {'dpu':<6} {'cores':>5} {'MHz':>5} {'DSP':>5} {'BRAM36K':>8} {'LUT':>7} "
-            f"{'latency ms':>10} {'frames/s':>9} {'GOPS':>7}  bound"]
+    rows = [f"{'rank':>4} {'dpu':<6} {'cores':>5} {'MHz':>5} {'DSP':>5} {'usage':>5} {'BRAM36K':>8} {'URAM':>5} "
+            f"{'LUT':>7} {'latency ms':>10} {'frames/s':>9} {'GOPS(2)':>7}  bound"]
     for i, c in enumerate(cands[:limit]):
-        rows.append(f"{i + 1:>4} {c.dpu:<6} {c.cores:>5} {c.freq_mhz:>5.0f} {c.dsp:>5} {c.bram36k:>8.1f} "
-                    f"{c.lut:>7} {c.latency_ms:>10.3f} {c.fps:>9.1f} {c.gops:>7.1f}  "
+        rows.append(f"{i + 1:>4} {c.dpu:<6} {c.cores:>5} {c.freq_mhz:>5.0f} {c.dsp:>5} {c.dsp_usage:>5} "
+                    f"{c.bram36k:>8.1f} {c.uram:>5} {c.lut:>7} {c.latency_ms:>10.3f} {c.fps:>9.1f} {c.gops:>7.1f}  "
                     f"{'DDR' if c.ddr_bound else 'cores'}")
     return "\n".join(rows)
 
@@ -156,7 +234,8 @@ def choose_boards(model: Any, budgets: Sequence[dict], ddr_bytes: int, clocks_mh
     boards = []
     for i, b in enumerate(budgets):
         cands = [c for c in explore(model, int(b["dsp"]), float(b["bram36k"]), b.get("lut"), clocks_mhz, 1,
-                                    dsp_usage, float(b.get("ddr_bytes_per_s", 17.1e9)), fusion)]
+                                    dsp_usage, float(b.get("ddr_bytes_per_s", 17.1e9)), fusion,
+                                    int(b.get("uram", 0)))]
         best = min(cands, key=lambda c: (c.latency_ms, c.dsp))
         boards.append(Board(f"board{i}", f"{best.dpu}@{best.freq_mhz:g}MHz", ddr_bytes, spec=best.arch))
     return boards

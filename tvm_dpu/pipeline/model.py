@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tvm_dpu.pipeline.plan import (Board, Plan, PlanError, board_ddr_bytes, load_link, op_chain, plan_chain,
+from tvm_dpu.pipeline.plan import (Board, Plan, PlanError, board_ddr_bytes, default_link, load_link, plan_model,
                                    stage_times_ms)
 from tvm_dpu.pipeline.stages import PipelineError, PipelineStage, StageSpec, compile_stages
 from tvm_dpu.types import InputSpec
@@ -82,15 +82,25 @@ class PipelineModel:
 
     # -- construction --------------------------------------------------------------------------------------
     @classmethod
-    def from_model(cls, model: Any, boards: int | Sequence[Board] = 2, link: str = "serial-8.5g",
+    def from_model(cls, model: Any, boards: int | Sequence[Board] = 2, link: str | None = None,
                    arch: Sequence[str] | str | None = None, ddr_bytes: int | None = None, fusion: str = "optimal",
-                   executor: str = "local", **executor_options: Any) -> "PipelineModel":
+                   executor: str = "local", host_cost: Any = True, **executor_options: Any) -> "PipelineModel":
         """Plan `model` (a `CompiledModel` with one DPU subgraph) over `boards` (a count of boards of `arch`,
         default the model's arch, or Board objects) with the link model `link`, and compile each stage for its
-        board."""
+        board. `link`: a link model of links.json (default `plan.default_link(executor)`: Ray's object store
+        over GbE for the Ray executor, the paper's serial link otherwise). `host_cost`: the host cost model the
+        plan charges per stage (True: the measured one, tvm_dpu.timing.host; a `HostCost`; None: DPU and link
+        time only)."""
+        link = link or default_link(executor)
         if isinstance(boards, int):
             boards = boards_for(arch or model.arch.name, boards, ddr_bytes)
-        plan = plan_chain(op_chain(model, boards), boards, load_link(link))
+        host = None
+        if host_cost is not None and host_cost is not False:
+            from tvm_dpu.pipeline.stages import host_terms
+            from tvm_dpu.timing.host import load_host_cost
+
+            host = host_terms(model, load_host_cost() if host_cost is True else host_cost)
+        plan = plan_model(model, boards, load_link(link), host)
         return cls.from_plan(model, plan, fusion, executor, **executor_options)
 
     @classmethod
@@ -172,6 +182,8 @@ class PipelineModel:
         rows.append(f"bottleneck: stage {worst} ({bottleneck:.3f} ms per frame) -> predicted "
                     f"{1e3 / bottleneck if bottleneck > 0 else float('inf'):.1f} frames/s over link "
                     f"{self.plan.get('link')}; latency {sum(c + l for c, l, _ in periods):.3f} ms")
+        if self.plan.get("bottleneck"):
+            rows.append(f"planned with host time: {self.plan['fps']:.1f} frames/s, bottleneck {self.plan['bottleneck']}")
         return "\n".join(rows)
 
     def to_json(self) -> dict:

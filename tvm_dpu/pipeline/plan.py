@@ -6,12 +6,21 @@ the link (every tensor produced at or before the cut and used after it is sent, 
 sent at every cut it crosses). With an overlapped link (`Link.overlap`, the default for every link in
 links.json) the board's DMA sends frame f while the DPU computes frame f+1 from a second output buffer, so the
 stage period is max(compute, send) and the stage holds its outgoing tensors twice; otherwise the period is
-compute + send. A frame's latency is the sum of every stage's compute and send. Each stage must fit its board's
-memory: its weights plus its largest feature-map working set (plus the second output buffer), within
-`Board.ddr_bytes`.
+compute + send. A frame's latency is the sum of every stage's compute, host time and send. Each stage must fit its
+board's memory: its weights, its largest feature-map working set, the buffer it receives into (which holds the
+tensors that skip the stage's ops for the whole frame) and its output buffer (twice with an overlapped link),
+within `Board.ddr_bytes`.
 
-`plan_chain` is exact: dynamic programming over (boards used, ops covered) with the bottleneck as the objective,
-O(boards x ops^2). Boards may differ (an op's time is given per board arch).
+Host time (`HostTerms`, from the measured host cost model tvm_dpu.timing.host): every stage's frame also costs
+the host the VM call, the DPU driver call, converting and DMA-ing what it receives and sends, and (first and last
+stage) the model's CPU ops before and after its DPU part. The host runs before and after the stage's DPU work on
+the same frame, so it adds to the stage's compute: period max(compute + host, send) with an overlapped link.
+
+`plan_chain` is exact for one op order: dynamic programming over (boards used, ops covered) with the bottleneck as
+the objective, O(boards x ops^2). Boards may differ (an op's time is given per board arch). One order does not
+suffice on a branchy graph (what crosses a cut depends on which branch runs first), so `plan_model` plans several
+valid orders (`unit_orders`: program order, depth-first, breadth-first, free-first) and keeps the best; it is
+exact over those orders, not over every topological order (their number grows exponentially with the branches).
 
 `op_chain` builds the chain of a compiled single-DPU-subgraph model from the timing model (per-op cycles of the
 program as compiled) and its XGraph (tensor sizes, weights).
@@ -24,6 +33,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 from tvm_dpu.errors import DPUError
+from tvm_dpu.timing.host import HostCost
 
 
 class PlanError(DPUError, ValueError):
@@ -87,11 +97,42 @@ class Stage:
     send_s: float
     memory_bytes: int
     overlap: bool = True  # the link's: sending overlaps the next frame's compute
+    host_s: float = 0.0  # the host's time per frame (HostTerms), before and after the DPU's
+
+    @property
+    def busy_s(self) -> float:
+        """DPU plus host time of one frame on the stage's board."""
+        return self.compute_s + self.host_s
 
     @property
     def seconds(self) -> float:
         """The stage's period: time per frame once frames are pipelined."""
-        return max(self.compute_s, self.send_s) if self.overlap else self.compute_s + self.send_s
+        return max(self.busy_s, self.send_s) if self.overlap else self.busy_s + self.send_s
+
+    @property
+    def bound(self) -> str:
+        """What sets the stage's period: "link", "host" or "DPU"."""
+        link_bound = self.send_s >= self.busy_s if self.overlap else self.send_s > max(self.compute_s, self.host_s)
+        if link_bound:
+            return "link"
+        return "host" if self.host_s > self.compute_s else "DPU"
+
+
+@dataclass(frozen=True)
+class HostTerms:
+    """The host's share of a pipeline plan: the measured cost model, the elements of the model's inputs and
+    outputs (what the first stage receives and the last one returns) and the seconds of the CPU ops before and
+    after the model's DPU part (run by the first and the last stage)."""
+
+    cost: HostCost
+    input_elems: int = 0
+    output_elems: int = 0
+    first_cpu_s: float = 0.0
+    last_cpu_s: float = 0.0
+
+    def stage_s(self, recv: int, send: int, first: bool, last: bool, region_bytes: int = 0) -> float:
+        return (self.cost.call_seconds(recv, send, region_bytes=region_bytes) + (self.first_cpu_s if first else 0.0)
+                + (self.last_cpu_s if last else 0.0))
 
 
 @dataclass
@@ -111,19 +152,34 @@ class Plan:
     @property
     def latency_s(self) -> float:
         """One frame from the first stage's input to the last stage's output."""
-        return sum(s.compute_s + s.send_s for s in self.stages)
+        return sum(s.busy_s + s.send_s for s in self.stages)
+
+    def bottleneck(self) -> str:
+        """The slowest stage and what bounds it, e.g. "stage 2 (DPU 4.1 ms + host 0.9 ms; link 0.2 ms): DPU"."""
+        i = max(range(len(self.stages)), key=lambda k: self.stages[k].seconds)
+        s = self.stages[i]
+        return (f"stage {i} (DPU {s.compute_s * 1e3:.3f} ms + host {s.host_s * 1e3:.3f} ms; link "
+                f"{s.send_s * 1e3:.3f} ms): {s.bound}")
 
     def to_json(self) -> dict:
         return {"link": self.link.name, "overlap": self.link.overlap, "bottleneck_ms": self.bottleneck_s * 1e3,
-                "fps": self.fps, "latency_ms": self.latency_s * 1e3,
+                "fps": self.fps, "latency_ms": self.latency_s * 1e3, "bottleneck": self.bottleneck(),
                 "stages": [{"board": s.board.name, "arch": s.board.arch, "ops": self.ops[s.first:s.end],
                             "first": s.first, "end": s.end, "compute_ms": s.compute_s * 1e3,
-                            "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3, "memory_bytes": s.memory_bytes}
+                            "host_ms": s.host_s * 1e3, "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3,
+                            "memory_bytes": s.memory_bytes}
                            for s in self.stages]}
 
 
 def _data() -> dict:
     return json.loads(resources.files("tvm_dpu.pipeline").joinpath("links.json").read_text())
+
+
+def default_link(executor: str = "local") -> str:
+    """The link model a pipeline is planned with unless one is named: the Ray executor moves tensors through Ray's
+    object store over IP ("ray-gbe", measured by benchmarks/bench_links.py), the local one stands for boards on
+    the paper's serial links ("serial-8.5g")."""
+    return "ray-gbe" if executor == "ray" else "serial-8.5g"
 
 
 def load_link(name: str) -> Link:
@@ -156,9 +212,9 @@ def board_ddr_bytes(board: str) -> int:
     return int(table[board]) * 3 // 4
 
 
-def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Plan:
+def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link, host: HostTerms | None = None) -> Plan:
     """The plan of `ops` (in order) over `boards` (in pipeline order, one stage each, every stage non-empty) with
-    the smallest bottleneck stage time; PlanError when none fits."""
+    the smallest bottleneck stage time, host time included when `host` is given; PlanError when none fits."""
     n, k = len(ops), len(boards)
     if k == 0:
         raise PlanError("no boards")
@@ -171,12 +227,18 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link) -> Pl
 
     def stage(b: Board, i: int, j: int) -> Stage | None:
         send = ops[j - 1].cut_bytes if j < n else 0
+        recv = ops[i - 1].cut_bytes if i > 0 else 0
         params = sum(o.param_bytes for o in ops[i:j])
-        memory = params + max(o.work_bytes for o in ops[i:j]) + (send if link.overlap else 0)
+        # the receive buffer holds what skips the stage's ops for the whole frame; the output buffer is doubled
+        # when sending overlaps the next frame
+        memory = params + max(o.work_bytes for o in ops[i:j]) + recv + (send if link.overlap else 0)
         if memory > b.ddr_bytes:
             return None
+        # the stage program's DDR regions, set up every frame: its weights copied in
+        host_s = 0.0 if host is None else host.stage_s(recv if i > 0 else host.input_elems,
+                                                       send if j < n else host.output_elems, i == 0, j == n, params)
         return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
-                     link.overlap)
+                     link.overlap, host_s)
 
     inf = float("inf")
     # best[s][j]: smallest bottleneck of ops[0:j] on boards[0:s]; choice[s][j]: where stage s-1 starts.
@@ -250,38 +312,117 @@ def tensor_bytes(graph: Any, name: str) -> int:
     return size * (4 if tensor.dtype in ("int32", "float32") else 1)
 
 
-def op_chain(model: Any, boards: Sequence[Board]) -> list[OpCost]:
+def unit_deps(units: Sequence[ChainUnit]) -> list[set[int]]:
+    """Per unit, the units whose outputs it reads."""
+    producer = {t: u for u, unit in enumerate(units) for op in unit.ops for t in op.outputs}
+    return [{producer[t] for op in unit.ops for t in op.inputs if t in producer and producer[t] != u}
+            for u, unit in enumerate(units)]
+
+
+def unit_orders(units: Sequence[ChainUnit], limit: int = 4) -> list[list[int]]:
+    """Up to `limit` distinct valid (topological) orders of `units`: program order first, then Kahn's algorithm
+    taking the most recently readied unit (finish a branch before starting the next), the oldest (interleave
+    branches), and the unit that completes the most producers' readers (frees their maps soonest)."""
+    deps = unit_deps(units)
+    n = len(units)
+    users: list[set[int]] = [set() for _ in range(n)]
+    for u, ds in enumerate(deps):
+        for d in ds:
+            users[d].add(u)
+
+    def kahn(pick) -> list[int]:
+        indeg = [len(d) for d in deps]
+        ready = [u for u in range(n) if indeg[u] == 0]
+        order: list[int] = []
+        while ready:
+            u = pick(ready, order)
+            ready.remove(u)
+            order.append(u)
+            for v in sorted(users[u]):
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    ready.append(v)
+        return order
+
+    def frees_most(ready: list[int], order: list[int]) -> int:
+        done = set(order)
+
+        def freed(u: int) -> int:  # producers whose last pending reader is u
+            return sum(1 for d in deps[u] if not users[d] - done - {u})
+
+        return max(ready, key=lambda u: (freed(u), -u))
+
+    candidates = [list(range(n)), kahn(lambda r, o: r[-1]), kahn(lambda r, o: r[0]), kahn(frees_most)]
+    orders: list[list[int]] = []
+    for c in candidates:
+        if len(c) == n and c not in orders:
+            orders.append(c)
+    return orders[:max(1, limit)]
+
+
+def op_chain(model: Any, boards: Sequence[Board], order: Sequence[int] | None = None,
+             _seconds: dict | None = None) -> list[OpCost]:
     """The op chain of a compiled single-DPU-subgraph model (`CompiledModel`): per unit (`chain_units`), the timing
     model's cycles of the program as compiled, re-simulated for each distinct board arch, and from the quantized
-    XGraph the weight bytes, working-set bytes and the bytes crossing a cut after it."""
+    XGraph the weight bytes, working-set bytes and the bytes crossing a cut after it. `order`: the units in
+    another valid order (`unit_orders`; default program order), which changes what crosses each cut."""
     from tvm_dpu.timing.simulate import simulate
 
     runner = single_subgraph(model)
     graph, sg = runner.graph, runner.sg
     units = chain_units(model)
-    per_arch: dict[str, list[float]] = {}
+    per_arch: dict[str, list[float]] = {} if _seconds is None else _seconds
     for b in boards:
         if b.arch not in per_arch:
             timing = simulate(sg.code, b.load(), op_ranges=sg.op_ranges)
             per_arch[b.arch] = [ot.cycles / timing.freq_hz for ot in timing.ops]
+    order = list(range(len(units))) if order is None else list(order)
+    if sorted(order) != list(range(len(units))):
+        raise PlanError(f"order {order[:8]}...: not a permutation of the model's {len(units)} units")
     produced_at: dict[str, int] = {t: -1 for t in graph.inputs}
     last_use: dict[str, int] = {}
-    for u, unit in enumerate(units):
-        for op in unit.ops:
+    for pos, u in enumerate(order):
+        for op in units[u].ops:
             for t in op.inputs:
-                last_use[t] = max(last_use.get(t, -1), u)
+                last_use[t] = max(last_use.get(t, -1), pos)
             for t in op.outputs:
-                produced_at[t] = u
+                produced_at[t] = pos
     for t in graph.outputs:
         last_use[t] = len(units)  # the model output leaves the last stage
+    for t, p in produced_at.items():
+        if t in last_use and last_use[t] < p:
+            raise PlanError(f"order reads tensor {t!r} before the unit that produces it")
 
     out = []
-    for u, unit in enumerate(units):
+    for pos, u in enumerate(order):
+        unit = units[u]
         fmaps = {t for op in unit.ops for t in list(op.inputs) + list(op.outputs)
                  if t in graph.tensors and graph.tensors[t].data is None}
         out.append(OpCost(
             name=unit.name, seconds={a: per_arch[a][u] for a in per_arch},
             param_bytes=sum(tensor_bytes(graph, t) for op in unit.ops for t in op.params.values()),
             work_bytes=sum(tensor_bytes(graph, t) for t in fmaps),
-            cut_bytes=sum(tensor_bytes(graph, t) for t, p in produced_at.items() if p <= u < last_use.get(t, -1))))
+            cut_bytes=sum(tensor_bytes(graph, t) for t, p in produced_at.items() if p <= pos < last_use.get(t, -1))))
     return out
+
+
+def plan_model(model: Any, boards: Sequence[Board], link: Link, host: HostTerms | None = None,
+               orders: int = 4) -> Plan:
+    """The best plan of `model` over `boards` among several valid op orders (`unit_orders`): the planner is exact
+    for one order, and another topological order of a branchy graph can cut with fewer bytes in flight; ties
+    keep program order."""
+    units = chain_units(model)
+    seconds: dict = {}
+    best: Plan | None = None
+    error: PlanError | None = None
+    for order in unit_orders(units, orders):
+        try:
+            plan = plan_chain(op_chain(model, boards, order, seconds), boards, link, host)
+        except PlanError as e:
+            error = error or e
+            continue
+        if best is None or plan.bottleneck_s < best.bottleneck_s - 1e-12:
+            best = plan
+    if best is None:
+        raise error if error is not None else PlanError("no valid op order")
+    return best

@@ -67,23 +67,31 @@ class PipelineStage:
     artifact: Path | None = None
     #: The artifact's bytes as checked when loaded (what executors ship; the file is never read again).
     artifact_bytes: bytes | None = None
-    #: Frames this stage ran and the seconds it spent in them (for utilisation and executor overhead).
+    #: Frames this stage ran and the seconds it spent in them (for utilisation and executor overhead), and of
+    #: those the seconds in the wire conversions (`from_wire` + `to_wire`; the rest is the model's run).
     runs: int = 0
     busy_s: float = 0.0
+    wire_s: float = 0.0
 
     def run_payload(self, payload: dict[str, np.ndarray], fix_points: Mapping[str, int]) -> dict[str, np.ndarray]:
         """Wire payload in -> wire payload out (see `to_wire`)."""
         t0 = time.perf_counter()
+        t1 = t2 = t0
         try:
-            outs = self.model.run(from_wire(payload, self.spec.inputs, fix_points))
+            args = from_wire(payload, self.spec.inputs, fix_points)
+            t1 = time.perf_counter()
+            outs = self.model.run(args)
+            t2 = time.perf_counter()
             return to_wire(outs, self.spec.outputs, self.spec.wire_fix_points)
         finally:
             # One executor thread / actor runs a stage, so these counters have one writer.
-            self.busy_s += time.perf_counter() - t0
+            t3 = time.perf_counter()
+            self.busy_s += t3 - t0
+            self.wire_s += (t1 - t0) + (t3 - t2 if t2 > t1 else 0.0)
             self.runs += 1
 
     def stats(self) -> dict:
-        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s}
+        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s, "wire_s": self.wire_s}
 
 
 def to_wire(arrays: Sequence[np.ndarray], names: Sequence[str], fix_points: Mapping[str, int]) -> dict[str, Any]:
@@ -184,8 +192,10 @@ def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> lis
     runner = single_subgraph(model)
     graph = runner.graph
     units = chain_units(model)
-    if [u.name for u in units] != list(plan.ops):
+    by_name = {u.name: u for u in units}
+    if sorted(by_name) != sorted(plan.ops) or len(plan.ops) != len(units):
         raise PlanError("the plan was not made for this model (its op chain differs)")
+    units = [by_name[n] for n in plan.ops]  # the plan's order (program order or another valid one)
     layout = layout or main_layout(model)
     model_inputs = [s.name for s in model.inputs]
     rename: dict[str, str] = {}
@@ -284,6 +294,38 @@ def _stage_main(layout: MainLayout, spec: StageSpec, first: bool, last: bool, gv
         bindings.append(relax.VarBinding(ret, outs[0] if len(outs) == 1 else relax.Tuple(outs)))
     body = relax.SeqExpr([relax.DataflowBlock(bindings)], ret)
     return relax.Function(params, body, ret_ty, True).with_attrs({"num_input": len(params), "global_symbol": "main"})
+
+
+def _elems(ty: Any) -> int:
+    """Elements of a Relax tensor type (a tuple's fields added; 0 when the shape is unknown)."""
+    fields = getattr(ty, "fields", None)
+    if fields is not None:
+        return sum(_elems(f) for f in fields)
+    try:
+        n = 1
+        for v in ty.shape.values:
+            n *= int(v)
+        return n
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def cpu_op_elems(bindings: Sequence[Any]) -> list[int]:
+    """Output elements of each CPU op call among Relax `bindings` (what the host cost model charges per op)."""
+    from tvm import relax
+
+    return [_elems(b.var.ty) for b in bindings if isinstance(getattr(b, "value", None), relax.Call)]
+
+
+def host_terms(model: Any, cost: Any) -> Any:
+    """The host's share of pipelining `model` (`plan.HostTerms`) under the host cost model `cost`: its input
+    and output elements and the CPU ops its first stage runs before the DPU part and its last stage after."""
+    from tvm_dpu.pipeline.plan import HostTerms
+
+    layout = main_layout(model)
+    ins = sum(int(np.prod(s.shape)) for s in model.inputs)
+    return HostTerms(cost, ins, _elems(layout.ret_ty), cost.cpu_ops_s(cpu_op_elems(layout.prefix)),
+                     cost.cpu_ops_s(cpu_op_elems(layout.suffix)))
 
 
 def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tuple]:

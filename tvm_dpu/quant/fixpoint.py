@@ -91,6 +91,26 @@ def floor_clamp_int8(y: np.ndarray, lo: int, hi: int, out: np.ndarray) -> np.nda
     return np.floor(y, out=out, casting="unsafe")
 
 
+def dpu_round_scaled_f32(x: np.ndarray, fix_point: int) -> np.ndarray:
+    """DPURound(x * 2**fix_point) saturated to int8 for float32 `x`, equal to `dpu_round` of the float64 product
+    for every float32 input, without a float64 copy (the pipeline's wire and the runner's input quantization
+    spend most of their host time there: 34 ms for 802,816 elements through float64).
+
+    Why it is exact: scaling by a power of two is exact in float32 (an overflow saturates anyway, an underflow
+    leaves |y| < 0.5); clamping to [-129, 128] first cannot change the saturated result; f = floor(y) is exact and
+    so is y - f (both in one binade or f = 0, Sterbenz; for y in (-1, 0) the rounded 1 + y is >= 0.5 exactly
+    when y >= -0.5, since rounding is monotonic and 0.5 is a float); so f + (y - f >= 0.5) is floor(y + 0.5).
+    """
+    with np.errstate(over="ignore"):  # an overflow saturates below
+        y = np.multiply(x, np.float32(2.0 ** fix_point), dtype=np.float32)
+    np.clip(y, -129.0, 128.0, out=y)
+    f = np.floor(y)
+    y -= f
+    f += y >= 0.5
+    np.clip(f, INT8_MIN, INT8_MAX, out=f)
+    return f.astype(np.int8)
+
+
 def dpu_round(t: np.ndarray) -> np.ndarray:
     """DPURound of real values: floor(t + 0.5), then saturate to int8.
 

@@ -103,6 +103,27 @@ def devices(arch: Any, kind: str = "emulator", **options: Any) -> list[VirtualDP
     return [VirtualDPU(k.make(arch, i, **options), i) for i in range(arch.cores)]
 
 
+def place_by_load(loads: Sequence[float], cores: int) -> list[int]:
+    """The core of each model given its predicted DPU seconds per run (`loads`): largest first, each onto the
+    least-loaded core so far (ties: the lower core), so the busiest core's load is within 4/3 of the best
+    placement's (Graham's LPT bound) rather than whatever model i -> core i mod N happens to give."""
+    if cores < 1:
+        raise DeviceError(f"place_by_load: {cores} cores")
+    total = [0.0] * cores
+    where = [0] * len(loads)
+    for i in sorted(range(len(loads)), key=lambda k: (-float(loads[k]), k)):
+        c = min(range(cores), key=lambda j: (total[j], j))
+        where[i] = c
+        total[c] += float(loads[i])
+    return where
+
+
+def predicted_load_s(model: Any) -> float:
+    """A model's predicted DPU seconds per run on one core (every DPU partition as one program: a tenant's
+    partitions run on the one core it is pinned to)."""
+    return float(model.timing().latency_s)
+
+
 @dataclass
 class TenantReport:
     """What `serve` measured: per model its runs and throughput, per core its runs and busy share."""

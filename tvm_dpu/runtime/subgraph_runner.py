@@ -13,12 +13,15 @@ import numpy as np
 
 from tvm_dpu.program_blob import Multicore
 from tvm_dpu.types import CompiledSubgraph
-from tvm_dpu.quant.fixpoint import dpu_round
+from tvm_dpu.quant.fixpoint import dpu_round, dpu_round_scaled_f32
 from tvm_dpu.xgraph.graph import Graph
 
 
 def quantize_tensor(x: np.ndarray, fix_point: int) -> np.ndarray:
-    """float -> int8 with value = q * 2**-fix_point (DPURound, saturate)."""
+    """float -> int8 with value = q * 2**-fix_point (DPURound, saturate); float32 input without a float64 step."""
+    x = np.asarray(x)
+    if x.dtype == np.float32:
+        return dpu_round_scaled_f32(x, fix_point)
     return dpu_round(np.asarray(x, dtype=np.float64) * (2.0 ** fix_point))
 
 

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.timing.host import load_host_cost
 from tvm_dpu.timing.params import TimingError, TimingParams, load_params
 from tvm_dpu.timing.simulate import simulate
 
@@ -206,10 +207,10 @@ def _reaches(deps: Sequence[Sequence[int]], src: int, dst: int, skip: int) -> bo
     return False
 
 
-#: Host time the runtime spends per segment (dispatch, DDR regions, feature-map hand-off), which a merge of two
-#: segments saves. Our measurement on the x86 development host (run_segments without DPU work, reduced GoogLeNet:
-#: ~30 us per segment; benchmarks/bench_vdpu.py); a board's ARM host is slower, so this is a lower bound there.
-HOST_DISPATCH_S = 30e-6
+#: Host time the runtime spends per segment (dispatch, DDR regions, threads and events), which a merge of two
+#: segments saves: the host cost model's `segment_s` (tvm_dpu/timing/host.py, measured by
+#: benchmarks/bench_host.py on the development host; a board's ARM host is slower, so a lower bound there).
+HOST_DISPATCH_S = load_host_cost().segment_s
 
 
 def coalesce(cycles: Sequence[Sequence[float]], deps: Sequence[Sequence[int]], cores: int, saving: float = 0.0,

@@ -1,0 +1,35 @@
+"""benchmarks/bench_vdpu.py's end-to-end measurement (fGrain's way) on a reduced model."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import tvm_dpu
+from tvm_dpu import zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_end_to_end_gain_and_loss_are_measured_on_the_whole_run():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_vdpu
+    finally:
+        sys.path.pop(0)
+    proto = zoo.build_model("googlenet", reduced=True)
+    model = tvm_dpu.build(proto, arch="zcu102", progress=False, calibration=[zoo.random_input(proto, seed=0)],
+                          cores=3, segments="always")
+    x = zoo.random_input(proto, seed=1)
+    e = bench_vdpu.end_to_end(model, x, reps=3)
+    assert e["cores"] == 3 and e["segments"] > 1
+    # every run sleeps at least the predicted DPU time of what it runs, plus the host around it
+    single_dpu_ms = model.timing().latency_s * 1e3
+    assert e["native_ms"] >= single_dpu_ms and e["wrapped_ms"] >= single_dpu_ms
+    assert e["segments_ms"] >= model.report()["timing"]["latency_ms"] * 0.99
+    assert e["gain_percent"] == pytest.approx(100 * (1 - e["segments_ms"] / e["native_ms"]))
+    assert e["loss_percent"] == pytest.approx(100 * (e["wrapped_ms"] - e["native_ms"]) / e["native_ms"])
+    p = e["predicted"]
+    assert p["one_program_ms"] > single_dpu_ms  # the host cost model adds to the DPU time
+    assert p["gain_percent"] < p["dpu_only_gain_percent"]  # segments cost the host more than one program

@@ -1,0 +1,110 @@
+"""Host cost model: what the CPU beside the DPU spends per frame, as data measured by benchmarks/bench_host.py.
+
+The DPU timing model predicts the accelerator; a user also pays the host around it. Per call of a deployed model
+(one pipeline stage, one virtual-DPU segment) the host:
+
+* enters the Relax VM (`call_s`: the VM call and the Python around it, per model run);
+* drives the DPU once per DPU program (`dpu_call_s`: the device call without its DPU work - the "driver"), and
+  sets up that program's DDR regions for the call (`region_s_per_byte` x its weight bytes: the runtime maps fresh
+  regions and copies the weights in on every call, so a program's weights cost every frame);
+* converts feature maps between float and the DPU's int8 at the DPU boundary and on a pipeline's wire
+  (`quant_s_per_elem` float32 -> int8, `dequant_s_per_elem` int8 -> float32);
+* moves int8 feature maps into and out of the DPU's DDR regions in its layout (`dma_s_per_byte`: the input
+  DMA and the output read-back; on a board a cache flush / invalidate plus the DPU's own AXI reads, here the
+  layout copy the emulator's device does);
+* hands float tensors into and out of the Relax VM (`vm_s_per_elem`, each way);
+* runs the CPU ops TVM compiled for the parts the DPU does not take (`cpu_fixed_s + cpu_s_per_elem x output
+  elements` per op, a least-squares fit over TVM-compiled elementwise, reduction and softmax ops).
+
+The figures are measured on one host (`host_cost.json` records which, when and how) and scale with `scale`
+(e.g. a board's ARM cores against the measuring host), which is 1.0 unless a caller knows better: nothing here
+guesses an ARM figure.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tvm_dpu.timing.params import TimingError
+
+DATA_FILE = "host_cost.json"
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Per-call host seconds (see module docstring); `source` says where the figures come from."""
+
+    call_s: float
+    dpu_call_s: float
+    quant_s_per_elem: float
+    dequant_s_per_elem: float
+    dma_s_per_byte: float
+    vm_s_per_elem: float
+    cpu_fixed_s: float
+    cpu_s_per_elem: float
+    segment_s: float
+    region_s_per_byte: float = 0.0
+    source: str = ""
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name != "source" and not (isinstance(v, (int, float)) and v >= 0.0):
+                raise TimingError(f"host cost {f.name} = {v!r}: must be a number >= 0")
+
+    def scaled(self, factor: float) -> "HostCost":
+        """The same costs on a host `factor` times slower (factor > 1) or faster."""
+        if factor <= 0:
+            raise TimingError(f"host cost scale {factor}: must be positive")
+        return dataclasses.replace(self, scale=self.scale * factor)
+
+    def conversion_s(self, elems: int) -> float:
+        """Host seconds for `elems` feature-map elements that enter or leave one call: on arrival the wire's
+        dequantize, the VM's copy, the runner's quantize and the DMA in; on leaving the DMA out, dequantize, the
+        VM's copy and the wire's quantize (one of each pair per direction)."""
+        return self.scale * elems * (self.quant_s_per_elem + self.dequant_s_per_elem + self.dma_s_per_byte
+                                     + self.vm_s_per_elem)
+
+    def cpu_ops_s(self, op_elems: list[int] | tuple[int, ...]) -> float:
+        """CPU ops run by the Relax VM, each given by its output elements."""
+        return self.scale * sum(self.cpu_fixed_s + self.cpu_s_per_elem * e for e in op_elems)
+
+    def call_seconds(self, in_elems: int, out_elems: int, dpu_calls: int = 1, cpu_op_elems: tuple = (),
+                     region_bytes: int = 0) -> float:
+        """Host seconds of one model call (a pipeline stage's frame): VM, driver per DPU program, the programs'
+        DDR regions (`region_bytes`: their weight bytes in all), conversions and DMA of what enters and leaves,
+        CPU ops."""
+        return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s + self.region_s_per_byte * region_bytes)
+                + self.conversion_s(in_elems + out_elems) + self.cpu_ops_s(cpu_op_elems))
+
+    def segment_seconds(self, handoff_bytes: int, region_bytes: int = 0) -> float:
+        """Host seconds one virtual-DPU segment adds: its dispatch (thread, events), its DDR regions (`region_bytes`:
+        its weight bytes) and the copy of the feature maps it receives from other segments."""
+        return self.scale * (self.segment_s + self.dma_s_per_byte * handoff_bytes
+                             + self.region_s_per_byte * region_bytes)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _path() -> Any:
+    return resources.files("tvm_dpu.timing").joinpath(DATA_FILE)
+
+
+def load_host_cost(path: str | Path | None = None) -> HostCost:
+    """The measured host cost model (`host_cost.json` beside this module, or `path`)."""
+    try:
+        text = Path(path).read_text() if path is not None else _path().read_text()
+        doc = json.loads(text)
+        fields = {f.name for f in dataclasses.fields(HostCost)} - {"source", "scale"}
+        missing = sorted(fields - set(doc.get("cost", {})))
+        if missing:
+            raise TimingError(f"{path or DATA_FILE}: host cost lacks {missing}")
+        return HostCost(**{k: float(doc["cost"][k]) for k in fields}, source=str(doc.get("source", "")))
+    except (OSError, ValueError, TypeError) as e:
+        raise TimingError(f"{path or DATA_FILE}: not a host cost file ({e})") from None
