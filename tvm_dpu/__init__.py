@@ -85,4 +85,8 @@ def _register_plugin() -> None:
     register()
 
 
-_register_plugin()
+# With TVM: the plugin is registered right after `import tvm` (or now, if TVM is already imported), so that
+# importing tvm_dpu alone (the CLI) does not pay for TVM.
+from tvm_dpu.import_hooks import when_imported as _when_imported  # noqa: E402
+
+_when_imported("tvm", lambda _tvm: _register_plugin())
