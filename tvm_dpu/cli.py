@@ -524,7 +524,7 @@ def _run_one(args: argparse.Namespace) -> int:
         results = model.verify_results()
         bad = sum(r.mismatches for r in results)
         checked = len({r.subgraph for r in results})
-        print(f"verify: {checked} DPU subgraph(s) checked on {args.runs} run(s) ({len(results)} subgraph calls), "
+        print(f"verify: {checked} subgraphs, {args.runs} run(s), {len(results)} subgraph calls, "
               f"{bad} mismatching elements")
         for r in results:
             for note in r.first:
@@ -625,7 +625,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
           f"{', '.join(sorted(header.get('cpu_libs') or {'?': ''}))}")
     for kind in ("inputs", "outputs"):
         for t in meta[kind]:
-            print(f"model {kind[:-1]}: {t['name']} {tuple(t['shape'])} {t['dtype']}")
+            fp = f", fix_point {t['fix_point']}" if t.get("fix_point") is not None else ""
+            print(f"model {kind[:-1]}: {t['name']} {tuple(t['shape'])} {t['dtype']}{fp}")
     for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
         print(f"\nsubgraph {sg['id']}: {sg['instructions']} instructions ({counts})")

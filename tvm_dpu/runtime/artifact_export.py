@@ -107,12 +107,10 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
                           "program_sha256": r.program_digest.hex()})
     build = _without_timings(model.build_info)
     plugin_subgraphs = [plugin_summary(h) for h, _ in find_plugin_blobs(sections[f"lib.{host}"], "library")]
-    fps = model.tensor_fix_points()
     header = {
         "format": "tvm-dpu-artifact",
         "arch": {"name": model.arch.name, "fingerprint": hex(model.arch.fingerprint)},
-        "inputs": _io_json(model.inputs, fps),
-        "outputs": _io_json(model.output_specs(), fps),
+        **model.io_json(),
         "graph": model.source_graph,
         "subgraphs": subgraphs,
         "partition": model.partition_report.to_json() if model.partition_report is not None else None,
@@ -129,8 +127,3 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     record_build(path)
     return path
 
-
-def _io_json(specs: list, fix_points: dict[str, int]) -> list[dict]:
-    """Header entries of model inputs or outputs; "fix_point" where a DPU subgraph reads or writes the tensor."""
-    return [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype,
-             **({"fix_point": fix_points[s.name]} if s.name in fix_points else {})} for s in specs]

@@ -224,6 +224,7 @@ class CompiledModel:
             "arch": self.arch.name,
             "dpu": self.arch.dpu_name,
             "fingerprint": hex(self.arch.fingerprint),
+            **self.io_json(),
             "partition": self.partition_report.to_json() if self.partition_report is not None else None,
             "subgraphs": subgraphs,
             "ddr_total_bytes": int(sum(sum(s["ddr_bytes"].values()) for s in subgraphs)),
@@ -233,6 +234,13 @@ class CompiledModel:
                 **self._multicore_latency(model_timing)},
             "build": self.build_info,
         }
+
+    def io_json(self) -> dict:
+        """{"inputs", "outputs"}: the model's tensors under their source names, with fix_points where known."""
+        fps = self.tensor_fix_points()
+        return {kind: [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype,
+                        **({"fix_point": fps[s.name]} if s.name in fps else {})} for s in specs]
+                for kind, specs in (("inputs", self.inputs), ("outputs", self.output_specs()))}
 
     def _multicore_latency(self, model_timing: Any) -> dict:
         """Predicted DPU latency on one core and on the cores the model was compiled for (segments of a
