@@ -414,8 +414,6 @@ def _is_pipeline(path: str) -> bool:
 
 
 def _run_pipeline_file(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from .pipeline.model import PipelineModel
 
     if args.verify:
@@ -486,26 +484,16 @@ def _feeds_for(model, path: str | None, what: str) -> dict:
 
 
 def _run_one(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from .runtime.artifact import load
-
     (compiled,) = args.compiled
     if len(args.input or []) > 1:
         raise FrontendError(f"--input given {len(args.input)} times for one artifact")
-    if args.device == "pynq":
-        if not args.bitfile:
-            raise FrontendError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
-        if args.cores:
-            raise FrontendError("--cores runs on emulated cores; with --device pynq the board's driver is used as is")
-        model = load(compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout,
-                     trusted_keys=args.require_signature, trust=_trust(args))
-    else:
-        model = load(compiled, trusted_keys=args.require_signature, trust=_trust(args))
-        if args.cores:
-            from .runtime.cores import core_group
+    if args.device == "pynq" and args.cores:
+        raise FrontendError("--cores runs on emulated cores; with --device pynq the board's driver is used as is")
+    model = _load_to_run(compiled, args)
+    if args.cores:
+        from .runtime.cores import core_group
 
-            model.pin(core_group(model.arch, args.cores))
+        model.pin(core_group(model.arch, args.cores))
     model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
     path = (args.input or [None])[0]
     feeds = _feeds_for(model, path, "--input")
