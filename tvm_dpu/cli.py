@@ -231,6 +231,10 @@ def _run_compile(args: argparse.Namespace) -> int:
         calib = Path(args.calib)
         if not calib.is_file():
             raise FrontendError(f"--calib {calib}: no such file")
+    if args.cross:  # a missing cross compiler is said now, not after the whole compile
+        from .toolchains import CROSS_TARGETS, c_compiler
+
+        c_compiler(CROSS_TARGETS[args.cross][0])
     from .frontend.onnx_lazy import load_lazy, with_weights
 
     t_start = time.perf_counter()
@@ -291,8 +295,11 @@ def _run_compile(args: argparse.Namespace) -> int:
     print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
     if timelines:
         print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
-    print(f"compile time {times['total_after_imports']:.1f} s (" +
-          ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items() if k != "total_after_imports") + ")")
+    import textwrap
+
+    print(textwrap.fill(f"compile time {times['total_after_imports']:.1f} s (" +
+                        ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items()
+                                  if k != "total_after_imports") + ")", 120, subsequent_indent="  "))
     return EXIT_OK
 
 
