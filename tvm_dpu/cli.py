@@ -71,7 +71,7 @@ def _load_model(args: argparse.Namespace):
     from .builder import import_model
 
     # QDQ stripped exactly as compile strips it
-    return arch, import_model(str(path), shapes, requantize=args.requantize)[0]
+    return arch, _reporting_warnings(import_model, str(path), shapes, requantize=args.requantize)[0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -196,18 +196,23 @@ def _cut_model(model, output_ops: list[str]):
     return cut
 
 
-def _build_reporting_warnings(source, **options):
-    """tvm_dpu.build(source, **options), its warnings (random calibration, ...) printed as one line each."""
+def _reporting_warnings(fn: Callable, *args, **kwargs):
+    """fn(*args, **kwargs), its warnings (random calibration, rounded QDQ scales, ...) printed as one line each."""
     import warnings
-
-    from .builder import build
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = build(source, **options)
+        result = fn(*args, **kwargs)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
-    return model
+    return result
+
+
+def _build_reporting_warnings(source, **options):
+    """tvm_dpu.build(source, **options), its warnings printed as one line each."""
+    from .builder import build
+
+    return _reporting_warnings(build, source, **options)
 
 
 def _run_compile(args: argparse.Namespace) -> int:

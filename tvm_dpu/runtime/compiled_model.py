@@ -285,10 +285,15 @@ def _multicore_json(mc: Any, arch: Arch) -> dict:
                          for c, order in enumerate(mc.core_order())]}
 
 
+#: Relax ops that only move values: a model output computed by them from a DPU tensor keeps its fix_point.
+_SHAPE_ONLY_OPS = frozenset({"relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
+                             "relax.flatten"})
+
+
 def _io_fix_points(model: CompiledModel) -> dict[str, int]:
     """Walk `main` of the model's Relax module: a parameter passed straight to a DPU partition call takes that
-    partition input's fix_point, a returned value produced by one takes the output's (a tensor read at two
-    fix_points has none)."""
+    partition input's fix_point, a returned value produced by one (through shape-only ops at most) takes the
+    output's (a tensor read at two fix_points has none)."""
     fn = model.relax_module["main"]
     params = {p: s.name for p, s in zip(fn.params, model.inputs)}
     made: dict[Any, Any] = {}  # var -> the DPU binding (sg tensor) it holds
@@ -306,6 +311,11 @@ def _io_fix_points(model: CompiledModel) -> dict[str, int]:
                 made[b.var] = made[v.tuple_value][int(v.index)]
             elif isinstance(v, relax.Var) and v in made:
                 made[b.var] = made[v]
+            elif isinstance(v, relax.Tuple):
+                made[b.var] = tuple(made.get(f) for f in v.fields)
+            elif isinstance(v, relax.Call) and getattr(v.op, "name", None) in _SHAPE_ONLY_OPS and v.args \
+                    and not isinstance(made.get(v.args[0]), (tuple, type(None))):
+                made[b.var] = made[v.args[0]]  # a CPU reshape / transpose keeps the values, so the fix_point
     body = fn.body.body
     results = list(body.fields) if isinstance(body, relax.Tuple) else [body]
     if len(results) == 1 and isinstance(made.get(results[0]), tuple):
