@@ -57,6 +57,16 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | No
 
 
 
+def _input_file(text: str | None, flag: str = "") -> Path | None:
+    """The path of an input file a command reads (None when not given); FrontendError when there is none."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.is_file():
+        raise FrontendError(f"{flag}{path}: {'is a directory' if path.is_dir() else 'no such file'}")
+    return path
+
+
 def _load_model(args: argparse.Namespace):
     """(arch, Relax module) from the common model arguments; user mistakes raise DPUError subclasses."""
     from .arch import load_arch
@@ -225,17 +235,11 @@ def _run_compile(args: argparse.Namespace) -> int:
 
     arch = load_arch(args.arch)
     shapes = parse_input_shapes(args.input_shape) or {}
-    path = Path(args.model)
-    if not path.is_file():
-        raise FrontendError(f"{path}: no such file")
+    path = _input_file(args.model)
     name = args.name or path.stem
     if not name or "/" in name or name.startswith("."):
         raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
-    calib = None
-    if args.calib:
-        calib = Path(args.calib)
-        if not calib.is_file():
-            raise FrontendError(f"--calib {calib}: no such file")
+    calib = _input_file(args.calib, "--calib ")
     if args.cross:  # a missing cross compiler is said now, not after the whole compile
         from .toolchains import CROSS_TARGETS, c_compiler
 
@@ -690,16 +694,10 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     from .pipeline.plan import load_link
     from .report_html import render_pipeline
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise FrontendError(f"{path}: no such file")
+    path = _input_file(args.model)
     if args.boards < 1:
         raise FrontendError(f"--boards {args.boards}: a pipeline needs at least one board")
-    calib = None
-    if args.calib:
-        calib = Path(args.calib)
-        if not calib.is_file():
-            raise FrontendError(f"--calib {calib}: no such file")
+    calib = _input_file(args.calib, "--calib ")
     load_link(args.link)  # a bad --link fails before the compile
     if (args.arch is None) == (args.part is None):
         raise FrontendError("give either --arch (each board's DPU) or --part (each board's FPGA part: the DPU is "
@@ -754,9 +752,7 @@ def _run_dse(args: argparse.Namespace) -> int:
 
     from .pipeline.dse import algorithm1, device_budget, explore, table_text
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise FrontendError(f"{path}: no such file")
+    path = _input_file(args.model)
     budget = device_budget(args.part) if args.part else {}
     dsp = args.dsp if args.dsp is not None else budget.get("dsp")
     bram = args.bram if args.bram is not None else budget.get("bram36k")
