@@ -518,8 +518,15 @@ def _run_one(args: argparse.Namespace) -> int:
     if args.verify and not model.runners:
         raise DPUError(f"--verify: {compiled} has no DPU subgraph, so there is nothing to verify "
                        "(every node runs on the CPU or a plugin)")
+    seconds = []
     for _ in range(args.runs):
+        t0 = time.perf_counter()
         outputs = model.run(feeds)
+        seconds.append(time.perf_counter() - t0)
+    if args.runs > 1:
+        ms = sorted(1e3 * t for t in seconds)
+        print(f"{args.runs} runs: latency ms mean {sum(ms) / len(ms):.3f}, p50 {ms[len(ms) // 2]:.3f}, max {ms[-1]:.3f} "
+              f"(per subgraph, threads, percentiles: tvm-dpu benchmark)")
     names = [s.name for s in model.output_specs()]
     _print_outputs(outputs, names)
     if args.output:
