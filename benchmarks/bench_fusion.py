@@ -8,7 +8,7 @@ templates (the search the paper times; its median time over --repeat runs is "se
 the plan restricted to groups with a fused emitter (FUSED_EMITTERS + emittable), and tvm_dpu.timing.simulate on
 the program the builder ships: the plan searched as fusion.select.compile_with_fusion searches it (candidates
 costed by BUILD_COST_SOURCE, the simulator), kept unless a simpler plan the build compares it with
-(passes.dpu_compile.fallback_modes: none, and greedy where the search did not settle its regions in context)
+(backend.dpu_compile.fallback_modes: none, and greedy where the search did not settle its regions in context)
 simulates faster ("sim_fallbacks_<mode>" counts those per subgraph; "sim_lost_to_<mode>" counts the subgraphs where
 each simpler plan, greedy included, simulates faster than the searched one); "opt/sim" is the simulated
 throughput of the searched optimal plan before that check. The DNNVM Table 3 comparison (printed last,
@@ -75,7 +75,7 @@ def run(models, archs, cache, repeat) -> list[dict]:
     from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
     from tvm_dpu.fusion.cost import cost_source
     from tvm_dpu.fusion.select import BUILD_COST_SOURCE
-    from tvm_dpu.passes.dpu_compile import fallback_modes
+    from tvm_dpu.backend.dpu_compile import fallback_modes
     from tvm_dpu.timing.analytic import graph_ops
     from tvm_dpu.xgraph.ops import layer_descs
     from tvm_dpu.fusion.select import MODES, plan_fusion
@@ -125,7 +125,7 @@ def run(models, archs, cache, repeat) -> list[dict]:
                                if m in sims_by_mode]
                     if simpler:
                         # how often a simpler plan (greedy, none) simulates faster than the searched one, and what
-                        # tvm_dpu.passes.dpu_compile.compile_subgraph ships: the searched plan unless one of the
+                        # tvm_dpu.backend.dpu_compile.compile_subgraph ships: the searched plan unless one of the
                         # simpler plans it compares (fallback_modes) is faster for that subgraph
                         row[f"gops_sim_{mode}_searched"] = work / (sum(r.cycles for r in sims) / hz) / 1e9
                         row[f"sim_lost_to_{mode}"] = {m: sum(o.cycles < r.cycles for r, o in zip(sims, sims_by_mode[m]))

@@ -105,7 +105,7 @@ def test_a_named_model_is_handed_over_once(model):
 
 # -- the float XGraph -----------------------------------------------------------------------------------------
 def test_float_xgraph_weights_are_not_cached_beyond_the_graph(model):
-    from tvm_dpu.passes.dpu_compile import dpu_functions
+    from tvm_dpu.backend.dpu_compile import dpu_functions
     from tvm_dpu.passes.from_relax import build_float_xgraph
     from tvm_dpu.passes.partition import partition_detailed
 
@@ -122,7 +122,7 @@ def test_float_xgraph_weights_are_not_cached_beyond_the_graph(model):
 
 # -- the packed program ---------------------------------------------------------------------------------------
 def test_compiled_params_are_a_view_of_the_program(model):
-    from tvm_dpu.passes.pipeline import prepare_and_compile
+    from tvm_dpu.backend.relax_pipeline import prepare_and_compile
     from tvm_dpu.program_blob import unpack_program
 
     result = prepare_and_compile(from_onnx(model), arch=ARCH, calibration=_calib(model))
@@ -159,7 +159,7 @@ def _has_float_convs(mod: tvm.IRModule) -> bool:
 
 @pytest.mark.parametrize("handed_over", [True, False])
 def test_a_handed_over_module_lets_its_dpu_weights_go(model, handed_over):
-    from tvm_dpu.passes.pipeline import prepare_and_compile
+    from tvm_dpu.backend.relax_pipeline import prepare_and_compile
 
     mod = from_onnx(model)
     before = mod.script(show_meta=False)

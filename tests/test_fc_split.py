@@ -1,5 +1,5 @@
 """Large FC / conv layers on the DPU by splitting (issue 12): input-channel slices summed by ELEW adds
-(passes/split_conv.py) and output-channel CONV chunks (codegen.tiling.OUT_GROUPS_MAX).
+(backend/split_conv.py) and output-channel CONV chunks (codegen.tiling.OUT_GROUPS_MAX).
 
 Small models on dnnvm-zu2 (B1152: bank_depth 2048, 12 channels per group, 256*12 = 3072 channels per CONV):
 zero CPU nodes, golden == emulator bit for bit, close to onnxruntime float; the float split is exact; the cases
@@ -20,7 +20,7 @@ from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.codegen.fused_conv import fusable
 from tvm_dpu.codegen.tiling import OUT_GROUPS_MAX
 from tvm_dpu.fusion.select import plan_fusion
-from tvm_dpu.passes.split_conv import SplitError, split_large_convs
+from tvm_dpu.backend.split_conv import SplitError, split_large_convs
 from tvm_dpu.xgraph.float_ref import run_graph_float
 from tvm_dpu.xgraph.graph import Graph, Op, Tensor
 from tvm_dpu.zoo.graph_builder import LINEAR_GAIN, GraphBuilder

@@ -232,7 +232,7 @@ def test_memory_guard_counts_maps_inside_partitions_and_the_real_peak(monkeypatc
     """The guard sees the feature maps inside DPU partitions (not only main's) and charges the measured peak per
     map byte: a shape whose largest map fits a quarter of memory but whose compile would not is refused before
     anything is allocated."""
-    from tvm_dpu.passes import dpu_compile
+    from tvm_dpu.backend import dpu_compile
 
     model = zoo.build_model("vgg16", reduced=True)
     # reduced VGG-16 at 64 px: the largest map is a first-block conv's 8 x 64 x 64 floats inside the partition

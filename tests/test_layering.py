@@ -66,11 +66,13 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.xgraph": frozenset({"tvm_dpu.arch"}) | QUANT_ARITH,
     # frontend may use the DPU's arithmetic (e.g. the avg-pool factor) to recognise quantizers' models of it
     "tvm_dpu.frontend": frozenset({"tvm_dpu.arch"}) | QUANT_ARITH,
-    # Relax-facing: the pattern table, partitioning, Relax -> XGraph; the DPU codegen entry and pipeline may
-    # reach every stage below the builder
-    # reach every compiler stage; not the runtime (the codegen embeds programs whose format is a leaf)
-    "tvm_dpu.passes": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
-                                 "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing"}),
+    # Relax-facing: the pattern table, partitioning and its report, Relax -> XGraph, tensors -> ONNX names
+    "tvm_dpu.passes": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph"})
+    | QUANT_ARITH,
+    # the backend: the "dpu" Relax pipeline, relax.ext.dpu (codegen entry, native modules), multicore
+    # segments: it reaches every compiler stage; not the runtime (the codegen embeds programs whose format is a leaf)
+    "tvm_dpu.backend": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
+                                  "tvm_dpu.passes", "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing"}),
     # codegen never imports runtime (the emulator is not the compiler) nor fusion's search; the plan it follows
     # is a leaf type, the templates are data
     "tvm_dpu.codegen": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.fusion.templates"}) | QUANT_ARITH,
@@ -86,11 +88,11 @@ LAYERS: dict[str, frozenset[str] | None] = {
     | QUANT_ARITH,
     # multi-board pipelines and custom-IP plugins sit above runtime (below the builder and the CLI)
     "tvm_dpu.pipeline": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
-                                   "tvm_dpu.passes", "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing",
-                                   "tvm_dpu.runtime"}),
+                                   "tvm_dpu.passes", "tvm_dpu.backend", "tvm_dpu.fusion", "tvm_dpu.codegen",
+                                   "tvm_dpu.timing", "tvm_dpu.runtime"}),
     "tvm_dpu.plugins": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
-                                  "tvm_dpu.passes", "tvm_dpu.fusion", "tvm_dpu.codegen", "tvm_dpu.timing",
-                                  "tvm_dpu.runtime"}),
+                                  "tvm_dpu.passes", "tvm_dpu.backend", "tvm_dpu.fusion", "tvm_dpu.codegen",
+                                  "tvm_dpu.timing", "tvm_dpu.runtime"}),
     # AMD's .xmodel files: read (schema tables over protowire), run on the runtime's emulator / device with
     # plugins' CPU runners, inspected with the disassembler and the timing model; written from a CompiledModel
     # (xmodel.commands is the CLI's code for .xmodel files: it renders with report_html)
@@ -106,7 +108,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     # Only an artifact that names plugins reaches for their registry, to refuse a missing one at load.
     ("tvm_dpu.runtime.artifact", "tvm_dpu.plugins.registry"): "load checks the artifact's plugins are installed",
     # relax.get_pipeline("dpu", plugins=[...]) resolves plugins by name; only when plugins are asked for.
-    ("tvm_dpu.passes.pipeline", "tvm_dpu.plugins.glue"): "the dpu pipeline's plugins= option",
+    ("tvm_dpu.backend.relax_pipeline", "tvm_dpu.plugins.glue"): "the dpu pipeline's plugins= option",
 }
 
 

@@ -334,8 +334,8 @@ def _one_big_conv():
 
 def test_a_heavy_conv_split_over_cores_is_bit_identical():
     from tvm_dpu.arch import load_arch
-    from tvm_dpu.passes.dpu_compile import compile_subgraph
-    from tvm_dpu.passes.multicore import compile_multicore, split_convs
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
+    from tvm_dpu.backend.multicore import compile_multicore, split_convs
     from tvm_dpu.runtime.subgraph_runner import run_int8, run_segments
 
     arch = load_arch(ARCH)

@@ -359,7 +359,7 @@ def _zoo_float_xgraphs(name: str) -> list[Graph]:
     from tvm_dpu import zoo
     from tvm_dpu.frontend import from_onnx
     from tvm_dpu.passes import from_relax, partition
-    from tvm_dpu.passes.dpu_compile import dpu_functions
+    from tvm_dpu.backend.dpu_compile import dpu_functions
 
     pmod, _ = partition(from_onnx(zoo.build_model(name, reduced=True)), load_arch("DPUCZDX8G_ISA1_B4096"))
     return [from_relax.build_float_xgraph(fn, sym).graph for sym, fn in dpu_functions(pmod).items()]

@@ -79,7 +79,7 @@ def __getattr__(name: str):
 
 
 def _register_plugin() -> None:
-    from tvm_dpu.passes.pipeline import register
+    from tvm_dpu.backend.relax_pipeline import register
     from tvm_dpu.plugins.runtime import register_dispatcher as register_plugin_dispatcher
     from tvm_dpu.runtime.dispatch import register_dispatcher
 

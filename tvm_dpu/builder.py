@@ -1,6 +1,6 @@
 """`tvm_dpu.build`: the one-call compiler. It imports the model (ONNX file or ModelProto, QDQ stripped to its
 float model and fix_points; or a Relax IRModule), then compiles it with TVM exactly as a TVM user would:
-`tvm.compile(mod, target="dpu", relax_pipeline=<the "dpu" pipeline>)` (passes/pipeline.py: partition, per DPU
+`tvm.compile(mod, target="dpu", relax_pipeline=<the "dpu" pipeline>)` (backend/relax_pipeline.py: partition, per DPU
 partition calibration, quantization and code generation, `relax.ext.dpu` embedding each program in TVM's
 module, LLVM for the rest). The returned `CompiledModel` runs that executable; nothing is compiled twice and no
 other path produces DPU code.
@@ -15,7 +15,7 @@ from typing import Any
 import tvm
 
 from tvm_dpu.errors import DPUError
-from tvm_dpu.passes.pipeline import DEFAULT_ARCH, dpu_pipeline, register
+from tvm_dpu.backend.relax_pipeline import DEFAULT_ARCH, dpu_pipeline, register
 from tvm_dpu.program_blob import digest_of
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner

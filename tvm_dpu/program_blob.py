@@ -2,7 +2,7 @@
 them back: a `container` (JSON header + checksummed sections) holding the machine code, the parameter region and
 everything the host needs to run it (DDR region sizes, input/output bindings with fix_points, arch fingerprint).
 
-This is the single definition of that format: `relax.ext.dpu` writes it (passes/ext_module.py), the runtime
+This is the single definition of that format: `relax.ext.dpu` writes it (backend/ext_module.py), the runtime
 dispatcher reads it at the address the module's trampoline hands over (runtime/dispatch.py), and the artifact
 tools find it inside an exported library (`find_blobs`). Reading parses JSON and raw bytes only.
 """
@@ -32,7 +32,7 @@ _FIXED = struct.Struct("<8sIQQ32s")  # the container's fixed header (container.p
 @dataclass
 class Segment:
     """One piece of a DPU subgraph compiled as a program of its own, placed on a core by the multi-core schedule
-    (passes/multicore.py): it starts when the segments in `after` have ended (their outputs are its inputs)."""
+    (backend/multicore.py): it starts when the segments in `after` have ended (their outputs are its inputs)."""
 
     sg: CompiledSubgraph
     core: int

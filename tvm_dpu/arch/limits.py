@@ -304,7 +304,7 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
     reduction = _reduction_reasons(arch, rules, ic, kh, kw, max(dh, dw), target)
     split = not groups and _splits(op, rules_by_kind)
     if any(reduction.values()) and split and input_channel_chunks(arch, op):
-        reduction = {}  # partial convs over input-channel slices, summed by ELEW adds (passes/split_conv.py)
+        reduction = {}  # partial convs over input-channel slices, summed by ELEW adds (backend/split_conv.py)
         elew = _allowed_activations(arch, "elew")
         if op.activation is not None and op.activation not in elew:
             reasons.append(f"activation {op.activation} of a conv split over input channels (too many for one "

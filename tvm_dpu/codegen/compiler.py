@@ -376,7 +376,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
     the LOADs fetch only the group's input channels and the SAVEs land in place in the output map: no copies, no
     split or concat op. A CONV reduces all input channels of its channel groups (isa1-semantics.md 6.2), so one
     instruction cannot mix groups; hence the decomposition rather than block-diagonal weights, which would also
-    multiply the weight rows and MACs by G. A partial conv (attr in_slice, passes/split_conv.py) is emitted the
+    multiply the weight rows and MACs by G. A partial conv (attr in_slice, backend/split_conv.py) is emitted the
     same way on the channel-slice view of its input."""
     t = op.type
     out = op.outputs[0]

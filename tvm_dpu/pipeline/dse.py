@@ -90,7 +90,7 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
     """Every configuration that fits the budget, ranked (see module docstring). `model`: a CompiledModel with
     one DPU subgraph (its quantized graph is recompiled per architecture)."""
     from tvm_dpu.arch import load_arch
-    from tvm_dpu.passes.dpu_compile import compile_subgraph
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
     from tvm_dpu.pipeline.plan import single_subgraph
     from tvm_dpu.timing.simulate import simulate
 

@@ -236,8 +236,8 @@ def _dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -
     """A DPU partition function carrying its compiled program (RunCodegen only reads its signature)."""
     from tvm import relax
 
-    from tvm_dpu.passes.dpu_compile import program_function, program_tensor
-    from tvm_dpu.passes.ext_module import PROGRAM_ATTR
+    from tvm_dpu.backend.dpu_compile import program_function, program_tensor
+    from tvm_dpu.backend.ext_module import PROGRAM_ATTR
 
     fparams = [relax.Var(f"x{i}", _tensor_ty(s)) for i, s in enumerate(in_shapes)]
     return program_function(fparams, out_shapes, {"Codegen": "dpu", "global_symbol": symbol,
@@ -292,7 +292,7 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tupl
     import tvm
     from tvm import relax
 
-    from tvm_dpu.passes.dpu_compile import compile_subgraph
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
     from tvm_dpu.program_blob import digest_of, pack_program
     from tvm_dpu.runtime.compiled_model import CompiledModel
     from tvm_dpu.runtime.subgraph_runner import SubgraphRunner

@@ -149,7 +149,7 @@ def subgraph_of(fn: relax.Function, symbol: str) -> PluginSubgraph:
 
 def external_compiler(plugin: Plugin):
     """How the DPU compile pass calibrates and compiles this plugin's partitions."""
-    from tvm_dpu.passes.dpu_compile import ExternalCompiler
+    from tvm_dpu.backend.dpu_compile import ExternalCompiler
 
     def float_reference(fn: relax.Function, symbol: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
         sub = subgraph_of(fn, symbol)
@@ -169,7 +169,7 @@ def external_compiler(plugin: Plugin):
 
 def register_codegen(plugin: Plugin) -> None:
     """`relax.ext.<plugin name>`: embed each compiled plugin subgraph in TVM's module (like the DPU's)."""
-    from tvm_dpu.passes.ext_module import embedding_codegen
+    from tvm_dpu.backend.ext_module import embedding_codegen
 
     tvm_ffi.register_global_func(f"relax.ext.{plugin.name}", embedding_codegen(PLUGIN_DISPATCH_FUNC), override=True)
 

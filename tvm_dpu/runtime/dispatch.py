@@ -1,6 +1,6 @@
 """The host side of every DPU partition: the function the BYOC trampolines call, and the choice of device.
 
-Each DPU partition in a TVM module is a small native function (passes/ext_module.py) that calls the global
+Each DPU partition in a TVM module is a small native function (backend/ext_module.py) that calls the global
 function `tvm_dpu.runtime.dispatch(symbol, blob_address, blob_size, *inputs, *outputs)`, registered when
 `tvm_dpu` is imported. The program it runs is the one embedded in the calling module (its bytes at
 `blob_address`): nothing is looked up by symbol in a process-wide table, so two models with the same partition

@@ -1,7 +1,7 @@
 """Branch concurrency on the cores of one DPU device: list scheduling of a DPU subgraph's segments on N cores,
 with the DDR bandwidth the cores share charged to whatever runs at the same time.
 
-A segment is a piece of one DPU subgraph compiled as a program of its own (passes/multicore.py cuts and compiles
+A segment is a piece of one DPU subgraph compiled as a program of its own (backend/multicore.py cuts and compiles
 them); segments depend on each other through the int8 feature maps one produces and another reads.
 
 Contention rule (one rule, used by the scheduler and reported): the board's DDR bandwidth (`ddr_bytes_per_s` of

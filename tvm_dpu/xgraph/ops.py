@@ -7,7 +7,7 @@ conv2d              strides=[1,1], pads=[0,0,0,0], dilations=[1,1], groups=1, ac
                     in_slice=None.
                     params: weights (O, I/groups, kh, kw) int8, bias (O,) int8 optional.
                     in_slice [c0, c] (groups 1): a PARTIAL conv reading only input channels [c0, c0 + c); its
-                    weights are (O, c, kh, kw). passes/split_conv.py makes them (a reduction too long for one
+                    weights are (O, c, kh, kw). backend/split_conv.py makes them (a reduction too long for one
                     CONV becomes partial convs summed by eltwise adds); every consumer of the op sees only the
                     slice (`conv_input_slice`).
 depthwise_conv2d    as conv2d; weights (C, 1, kh, kw); runs on the ALU (act none/relu/relu6).

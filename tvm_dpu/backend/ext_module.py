@@ -1,7 +1,7 @@
 """`relax.ext.dpu`: the BYOC codegen that turns each DPU partition into a TVM runtime module carrying its code.
 
 `RunCodegen` hands every function with Codegen="dpu" to `relax.ext.dpu`. By then the DPU compile pass
-(passes/dpu_compile.py) has attached the partition's compiled program (program_blob bytes) as the function
+(backend/dpu_compile.py) has attached the partition's compiled program (program_blob bytes) as the function
 attribute `tvm_dpu.program`. For each partition this codegen writes a small C object: the blob embedded with
 `.incbin` under a local label, and the packed function `__tvm_ffi_<symbol>` the Relax VM calls. That function
 calls the host dispatcher `tvm_dpu.runtime.dispatch` (registered when `tvm_dpu` is imported) with the symbol, the
@@ -155,7 +155,7 @@ def register_codegen() -> None:
     tvm_ffi.register_global_func("relax.ext.dpu", dpu_codegen, override=True)
 
 
-#: TVM's own "default" pipeline factory, saved before passes.pipeline.register() wraps it.
+#: TVM's own "default" pipeline factory, saved before backend.relax_pipeline.register() wraps it.
 TVM_DEFAULT_PIPELINE: dict = {"factory": None}
 
 

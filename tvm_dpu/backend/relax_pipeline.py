@@ -22,7 +22,7 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from tvm_dpu.passes.ext_module import TVM_DEFAULT_PIPELINE, cpu_lowering
+from tvm_dpu.backend.ext_module import TVM_DEFAULT_PIPELINE, cpu_lowering
 
 #: Arch used when the pipeline is not told one (tvm.compile(mod, target="dpu")).
 DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
@@ -60,7 +60,7 @@ def prepare_and_compile(mod: tvm.IRModule, *, arch: Any = DEFAULT_ARCH, calibrat
     into the partitioned module, each DPU partition's float body replaced as soon as the partition is quantized,
     so the float weights of the DPU part (VGG-16: 0.5 GB) are freed before code generation instead of living
     until the compile returns. Otherwise `mod` is left as it was."""
-    from tvm_dpu.passes.dpu_compile import compile_dpu_partitions, is_partitioned
+    from tvm_dpu.backend.dpu_compile import compile_dpu_partitions, is_partitioned
     from tvm_dpu.passes.partition import binding_node_names, partition_detailed
     from tvm_dpu.passes.report import build_report
 
@@ -144,8 +144,8 @@ def register() -> None:
     and the target-aware "default" pipeline (idempotent)."""
     if _STATE["registered"]:
         return
-    from tvm_dpu.passes.dpu_compile import register_calibration
-    from tvm_dpu.passes.ext_module import register_codegen
+    from tvm_dpu.backend.dpu_compile import register_calibration
+    from tvm_dpu.backend.ext_module import register_codegen
 
     register_codegen()
     register_calibration()

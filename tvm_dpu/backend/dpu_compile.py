@@ -22,7 +22,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
-from tvm_dpu.passes.ext_module import PROGRAM_ATTR, cpu_lowering
+from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.container import section_span
 from tvm_dpu.progress import progress_bar
 from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
@@ -41,7 +41,7 @@ class DPUPartition:
     sg: Any  # codegen CompiledSubgraph
     plan: Any  # fusion plan
     blob: memoryview  # program_blob bytes, what the module embeds (a read-only view of its PROGRAM_ATTR tensor)
-    multicore: Any = None  # passes.multicore.MulticoreInfo when compiled for several cores
+    multicore: Any = None  # backend.multicore.MulticoreInfo when compiled for several cores
     segments: Any = None  # program_blob.Multicore: the segments and schedule the blob carries (None: one program)
 
     @property
@@ -402,7 +402,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     map ONNX tensor names onto XGraph tensors). `external`: partitions of other codegens (plugins) calibrated in
     the same run and compiled by their own compilers. `cores` > 1 (at most the arch's core count) also cuts each
     partition into segments scheduled on that many cores when the timing model predicts a gain
-    (passes/multicore.py; `segments`="always" keeps them even when predicted slower).
+    (backend/multicore.py; `segments`="always" keeps them even when predicted slower).
 
     `handed_over`: modules the caller gives up that hold the partitions' float weights (`pmod` itself, the module
     it was partitioned from). They are rewritten in place into `pmod`'s functions and each partition's float body
@@ -412,7 +412,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     from tvm_dpu.quant.calib_data import calibration_batches
     from tvm_dpu.passes.from_relax import build_float_xgraph
     from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
-    from tvm_dpu.passes.split_conv import split_large_convs
+    from tvm_dpu.backend.split_conv import split_large_convs
     from tvm_dpu.quant.calibration import StatsCollector
     from tvm_dpu.quant.quantize import quantize_graph
 
@@ -424,7 +424,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
 
         raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
                         "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
-    from tvm_dpu.passes.multicore import SEGMENT_POLICIES, check_cores, compile_multicore
+    from tvm_dpu.backend.multicore import SEGMENT_POLICIES, check_cores, compile_multicore
 
     check_cores(cores, arch_obj)
     if segments not in SEGMENT_POLICIES:

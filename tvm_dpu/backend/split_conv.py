@@ -16,7 +16,7 @@ fix_point of y; the final add applies the activation (relu or none: the ELEW eng
 add tree takes up to 4 operands per ELEW add (its num field). y keeps its tensor name, so the subgraph's outputs,
 the consumers and the QDQ name mapping do not change.
 
-The pass runs on the float XGraph of each DPU partition, before calibration (passes/dpu_compile.py).
+The pass runs on the float XGraph of each DPU partition, before calibration (backend/dpu_compile.py).
 """
 from __future__ import annotations
 
