@@ -187,3 +187,28 @@ def test_benchmark_of_an_xmodel(capsys):
     assert main(["benchmark", str(XMODEL), "--runs", "2", "--warmup", "0"]) == 0
     text = capsys.readouterr().out
     assert "1 thread(s) x 2 run(s)" in text and "dpu subgraph_" in text
+
+
+def test_wait_with_a_timeout_keeps_the_job_and_uint8_pixels_are_values(built):
+    import time as _time
+
+    r = create_runner(built)
+    release = threading.Event()
+    real_run = built.run
+
+    def slow_run(*a, **k):
+        release.wait(10)
+        return real_run(*a, **k)
+
+    r.model = type("Slow", (), {"run": staticmethod(slow_run)})()
+    job = r.execute_async([_samples(1)])
+    t0 = _time.perf_counter()
+    with pytest.raises(TimeoutError):
+        r.wait(job, timeout=0.05)
+    assert _time.perf_counter() - t0 < 5
+    release.set()
+    assert r.wait(job) == 0  # still pending after the timeout, done now
+    r.model = built
+    pixels = np.random.default_rng(5).integers(0, 255, (1, 3, 8, 8), dtype=np.uint8)
+    np.testing.assert_array_equal(r.run([pixels])[0], built.run(pixels.astype(np.float32))[0])
+    r.close()

@@ -825,7 +825,8 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     feeds = _feeds_for(model, args.input, "--input") if args.input else None
     result = benchmark(model, threads=args.threads, runs=args.runs, warmup=args.warmup, inputs=feeds,
                        device=args.device)
-    print(f"{args.model}: {model.arch.name}")
+    arch = getattr(model, "arch", None)
+    print(f"{args.model}: {getattr(arch, 'name', 'no DPU subgraph')}")
     print(result.table())
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")

@@ -7,7 +7,7 @@
 
 Buffers: one per input / output tensor, in the order `get_*_tensors()` gives (or a dict by name). An int8
 buffer holds q with x = q * 2**-fix_point (the tensor's `fix_point`; a tensor without one has no int8 view);
-any float buffer holds x. Batch, as VART does: a tensor's shape carries the batch the model was compiled for
+a float buffer (or an input of another integer type, e.g. uint8 pixels) holds x itself. Batch, as VART does: a tensor's shape carries the batch the model was compiled for
 (B); a buffer may hold any number n of samples in its leading axis: n < B runs one padded batch, n > B runs
 ceil(n / B) batches, and the outputs hold the same n samples. So a batch-4 model takes batch-1 samples.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -102,11 +103,22 @@ class Runner:
         raised here; a job is waited for once."""
         job_id = job.id if isinstance(job, Job) else int(job)
         with self._lock:
-            found = self._jobs.pop(job_id, None)
+            found = self._jobs.get(job_id)
         if found is None:
             raise DPUError(f"job {job_id} is not pending on this runner (already waited for, or never submitted)")
-        found.future.result(timeout)
+        try:
+            found.future.result(timeout)  # a timeout leaves the job pending: it can be waited for again
+        except futures.TimeoutError:  # the builtin TimeoutError from 3.11 on, its own class on 3.10
+            raise
+        except BaseException:
+            self._forget(job_id)
+            raise
+        self._forget(job_id)
         return 0
+
+    def _forget(self, job_id: int) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
 
     def run(self, inputs: Any, outputs: Any = None) -> list[np.ndarray]:
         """execute_async + wait: the filled output buffers."""
@@ -193,8 +205,9 @@ def _check_int8(t: TensorInfo, dtype: np.dtype, kind: str) -> None:
     if dtype == np.int8 and t.fix_point is None and t.dtype != "int8":
         raise InputError(f"{kind} {t.name!r} has no fix_point (no DPU subgraph reads or writes it directly: a CPU "
                          "op is in between), so it has no int8 view: use a float32 buffer")
-    if dtype.kind not in "fi":
-        raise InputError(f"{kind} {t.name!r}: buffer dtype {dtype} (expected int8 or float32)")
+    if dtype.kind not in "fiu":
+        raise InputError(f"{kind} {t.name!r}: buffer dtype {dtype} (expected int8 (quantized) or float32; other "
+                         "integer types hold plain values)")
 
 
 def _to_float(t: TensorInfo, a: np.ndarray) -> np.ndarray:
