@@ -27,12 +27,27 @@ def when_imported(name: str, callback: Callable[[ModuleType], None]) -> None:
     callback(module)
 
 
+def _fire_loaded() -> None:
+    """Callbacks of watched modules that finished importing without our loader (being imported already when
+    `when_imported` was called): run at the next import anywhere."""
+    ready = []
+    with _lock:
+        for name in list(_callbacks):
+            module = sys.modules.get(name)
+            if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+                ready += [(cb, module) for cb in _callbacks.pop(name)]
+    for cb, module in ready:
+        cb(module)
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for a watched name it asks the other finders and wraps the loader they give."""
 
     _busy = threading.local()
 
     def find_spec(self, fullname, path, target=None):
+        if _callbacks:
+            _fire_loaded()
         if fullname not in _callbacks or getattr(self._busy, "on", False):
             return None
         self._busy.on = True
