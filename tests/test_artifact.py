@@ -64,7 +64,7 @@ print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}}")
     assert out.returncode == 0, out.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), compiled.run(x)[0])
     header, sizes = read_header(path)
-    assert header["outputs"] == [{"name": "output_0", "shape": [1, 10], "dtype": "float32"}]
+    assert header["outputs"] == [{"name": "output", "shape": [1, 10], "dtype": "float32"}]  # the ONNX name
     assert [s["id"] for s in header["subgraphs"]] == sorted(compiled.subgraph_ids.values())
     assert all(s["code_bytes"] > 0 and s["param_bytes"] > 0 for s in header["subgraphs"])
 

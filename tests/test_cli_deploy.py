@@ -45,8 +45,11 @@ def test_compile_writes_artifact_meta_and_report(compiled):
     assert report["timing"]["latency_ms"] > 0 and report["timing"]["cpu_time_included"] is False
     assert meta["artifact"] == "net.tvmdpu" and meta["arch"]["name"] == "zcu102"
     assert meta["arch"]["fingerprint"] == report["fingerprint"]
-    assert meta["inputs"] == [{"name": "input", "shape": [1, 3, 64, 64], "dtype": "float32"}]
-    assert meta["outputs"] == [{"name": "output_0", "shape": [1, 10], "dtype": "float32"}]
+    # The model's own names; an input the first DPU subgraph reads directly carries its fix_point (int8 I/O).
+    read = {b["name"]: b["fix_point"] for s in meta["subgraphs"] for b in s["inputs"]}
+    assert meta["inputs"] == [{"name": "input", "shape": [1, 3, 64, 64], "dtype": "float32",
+                               "fix_point": read["input"]}]
+    assert meta["outputs"] == [{"name": "output", "shape": [1, 10], "dtype": "float32"}]  # Softmax on the CPU
     assert [s["id"] for s in meta["subgraphs"]] == [s["id"] for s in report["subgraphs"]]
     for m, r in zip(meta["subgraphs"], report["subgraphs"]):
         assert m["inputs"] == r["inputs"] and m["outputs"] == r["outputs"]  # names, shapes, fix_points
@@ -90,7 +93,7 @@ def test_inspect_text_json_and_disasm(compiled, capsys):
     art = str(compiled / "net.tvmdpu")
     assert main(["inspect", art]) == 0
     text = capsys.readouterr().out
-    assert "arch: zcu102" in text and "fix_point" in text and "model output: output_0 (1, 10)" in text
+    assert "arch: zcu102" in text and "fix_point" in text and "model output: output (1, 10)" in text
     assert main(["inspect", art, "--json", "--disasm"]) == 0
     data = json.loads(capsys.readouterr().out)
     meta = json.loads((compiled / "meta.json").read_text())
@@ -175,11 +178,11 @@ def test_run_output_matches_python_api(compiled, tmp_path, capsys):
     out = tmp_path / "y.npz"
     inp = ROOT / "examples" / "mixed_cnn_input.npz"
     assert main(["run", str(compiled / "net.tvmdpu"), "--input", str(inp), "-o", str(out), "--verify"]) == 0
-    assert "verify: 2 subgraphs, 0 mismatching elements" in capsys.readouterr().out
+    assert "verify: 2 subgraphs, 1 run(s), 2 subgraph calls, 0 mismatching elements" in capsys.readouterr().out
     from tvm_dpu.runtime.artifact import load
 
     x = np.load(inp)["input"]
-    np.testing.assert_array_equal(np.load(out)["output_0"], load(compiled / "net.tvmdpu").run(x)[0])
+    np.testing.assert_array_equal(np.load(out)["output"], load(compiled / "net.tvmdpu").run(x)[0])
 
 
 def test_no_verify_data_artifact_is_smaller_and_refuses_verify(compiled, tmp_path, capsys):

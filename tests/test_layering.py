@@ -23,7 +23,7 @@ PKG = "tvm_dpu"
 #: Leaf modules: plain data types, errors and file formats, importable by every layer (they import only leaves).
 LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.container", "tvm_dpu.schema", "tvm_dpu.program_blob",
                     "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing", "tvm_dpu.trust",
-                    "tvm_dpu.protowire",
+                    "tvm_dpu.protowire", "tvm_dpu.import_hooks", "tvm_dpu.progress",
                     # the op registry: data naming each stage's hook by module path; it imports only the errors,
                     # and a stage resolves only its own hooks (tests/test_ops_registry.py checks where they live)
                     "tvm_dpu.ops"})
@@ -36,6 +36,9 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu": None,  # only tvm_dpu/__init__.py itself (see layer_of): the public API, imported lazily
     "tvm_dpu.builder": None,
     "tvm_dpu.cli": None,
+    # the VART-style runner and the benchmark run .tvmdpu artifacts and .xmodels alike (entry points)
+    "tvm_dpu.runner": None,
+    "tvm_dpu.benchmark": None,
     "tvm_dpu.report_html": None,
     "tvm_dpu.zoo": None,
     # leaves: nothing of the project but the errors
@@ -48,6 +51,8 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.feeds": frozenset(),
     "tvm_dpu.signing": frozenset(),
     "tvm_dpu.trust": frozenset(),  # the trust policy: signing plus the user's config
+    "tvm_dpu.import_hooks": frozenset(),
+    "tvm_dpu.progress": frozenset(),  # progress bars: only on a terminal  # post-import hooks: tvm-dpu registers with TVM once TVM is imported
     "tvm_dpu.protowire": frozenset(),  # protobuf wire framing: ONNX (frontend) and XIR (xmodel) files
     "tvm_dpu.ops": frozenset(),
     # arch imports nothing of the project

@@ -190,7 +190,7 @@ def test_cli_run_writes_outputs_and_verify_says_there_is_no_golden(tmp_path, cap
     x = _image(3)
     np.savez(tmp_path / "x.npz", input_1=x)
     assert main(["run", str(V25), "--input", str(tmp_path / "x.npz"), "-o", str(tmp_path / "y.npz")]) == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "y.npz")["output_0"], load_xmodel(V25).run(x)[0])
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npz")[load_xmodel(V25).outputs[0].name], load_xmodel(V25).run(x)[0])
     assert main(["run", str(V25), "--verify"]) == 2
     assert "no golden reference for code it did not compile" in capsys.readouterr().err
 

@@ -32,8 +32,13 @@ from tvm_dpu import zoo
 model = zoo.build_model("mixed_cnn")
 compiled = tvm_dpu.build(model, arch="zcu102", progress=False,
                          calibration=[zoo.random_input(model, seed=s) for s in range(2 if SMALL else 8)])
-workdir = Path(tempfile.mkdtemp(prefix="tvmdpu_tutorial_"))
-cross = "aarch64" if shutil.which("aarch64-linux-gnu-gcc") and compiled.relax_module is not None else None
+tmp = tempfile.TemporaryDirectory(prefix="tvmdpu_tutorial_")  # removed when the script ends
+workdir = Path(tmp.name)
+cross = "aarch64" if shutil.which("aarch64-linux-gnu-gcc") else None
+if cross is None:
+    print("note: aarch64-linux-gnu-gcc is not on PATH, so the artifact holds this machine's CPU library only and "
+          "will not run on the board; install the cross compiler (Debian/Ubuntu: apt-get install "
+          "gcc-aarch64-linux-gnu) and run again to include the board's")
 path = compiled.export(workdir / "mixed_cnn.tvmdpu", cross=cross)
 print(f"wrote {path}: {path.stat().st_size} bytes, CPU library for the board included: {cross is not None}")
 
@@ -79,4 +84,3 @@ device = PynqDevice(bitfile="dpu.bit", pynq=board, timeout_s=5.0)
 on_board = load(path, device=device)
 assert np.array_equal(on_board.run(x)[0], y)
 print(f"simulated board: {board.dpu.runs} DPU runs, {len(board.dpu.writes)} register writes")
-shutil.rmtree(workdir)

@@ -56,8 +56,8 @@ pipe.close()
 # ------------------------------
 # ``save`` writes ``stage<i>.tvmdpu`` and ``pipeline.json`` (the stages, what each sends, the sha256 of each
 # artifact); ``tvm-dpu run OUTDIR/pipeline.json`` runs it from the command line.
-outdir = tempfile.mkdtemp(prefix="pipeline_")
-path = pipe.save(outdir)
+workdir = tempfile.TemporaryDirectory(prefix="pipeline_")  # removed when the script ends
+path = pipe.save(workdir.name)
 print(f"wrote {path} and {len(pipe.stages)} stage artifacts")
 
 ######################################################################

@@ -54,7 +54,8 @@ print("in-process output:", y.round(4))
 # ``export_library`` writes one shared object holding the CPU code and every DPU program. On the deploying side
 # ``import tvm_dpu`` provides the DPU runtime; ``tvm_dpu.set_device`` chooses the emulator (here) or a Pynq
 # board (``tvm_dpu.set_device("pynq", bitfile="dpu.bit")``).
-tmp = tempfile.mkdtemp()
+workdir = tempfile.TemporaryDirectory(prefix="tvmdpu_tutorial_")  # removed when the script ends
+tmp = workdir.name
 so = os.path.join(tmp, "mixed_cnn.so")
 ex.export_library(so)
 np.save(os.path.join(tmp, "x.npy"), x)

@@ -1,6 +1,7 @@
 """tvm-dpu: compile CNNs for the Xilinx DPUCZDX8G (ISA1) accelerator through TVM Relax BYOC.
 
-Importing the package registers the TVM plugin: the "dpu" target tag, the "dpu" Relax pipeline, the
+Importing the package registers the TVM plugin (at once if TVM is imported, else right after `import tvm`, so
+that the CLI's start does not pay for TVM): the "dpu" target tag, the "dpu" Relax pipeline, the
 `relax.ext.dpu` codegen and the runtime function the DPU partitions of a TVM module call. So
 
     tvm.compile(mod, target="dpu")                                             # default arch and options
@@ -24,6 +25,7 @@ Public API (the rest is imported lazily):
     devices(arch, kind="emulator"|"pynq") -> one device per DPU core        pin models to cores
     PipelineModel.from_model(compiled, boards=N) / .load(pipeline.json)    a model split over N boards
     core_group(arch, cores) -> CoreGroup                                    several cores for one model
+    create_runner(model or path) -> Runner                                  VART-style: execute_async / wait
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ _EXPORTS = {
     "PipelineModel": ("tvm_dpu.pipeline.model", "PipelineModel"),
     "describe": ("tvm_dpu.runtime.describe", "describe"),
     "core_group": ("tvm_dpu.runtime.cores", "core_group"),
+    "create_runner": ("tvm_dpu.runner", "create_runner"),
 }
 
 __all__ = sorted([*_EXPORTS, "load"]) + ["__version__"]
@@ -88,4 +91,8 @@ def _register_plugin() -> None:
     register()
 
 
-_register_plugin()
+# With TVM: the plugin is registered right after `import tvm` (or now, if TVM is already imported), so that
+# importing tvm_dpu alone (the CLI) does not pay for TVM.
+from tvm_dpu.import_hooks import when_imported as _when_imported  # noqa: E402
+
+_when_imported("tvm", lambda _tvm: _register_plugin())

@@ -8,6 +8,7 @@ other path produces DPU code.
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,13 @@ def _prepare(mod: Any, shapes: dict | None, normalized: bool = True) -> tvm.IRMo
     return from_onnx(mod, shapes, normalize=normalized)
 
 
-def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, dict[str, int] | None, bool]:
+def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None,
+                     requantize: bool = False) -> tuple[Any, dict[str, int] | None, bool]:
     """A QDQ ONNX model (path or ModelProto with QuantizeLinear / DequantizeLinear nodes) becomes its float model
-    and its fix_points (the caller's `fix_points` win on conflicts). Returns (model, fix_points, is_qdq)."""
+    and its fix_points (the caller's `fix_points` win on conflicts). Returns (model, fix_points, is_qdq).
+
+    Scales that are not powers of two (onnxruntime-style) are rounded up to powers of two, with a warning giving
+    the error this adds; with `requantize` the quantization is dropped instead and the float model calibrated."""
     import onnx
 
     from tvm_dpu.quant.qdq import strip_qdq
@@ -46,24 +51,48 @@ def _strip_qdq_input(mod: Any, fix_points: dict[str, int] | None) -> tuple[Any, 
     if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
         return NamedModel(proto, where), fix_points, False  # the import reuses the parsed file
     # Quark writes XINT8 models whose nodes are not in topological order; stripping walks them in order. It reads
-    # the weights from the proto.
-    float_model, qdq_fps = strip_qdq(topologically_sorted(with_weights(proto), where))
-    return NamedModel(float_model, where), {**qdq_fps, **(fix_points or {})}, True
+    # the weights from the proto. What is imported is no longer the file: named so, the import checks it (not
+    # the file on disk, whose order the checker rejects).
+    sorted_proto = topologically_sorted(with_weights(proto), where)
+    stripped = f"{where} (Q/DQ stripped)"
+    if requantize:
+        float_model, _ = strip_qdq(sorted_proto, scales="float")
+        return NamedModel(float_model, stripped), fix_points, False
+    rounded: list = []
+    float_model, qdq_fps = strip_qdq(sorted_proto, scales="round", rounded=rounded)
+    if rounded:
+        warnings.warn(rounding_summary(rounded), stacklevel=3)
+    return NamedModel(float_model, stripped), {**qdq_fps, **(fix_points or {})}, True
+
+
+def rounding_summary(rounded: list) -> str:
+    """One warning line on the QDQ scales `strip_qdq(scales="round")` rounded to powers of two."""
+    worst = max(rounded, key=lambda r: r.step_ratio)
+    consts = [r for r in rounded if r.constant_error is not None]
+    text = (f"{len(rounded)} QDQ scale(s) are not powers of two (float-scale quantization): rounded up to powers "
+            f"of two, the DPU's step up to {worst.step_ratio:.2f}x the quantizer's (tensor {worst.tensor!r}: "
+            f"{worst.scale:.6g} -> 2^-{worst.fix_point})")
+    if consts:
+        c = max(consts, key=lambda r: r.constant_error)
+        text += (f"; {len(consts)} int8 constant(s) re-quantized, worst error {100 * c.constant_error:.2f}% of the "
+                 f"tensor's largest magnitude ({c.tensor!r})")
+    return text + "; requantize=True (tvm-dpu --requantize) calibrates the float model instead"
 
 
 def import_model(mod: Any, shapes: dict | None = None, fix_points: dict[str, int] | None = None,
-                 normalized: bool = True) -> tuple[tvm.IRModule, dict[str, int] | None, bool]:
+                 normalized: bool = True, requantize: bool = False) -> tuple[tvm.IRModule, dict[str, int] | None, bool]:
     """What every compile (and `tvm-dpu partition`) starts from: (normalized Relax module, fix_points, is_qdq).
-    A QDQ ONNX model is stripped to its float model first and brings its own fix_points. `normalized=False`
-    leaves normalization to the caller (`build` runs it once the parsed ONNX model can be freed)."""
-    mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points)
+    A QDQ ONNX model is stripped to its float model first and brings its own fix_points (none with
+    `requantize`: it is calibrated). `normalized=False` leaves normalization to the caller (`build` runs it once
+    the parsed ONNX model can be freed)."""
+    mod, fix_points, is_qdq = _strip_qdq_input(mod, fix_points, requantize)
     return _prepare(mod, shapes, normalized), fix_points, is_qdq
 
 
 def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any = None,
           shapes: dict | None = None, method: str = "mse", progress: bool = True, device: Any = None,
           fix_points: dict[str, int] | None = None, fusion: str = "optimal", plugins: Any = None,
-          cores: int = 1, segments: str = "auto") -> CompiledModel:
+          cores: int = 1, segments: str = "auto", requantize: bool = False) -> CompiledModel:
     """Compile `mod` (a Relax IRModule, an ONNX file path or ModelProto) for the DPU.
 
     `target`: "dpu" or a per-preset tag such as "dpu-kv260"; `arch` (preset name, arch.json path or Arch), when
@@ -78,7 +107,9 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
     `fix_points` ({ONNX tensor name: fix_point}, e.g. the second result of `quant.qdq.strip_qdq`) fix those
     tensors instead of calibrating them. A QDQ ONNX model (QuantizeLinear / DequantizeLinear with power-of-two
     scales) is stripped and its own fix_points used; when they cover every DPU feature map nothing is calibrated.
-    A non-power-of-two scale is a QuantizationError naming the tensor.
+    Scales that are not powers of two (onnxruntime-style QDQ) are rounded up to powers of two, with a warning
+    saying how much coarser the steps get and how much the int8 constants change; `requantize=True` strips the
+    quantization instead and calibrates the float model on `calibration`.
 
     `fusion` chooses DNNVM's kernel fusion: "none" (every op on its own; legal concat inputs saved into their
     slice), "greedy" (first template match wins) or "optimal" (Algorithm 2's execution-path search; the default).
@@ -101,11 +132,13 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
                        f"({', '.join(t for t in tags if t != 'dpu')}); the CPU part uses LLVM")
     t0 = time.perf_counter()
     from tvm_dpu.frontend import normalize
+    from tvm_dpu.frontend.provenance import output_names
 
-    mod, fix_points, is_qdq = import_model(mod, shapes, fix_points, normalized=False)
+    mod, fix_points, is_qdq = import_model(mod, shapes, fix_points, normalized=False, requantize=requantize)
     # Normalized here, not inside the import: the parsed ONNX model (VGG-16: 0.5 GB) is freed by now, so it is not
     # held beside the folded weights.
     mod = normalize(mod)
+    names = output_names(mod)
     t_import = time.perf_counter()
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,
@@ -131,6 +164,18 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
     dpu_s = sum(times.values())
     times.update({"import_normalize": t_import - t0, "partition_and_cpu_compile": (t_end - t_import) - dpu_s})
     info["times_s"] = times
-    return CompiledModel(executable=ex, arch=result.arch, runners=runners, inputs=result.inputs,
-                         partition_report=result.report, subgraph_ids=result.subgraph_ids, build_info=info,
-                         relax_module=result.module, device=device, plugin_subgraphs=plugin_subgraphs)
+    model = CompiledModel(executable=ex, arch=result.arch, runners=runners, inputs=result.inputs,
+                          partition_report=result.report, subgraph_ids=result.subgraph_ids, build_info=info,
+                          relax_module=result.module, device=device, plugin_subgraphs=plugin_subgraphs)
+    model.outputs = _named_outputs(model, names)
+    return model
+
+
+def _named_outputs(model: CompiledModel, names: list[str] | None) -> list:
+    """The model's output specs under the source model's output names (ONNX graph outputs), when it has them."""
+    from tvm_dpu.types import InputSpec
+
+    specs = model.output_specs()
+    if names is None or len(names) != len(specs) or len(set(names)) != len(names):
+        return specs
+    return [InputSpec(n, s.shape, s.dtype) for n, s in zip(names, specs)]

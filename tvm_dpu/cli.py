@@ -1,7 +1,7 @@
 """The `tvm-dpu` command line (like vai_c): one subcommand per task.
 
-Subcommands register themselves in `COMMANDS` (name -> function adding its parser); each parser sets
-``func`` to the function running it, which returns the exit code. Errors raised on purpose by tvm-dpu
+Subcommands are rows of `COMMAND_LIST` (name, help, arguments as data, the function running it, which
+returns the exit code); options several commands share are defined once. Errors raised on purpose by tvm-dpu
 (`tvm_dpu.errors.DPUError`: bad arch, bad model, bad shape, ...) and OS errors on user paths are printed as
 one line ``tvm-dpu: error: ...`` on stderr with exit code 2 (user error), without a traceback. Heavy imports
 (TVM) happen inside the subcommands so that ``--help`` stays fast.
@@ -12,6 +12,7 @@ import argparse
 import gc
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -55,23 +56,15 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]] | No
     return shapes
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to read")
-    p.add_argument(
-        "--arch",
-        required=True,
-        metavar="ARCH",
-        help="DPU target: a preset name (e.g. DPUCZDX8G_ISA1_B4096, B1152, zcu102, kv260, dnnvm-zu2) or the "
-        'path of an arch.json holding {"target": NAME} or {"fingerprint": "0x..."}',
-    )
-    p.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D1,D2,...",
-        help="static shape of model input NAME, e.g. input=1,3,224,224 (repeat for several inputs; needed for "
-        "inputs with symbolic or unknown dimensions)",
-    )
+
+def _input_file(text: str | None, flag: str = "") -> Path | None:
+    """The path of an input file a command reads (None when not given); FrontendError when there is none."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.is_file():
+        raise FrontendError(f"{flag}{path}: {'is a directory' if path.is_dir() else 'no such file'}")
+    return path
 
 
 def _load_model(args: argparse.Namespace):
@@ -87,7 +80,8 @@ def _load_model(args: argparse.Namespace):
         raise FrontendError(f"{path}: is a directory, expected an ONNX file")
     from .builder import import_model
 
-    return arch, import_model(str(path), shapes)[0]  # QDQ stripped exactly as compile strips it
+    # QDQ stripped exactly as compile strips it
+    return arch, _reporting_warnings(import_model, str(path), shapes, requantize=args.requantize)[0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -104,22 +98,6 @@ def _run_partition(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     return EXIT_OK
 
-
-def _add_partition(sub) -> None:
-    p = sub.add_parser(
-        "partition",
-        help="show which nodes of a model run on the DPU and why the others stay on the CPU",
-        description="Import MODEL.onnx, partition it for the DPU ARCH and print one row per ONNX node: device "
-        "(dpu/cpu), DPU subgraph id, and for CPU nodes the exact limit or rule that keeps them there.",
-    )
-    _add_model_args(p)
-    p.add_argument(
-        "--json",
-        metavar="FILE",
-        help='also write the report as JSON: {"arch", "nodes": [{"name","op","device","subgraph","reason"}], '
-        '"subgraphs"}',
-    )
-    p.set_defaults(func=_run_partition)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -228,18 +206,23 @@ def _cut_model(model, output_ops: list[str]):
     return cut
 
 
-def _build_reporting_warnings(source, **options):
-    """tvm_dpu.build(source, **options), its warnings (random calibration, ...) printed as one line each."""
+def _reporting_warnings(fn: Callable, *args, **kwargs):
+    """fn(*args, **kwargs), its warnings (random calibration, rounded QDQ scales, ...) printed as one line each."""
     import warnings
-
-    from .builder import build
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = build(source, **options)
+        result = fn(*args, **kwargs)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
-    return model
+    return result
+
+
+def _build_reporting_warnings(source, **options):
+    """tvm_dpu.build(source, **options), its warnings printed as one line each."""
+    from .builder import build
+
+    return _reporting_warnings(build, source, **options)
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -252,17 +235,15 @@ def _run_compile(args: argparse.Namespace) -> int:
 
     arch = load_arch(args.arch)
     shapes = parse_input_shapes(args.input_shape) or {}
-    path = Path(args.model)
-    if not path.is_file():
-        raise FrontendError(f"{path}: no such file")
+    path = _input_file(args.model)
     name = args.name or path.stem
     if not name or "/" in name or name.startswith("."):
         raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
-    calib = None
-    if args.calib:
-        calib = Path(args.calib)
-        if not calib.is_file():
-            raise FrontendError(f"--calib {calib}: no such file")
+    calib = _input_file(args.calib, "--calib ")
+    if args.cross:  # a missing cross compiler is said now, not after the whole compile
+        from .toolchains import CROSS_TARGETS, c_compiler
+
+        c_compiler(CROSS_TARGETS[args.cross][0])
     from .frontend.onnx_lazy import load_lazy, with_weights
 
     t_start = time.perf_counter()
@@ -288,7 +269,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     del proto
     model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
                                       progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),
-                                      cores=args.cores, segments=args.segments)
+                                      cores=args.cores, segments=args.segments, requantize=args.requantize)
     t_build = time.perf_counter()
     model.source_graph = source_graph
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
@@ -323,8 +304,11 @@ def _run_compile(args: argparse.Namespace) -> int:
     print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
     if timelines:
         print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
-    print(f"compile time {times['total_after_imports']:.1f} s (" +
-          ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items() if k != "total_after_imports") + ")")
+    import textwrap
+
+    print(textwrap.fill(f"compile time {times['total_after_imports']:.1f} s (" +
+                        ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items()
+                                  if k != "total_after_imports") + ")", 120, subsequent_indent="  "))
     return EXIT_OK
 
 
@@ -416,63 +400,28 @@ def _subgraph_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _add_compile(sub) -> None:
-    p = sub.add_parser(
-        "compile",
-        help="compile an ONNX model: DPU machine code for the DPU parts, LLVM for the rest, one artifact",
-        description="Import MODEL.onnx, partition it for ARCH, calibrate and quantize every DPU subgraph "
-        "(power-of-two int8), emit DPU machine code, compile the CPU remainder with TVM/LLVM and write "
-        "OUTDIR/NAME.tvmdpu (the artifact), OUTDIR/meta.json (arch, inputs/outputs, per subgraph its tensors "
-        "with shapes and fix_points) and OUTDIR/report.json (partition, instruction counts, DDR footprint).",
-    )
-    _add_model_args(p)
-    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
-    p.add_argument("-n", "--name", metavar="NAME", help="artifact name (default: the model file's stem)")
-    p.add_argument("--calib", metavar="FILE.npz",
-                   help="calibration data: arrays named like the model inputs with a leading sample axis (N, ...); "
-                   "without it the model is calibrated on random inputs (a warning says so)")
-    p.add_argument("--options", metavar="JSON",
-                   help='vai_c-style options: \'{"input_shape": "1,3,224,224", "output_ops": "fc1,fc2", "plugins": "softmax_ip"}\'. '
-                   'input_shape sets the first input\'s shape (several inputs: "1,3,224,224;1,10" in input order; '
-                   "--input-shape takes precedence); output_ops cuts the model at these ONNX node or tensor names")
-    p.add_argument("--cross", choices=["aarch64"],
-                   help="also put the CPU part cross-compiled for aarch64 Linux (the board) in the artifact; needs "
-                   "aarch64-linux-gnu-gcc (Debian: apt-get install gcc-aarch64-linux-gnu)")
-    p.add_argument("--sign", metavar="KEYFILE",
-                   help="sign the artifact with this Ed25519 private key ('tvm-dpu keygen' makes one): the signature "
-                   "covers every byte, CPU library included")
-    p.add_argument("--png", action="store_true",
-                   help="also draw each DPU subgraph's engine timeline as a PNG Gantt chart (matplotlib; the Chrome "
-                   "traces, always written, hold the same data)")
-    p.add_argument("--format", choices=["tvmdpu", "xmodel"], default="tvmdpu",
-                   help="xmodel: also write <name>.xmodel, AMD's XIR graph for VART / PYNQ-DPU (docs/deploy.md)")
-    p.add_argument("--no-verify-data", action="store_true",
-                   help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
-                   "weights: the artifact shrinks by about half)")
-    p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal",
-                   help="DNNVM kernel fusion: none (every op alone; concat inputs saved into their slice, as the unfused compiler does), greedy (first template match "
-                   "wins) or optimal (execution-path search over all template matches; default)")
-    p.add_argument("--cores", type=positive_int, default=1, metavar="N",
-                   help="schedule independent DPU work of each subgraph (Inception branches, shortcut convs) on N "
-                   "cores of the device (at most the arch's core count, e.g. 3 on zcu102); report.json gives the "
-                   "predicted latency on 1 and N cores and OUTDIR/NAME.sgK.cores.trace.json the per-core timeline")
-    p.add_argument("--segments", choices=["auto", "always"], default="auto",
-                   help="with --cores: keep a subgraph's segments only when predicted faster than one program on "
-                   "one core (auto, default) or always")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only the subgraph summary, no progress bar")
-    p.set_defaults(func=_run_compile)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # run
 # ---------------------------------------------------------------------------------------------------------
-def _print_outputs(outputs: list) -> None:
+def _print_outputs(outputs: list, names: Sequence[str] | None = None) -> None:
     import numpy as np
 
     for i, y in enumerate(outputs):
         flat = y.reshape(-1)
         top = ", ".join(f"{int(k)}:{flat[k]:.4f}" for k in np.argsort(-flat)[:5])
-        print(f"output {i}: shape {tuple(y.shape)}, top-5 [{top}]")
+        label = f"{i} ({names[i]})" if names and i < len(names) else str(i)
+        print(f"output {label}: shape {tuple(y.shape)}, top-5 [{top}]")
+
+
+def _save_outputs(path: str, outputs: list, names: Sequence[str] | None) -> None:
+    """The outputs as an .npz under the model's output names (output_<i> where a model names none)."""
+    import numpy as np
+
+    keys = list(names) if names and len(names) == len(outputs) and len(set(names)) == len(names) else \
+        [f"output_{i}" for i in range(len(outputs))]
+    np.savez(path, **dict(zip(keys, outputs)))
+    print(f"wrote {path} (arrays {', '.join(keys)})")
 
 
 def _is_pipeline(path: str) -> bool:
@@ -481,8 +430,6 @@ def _is_pipeline(path: str) -> bool:
 
 
 def _run_pipeline_file(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from .pipeline.model import PipelineModel
 
     if args.verify:
@@ -506,10 +453,10 @@ def _run_pipeline_file(args: argparse.Namespace) -> int:
     with pipe:
         outputs = pipe.run(feeds)
     print(f"ran {len(pipe.stages)} stages with the {args.executor} executor")
-    _print_outputs(outputs)
+    names = list(pipe.stages[-1].spec.outputs)
+    _print_outputs(outputs, names)
     if args.output:
-        np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
-        print(f"wrote {args.output}")
+        _save_outputs(args.output, outputs, names)
     return EXIT_OK
 
 
@@ -523,7 +470,7 @@ def _run_run(args: argparse.Namespace) -> int:
     if len(args.compiled) == 1 and _is_xmodel(args.compiled[0]):
         from .xmodel.commands import run_run
 
-        return run_run(args, _feeds_for, _print_outputs)
+        return run_run(args, _feeds_for, _print_outputs, _save_outputs)
     if len(args.compiled) > 1:
         return _run_tenants(args)
     if _is_pipeline(args.compiled[0]):
@@ -553,26 +500,16 @@ def _feeds_for(model, path: str | None, what: str) -> dict:
 
 
 def _run_one(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from .runtime.artifact import load
-
     (compiled,) = args.compiled
     if len(args.input or []) > 1:
         raise FrontendError(f"--input given {len(args.input)} times for one artifact")
-    if args.device == "pynq":
-        if not args.bitfile:
-            raise FrontendError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
-        if args.cores:
-            raise FrontendError("--cores runs on emulated cores; with --device pynq the board's driver is used as is")
-        model = load(compiled, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout,
-                     trusted_keys=args.require_signature, trust=_trust(args))
-    else:
-        model = load(compiled, trusted_keys=args.require_signature, trust=_trust(args))
-        if args.cores:
-            from .runtime.cores import core_group
+    if args.device == "pynq" and args.cores:
+        raise FrontendError("--cores runs on emulated cores; with --device pynq the board's driver is used as is")
+    model = _load_to_run(compiled, args)
+    if args.cores:
+        from .runtime.cores import core_group
 
-            model.pin(core_group(model.arch, args.cores))
+        model.pin(core_group(model.arch, args.cores))
     model.set_verify(args.verify)  # first: an artifact without verification data fails before any work
     path = (args.input or [None])[0]
     feeds = _feeds_for(model, path, "--input")
@@ -581,16 +518,25 @@ def _run_one(args: argparse.Namespace) -> int:
     if args.verify and not model.runners:
         raise DPUError(f"--verify: {compiled} has no DPU subgraph, so there is nothing to verify "
                        "(every node runs on the CPU or a plugin)")
+    seconds = []
     for _ in range(args.runs):
+        t0 = time.perf_counter()
         outputs = model.run(feeds)
-    _print_outputs(outputs)
+        seconds.append(time.perf_counter() - t0)
+    if args.runs > 1:
+        ms = sorted(1e3 * t for t in seconds)
+        print(f"{args.runs} runs: latency ms mean {sum(ms) / len(ms):.3f}, p50 {ms[len(ms) // 2]:.3f}, max {ms[-1]:.3f} "
+              f"(per subgraph, threads, percentiles: tvm-dpu benchmark)")
+    names = [s.name for s in model.output_specs()]
+    _print_outputs(outputs, names)
     if args.output:
-        np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
-        print(f"wrote {args.output}")
+        _save_outputs(args.output, outputs, names)
     if args.verify:
         results = model.verify_results()
         bad = sum(r.mismatches for r in results)
-        print(f"verify: {len(results)} subgraphs, {bad} mismatching elements")
+        checked = len({r.subgraph for r in results})
+        print(f"verify: {checked} subgraphs, {args.runs} run(s), {len(results)} subgraph calls, "
+              f"{bad} mismatching elements")
         for r in results:
             for note in r.first:
                 print(f"  {r.subgraph}: {note}")
@@ -638,48 +584,6 @@ def _run_tenants(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_run(sub) -> None:
-    from .runtime.device_kinds import DEVICE_KINDS
-
-    p = sub.add_parser(
-        "run",
-        help="run a compiled artifact: CPU part in TVM, DPU subgraphs on the emulator (or a Pynq board)",
-        description="Load NAME.tvmdpu and run it once. With --verify the golden reference runs beside every DPU "
-        "subgraph and the exit code is 1 when any element differs.",
-    )
-    p.add_argument("compiled", metavar="COMPILED", nargs="+",
-                   help="the .tvmdpu artifact written by 'tvm-dpu compile', or the pipeline.json (or its directory) "
-                   "written by 'tvm-dpu pipeline'; several artifacts run at the same time on the cores of one device "
-                   "(placed on --cores cores by predicted DPU load) and throughput per model and per core is "
-                   "printed")
-    p.add_argument("--input", metavar="FILE.npz", action="append",
-                   help="input arrays named like the model inputs (default: random normal input); with several "
-                   "artifacts, once per artifact in the same order")
-    p.add_argument("--cores", type=positive_int, metavar="N",
-                   help="one artifact: run its DPU subgraphs on N emulated cores (segments of a model compiled with "
-                   "--cores run concurrently); several artifacts: share N cores (default: one core per artifact, "
-                   "up to the arch's core count)")
-    p.add_argument("--runs", type=positive_int, default=1, metavar="R", help="run each model R times (default 1)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="for a pipeline: run the stages on threads here (default) or as Ray actors, one per board "
-                   "(pip install 'tvm-dpu[cluster]'; joins the cluster of RAY_ADDRESS, else starts a local one)")
-    p.add_argument("--verify", action="store_true",
-                   help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch")
-    p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
-    p.add_argument("--device", choices=list(DEVICE_KINDS), default="emulator",
-                   help="where the DPU subgraphs run: the bit-exact emulator (default) or the DPU of a Pynq board "
-                   "(needs the pynq package: pip install 'tvm-dpu[pynq]')")
-    p.add_argument("--bitfile", metavar="DPU.bit", help="with --device pynq: the DPUCZDX8G bitstream to load")
-    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="with --device pynq: give up on a DPU run after this many seconds (default 5)")
-    p.add_argument("--require-signature", metavar="PUBKEY", action="append",
-                   help="refuse the artifact unless it is signed by this Ed25519 public key (PEM or raw 32 bytes; "
-                   "repeat for several trusted keys); checked before anything in the file is used")
-    p.add_argument("--allow-unsigned", action="store_true",
-                   help="load the native code of an artifact that is neither signed by a trusted key nor built by "
-                   "you on this machine (you vouch for the file; see docs/deploy.md, trust policy)")
-    p.set_defaults(func=_run_run)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # keygen
@@ -692,13 +596,6 @@ def _run_keygen(args: argparse.Namespace) -> int:
           f"'tvm-dpu run --require-signature {pub}')")
     return EXIT_OK
 
-
-def _add_keygen(sub) -> None:
-    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing artifacts",
-                       description="Write PREFIX.key (private key, PEM, mode 0600) and PREFIX.pub (public key, PEM).")
-    p.add_argument("prefix", metavar="PREFIX", help="path prefix of the two key files")
-    p.add_argument("--force", action="store_true", help="replace existing key files (default: refuse)")
-    p.set_defaults(func=_run_keygen)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -743,7 +640,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
           f"{', '.join(sorted(header.get('cpu_libs') or {'?': ''}))}")
     for kind in ("inputs", "outputs"):
         for t in meta[kind]:
-            print(f"model {kind[:-1]}: {t['name']} {tuple(t['shape'])} {t['dtype']}")
+            fp = f", fix_point {t['fix_point']}" if t.get("fix_point") is not None else ""
+            print(f"model {kind[:-1]}: {t['name']} {tuple(t['shape'])} {t['dtype']}{fp}")
     for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
         print(f"\nsubgraph {sg['id']}: {sg['instructions']} instructions ({counts})")
@@ -766,22 +664,6 @@ def _run_inspect(args: argparse.Namespace) -> int:
               f"nodes {', '.join(p['nodes']) or '-'}")
     return EXIT_OK
 
-
-def _add_inspect(sub) -> None:
-    p = sub.add_parser(
-        "inspect",
-        help="show what an artifact holds: arch, inputs/outputs, DPU subgraphs with fix_points, instructions",
-        description="Read ARTIFACT (checksums verified; nothing in it is executed) and print its arch and "
-        "fingerprint, model inputs and outputs, and every DPU subgraph: tensors with shapes, fix_points and DDR "
-        "places, instruction counts, code and parameter sizes.",
-    )
-    p.add_argument("artifact", metavar="ARTIFACT", help="a .tvmdpu file written by 'tvm-dpu compile'")
-    p.add_argument("--disasm", action="store_true", help="also print the instruction listing of every subgraph")
-    p.add_argument("--json", action="store_true", help="print JSON (the meta.json content plus section sizes; "
-                   "with --disasm a 'listing' per subgraph) instead of text")
-    p.add_argument("--check-deps", action="store_true", help="check every DPU program's dpdon/dpdby tokens and "
-                   "races (docs/dependency-protocol.md) instead; exit 2 if any program breaks the protocol")
-    p.set_defaults(func=_run_inspect)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -810,18 +692,6 @@ def _run_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_report(sub) -> None:
-    p = sub.add_parser(
-        "report",
-        help="write a self-contained HTML report of an artifact (partition graph, cycles, engine timeline)",
-        description="Read ARTIFACT and write one HTML file (no external resources): the partitioned graph with "
-        "DPU and CPU nodes coloured, a table per DPU subgraph (instructions, DDR, fix_points) with its simulated "
-        "cycles, and the engine timeline (LOAD/SAVE/CONV/MISC) of each subgraph from the timing model.",
-    )
-    p.add_argument("artifact", metavar="ARTIFACT", help="a .tvmdpu file written by 'tvm-dpu compile'")
-    p.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="the HTML file to write")
-    p.set_defaults(func=_run_report)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # pipeline
@@ -835,16 +705,10 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     from .pipeline.plan import default_link, load_link
     from .report_html import render_pipeline
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise FrontendError(f"{path}: no such file")
+    path = _input_file(args.model)
     if args.boards < 1:
         raise FrontendError(f"--boards {args.boards}: a pipeline needs at least one board")
-    calib = None
-    if args.calib:
-        calib = Path(args.calib)
-        if not calib.is_file():
-            raise FrontendError(f"--calib {calib}: no such file")
+    calib = _input_file(args.calib, "--calib ")
     args.link = args.link or default_link(args.executor)
     load_link(args.link)  # a bad --link fails before the compile
     if (args.arch is None) == (args.part is None):
@@ -891,40 +755,6 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     return EXIT_OK if same else 1
 
 
-def _add_pipeline(sub) -> None:
-    p = sub.add_parser(
-        "pipeline",
-        help="split a model over N boards (balanced stages, one artifact per board) and check it runs",
-        description="Compile MODEL.onnx, cut it into --boards stages at op granularity minimising the slowest "
-        "stage (timing model + link model), compile each stage for its board and write OUTDIR/stage<i>.tvmdpu, "
-        "OUTDIR/pipeline.json and OUTDIR/pipeline.html. Run it with 'tvm-dpu run OUTDIR/pipeline.json'.",
-    )
-    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to read")
-    p.add_argument("--arch", metavar="ARCH[,ARCH...]",
-                   help="each board's DPU: one preset for every board (e.g. zcu102, ultra96, dnnvm-zu2) or one per "
-                   "board, comma-separated (boards may differ)")
-    p.add_argument("--part", metavar="PART[,PART...]",
-                   help="instead of --arch: each board's FPGA part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg); its DPU is "
-                   "picked by design-space exploration ('tvm-dpu dse'); DDR per board from --ddr-mib (default 2048)")
-    p.add_argument("--boards", type=positive_int, required=True, metavar="N", help="number of boards (pipeline stages)")
-    p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs (a leading sample axis per array)")
-    p.add_argument("--link", default=None, metavar="LINK",
-                   help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links; the default with "
-                   "the local executor), gbe, or ray-gbe (Ray's object store over GbE; the default with --executor "
-                   "ray)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="executor of the check run: threads here (default) or Ray actors")
-    p.add_argument("--ddr-mib", type=int, metavar="MiB",
-                   help="usable DDR per board (default: from the board preset; needed for a bare DPU config)")
-    p.add_argument("--fusion", choices=["none", "greedy", "optimal"], default="optimal", help="kernel fusion")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
-                   help="static shape of model input NAME (repeat for several inputs)")
-    p.add_argument("--sign", metavar="KEYFILE", help="sign every stage artifact and the manifest (pipeline.sig) "
-                   "with this Ed25519 private key")
-    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_run_pipeline)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # dse
@@ -934,9 +764,7 @@ def _run_dse(args: argparse.Namespace) -> int:
 
     from .pipeline.dse import algorithm1, device_budget, explore, table_text
 
-    path = Path(args.model)
-    if not path.is_file():
-        raise FrontendError(f"{path}: no such file")
+    path = _input_file(args.model)
     budget = device_budget(args.part) if args.part else {}
     dsp = args.dsp if args.dsp is not None else budget.get("dsp")
     bram = args.bram if args.bram is not None else budget.get("bram36k")
@@ -974,43 +802,6 @@ def _run_dse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_dse(sub) -> None:
-    p = sub.add_parser(
-        "dse",
-        help="rank the DPU configurations (B512..B4096, cores, clock) that fit a board's DSP/BRAM budget",
-        description="Design-space exploration (the PYNQ-cluster paper's Algorithm 1, generalised): every DPUCZDX8G "
-        "configuration whose PG338 resource cost fits the budget, ranked by the predicted throughput of MODEL "
-        "(timing model, DDR-capped).",
-    )
-    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to read")
-    p.add_argument("--dsp", type=int, metavar="N", help="DSP48 slices available for the DPU")
-    p.add_argument("--bram", type=float, metavar="N", help="BRAM36K blocks available for the DPU")
-    p.add_argument("--lut", type=int, metavar="N", help="LUTs available for the DPU (default: not checked)")
-    p.add_argument("--part", metavar="PART", help="a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg): alone, "
-                   "explored as its board builds it (platform reserve, UltraRAM, the board's DDR and clock); with "
-                   "--dsp/--bram/--lut, its budget overridden by them")
-    p.add_argument("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)")
-    p.add_argument("--max-cores", type=positive_int, default=4, metavar="N", help="most cores to try (PG338: up to 4)")
-    p.add_argument("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option")
-    p.add_argument("--ddr-gbps", type=float, metavar="GBIT/S", help="board DDR bandwidth (default 136.8 = 17.1 GB/s)")
-    p.add_argument("--calib", metavar="FILE.npz", help="calibration inputs")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
-                   help="static shape of model input NAME (repeat for several inputs)")
-    p.add_argument("--top", type=positive_int, default=20, metavar="N", help="rows to print (default 20)")
-    p.add_argument("--json", metavar="FILE.json", help="also write every candidate as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_run_dse)
-
-
-def _add_compare(sub) -> None:
-    p = sub.add_parser("compare", help="vai_c's program beside tvm-dpu's for an xmodel's quantized network",
-                       description="Rebuild each DPU subgraph of a vai_c .xmodel as a QDQ ONNX model (its int8 "
-                       "constants, scales 2^-fix_point), compile it with tvm-dpu and run both programs on the "
-                       "emulator on the same random inputs: int8 output differences, instructions per engine, DDR "
-                       "bytes and timing-model cycles (tvm_dpu.xmodel.compare).")
-    p.add_argument("xmodel", help="a vai_c-compiled .xmodel")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)")
-    p.set_defaults(func=_run_compare)
 
 
 def _run_compare(args) -> int:
@@ -1021,18 +812,289 @@ def _run_compare(args) -> int:
     return 0 if result.subgraphs else 1  # nothing could be compared: the table says why
 
 
-# Subcommand name -> function adding its parser to the subparsers object.
-COMMANDS: dict[str, Callable] = {
-    "partition": _add_partition,
-    "compile": _add_compile,
-    "run": _add_run,
-    "inspect": _add_inspect,
-    "report": _add_report,
-    "keygen": _add_keygen,
-    "pipeline": _add_pipeline,
-    "dse": _add_dse,
-    "compare": _add_compare,
-}
+# ---------------------------------------------------------------------------------------------------------
+# benchmark
+# ---------------------------------------------------------------------------------------------------------
+def _load_to_run(path: str, args: argparse.Namespace):
+    """A .tvmdpu artifact or .xmodel loaded for the device and trust options of `args` (run, benchmark)."""
+    if args.device == "pynq" and not args.bitfile:
+        raise FrontendError("--device pynq needs --bitfile (the DPU bitstream, e.g. dpu.bit)")
+    options = {"bitfile": args.bitfile, "timeout_s": args.timeout} if args.device == "pynq" else {}
+    if _is_xmodel(path):
+        from .xmodel.runner import load_xmodel
+
+        if args.require_signature:
+            raise FrontendError("--require-signature does not apply to an .xmodel (vai_c's files are not signed)")
+        return load_xmodel(path, device=args.device, **options)
+    from .runtime.artifact import load
+
+    return load(path, device=args.device, trusted_keys=args.require_signature, trust=_trust(args), **options)
+
+
+def _run_benchmark(args: argparse.Namespace) -> int:
+    import json
+
+    from .benchmark import benchmark
+
+    if args.warmup < 0:
+        raise FrontendError(f"--warmup {args.warmup}: expected 0 or more")
+    model = _load_to_run(args.model, args)
+    feeds = _feeds_for(model, args.input, "--input") if args.input else None
+    result = benchmark(model, threads=args.threads, runs=args.runs, warmup=args.warmup, inputs=feeds,
+                       device=args.device)
+    arch = getattr(model, "arch", None)
+    print(f"{args.model}: {getattr(arch, 'name', 'no DPU subgraph')}")
+    print(result.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command table: every subcommand's parser is data (options shared by several commands are defined once)
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arg:
+    """One `add_argument` call: its flags and keywords. A callable ``choices`` is called when the parser is
+    built (it may import the module that defines the names)."""
+
+    flags: tuple[str, ...]
+    kwargs: dict
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        kw = dict(self.kwargs)
+        if callable(kw.get("choices")):
+            kw["choices"] = kw["choices"]()
+        parser.add_argument(*self.flags, **kw)
+
+
+def arg(*flags: str, **kwargs) -> Arg:
+    return Arg(flags, kwargs)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one-line help, description, arguments and the function running it."""
+
+    name: str
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    description: str
+    args: tuple[Arg, ...]
+
+
+def _device_choices() -> list[str]:
+    from .runtime.device_kinds import DEVICE_KINDS
+
+    return list(DEVICE_KINDS)
+
+
+MODEL = arg("model", metavar="MODEL.onnx", help="the ONNX model to read")
+ARCH = arg("--arch", required=True, metavar="ARCH",
+           help="DPU target: a preset name (e.g. DPUCZDX8G_ISA1_B4096, B1152, zcu102, kv260, dnnvm-zu2) or the "
+           'path of an arch.json holding {"target": NAME} or {"fingerprint": "0x..."}')
+INPUT_SHAPE = arg("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                  help="static shape of model input NAME, e.g. input=1,3,224,224 (repeat for several inputs; needed "
+                  "for inputs with symbolic or unknown dimensions)")
+CALIB = arg("--calib", metavar="FILE.npz",
+            help="calibration data: arrays named like the model inputs with a leading sample axis (N, ...; batch-1 "
+            "samples are grouped into the model's batch); without it the model is calibrated on random inputs (a "
+            "warning says so)")
+REQUANTIZE = arg("--requantize", action="store_true",
+                 help="for a QDQ model whose scales are not powers of two (onnxruntime-style): strip its Q/DQ pairs "
+                 "and calibrate the float model instead of rounding the scales to powers of two")
+FUSION = arg("--fusion", choices=["none", "greedy", "optimal"], default="optimal",
+             help="DNNVM kernel fusion: none (every op alone; concat inputs saved into their slice, as the unfused "
+             "compiler does), greedy (first template match wins) or optimal (execution-path search over all template "
+             "matches; default)")
+QUIET = arg("-q", "--quiet", action="store_true", help="no progress bar")
+OUTDIR = arg("-o", "--output", required=True, metavar="OUTDIR", help="output directory (created)")
+RUN_INPUT = arg("--input", metavar="FILE.npz", action="append",
+                help="input arrays named like the model inputs (default: random normal input); with several "
+                "artifacts, once per artifact in the same order")
+DEVICE = arg("--device", choices=_device_choices, default="emulator",
+             help="where the DPU subgraphs run: the bit-exact emulator (default) or the DPU of a Pynq board (needs "
+             "the pynq package: pip install 'tvm-dpu[pynq]')")
+BITFILE = arg("--bitfile", metavar="DPU.bit", help="with --device pynq: the DPUCZDX8G bitstream to load")
+TIMEOUT = arg("--timeout", type=float, default=5.0, metavar="SECONDS",
+              help="with --device pynq: give up on a DPU run after this many seconds (default 5)")
+REQUIRE_SIGNATURE = arg("--require-signature", metavar="PUBKEY", action="append",
+                        help="refuse the artifact unless it is signed by this Ed25519 public key (PEM or raw 32 "
+                        "bytes; repeat for several trusted keys); checked before anything in the file is used")
+ALLOW_UNSIGNED = arg("--allow-unsigned", action="store_true",
+                     help="load the native code of an artifact that is neither signed by a trusted key nor built by "
+                     "you on this machine (you vouch for the file; see docs/deploy.md, trust policy)")
+ARTIFACT = arg("artifact", metavar="ARTIFACT", help="a .tvmdpu file written by 'tvm-dpu compile', or a vai_c .xmodel")
+#: Where and how a compiled model is loaded to run (run, benchmark).
+LOADING = (DEVICE, BITFILE, TIMEOUT, REQUIRE_SIGNATURE, ALLOW_UNSIGNED)
+
+COMMAND_LIST: tuple[Command, ...] = (
+    Command(
+        "partition", _run_partition,
+        "show which nodes of a model run on the DPU and why the others stay on the CPU",
+        "Import MODEL.onnx, partition it for the DPU ARCH and print one row per ONNX node: device (dpu/cpu), DPU "
+        "subgraph id, and for CPU nodes the exact limit or rule that keeps them there.",
+        (MODEL, ARCH, INPUT_SHAPE, REQUANTIZE,
+         arg("--json", metavar="FILE",
+             help='also write the report as JSON: {"arch", "nodes": [{"name","op","device","subgraph","reason"}], '
+             '"subgraphs"}'))),
+    Command(
+        "compile", _run_compile,
+        "compile an ONNX model: DPU machine code for the DPU parts, LLVM for the rest, one artifact",
+        "Import MODEL.onnx, partition it for ARCH, calibrate and quantize every DPU subgraph (power-of-two int8), "
+        "emit DPU machine code, compile the CPU remainder with TVM/LLVM and write OUTDIR/NAME.tvmdpu (the "
+        "artifact), OUTDIR/meta.json (arch, inputs/outputs, per subgraph its tensors with shapes and fix_points) "
+        "and OUTDIR/report.json (partition, instruction counts, DDR footprint).",
+        (MODEL, ARCH, INPUT_SHAPE, OUTDIR,
+         arg("-n", "--name", metavar="NAME", help="artifact name (default: the model file's stem)"),
+         CALIB, REQUANTIZE,
+         arg("--options", metavar="JSON",
+             help='vai_c-style options: \'{"input_shape": "1,3,224,224", "output_ops": "fc1,fc2", "plugins": '
+             '"softmax_ip"}\'. input_shape sets the first input\'s shape (several inputs: "1,3,224,224;1,10" in '
+             "input order; --input-shape takes precedence); output_ops cuts the model at these ONNX node or tensor "
+             "names"),
+         arg("--cross", choices=["aarch64"],
+             help="also put the CPU part cross-compiled for aarch64 Linux (the board) in the artifact; needs "
+             "aarch64-linux-gnu-gcc (Debian: apt-get install gcc-aarch64-linux-gnu)"),
+         arg("--sign", metavar="KEYFILE",
+             help="sign the artifact with this Ed25519 private key ('tvm-dpu keygen' makes one): the signature "
+             "covers every byte, CPU library included"),
+         arg("--png", action="store_true",
+             help="also draw each DPU subgraph's engine timeline as a PNG Gantt chart (matplotlib; the Chrome "
+             "traces, always written, hold the same data)"),
+         arg("--format", choices=["tvmdpu", "xmodel"], default="tvmdpu",
+             help="xmodel: also write <name>.xmodel, AMD's XIR graph for VART / PYNQ-DPU (docs/deploy.md)"),
+         arg("--no-verify-data", action="store_true",
+             help="leave out the quantized XGraphs that only 'tvm-dpu run --verify' needs (they repeat the "
+             "weights: the artifact shrinks by about half)"),
+         FUSION,
+         arg("--cores", type=positive_int, default=1, metavar="N",
+             help="schedule independent DPU work of each subgraph (Inception branches, shortcut convs) on N cores "
+             "of the device (at most the arch's core count, e.g. 3 on zcu102); report.json gives the predicted "
+             "latency on 1 and N cores and OUTDIR/NAME.sgK.cores.trace.json the per-core timeline"),
+         arg("--segments", choices=["auto", "always"], default="auto",
+             help="with --cores: keep a subgraph's segments only when predicted faster than one program on one "
+             "core (auto, default) or always"),
+         arg("-q", "--quiet", action="store_true", help="print only the subgraph summary, no progress bar"))),
+    Command(
+        "run", _run_run,
+        "run a compiled artifact: CPU part in TVM, DPU subgraphs on the emulator (or a Pynq board)",
+        "Load NAME.tvmdpu and run it once. With --verify the golden reference runs beside every DPU subgraph and "
+        "the exit code is 1 when any element differs.",
+        (arg("compiled", metavar="COMPILED", nargs="+",
+             help="the .tvmdpu artifact written by 'tvm-dpu compile', or the pipeline.json (or its directory) "
+             "written by 'tvm-dpu pipeline'; several artifacts run at the same time on the cores of one device "
+             "(placed on --cores cores by predicted DPU load) and throughput per model and per core is printed"),
+         RUN_INPUT,
+         arg("--cores", type=positive_int, metavar="N",
+             help="one artifact: run its DPU subgraphs on N emulated cores (segments of a model compiled with "
+             "--cores run concurrently); several artifacts: share N cores (default: one core per artifact, up to "
+             "the arch's core count)"),
+         arg("--runs", type=positive_int, default=1, metavar="R", help="run each model R times (default 1)"),
+         arg("--executor", choices=["local", "ray"], default="local",
+             help="for a pipeline: run the stages on threads here (default) or as Ray actors, one per board (pip "
+             "install 'tvm-dpu[cluster]'; joins the cluster of RAY_ADDRESS, else starts a local one)"),
+         arg("--verify", action="store_true",
+             help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch"),
+         arg("-o", "--output", metavar="OUT.npz", help="save the outputs under the model's output names"),
+         *LOADING)),
+    Command(
+        "benchmark", _run_benchmark,
+        "measure throughput and latency of a compiled model (like xdputil benchmark), beside the timing model",
+        "Load MODEL (a .tvmdpu artifact or a vai_c .xmodel), run it --runs times from each of --threads threads "
+        "through the VART-style runner (tvm_dpu.runner) and print throughput, latency percentiles (p50/p90/p99) "
+        "and the time spent per DPU subgraph and per CPU part, beside the timing model's predicted DPU latency.",
+        (arg("model", metavar="MODEL", help="a .tvmdpu artifact or a vai_c-compiled .xmodel"),
+         arg("--threads", type=positive_int, default=1, metavar="N", help="threads submitting jobs (default 1)"),
+         arg("--runs", type=positive_int, default=10, metavar="R", help="jobs per thread (default 10)"),
+         arg("--warmup", type=int, default=1, metavar="W", help="untimed jobs first (default 1)"),
+         arg("--input", metavar="FILE.npz", help="input arrays named like the model inputs (default: random)"),
+         arg("--json", metavar="FILE.json", help="also write the figures as JSON"),
+         *LOADING)),
+    Command(
+        "inspect", _run_inspect,
+        "show what an artifact holds: arch, inputs/outputs, DPU subgraphs with fix_points, instructions",
+        "Read ARTIFACT (checksums verified; nothing in it is executed) and print its arch and fingerprint, model "
+        "inputs and outputs, and every DPU subgraph: tensors with shapes, fix_points and DDR places, instruction "
+        "counts, code and parameter sizes.",
+        (ARTIFACT,
+         arg("--disasm", action="store_true", help="also print the instruction listing of every subgraph"),
+         arg("--json", action="store_true", help="print JSON (the meta.json content plus section sizes; with "
+             "--disasm a 'listing' per subgraph) instead of text"),
+         arg("--check-deps", action="store_true", help="check every DPU program's dpdon/dpdby tokens and races "
+             "(docs/dependency-protocol.md) instead; exit 2 if any program breaks the protocol"))),
+    Command(
+        "report", _run_report,
+        "write a self-contained HTML report of an artifact (partition graph, cycles, engine timeline)",
+        "Read ARTIFACT and write one HTML file (no external resources): the partitioned graph with DPU and CPU "
+        "nodes coloured, a table per DPU subgraph (instructions, DDR, fix_points) with its simulated cycles, and "
+        "the engine timeline (LOAD/SAVE/CONV/MISC) of each subgraph from the timing model.",
+        (ARTIFACT, arg("-o", "--output", required=True, metavar="REPORT.html", help="the HTML file to write"))),
+    Command(
+        "keygen", _run_keygen, "make an Ed25519 key pair for signing artifacts",
+        "Write PREFIX.key (private key, PEM, mode 0600) and PREFIX.pub (public key, PEM).",
+        (arg("prefix", metavar="PREFIX", help="path prefix of the two key files"),
+         arg("--force", action="store_true", help="replace existing key files (default: refuse)"))),
+    Command(
+        "pipeline", _run_pipeline,
+        "split a model over N boards (balanced stages, one artifact per board) and check it runs",
+        "Compile MODEL.onnx, cut it into --boards stages at op granularity minimising the slowest stage (timing "
+        "model + link model), compile each stage for its board and write OUTDIR/stage<i>.tvmdpu, "
+        "OUTDIR/pipeline.json and OUTDIR/pipeline.html. Run it with 'tvm-dpu run OUTDIR/pipeline.json'.",
+        (MODEL,
+         arg("--arch", metavar="ARCH[,ARCH...]",
+             help="each board's DPU: one preset for every board (e.g. zcu102, ultra96, dnnvm-zu2) or one per "
+             "board, comma-separated (boards may differ)"),
+         arg("--part", metavar="PART[,PART...]",
+             help="instead of --arch: each board's FPGA part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg); its DPU is "
+             "picked by design-space exploration ('tvm-dpu dse'); DDR per board from --ddr-mib (default 2048)"),
+         arg("--boards", type=positive_int, required=True, metavar="N", help="number of boards (pipeline stages)"),
+         CALIB,
+         arg("--link", default=None, metavar="LINK",
+             help="link model between boards: serial-8.5g (the PYNQ-cluster paper's links; the default with the "
+             "local executor), gbe, or ray-gbe (Ray's object store over GbE; the default with --executor ray)"),
+         arg("--executor", choices=["local", "ray"], default="local",
+             help="executor of the check run: threads here (default) or Ray actors"),
+         arg("--ddr-mib", type=int, metavar="MiB",
+             help="usable DDR per board (default: from the board preset; needed for a bare DPU config)"),
+         FUSION, INPUT_SHAPE,
+         arg("--sign", metavar="KEYFILE", help="sign every stage artifact and the manifest (pipeline.sig) with "
+             "this Ed25519 private key"),
+         OUTDIR, QUIET)),
+    Command(
+        "dse", _run_dse,
+        "rank the DPU configurations (B512..B4096, cores, clock) that fit a board's DSP/BRAM budget",
+        "Design-space exploration (the PYNQ-cluster paper's Algorithm 1, generalised): every DPUCZDX8G "
+        "configuration whose PG338 resource cost fits the budget, ranked by the predicted throughput of MODEL "
+        "(timing model, DDR-capped).",
+        (MODEL,
+         arg("--dsp", type=int, metavar="N", help="DSP48 slices available for the DPU"),
+         arg("--bram", type=float, metavar="N", help="BRAM36K blocks available for the DPU"),
+         arg("--lut", type=int, metavar="N", help="LUTs available for the DPU (default: not checked)"),
+         arg("--part", metavar="PART", help="a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg): alone, "
+             "explored as its board builds it (platform reserve, UltraRAM, the board's DDR and clock); with "
+             "--dsp/--bram/--lut, its budget overridden by them"),
+         arg("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)"),
+         arg("--max-cores", type=positive_int, default=4, metavar="N", help="most cores to try (PG338: up to 4)"),
+         arg("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option"),
+         arg("--ddr-gbps", type=float, metavar="GBIT/S", help="board DDR bandwidth (default 136.8 = 17.1 GB/s)"),
+         CALIB, INPUT_SHAPE,
+         arg("--top", type=positive_int, default=20, metavar="N", help="rows to print (default 20)"),
+         arg("--json", metavar="FILE.json", help="also write every candidate as JSON"),
+         QUIET)),
+    Command(
+        "compare", _run_compare, "vai_c's program beside tvm-dpu's for an xmodel's quantized network",
+        "Rebuild each DPU subgraph of a vai_c .xmodel as a QDQ ONNX model (its int8 constants, scales "
+        "2^-fix_point), compile it with tvm-dpu and run both programs on the emulator on the same random inputs: "
+        "int8 output differences, instructions per engine, DDR bytes and timing-model cycles "
+        "(tvm_dpu.xmodel.compare).",
+        (arg("xmodel", help="a vai_c-compiled .xmodel"),
+         arg("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)"))),
+)
+
+#: Subcommand name -> its Command.
+COMMANDS: dict[str, Command] = {c.name: c for c in COMMAND_LIST}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1043,8 +1105,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in COMMANDS.values():
-        add(sub)
+    for cmd in COMMANDS.values():
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
+        for a in cmd.args:
+            a.add_to(p)
+        p.set_defaults(func=cmd.run)
     return parser
 
 

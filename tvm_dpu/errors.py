@@ -5,11 +5,11 @@ from __future__ import annotations
 def _register_with_tvm_ffi(cls: type) -> None:
     """Let `cls` cross TVM's FFI with its type: an error raised inside a TVM callback (a pass, relax.ext.dpu, the
     DPU runtime function the VM calls) reaches the caller as this class instead of a RuntimeError."""
-    try:
-        import tvm_ffi
-    except ImportError:  # no TVM: nothing crosses an FFI
-        return
-    tvm_ffi.register_error(f"tvm_dpu.{cls.__name__}", cls)
+    # Registered when tvm_ffi is imported (importing it here would cost seconds to every tvm-dpu process,
+    # the CLI's --help included); a process without TVM has no FFI to cross.
+    from tvm_dpu.import_hooks import when_imported
+
+    when_imported("tvm_ffi", lambda ffi: ffi.register_error(f"tvm_dpu.{cls.__name__}", cls))
 
 
 class DPUError(Exception):

@@ -86,7 +86,8 @@ def load_npz(path: str | Path, what: str = "input file", *, check: MemberCheck |
 
 def input_shape_check(inputs: Sequence[Any], samples: bool = False, what: str = "input") -> MemberCheck:
     """A `load_npz` check that an array meant for one of `inputs` (InputSpecs: .name, .shape) has its shape, or,
-    with `samples`, is a stack of samples of it (N x shape, or a multiple of a batched input's leading axis).
+    with `samples`, is a stack of samples of it (N x shape, or samples along the batch axis, of any batch size:
+    (N, ...) or (N, k, ...)).
     Arrays named after no input, in a model with several, are left to the caller's name check."""
     by_name = {s.name: s for s in inputs}
 
@@ -96,7 +97,8 @@ def input_shape_check(inputs: Sequence[Any], samples: bool = False, what: str = 
             return
         want = tuple(spec.shape)
         ok = shape == want or (samples and len(shape) == len(want) + 1 and shape[1:] == want) or \
-            (samples and len(shape) == len(want) and shape[1:] == want[1:] and want[0] > 0 and shape[0] % want[0] == 0)
+            (samples and len(want) > 0 and len(shape) == len(want) and shape[1:] == want[1:] and shape[0] > 0) or \
+            (samples and len(want) > 0 and len(shape) == len(want) + 1 and shape[2:] == want[1:])
         if not ok:
             more = " or (N, ...) samples of it" if samples else ""
             raise InputError(f"{what} {spec.name!r} has shape {shape}; expected {want}{more} (checked from the "

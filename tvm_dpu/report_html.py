@@ -1,7 +1,8 @@
 """`tvm-dpu report`: one self-contained HTML page describing a compiled artifact.
 
 Sections: summary (arch, inputs/outputs, sizes), the partitioned graph as inline SVG (DPU nodes coloured by
-subgraph, CPU nodes grey, with the reason a node stayed on the CPU as its tooltip), a table per DPU subgraph
+subgraph, CPU nodes grey, with the reason a node stayed on the CPU as its tooltip; the whole graph, scrolling
+sideways only) and below it a table of every node's placement with that reason, a table per DPU subgraph
 (instructions, DDR, fix_points, simulated cycles) and each subgraph's engine timeline.
 
 Cycles and the timeline come from the timing model (`tvm_dpu.timing.simulate(code, arch)`), called through
@@ -228,13 +229,14 @@ h2{font-size:16px;margin:0 0 10px}h3{font-size:14px;margin:14px 0 6px}
 table{border-collapse:collapse;font-size:13px}th,td{padding:4px 10px;border-bottom:1px solid #edf0f4;text-align:left}
 th{background:#f3f5f8;font-weight:600}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .kv{display:grid;grid-template-columns:max-content auto;gap:4px 16px;font-size:13px}.kv b{font-weight:600}
-.graphbox{overflow:auto;max-height:900px;text-align:center;border:1px solid #edf0f4;border-radius:6px;background:#fbfcfd}
+.graphbox{overflow-x:auto;text-align:center;border:1px solid #edf0f4;border-radius:6px;background:#fbfcfd}
 .legend{font-size:12px;margin:0 0 8px}.sw{display:inline-block;width:12px;height:12px;border-radius:3px;
 vertical-align:-2px;margin:0 4px 0 12px;border:1px solid #888}
 .nn{font-size:12px;font-weight:600;fill:#1d2430}.no{font-size:11px;fill:#4a5466}.nt{font-size:10px;text-anchor:end;
 font-weight:600}.eng{font-size:11px;font-weight:600;fill:#4a5466}.tick{font-size:10px;fill:#6b7485}
 .note{font-size:13px;color:#8a5a00;background:#fff7e6;border:1px solid #f3d9a4;padding:6px 10px;border-radius:6px}
 .sym{font-size:12px;color:#4a5466;word-break:break-all}
+td.reason{white-space:normal;max-width:640px}summary{cursor:pointer;font-size:13px;margin:10px 0 6px}
 code{font-size:12px;background:#f3f5f8;padding:1px 4px;border-radius:3px}
 """
 
@@ -260,6 +262,19 @@ def _op_span(s: dict) -> str:
     return ops[0] if len(ops) == 1 else f"{ops[0]} \u2192 {ops[-1]} ({len(ops)} ops)"
 
 
+def _placement_table(nodes: list[dict]) -> str:
+    """Every node with its device, DPU subgraph and, for a CPU node, why it is not on the DPU."""
+    if not nodes:
+        return ""
+    rows = "".join(f"<tr><td>{_esc(n['name'])}</td><td>{_esc(n['op'])}</td><td>{_esc(n['device'])}</td>"
+                   f"<td class='num'>{'' if n.get('subgraph') is None else _esc(n['subgraph'])}</td>"
+                   f"<td class='reason'>{_esc(n.get('reason') or '')}</td></tr>" for n in nodes)
+    n_cpu = sum(1 for n in nodes if n["device"] != "dpu")
+    return (f"<details{' open' if n_cpu else ''}><summary>Placement of every node ({n_cpu} on the CPU, with the "
+            "reason)</summary><table class='placement'><tr><th>node</th><th>op</th><th>device</th>"
+            f"<th class='num'>subgraph</th><th>reason</th></tr>{rows}</table></details>")
+
+
 def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing | str], title: str,
                   artifact_bytes: int) -> str:
     """The HTML page for an artifact `header` (see artifact.py) and per-subgraph-key timings."""
@@ -273,7 +288,8 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
            f"</title><style>{_CSS}</style></head><body>",
            f"<header><h1>{_esc(title)}</h1><p>tvm-dpu compiled model for {_esc(arch['name'])} "
            f"(fingerprint {_esc(arch['fingerprint'])})</p></header><main>"]
-    io = "".join(f"<b>{k}</b><span>{_esc(t['name'])} {_esc(tuple(t['shape']))} {_esc(t['dtype'])}</span>"
+    io = "".join(f"<b>{k}</b><span>{_esc(t['name'])} {_esc(tuple(t['shape']))} {_esc(t['dtype'])}"
+                 + (f", fix_point {_esc(t['fix_point'])}" if t.get("fix_point") is not None else "") + "</span>"
                  for k, key in (("input", "inputs"), ("output", "outputs")) for t in header.get(key) or [])
     out.append("<section><h2>Summary</h2><div class='kv'>"
                f"<b>DPU</b><span>{_esc(arch['name'])}</span>"
@@ -288,8 +304,9 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
     legend = "".join(f"<span class='sw' style='background:{_DPU_FILLS[i % len(_DPU_FILLS)]};border-color:"
                      f"{_DPU_STROKES[i % len(_DPU_STROKES)]}'></span>DPU subgraph {i}" for i in ids)
     out.append("<section><h2>Partitioned graph</h2><p class='legend'>" + legend +
-               "<span class='sw' style='background:#eceff3'></span>CPU (hover a node for the reason)</p>"
-               f"<div class='graphbox'>{graph_svg(nodes, placement)}</div></section>")
+               "<span class='sw' style='background:#eceff3'></span>CPU (the table below gives the reason)</p>"
+               f"<div class='graphbox'>{graph_svg(nodes, placement)}</div>" + _placement_table(part["nodes"])
+               + "</section>")
     rows = []
     for s in _by_id(header["subgraphs"]):
         t = timings.get(s["key"])

@@ -15,6 +15,7 @@ Imports only the standard library and numpy, so importing it never drags a stage
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -27,6 +28,10 @@ REG_WORK = 1  # intermediate feature maps (liveness-reused)
 REG_INPUT = 2  # subgraph inputs
 REG_OUTPUT = 3  # subgraph outputs
 REGION_NAMES = {REG_PARAMS: "params", REG_WORK: "workspace", REG_INPUT: "input", REG_OUTPUT: "output"}
+
+
+#: Width `PartitionReport.table()` keeps its lines within (the reason column wraps).
+TABLE_WIDTH = 120
 
 
 @dataclass(frozen=True)
@@ -267,12 +272,18 @@ class PartitionReport:
             for n in self.nodes
         ]
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+        # The reason column wraps so that a line stays within TABLE_WIDTH (a reason can run to 400 characters).
+        indent = sum(widths[:-1]) + 2 * (len(widths) - 1)
+        widths[-1] = min(widths[-1], max(TABLE_WIDTH - indent, 40))
 
         def line(cells) -> str:
             return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
 
         out = [line(headers), line(["-" * w for w in widths])]
-        out += [line(r) for r in rows]
+        for r in rows:
+            first, *more = textwrap.wrap(r[-1], widths[-1], break_on_hyphens=False) or [""]
+            out.append(line((*r[:-1], first)))
+            out += [" " * indent + m for m in more]
         out.append(self.summary())
         return "\n".join(out)
 

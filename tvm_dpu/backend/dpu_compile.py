@@ -10,7 +10,6 @@ calibration run (a context variable), never to a process-wide table.
 from __future__ import annotations
 
 import contextvars
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.container import section_span
+from tvm_dpu.progress import progress_bar
 from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
 from tvm_dpu.types import InputSpec
 
@@ -270,11 +270,7 @@ def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Eval
         return
     ex = tvm.compile(calibration_module(mod, symbols), target="llvm", relax_pipeline=cpu_lowering())
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    it = batches
-    if progress:
-        from tqdm import tqdm
-
-        it = tqdm(batches, desc="calibrating", unit="batch", file=sys.stderr, leave=False)
+    it = progress_bar(batches, progress, desc="calibrating", unit="batch", leave=False)
     token = _CALIBRATION.set(run)
     try:
         for batch in it:
@@ -464,11 +460,9 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
     module = pmod.clone()  # pmod itself stays as it was
-    steps = enumerate(symbols)
-    if progress and symbols:  # quantization and code generation dominate long compiles: show where they are
-        from tqdm import tqdm
-
-        steps = tqdm(steps, total=len(symbols), desc="DPU subgraphs", unit="subgraph", file=sys.stderr, leave=False)
+    # Quantization and code generation dominate long compiles: the bar shows where they are.
+    steps = progress_bar(enumerate(symbols), progress and bool(symbols), total=len(symbols), desc="DPU subgraphs",
+                         unit="subgraph", leave=False)
     def phase(text: str) -> None:  # which step a long compile of one subgraph is in, on the progress bar
         if hasattr(steps, "set_postfix_str"):
             steps.set_postfix_str(text)

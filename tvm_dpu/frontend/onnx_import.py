@@ -513,7 +513,8 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
 
     Weights become constants inside ``main``'s dataflow block. ``shapes`` maps input name -> static shape and is
     required for inputs with symbolic or unknown dims. Every Call carries the names of the ONNX nodes it came from
-    and the module attribute ``"tvm_dpu.source_nodes"`` lists all ONNX nodes (see :mod:`.provenance`).
+    and the module attribute ``"tvm_dpu.source_nodes"`` lists all ONNX nodes (see :mod:`.provenance`);
+    ``"tvm_dpu.output_names"`` keeps the graph's output names (what the compiled model's outputs are called).
     With ``normalize=True`` the normalization passes of :mod:`.normalize` are applied.
 
     Raises :class:`~tvm_dpu.errors.FrontendError` for an unreadable or invalid model, an unsupported opset or
@@ -552,6 +553,7 @@ def from_onnx(path_or_model: Any, shapes: dict[str, Any] | None = None, *, norma
                                 f"{msg[-1] if msg else ''}") from None
     onnx_checks.check_imported(mod, graph, where)
     mod = _attach_provenance(mod, graph, names, importer._nodes)
+    mod = prov.set_output_names(mod, [o.name for o in graph.output])
     if normalize:
         from .normalize import normalize as _normalize
         mod = _normalize(mod)

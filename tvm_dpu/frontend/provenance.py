@@ -24,6 +24,8 @@ import tvm
 from tvm import relax
 
 SOURCE_NODES_ATTR = "tvm_dpu.source_nodes"
+#: Module attribute: JSON list of the ONNX graph's output names (the compiled model's outputs keep them).
+OUTPUT_NAMES_ATTR = "tvm_dpu.output_names"
 
 
 def make_span(names: Sequence[str]) -> tvm.ir.Span:
@@ -116,6 +118,19 @@ def source_nodes(mod: tvm.IRModule) -> list[dict]:
 def set_source_nodes(mod: tvm.IRModule, nodes: list[dict]) -> tvm.IRModule:
     """``mod`` with the source-node list replaced."""
     return mod.with_attr(SOURCE_NODES_ATTR, json.dumps(nodes))
+
+
+def output_names(mod: tvm.IRModule) -> list[str] | None:
+    """The source model's output names (``"tvm_dpu.output_names"``), or None if the module has none recorded."""
+    attrs = mod.attrs
+    if attrs is None or OUTPUT_NAMES_ATTR not in attrs:
+        return None
+    return [str(n) for n in json.loads(str(attrs[OUTPUT_NAMES_ATTR]))]
+
+
+def set_output_names(mod: tvm.IRModule, names: list[str]) -> tvm.IRModule:
+    """``mod`` recording the source model's output names, in output order."""
+    return mod.with_attr(OUTPUT_NAMES_ATTR, json.dumps(list(names)))
 
 
 def referenced_names(mod: tvm.IRModule) -> set[str]:

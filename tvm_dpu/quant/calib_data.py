@@ -52,39 +52,54 @@ def _batches(calibration: Any, inputs: list[InputSpec]) -> list[list[np.ndarray]
         calibration = load_npz(calibration, "calibration file",
                                check=input_shape_check(inputs, samples=True, what="calibration data for input"))
     if isinstance(calibration, np.ndarray) or isinstance(calibration, Mapping):
-        arrays = _by_input(calibration, inputs)
-        samples = []
-        n = None
-        per_input = []
-        for a, s in zip(arrays, inputs):
-            if tuple(a.shape) == tuple(s.shape):
-                per_input.append([a])
-            elif tuple(a.shape[1:]) == tuple(s.shape[1:]) and a.shape[0] % s.shape[0] == 0:
-                k = s.shape[0]
-                per_input.append([a[i:i + k] for i in range(0, a.shape[0], k)])
-            elif tuple(a.shape[1:]) == tuple(s.shape):
-                per_input.append([a[i] for i in range(a.shape[0])])
-            else:
-                raise InputError(f"calibration data for input {s.name!r} has shape {a.shape}; expected {s.shape} "
-                                 f"or (N, ...) samples of it")
-            n = len(per_input[-1]) if n is None else min(n, len(per_input[-1]))
-        for i in range(n or 0):
-            samples.append([check_array(s.name, np.reshape(p[i], s.shape), s.shape, "calibration data for input")
-                            for p, s in zip(per_input, inputs)])
-        if not samples:
+        per_input = [_as_batches(a, s) for a, s in zip(_by_input(calibration, inputs), inputs)]
+    else:
+        items = [_by_input(item, inputs) for item in calibration]
+        if not items:
             raise InputError("calibration data is empty")
-        return samples
-    out = []
-    for item in calibration:
-        arrays = _by_input(item, inputs)
-        for a, s in zip(arrays, inputs):
-            if a.size != int(np.prod(s.shape)):
-                raise InputError(f"calibration sample for input {s.name!r} has shape {a.shape}; expected {s.shape}")
-        out.append([check_array(s.name, np.reshape(a, s.shape), s.shape, "calibration data for input")
-                    for a, s in zip(arrays, inputs)])
-    if not out:
+        per_input = []
+        for i, s in enumerate(inputs):
+            arrays = [np.asarray(item[i]) for item in items]
+            if all(a.size == int(np.prod(s.shape)) for a in arrays):
+                per_input.append([np.reshape(a, s.shape) for a in arrays])
+                continue
+            # Samples of a smaller batch than the model's (e.g. batch-1 samples for a batch-4 model): regrouped.
+            if not all(a.ndim == len(s.shape) and tuple(a.shape[1:]) == tuple(s.shape[1:]) for a in arrays):
+                bad = next(a for a in arrays if a.size != int(np.prod(s.shape)))
+                raise InputError(f"calibration sample for input {s.name!r} has shape {bad.shape}; expected "
+                                 f"{s.shape} (or samples of a smaller batch, (n, {_rest(s)}))")
+            per_input.append(_as_batches(np.concatenate(arrays), s))
+    n = min(len(p) for p in per_input)
+    samples = [[check_array(s.name, p[i], s.shape, "calibration data for input") for p, s in zip(per_input, inputs)]
+               for i in range(n)]
+    if not samples:
         raise InputError("calibration data is empty")
-    return out
+    return samples
+
+
+def _rest(s: InputSpec) -> str:
+    return ", ".join(str(d) for d in s.shape[1:])
+
+
+def _as_batches(a: np.ndarray, s: InputSpec) -> list[np.ndarray]:
+    """Batches of input `s` (shape (B, ...)) from `a`: exactly one batch, (N, B, ...) batches, or samples along
+    the batch axis, (N, ...) or (N, k, ...): grouped B at a time, the last group filled up by repeating samples
+    from the start (so a batch-4 model calibrates on batch-1 samples; a repeated sample adds no new range)."""
+    want = tuple(s.shape)
+    a = np.asarray(a)
+    if tuple(a.shape) == want:
+        return [a]
+    if tuple(a.shape[1:]) == want:
+        return [a[i] for i in range(a.shape[0])]
+    if a.ndim == len(want) + 1 and want and tuple(a.shape[2:]) == want[1:]:
+        a = a.reshape(-1, *want[1:])  # (N, k, ...) samples of batch k
+    if not want or a.ndim != len(want) or tuple(a.shape[1:]) != want[1:] or a.shape[0] == 0:
+        raise InputError(f"calibration data for input {s.name!r} has shape {a.shape}; expected {want} or (N, ...) "
+                         f"samples of it (samples of a smaller batch too: (N, {_rest(s)}))")
+    k = want[0]
+    groups = -(-a.shape[0] // k)
+    idx = np.arange(groups * k) % a.shape[0]
+    return [a[idx[g * k:(g + 1) * k]] for g in range(groups)]
 
 
 def _by_input(item: Any, inputs: list[InputSpec]) -> list[np.ndarray]:

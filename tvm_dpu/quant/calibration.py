@@ -15,7 +15,6 @@ The one-call path (statistics, then the quantizer) is `quantize.calibrate`, expo
 from __future__ import annotations
 
 import math
-import sys
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tvm_dpu.errors import QuantizationError
+from tvm_dpu.progress import progress_bar
 from tvm_dpu.quant.fixpoint import INT8_MAX, INT8_MIN
 from tvm_dpu.xgraph.validate import validate_graph
 
@@ -309,19 +309,17 @@ def collect_stats(graph: Graph, batches: Iterable[Any], *, progress: bool = True
     """Run the float `graph` on each batch and collect the statistics of every feature map.
 
     `batches`: an iterable of dicts input name -> float array (N, C, H, W) (or (C, H, W) for one sample), or of
-    plain arrays when the graph has a single input. A tqdm progress bar goes to stderr when `progress`.
+    plain arrays when the graph has a single input. A tqdm progress bar goes to stderr when `progress` and stderr is a terminal.
     Deterministic: the same graph, data, `max_samples` and `seed` give the same statistics.
     Raises QuantizationError on an empty iterable, a malformed batch or non-finite values.
     """
-    from tqdm.auto import tqdm
-
     collector = StatsCollector(graph, max_samples, seed)
     total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
-    bar = tqdm(batches, total=total, desc=f"calibrating {graph.name}", unit="batch", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(batches, progress, total=total, desc=f"calibrating {graph.name}", unit="batch")
     try:
         for batch in bar:
             collector.run(batch)
     finally:
-        bar.close()
+        if hasattr(bar, "close"):
+            bar.close()
     return collector.result()

@@ -14,12 +14,25 @@ for `quantize.quantize_graph(..., overrides=...)` once the frontend has mapped t
 
 Every scale must be 2**-fp with zero point 0 and int8 data (the DPU's per-tensor power-of-two int8); per-channel
 scales are accepted only when they are all equal. Anything else is a QuantizationError naming the tensor and the
-node and saying what to do.
+node and saying what to do. Two modes relax this for float-scale (onnxruntime-style) models, never silently:
+
+* ``scales="round"``: a symmetric int8 scale s that is not a power of two is rounded up to the next one
+  (fix_point floor(-log2 s): the range stays covered, the step is at most 2x coarser); int8 constants are folded
+  with their true scale and re-quantized by the compiler. Each rounding is appended to `rounded`
+  (`ScaleRounding`: tensor, scale, fix_point, and for a constant the re-quantization error) for the caller to
+  report.
+* ``scales="float"`` (``--requantize``): every Q/DQ pair is removed and every constant dequantized exactly
+  ((q - zero_point) * scale, per channel too); no fix_points are returned: the float model is calibrated.
+
+Fix_points then flow forward through shape-only ops (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity):
+their output holds the same values, so it has its input's fix_point (a TF2 classifier's Reshape after the last
+DequantizeLinear would otherwise leave the model output to calibration).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -28,8 +41,29 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm_dpu.errors import QuantizationError
 
 _ADVICE = ("re-export with power-of-two scales (e.g. Vitis AI's vai_q_onnx with power-of-two quantization, "
-           "int8, symmetric) or drop the QDQ nodes and calibrate the float model")
+           "int8, symmetric), or strip the Q/DQ nodes and calibrate the float model (requantize=True, "
+           "tvm-dpu --requantize)")
 _INT_TYPES = {TensorProto.INT8: np.int8, TensorProto.INT16: np.int16, TensorProto.INT32: np.int32}
+#: Ops whose output holds their (first) input's values rearranged: the output keeps the input's fix_point.
+SHAPE_ONLY_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+SCALE_MODES = ("exact", "round", "float")
+
+
+@dataclass(frozen=True)
+class ScaleRounding:
+    """A QDQ scale that is not a power of two, rounded up to 2**-fix_point (strip_qdq(scales="round"))."""
+
+    tensor: str
+    node: str
+    scale: float
+    fix_point: int
+    #: For a constant: max |requantized - original| / max |original| (the re-quantization error); else None.
+    constant_error: float | None = None
+
+    @property
+    def step_ratio(self) -> float:
+        """How much coarser the DPU's step is than the quantizer's (1 to 2)."""
+        return 2.0 ** -self.fix_point / self.scale
 
 
 def _where(tensor: str, node: onnx.NodeProto) -> str:
@@ -53,8 +87,10 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def _scale_fix_point(node: onnx.NodeProto, tensor: str, consts: dict[str, np.ndarray]) -> int:
-    """fix_point of the node's scale input (per-tensor, power of two)."""
+def _scale_fix_point(node: onnx.NodeProto, tensor: str, consts: dict[str, np.ndarray],
+                     rounded: list[ScaleRounding] | None = None) -> int:
+    """fix_point of the node's scale input (per-tensor, power of two; with `rounded`, any positive scale, rounded
+    up to a power of two and recorded there)."""
     if len(node.input) < 2 or node.input[1] not in consts:
         raise QuantizationError(f"{_where(tensor, node)}: the scale is not a constant; {_ADVICE}")
     if _attr(node, "block_size", 0):
@@ -73,8 +109,13 @@ def _scale_fix_point(node: onnx.NodeProto, tensor: str, consts: dict[str, np.nda
         raise QuantizationError(f"{_where(tensor, node)}: scale {shown} is not a positive finite number")
     mant, exp = math.frexp(s)
     if mant != 0.5:
-        raise QuantizationError(f"{_where(tensor, node)}: scale {shown} is not a power of two (the DPU's scales are "
-                                f"2**-fix_point); {_ADVICE}")
+        if rounded is None:
+            raise QuantizationError(f"{_where(tensor, node)}: scale {shown} is not a power of two (the DPU's scales "
+                                    f"are 2**-fix_point); {_ADVICE}")
+        fp = -exp  # s = mant * 2**exp with 0.5 < mant < 1: 2**exp is the next power of two up
+        if not any(r.tensor == tensor and r.node == node.name for r in rounded):
+            rounded.append(ScaleRounding(tensor, node.name, s, fp))
+        return fp
     return 1 - exp  # s = 2**(exp - 1) = 2**-fp
 
 
@@ -94,13 +135,20 @@ def _int_type(node: onnx.NodeProto, tensor: str, consts: dict[str, np.ndarray], 
     return int(out_dtype) if out_dtype else TensorProto.UINT8  # ONNX default without a zero point
 
 
-def strip_qdq(model: onnx.ModelProto | str) -> tuple[onnx.ModelProto, dict[str, int]]:
+def strip_qdq(model: onnx.ModelProto | str, scales: str = "exact",
+              rounded: list[ScaleRounding] | None = None) -> tuple[onnx.ModelProto, dict[str, int]]:
     """(float model, fix_points) of a QDQ ONNX model (or a path to one); see the module docstring.
 
     `fix_points` maps tensor names of the returned float model to fix_points (value = q * 2**-fp).
-    The input model is not modified. Raises QuantizationError for a non-power-of-two scale, a nonzero zero point,
-    non-int8 activations, differing per-channel scales, or Q/DQ nodes that are not pairs around a float tensor.
+    The input model is not modified. With `scales="exact"` (default) raises QuantizationError for a
+    non-power-of-two scale, a nonzero zero point, non-int8 activations, differing per-channel scales, or Q/DQ
+    nodes that are not pairs around a float tensor. `scales="round"` rounds scales up to powers of two and
+    appends each rounding to `rounded`; `scales="float"` removes the quantization altogether (no fix_points).
     """
+    if scales not in SCALE_MODES:
+        raise QuantizationError(f"scales={scales!r}: expected one of {SCALE_MODES}")
+    floating = scales == "float"
+    rounding: list[ScaleRounding] | None = (rounded if rounded is not None else []) if scales == "round" else None
     src = onnx.load(model) if isinstance(model, str) else model
     out = onnx.ModelProto()
     out.CopyFrom(src)
@@ -134,25 +182,49 @@ def strip_qdq(model: onnx.ModelProto | str) -> tuple[onnx.ModelProto, dict[str, 
             continue
         xq, y = node.input[0], node.output[0]
         q = producer.get(xq)
+        if floating:
+            if xq in consts:
+                folded[y] = _dequantize(node, consts[xq], consts)
+                drop.add(id(node))
+                continue
+            if q is None or q.op_type != "QuantizeLinear":
+                raise QuantizationError(f"{_where(xq, node)}: DequantizeLinear input is neither a constant nor the "
+                                        "output of a QuantizeLinear; only QDQ pairs around float tensors can be "
+                                        "stripped")
+            x = resolve(q.input[0])
+            if x in consts:  # fake-quantized float constant: its quantized value, in float
+                folded[y] = _dequantize(node, _quantize(q, consts[x], consts), consts)
+                drop.add(id(node))
+                continue
+            alias[y] = x
+            if y in graph_outputs:
+                identities[id(node)] = helper.make_node("Identity", [x], [y], name=node.name or f"{y}_identity")
+            else:
+                drop.add(id(node))
+            continue
         if q is not None and q.op_type == "QuantizeLinear":
-            _scale_fix_point(q, q.input[0], consts)  # report a bad pair under the float tensor's name first
-        fp = _scale_fix_point(node, xq, consts)
+            _scale_fix_point(q, q.input[0], consts, rounding)  # report a bad pair under the float tensor's name first
         if xq in consts:  # constant weight / bias
             data = consts[xq]
             dtype = _int_type(node, xq, consts, helper.np_dtype_to_tensor_dtype(data.dtype))
             if dtype not in _INT_TYPES:
                 raise QuantizationError(f"{_where(xq, node)}: constant of type {TensorProto.DataType.Name(dtype)}; "
                                         f"expected int8 (or int16 / int32 for a bias); {_ADVICE}")
-            folded[y] = (data.astype(np.float64) * 2.0 ** -fp).astype(np.float32)
+            # A wider constant (an int32 bias) gets no fix_point: its scale's rounding is not reported.
+            fp = _scale_fix_point(node, xq, consts, rounding if dtype == TensorProto.INT8 or rounding is None
+                                  else [])
+            folded[y] = (data.astype(np.float64) * _scale_of(node, consts)).astype(np.float32)
             if dtype == TensorProto.INT8:
                 record(y, fp, node)
+                _note_constant_error(rounding, xq, node, folded[y], fp)
             drop.add(id(node))
             continue
+        fp = _scale_fix_point(node, xq, consts, rounding)
         if q is None or q.op_type != "QuantizeLinear":
             raise QuantizationError(f"{_where(xq, node)}: DequantizeLinear input is neither a constant nor the "
                                     "output of a QuantizeLinear; only QDQ pairs around float tensors can be stripped")
         x = resolve(q.input[0])  # a chain DQ -> Q -> DQ annotates the first float tensor
-        fp_q = _scale_fix_point(q, x, consts)
+        fp_q = _scale_fix_point(q, x, consts, rounding)
         dtype_q = _int_type(q, x, consts, None)
         _int_type(node, xq, consts, dtype_q)
         if fp_q != fp:
@@ -163,9 +235,11 @@ def strip_qdq(model: onnx.ModelProto | str) -> tuple[onnx.ModelProto, dict[str, 
                                     f"runs int8 (give an int8 zero point); {_ADVICE}")
         if x in consts:  # fake-quantized float constant: fold DQ(Q(w))
             w = np.asarray(consts[x], dtype=np.float64)
-            qv = np.clip(np.rint(w * 2.0 ** fp), -128, 127)  # QuantizeLinear rounds half to even
-            folded[y] = (qv * 2.0 ** -fp).astype(np.float32)
+            step = _scale_of(node, consts)
+            qv = np.clip(np.rint(w / step), -128, 127)  # QuantizeLinear rounds half to even
+            folded[y] = (qv * step).astype(np.float32)
             record(y, fp, node)
+            _note_constant_error(rounding, y, node, folded[y], fp)
             drop.add(id(node))
             continue
         record(x, fp, q)
@@ -217,8 +291,68 @@ def strip_qdq(model: onnx.ModelProto | str) -> tuple[onnx.ModelProto, dict[str, 
     vi = [v for v in g.value_info if v.name in used and v.name not in folded]
     del g.value_info[:]
     g.value_info.extend(vi)
+    for node in final:  # in topological order: a chain of shape-only ops passes the fix_point along
+        if node.op_type in SHAPE_ONLY_OPS and node.domain in ("", "ai.onnx") and node.input \
+                and node.input[0] in fix_points:
+            fix_points.setdefault(node.output[0], fix_points[node.input[0]])
     fix_points = {k: v for k, v in fix_points.items() if k in used or k in {i.name for i in g.input}}
     return out, fix_points
+
+
+def _scale_of(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> float:
+    """The node's (checked, per-tensor) scale value."""
+    return float(np.asarray(consts[node.input[1]], dtype=np.float64).ravel()[0])
+
+
+def _note_constant_error(rounding: list[ScaleRounding] | None, tensor: str, node: onnx.NodeProto,
+                         value: np.ndarray, fp: int) -> None:
+    """Record what re-quantizing a constant at its rounded fix_point changes (max error / max magnitude)."""
+    if not rounding:
+        return
+    for i, r in enumerate(rounding):
+        if r.node == node.name and r.tensor == tensor:
+            v = value.astype(np.float64)
+            requant = np.clip(np.rint(v * 2.0 ** fp), -128, 127) * 2.0 ** -fp
+            peak = float(np.max(np.abs(v))) if v.size else 0.0
+            err = float(np.max(np.abs(requant - v))) / peak if peak else 0.0
+            rounding[i] = ScaleRounding(r.tensor, r.node, r.scale, r.fix_point, err)
+
+
+def _axis_shaped(node: onnx.NodeProto, v: np.ndarray, ndim: int) -> np.ndarray:
+    """A per-channel scale or zero point reshaped to broadcast along the node's axis (default 1)."""
+    v = np.asarray(v)
+    if v.ndim == 0 or v.size == 1:
+        return v.reshape(())
+    if _attr(node, "block_size", 0):
+        raise QuantizationError(f"{_where(node.input[0], node)}: blocked quantization (block_size) is not supported")
+    shape = [1] * ndim
+    shape[int(_attr(node, "axis", 1)) % ndim] = -1
+    return v.reshape(shape)
+
+
+def _scale_zero(node: onnx.NodeProto, consts: dict[str, np.ndarray], ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    if len(node.input) < 2 or node.input[1] not in consts:
+        raise QuantizationError(f"{_where(node.input[0], node)}: the scale is not a constant")
+    scale = _axis_shaped(node, np.asarray(consts[node.input[1]], np.float64), ndim)
+    zp = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if len(node.input) > 2 and node.input[2] and zp is None:
+        raise QuantizationError(f"{_where(node.input[0], node)}: the zero point is not a constant")
+    zero = np.zeros((), np.float64) if zp is None else _axis_shaped(node, np.asarray(zp, np.float64), ndim)
+    return scale, zero
+
+
+def _dequantize(node: onnx.NodeProto, data: np.ndarray, consts: dict[str, np.ndarray]) -> np.ndarray:
+    """DequantizeLinear of a constant, exactly as ONNX defines it: (q - zero_point) * scale."""
+    scale, zero = _scale_zero(node, consts, np.ndim(data))
+    return ((np.asarray(data, np.float64) - zero) * scale).astype(np.float32)
+
+
+def _quantize(node: onnx.NodeProto, w: np.ndarray, consts: dict[str, np.ndarray]) -> np.ndarray:
+    """QuantizeLinear of a constant (round half to even, saturate to the zero point's type, uint8 without one)."""
+    scale, zero = _scale_zero(node, consts, np.ndim(w))
+    zp = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    info = np.iinfo(np.asarray(zp).dtype if zp is not None else np.uint8)
+    return np.clip(np.rint(np.asarray(w, np.float64) / scale) + zero, info.min, info.max)
 
 
 def _used_names(nodes: Iterable[onnx.NodeProto], outputs: Iterable[onnx.ValueInfoProto]) -> set[str]:

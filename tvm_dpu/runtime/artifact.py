@@ -95,6 +95,8 @@ def _check_header(h: dict) -> None:
                 raise SchemaError(f"{kind}[{i}].shape {dims} is too large")
             if t.get("dtype") not in IO_DTYPES:
                 raise SchemaError(f"{kind}[{i}].dtype {t.get('dtype')!r:.30} is not one of {IO_DTYPES}")
+            if "fix_point" in t:
+                need_int(t["fix_point"], f"{kind}[{i}].fix_point", -128, 127)
     if not h["inputs"]:
         raise SchemaError("the model has no inputs")
     sections = h["sections"]
@@ -338,6 +340,8 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
         inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]
         outputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"]))
                    for i in h.get("outputs") or []]
+        io_fix_points = {str(i["name"]): int(i["fix_point"]) for i in [*h["inputs"], *(h.get("outputs") or [])]
+                         if "fix_point" in i}
         source_graph = h.get("graph")
         report = None
         if h.get("partition") is not None:
@@ -349,7 +353,8 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     lib = _load_library(lib_bytes)
     return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs, partition_report=report,
                          subgraph_ids=ids, build_info=dict(h.get("build") or {}), outputs=outputs,
-                         source_graph=source_graph, device=dev, plugin_subgraphs=plugin_subgraphs)
+                         source_graph=source_graph, device=dev, plugin_subgraphs=plugin_subgraphs,
+                         io_fix_points=io_fix_points)
 
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict, dict[str, int]]:

@@ -110,8 +110,7 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     header = {
         "format": "tvm-dpu-artifact",
         "arch": {"name": model.arch.name, "fingerprint": hex(model.arch.fingerprint)},
-        "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in model.inputs],
-        "outputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in model.output_specs()],
+        **model.io_json(),
         "graph": model.source_graph,
         "subgraphs": subgraphs,
         "partition": model.partition_report.to_json() if model.partition_report is not None else None,
@@ -127,3 +126,4 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     os.replace(tmp_path, path)
     record_build(path)
     return path
+

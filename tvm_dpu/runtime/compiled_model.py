@@ -43,6 +43,9 @@ class CompiledModel:
     device: Any = None
     #: Subgraphs run by custom-IP plugins: [{"symbol", "plugin", "version", "device", "nodes"}].
     plugin_subgraphs: list[dict] = field(default_factory=list)
+    #: fix_point of each model input and output that a DPU subgraph reads or writes directly (name -> fix_point;
+    #: x = q * 2**-fix_point), for int8 I/O; None: derived from `relax_module` when first asked.
+    io_fix_points: dict[str, int] | None = None
     _verify: bool = False
     _lib: Any = None
     _local: threading.local = field(default_factory=threading.local, repr=False)
@@ -71,8 +74,8 @@ class CompiledModel:
         return all(r.graph is not None for r in self.runners.values())
 
     def output_specs(self) -> list[InputSpec]:
-        """Model outputs: `outputs` when given (e.g. a pipeline stage names what it sends), else from the Relax
-        module's return type."""
+        """Model outputs: `outputs` (named as the source model names them: `tvm_dpu.build` sets them from the ONNX
+        graph; a pipeline stage names what it sends), else from the Relax module's return type (``output_<i>``)."""
         if self.outputs:
             return list(self.outputs)
         if self.relax_module is not None:
@@ -80,6 +83,13 @@ class CompiledModel:
             if specs is not None:
                 return specs
         return list(self.outputs)
+
+    def tensor_fix_points(self) -> dict[str, int]:
+        """`io_fix_points`: for each model input a DPU subgraph reads and each output one writes (no CPU op
+        between), the fix_point of that DPU tensor; other inputs and outputs are absent (float only)."""
+        if self.io_fix_points is None:
+            self.io_fix_points = _io_fix_points(self) if self.relax_module is not None else {}
+        return dict(self.io_fix_points)
 
     # -- execution ----------------------------------------------------------------------------------------
     @property
@@ -132,12 +142,13 @@ class CompiledModel:
         arrays = arrays_by_name(inputs, names, "model inputs")
         return [check_array(s.name, a, s.shape) for s, a in zip(self.inputs, arrays)]
 
-    def run(self, inputs: Any) -> list[np.ndarray]:
-        """Run the whole model. `inputs`: dict name -> array, a list in input order, or one array."""
+    def run(self, inputs: Any, *, timer: Any = None) -> list[np.ndarray]:
+        """Run the whole model. `inputs`: dict name -> array, a list in input order, or one array. `timer`, when
+        given, is called as timer(symbol, start, end) after each DPU partition call (time.perf_counter())."""
         feeds = [tvm.runtime.tensor(a) for a in self._feeds(inputs)]
         try:
             with use_device(self.dpu_device(), observer=self._observe if self._verify else None,
-                            programs=self._listed_programs()):
+                            programs=self._listed_programs(), timer=timer):
                 res = self.vm["main"](*feeds)
         except DPUError:
             raise
@@ -217,6 +228,7 @@ class CompiledModel:
             "arch": self.arch.name,
             "dpu": self.arch.dpu_name,
             "fingerprint": hex(self.arch.fingerprint),
+            **self.io_json(),
             "partition": self.partition_report.to_json() if self.partition_report is not None else None,
             "subgraphs": subgraphs,
             "ddr_total_bytes": int(sum(sum(s["ddr_bytes"].values()) for s in subgraphs)),
@@ -226,6 +238,13 @@ class CompiledModel:
                 **self._multicore_latency(model_timing)},
             "build": self.build_info,
         }
+
+    def io_json(self) -> dict:
+        """{"inputs", "outputs"}: the model's tensors under their source names, with fix_points where known."""
+        fps = self.tensor_fix_points()
+        return {kind: [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype,
+                        **({"fix_point": fps[s.name]} if s.name in fps else {})} for s in specs]
+                for kind, specs in (("inputs", self.inputs), ("outputs", self.output_specs()))}
 
     def _multicore_latency(self, model_timing: Any) -> dict:
         """Predicted DPU latency on one core and on the cores the model was compiled for (segments of a
@@ -275,6 +294,49 @@ def _multicore_json(mc: Any, arch: Arch) -> dict:
                                                    "ops": [op for op, _, _ in mc.segments[i].sg.op_ranges]}
                                                   for i in order]}
                          for c, order in enumerate(mc.core_order())]}
+
+
+#: Relax ops that only move values: a model output computed by them from a DPU tensor keeps its fix_point.
+_SHAPE_ONLY_OPS = frozenset({"relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
+                             "relax.flatten"})
+
+
+def _io_fix_points(model: CompiledModel) -> dict[str, int]:
+    """Walk `main` of the model's Relax module: a parameter passed straight to a DPU partition call takes that
+    partition input's fix_point, a returned value produced by one (through shape-only ops at most) takes the
+    output's (a tensor read at two fix_points has none)."""
+    fn = model.relax_module["main"]
+    params = {p: s.name for p, s in zip(fn.params, model.inputs)}
+    made: dict[Any, Any] = {}  # var -> the DPU binding (sg tensor) it holds
+    found: dict[str, set[int]] = {}
+    for block in getattr(fn.body, "blocks", []):
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, relax.Call) and isinstance(v.op, relax.GlobalVar) and v.op.name_hint in model.runners:
+                sg = model.runners[v.op.name_hint].sg
+                for arg, binding in zip(v.args, sg.inputs):
+                    if arg in params:
+                        found.setdefault(params[arg], set()).add(int(binding.fix_point))
+                made[b.var] = sg.outputs[0] if len(sg.outputs) == 1 else tuple(sg.outputs)
+            elif isinstance(v, relax.TupleGetItem) and isinstance(made.get(v.tuple_value), tuple):
+                made[b.var] = made[v.tuple_value][int(v.index)]
+            elif isinstance(v, relax.Var) and v in made:
+                made[b.var] = made[v]
+            elif isinstance(v, relax.Tuple):
+                made[b.var] = tuple(made.get(f) for f in v.fields)
+            elif isinstance(v, relax.Call) and getattr(v.op, "name", None) in _SHAPE_ONLY_OPS and v.args \
+                    and not isinstance(made.get(v.args[0]), (tuple, type(None))):
+                made[b.var] = made[v.args[0]]  # a CPU reshape / transpose keeps the values, so the fix_point
+    body = fn.body.body
+    results = list(body.fields) if isinstance(body, relax.Tuple) else [body]
+    if len(results) == 1 and isinstance(made.get(results[0]), tuple):
+        results = list(made[results[0]])  # a partition's tuple returned as is
+    else:
+        results = [made.get(r) for r in results]
+    for spec, binding in zip(model.output_specs(), results):
+        if binding is not None and not isinstance(binding, tuple):
+            found.setdefault(spec.name, set()).add(int(binding.fix_point))
+    return {name: next(iter(fps)) for name, fps in found.items() if len(fps) == 1}
 
 
 def _specs_of(ty: Any) -> list[InputSpec] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import threading
+import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ PROGRAM_CACHE_ENTRIES = 64
 
 #: Called after every DPU call inside `use_device(..., observer=f)`: f(symbol, program, int8 inputs, int8 outputs).
 Observer = Callable[[str, Program, list, list], None]
+#: Called after every DPU call inside `use_device(..., timer=f)`: f(symbol, start, end) (time.perf_counter()).
+Timer = Callable[[str, float, float], None]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class _Context:
     #: sha256 digests of the only programs this context may run (those a loaded artifact's header lists); None:
     #: any program of the calling module (a model built in this process).
     programs: frozenset[bytes] | None = None
+    timer: Timer | None = None
 
 
 _CONTEXT: contextvars.ContextVar[_Context | None] = contextvars.ContextVar("tvm_dpu_device", default=None)
@@ -73,11 +77,12 @@ def get_device() -> Any:
 
 @contextmanager
 def use_device(device: Any, observer: Observer | None = None,
-               programs: frozenset[bytes] | None = None) -> Iterator[None]:
+               programs: frozenset[bytes] | None = None, timer: Timer | None = None) -> Iterator[None]:
     """Within the block (this thread / context only), DPU partitions run on `device`; `observer` sees every call;
-    `programs` (sha256 digests), when given, are the only programs a call may run."""
+    `programs` (sha256 digests), when given, are the only programs a call may run; `timer` gets each call's
+    start and end."""
     _check_device(device)
-    token = _CONTEXT.set(_Context(device, observer, programs))
+    token = _CONTEXT.set(_Context(device, observer, programs, timer))
     try:
         yield
     finally:
@@ -153,6 +158,7 @@ def _in_place(prog: Program, address: int) -> Program:
 
 def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:
     """Run one DPU partition call: float32 inputs, then the preallocated float32 outputs (destination passing)."""
+    start = time.perf_counter()
     prog = program_at(int(address), int(size), str(symbol))
     n_in = len(prog.sg.inputs)
     if len(args) != n_in + len(prog.sg.outputs):
@@ -173,6 +179,8 @@ def dispatch(symbol: str, address: int, size: int, *args: Any) -> None:
     qin, qout, outs = execute_float(prog.sg, device, inputs, prog.output_shapes, prog.multicore)
     for dst, val in zip(args[n_in:], outs):
         dst.copyfrom(np.ascontiguousarray(val, dtype=np.float32))
+    if ctx is not None and ctx.timer is not None:
+        ctx.timer(str(symbol), start, time.perf_counter())
     if ctx is not None and ctx.observer is not None:
         ctx.observer(str(symbol), prog, qin, qout)
 

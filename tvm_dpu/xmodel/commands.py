@@ -133,8 +133,9 @@ def run_inspect(args: Any) -> int:
     return 0
 
 
-def run_run(args: Any, feeds_for: Any, print_outputs: Any) -> int:
-    """`tvm-dpu run m.xmodel`; `feeds_for` / `print_outputs` are the CLI's input reader and output printer."""
+def run_run(args: Any, feeds_for: Any, print_outputs: Any, save_outputs: Any) -> int:
+    """`tvm-dpu run m.xmodel`; `feeds_for` / `print_outputs` / `save_outputs` are the CLI's input reader, output
+    printer and .npz writer."""
     from .runner import load_xmodel
 
     (path,) = args.compiled
@@ -162,10 +163,10 @@ def run_run(args: Any, feeds_for: Any, print_outputs: Any) -> int:
     for name, st in runner.last_stats.items():
         if st is not None:
             print(f"DPU subgraph {name}: {st.instructions} instructions executed, ended={st.ended}")
-    print_outputs(outputs)
+    names = [s.name for s in runner.outputs]
+    print_outputs(outputs, names)
     if args.output:
-        np.savez(args.output, **{f"output_{i}": y for i, y in enumerate(outputs)})
-        print(f"wrote {args.output}")
+        save_outputs(args.output, outputs, names)
     return 0
 
 

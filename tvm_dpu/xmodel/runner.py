@@ -12,6 +12,8 @@ interpreted by name), so the trust policy for native libraries does not apply to
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -133,6 +135,7 @@ class XModelRunner:
     outputs: list[InputSpec]
     plugin_runners: dict[str, Any] = field(default_factory=dict)
     last_stats: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def arch(self):
@@ -141,15 +144,23 @@ class XModelRunner:
     def output_specs(self) -> list[InputSpec]:
         return list(self.outputs)
 
-    def run(self, inputs: Any) -> list[np.ndarray]:
-        """Run the model on float inputs (dict name -> array, a list in input order, or one array)."""
+    def tensor_fix_points(self) -> dict[str, int]:
+        """fix_point of each model input and output (op name -> fix_point) that has one."""
+        ops = {s.name for s in (*self.inputs, *self.outputs)}
+        return {op.name: int(op.output.fix_point) for op in self.model.ops
+                if op.name in ops and op.output.fix_point is not None}
+
+    def run(self, inputs: Any, *, timer: Any = None) -> list[np.ndarray]:
+        """Run the model on float inputs (dict name -> array, a list in input order, or one array). `timer`, when
+        given, is called as timer(subgraph name, start, end) after each DPU subgraph (time.perf_counter())."""
         names = [s.name for s in self.inputs]
         arrays = [check_array(s.name, a, s.shape) for s, a in
                   zip(self.inputs, arrays_by_name(inputs, names, "model inputs"))]
-        values = self.run_values(dict(zip(names, arrays)))
+        values = self.run_values(dict(zip(names, arrays)), timer=timer)
         return [values[s.name] for s in self.outputs]
 
-    def run_values(self, feeds: Mapping[str, np.ndarray], quantized: bool = False) -> dict[str, np.ndarray]:
+    def run_values(self, feeds: Mapping[str, np.ndarray], quantized: bool = False,
+                   timer: Any = None) -> dict[str, np.ndarray]:
         """The value of every op computed on the host or read back from a DPU (op name -> array), from float
         inputs (int8 ones when `quantized`) keyed by input op name."""
         values: dict[str, np.ndarray] = {}
@@ -158,7 +169,10 @@ class XModelRunner:
                 for op in _ops_in_order(self.model, sg.all_ops()):
                     values[op.name] = self._user_input(op, feeds, quantized)
             elif sg.device == "DPU":
+                start = time.perf_counter()
                 self._run_dpu(self.programs[sg.name], values)
+                if timer is not None:
+                    timer(sg.name, start, time.perf_counter())
             else:
                 for op in _ops_in_order(self.model, sg.all_ops()):
                     if op.type in _PASS_THROUGH:
@@ -202,7 +216,8 @@ class XModelRunner:
             self.device.execute(prog.sg, regions)
         except DPUError as e:
             raise type(e)(f"{where}: {e}") from None
-        self.last_stats[prog.sub.name] = getattr(self.device, "last_stats", None)
+        with self._lock:
+            self.last_stats[prog.sub.name] = getattr(self.device, "last_stats", None)
         for t in prog.sub.outputs:
             out = tensor_view(regions[t.reg_id], t, where).copy()
             values[t.op] = out

@@ -1,0 +1,117 @@
+"""The CLI starts without TVM, numpy or onnx (`--version` and every `--help` import none of them); tvm-dpu still
+registers with TVM as soon as TVM is imported; the code stays Python 3.10-compatible (pyproject: 3.10 to 3.13)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Imports that cost seconds (TVM, and torch through tvm_ffi) or at least tens of milliseconds each.
+HEAVY = ("tvm", "tvm_ffi", "numpy", "onnx", "onnxruntime", "torch", "tqdm", "matplotlib", "cryptography")
+
+
+def _run(code: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _commands() -> list[str]:
+    from tvm_dpu.cli import COMMANDS
+
+    return list(COMMANDS)
+
+
+def test_cli_import_version_and_help_load_no_heavy_module():
+    code = f"""
+import sys
+from tvm_dpu.cli import main
+heavy = {HEAVY!r}
+loaded = {{}}
+for argv in [["--version"], ["--help"]] + [[c, "--help"] for c in {_commands()!r}]:
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+    loaded[" ".join(argv)] = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+print(repr(loaded), file=sys.stderr)
+"""
+    r = _run(code)
+    assert r.returncode == 0, r.stderr
+    loaded = eval(r.stderr.strip().splitlines()[-1])  # noqa: S307 - our own repr of a dict of lists
+    assert len(loaded) == len(_commands()) + 2
+    assert all(not mods for mods in loaded.values()), {k: v[:5] for k, v in loaded.items() if v}
+
+
+def test_tvm_registration_after_a_late_import_of_tvm():
+    """`import tvm_dpu` first (no TVM yet), then `import tvm`: the target, pipeline and runtime are registered,
+    and errors still cross TVM's FFI with their own type."""
+    r = _run("""
+import sys, tvm_dpu
+assert "tvm" not in sys.modules
+import tvm
+from tvm import relax
+assert "dpu" in tvm.target.Target("dpu").keys
+relax.get_pipeline("dpu")
+assert tvm.get_global_func("tvm_dpu.runtime.dispatch", allow_missing=True) is not None
+from tvm_dpu.errors import ArtifactError
+import tvm_ffi
+f = tvm_ffi.convert(lambda: (_ for _ in ()).throw(ArtifactError("bad file")))
+try:
+    f()
+except ArtifactError as e:
+    print("typed", e)
+""")
+    assert r.returncode == 0, r.stderr
+    assert "typed bad file" in r.stdout
+
+
+def _interpreters() -> list[tuple[str, str]]:
+    """(version, path) of other CPython interpreters on this machine that tvm-dpu supports."""
+    text = (ROOT / "pyproject.toml").read_text()
+    lo, hi = re.search(r'requires-python = ">=3\.(\d+),<3\.(\d+)"', text).groups()
+    found = []
+    roots = [Path.home() / ".pyenv" / "versions", Path("/usr/bin"), Path("/usr/local/bin")]
+    for minor in range(int(lo), int(hi)):
+        for root in roots:
+            cands = sorted(root.glob(f"3.{minor}.*/bin/python3.{minor}")) + [root / f"python3.{minor}"]
+            ok = [c for c in cands if c.is_file() and os.access(c, os.X_OK)]
+            if ok:
+                found.append((f"3.{minor}", str(ok[-1])))
+                break
+    return found
+
+
+def test_pyproject_allows_310_to_313():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'requires-python = ">=3.10,<3.14"' in text
+
+
+@pytest.mark.parametrize("version,python", _interpreters() or [pytest.param("-", "-", marks=pytest.mark.skip(
+    reason="no other Python interpreter on this machine"))])
+def test_code_compiles_and_cli_starts_on(version, python):
+    """Every module compiles under that interpreter's grammar, and the CLI (stdlib only until a command runs)
+    prints its version and help there."""
+    r = _run("""
+import pathlib, sys
+bad = []
+for f in sorted(pathlib.Path("tvm_dpu").rglob("*.py")):
+    try:
+        compile(f.read_text(), str(f), "exec", dont_inherit=True)
+    except SyntaxError as e:
+        bad.append(f"{f}:{e.lineno}: {e.msg}")
+print(bad)
+from tvm_dpu.cli import main
+for argv in (["--version"], ["benchmark", "--help"]):
+    try:
+        main(argv)
+    except SystemExit as e:
+        assert e.code == 0, argv
+""".replace('pathlib.Path("tvm_dpu")', f'pathlib.Path({str(ROOT / "tvm_dpu")!r})'), python)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "[]", r.stdout
+    assert "tvm-dpu 0.1.0" in r.stdout
