@@ -5,11 +5,13 @@ benchmarks/results/depcheck.json; a Markdown table on stdout.
 
     python benchmarks/bench_depcheck.py                                  # tests/data/xmodel (vendored)
     python benchmarks/bench_depcheck.py --dir /work/scratch/xmodels      # plus a directory of larger xmodels
+    python benchmarks/bench_depcheck.py --from-json benchmarks/results/depcheck.json --write-docs
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from tvm_dpu.xmodel.runner import load_xmodel
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "depcheck.json"
+DOC = ROOT / "docs" / "dependency-protocol.md"
+BEGIN, END = "<!-- bench_depcheck:begin -->", "<!-- bench_depcheck:end -->"
 
 
 def measure(path: Path) -> list[dict]:
@@ -58,14 +62,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", action="append", default=[], help="another directory of .xmodel files")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--from-json", type=Path, help="render this JSON instead of measuring")
+    ap.add_argument("--write-docs", action="store_true", help=f"rewrite the table in {DOC.name}")
     args = ap.parse_args()
+    if args.from_json:
+        rows = json.loads(args.from_json.read_text())
+    else:
+        rows = run(args)
+    print(table(rows))
+    if args.write_docs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from docblock import write_block  # benchmarks/docblock.py
+        write_block(DOC, BEGIN, END, table(rows))
+
+
+def run(args: argparse.Namespace) -> list[dict]:
     paths = sorted((ROOT / "tests" / "data" / "xmodel").rglob("*.xmodel"))
     for d in args.dir:
         paths += sorted(Path(d).glob("*.xmodel"))
     rows = [row for p in paths for row in measure(p)]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=1))
-    print(table(rows))
+    return rows
 
 
 if __name__ == "__main__":
