@@ -10,7 +10,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tvm_dpu.codegen.isa import enum_codes, enum_name
 from tvm_dpu.quant.fixpoint import HSIGMOID_MUL, INT8_MIN, saturate_int8, shift_round
 from tvm_dpu.runtime.banks import store_rows
-from tvm_dpu.runtime.emu_conv import ENGINE_ACTS, SHIFT_BIAS_MAX, activate, apply_pads, fetch_window
+from tvm_dpu.runtime.emu_conv import (ENGINE_ACTS, SHIFT_BIAS_MAX, activate, fetch_window, pad_slices,
+                                      window_use)
 
 if TYPE_CHECKING:
     from tvm_dpu.runtime.emulator import Ctx, Emulator
@@ -63,16 +64,23 @@ def alu(emu: "Emulator", ctx: "Ctx") -> None:
     C = cg * cp
     real_h = (vpp - 1) * sh + kh
     src_w = (L - 1) * sw + kw
+    # maxreduce ignores padding and channel_offset (9.1): it depends on every byte it fetches.
+    masked = mode != MAXREDUCE
+    pads = pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"]) \
+        if masked else []
+    choff = min(g["channel_offset"], C) if masked else 0
     x = fetch_window(emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nbytes=C * D, stride_h=sh,
                      offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"],
-                     bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]))
+                     bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
+                     used=window_use(real_h, src_w, kh, kw, sh, sw, pads, cg, D, cp, choff)
+                     if emu.banks.trace is not None else None)
     x = x.reshape(real_h, src_w, D, C)
-    if mode != MAXREDUCE:
+    if masked:
         pad = INT8_MIN if mode == MAXPOOL else 0
-        apply_pads(x, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"], pad)
-        choff = g["channel_offset"]
+        for region in pads:
+            x[region] = pad
         if choff:
-            x[..., C - min(choff, C):] = pad
+            x[..., C - choff:] = pad
     win = sliding_window_view(x, (kh, kw), axis=(0, 1))[::sh, ::sw][:vpp, :L]  # (vpp, L, D, C, kh, kw)
     banks = emu.banks
     dw_bank = np.int64(arch.bank_group("DWCONVW").base_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -34,20 +34,15 @@ ENGINE_ACTS = frozenset({ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6})
 
 
 def fetch_window(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nbytes: int,
-                 stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...]) -> np.ndarray:
-    """Gather the (height, width, nbytes) int8 input window with the row-fetch rule (3.3), as a fresh array."""
+                 stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
+                 used: np.ndarray | None = None) -> np.ndarray:
+    """Gather the (height, width, nbytes) int8 input window with the row-fetch rule (3.3), as a fresh array.
+    `used` (`window_use`) says which of its bank rows the result depends on (see `_window_gather_keys`)."""
     nrow = -(-nbytes // emu.banks.width)
-    x = _window_gather(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow, stride_h=stride_h,
-                       offset_in=offset_in, endl=endl, jump=jump, bases=bases)()
+    x = _window_gather_keys(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow, stride_h=stride_h,
+                            offset_in=offset_in, endl=endl, jump=jump, bases=bases, used=used)[0]()
     x = x.reshape(height, width, nrow * emu.banks.width)
     return (x if nrow * emu.banks.width == nbytes else x[..., :nbytes]).view(np.int8)
-
-
-def apply_pads(x: np.ndarray, kh: int, kw: int, top: int, left: int, bottom_last: int, right_last: int,
-               value: int) -> None:
-    """Padding of a fetched (H, W, C) window in place, with the 'last valid index' right/bottom encoding (6.3)."""
-    for region in _pad_slices(x.shape[0], x.shape[1], kh, kw, top, left, bottom_last, right_last):
-        x[region] = value
 
 
 def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
@@ -124,11 +119,12 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     # The window is gathered into a buffer of this step (steps are per emulator, and an emulator serves one
     # thread), so the im2col view below is made once, not per run.
     xbuf = np.empty((real_h, src_w, cg, banks.width), np.uint8)
+    pads = pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
     gather_x, window_keys = _window_gather_keys(
         emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh, offset_in=g["stride_offset_in"],
         endl=g["jump_read_endl"], jump=g["jump_read"],
-        bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]))
-    pads = _pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
+        bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
+        used=window_use(real_h, src_w, kh, kw, sh, sw, pads, cg, 1, icp, choff) if banks.trace is not None else None)
     ntap = kh * kw
     # Weights: CONVW bank o, tap t at row bank_addr_weights + t*cg, Cin bytes (6.4); bias: OCP bytes of BIAS.
     taps = f["bank_addr_weights"] + np.arange(ntap, dtype=np.int64) * cg
@@ -404,20 +400,15 @@ def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
     return write_each
 
 
-def _window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
-                   stride_h: int, offset_in: int, endl: int, jump: int,
-                   bases: tuple[int, ...]) -> Callable[[], np.ndarray]:
-    """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a
-    fresh array; same checks as `fetch_window`."""
-    return _window_gather_keys(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow,
-                               stride_h=stride_h, offset_in=offset_in, endl=endl, jump=jump, bases=bases)[0]
-
-
 def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
-                        stride_h: int, offset_in: int, endl: int, jump: int,
-                        bases: tuple[int, ...]) -> tuple[Callable[..., np.ndarray], np.ndarray]:
-    """`_window_gather`'s function (optionally gathering into an `out` array of its shape) and the bank row
-    keys it reads."""
+                        stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
+                        used: np.ndarray | None = None) -> tuple[Callable[..., np.ndarray], np.ndarray]:
+    """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a
+    fresh array, or into an `out` array of that shape, and the bank row keys (height, width, nrow) it gathers.
+
+    While the emulator records accesses, only the rows the instruction's result depends on are recorded as read:
+    those where `used` (broadcast to the keys' shape; None: all) is True. The dependency checker must not order
+    an instruction after a write whose bytes it throws away (docs/dependency-protocol.md)."""
     banks = emu.banks
     rm = fetch_rows(bank_id, emu.arch.pp, height, stride_h, offset_in, endl, bases)
     if height and int(rm.groups.max()) > MAX_ADDR_GROUP:
@@ -427,7 +418,8 @@ def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: in
     rows = rm.rows[:, None] + np.arange(width, dtype=np.int64)[None, :] * jump
     keys = banks.keys(rm.banks[:, None], rows, nrow)  # (height, width, nrow)
     if banks.trace is not None:
-        banks.trace.bank_reads.append(keys.reshape(-1))
+        banks.trace.bank_reads.append((keys if used is None else keys[np.broadcast_to(used, keys.shape)])
+                                      .reshape(-1))
     all_rows = banks.rows
     if keys.size:
         starts = keys[:, 0, 0]
@@ -438,6 +430,22 @@ def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: in
             starts = np.ascontiguousarray(starts, dtype=np.intp)
             return _taker(blocks, starts), keys
     return _taker(all_rows, np.ascontiguousarray(keys, dtype=np.intp)), keys
+
+
+def window_use(height: int, width: int, kh: int, kw: int, sh: int, sw: int, pads: "Sequence[tuple[slice, ...]]",
+               cg: int, depth: int, cp: int, masked: int) -> np.ndarray:
+    """(height, width, cg * depth) bool: which bank rows of a fetched window (each pixel cg * depth rows of cp
+    channels) an output depends on. Not: positions padding overwrites (`pads`); rows and columns no kernel window
+    covers (a stride larger than the kernel); a pixel's rows all of whose channels `masked` (channel_offset: the
+    last `masked` channels of each of the depth blocks of cg * cp channels) replaces by the pad value."""
+    used = np.ones((height, width, 1), bool)
+    for region in pads:
+        used[region] = False
+    used &= (np.arange(height) % sh < kh)[:, None, None]
+    used &= (np.arange(width) % sw < kw)[None, :, None]
+    if masked > 0:
+        used = used & ((np.arange(cg * depth) % cg) * cp < cg * cp - masked)
+    return used
 
 
 def _taker(source: np.ndarray, index: np.ndarray) -> Callable[..., np.ndarray]:
@@ -451,9 +459,10 @@ def _taker(source: np.ndarray, index: np.ndarray) -> Callable[..., np.ndarray]:
     return take
 
 
-def _pad_slices(h: int, w: int, kh: int, kw: int, top: int, left: int, bottom_last: int,
+def pad_slices(h: int, w: int, kh: int, kw: int, top: int, left: int, bottom_last: int,
                 right_last: int) -> list[tuple[slice, ...]]:
-    """The non-empty regions `apply_pads` overwrites, as index tuples."""
+    """The non-empty regions of an (h, w) window that padding overwrites (6.3, with the 'last valid index'
+    right/bottom encoding), as index tuples."""
     bottom = max(0, h - kh + bottom_last + 1)
     right = max(0, w - kw + right_last + 1)
     out = []

@@ -47,6 +47,28 @@ def _masked_overrun(ctx: "Ctx", reg: np.ndarray, keep: np.ndarray | None) -> int
     raise AssertionError("unreachable: _ddr_range raises for an access past the region")
 
 
+def _read_items(rid: int, addr: int, n: int, ch: int, jr: int,
+                keep: np.ndarray | None) -> list[tuple[int, int, int, int, int]]:
+    """The DDR bytes a LOAD depends on, as (reg_id, first byte, items, bytes per item, pitch) runs: all `ch` bytes
+    of its `n` items, less those its channel-augmentation mask `keep` (n, ch) zeroes, which are contiguous at
+    each item's start and end (5.1). Items masked alike form one run."""
+    if keep is None:
+        return [(rid, addr, n, ch, jr)]
+    any_kept = keep.any(axis=1)
+    lo = np.where(any_kept, np.argmax(keep, axis=1), 0)
+    hi = np.where(any_kept, ch - np.argmax(keep[:, ::-1], axis=1), 0)
+    out: list[tuple[int, int, int, int, int]] = []
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and lo[j] == lo[i] and hi[j] == hi[i]:
+            j += 1
+        if hi[i] > lo[i]:
+            out.append((rid, addr + i * jr + int(lo[i]), j - i, int(hi[i] - lo[i]), jr))
+        i = j
+    return out
+
+
 def _items(reg: np.ndarray, addr: int, n: int, width: int, pitch: int, writeable: bool) -> np.ndarray:
     """(n, width) view of DDR bytes addr + i * pitch + j (range already checked; the region may be strided)."""
     step = reg.strides[0]
@@ -81,6 +103,8 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
         if mask.any():
             keep = ~mask
     overrun = _masked_overrun(ctx, reg, keep)
+    if banks.trace is not None and f["broadcast"] != BROADCAST_CONST:
+        banks.trace.ddr_reads.extend(_read_items(int(f["reg_id"]), int(f["ddr_addr"]), n, ch, jr, keep))
     nrow = -(-ch // banks.width)
     keys = banks.keys(np.int64(bank_id), f["bank_addr"] + items * f["jump_write"], nrow)
     emu.stats.load_bytes += n * ch

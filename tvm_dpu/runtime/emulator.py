@@ -392,13 +392,12 @@ class Emulator:
 
 
 def _record(accesses: list[Access], ins: Instr) -> Access:
-    """A new access record for `ins`, with the DDR bytes a LOAD reads or a SAVE writes (the bank side is recorded
-    by Banks while the instruction is planned or run)."""
+    """A new access record for `ins`, with the DDR bytes a SAVE writes (a LOAD's DDR bytes are recorded by
+    emu_ddr.plan_load, which knows its mask; the bank side is recorded by Banks while the instruction is planned
+    or run)."""
     acc = Access()
     f = ins.fields
-    if ins.name == "LOAD" and f["broadcast"] != emu_ddr.BROADCAST_CONST:
-        acc.ddr_reads.append((f["reg_id"], f["ddr_addr"], f["length"], f["channel"], f["jump_read"]))
-    elif ins.name == "SAVE":
+    if ins.name == "SAVE":
         width = 1 if f["argmax"] & 2 and not f["const_en"] else f["channel"]
         acc.ddr_writes.append((f["reg_id"], f["ddr_addr"], f["length"], width, f["jump_write"]))
     accesses.append(acc)

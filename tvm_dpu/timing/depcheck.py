@@ -282,6 +282,64 @@ def _replay(rep: DepReport) -> list[tuple[int, ...]] | None:
     return start
 
 
+def min_capacity(rep: DepReport) -> int:
+    """The fewest tokens every counter must hold for the program to run to its end when an instruction that would
+    post to a full counter waits (does not complete) until the counter's engine takes a token. 0 after a deadlock.
+
+    Running any instruction that can run never stops another engine's next instruction from running (it only
+    takes tokens posted to its own engine and adds tokens to its own engine's counters), so the untimed replay
+    that runs whatever can run finishes exactly when some schedule does; the capacity is found by bisection."""
+    if rep.problems and any(p.startswith("deadlock") for p in rep.problems):
+        return 0
+    hi = max(OWN_CREDIT, int(rep.depth.max()))
+    if not _runs_with(rep, hi):
+        hi = max(hi, rep.instructions + OWN_CREDIT)
+        if not _runs_with(rep, hi):
+            return 0
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _runs_with(rep, mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _runs_with(rep: DepReport, capacity: int) -> bool:
+    """Whether the untimed replay with counters of `capacity` tokens (a post to a full counter waits) ends."""
+    engine = rep.engine
+    queues: list[list[int]] = [[] for _ in range(4)]
+    for i, e in enumerate(engine):
+        queues[e].append(i)
+    needs = [[s for s in range(4) if on >> s & 1] for on in rep.dpdon]
+    gives = [[d for d in range(4) if by >> d & 1] for by in rep.dpdby]
+    tokens = initial_tokens()
+    head = [0] * 4
+    left = rep.instructions
+    progress = True
+    while left and progress:
+        progress = False
+        for e in range(4):
+            q = queues[e]
+            row = tokens[e]
+            while head[e] < len(q):
+                i = q[head[e]]
+                if any(tokens[s][e] <= 0 for s in needs[i]):
+                    break
+                # the tokens it takes are gone before it posts (an own bit takes and gives back one)
+                if any(row[d] - (1 if d == e and e in needs[i] else 0) >= capacity for d in gives[i]):
+                    break
+                for s in needs[i]:
+                    tokens[s][e] -= 1
+                for d in gives[i]:
+                    row[d] += 1
+                head[e] += 1
+                left -= 1
+                progress = True
+    return left == 0
+
+
 def _runahead(rep: DepReport) -> np.ndarray:
     """Per cross pair (s, d): the most tokens (s, d) holds in the untimed replay that runs engine d only when no
     other engine can move (the program is known not to deadlock)."""
