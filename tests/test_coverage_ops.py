@@ -402,11 +402,14 @@ def test_build_qdq_model_uses_its_fix_points_without_calibration():
 
 
 def test_build_qdq_model_with_non_power_of_two_scale_names_the_tensor():
+    """A float-scale QDQ model compiles with its scales rounded up to powers of two, never silently: the warning
+    names the tensor, its scale and the step the DPU takes instead (issue 25)."""
     import tvm_dpu
-    from tvm_dpu.errors import QuantizationError
 
-    with pytest.raises(QuantizationError, match=r"tensor 'O'.*scale 0\.1.* not a power of two"):
-        tvm_dpu.build(_qdq_model(scale_out=0.1), arch=ARCHS[0], progress=False)
+    with pytest.warns(UserWarning, match=r"not powers of two.*tensor 'O': 0\.1 -> 2\^-3.*requantize"):
+        model = tvm_dpu.build(_qdq_model(scale_out=0.1), arch=ARCHS[0], progress=False)
+    # scale 0.1 rounded up to 2**-3: the DPU subgraph's output has fix_point 3
+    assert [o["fix_point"] for o in model.report()["subgraphs"][0]["outputs"]] == [3]
 
 
 def test_qdq_fix_points_reach_a_subgraph_fed_by_a_cpu_op():
