@@ -48,7 +48,7 @@ def test_the_file_is_vai_c_isa1_code_with_the_expected_tree():
 
 
 @pytest.mark.parametrize("command, printed", [
-    (["run"], ["ended=True", "output 0: shape (1, 10)"]),
+    (["run"], ["ended=True", "output 0 (quant_dense_1_softmax): shape (1, 10)"]),
     (["inspect", "--disasm"], ["subgraph_quant_conv2d [DPU] DPUCZDX8G_ISA1_B4096 fingerprint 0x0101000056010407",
                                "subgraph_quant_dense_1_softmax [CPU]", " END"])])
 def test_cli_run_ends_and_inspect_lists_the_tree(command, printed, capsys):
