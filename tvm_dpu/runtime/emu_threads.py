@@ -20,11 +20,12 @@ from typing import Callable, Iterator
 
 from tvm_dpu.errors import EmulatorError
 
-#: Threads sharing a step unless TVM_DPU_EMU_THREADS says otherwise; 0 = automatic (`thread_count`): the cores
-#: (at most AUTO_MAX_THREADS) while the machine is otherwise idle, else 1. A fixed 2 made full ResNet-50 20-40%
-#: slower on the shared 2-core machine with one core taken by other work (0.25-0.28 s against 0.20 s per image,
-#: load 2); with the other core idle the GEMMs, two thirds of a run, split over both.
-DEFAULT_THREADS = 0
+#: Threads sharing a step unless TVM_DPU_EMU_THREADS says otherwise (a number, or "auto": `thread_count`, the
+#: cores, at most AUTO_MAX_THREADS, while the load average says the machine is otherwise idle, else 1). 1: on the
+#: shared 2-core machine full ResNet-50 ran 0.209 s per image with 1 thread against 0.261 s with 2 and 0.309 s
+#: with "auto" (load average 0.9-1.1, one run each, bench_e2e); with a truly idle second core the GEMMs, two
+#: thirds of a run, could split over both, which that machine never showed.
+DEFAULT_THREADS = 1
 AUTO_MAX_THREADS = 2
 #: The load average above which the automatic setting keeps to one thread: the emulating process itself counts
 #: about 1, so on 2 cores a load under 1.5 means the other core is free.
@@ -36,11 +37,13 @@ _load_seen = [-1e9, 0.0]  # (monotonic time read, 1-minute load average)
 def _env_threads() -> int | None:
     env = os.environ.get("TVM_DPU_EMU_THREADS", "").strip()
     if not env:
-        return None if DEFAULT_THREADS == 0 else DEFAULT_THREADS
+        return DEFAULT_THREADS
+    if env.lower() == "auto":
+        return None
     try:
         n = int(env)
     except ValueError:
-        raise EmulatorError(f"TVM_DPU_EMU_THREADS={env!r} is not an integer") from None
+        raise EmulatorError(f"TVM_DPU_EMU_THREADS={env!r} is not an integer or \"auto\"") from None
     return max(1, n)
 
 
