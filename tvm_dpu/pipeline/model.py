@@ -233,7 +233,7 @@ class PipelineModel:
                                     "pipeline.json records (modified or from another pipeline)")
             spec = StageSpec(index=d["index"], board=d["board"], arch=d["arch"], ops=d["ops"], inputs=d["inputs"],
                              outputs=d["outputs"], wire_fix_points=d["wire_fix_points"],
-                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"])
+                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"], part=d.get("part"))
             # The bytes just checked are the bytes loaded (here and, for Ray, shipped to the actors): the file is
             # never read again, so replacing it after this check changes nothing.
             options = dict(device_options or {}) if executor == "local" else {}
@@ -293,6 +293,8 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
             need_int(d.get("index"), f"{where}.index", i, i)
             for key in ("board", "arch", "artifact", "sha256"):
                 need_str(d.get(key), f"{where}.{key}")
+            if "part" in d:
+                need_str(d["part"], f"{where}.part")
             if Path(d["artifact"]).name != d["artifact"] or d["artifact"] in (".", ".."):
                 raise SchemaError(f"{where}.artifact must be a file name beside pipeline.json, got "
                                   f"{d['artifact']!r:.60}")

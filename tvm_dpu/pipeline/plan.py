@@ -51,12 +51,13 @@ class Link:
 class Board:
     """One board of the pipeline: its DPU arch (a preset name or a label; the key of `OpCost.seconds`), usable
     DDR bytes and, for a configuration that is no preset (design-space exploration picks clock and size), the
-    `Arch` itself in `spec`."""
+    `Arch` itself in `spec`; `part`: its FPGA part when known (the board kind a Ray cluster places its stage on)."""
 
     name: str
     arch: str
     ddr_bytes: int
     spec: Any = field(default=None, compare=False)
+    part: str | None = None
 
     def load(self) -> Any:
         """The board's `Arch`."""

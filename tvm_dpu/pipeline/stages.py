@@ -44,12 +44,18 @@ class StageSpec:
     wire_fix_points: dict[str, int] = field(default_factory=dict)
     predicted_ms: float = 0.0
     send_bytes: int = 0
+    #: The board's FPGA part when the plan chose its DPU for a part (`--part`): the board kind a cluster places the
+    #: stage on (its arch otherwise).
+    part: str | None = None
 
     def to_json(self) -> dict:
-        return {"index": self.index, "board": self.board, "arch": self.arch, "ops": list(self.ops),
-                "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "wire_fix_points": dict(self.wire_fix_points), "predicted_ms": self.predicted_ms,
-                "send_bytes": self.send_bytes}
+        doc = {"index": self.index, "board": self.board, "arch": self.arch, "ops": list(self.ops),
+               "inputs": list(self.inputs), "outputs": list(self.outputs),
+               "wire_fix_points": dict(self.wire_fix_points), "predicted_ms": self.predicted_ms,
+               "send_bytes": self.send_bytes}
+        if self.part is not None:
+            doc["part"] = self.part
+        return doc
 
 
 class PipelineError(DPUError, RuntimeError):
@@ -220,7 +226,8 @@ def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> lis
         inputs = model_inputs if s == 0 and not layout.plain else [rename.get(t, t) for t in crossing_in]
         ops = [op.name for unit in units[st.first:st.end] for op in unit.ops]
         specs.append(StageSpec(
-            index=s, board=st.board.name, arch=st.board.arch, ops=ops, inputs=inputs, outputs=outputs,
+            index=s, board=st.board.name, arch=st.board.arch, part=st.board.part, ops=ops, inputs=inputs,
+            outputs=outputs,
             wire_fix_points={rename.get(t, t): int(graph.tensors[t].fix_point) for t in crossing_out},
             send_bytes=sum(tensor_bytes(graph, t) for t in crossing_out)))
     return specs
