@@ -51,6 +51,20 @@ def boards_for(archs: Sequence[str] | str, n: int | None = None, ddr_bytes: int 
             for i, a in enumerate(archs)]
 
 
+def _by_steps(model: Any) -> bool:
+    """Whether `model` is split as a chain of CPU and DPU steps (`multi`): any number of DPU subgraphs other than
+    one, or one whose CPU ops the single-subgraph split (`stages.main_layout`) cannot place."""
+    if len(model.runners) != 1:
+        return True
+    from tvm_dpu.pipeline.stages import main_layout
+
+    try:
+        main_layout(model)
+    except PlanError:
+        return True
+    return False
+
+
 class PipelineModel:
     """A model cut into pipeline stages (see module docstring). Safe to call from many threads: every call of
     `run` / `run_stream` gets its own frames through the stages."""
@@ -85,18 +99,30 @@ class PipelineModel:
     def from_model(cls, model: Any, boards: int | Sequence[Board] = 2, link: str = "serial-8.5g",
                    arch: Sequence[str] | str | None = None, ddr_bytes: int | None = None, fusion: str = "optimal",
                    executor: str = "local", **executor_options: Any) -> "PipelineModel":
-        """Plan `model` (a `CompiledModel` with one DPU subgraph) over `boards` (a count of boards of `arch`,
+        """Plan `model` (a `CompiledModel`; with several DPU subgraphs and CPU ops between them, see `multi`) over
+        `boards` (a count of boards of `arch`,
         default the model's arch, or Board objects) with the link model `link`, and compile each stage for its
         board."""
         if isinstance(boards, int):
             boards = boards_for(arch or model.arch.name, boards, ddr_bytes)
-        plan = plan_chain(op_chain(model, boards), boards, load_link(link))
+        if _by_steps(model):
+            from tvm_dpu.pipeline.multi import plan_steps
+
+            plan = plan_steps(model, boards, load_link(link))
+        else:
+            plan = plan_chain(op_chain(model, boards), boards, load_link(link))
         return cls.from_plan(model, plan, fusion, executor, **executor_options)
 
     @classmethod
     def from_plan(cls, model: Any, plan: Plan, fusion: str = "optimal", executor: str = "local",
                   **executor_options: Any) -> "PipelineModel":
-        stages = [PipelineStage(spec, cm) for spec, cm in compile_stages(model, plan, fusion)]
+        if _by_steps(model):
+            from tvm_dpu.pipeline.multi import compile_step_stages
+
+            compiled = compile_step_stages(model, plan, fusion)
+        else:
+            compiled = compile_stages(model, plan, fusion)
+        stages = [PipelineStage(spec, cm) for spec, cm in compiled]
         return cls(stages, model.inputs, plan.to_json(), executor, executor_options)
 
     # -- execution ------------------------------------------------------------------------------------------

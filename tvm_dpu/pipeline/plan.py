@@ -232,7 +232,11 @@ def single_subgraph(model: Any):
 
 def chain_units(model: Any) -> list[ChainUnit]:
     """The units of `model`'s single DPU subgraph in program order (see `ChainUnit`)."""
-    runner = single_subgraph(model)
+    return runner_units(single_subgraph(model))
+
+
+def runner_units(runner: Any) -> list[ChainUnit]:
+    """The units of one DPU subgraph (a `SubgraphRunner` with its quantized XGraph) in program order."""
     units = [ChainUnit(name, []) for name, _, _ in runner.sg.op_ranges]
     unit_of_op = {member: u for u, unit in enumerate(units) for member in unit.name.split("+")}
     current = 0
