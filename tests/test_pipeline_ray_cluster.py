@@ -166,3 +166,18 @@ def test_cli_run_joins_the_cluster_of_ray_address(cluster, saved, capsys):
 
     assert main(["run", str(saved), "--executor", "ray"]) == 0
     assert "ran 2 stages with the ray executor" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_model_with_several_dpu_subgraphs_on_the_cluster(cluster):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    frames = [np.asarray(x)[None] for x in np.load(examples / "mixed_cnn_calib.npz")["input"][:4]]
+    model = tvm_dpu.build(str(examples / "mixed_cnn.onnx"), arch="zcu102", calibration=frames[:2], progress=False)
+    pipe = PipelineModel.from_model(model, BOARDS, executor="ray")
+    try:
+        outs = list(pipe.run_stream(frames, max_in_flight=2))
+        assert all(_same(g, model.run(x)) for g, x in zip(outs, frames)) and len(outs) == len(frames)
+    finally:
+        pipe.close()
