@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import tvm_dpu
-from tvm_dpu import zoo
 from tvm_dpu.pipeline import PlanError
 from tvm_dpu.pipeline.model import PipelineModel, boards_for
 from tvm_dpu.pipeline.multi import ARM_MACS_PER_S, cpu_op_seconds, model_steps, plan_steps, step_chain

@@ -49,23 +49,26 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def frames():
-    return [zoo.random_input(NAME, reduced=True, seed=s) for s in range(8)]
+def built():
+    """(frames, the single-board model, its outputs on them)."""
+    frames = [zoo.random_input(NAME, reduced=True, seed=s) for s in range(8)]
+    single = tvm_dpu.build(zoo.build_model(NAME, reduced=True), arch="zcu102", calibration=frames[:2], progress=False)
+    return frames, single, [single.run(x) for x in frames]
 
 
 @pytest.fixture(scope="module")
-def single(frames):
-    return tvm_dpu.build(zoo.build_model(NAME, reduced=True), arch="zcu102", calibration=frames[:2], progress=False)
+def frames(built):
+    return built[0]
 
 
 @pytest.fixture(scope="module")
-def reference(single, frames):
-    return [single.run(x) for x in frames]
+def reference(built):
+    return built[2]
 
 
 @pytest.fixture(scope="module")
-def saved(single, tmp_path_factory):
-    return PipelineModel.from_model(single, BOARDS).save(tmp_path_factory.mktemp("pipe"))
+def saved(built, tmp_path_factory):
+    return PipelineModel.from_model(built[1], BOARDS).save(tmp_path_factory.mktemp("pipe"))
 
 
 def _same(a, b):
@@ -113,21 +116,16 @@ def test_a_killed_stage_actor_restarts_and_its_frames_are_replayed(cluster, save
 
 @pytest.mark.slow
 def test_a_stage_out_of_restarts_is_named(cluster, saved, frames):
-    pipe = PipelineModel.load(saved, executor="ray", max_restarts=0)
-    try:
-        engine = pipe._engine_for_run()
-        os.kill(_pid(engine, 1), signal.SIGKILL)
+    with PipelineModel.load(saved, executor="ray", max_restarts=0) as pipe:
+        os.kill(_pid(pipe._engine_for_run(), 1), signal.SIGKILL)
         with pytest.raises(PipelineError, match=r"frame 0: the Ray actor of stage 1 \(board1, zcu102\) died and "
                            r"cannot restart"):
             list(pipe.run_stream(frames[:3], max_in_flight=2))
-    finally:
-        pipe.close()
 
 
 @pytest.mark.slow
 def test_busy_boards_fail_in_seconds_naming_the_stages(cluster, saved, frames):
-    holder = PipelineModel.load(saved, executor="ray")
-    try:
+    with PipelineModel.load(saved, executor="ray") as holder:
         holder.run(frames[0])  # holds both boards
         other = PipelineModel.load(saved, executor="ray", acquire_timeout_s=2.0)
         t0 = time.monotonic()
@@ -135,25 +133,19 @@ def test_busy_boards_fail_in_seconds_naming_the_stages(cluster, saved, frames):
                            r"2 s .*stage 0 \(board0, ultra96\): dpu_board \(free 0\), dpu_board:zu3eg"):
             other.run(frames[0])
         assert time.monotonic() - t0 < 20
-    finally:
-        holder.close()
 
 
 @pytest.mark.slow
 def test_a_stuck_frame_names_the_stage(cluster, saved, frames):
-    pipe = PipelineModel.load(saved, executor="ray", timeout_s=0.001)
-    try:
-        with pytest.raises(PipelineError, match=r"frame 0: stage 0 \(board0, ultra96\) gave no result within "
-                           r"0.001 s"):
-            pipe.run(frames[0])
-    finally:
-        pipe.close()
+    with PipelineModel.load(saved, executor="ray", timeout_s=0.001) as pipe, \
+            pytest.raises(PipelineError, match=r"frame 0: stage 0 \(board0, ultra96\) gave no result within 0.001 s"):
+        pipe.run(frames[0])
 
 
 @pytest.mark.slow
-def test_missing_board_kind_is_refused_before_placing(cluster, saved, single):
+def test_missing_board_kind_is_refused_before_placing(cluster, built):
     boards = [Board("board0", "zcu102", board_ddr_bytes("zcu102"), part="zu7ev"), BOARDS[1]]
-    pipe = PipelineModel.from_model(single, boards, executor="ray")
+    pipe = PipelineModel.from_model(built[1], boards, executor="ray")
     with pytest.raises(PipelineError, match=r"lacks boards of the kinds .*stage\(s\) \[0\] need 1 dpu_board:zu7ev, "
                        r"the cluster has 0 \(kinds advertised: zu3eg, zu9eg\)"):
         pipe.run(np.zeros(pipe.inputs[0].shape, np.float32))

@@ -262,7 +262,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
     from tvm import relax
 
     from tvm_dpu.passes.dpu_compile import compile_subgraph
-    from tvm_dpu.pipeline.stages import StageSpec, _dpu_function, _tensor_ty
+    from tvm_dpu.pipeline.stages import StageSpec, dpu_function, tensor_ty
     from tvm_dpu.program_blob import digest_of, pack_program
     from tvm_dpu.runtime.compiled_model import CompiledModel
     from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
@@ -297,7 +297,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
         for key in inputs:
             if steps.shape_of.get(key) is None:
                 raise PlanError(f"stage {s} would receive {key!r}, which is not a tensor")
-            p = relax.Var(key.replace(":", "_"), _tensor_ty(steps.shape_of[key]))
+            p = relax.Var(key.replace(":", "_"), tensor_ty(steps.shape_of[key]))
             params.append(p)
             if key in steps.var_of:  # the stage's bindings read the original variable
                 bindings.append(relax.VarBinding(steps.var_of[key], p))
@@ -328,15 +328,15 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
             out_shapes = [steps.shape_of[f"sg{g}:{t}"] for t in sub.outputs]
             in_keys = [steps.tensor_key(g, t) for t in sub.inputs]
             blob = pack_program(symbol, csg, out_shapes)
-            gv = bb.add_func(_dpu_function(symbol, blob, [steps.shape_of[key] for key in in_keys], out_shapes), symbol)
-            call = relax.Var(f"stage_sg{g}", _tensor_ty(out_shapes[0]) if len(out_shapes) == 1 else
-                             relax.TupleType([_tensor_ty(x) for x in out_shapes]))
+            gv = bb.add_func(dpu_function(symbol, blob, [steps.shape_of[key] for key in in_keys], out_shapes), symbol)
+            call = relax.Var(f"stage_sg{g}", tensor_ty(out_shapes[0]) if len(out_shapes) == 1 else
+                             relax.TupleType([tensor_ty(x) for x in out_shapes]))
             bindings.append(relax.VarBinding(call, relax.Call(gv, [env[key] for key in in_keys])))
             for n, t in enumerate(sub.outputs):
                 if len(sub.outputs) == 1:
                     env[f"sg{g}:{t}"] = call
                 else:
-                    item = relax.Var(f"stage_sg{g}_{n}", _tensor_ty(out_shapes[n]))
+                    item = relax.Var(f"stage_sg{g}_{n}", tensor_ty(out_shapes[n]))
                     bindings.append(relax.VarBinding(item, relax.TupleGetItem(call, n)))
                     env[f"sg{g}:{t}"] = item
             runners[symbol] = SubgraphRunner(csg, None, sub, out_shapes, digest_of(blob))
