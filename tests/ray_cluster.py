@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def _alive(pid: int) -> bool:
 
 
 class LocalRayCluster:
-    """`ray start --head` plus `add_node` workers, each with its own custom resources and one CPU."""
+    """`ray start --head` plus `add_node` workers, each with its own custom resources and one CPU. `start` runs
+    it all in a thread (the caller builds its models meanwhile; `wait` joins it)."""
 
     def __init__(self, head_resources: dict, object_store_bytes: int = 80_000_000):
         self.tmp = Path(tempfile.mkdtemp(prefix="tvmdpu_ray_", dir="/tmp"))  # short: Ray's socket paths are long
@@ -72,14 +74,42 @@ class LocalRayCluster:
         self.env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(
             os.pathsep) if p])
         self.object_store_bytes = object_store_bytes
-        self._ray_start(["--head", f"--port={self.port}", f"--temp-dir={self.tmp}"], head_resources, head=True)
+        self.head_resources = head_resources
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self, workers: list[dict]) -> None:
+        """Start the head and one worker node per resource dict, in a background thread."""
+        def run() -> None:
+            try:
+                self._ray_start(["--head", f"--port={self.port}", f"--temp-dir={self.tmp}"], self.head_resources,
+                                head=True)
+                for resources in workers:
+                    self.add_node(resources)
+                self.wait_nodes(1 + len(workers))
+            except BaseException as e:  # noqa: BLE001 - raised by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="ray-cluster-start", daemon=True)
+        self._thread.start()
+
+    def wait_quietly(self) -> None:
+        """Until `start` is done, whatever its outcome (before `stop`, so nothing starts after it)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def wait(self) -> None:
+        """Until `start` is done; its error, if any, raised here."""
+        self.wait_quietly()
+        if self._error is not None:
+            raise RuntimeError(f"the test's Ray cluster did not start: {self._error}")
 
     def _ray_start(self, where: list[str], resources: dict, head: bool) -> None:
         cmd = [shutil.which("ray") or "ray", "start", *where, "--num-cpus=1", f"--resources={json.dumps(resources)}",
                f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats", *_port_flags(head)]
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
         if r.returncode != 0:
-            self.stop()
             raise RuntimeError(f"ray start failed ({r.returncode}): {r.stderr[-1500:]}")
 
     def add_node(self, resources: dict) -> None:
@@ -127,7 +157,7 @@ class LocalRayCluster:
     def stop(self) -> None:
         # Found once, before anything dies: a killed raylet's children are re-parented and no longer traceable.
         pids = set(self._pids())
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
             pids |= set(self._pids())
             for pid in sorted(pids):
                 try:

@@ -31,25 +31,33 @@ BOARDS = [Board("board0", "ultra96", board_ddr_bytes("ultra96"), part="zu3eg"),
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def starting():
+    """The module's cluster, starting in the background while the models build (see `cluster`)."""
     if os.environ.get("RAY_ADDRESS"):
         pytest.skip("RAY_ADDRESS is set: these tests start and stop a cluster of their own")
     c = LocalRayCluster({"dpu_board": 1, "dpu_board:zu9eg": 1})
     try:
-        c.add_node({"dpu_board": 1, "dpu_board:zu3eg": 1})
-        c.wait_nodes(2)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("RAY_AUTH_MODE", "disabled")
-            mp.setenv("RAY_ADDRESS", c.address)
-            yield c
+        c.start([{"dpu_board": 1, "dpu_board:zu3eg": 1}])
+        yield c
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        c.wait_quietly()
         c.stop()
 
 
 @pytest.fixture(scope="module")
-def built():
+def cluster(starting, saved):
+    """The running cluster (two nodes), with RAY_ADDRESS naming it."""
+    starting.wait()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.setenv("RAY_ADDRESS", starting.address)
+        yield starting
+
+
+@pytest.fixture(scope="module")
+def built(starting):
     """(frames, the single-board model, its outputs on them)."""
     frames = [zoo.random_input(NAME, reduced=True, seed=s) for s in range(8)]
     single = tvm_dpu.build(zoo.build_model(NAME, reduced=True), arch="zcu102", calibration=frames[:2], progress=False)
@@ -67,7 +75,7 @@ def reference(built):
 
 
 @pytest.fixture(scope="module")
-def saved(built, tmp_path_factory):
+def saved(starting, built, tmp_path_factory):
     return PipelineModel.from_model(built[1], BOARDS).save(tmp_path_factory.mktemp("pipe"))
 
 
