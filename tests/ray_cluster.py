@@ -22,6 +22,18 @@ import tvm_dpu
 _ENV_EXTRA = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+def refresh_ray_auth() -> None:
+    """Make this process's Ray read RAY_AUTH_MODE again. Ray caches the mode in the process, and a local
+    `ray.init()` switches the process to token mode: a driver that ran one before would otherwise talk token auth
+    to this cluster (and its actors would be cancelled). Ray's own test helper does it; a Ray without token
+    authentication has nothing to refresh."""
+    try:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+    except ImportError:
+        return
+    reset_auth_token_state()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,7 +21,7 @@ from tvm_dpu.pipeline import Board  # noqa: E402
 from tvm_dpu.pipeline.model import PipelineError, PipelineModel  # noqa: E402
 from tvm_dpu.pipeline.plan import board_ddr_bytes  # noqa: E402
 
-from ray_cluster import LocalRayCluster  # noqa: E402
+from ray_cluster import LocalRayCluster, refresh_ray_auth  # noqa: E402
 
 NAME = "resnet18"
 #: Stage 0 runs on an Ultra96 (ZU3EG), stage 1 on a ZCU102 (ZU9EG): the head node is the ZU9EG board and the
@@ -53,7 +53,9 @@ def cluster(starting, saved):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_MODE", "disabled")
         mp.setenv("RAY_ADDRESS", starting.address)
+        refresh_ray_auth()
         yield starting
+    refresh_ray_auth()  # as the environment was, for later in-process clusters
 
 
 @pytest.fixture(scope="module")

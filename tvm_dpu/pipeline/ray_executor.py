@@ -108,6 +108,8 @@ class RayEngine:
             raise PipelineError("executor='ray' needs Ray: pip install 'tvm-dpu[cluster]'") from None
         if placement not in PLACEMENTS:
             raise PipelineError(f"placement {placement!r}: choose one of {', '.join(PLACEMENTS)}")
+        if board_kinds not in ("auto", True, False):
+            raise PipelineError(f"board_kinds {board_kinds!r}: choose 'auto', True or False")
         if int(max_restarts) < 0:
             raise PipelineError(f"max_restarts = {max_restarts}: must be at least 0")
         self.ray = ray
@@ -145,20 +147,20 @@ class RayEngine:
                                         f"{' '.join(str(e).split())[:400]}") from None
                 self._connected = True
         try:
-            self._place(pipe, specs, kinds, resource, board_kinds, placement, float(acquire_timeout_s))
+            self._place(kinds, resource, board_kinds, placement, float(acquire_timeout_s))
             self._start(pipe, device, device_options, trusted_keys)
         except BaseException:
             self.close()
             raise
 
     # -- placement ----------------------------------------------------------------------------------------------
-    def _place(self, pipe: Any, specs: list, kinds: list[str], resource: str, board_kinds: bool | str,
-               placement: str, acquire_timeout_s: float) -> None:
+    def _place(self, kinds: list[str], resource: str, board_kinds: bool | str, placement: str,
+               acquire_timeout_s: float) -> None:
         from ray.util.placement_group import placement_group, remove_placement_group
 
         from tvm_dpu.pipeline.stages import PipelineError
 
-        ray, n = self.ray, len(specs)
+        ray, n = self.ray, len(kinds)
         total = ray.cluster_resources()
         if total.get(resource, 0) < n:
             raise PipelineError(f"the Ray cluster offers {total.get(resource, 0):g} {resource!r} resource(s); this "
