@@ -1,5 +1,7 @@
 """Cutting a compiled model into one deployable model per pipeline stage.
 
+(A model with several DPU subgraphs is split by `multi`, which reuses this module's stage functions.)
+
 A stage is a run of chain units (`plan.chain_units`) of the model's one DPU subgraph. Its ops are taken out of
 the quantized XGraph with `Graph.extract` (tensors shared, so every fix point stays what calibration chose) and
 code-generated for the stage's board, so the integer arithmetic of every op is the single-board model's and the
