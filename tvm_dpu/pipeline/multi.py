@@ -261,7 +261,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
     import tvm
     from tvm import relax
 
-    from tvm_dpu.passes.dpu_compile import compile_subgraph
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
     from tvm_dpu.pipeline.stages import StageSpec, dpu_function, tensor_ty
     from tvm_dpu.program_blob import digest_of, pack_program
     from tvm_dpu.runtime.compiled_model import CompiledModel
