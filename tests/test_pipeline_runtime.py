@@ -179,10 +179,12 @@ def test_cpu_ops_before_and_after_the_dpu_run_on_the_first_and_last_board(tmp_pa
     assert _same(loaded.run(xs[1]), want[1])
 
 
-def test_model_with_several_dpu_subgraphs_is_refused(model, calib):
+def test_model_with_several_dpu_subgraphs_is_pipelined(model, calib):
+    # tests/test_pipeline_multi.py covers these models; here: no longer refused, and exact
     mixed = tvm_dpu.build(model, arch="zcu102", calibration=calib, progress=False)
-    with pytest.raises(PlanError, match="one DPU subgraph"):
-        PipelineModel.from_model(mixed, boards=2)
+    assert len(mixed.runners) == 2
+    with PipelineModel.from_model(mixed, boards=2) as pipe:
+        assert _same(pipe.run(calib[1]), mixed.run(calib[1]))
 
 
 def test_too_many_boards_and_unknown_board(single):

@@ -64,9 +64,12 @@ print(f"wrote {path} and {len(pipe.stages)} stage artifacts")
 # The same code on a Ray cluster
 # ------------------------------
 # ``executor="ray"`` runs each stage in a Ray actor that takes one ``dpu_board`` resource. On a real cluster,
-# start every board's node with ``ray start --address=HEAD --resources='{"dpu_board": 1}'`` and load with
-# ``device="pynq"`` so each actor drives its board's DPU; here ``ray.init()`` starts a local cluster whose
-# "boards" are emulators. (Ray is the optional extra ``pip install 'tvm-dpu[cluster]'``.)
+# start every board's node with ``ray start --address=HEAD --resources='{"dpu_board": 1, "dpu_board:zu3eg": 1}'``
+# (its kind: the board's part, or its DPU arch), run the driver with ``RAY_ADDRESS=HEAD`` and load with
+# ``device="pynq"`` so each actor drives its board's DPU: the stages are placed one per node, each on a board of
+# its kind, and a stage whose actor dies is restarted with its frames replayed. Here, with no ``RAY_ADDRESS``,
+# ``ray.init()`` starts a local cluster whose "boards" are emulators. (Ray is the optional extra
+# ``pip install 'tvm-dpu[cluster]'``.)
 try:
     import ray
 except ImportError:

@@ -697,6 +697,7 @@ def _run_report(args: argparse.Namespace) -> int:
 # pipeline
 # ---------------------------------------------------------------------------------------------------------
 def _run_pipeline(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
 
     import numpy as np
@@ -729,6 +730,8 @@ def _run_pipeline(args: argparse.Namespace) -> int:
             raise FrontendError(f"--part: {len(parts)} parts for {args.boards} boards (give one, or one per board)")
         boards = choose_boards(model, [device_budget(p) for p in parts], ddr or 2048 * 1024 * 1024,
                                fusion=args.fusion)
+        # the part is the board kind a Ray cluster places each stage on ("dpu_board:zu9eg")
+        boards = [dataclasses.replace(b, part=part.lower()) for b, part in zip(boards, parts)]
         for b, part in zip(boards, parts):
             print(f"{b.name}: {part} -> {b.arch} (fastest single-core DPU that fits, design-space exploration)")
     pipe = PipelineModel.from_model(model, boards, link=args.link, fusion=args.fusion, executor=args.executor)

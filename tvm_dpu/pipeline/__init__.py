@@ -1,5 +1,6 @@
 """Multi-board pipelines (the PYNQ-cluster paper, shared/seeds/002): stage planning on the timing model's per-op
-times with link models as data (`plan`), per-stage compilation (`stages`), the `PipelineModel` runtime with a
+times with link models as data (`plan`), per-stage compilation (`stages`; `multi` for models with several DPU
+subgraphs and CPU ops between them), the `PipelineModel` runtime with a
 local and a Ray executor (`model`, `local`, `ray_executor`) and DPU design-space exploration (`dse`)."""
 from tvm_dpu.pipeline.plan import Board, Link, OpCost, Plan, PlanError, Stage, load_link, plan_chain
 from tvm_dpu.pipeline.stages import PipelineError, StageSpec

@@ -51,6 +51,20 @@ def boards_for(archs: Sequence[str] | str, n: int | None = None, ddr_bytes: int 
             for i, a in enumerate(archs)]
 
 
+def _by_steps(model: Any) -> bool:
+    """Whether `model` is split as a chain of CPU and DPU steps (`multi`): any number of DPU subgraphs other than
+    one, or one whose CPU ops the single-subgraph split (`stages.main_layout`) cannot place."""
+    if len(model.runners) != 1:
+        return True
+    from tvm_dpu.pipeline.stages import main_layout
+
+    try:
+        main_layout(model)
+    except PlanError:
+        return True
+    return False
+
+
 class PipelineModel:
     """A model cut into pipeline stages (see module docstring). Safe to call from many threads: every call of
     `run` / `run_stream` gets its own frames through the stages."""
@@ -85,7 +99,8 @@ class PipelineModel:
     def from_model(cls, model: Any, boards: int | Sequence[Board] = 2, link: str | None = None,
                    arch: Sequence[str] | str | None = None, ddr_bytes: int | None = None, fusion: str = "optimal",
                    executor: str = "local", host_cost: Any = True, **executor_options: Any) -> "PipelineModel":
-        """Plan `model` (a `CompiledModel` with one DPU subgraph) over `boards` (a count of boards of `arch`,
+        """Plan `model` (a `CompiledModel`; with several DPU subgraphs and CPU ops between them, see `multi`) over
+        `boards` (a count of boards of `arch`,
         default the model's arch, or Board objects) with the link model `link`, and compile each stage for its
         board. `link`: a link model of links.json (default `plan.default_link(executor)`: Ray's object store
         over GbE for the Ray executor, the paper's serial link otherwise). `host_cost`: the host cost model the
@@ -94,19 +109,31 @@ class PipelineModel:
         link = link or default_link(executor)
         if isinstance(boards, int):
             boards = boards_for(arch or model.arch.name, boards, ddr_bytes)
-        host = None
-        if host_cost is not None and host_cost is not False:
-            from tvm_dpu.pipeline.stages import host_terms
-            from tvm_dpu.timing.host import load_host_cost
+        if _by_steps(model):
+            # several DPU subgraphs: CPU ops are costed by multi's cpu_cost hook (not yet the host cost model)
+            from tvm_dpu.pipeline.multi import plan_steps
 
-            host = host_terms(model, load_host_cost() if host_cost is True else host_cost)
-        plan = plan_model(model, boards, load_link(link), host)
+            plan = plan_steps(model, boards, load_link(link))
+        else:
+            host = None
+            if host_cost is not None and host_cost is not False:
+                from tvm_dpu.pipeline.stages import host_terms
+                from tvm_dpu.timing.host import load_host_cost
+
+                host = host_terms(model, load_host_cost() if host_cost is True else host_cost)
+            plan = plan_model(model, boards, load_link(link), host)
         return cls.from_plan(model, plan, fusion, executor, **executor_options)
 
     @classmethod
     def from_plan(cls, model: Any, plan: Plan, fusion: str = "optimal", executor: str = "local",
                   **executor_options: Any) -> "PipelineModel":
-        stages = [PipelineStage(spec, cm) for spec, cm in compile_stages(model, plan, fusion)]
+        if _by_steps(model):
+            from tvm_dpu.pipeline.multi import compile_step_stages
+
+            compiled = compile_step_stages(model, plan, fusion)
+        else:
+            compiled = compile_stages(model, plan, fusion)
+        stages = [PipelineStage(spec, cm) for spec, cm in compiled]
         return cls(stages, model.inputs, plan.to_json(), executor, executor_options)
 
     # -- execution ------------------------------------------------------------------------------------------
@@ -245,7 +272,7 @@ class PipelineModel:
                                     "pipeline.json records (modified or from another pipeline)")
             spec = StageSpec(index=d["index"], board=d["board"], arch=d["arch"], ops=d["ops"], inputs=d["inputs"],
                              outputs=d["outputs"], wire_fix_points=d["wire_fix_points"],
-                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"])
+                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"], part=d.get("part"))
             # The bytes just checked are the bytes loaded (here and, for Ray, shipped to the actors): the file is
             # never read again, so replacing it after this check changes nothing.
             options = dict(device_options or {}) if executor == "local" else {}
@@ -305,6 +332,8 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
             need_int(d.get("index"), f"{where}.index", i, i)
             for key in ("board", "arch", "artifact", "sha256"):
                 need_str(d.get(key), f"{where}.{key}")
+            if "part" in d:
+                need_str(d["part"], f"{where}.part")
             if Path(d["artifact"]).name != d["artifact"] or d["artifact"] in (".", ".."):
                 raise SchemaError(f"{where}.artifact must be a file name beside pipeline.json, got "
                                   f"{d['artifact']!r:.60}")

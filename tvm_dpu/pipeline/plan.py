@@ -61,12 +61,13 @@ class Link:
 class Board:
     """One board of the pipeline: its DPU arch (a preset name or a label; the key of `OpCost.seconds`), usable
     DDR bytes and, for a configuration that is no preset (design-space exploration picks clock and size), the
-    `Arch` itself in `spec`."""
+    `Arch` itself in `spec`; `part`: its FPGA part when known (the board kind a Ray cluster places its stage on)."""
 
     name: str
     arch: str
     ddr_bytes: int
     spec: Any = field(default=None, compare=False)
+    part: str | None = None
 
     def load(self) -> Any:
         """The board's `Arch`."""
@@ -293,7 +294,11 @@ def single_subgraph(model: Any):
 
 def chain_units(model: Any) -> list[ChainUnit]:
     """The units of `model`'s single DPU subgraph in program order (see `ChainUnit`)."""
-    runner = single_subgraph(model)
+    return runner_units(single_subgraph(model))
+
+
+def runner_units(runner: Any) -> list[ChainUnit]:
+    """The units of one DPU subgraph (a `SubgraphRunner` with its quantized XGraph) in program order."""
     units = [ChainUnit(name, []) for name, _, _ in runner.sg.op_ranges]
     unit_of_op = {member: u for u, unit in enumerate(units) for member in unit.name.split("+")}
     current = 0

@@ -1,5 +1,7 @@
 """Cutting a compiled model into one deployable model per pipeline stage.
 
+(A model with several DPU subgraphs is split by `multi`, which reuses this module's stage functions.)
+
 A stage is a run of chain units (`plan.chain_units`) of the model's one DPU subgraph. Its ops are taken out of
 the quantized XGraph with `Graph.extract` (tensors shared, so every fix point stays what calibration chose) and
 code-generated for the stage's board, so the integer arithmetic of every op is the single-board model's and the
@@ -44,12 +46,18 @@ class StageSpec:
     wire_fix_points: dict[str, int] = field(default_factory=dict)
     predicted_ms: float = 0.0
     send_bytes: int = 0
+    #: The board's FPGA part when the plan chose its DPU for a part (`--part`): the board kind a cluster places the
+    #: stage on (its arch otherwise).
+    part: str | None = None
 
     def to_json(self) -> dict:
-        return {"index": self.index, "board": self.board, "arch": self.arch, "ops": list(self.ops),
-                "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "wire_fix_points": dict(self.wire_fix_points), "predicted_ms": self.predicted_ms,
-                "send_bytes": self.send_bytes}
+        doc = {"index": self.index, "board": self.board, "arch": self.arch, "ops": list(self.ops),
+               "inputs": list(self.inputs), "outputs": list(self.outputs),
+               "wire_fix_points": dict(self.wire_fix_points), "predicted_ms": self.predicted_ms,
+               "send_bytes": self.send_bytes}
+        if self.part is not None:
+            doc["part"] = self.part
+        return doc
 
 
 class PipelineError(DPUError, RuntimeError):
@@ -230,26 +238,28 @@ def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> lis
         inputs = model_inputs if s == 0 and not layout.plain else [rename.get(t, t) for t in crossing_in]
         ops = [op.name for unit in units[st.first:st.end] for op in unit.ops]
         specs.append(StageSpec(
-            index=s, board=st.board.name, arch=st.board.arch, ops=ops, inputs=inputs, outputs=outputs,
+            index=s, board=st.board.name, arch=st.board.arch, part=st.board.part, ops=ops, inputs=inputs,
+            outputs=outputs,
             wire_fix_points={rename.get(t, t): int(graph.tensors[t].fix_point) for t in crossing_out},
             send_bytes=sum(tensor_bytes(graph, t) for t in crossing_out)))
     return specs
 
 
-def _tensor_ty(shape: Sequence[int]) -> Any:
+def tensor_ty(shape: Sequence[int]) -> Any:
+    """The Relax type of a float32 tensor of `shape` (what stage functions take and return)."""
     from tvm import relax
 
     return relax.TensorType([int(d) for d in shape], "float32")
 
 
-def _dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -> Any:
+def dpu_function(symbol: str, blob: bytes, in_shapes: list, out_shapes: list) -> Any:
     """A DPU partition function carrying its compiled program (RunCodegen only reads its signature)."""
     from tvm import relax
 
     from tvm_dpu.backend.dpu_compile import program_function, program_tensor
     from tvm_dpu.backend.ext_module import PROGRAM_ATTR
 
-    fparams = [relax.Var(f"x{i}", _tensor_ty(s)) for i, s in enumerate(in_shapes)]
+    fparams = [relax.Var(f"x{i}", tensor_ty(s)) for i, s in enumerate(in_shapes)]
     return program_function(fparams, out_shapes, {"Codegen": "dpu", "global_symbol": symbol,
                                                   PROGRAM_ATTR: program_tensor(blob)})
 
@@ -267,17 +277,17 @@ def _stage_main(layout: MainLayout, spec: StageSpec, first: bool, last: bool, gv
         bindings += layout.prefix
         value_of = {t: a for t, a in zip(graph.inputs, layout.args)}  # DPU input -> its Relax value
     else:
-        params = [relax.Var(n, _tensor_ty(shape_of[xname.get(n, n)])) for n in spec.inputs]
+        params = [relax.Var(n, tensor_ty(shape_of[xname.get(n, n)])) for n in spec.inputs]
         value_of = {xname.get(n, n): p for n, p in zip(spec.inputs, params)}
-    call = relax.Var("stage_dpu", _tensor_ty(dpu_shapes[0]) if len(dpu_shapes) == 1 else
-                     relax.TupleType([_tensor_ty(s) for s in dpu_shapes]))
+    call = relax.Var("stage_dpu", tensor_ty(dpu_shapes[0]) if len(dpu_shapes) == 1 else
+                     relax.TupleType([tensor_ty(s) for s in dpu_shapes]))
     bindings.append(relax.VarBinding(call, relax.Call(gv, [value_of[t] for t in sub.inputs])))
 
     def value(t: str) -> Any:  # a tensor computed here (item of the call) or received / computed before
         if t in sub.outputs:
             if len(sub.outputs) == 1:
                 return call
-            item = relax.Var(f"stage_out{len(bindings)}", _tensor_ty(shape_of[t]))
+            item = relax.Var(f"stage_out{len(bindings)}", tensor_ty(shape_of[t]))
             bindings.append(relax.VarBinding(item, relax.TupleGetItem(call, sub.outputs.index(t))))
             return item
         return value_of[t]
@@ -363,7 +373,7 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tupl
         symbol = f"tvm_dpu_stage{spec.index}"
         dpu_shapes = [shape_of[t] for t in sub.outputs]
         blob = pack_program(symbol, csg, dpu_shapes)
-        fn = _dpu_function(symbol, blob, [shape_of[t] for t in sub.inputs], dpu_shapes)
+        fn = dpu_function(symbol, blob, [shape_of[t] for t in sub.inputs], dpu_shapes)
         bb = relax.BlockBuilder()
         gv = bb.add_func(fn, symbol)
         bb.add_func(_stage_main(layout, spec, first, last, gv, sub, graph, shape_of, dpu_shapes, xname), "main")

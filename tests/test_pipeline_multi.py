@@ -1,0 +1,113 @@
+"""Pipelines of models with several DPU subgraphs and CPU ops between them (tvm_dpu.pipeline.multi), on the bundled
+mixed_cnn example (two DPU subgraphs; a 17x17 conv, a Sigmoid, a ReLU and the Softmax on the CPU): every stage
+count bit-identical to the unsplit model with frames in order, saved and loaded, the CPU cost hook, the CLI."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tvm_dpu
+from tvm_dpu.pipeline import PlanError
+from tvm_dpu.pipeline.model import PipelineModel, boards_for
+from tvm_dpu.pipeline.multi import ARM_MACS_PER_S, cpu_op_seconds, model_steps, plan_steps, step_chain
+from tvm_dpu.pipeline.plan import load_link
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return [np.asarray(x)[None] for x in np.load(EXAMPLES / "mixed_cnn_calib.npz")["input"][:6]]
+
+
+@pytest.fixture(scope="module")
+def single(frames):
+    return tvm_dpu.build(str(EXAMPLES / "mixed_cnn.onnx"), arch="zcu102", calibration=frames[:2], progress=False)
+
+
+@pytest.fixture(scope="module")
+def reference(single, frames):
+    return [single.run(x) for x in frames]
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_the_example_has_several_dpu_subgraphs_and_cpu_steps(single):
+    steps = model_steps(single)
+    assert len(single.runners) == 2 and len(steps.runners) == 2
+    kinds = ["cpu" if s.graph_index is None else f"sg{s.graph_index}" for s in steps.steps]
+    assert kinds[0] == "sg0" and kinds[-1] == "cpu" and "cpu" in kinds[kinds.index("sg1") - 1:]
+    # the CPU ops sit between the subgraphs: sg0 ... cpu ... sg1 ... cpu
+    assert kinds.index("sg1") > max(i for i, k in enumerate(kinds) if k == "sg0") + 1
+
+
+@pytest.mark.parametrize("boards", ["zcu102", "zcu102,ultra96,zcu102"])
+def test_pipelined_bit_identical_and_in_order(single, frames, reference, boards):
+    pipe = PipelineModel.from_model(single, boards_for(boards))
+    steps = model_steps(single)
+    ops = [op for st in pipe.stages for op in st.spec.ops]
+    assert ops == [s.name for s in steps.steps]  # every step once, in order
+    for a, b in zip(pipe.stages, pipe.stages[1:]):
+        assert a.spec.outputs == b.spec.inputs
+        assert all(steps.shape_of[k] is not None for k in a.spec.outputs)  # only tensors cross
+    outs = list(pipe.run_stream(frames, max_in_flight=3))
+    assert len(outs) == len(frames) and all(_same(g, r) for g, r in zip(outs, reference))
+    pipe.close()
+
+
+def test_four_boards_with_a_cpu_only_stage_saved_and_loaded(single, frames, reference, tmp_path):
+    pipe = PipelineModel.from_model(single, boards=4)
+    cpu_only = [st for st in pipe.stages if all(op.startswith("cpu:") for op in st.spec.ops)]
+    assert cpu_only and not cpu_only[0].model.runners  # the 17x17 conv alone on a board's ARM cores
+    mixed = [st for st in pipe.stages if {op[:3] for op in st.spec.ops} >= {"cpu", "sg0"}]
+    assert mixed  # a stage runs DPU and CPU work
+    # A DPU output crosses as int8 with its fix point; a CPU result as float32.
+    sent = {k: fp for st in pipe.stages for k, fp in st.spec.wire_fix_points.items()}
+    assert sent and all(isinstance(fp, int) for fp in sent.values())
+    loaded = PipelineModel.load(pipe.save(tmp_path))
+    outs = list(loaded.run_stream(frames, max_in_flight=2))
+    assert all(_same(g, r) for g, r in zip(outs, reference))
+    loaded.close()
+
+
+def test_cpu_steps_are_costed_through_the_hook(single):
+    boards = boards_for("zcu102", 2)
+    steps = model_steps(single)
+    big = next(s for s in steps.steps if s.graph_index is None and "conv2d" in str(getattr(s.binding.value, "op", "")))
+    # the 17x17 conv: 16x16x16 outputs x 16x17x17 MACs each on one Cortex-A53 (analytic)
+    assert cpu_op_seconds(big.binding) >= 16 * 16 * 16 * 16 * 17 * 17 / ARM_MACS_PER_S
+    seen = []
+
+    def free(binding):
+        seen.append(binding)
+        return 0.0
+
+    chain = step_chain(single, boards, cpu_cost=free)
+    assert len(seen) == sum(1 for s in steps.steps if s.graph_index is None)
+    assert all(c.seconds["zcu102"] == 0.0 for c, s in zip(chain, steps.steps) if s.graph_index is None)
+    costed = plan_steps(single, boards, load_link("serial-8.5g"))
+    free_plan = plan_steps(single, boards, load_link("serial-8.5g"), cpu_cost=free)
+    assert costed.bottleneck_s > free_plan.bottleneck_s  # the CPU conv is the bottleneck once costed
+    assert costed.bottleneck_s >= cpu_op_seconds(big.binding)
+
+
+def test_a_model_without_its_relax_module_is_refused(single):
+    import dataclasses
+
+    with pytest.raises(PlanError, match="needs its Relax module"):
+        model_steps(dataclasses.replace(single, relax_module=None))
+
+
+def test_cli_pipelines_the_bundled_example(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    out = tmp_path / "out"
+    assert main(["pipeline", str(EXAMPLES / "mixed_cnn.onnx"), "--arch", "zcu102", "--boards", "2", "--calib",
+                 str(EXAMPLES / "mixed_cnn_calib.npz"), "-o", str(out), "-q"]) == 0
+    assert "bit-identical to the single-board run" in capsys.readouterr().out
+    assert main(["run", str(out / "pipeline.json"), "--input", str(EXAMPLES / "mixed_cnn_input.npz")]) == 0
+    assert "ran 2 stages with the local executor" in capsys.readouterr().out
