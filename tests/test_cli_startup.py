@@ -115,3 +115,20 @@ for argv in (["--version"], ["benchmark", "--help"]):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "[]", r.stdout
     assert "tvm-dpu 0.1.0" in r.stdout
+
+
+@pytest.mark.parametrize("first", ["tvm_dpu.backend.dpu_compile", "tvm_dpu.backend.relax_pipeline",
+                                   "tvm_dpu.backend.ext_module"])
+def test_a_module_that_imports_tvm_first_does_not_break_registration(first):
+    """TVM's first import can come from the top of a tvm_dpu module that registration itself needs (a benchmark
+    importing backend.dpu_compile first): the post-import hook must not import that module half made (an
+    ImportError before), and the plugin is registered once it has finished."""
+    r = _run(f"""
+import importlib
+importlib.import_module({first!r})
+import tvm_dpu.builder  # any later import lets the deferred registration run
+from tvm import relax
+print("dpu" in relax.pipeline.PIPELINE_MAP)
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "True", r.stdout

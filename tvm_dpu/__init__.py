@@ -95,4 +95,20 @@ def _register_plugin() -> None:
 # importing tvm_dpu alone (the CLI) does not pay for TVM.
 from tvm_dpu.import_hooks import when_imported as _when_imported  # noqa: E402
 
-_when_imported("tvm", lambda _tvm: _register_plugin())
+
+
+def _on_tvm_imported(_tvm) -> None:
+    # TVM imported from the top of a tvm_dpu module (e.g. backend.dpu_compile imported first) fires this while
+    # that module is half made; registering then would import it half made. Wait until the outermost such module
+    # has finished (sys.modules keeps import-start order), then register at the next import.
+    import sys
+
+    busy = [n for n, m in list(sys.modules.items()) if n.startswith("tvm_dpu.")
+            and getattr(getattr(m, "__spec__", None), "_initializing", False)]
+    if busy:
+        _when_imported(busy[0], lambda _m: _register_plugin())
+    else:
+        _register_plugin()
+
+
+_when_imported("tvm", _on_tvm_imported)
