@@ -179,6 +179,66 @@ def flat_length(arch: Arch, job: ConvJob, y: FMap, chunk: int) -> int | None:
     return ceil_div(pixels, tiles * arch.pp)
 
 
+@dataclass(frozen=True)
+class ConvIn:
+    """Where the CONVs of a tile read their input window: bank_id_in (the bank of the window's first fetched row),
+    bank_addr_in, _1, _2, _3 (the row of each bank wrap's first line, within the bank) and jump_read_endl (rows
+    between the line slots of one bank; the row-fetch rule, isa1-semantics.md 3.3)."""
+
+    bank: int
+    addrs: tuple[int, ...]
+    endl: int
+
+    @staticmethod
+    def of(group_base: int, place: RowPlacement, depth: int) -> "ConvIn":
+        """The window `place` puts in the image bank group whose first bank is `group_base`."""
+        return ConvIn(group_base + place.b0, tuple(b % depth for b in place.bases()), place.endl)
+
+
+@dataclass(frozen=True)
+class ConvOut:
+    """Where the CONVs of a tile write: bank_id_out, the row of output group 0 of the first pixel (group g at
+    + g), jump_write (rows between pixels) and the row-store rule's jump_write_endl, stride_out and
+    stride_offset_out: (1, 1, 0) puts output row r in bank r; a consumer's line pitch, stride and row offset lay
+    the rows out for its row fetch (isa1-semantics.md 3.3)."""
+
+    bank: int
+    row0: int
+    pitch: int
+    endl: int = 1
+    stride: int = 1
+    offset: int = 0
+
+
+def emit_conv_groups(prog: Program, arch: Arch, job: ConvJob, src: ConvIn, dst: ConvOut, n: int, vpp: int,
+                     length: int, wrow0: int, brow0: int, reads: tuple, writes: tuple,
+                     pads: tuple[int, int, int, int] = (0, 0, 0, 0), stride_offset_in: int = 0) -> None:
+    """CONVINIT, then one CONV per output-channel group gl < n: `job` is the conv the engine runs (kernel,
+    stride, input channels, requantisation), over vpp output rows x `length` columns from `src` into `dst` (group
+    gl at row dst.row0 + gl), with group gl's weights from CONVW row wrow0 + gl * kh*kw*ceil(cin/ICP) and its
+    bias from BIAS row brow0 + gl. `pads`: the window's padding beyond the map (top, left, bottom, right);
+    `stride_offset_in`: the input row of the first fetched row within the stride; `reads` / `writes`: every
+    CONV's dependency resources (window and parameters / output rows).
+
+    The one CONV emission of the code generator: the unfused conv, the fused kernels and the resident chains
+    differ only in these arguments."""
+    cg_in = ceil_div(job.cin, arch.icp)
+    wrows = job.kh * job.kw * cg_in
+    pad_top, pad_left, pad_bottom, pad_right = pads
+    a = src.addrs
+    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
+              jump_read=cg_in, jump_read_endl=src.endl, stride_out=dst.stride, jump_write=dst.pitch,
+              jump_write_endl=dst.endl, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=vpp,
+              stride_offset_in=stride_offset_in, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=dst.offset)
+    for gl in range(n):
+        prog.emit("CONV", reads=reads, writes=writes, pad_left=pad_left, pad_top=pad_top,
+                  pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom, bank_id_in=src.bank,
+                  bank_addr_in=a[0], bank_addr_in_1=a[1], bank_addr_in_2=a[2], bank_addr_in_3=a[3],
+                  channel_group=cg_in, channel_offset=cg_in * arch.icp - job.cin, bank_id_out=dst.bank,
+                  bank_addr_out=dst.row0 + gl, length=length, bank_addr_weights=wrow0 + gl * wrows,
+                  bank_addr_bias=brow0 + gl)
+
+
 def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
                     tile: RasterTile, g0: int, n: int, cg_in: int, base: int, banks: tuple[int, int, int],
                     wbase: int, params: tuple) -> None:
@@ -192,17 +252,10 @@ def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
     emit_raster_loads(prog, vb0, arch.bank_depth, tile, y.w, x, x_res, job.sh, job.sw, job.cin, cg_in, base,
                       ("vb0", buf))
-    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
-              stride_h=1, kernel_h=1, valid_pixel_parallel=tile.vpp, stride_offset_in=0, stride_w=1, kernel_w=1,
-              stride_offset_out=0)
-    a = [b % arch.bank_depth for b in place.bases()]
-    for gl in range(n):
-        prog.emit("CONV", reads=(("vb0", buf),) + params, writes=(("vb1", buf),),
-                  pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
-                  bank_addr_out=base + gl, length=length, bank_id_in=vb0, bank_addr_weights=wbase + gl * cg_in,
-                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
-                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+    # the raster LOADs took every sh-th row and sw-th column: the CONVs run 1x1 with stride 1 over the packed pixels
+    emit_conv_groups(prog, arch, replace(job, sh=1, sw=1), ConvIn.of(vb0, place, arch.bank_depth),
+                     ConvOut(vb1, base, n), n, tile.vpp, length, wbase, wbase, (("vb0", buf),) + params,
+                     (("vb1", buf),))
     for r in range(tile.vpp):
         for j, a_out, cnt in tile.runs(r, y.w, lambda oy, ox: y.addr(oy, ox, g0 * arch.ocp), y.pixel_pitch):
             prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r,
@@ -304,7 +357,7 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
                     in_res, conv_reads = ring.resources(buf, first)
                 first = False
                 _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length, g0,
-                           n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res)
+                           n, buf * half, (vb0, vb1, buf), wbase, w_res + b_res)
                 buf ^= 1
 
 
@@ -359,7 +412,7 @@ def input_ring(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> tuple[InputR
 
 def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res: tuple, conv_reads: tuple,
                x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int, q0: int, length: int, g0: int, n: int,
-               cg_in: int, base: int, banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
+               base: int, banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
     """One output tile: its input window (placed by `tile`) loaded into VB0, one CONV per resident output group
     into VB1 at `base`, vpp SAVEs."""
     vb0, vb1, buf = banks
@@ -368,22 +421,8 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     else:
         _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, in_res)
         x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
-    pad_top, pad_left, pad_bottom, pad_right = tile.pads(x)
-    place = tile.place
-    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
-              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=vpp, stride_offset_in=0, stride_w=job.sw,
-              kernel_w=job.kw, stride_offset_out=0)
-    a = [b % arch.bank_depth for b in place.bases()]
-    wrows = job.kh * job.kw * cg_in
-    for gl in range(n):
-        prog.emit("CONV", reads=conv_reads + params, writes=(("vb1", buf),),
-                  pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
-                  pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
-                  bank_addr_out=base + gl, length=length, bank_id_in=vb0 + place.b0,
-                  bank_addr_weights=wbase + gl * wrows,
-                  bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
-                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+    emit_conv_groups(prog, arch, job, ConvIn.of(vb0, tile.place, arch.bank_depth), ConvOut(vb1, base, n), n, vpp,
+                     length, wbase, wbase, conv_reads + params, (("vb1", buf),), tile.pads(x))
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
     for r in range(vpp):
         prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvJob, augmented_weights
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups
 from tvm_dpu.codegen.fused_conv import fusable, load_params, probe
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_conv_weights
 from tvm_dpu.codegen.program import Program
@@ -301,25 +301,14 @@ def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: t
 
 def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: _Piece,
                       ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int) -> None:
-    """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0)."""
-    nv, pl, out0, t0, bank, wrap = piece.nv, piece.pl, piece.out0, piece.t0, piece.bank, piece.wrap
-    cp, depth = arch.icp, arch.bank_depth
+    """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0) into the
+    circular buffer: the row-store rule with the consumer's stride sp and line pitch e."""
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
-    cg_in, cg_mid = ceil_div(job.cin, cp), ceil_div(job.cout, arch.ocp)
-    wrows = job.kh * job.kw * cg_in
-    pad_top, pad_left, pad_bottom, pad_right = pads
-    ia = [r % depth for r in ct.place.bases()]
-    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-              jump_read=cg_in, jump_read_endl=ct.place.endl, stride_out=sp, jump_write=cg_mid, jump_write_endl=e,
-              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=nv, stride_offset_in=0, stride_w=job.sw,
-              kernel_w=job.kw, stride_offset_out=t0)
-    for gl in range(cg_mid):
-        prog.emit("CONV", reads=(("vb0", cbuf, "in"), ("convw",), ("bias",)), writes=wrap_res(wrap, sp * e, depth // 2),
-                  pad_left=pad_left, pad_top=pad_top, bank_addr_in=ia[0], channel_group=cg_in,
-                  pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl,
-                  length=pl, bank_id_in=vb0, bank_addr_weights=wrow0 + gl * wrows, bank_addr_in_1=ia[1],
-                  bank_id_out=vb1 + bank, bank_addr_bias=gl, channel_offset=cg_in * cp - job.cin,
-                  bank_addr_in_3=ia[3], bank_addr_in_2=ia[2])
+    cg_mid = ceil_div(job.cout, arch.ocp)
+    emit_conv_groups(prog, arch, job, ConvIn.of(vb0, ct.place, arch.bank_depth),
+                     ConvOut(vb1 + piece.bank, piece.out0, cg_mid, e, sp, piece.t0), cg_mid, piece.nv, piece.pl, wrow0,
+                     0, (("vb0", cbuf, "in"), ("convw",), ("bias",)),
+                     wrap_res(piece.wrap, sp * e, arch.bank_depth // 2), pads)
 
 
 def emit_pass_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: ChainPass, ob: int, cout: int, cg_out: int,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvJob
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, RasterTile, RowPlacement, RowTile,
@@ -157,23 +157,9 @@ def emit_tile_convs(prog: Program, arch: Arch, job: ConvJob, wt: WindowTile, pad
     output pixels n rows apart from VB1 row out0; group gl's weights from CONVW row wrow0 + gl * (its rows), its
     bias in BIAS row brow0 + gl, both in half `slot` of those banks (None: anywhere) under `tag` (see load_params)."""
     w_res, b_res = param_resources(slot, tag)
-    cg_in = ceil_div(job.cin, arch.icp)
-    wrows = job.kh * job.kw * cg_in
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
-    pad_top, pad_left, pad_bottom, pad_right = pads
-    a = [b % arch.bank_depth for b in wt.place.bases()]
-    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-              jump_read=cg_in, jump_read_endl=wt.place.endl, stride_out=1, jump_write=n, jump_write_endl=1,
-              stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=job.sw,
-              kernel_w=job.kw, stride_offset_out=0)
-    for gl in range(n):
-        prog.emit("CONV", reads=(("vb0", buf),) + w_res + b_res, writes=(("vb1", buf),), pad_left=pad_left,
-                  pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in, pad_right=job.kw - 1 - pad_right,
-                  pad_bottom=job.kh - 1 - pad_bottom, bank_addr_out=out0 + gl, length=length, bank_id_in=vb0,
-                  bank_addr_weights=wrow0 + gl * wrows, bank_addr_in_1=a[1], bank_id_out=vb1,
-                  bank_addr_bias=brow0 + gl, channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3],
-                  bank_addr_in_2=a[2])
-
+    emit_conv_groups(prog, arch, job, ConvIn.of(vb0, wt.place, arch.bank_depth), ConvOut(vb1, out0, n), n, v, length,
+                     wrow0, brow0, (("vb0", buf),) + w_res + b_res, (("vb1", buf),), pads)
 
 
 def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base: int, v: int, length: int,
@@ -185,17 +171,8 @@ def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base:
     cg_in, cg_out = ceil_div(job.cin, arch.icp), ceil_div(job.cout, arch.ocp)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     place = RowPlacement(arch.pp, 1, length * cg_in, cg_in, base)
-    ib = [r % arch.bank_depth for r in place.bases()]
-    prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-              jump_read=cg_in, jump_read_endl=place.endl, stride_out=1, jump_write=cg_out, jump_write_endl=1,
-              stride_h=1, kernel_h=1, valid_pixel_parallel=v, stride_offset_in=0, stride_w=1, kernel_w=1,
-              stride_offset_out=0)
-    for gl in range(cg_out):
-        prog.emit("CONV", reads=(("vb1", buf),) + params, writes=(("vb0", buf),),
-                  pad_left=0, pad_top=0, bank_addr_in=ib[0], channel_group=cg_in, pad_right=0, pad_bottom=0,
-                  bank_addr_out=base + gl, length=length, bank_id_in=vb1, bank_addr_weights=wrow0 + gl * cg_in,
-                  bank_addr_in_1=ib[1], bank_id_out=vb0, bank_addr_bias=brow0 + gl,
-                  channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=ib[3], bank_addr_in_2=ib[2])
+    emit_conv_groups(prog, arch, job, ConvIn.of(vb1, place, arch.bank_depth), ConvOut(vb0, base, cg_out), cg_out, v,
+                     length, wrow0, brow0, (("vb1", buf),) + params, (("vb0", buf),))
     for r in range(v):
         prog.emit("SAVE", reads=(("vb0", buf),), writes=(("ddr", y_res),), bank_id=vb0 + r,
                   bank_addr=base, length=length, channel=job.cout, jump_read=cg_out,

@@ -3,6 +3,7 @@ tile in VB1 (emit_conv_pw), a windowed one reads fused_chain's circular buffer (
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
                                          plain_rows)
 from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_pointwise_tile, emit_tile_convs, fusable,
@@ -108,26 +109,18 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
     if tile is None:
         raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+windowed conv fusion does not fit {arch.name}")
     ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
-    cp = arch.icp
     cg_mid, cg_out = ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
-    wrows_b = jb.kh * jb.kw * cg_mid
     j_aug, wrow_b = load_chain_conv(prog, arch, graph, a, ja, tile, fmaps[a.inputs[0]], params)
     load_params(prog, arch, jb, 0, cg_out, wrow_b, cg_mid)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     y = fmaps[b.outputs[0]]
 
     def emit_pass(ps: ChainPass, ob: int, oslot: int) -> None:
-        prog.emit("CONVINIT", act_type=jb.act_type, shift_cut=jb.shift_cut, shift_bias=jb.shift_bias,
-                  jump_read=cg_mid, jump_read_endl=ps.e, stride_out=1, jump_write=cg_out, jump_write_endl=1,
-                  stride_h=jb.sh, kernel_h=jb.kh, valid_pixel_parallel=ps.v, stride_offset_in=ps.s0,
-                  stride_w=jb.sw, kernel_w=jb.kw, stride_offset_out=0)
-        for gl in range(cg_out):
-            prog.emit("CONV", reads=ps.reads + (("convw",), ("bias",)), writes=(("vb0", oslot, "out"),),
-                      pad_left=ps.p_left, pad_top=ps.p_top, bank_addr_in=ps.a[0], channel_group=cg_mid,
-                      pad_right=jb.kw - 1 - ps.p_right, pad_bottom=jb.kh - 1 - ps.p_bottom, bank_addr_out=ob + gl,
-                      length=ps.length, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_weights=wrow_b + gl * wrows_b,
-                      bank_id_out=vb0, bank_addr_bias=cg_mid + gl, channel_offset=cg_mid * cp - jb.cin,
-                      bank_addr_in_1=ps.a[1], bank_addr_in_2=ps.a[2], bank_addr_in_3=ps.a[3])
+        # B reads A's rows from the circular buffer (cg_mid groups per pixel, line pitch ps.e), its weights after
+        # A's, its biases after A's cg_mid
+        emit_conv_groups(prog, arch, jb, ConvIn(vb1 + ps.m % arch.pp, ps.a, ps.e), ConvOut(vb0, ob, cg_out), cg_out,
+                         ps.v, ps.length, wrow_b, cg_mid, ps.reads + (("convw",), ("bias",)),
+                         (("vb0", oslot, "out"),), (ps.p_top, ps.p_left, ps.p_bottom, ps.p_right), ps.s0)
         emit_pass_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
 
     emit_chain(prog, arch, graph, a, b, tile, ja, cg_out, fmaps, emit_pass, j_aug and (j_aug, plain_rows(arch, ja)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.fused_conv import conv_job, emit_pointwise_tile, fusable, load_params
+from tvm_dpu.codegen.fused_conv import conv_job, emit_pointwise_tile, fusable, is_pointwise, load_params
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, max_valid_rows, split_even
@@ -17,7 +17,8 @@ def _dw_pw_tile(arch: Arch, graph: Graph, dw: Op, pw: Op) -> tuple[int, int] | N
     """(vpp, L) of the dw_pw pipeline, or None: every channel group of the depthwise in one ALU pass, the
     pointwise weights resident, and the dw input window, the dw output (VB1) and the pw output (VB0, reusing
     the consumed window) within half a bank."""
-    if arch.icp != arch.ocp or tuple(xops.attr(dw, "dilations")) != (1, 1) or not fusable(arch, graph, pw):
+    if (arch.icp != arch.ocp or tuple(xops.attr(dw, "dilations")) != (1, 1) or not fusable(arch, graph, pw)
+            or not is_pointwise(graph, pw)):  # emit_pointwise_tile reads the ALU's output pixel by pixel
         return None
     win = xops.conv_window(dw, graph)
     if win.pads[0] > 15 or win.pads[1] > 15:

@@ -34,7 +34,7 @@ import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
-from tvm_dpu.codegen.conv import ConvJob, augmentation, augmented_weights
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, augmentation, augmented_weights, emit_conv_groups
 from tvm_dpu.codegen.fused_conv import load_biases, load_params, param_resources
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
@@ -360,18 +360,14 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
     def conv(p0: int, v: int, g: int) -> None:
         bank_in, a = x.fetch(p0 * st.sh, pp, depth)
         bank_out, a_out, t0 = y.store(p0, pp, depth)
-        prog.emit("CONVINIT", act_type=job.act_type, shift_cut=job.shift_cut, shift_bias=job.shift_bias,
-                  jump_read=cg_in, jump_read_endl=x.e, stride_out=y.s, jump_write=y.cg, jump_write_endl=y.e,
-                  stride_h=st.sh, kernel_h=st.kh, valid_pixel_parallel=v, stride_offset_in=0, stride_w=st.sw,
-                  kernel_w=st.kw, stride_offset_out=t0)
-        wbase = slots[g] * half + (g * wrows if resident else 0)
-        prog.emit("CONV", reads=x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]),
-                                                                               ("bias", bslot[0])),
-                  writes=y.rows(p0, v), pad_left=0, pad_top=0, bank_addr_in=a[0], channel_group=cg_in,
-                  pad_right=st.kw - 1, pad_bottom=st.kh - 1, bank_addr_out=(a_out + g) % depth, length=st.w_out,
-                  bank_id_in=bank_in, bank_addr_weights=wbase, bank_addr_in_1=a[1], bank_id_out=bank_out,
-                  bank_addr_bias=bslot[0] * half + g, channel_offset=cg_in * arch.icp - st.cin,
-                  bank_addr_in_3=a[3], bank_addr_in_2=a[2])
+        # one group per call: its output rows wrap around the bank (mod depth), and with streamed weights a row
+        # tile's groups lie apart in the schedule (Program.emit drops a CONVINIT equal to the one in force)
+        wrow = slots[g] * half + (g * wrows if resident else 0)
+        emit_conv_groups(prog, arch, job, ConvIn(bank_in, tuple(a), x.e),
+                         ConvOut(bank_out, (a_out + g) % depth, y.cg, y.e, y.s, t0), 1, v, st.w_out, wrow,
+                         bslot[0] * half + g,
+                         x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]), ("bias", bslot[0])),
+                         y.rows(p0, v))
 
     units: list[_Unit] = []
     if resident:  # row tiles outer: the next op can start on the first rows
