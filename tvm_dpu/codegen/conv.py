@@ -292,6 +292,49 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
                   reg_id=x.reg_id, ddr_addr=ddr, pad_start=pad_start, pad_end=pad_end, pad_idx=pad_idx)
 
 
+def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
+                 with_bias: bool = True, slot: int | None = None, tag: str | None = None) -> None:
+    """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
+    bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the rows lie in that half of the CONVW
+    and BIAS banks (Program.next_slot alternates them op by op; fused_conv.param_slots places a fused kernel's
+    members), so the LOADs wait only for the CONVs reading that half; None: the whole banks. `tag`: see
+    param_resources."""
+    w_res, b_res = param_resources(slot, tag)
+    icp, ocp = arch.icp, arch.ocp
+    cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
+    wrows = job.kh * job.kw * cg_in
+    convw = arch.bank_group("CONVW").base_id
+    for o in range(min(ocp, job.cout - g0 * ocp)):
+        for i0, cnt in split_even(n * job.kh * job.kw, FIELD10):
+            prog.emit("LOAD", reads=(("ddr", "params"),), writes=w_res, bank_id=convw + o,
+                      bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,
+                      jump_write=cg_in, reg_id=job.params_reg,
+                      ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
+    if with_bias:
+        load_biases(prog, arch, job, g0, n, brow0, b_res)
+
+
+def load_biases(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, brow0: int, res: tuple) -> None:
+    """LOAD the biases of output-channel groups [g0, g0+n) of `job` into BIAS rows from brow0 (one LOAD; `res`:
+    the dependency resources of those rows, param_resources)."""
+    ocp = arch.ocp
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=res, bank_id=arch.bank_group("BIAS").base_id,
+              bank_addr=brow0, length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
+              ddr_addr=job.b_offset + g0 * ocp)
+
+
+def param_resources(slot: int | None, tag: str | None = None) -> tuple[tuple, tuple]:
+    """The dependency resources of parameters in half `slot` of the CONVW / BIAS banks (None: the whole banks);
+    `tag` names one member's rows of a kernel holding several (program.SLOTTED: they do not conflict with the
+    other members' but with whole slots), so its first CONVs need not wait for the others' LOADs."""
+    if tag is not None:
+        return ((("convw", tag),), (("bias", tag),)) if slot is None else \
+            ((("convw", slot, tag),), (("bias", slot, tag),))
+    if slot is None:
+        return (("convw",),), (("bias",),)
+    return (("convw", slot),), (("bias", slot),)
+
+
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
     name the DDR tensors for the dependency tracker."""
@@ -310,8 +353,6 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     (vpp, lmax, chunk), halved = found
     vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
-    convw = arch.bank_group("CONVW").base_id
-    bias_bank = arch.bank_group("BIAS").base_id
     flat = flat_length(arch, job, y, chunk)
     ring = None
     found_ring = input_ring(arch, job, vpp, chunk) if flat is None else None
@@ -324,22 +365,10 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     buf = 0
     first = True
     for g0, n in split_even(cg_out, chunk):
-        if halved:
-            slot = prog.next_slot("convw")
-            wbase, w_res, b_res = slot * half, (("convw", slot),), (("bias", slot),)
-        else:
-            wbase, w_res, b_res = 0, (("convw",),), (("bias",),)  # both halves
-        # -- parameters of this chunk: one LOAD per CONVW bank (all n groups, all taps), one for the biases
-        items = n * job.kh * job.kw
-        for o in range(min(ocp, job.cout - g0 * ocp)):
-            for i0, cnt in split_even(items, FIELD10):
-                prog.emit("LOAD", reads=(("ddr", "params"),), writes=w_res,
-                          bank_id=convw + o, bank_addr=wbase + i0 * cg_in, length=cnt, channel=cg_in * icp,
-                          jump_read=cg_in * icp, jump_write=cg_in, reg_id=job.params_reg,
-                          ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
-        prog.emit("LOAD", reads=(("ddr", "params"),), writes=b_res,
-                  bank_id=bias_bank, bank_addr=wbase, length=n, channel=ocp, jump_read=ocp, jump_write=1,
-                  reg_id=job.params_reg, ddr_addr=job.b_offset + g0 * ocp)
+        slot = prog.next_slot("convw") if halved else None
+        wbase = 0 if slot is None else slot * half
+        load_params(prog, arch, job, g0, n, wbase, wbase, slot=slot)
+        w_res, b_res = param_resources(slot)
         if flat is not None:
             for tile in raster_tiles(y.h * y.w, arch.pp, flat, even=False):
                 _emit_flat_tile(prog, arch, job, x, y, x_res, y_res, tile, g0, n, cg_in, buf * half,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups
-from tvm_dpu.codegen.fused_conv import fusable, load_params, probe
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups, load_params
+from tvm_dpu.codegen.fused_conv import fusable, probe
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_conv_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, augmentable, max_valid_rows, split_even

@@ -1,6 +1,6 @@
-"""What the fused pipelines on the CONV engine share: which convs may be fused, their ConvJob and parameter
-LOADs, the CONVs of one tile, and the output tiles (raster order over dense maps, tiling.raster_tiles, or image
-rows) with their input LOADs.
+"""What the fused pipelines on the CONV engine share: which convs may be fused, their ConvJob and where their
+parameters go (param_slots; the LOADs are conv.load_params), the CONVs of one tile (conv.emit_conv_groups), and
+the output tiles (raster order over dense maps, tiling.raster_tiles, or image rows) with their input LOADs.
 
 The pipelines, one module per kernel family (codegen.fused lists which template each emits):
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups, param_resources
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import (FIELD10, OUT_GROUPS_MAX, CodegenError, RasterTile, RowPlacement, RowTile,
@@ -54,48 +54,6 @@ def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
     b_off = params.add(pack_channel_vector(bias, arch.ocp))
     return ConvJob(op.name, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), w.shape[1], w.shape[0], q.act_type,
                    q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
-
-
-def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
-                 with_bias: bool = True, slot: int | None = None, tag: str | None = None) -> None:
-    """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
-    bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the rows lie in that half of the CONVW
-    and BIAS banks (param_slots), so the LOADs wait only for the CONVs reading that half; None: the whole banks.
-    `tag`: see param_resources."""
-    w_res, b_res = param_resources(slot, tag)
-    icp, ocp = arch.icp, arch.ocp
-    cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
-    wrows = job.kh * job.kw * cg_in
-    convw = arch.bank_group("CONVW").base_id
-    for o in range(min(ocp, job.cout - g0 * ocp)):
-        for i0, cnt in split_even(n * job.kh * job.kw, FIELD10):
-            prog.emit("LOAD", reads=(("ddr", "params"),), writes=w_res, bank_id=convw + o,
-                      bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,
-                      jump_write=cg_in, reg_id=job.params_reg,
-                      ddr_addr=job.w_offset + ((o * cg_out + g0) * wrows + i0 * cg_in) * icp)
-    if with_bias:
-        load_biases(prog, arch, job, g0, n, brow0, b_res)
-
-
-def load_biases(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, brow0: int, res: tuple) -> None:
-    """LOAD the biases of output-channel groups [g0, g0+n) of `job` into BIAS rows from brow0 (one LOAD; `res`:
-    the dependency resources of those rows, param_resources)."""
-    ocp = arch.ocp
-    prog.emit("LOAD", reads=(("ddr", "params"),), writes=res, bank_id=arch.bank_group("BIAS").base_id,
-              bank_addr=brow0, length=n, channel=ocp, jump_read=ocp, jump_write=1, reg_id=job.params_reg,
-              ddr_addr=job.b_offset + g0 * ocp)
-
-
-def param_resources(slot: int | None, tag: str | None = None) -> tuple[tuple, tuple]:
-    """The dependency resources of parameters in half `slot` of the CONVW / BIAS banks (None: the whole banks);
-    `tag` names one member's rows of a kernel holding several (program.SLOTTED: they do not conflict with the
-    other members' but with whole slots), so its first CONVs need not wait for the others' LOADs."""
-    if tag is not None:
-        return ((("convw", tag),), (("bias", tag),)) if slot is None else \
-            ((("convw", slot, tag),), (("bias", slot, tag),))
-    if slot is None:
-        return (("convw",),), (("bias",),)
-    return (("convw", slot),), (("bias", slot),)
 
 
 def param_slots(prog: Program, arch: Arch, sizes: list[tuple[int, int]]) -> list[tuple[int | None, int, int]]:

@@ -3,11 +3,11 @@ tile in VB1 (emit_conv_pw), a windowed one reads fused_chain's circular buffer (
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups
+from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
                                          plain_rows)
 from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_pointwise_tile, emit_tile_convs, fusable,
-                                        is_pointwise, load_params, output_tiles, probe)
+                                        is_pointwise, output_tiles, probe)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, conv_tile

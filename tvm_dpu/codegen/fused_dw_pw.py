@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.fused_conv import conv_job, emit_pointwise_tile, fusable, is_pointwise, load_params
+from tvm_dpu.codegen.conv import load_params
+from tvm_dpu.codegen.fused_conv import conv_job, emit_pointwise_tile, fusable, is_pointwise
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, max_valid_rows, split_even

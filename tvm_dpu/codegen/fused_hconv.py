@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.conv import load_params
 from tvm_dpu.codegen.fused_conv import (conv_geometry, conv_job, emit_input_tile, emit_tile_convs, flattenable, fusable,
-                                        load_params, output_tiles, param_slots, probe)
+                                        output_tiles, param_slots, probe)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, conv_tile

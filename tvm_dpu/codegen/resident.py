@@ -34,8 +34,8 @@ import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
-from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, augmentation, augmented_weights, emit_conv_groups
-from tvm_dpu.codegen.fused_conv import load_biases, load_params, param_resources
+from tvm_dpu.codegen.conv import (ConvIn, ConvJob, ConvOut, augmentation, augmented_weights, emit_conv_groups, load_biases,
+                                  load_params, param_resources)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, MAX_WRAPS, OUT_GROUPS_MAX, CodegenError
