@@ -125,7 +125,11 @@ def emit_pointwise_tile(prog: Program, arch: Arch, job: ConvJob, buf: int, base:
                         params: tuple = (("convw",), ("bias",))) -> None:
     """The pointwise second conv of a two-stage tile (dw_pw, conv_pw): its input tile, every channel group, sits
     in VB1 from `base` of half `buf`; CONVINIT, one CONV per output-channel group (weights from CONVW row wrow0,
-    biases from BIAS row brow0) writing into the consumed VB0 window at `base`, and the SAVEs of its v rows."""
+    biases from BIAS row brow0) writing into the consumed VB0 window at `base`, and the SAVEs of its v rows.
+
+    Not conv._emit_flat_tile, though both run 1x1 CONVs over lines of `length` pixels: that one LOADs a raster
+    tile from DDR into VB0 (rows that cross image rows, a chunk of the output groups) and SAVEs runs of it; here
+    the input is already in VB1, every output group is computed and the tile is image rows."""
     cg_in, cg_out = ceil_div(job.cin, arch.icp), ceil_div(job.cout, arch.ocp)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     place = RowPlacement(arch.pp, 1, length * cg_in, cg_in, base)
