@@ -80,7 +80,25 @@ def docs_section(data: dict) -> str:
     lines += ["", "Where a pick differs, why:"]
     lines += [f"- {r['part']}: {explain(r)}" for r in data["rows"]
               if not (r["match"] and r["match_no_reserve"])]
+    close = [f"- {r['part']}: {n}" for r in data["rows"] if (n := ddr_note(r))]
+    if close:
+        lines += ["", "Where the DDR decides the pick:"] + close
     return "\n".join(lines)
+
+
+def ddr_note(r: dict) -> str:
+    """The runner-up (another DPU or core count) when its cores would beat the pick but the DDR caps it."""
+    p = r["pick"]
+    for q in r["pick_top"]:
+        if (q["dpu"], q["cores"]) == (p["dpu"], p["cores"]):
+            continue
+        cores_fps = q["cores"] * 1e3 / q["latency_ms"]
+        if q["ddr_bound"] and cores_fps > p["fps"]:
+            return (f"{_short(q)}'s cores would run {cores_fps:.1f} frames/s, more than {_short(p)}'s "
+                    f"{p['fps']:.1f}, but the board's DDR ({r['conditions']['ddr_bytes_per_s'] / 1e9:.2f} GB/s) "
+                    f"caps it at {q['fps']:.1f}")
+        return ""
+    return ""
 
 
 def _short(p: dict) -> str:

@@ -101,17 +101,15 @@ def test_explore_part_restricted_to_core_sizes(small):
 
 @pytest.mark.slow
 def test_picks_match_the_boards_amd_ships():
-    """Full-size ResNet-50: ZCU104 2 x B4096, Ultra96 B1600 or B2304, KV260 B3136 or B4096 as the unrestricted
-    top pick. ZCU102: AMD's 3 x B4096 is the top pick among B4096 configurations; the unrestricted top pick may
-    differ (docs/pipeline.md's table explains it) but then by less than 10% predicted frames/s."""
+    """Full-size ResNet-50, the unrestricted top pick: ZCU102 3 x B4096, ZCU104 2 x B4096, Ultra96 B1600 or B2304,
+    KV260 B3136 or B4096 (docs/pipeline.md's table gives the margins and what each pick depends on). Restricted to
+    B4096, the one core size AMD ships on ZCU102, the count is still 3."""
     proto = zoo.build_model("resnet50")
     model = tvm_dpu.build(proto, arch="B4096", calibration=[zoo.random_input(proto, seed=0)], progress=False)
     cache: dict = {}
-    for part in ("zu7ev", "zu3eg", "zu5ev"):
+    for part in ("zu9eg", "zu7ev", "zu3eg", "zu5ev"):
         best = explore_part(model, part, cache=cache)[0]
         ship = shipped(part)
         assert best.dpu in ship["dpu"] and best.cores in ship["cores"], (part, best.dpu, best.cores)
-    best = explore_part(model, "zu9eg", cache=cache)[0]
     amd = explore_part(model, "zu9eg", cache=cache, archs=("B4096",))[0]
     assert (amd.dpu, amd.cores) == ("B4096", 3)
-    assert best.fps < 1.10 * amd.fps, (best.dpu, best.cores, best.fps, amd.fps)
