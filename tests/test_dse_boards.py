@@ -35,6 +35,9 @@ def test_part_data_and_conditions():
 
 
 def test_every_value_has_a_source():
+    for part in list_parts():
+        info = part_info(part)
+        assert info["source"] and info["clock_source"] and part_ddr(part)[1], part
     for name, comp in platform_reserve_sources().items():
         assert set(comp) == {"dsp", "bram36k", "lut", "uram"}, name
         assert all(src for _, src in comp.values()), name
