@@ -1,5 +1,6 @@
-"""Zynq UltraScale+ parts as data (parts.json): PL resources, the board whose DDR and DPU clock apply, the
-platform reserve and the DPU configurations AMD ships on each part."""
+"""Zynq UltraScale+ parts as data (parts.json): PL resources, the board whose DPU clock applies, the DDR bandwidth
+of that board, the platform reserve and the DPU configurations AMD ships on each part. Every value in parts.json
+carries its source."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from typing import Any
 from tvm_dpu.errors import ArchError
 
 PARTS_FILE = Path(__file__).with_name("parts.json")
+RESOURCES = ("dsp", "bram36k", "lut", "uram")
 
 
 @lru_cache(maxsize=1)
@@ -25,18 +27,36 @@ def list_parts() -> list[str]:
     return sorted(_public(_data()["parts"]))
 
 
-def part_info(part: str) -> dict[str, Any]:
-    """A part's entry: dsp, bram36k, lut, uram and board (the board preset name, or None)."""
+def _entry(part: str) -> dict[str, Any]:
     parts = _public(_data()["parts"])
     key = part.strip().lower()
     if key not in parts:
         raise ArchError(f"part {part!r}: known parts are {sorted(parts)}")
-    return dict(parts[key])
+    return parts[key]
+
+
+def part_info(part: str) -> dict[str, Any]:
+    """A part's entry: dsp, bram36k, lut, uram, board (the board preset name, or None) and source."""
+    return {k: v for k, v in _entry(part).items() if k != "ddr_bytes_per_s"}
+
+
+def part_ddr(part: str) -> tuple[float | None, str]:
+    """(bytes/s, source) of the DDR on the board AMD builds the part into; None when no such board is known."""
+    d = _entry(part)["ddr_bytes_per_s"]
+    return (None if d["value"] is None else float(d["value"])), d["source"]
 
 
 def platform_reserve() -> dict[str, float]:
-    """Share of each PL resource kept for the platform (see parts.json: an assumption, not sourced)."""
-    return dict(_public(_data()["platform_reserve"]["fraction"]))
+    """PL the platform keeps on a part, in blocks: the shell plus the DPU's Vitis interconnect (parts.json gives
+    the source of each figure)."""
+    parts = _public(_data()["platform_reserve"])
+    return {r: float(sum(c[r]["value"] for c in parts.values())) for r in RESOURCES}
+
+
+def platform_reserve_sources() -> dict[str, dict[str, tuple[float, str]]]:
+    """Per reserve component ("shell", "dpu_interconnect"), per resource: (value, source)."""
+    parts = _public(_data()["platform_reserve"])
+    return {name: {r: (float(c[r]["value"]), c[r]["source"]) for r in RESOURCES} for name, c in parts.items()}
 
 
 def shipped(part: str) -> dict[str, Any] | None:

@@ -8,8 +8,9 @@ number of cores (1 .. 4) and the clock. `explore` generalises Algorithm 1 to it:
 * cost of a configuration = cores x the per-core LUT / BRAM36K / DSP of its architecture (PG338, dpu_resources.json,
   with its source and caveats): DSP and LUT by DSP usage (high: DSPs multiply and accumulate; low: multiply
   only), BRAM36K by RAM usage (PG338 v4.0's low / high table; `ram_usage=None` keeps the v1.2 figures measured
-  without depthwise convolution), and with the UltraRAM option (B4096, the bank counts AMD's KV260 / ZCU104
-  builds use) part of the BRAM36K replaced by URAM; it fits when every cost is within the board's budget;
+  without depthwise convolution), optionally PG338's extra cost of depthwise convolution, and with the UltraRAM
+  option (every size, AMD's recommended bank counts) part of the BRAM36K replaced by URAM; it fits when every
+  cost is within the board's budget;
 * its predicted single-frame latency comes from the timing model on the model's own program code-generated for
   that architecture (the quantized graph is arch-independent, so it is quantized once), at that clock;
 * its predicted throughput = min(cores / latency, DDR bandwidth / DDR bytes per frame): cores run different
@@ -17,9 +18,10 @@ number of cores (1 .. 4) and the clock. `explore` generalises Algorithm 1 to it:
 * configurations are ranked by throughput, then latency, then DSP used. For comparison `algorithm1` gives the
   architecture the paper's rule would pick from the DSP budget alone.
 
-`explore_part` explores a Zynq UltraScale+ part (tvm_dpu/arch/parts.json) as AMD's boards build it: its PL less a
-platform reserve, RAM usage low, both DSP usages, the UltraRAM option where the part has URAM, the DDR bandwidth
-and DPU clock of the board that carries the part (presets.json: per-part DDR and clock derating).
+`explore_part` explores a Zynq UltraScale+ part (tvm_dpu/arch/parts.json) as AMD's boards build it: its PL less the
+platform reserve (the shell and the DPU's interconnect, in blocks, each figure sourced), RAM usage low, depthwise
+convolution on, both DSP usages, the UltraRAM option where the part has URAM, the DPU clock of the board that
+carries the part (presets.json: clock derating) and that board's DDR bandwidth (parts.json).
 """
 from __future__ import annotations
 
@@ -59,21 +61,36 @@ def device_budget(part: str) -> dict[str, float]:
     return {k: info[k] for k in ("dsp", "bram36k", "lut", "uram")}
 
 
-def core_costs(dsp_usage: str = "high", ram_usage: str | None = None) -> dict[str, list[dict[str, float]]]:
-    """Per architecture, the per-core cost of each way to build it: {"dsp", "lut", "bram36k", "uram"}, without
-    and (B4096) with the UltraRAM option (see the module docstring and dpu_resources.json)."""
+def core_costs(dsp_usage: str = "high", ram_usage: str | None = None,
+               depthwise: bool = False) -> dict[str, list[dict[str, float]]]:
+    """Per architecture, the per-core cost of each way to build it: {"dsp", "lut", "bram36k", "uram"}, without and
+    with the UltraRAM option (AMD's recommended bank counts; see the module docstring and dpu_resources.json).
+    `depthwise`: add PG338's extra cost of depthwise convolution (every AMD-shipped build has it; the v4.0
+    `ram_usage` BRAM36K figures include it already)."""
+    from tvm_dpu.arch import load_arch
+
     data = _resources()
     table = resource_table(dsp_usage)
     if ram_usage is not None and ram_usage not in data["ram_usage_bram36k"]:
         raise PlanError(f"ram_usage {ram_usage!r}: choose low or high")
-    uram = {k: v for k, v in data["uram_option"].items() if not k.startswith("_")}
+    banks = {k: v for k, v in data["uram_banks"].items() if not k.startswith("_")}
+    extra = data["depthwise_extra"]
     out = {}
     for name, cost in table.items():
         bram = float(data["ram_usage_bram36k"][ram_usage][name]) if ram_usage else float(cost["bram36k"])
-        ways = [{"dsp": cost["dsp"], "lut": cost["lut"], "bram36k": bram, "uram": 0}]
-        if name in uram:
-            ways.append({"dsp": cost["dsp"], "lut": cost["lut"], "bram36k": bram - uram[name]["bram36k_saved"],
-                         "uram": uram[name]["uram"]})
+        dsp, lut = cost["dsp"], cost["lut"]
+        if depthwise:
+            dsp, lut = dsp + extra[name]["dsp"], lut + extra[name]["lut"]
+            if not ram_usage:
+                bram += extra[name]["bram36k"]
+        ways = [{"dsp": dsp, "lut": lut, "bram36k": bram, "uram": 0}]
+        if name in banks:
+            icp = load_arch(name).icp
+            n = sum(banks[name].values())
+            # a bank is ICP x 8 bits x 2048: one 4K x 72 UltraRAM holds it up to 72 bits, two above; in BRAM36K
+            # (2K x 18 per block, 16 data bits) it takes ICP / 2 blocks
+            ways.append({"dsp": dsp, "lut": lut, "bram36k": bram - n * icp / 2,
+                         "uram": n * (1 if icp * 8 <= 72 else 2)})
         out[name] = ways
     return out
 
@@ -122,12 +139,14 @@ def algorithm1(dsp: int) -> str | None:
 def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks_mhz: Sequence[float] = (300.0,),
             max_cores: int = 4, dsp_usage: str | Sequence[str] = "high", ddr_bytes_per_s: float = 17.1e9,
             fusion: str = "optimal", uram: int = 0, ram_usage: str | None = None,
-            cache: dict | None = None) -> list[Candidate]:
+            cache: dict | None = None, depthwise: bool = False,
+            archs: Sequence[str] | None = None) -> list[Candidate]:
     """Every configuration that fits the budget, ranked (see module docstring). `model`: a CompiledModel with
     one DPU subgraph (its quantized graph is recompiled per architecture). `dsp_usage`: "high", "low" or both;
     `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" / "high"
     (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same model
-    to compile each architecture once."""
+    to compile each architecture once; `depthwise`: cost cores with depthwise convolution (core_costs); `archs`:
+    explore only these architectures (default all)."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.backend.dpu_compile import compile_subgraph
     from tvm_dpu.pipeline.plan import single_subgraph
@@ -136,7 +155,9 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
     if dsp <= 0 or bram36k <= 0:
         raise PlanError(f"budget dsp={dsp}, bram36k={bram36k}: both must be positive")
     usages = [dsp_usage] if isinstance(dsp_usage, str) else list(dsp_usage)
-    ways = {u: core_costs(u, ram_usage) for u in usages}
+    ways = {u: core_costs(u, ram_usage, depthwise) for u in usages}
+    if archs is not None and not set(archs) <= set(ARCHS):
+        raise PlanError(f"archs {sorted(set(archs) - set(ARCHS))}: choose from {list(ARCHS)}")
     table = resource_table(usages[0])
     data = _resources()
     max_cores = min(int(max_cores), int(data["max_cores"]))
@@ -145,7 +166,7 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
 
     macs = sum(op_macs(op, graph) for op in graph.ops)
     out: list[Candidate] = []
-    for name in ARCHS:
+    for name in (ARCHS if archs is None else [a for a in ARCHS if a in archs]):
         # (cores, dsp usage, per-core cost) of every way to build `name` that fits
         fits = [(c, u, w) for u in usages for w in ways[u][name] for c in range(1, max_cores + 1)
                 if c * w["dsp"] <= dsp and c * w["bram36k"] <= bram36k and c * w["uram"] <= uram
@@ -187,31 +208,32 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
 
 
 def part_conditions(part: str, reserve: bool = True) -> dict[str, Any]:
-    """What `explore_part` assumes for `part`: the budget (PL less the platform reserve), the DPU clock and DDR
-    bandwidth of the board carrying it, and the sources of each (parts.json, presets.json)."""
+    """What `explore_part` assumes for `part`: the budget (PL less the platform reserve), the DPU clock of the board
+    carrying it (presets.json) and that board's DDR bandwidth (parts.json), each sourced in its file."""
     from tvm_dpu.arch import load_arch
-    from tvm_dpu.arch.parts import part_info, platform_reserve
+    from tvm_dpu.arch.parts import part_ddr, part_info, platform_reserve
 
     info = device_budget(part)
     board = part_info(part)["board"]
-    frac = platform_reserve() if reserve else {}
-    budget = {k: info[k] * (1.0 - frac.get(k, 0.0)) for k in ("dsp", "bram36k", "lut", "uram")}
+    taken = platform_reserve() if reserve else {}
+    budget = {k: max(0.0, info[k] - taken.get(k, 0.0)) for k in ("dsp", "bram36k", "lut", "uram")}
+    ddr, _ = part_ddr(part)
     if board is None:
-        return {"budget": budget, "board": None, "clock_mhz": 300.0, "ddr_bytes_per_s": 17.1e9,
+        return {"budget": budget, "board": None, "clock_mhz": 300.0, "ddr_bytes_per_s": ddr or 17.1e9,
                 "note": "no board preset carries this part: 300 MHz and the ZCU102 DDR figure assumed"}
-    a = load_arch(board)
-    return {"budget": budget, "board": board, "clock_mhz": a.freq_mhz, "ddr_bytes_per_s": a.ddr_bytes_per_s}
+    return {"budget": budget, "board": board, "clock_mhz": load_arch(board).freq_mhz, "ddr_bytes_per_s": ddr}
 
 
 def explore_part(model: Any, part: str, max_cores: int = 4, fusion: str = "optimal", reserve: bool = True,
-                 cache: dict | None = None) -> list[Candidate]:
+                 cache: dict | None = None, archs: Sequence[str] | None = None) -> list[Candidate]:
     """Every configuration that fits `part` as AMD's boards build it, ranked (module docstring): RAM usage low,
-    both DSP usages, the UltraRAM option where the part has URAM, the platform reserve, the carrying board's DPU
-    clock and DDR bandwidth."""
+    depthwise convolution on, both DSP usages, the UltraRAM option where the part has URAM, the platform reserve,
+    the carrying board's DPU clock and DDR bandwidth. `archs` restricts the core sizes (e.g. ("B4096",): one core
+    size for every board, as AMD's model zoo ships)."""
     cond = part_conditions(part, reserve)
     b = cond["budget"]
     return explore(model, int(b["dsp"]), b["bram36k"], int(b["lut"]), (cond["clock_mhz"],), max_cores,
-                   ("high", "low"), cond["ddr_bytes_per_s"], fusion, int(b["uram"]), "low", cache)
+                   ("high", "low"), cond["ddr_bytes_per_s"], fusion, int(b["uram"]), "low", cache, True, archs)
 
 
 def table_text(cands: Sequence[Candidate], limit: int = 20) -> str:
