@@ -27,7 +27,12 @@ REG_PARAMS = 0  # weights, biases, slopes (constant, laid out in bank order)
 REG_WORK = 1  # intermediate feature maps (liveness-reused)
 REG_INPUT = 2  # subgraph inputs
 REG_OUTPUT = 3  # subgraph outputs
-REGION_NAMES = {REG_PARAMS: "params", REG_WORK: "workspace", REG_INPUT: "input", REG_OUTPUT: "output"}
+#: The feature maps the segments of one partition on several cores hand each other, with the partition's own inputs
+#: and outputs: one region of the device all its cores address, each tensor at an offset fixed at compile time
+#: (codegen/relocate.py); a segment's parameters and workspace stay in its own REG_PARAMS / REG_WORK.
+REG_SHARED = 4
+REGION_NAMES = {REG_PARAMS: "params", REG_WORK: "workspace", REG_INPUT: "input", REG_OUTPUT: "output",
+                REG_SHARED: "shared"}
 
 
 #: Width `PartitionReport.table()` keeps its lines within (the reason column wraps).
@@ -131,6 +136,12 @@ class CompiledSubgraph:
         regions = {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()}
         regions[REG_PARAMS][: len(self.params)] = self.params
         return regions
+
+    def io_regions(self) -> dict[int, np.ndarray]:
+        """Fresh zeroed regions for what one call hands the device (its inputs and outputs): the parameters and
+        the workspace are the device's own (runtime/device.py: written once per loaded program)."""
+        return {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()
+                if reg in (REG_INPUT, REG_OUTPUT)}
 
 
 # -- fusion plan ---------------------------------------------------------------------------------------------
