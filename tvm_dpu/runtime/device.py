@@ -85,7 +85,13 @@ class EmulatorDevice:
         for rid, size in sg.region_sizes.items():
             if rid not in full:
                 full[rid] = self.resident_params(sg) if rid == REG_PARAMS else np.zeros(size, np.uint8)
-        self.last_stats = self.emulator.run(sg.code, full)
+        try:
+            self.last_stats = self.emulator.run(sg.code, full)
+        except ValueError as e:
+            if REG_PARAMS in regions or "read-only" not in str(e):
+                raise
+            raise DeviceError(f"program {sg.name!r} writes into its parameter region (DDR region {REG_PARAMS}), "
+                              "which stays on the device for every later call: refusing to run it") from None
 
     def resident_params(self, sg: CompiledSubgraph) -> np.ndarray:
         """`sg`'s parameter region as this device keeps it: the program's parameter bytes themselves, read-only,
