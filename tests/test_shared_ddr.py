@@ -173,6 +173,27 @@ def test_a_program_writing_its_resident_parameters_is_refused():
 
 
 # -- the Pynq driver over the simulated board -------------------------------------------------------------------
+def _in_threads(n: int, fn) -> dict[int, object]:
+    """fn(i) for i < n, each in its own thread, all at once: {i: result}; the first exception re-raised."""
+    outs: dict[int, object] = {}
+    errors: list[BaseException] = []
+
+    def go(i):
+        try:
+            outs[i] = fn(i)
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return outs
+
+
 def _pynq_cores(n, sim):
     return [VirtualDPU(PynqDevice(bitfile="dpu.bit", pynq=sim, core=c, arch=ARCH), c) for c in range(n)]
 
@@ -243,21 +264,7 @@ def test_pynq_concurrent_calls_take_separate_shared_regions(built):
     emu = EmulatorDevice(three.arch)
     qs = [_qin(runner.sg, s) for s in range(4)]
     refs = [run_int8(runner.sg, emu, q) for q in qs]
-    outs: dict[int, list] = {}
-    errors = []
-
-    def go(i):
-        try:
-            outs[i] = run_segments(runner.sg, runner.multicore, cores, qs[i])
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    outs = _in_threads(4, lambda i: run_segments(runner.sg, runner.multicore, cores, qs[i]))
     for i in range(4):
         for a, b in zip(refs[i], outs[i]):
             np.testing.assert_array_equal(a, b)
@@ -272,22 +279,7 @@ def test_many_threads_on_one_model(built):
     one, three, _ = built
     xs = [zoo.random_input(_model(), seed=20 + i) for i in range(6)]
     refs = [one.run(x)[0] for x in xs]
-    outs: dict[int, list] = {}
-    errors = []
-
-    def go(i):
-        try:
-            for _ in range(2):
-                outs.setdefault(i, []).append(three.run(xs[i])[0])
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    outs = _in_threads(6, lambda i: [three.run(xs[i])[0] for _ in range(2)])
     for i in range(6):
         assert len(outs[i]) == 2
         for y in outs[i]:
