@@ -81,13 +81,6 @@ class FMap:
         """Read this map out of `region` as an int8 (1, C, H, W) array."""
         return self._view(region).view(np.int8).transpose(2, 0, 1)[None].copy()
 
-    def copy_to(self, region: np.ndarray, dst: "FMap", dst_region: np.ndarray) -> None:
-        """Copy this map (in `region`) into `dst` (in `dst_region`), same (h, w, c), byte for byte: how one
-        program's output becomes another's input without a round trip through NCHW."""
-        if (self.h, self.w, self.c) != (dst.h, dst.w, dst.c):
-            raise ValueError(f"feature map {self} does not have the shape of {dst}")
-        dst._view(dst_region)[...] = self._view(region)
-
     def _view(self, region: np.ndarray) -> np.ndarray:
         # as_strided trusts its arguments: a map reaching past its region would read or write foreign memory.
         if self.offset < 0 or min(self.h, self.w, self.c) < 1 or self.pixel_pitch < self.c or \
@@ -96,7 +89,7 @@ class FMap:
             raise ValueError(f"feature map {self} does not lie inside its DDR region of {region.size} bytes")
         shape, strides = (self.h, self.w, self.c), (self.row_pitch, self.pixel_pitch, 1)
         if region.flags.c_contiguous and region.flags.writeable and region.dtype == np.uint8:
-            # the direct constructor: several times cheaper than as_strided, which matters per segment hand-off
+            # the direct constructor: several times cheaper than as_strided, which matters per tensor per call
             return np.ndarray(shape, np.uint8, buffer=region, offset=self.offset, strides=strides)
         return np.lib.stride_tricks.as_strided(region[self.offset:], shape=shape, strides=strides, writeable=True)
 

@@ -79,8 +79,9 @@ class EmulatorDevice:
         return emu
 
     def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
-        """Run `sg` over `regions` (modified in place); its parameters, when not given, are the program's own bytes
-        (read in place, never copied: `resident_params`), any other region not given a fresh zeroed one."""
+        """Run `sg` over `regions` (modified in place); its parameters, when not given, are the region this device
+        keeps for the program (`resident_params`: made at most once per program, never per call), any other
+        region not given a fresh zeroed one (so concurrent calls share nothing they write)."""
         full = dict(regions)
         for rid, size in sg.region_sizes.items():
             if rid not in full:
@@ -163,7 +164,8 @@ class RegisterDevice:
 
     A program is loaded on its first call: its buffers allocated, its code and parameters copied and flushed.
     Later calls write only the regions they give (the inputs; `bytes_to_device` counts what was written, by
-    kind), so the weights cross to the device once per loaded program, not per call.
+    kind), so the weights cross to the device once per loaded program, not per call. A program stays loaded
+    until `close()`; another CompiledSubgraph (a rebuilt or reloaded model) is another program, loaded afresh.
     """
 
     name = "register-device"
