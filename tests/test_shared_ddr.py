@@ -260,6 +260,20 @@ def test_pynq_cores_share_one_region_and_upload_weights_once(built, monkeypatch)
     assert all(sim.dpus[c].runs >= 2 for c in used) and len(used) == 3
 
 
+def test_a_segment_without_its_shared_region_is_refused(built):
+    from tvm_dpu.runtime.device import DeviceError
+
+    _, three, runner = built
+    seg = runner.multicore.segments[0].sg
+    sim = SimulatedPynq(ARCH)
+    for dev in (EmulatorDevice(three.arch), PynqDevice(bitfile="dpu.bit", pynq=sim, arch=ARCH)):
+        with pytest.raises(DeviceError, match="shared DDR region 4, which this call does not give"):
+            dev.execute(seg, {})
+    # a loaded segment holds no buffer for the shared region: every call brings its own
+    _, bufs = PynqDevice(bitfile="dpu.bit", pynq=sim, arch=ARCH).buffers_for(seg)
+    assert set(bufs) == set(seg.region_sizes) - {REG_SHARED}
+
+
 def test_pynq_concurrent_calls_take_separate_shared_regions(built):
     _, three, runner = built
     sim = SimulatedPynq(ARCH, cores=3)

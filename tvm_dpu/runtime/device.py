@@ -31,7 +31,7 @@ from typing import Any, Iterator, Protocol
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.types import REG_PARAMS, CompiledSubgraph
+from tvm_dpu.types import REG_PARAMS, REG_SHARED, CompiledSubgraph
 from tvm_dpu.errors import DPUError
 from tvm_dpu.runtime.emulator import NUM_REGIONS, EmuStats, Emulator
 
@@ -82,6 +82,7 @@ class EmulatorDevice:
         """Run `sg` over `regions` (modified in place); its parameters, when not given, are the region this device
         keeps for the program (`resident_params`: made at most once per program, never per call), any other
         region not given a fresh zeroed one (so concurrent calls share nothing they write)."""
+        check_shared(sg, regions)
         full = dict(regions)
         for rid, size in sg.region_sizes.items():
             if rid not in full:
@@ -120,6 +121,14 @@ class EmulatorDevice:
         """A zeroed region of `nbytes` every core of this device addresses, for one call's segments (the emulator's
         DDR is host memory: a fresh array per call, so concurrent calls never share one)."""
         yield np.zeros(int(nbytes), np.uint8)
+
+
+def check_shared(sg: CompiledSubgraph, regions: dict[int, Any]) -> None:
+    """DeviceError when `sg` is a segment addressing the shared feature-map region and the call gives none: its
+    inputs and outputs live only there (runtime.subgraph_runner.run_segments gives it)."""
+    if REG_SHARED in sg.region_sizes and REG_SHARED not in regions:
+        raise DeviceError(f"program {sg.name!r} reads and writes its feature maps in the shared DDR region "
+                          f"{REG_SHARED}, which this call does not give: run it through its partition's segments")
 
 
 def arch_of(name: str, fingerprint: int, claimed_by: str = "the program") -> Arch:
@@ -230,7 +239,8 @@ class RegisterDevice:
         for rid, size in sorted(sg.region_sizes.items()):
             if not 0 <= int(rid) < NUM_REGIONS:
                 raise DeviceError(f"subgraph {sg.name!r}: DDR region {rid} outside the 8 base-address registers")
-            regions[int(rid)] = self._allocate(page_align(size), f"DDR region {rid} of {sg.name!r}")
+            if rid != REG_SHARED:  # every call brings that one (a `shared_region`)
+                regions[int(rid)] = self._allocate(page_align(size), f"DDR region {rid} of {sg.name!r}")
         if REG_PARAMS in regions:
             self._write(regions[REG_PARAMS], np.asarray(sg.params, dtype=np.uint8).reshape(-1), "params")
         entry = self._loaded[id(sg)] = _Loaded(sg, code, regions)
@@ -278,6 +288,7 @@ class RegisterDevice:
             self._execute(sg, regions)
 
     def _execute(self, sg: CompiledSubgraph, regions: dict[int, Any]) -> None:
+        check_shared(sg, regions)
         entry = self._load(sg)
         if not self.is_idle():
             raise DeviceError(f"the DPU is busy before starting {sg.name!r} (status {self._status_text()}); "
