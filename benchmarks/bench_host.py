@@ -3,18 +3,20 @@ the model's coefficients, each a least-squares line over several sizes (median o
 
 * quant_s_per_elem / dequant_s_per_elem: `quantize_tensor` (float32 -> int8, no float64 step) and
   `dequantize_tensor` on 64 Ki .. 1 Mi elements;
-* region_s_per_byte: `CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in, every call)
-  over 1 .. 64 MiB of weights, per weight byte;
-* dpu_call_s and dma_s_per_byte: `run_int8` of a one-conv DPU program on a device that does no DPU work (regions,
-  parameters, the device call, the int8 layout copy in and out), over feature maps of 4 Ki .. 256 Ki bytes, less
-  its regions' share: intercept = driver, slope = DMA per byte (in + out);
+* region_s_per_byte: `CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in) over 1 .. 64
+  MiB of weights, per weight byte: what writing a program's weights into device memory costs, once per loaded
+  program (the runtime keeps them resident; runtime/device.py);
+* dpu_call_s and dma_s_per_byte: `run_int8` of a one-conv DPU program on a device that does no DPU work (its input
+  and output regions, the device call, the int8 layout copy in and out), over feature maps of 4 Ki .. 256 Ki
+  bytes: intercept = driver, slope = DMA per byte (in + out);
 * call_s and vm_s_per_elem: `CompiledModel.run` of the same models on that device: its slope less the conversions
   and DMA above is the VM's copies of the float tensors in and out (per element each way), the median of what is
   left the VM call and the Python around it;
 * cpu_fixed_s / cpu_s_per_elem: TVM-compiled CPU ops (add, multiply, relu, softmax, mean) run by the Relax VM,
   each alone in a function, on 1 Ki .. 256 Ki elements;
 * segment_s: per segment, a partition of reduced GoogLeNet on 3 virtual cores that do no DPU work against the
-  same partition as one program (threads, dependency events, region hand-offs), less the copies' DMA.
+  same partition as one program (threads, dependency events; the segments share one feature-map region, so
+  nothing is copied between them).
 
     python benchmarks/bench_host.py            # measure -> results/host.json
     python benchmarks/bench_host.py --write    # ... and write the fitted model to tvm_dpu/timing/host_cost.json
@@ -79,9 +81,8 @@ def conversions(reps: int) -> dict:
 
 
 def regions(reps: int) -> dict:
-    """`CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in: every call) over 1 .. 64 MiB
-    of weights: the copy into freshly mapped pages (large regions are new mappings each call, so every page faults
-    in), per weight byte."""
+    """`CompiledSubgraph.new_regions` (fresh zeroed DDR regions, weights copied in) over 1 .. 64 MiB of weights:
+    the copy into freshly mapped pages (every page faults in), per weight byte - a program's upload, paid once."""
     from types import SimpleNamespace
 
     from tvm_dpu.types import REG_PARAMS, CompiledSubgraph
@@ -117,8 +118,7 @@ def driver_and_call(reps: int) -> dict:
         t_int8 = best_of(lambda: run_int8(r.sg, dev, qin), reps)
         m.pin(dev)
         t_run = best_of(lambda: m.run(x), reps)
-        rows.append({"elems": ch * res * res, "run_int8_s": t_int8, "model_run_s": t_run,
-                     "region_bytes": int(len(r.sg.params))})
+        rows.append({"elems": ch * res * res, "run_int8_s": t_int8, "model_run_s": t_run})
     return {"rows": rows}
 
 
@@ -176,10 +176,7 @@ def segments(reps: int) -> dict:
     cores = [VirtualDPU(NoWork(m.arch), c) for c in range(3)]
     whole = best_of(lambda: run_int8(r.sg, cores[0], qin), reps)
     segs = best_of(lambda: run_segments(r.sg, r.multicore, cores, qin), reps)
-    handoff = sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
-    return {"segments": len(r.multicore.segments), "one_program_s": whole, "segments_s": segs,
-            "handoff_bytes": handoff, "program_region_bytes": int(len(r.sg.params)),
-            "segment_region_bytes": int(sum(len(g.sg.params) for g in r.multicore.segments))}
+    return {"segments": len(r.multicore.segments), "one_program_s": whole, "segments_s": segs}
 
 
 def main() -> int:
@@ -195,22 +192,19 @@ def main() -> int:
     region = reg["fit"][1]
     drv = driver_and_call(args.reps)
     el = [2 * r["elems"] for r in drv["rows"]]  # int8 bytes in + out of the one-conv program
-    # run_int8 = driver + regions + DMA in and out: the regions' share first (measured alone above)
-    _, dma = fit(el, [r["run_int8_s"] - region * r["region_bytes"] for r in drv["rows"]])
+    # run_int8 = driver + DMA in and out (the weights stay resident: no region set-up per call)
+    _, dma = fit(el, [r["run_int8_s"] for r in drv["rows"]])
     # the intercept as the median residual: one noisy large size would otherwise push the line below zero
-    dpu_call_s = max(0.0, float(np.median([r["run_int8_s"] - region * r["region_bytes"] - dma * b
-                                           for r, b in zip(drv["rows"], el)])))
+    dpu_call_s = max(0.0, float(np.median([r["run_int8_s"] - dma * b for r, b in zip(drv["rows"], el)])))
     # model.run = VM call + driver + DMA + quantize (in) + dequantize (out) + the VM's own copies of the float
     # tensors in and out (vm_s_per_elem each way)
     run_fixed, run_slope = fit([r["elems"] for r in drv["rows"]], [r["model_run_s"] for r in drv["rows"]])
     vm = max(0.0, (run_slope - q - dq - 2 * dma) / 2)
-    per = [r["model_run_s"] - dpu_call_s - region * r["region_bytes"] - (q + dq + 2 * dma + 2 * vm) * r["elems"]
-           for r in drv["rows"]]
+    per = [r["model_run_s"] - dpu_call_s - (q + dq + 2 * dma + 2 * vm) * r["elems"] for r in drv["rows"]]
     call_s = max(0.0, float(np.median(per)))
     cpu = cpu_ops(args.reps)
     seg = segments(args.reps)
-    segment_s = max(0.0, (seg["segments_s"] - seg["one_program_s"] - dma * seg["handoff_bytes"]
-                          - region * (seg["segment_region_bytes"] - seg["program_region_bytes"])) / seg["segments"])
+    segment_s = max(0.0, (seg["segments_s"] - seg["one_program_s"]) / seg["segments"])
     cost = {"call_s": call_s, "dpu_call_s": dpu_call_s, "quant_s_per_elem": q, "dequant_s_per_elem": dq,
             "dma_s_per_byte": dma, "vm_s_per_elem": vm, "region_s_per_byte": region, "cpu_fixed_s": cpu["fit"][0], "cpu_s_per_elem": cpu["fit"][1],
             "segment_s": segment_s}

@@ -9,8 +9,8 @@ AlexNet latency from running operators concurrently on virtual FPGAs, < 1.3% vir
    Models: GoogLeNet, ResNet-50, MobileNetV2 and an AlexNet-style two-tower net (the original's two GPU towers).
 2. Virtualisation overhead, measured on this host on the finest cut (segments="always", every segment kept,
    the worst case for the runtime): the extra host time of running one partition as segments
-   on 3 virtual cores (a thread per core, dependency events, int8 feature maps handed between segments through
-   host memory) over running it as one program on one core, both timed with cores that do no DPU work, in % of
+   on 3 virtual cores (a thread per core, dependency events; the segments share one feature-map region, so
+   nothing is copied between them) over running it as one program on one core, both timed with cores that do no DPU work, in % of
    (a) one run of the whole partition on one emulated core and (b) its predicted DPU latency on the board; and
    "loss (timed)": with cores that sleep each program's predicted DPU time (as a driver waiting on the hardware
    does), how far the segments' wall time exceeds their contention-free schedule, minus how far the one program's
@@ -116,7 +116,7 @@ def overhead(model, x, reps: int) -> dict:
     if not seg:
         return {}
     r = max(seg, key=lambda r: r.multicore.single_cycles)
-    # any int8 input of the right shape runs the same instructions and the same hand-offs
+    # any int8 input of the right shape runs the same instructions
     rng = np.random.default_rng(0)
     qin = [quantize_tensor(rng.standard_normal(b.shape), b.fix_point) for b in r.sg.inputs]
     emu = EmulatorDevice(model.arch)
@@ -133,8 +133,8 @@ def overhead(model, x, reps: int) -> dict:
             run()
         return (time.perf_counter() - t0) / reps
 
-    # host work of one call without DPU work: the whole program on one core (regions, parameters, inputs and
-    # outputs) vs its segments on the cores (the same, plus threads, dependency events and the hand-offs)
+    # host work of one call without DPU work: the whole program on one core (its input and output regions) vs its
+    # segments on the cores (the shared region, threads, dependency events)
     whole_s = host_s(lambda: run_int8(r.sg, idle.cores[0], qin))
     segments_s = host_s(lambda: run_segments(r.sg, r.multicore, idle.cores, qin))
     extra_s = max(0.0, segments_s - whole_s)
@@ -182,14 +182,12 @@ def end_to_end(model, x, reps: int) -> dict:
     freq = model.arch.freq_mhz * 1e6
     seconds: dict[str, float] = {}
     segs = 0
-    handoff = 0
     for r in model.runners.values():
         seconds[r.sg.name] = simulate(r.sg.code, model.arch).cycles / freq
         if r.multicore is not None:
             for g in r.multicore.segments:
                 seconds[g.sg.name] = (g.end - g.start) / freq
             segs += len(r.multicore.segments)
-            handoff += sum(int(np.prod(b.shape)) for g in r.multicore.segments for b in g.sg.inputs)
     cores = max((r.multicore.cores for r in model.runners.values() if r.multicore is not None), default=1)
 
     devices = {"native": _Timed(model.arch, seconds), "wrapped": VirtualDPU(_Timed(model.arch, seconds), 0)}
@@ -216,17 +214,15 @@ def end_to_end(model, x, reps: int) -> dict:
     dpu_one = sum(simulate(r.sg.code, model.arch).cycles for r in model.runners.values()) / freq
     dpu_multi = sum((r.multicore.cycles if r.multicore is not None else simulate(r.sg.code, model.arch).cycles)
                     for r in model.runners.values()) / freq
-    region_one = sum(len(r.sg.params) for r in model.runners.values())
-    region_seg = sum(len(g.sg.params) for r in model.runners.values() if r.multicore is not None
-                     for g in r.multicore.segments)
-    region_rest = sum(len(r.sg.params) for r in model.runners.values() if r.multicore is None)
-    host_one = host.call_seconds(ins, outs, len(model.runners), region_bytes=region_one)
-    # with segments: the VM call and conversions as before, each segment its dispatch, regions and hand-offs
-    host_multi = (host.call_seconds(ins, outs, len(model.runners), region_bytes=region_rest)
-                  + segs * host.segment_seconds(0) + host.dma_s_per_byte * handoff
-                  + host.region_s_per_byte * host.scale * region_seg)
+    # weights resident on the device: a call pays none; with segments the VM call and conversions as before and
+    # each segment its dispatch (its inputs wait in the shared region: no hand-off copies)
+    host_one = host.call_seconds(ins, outs, len(model.runners))
+    host_multi = host.call_seconds(ins, outs, len(model.runners)) + segs * host.segment_seconds()
     return {"cores": cores, "segments": segs, "native_ms": native * 1e3, "wrapped_ms": wrapped * 1e3,
             "segments_ms": multi * 1e3, "gain_percent": 100 * (1 - multi / native),
+            # the host's share of each measured call: wall time less the DPU time the cores slept
+            "host_ms": {"native": (native - dpu_one) * 1e3, "segments": (multi - dpu_multi) * 1e3},
+            "dpu_ms": {"one_program": dpu_one * 1e3, "segments": dpu_multi * 1e3},
             "loss_percent": 100 * (wrapped - native) / native,
             "predicted": {"one_program_ms": (dpu_one + host_one) * 1e3, "segments_ms": (dpu_multi + host_multi) * 1e3,
                           "gain_percent": 100 * (1 - (dpu_multi + host_multi) / (dpu_one + host_one)),
@@ -291,6 +287,8 @@ def e2e_only(args) -> int:
         out[name] = {"build_s": time.perf_counter() - t0, "end_to_end": end_to_end(built, zoo.random_input(model, seed=1),
                                                                                  args.reps)}
         e = out[name]["end_to_end"]
+        print(f"{name}: host per call {e['host_ms']['native']:.3f} ms one program, {e['host_ms']['segments']:.3f} ms "
+              f"segments (DPU {e['dpu_ms']['one_program']:.3f} / {e['dpu_ms']['segments']:.3f} ms slept)")
         print(f"{name}: {e['segments']} segments; native {e['native_ms']:.3f} ms, wrapped {e['wrapped_ms']:.3f} ms, "
               f"{n_cores} cores {e['segments_ms']:.3f} ms: gain {e['gain_percent']:.1f}% (predicted with host "
               f"{e['predicted']['gain_percent']:.1f}%, DPU only {e['predicted']['dpu_only_gain_percent']:.1f}%), "

@@ -55,12 +55,15 @@ def test_measured_model_loads_and_adds_up(tmp_path):
                 + 2 * (cost.cpu_fixed_s + 1000 * cost.cpu_s_per_elem))
     assert cost.call_seconds(2**20, 2**20, 1, (1000, 1000)) == pytest.approx(expected)
     assert cost.scaled(4.0).call_seconds(2**20, 2**20, 1, (1000, 1000)) == pytest.approx(4 * expected)
-    # a program's DDR regions (weights copied in, feature maps zeroed) cost every call
+    # a program's weights cost only the call that writes them to the device (its first); a segment costs its
+    # dispatch alone (its inputs lie in the shared region already)
     assert cost.region_s_per_byte > 0
+    assert cost.upload_seconds(10**7) == pytest.approx(1e7 * cost.region_s_per_byte)
     assert cost.call_seconds(0, 0, region_bytes=10**7) == pytest.approx(
-        cost.call_s + cost.dpu_call_s + 1e7 * cost.region_s_per_byte)
-    assert cost.segment_seconds(1000, 5000) == pytest.approx(cost.segment_s + 1000 * cost.dma_s_per_byte
-                                                             + 5000 * cost.region_s_per_byte)
+        cost.call_s + cost.dpu_call_s + cost.upload_seconds(10**7))
+    assert cost.call_seconds(0, 0) == pytest.approx(cost.call_s + cost.dpu_call_s)
+    assert cost.segment_seconds() == pytest.approx(cost.segment_s)
+    assert cost.scaled(2.0).segment_seconds() == pytest.approx(2 * cost.segment_s)
     bad = tmp_path / "host.json"
     bad.write_text(json.dumps({"cost": {"call_s": 1.0}}))
     with pytest.raises(TimingError, match="lacks"):

@@ -35,9 +35,9 @@ def _brute(ops, boards, link, host=None):
                 worst = float("inf")
                 break
             compute = sum(o.seconds[b.arch] for o in ops[i:j])
-            if host is not None:
+            if host is not None:  # the stage's weights are resident on its board: a frame pays none
                 compute += host.stage_s(recv if i else host.input_elems, send if j < n else host.output_elems,
-                                        i == 0, j == n, sum(o.param_bytes for o in ops[i:j]))
+                                        i == 0, j == n)
             period = max(compute, link.seconds(send)) if link.overlap else compute + link.seconds(send)
             worst = max(worst, period)
         best = min(best, worst)

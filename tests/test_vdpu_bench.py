@@ -30,6 +30,10 @@ def test_end_to_end_gain_and_loss_are_measured_on_the_whole_run():
     assert e["segments_ms"] >= model.report()["timing"]["latency_ms"] * 0.99
     assert e["gain_percent"] == pytest.approx(100 * (1 - e["segments_ms"] / e["native_ms"]))
     assert e["loss_percent"] == pytest.approx(100 * (e["wrapped_ms"] - e["native_ms"]) / e["native_ms"])
+    # the host's share: wall time less the DPU time slept, the one program's DPU time the timing model's
+    assert e["dpu_ms"]["one_program"] == pytest.approx(single_dpu_ms)
+    assert e["host_ms"]["native"] == pytest.approx(e["native_ms"] - single_dpu_ms) and e["host_ms"]["native"] > 0
+    assert e["host_ms"]["segments"] == pytest.approx(e["segments_ms"] - e["dpu_ms"]["segments"])
     p = e["predicted"]
     assert p["one_program_ms"] > single_dpu_ms  # the host cost model adds to the DPU time
     assert p["gain_percent"] < p["dpu_only_gain_percent"]  # segments cost the host more than one program

@@ -27,7 +27,12 @@ REG_PARAMS = 0  # weights, biases, slopes (constant, laid out in bank order)
 REG_WORK = 1  # intermediate feature maps (liveness-reused)
 REG_INPUT = 2  # subgraph inputs
 REG_OUTPUT = 3  # subgraph outputs
-REGION_NAMES = {REG_PARAMS: "params", REG_WORK: "workspace", REG_INPUT: "input", REG_OUTPUT: "output"}
+#: The feature maps the segments of one partition on several cores hand each other, with the partition's own inputs
+#: and outputs: one region of the device all its cores address, each tensor at an offset fixed at compile time
+#: (codegen/relocate.py); a segment's parameters and workspace stay in its own REG_PARAMS / REG_WORK.
+REG_SHARED = 4
+REGION_NAMES = {REG_PARAMS: "params", REG_WORK: "workspace", REG_INPUT: "input", REG_OUTPUT: "output",
+                REG_SHARED: "shared"}
 
 
 #: Width `PartitionReport.table()` keeps its lines within (the reason column wraps).
@@ -76,13 +81,6 @@ class FMap:
         """Read this map out of `region` as an int8 (1, C, H, W) array."""
         return self._view(region).view(np.int8).transpose(2, 0, 1)[None].copy()
 
-    def copy_to(self, region: np.ndarray, dst: "FMap", dst_region: np.ndarray) -> None:
-        """Copy this map (in `region`) into `dst` (in `dst_region`), same (h, w, c), byte for byte: how one
-        program's output becomes another's input without a round trip through NCHW."""
-        if (self.h, self.w, self.c) != (dst.h, dst.w, dst.c):
-            raise ValueError(f"feature map {self} does not have the shape of {dst}")
-        dst._view(dst_region)[...] = self._view(region)
-
     def _view(self, region: np.ndarray) -> np.ndarray:
         # as_strided trusts its arguments: a map reaching past its region would read or write foreign memory.
         if self.offset < 0 or min(self.h, self.w, self.c) < 1 or self.pixel_pitch < self.c or \
@@ -91,7 +89,7 @@ class FMap:
             raise ValueError(f"feature map {self} does not lie inside its DDR region of {region.size} bytes")
         shape, strides = (self.h, self.w, self.c), (self.row_pitch, self.pixel_pitch, 1)
         if region.flags.c_contiguous and region.flags.writeable and region.dtype == np.uint8:
-            # the direct constructor: several times cheaper than as_strided, which matters per segment hand-off
+            # the direct constructor: several times cheaper than as_strided, which matters per tensor per call
             return np.ndarray(shape, np.uint8, buffer=region, offset=self.offset, strides=strides)
         return np.lib.stride_tricks.as_strided(region[self.offset:], shape=shape, strides=strides, writeable=True)
 
@@ -131,6 +129,12 @@ class CompiledSubgraph:
         regions = {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()}
         regions[REG_PARAMS][: len(self.params)] = self.params
         return regions
+
+    def io_regions(self) -> dict[int, np.ndarray]:
+        """Fresh zeroed regions for what one call hands the device (its inputs and outputs): the parameters and
+        the workspace are the device's own (runtime/device.py: written once per loaded program)."""
+        return {reg: np.zeros(size, dtype=np.uint8) for reg, size in self.region_sizes.items()
+                if reg in (REG_INPUT, REG_OUTPUT)}
 
 
 # -- fusion plan ---------------------------------------------------------------------------------------------

@@ -235,9 +235,9 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link, host:
         memory = params + max(o.work_bytes for o in ops[i:j]) + recv + (send if link.overlap else 0)
         if memory > b.ddr_bytes:
             return None
-        # the stage program's DDR regions, set up every frame: its weights copied in
+        # the stage program's weights stay resident on its board (written once at load), so a frame pays none
         host_s = 0.0 if host is None else host.stage_s(recv if i > 0 else host.input_elems,
-                                                       send if j < n else host.output_elems, i == 0, j == n, params)
+                                                       send if j < n else host.output_elems, i == 0, j == n)
         return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
                      link.overlap, host_s)
 

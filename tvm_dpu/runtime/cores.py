@@ -44,6 +44,13 @@ class VirtualDPU:
                 self.busy_s += time.perf_counter() - t0
                 self.runs += 1
 
+    def shared_region(self, nbytes: int) -> Any:
+        """A region every core of the wrapped device addresses, for one call's segments (its `shared_region`;
+        runtime.subgraph_runner.shared_region)."""
+        from tvm_dpu.runtime.subgraph_runner import shared_region
+
+        return shared_region(self.device, nbytes)
+
     @property
     def last_stats(self):
         return getattr(self.device, "last_stats", None)

@@ -15,6 +15,7 @@ Nothing here touches hardware. `SimulatedPynq` offers the three parts of the `py
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,16 +72,19 @@ class SimulatedDDR:
     def __init__(self) -> None:
         self.next = SIM_DDR_BASE
         self.allocations: dict[int, _Allocation] = {}
+        # the cores of one board allocate from one pool, each from its own calling thread
+        self._lock = threading.Lock()
 
     def allocate(self, shape: Any, dtype: Any = np.uint8, **_: Any) -> SimBuffer:
         host = np.zeros(shape, dtype=dtype)
         nbytes = host.nbytes
         if nbytes <= 0:
             raise ValueError(f"cannot allocate an empty buffer of shape {shape}")
-        phys = self.next
-        self.next += (nbytes + PAGE - 1) // PAGE * PAGE
-        alloc = _Allocation(phys, np.zeros(nbytes, dtype=np.uint8))
-        self.allocations[phys] = alloc
+        alloc = _Allocation(0, np.zeros(nbytes, dtype=np.uint8))
+        with self._lock:
+            phys = alloc.phys = self.next
+            self.next += (nbytes + PAGE - 1) // PAGE * PAGE
+            self.allocations[phys] = alloc
         buf = host.view(SimBuffer)
         buf.physical_address = phys
         buf._device = alloc.device
@@ -88,11 +92,14 @@ class SimulatedDDR:
         return buf
 
     def free(self, phys: int) -> None:
-        self.allocations.pop(phys, None)
+        with self._lock:
+            self.allocations.pop(phys, None)
 
     def resolve(self, addr: int) -> tuple[_Allocation, int]:
         """(allocation, offset) holding byte address `addr`; KeyError when unmapped."""
-        for a in self.allocations.values():
+        with self._lock:
+            allocations = list(self.allocations.values())
+        for a in allocations:
             if a.phys <= addr < a.phys + a.device.size:
                 return a, addr - a.phys
         raise KeyError(f"physical address 0x{addr:x} is not inside any allocated buffer")

@@ -6,13 +6,14 @@ pre-allocated float32 outputs; the DPU computes in int8 with power-of-two scales
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from tvm_dpu.program_blob import Multicore
-from tvm_dpu.types import CompiledSubgraph
+from tvm_dpu.types import REG_SHARED, CompiledSubgraph
 from tvm_dpu.quant.fixpoint import dpu_round, dpu_round_scaled_f32
 from tvm_dpu.xgraph.graph import Graph
 
@@ -40,8 +41,9 @@ class VerifyResult:
 
 
 def run_int8(sg: CompiledSubgraph, device, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """int8 NCHW inputs -> int8 NCHW outputs of `sg`, through fresh DDR regions and `device`."""
-    regions = sg.new_regions()
+    """int8 NCHW inputs -> int8 NCHW outputs of `sg`, through fresh input and output regions and `device` (the
+    parameters and workspace are the device's: runtime/device.py)."""
+    regions = sg.io_regions()
     for b, x in zip(sg.inputs, inputs):
         b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(x).reshape(b.shape))
     device.execute(sg, regions)
@@ -64,58 +66,74 @@ def _batch(sg: CompiledSubgraph, inputs: list[np.ndarray]) -> int:
     return counts.pop()
 
 
+def shared_region(device: Any, nbytes: int) -> Any:
+    """`device.shared_region(nbytes)` (a context manager giving a region all cores of the device address), or for
+    a device without one a zeroed host array."""
+    make = getattr(device, "shared_region", None)
+    return make(nbytes) if make is not None else nullcontext(np.zeros(int(nbytes), np.uint8))
+
+
 def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any],
                  inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices; segment core c runs on
-    cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule order, each
-    segment starting once the segments it reads from have ended. Feature maps pass between segments through host
-    memory: each is copied from the producer's DDR region into the consumer's, in the DPU's int8 NHWC layout.
-    The first failure (in any thread) is raised here after every thread has stopped."""
-    # tensor name -> (its feature map, the DDR region holding it); subgraph inputs are placed on first use
-    where: dict[str, tuple[Any, np.ndarray]] = {}
-    given = {b.name: x for b, x in zip(sg.inputs, inputs)}
-    done = [threading.Event() for _ in multicore.segments]
+    """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices of one DPU; segment core c
+    runs on cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule
+    order, each segment starting once the segments it reads from have ended (the host's wait for a core's done
+    is the only synchronisation the DPUCZDX8G's cores have).
+
+    The segments address one shared feature-map region (REG_SHARED, laid out at compile time by
+    codegen/relocate.py), taken for this call from the first core's device: the host writes the partition's
+    inputs into it, each segment reads its inputs from and writes its outputs to it in place, the host reads the
+    outputs back. Nothing passes between segments through host memory. Segments of a program compiled before
+    that layout existed (their own input and output regions) run as the partition's one program on the first
+    core instead. The first failure (in any thread) is raised here after every thread has stopped."""
+    segments = [g.sg for g in multicore.segments]
+    if not all(REG_SHARED in s.region_sizes for s in segments):
+        return run_int8(sg, cores[0], inputs)
+    fmaps = {b.name: b.fmap for s in segments for b in (*s.inputs, *s.outputs)}
+    done = [threading.Event() for _ in segments]
     failed: list[BaseException] = []
     lock = threading.Lock()
+    with shared_region(cores[0], segments[0].region_sizes[REG_SHARED]) as region:
+        host = np.asarray(region).reshape(-1)
+        for b, x in zip(sg.inputs, inputs):
+            fmaps[b.name].to_ddr(host, np.asarray(x).reshape(b.shape))
+        _sync(region, "flush")
+        shared = {REG_SHARED: region}
 
-    def run(seg: Any) -> None:
-        regions = seg.sg.new_regions()
-        for b in seg.sg.inputs:
-            with lock:
-                src = where.get(b.name)
-            if src is None:
-                b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(given[b.name]).reshape(b.shape))
-            else:
-                src[0].copy_to(src[1], b.fmap, regions[b.fmap.reg_id])
-        cores[seg.core % len(cores)].execute(seg.sg, regions)
-        with lock:
-            where.update({b.name: (b.fmap, regions[b.fmap.reg_id]) for b in seg.sg.outputs})
+        def work(order: list[int]) -> None:
+            for i in order:
+                seg = multicore.segments[i]
+                for d in seg.after:
+                    done[d].wait()
+                try:
+                    if not failed:  # after a failure elsewhere, only release whoever waits on this segment
+                        cores[seg.core % len(cores)].execute(seg.sg, shared)
+                except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread below
+                    with lock:
+                        failed.append(e)
+                finally:
+                    done[i].set()
 
-    def work(order: list[int]) -> None:
-        for i in order:
-            seg = multicore.segments[i]
-            for d in seg.after:
-                done[d].wait()
-            try:
-                if not failed:  # after a failure elsewhere, only release whoever waits on this segment
-                    run(seg)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread below
-                with lock:
-                    failed.append(e)
-            finally:
-                done[i].set()
+        orders = [o for o in multicore.core_order() if o]
+        threads = [threading.Thread(target=work, args=(o,), name=f"tvm-dpu-{sg.name}-core{c}", daemon=True)
+                   for c, o in enumerate(orders[1:], 1)]
+        for t in threads:
+            t.start()
+        work(orders[0])  # the calling thread serves the first core
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[0]
+        _sync(region, "invalidate")
+        return [fmaps[b.name].from_ddr(host) for b in sg.outputs]
 
-    orders = [o for o in multicore.core_order() if o]
-    threads = [threading.Thread(target=work, args=(o,), name=f"tvm-dpu-{sg.name}-core{c}", daemon=True)
-               for c, o in enumerate(orders[1:], 1)]
-    for t in threads:
-        t.start()
-    work(orders[0])  # the calling thread serves the first core
-    for t in threads:
-        t.join()
-    if failed:
-        raise failed[0]
-    return [where[b.name][0].from_ddr(where[b.name][1]) for b in sg.outputs]
+
+def _sync(region: Any, op: str) -> None:
+    """Cache maintenance of a device buffer ("flush" after the host writes, "invalidate" before it reads); host
+    memory (the emulator's) needs none."""
+    fn = getattr(region, op, None)
+    if fn is not None:
+        fn()
 
 
 def execute_float(sg: CompiledSubgraph, device, inputs: list[np.ndarray],

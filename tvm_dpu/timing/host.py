@@ -4,9 +4,9 @@ The DPU timing model predicts the accelerator; a user also pays the host around 
 (one pipeline stage, one virtual-DPU segment) the host:
 
 * enters the Relax VM (`call_s`: the VM call and the Python around it, per model run);
-* drives the DPU once per DPU program (`dpu_call_s`: the device call without its DPU work - the "driver"), and
-  sets up that program's DDR regions for the call (`region_s_per_byte` x its weight bytes: the runtime maps fresh
-  regions and copies the weights in on every call, so a program's weights cost every frame);
+* drives the DPU once per DPU program (`dpu_call_s`: the device call without its DPU work - the "driver"); a
+  program's weights and code stay resident on the device once it is loaded (runtime/device.py), so they cost
+  `region_s_per_byte` x its weight bytes once, at its first call (`upload_seconds`), not every frame;
 * converts feature maps between float and the DPU's int8 at the DPU boundary and on a pipeline's wire
   (`quant_s_per_elem` float32 -> int8, `dequant_s_per_elem` int8 -> float32);
 * moves int8 feature maps into and out of the DPU's DDR regions in its layout (`dma_s_per_byte`: the input
@@ -14,7 +14,9 @@ The DPU timing model predicts the accelerator; a user also pays the host around 
   layout copy the emulator's device does);
 * hands float tensors into and out of the Relax VM (`vm_s_per_elem`, each way);
 * runs the CPU ops TVM compiled for the parts the DPU does not take (`cpu_fixed_s + cpu_s_per_elem x output
-  elements` per op, a least-squares fit over TVM-compiled elementwise, reduction and softmax ops).
+  elements` per op, a least-squares fit over TVM-compiled elementwise, reduction and softmax ops);
+* per virtual-DPU segment, starts its program and waits for its core (`segment_s`: a thread, dependency events,
+  the driver round trip); the segments hand feature maps over in the device's shared DDR region, so no copy.
 
 The figures are measured on one host (`host_cost.json` records which, when and how) and scale with `scale`
 (e.g. a board's ARM cores against the measuring host), which is 1.0 unless a caller knows better: nothing here
@@ -76,17 +78,21 @@ class HostCost:
 
     def call_seconds(self, in_elems: int, out_elems: int, dpu_calls: int = 1, cpu_op_elems: tuple = (),
                      region_bytes: int = 0) -> float:
-        """Host seconds of one model call (a pipeline stage's frame): VM, driver per DPU program, the programs'
-        DDR regions (`region_bytes`: their weight bytes in all), conversions and DMA of what enters and leaves,
-        CPU ops."""
-        return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s + self.region_s_per_byte * region_bytes)
+        """Host seconds of one model call (a pipeline stage's frame): VM, driver per DPU program, conversions and
+        DMA of what enters and leaves, CPU ops; `region_bytes`: weight bytes written to the device during this
+        call, 0 once the model is loaded (its first call adds `upload_seconds` of its weights)."""
+        return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s) + self.upload_seconds(region_bytes)
                 + self.conversion_s(in_elems + out_elems) + self.cpu_ops_s(cpu_op_elems))
 
-    def segment_seconds(self, handoff_bytes: int, region_bytes: int = 0) -> float:
-        """Host seconds one virtual-DPU segment adds: its dispatch (thread, events), its DDR regions (`region_bytes`:
-        its weight bytes) and the copy of the feature maps it receives from other segments."""
-        return self.scale * (self.segment_s + self.dma_s_per_byte * handoff_bytes
-                             + self.region_s_per_byte * region_bytes)
+    def upload_seconds(self, weight_bytes: int) -> float:
+        """Host seconds of writing `weight_bytes` of weights into device regions: once per loaded model."""
+        return self.scale * self.region_s_per_byte * weight_bytes
+
+    def segment_seconds(self) -> float:
+        """Host seconds one virtual-DPU segment adds: starting its program on its core and waiting for it (thread,
+        dependency events, driver round trip). Its weights are resident and its inputs already lie in the shared
+        region where their producers saved them: no copy."""
+        return self.scale * self.segment_s
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
