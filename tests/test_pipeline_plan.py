@@ -34,19 +34,25 @@ def _brute(ops, boards, link, host=None):
             if mem > b.ddr_bytes:
                 worst = float("inf")
                 break
-            compute = sum(o.seconds[b.arch] for o in ops[i:j])
-            if host is not None:
-                compute += host.stage_s(recv if i else host.input_elems, send if j < n else host.output_elems,
-                                        i == 0, j == n, sum(o.param_bytes for o in ops[i:j]))
-            period = max(compute, link.seconds(send)) if link.overlap else compute + link.seconds(send)
+            dpu = sum(o.seconds[b.arch] for o in ops[i:j])
+            h = 0.0 if host is None else host.stage_s(recv if i else host.input_elems,
+                                                      send if j < n else host.output_elems, i == 0, j == n,
+                                                      sum(o.param_bytes for o in ops[i:j]))
+            if not link.overlap:
+                period = dpu + h + link.seconds(send)
+            elif host is not None and host.overlap:  # double-buffered: only the driver holds the DPU
+                period = max(dpu + host.cost.dpu_call_s, h, link.seconds(send))
+            else:
+                period = max(dpu + h, link.seconds(send))
             worst = max(worst, period)
         best = min(best, worst)
     return best
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 9), st.integers(1, 4), st.integers(0, 2**31), st.booleans(), st.booleans(), st.booleans())
-def test_optimal_against_brute_force(n, k, seed, hetero, overlap, with_host):
+@given(st.integers(2, 9), st.integers(1, 4), st.integers(0, 2**31), st.booleans(), st.booleans(), st.booleans(),
+       st.booleans())
+def test_optimal_against_brute_force(n, k, seed, hetero, overlap, with_host, host_overlap):
     LINK = load_link("serial-8.5g" if overlap else "serial-8.5g-blocking")
     k = min(k, n)
     rng = np.random.default_rng(seed)
@@ -59,7 +65,7 @@ def test_optimal_against_brute_force(n, k, seed, hetero, overlap, with_host):
     boards = [Board(f"b{s}", archs[s % len(archs)], int(rng.integers(120, 600)) * 10_000) for s in range(k)]
     # a host that converts at 2 ns per element (a 4 MB cut: 8 ms each way), so host time moves the best cut
     host = HostTerms(HostCost(2e-4, 5e-5, 1e-9, 5e-10, 3e-10, 2e-10, 1e-6, 1e-9, 3e-5, 1e-9), 150_000, 1000, 1e-3,
-                     2e-3) if with_host else None
+                     2e-3, first_vm=seed % 3 == 0, middle_vm=seed % 2 == 0, overlap=host_overlap) if with_host else None
     expected = _brute(ops, boards, LINK, host)
     if expected == float("inf"):
         with pytest.raises(PlanError, match="no way to fit"):

@@ -414,3 +414,48 @@ def test_explore_respects_the_budget_and_ranks_by_throughput(single):
     assert all(c.ddr_bus_bytes_per_frame >= c.ddr_bytes_per_frame for c in multi)  # overheads never save bytes
     with pytest.raises(PlanError, match="no DPU configuration fits"):
         explore(single, 10, 10)
+
+
+def test_stages_pass_int8_through_as_a_board_does(single, saved, frames, reference, monkeypatch):
+    """Only the first stage quantizes (the float input) and only the last dequantizes (the model output); between
+    them the DPU's int8 goes over the link and into the next DPU as it is, with no Relax VM call, in a pipeline
+    built here and one loaded from its files (which record the int8 form in pipeline.json)."""
+    from tvm_dpu.runtime import compiled_model, subgraph_runner
+
+    calls = {"quantize": 0, "dequantize": 0, "vm": 0}
+
+    def count(name, fn):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(subgraph_runner, "quantize_tensor", count("quantize", subgraph_runner.quantize_tensor))
+    monkeypatch.setattr(subgraph_runner, "dequantize_tensor", count("dequantize", subgraph_runner.dequantize_tensor))
+    monkeypatch.setattr(compiled_model.CompiledModel, "run", count("vm", compiled_model.CompiledModel.run))
+    for pipe in (PipelineModel.from_model(single, boards=3), PipelineModel.load(saved)):
+        assert all(st.int8_path() is not None for st in pipe.stages)
+        assert all(st.spec.int8_io is not None for st in pipe.stages)
+        payload = pipe._first_payload(frames[0])
+        for st in pipe.stages[:-1]:
+            payload = st.run_payload(payload, pipe.fix_points)
+            assert all(a.dtype == np.int8 for a in payload.values())  # int8 over every link
+        for k in calls:
+            calls[k] = 0
+        with pipe:
+            got = list(pipe.run_stream(frames, max_in_flight=3))
+        assert all(_same(g, r) for g, r in zip(got, reference))
+        assert calls == {"quantize": len(frames), "dequantize": len(frames), "vm": 0}
+
+
+def test_int8_form_that_does_not_match_the_stage_is_refused(saved, tmp_path):
+    import shutil
+
+    for f in saved.parent.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    doc = json.loads((tmp_path / "pipeline.json").read_text())
+    doc["stages"][1]["int8_io"]["args"] = ["no_such_input"]
+    (tmp_path / "pipeline.json").write_text(json.dumps(doc))
+    pipe = PipelineModel.load(tmp_path / "pipeline.json")
+    with pytest.raises(PipelineError, match="int8_io .* does not match the stage's model"):
+        pipe.stages[1].int8_path()

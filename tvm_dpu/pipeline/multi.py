@@ -262,7 +262,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
     from tvm import relax
 
     from tvm_dpu.backend.dpu_compile import compile_subgraph
-    from tvm_dpu.pipeline.stages import StageSpec, dpu_function, tensor_ty
+    from tvm_dpu.pipeline.stages import StageSpec, dpu_function, record_int8_io, tensor_ty
     from tvm_dpu.program_blob import digest_of, pack_program
     from tvm_dpu.runtime.compiled_model import CompiledModel
     from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
@@ -382,6 +382,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
             [InputSpec(key, steps.shape_of[key], "float32") for key in outputs]
         cm = CompiledModel(executable=ex, arch=arch, runners=runners, inputs=in_specs,
                            subgraph_ids={sym: n for n, sym in enumerate(runners)},
-                           build_info={"pipeline_stage": spec.to_json()}, relax_module=mod, outputs=out_specs)
+                           build_info={}, relax_module=mod, outputs=out_specs)
+        record_int8_io(spec, cm)
         out.append((spec, cm))
     return out

@@ -13,9 +13,12 @@ attached as `tvm_dpu.program` and compiled by the "dpu_lowering" pipeline. A ten
 parameter that the stage's `main` returns unchanged. So every stage exports, signs, loads, verifies and runs like
 any other `.tvmdpu` artifact.
 
-Between stages tensors travel as int8 with their fix point (`to_wire` / `from_wire`): the bytes the planner
-charged to the link. A stage's float outputs are exact multiples of 2**-fix_point within int8 range, so the
-round trip is exact.
+Between stages tensors travel as int8 with their fix point: the bytes the planner charged to the link. A stage
+whose `main` is its DPU call alone (every stage but a first one with CPU ops before the DPU part and a last one
+with CPU ops after it) runs as a board's runtime does (`DpuOnly`): the int8 it receives goes to the DPU as it is
+and the DPU's int8 outputs leave as they are, so only the first stage quantizes (the model's float input) and
+only the last dequantizes. A stage with CPU ops runs through its Relax VM on floats (`from_wire` / `to_wire`); a
+stage's float outputs are exact multiples of 2**-fix_point within int8 range, so that round trip is exact too.
 """
 from __future__ import annotations
 
@@ -49,6 +52,9 @@ class StageSpec:
     #: The board's FPGA part when the plan chose its DPU for a part (`--part`): the board kind a cluster places the
     #: stage on (its arch otherwise).
     part: str | None = None
+    #: How the stage passes int8 through (`DpuOnly.to_json`), recorded when compiled so that a stage loaded from
+    #: its artifact (no Relax module) runs the same way; None: through its Relax VM.
+    int8_io: dict | None = None
 
     def to_json(self) -> dict:
         doc = {"index": self.index, "board": self.board, "arch": self.arch, "ops": list(self.ops),
@@ -57,6 +63,8 @@ class StageSpec:
                "send_bytes": self.send_bytes}
         if self.part is not None:
             doc["part"] = self.part
+        if self.int8_io is not None:
+            doc["int8_io"] = dict(self.int8_io)
         return doc
 
 
@@ -81,11 +89,24 @@ class PipelineStage:
     busy_s: float = 0.0
     wire_s: float = 0.0
 
+    def int8_path(self) -> "DpuOnly | None":
+        """How this stage passes int8 through (`DpuOnly`), or None when it runs through its Relax VM."""
+        if not hasattr(self, "_int8"):
+            self._int8 = DpuOnly.from_json(self.spec.int8_io, self.model) if self.spec.int8_io is not None \
+                else dpu_only(self.model)
+        return self._int8
+
     def run_payload(self, payload: dict[str, np.ndarray], fix_points: Mapping[str, int]) -> dict[str, np.ndarray]:
-        """Wire payload in -> wire payload out (see `to_wire`)."""
+        """Wire payload in -> wire payload out (int8 where the tensor has a fix point; see `to_wire`)."""
         t0 = time.perf_counter()
         t1 = t2 = t0
         try:
+            path = self.int8_path()
+            if path is not None and not self.model._verify:  # verification observes the VM's DPU calls
+                t1 = time.perf_counter()
+                out = path.run(self.model, payload, fix_points, self.spec)
+                t2 = time.perf_counter()
+                return out
             args = from_wire(payload, self.spec.inputs, fix_points)
             t1 = time.perf_counter()
             outs = self.model.run(args)
@@ -100,6 +121,105 @@ class PipelineStage:
 
     def stats(self) -> dict:
         return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s, "wire_s": self.wire_s}
+
+
+@dataclass(frozen=True)
+class DpuOnly:
+    """A stage model whose Relax `main` is one DPU call on its parameters returning (items of) the call's result:
+    it runs as a board's runtime does, int8 in and out of the DPU's DDR with no Relax VM and no float step."""
+
+    symbol: str
+    args: tuple[str, ...]  # per DPU input (program order): the model input that feeds it
+    outs: tuple[int, ...]  # per model output: the DPU output it is
+
+    def to_json(self) -> dict:
+        return {"symbol": self.symbol, "args": list(self.args), "outs": list(self.outs)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], model: Any) -> "DpuOnly":
+        """The recorded form, checked against the stage's model (its DPU program, inputs and outputs)."""
+        try:
+            path = cls(str(doc["symbol"]), tuple(str(a) for a in doc["args"]), tuple(int(k) for k in doc["outs"]))
+        except (KeyError, TypeError, ValueError):
+            raise PipelineError(f"stage int8_io {doc!r:.120}: expected symbol, args and outs") from None
+        runner = model.runners.get(path.symbol)
+        names = {s.name for s in model.inputs}
+        if runner is None or len(path.args) != len(runner.sg.inputs) or not set(path.args) <= names \
+                or len(path.outs) != len(model.output_specs()) \
+                or not all(0 <= k < len(runner.sg.outputs) for k in path.outs):
+            raise PipelineError(f"stage int8_io {doc!r:.120} does not match the stage's model (its DPU program "
+                                f"{sorted(model.runners)}, inputs {sorted(names)})")
+        return path
+
+    def run(self, model: Any, payload: Mapping[str, np.ndarray], fix_points: Mapping[str, int],
+            spec: StageSpec) -> dict[str, np.ndarray]:
+        """Wire payload in -> wire payload out: int8 received with the DPU input's fix point goes in as it is (a
+        float input, the model's, is quantized: the first stage's ARM does that), int8 DPU outputs leave as they
+        are where the tensor crosses a link, dequantized to float32 where it is a model output."""
+        from tvm_dpu.runtime.subgraph_runner import dequantize_tensor, quantize_tensor, run_int8
+
+        runner = model.runners[self.symbol]
+        sg = runner.sg
+        missing = [n for n in self.args if n not in payload]
+        if missing:
+            raise PlanError(f"stage input(s) {missing} did not arrive (got {sorted(payload)})")
+        qin = []
+        for name, b in zip(self.args, sg.inputs):
+            a = np.asarray(payload[name])
+            if a.size != int(np.prod(b.shape)):
+                raise PlanError(f"stage input {name!r}: {a.size} elements, the DPU input {b.name!r} takes "
+                                f"{int(np.prod(b.shape))}")
+            if a.dtype == np.int8 and fix_points.get(name) == b.fix_point:
+                qin.append(a)
+            else:  # float (the model's input), or int8 at another fix point (requantized exactly as the VM would)
+                f = dequantize_tensor(a, fix_points[name]) if a.dtype == np.int8 else a.astype(np.float32, copy=False)
+                qin.append(quantize_tensor(f, b.fix_point))
+        qout = run_int8(sg, model.dpu_device(), qin)
+        out: dict[str, np.ndarray] = {}
+        for name, k in zip(spec.outputs, self.outs):
+            b = sg.outputs[k]
+            if name in spec.wire_fix_points and spec.wire_fix_points[name] == b.fix_point:
+                out[name] = qout[k]
+            else:
+                f = dequantize_tensor(qout[k], b.fix_point).reshape(runner.output_shapes[k])
+                out[name] = quantize_tensor(f, spec.wire_fix_points[name]) if name in spec.wire_fix_points else f
+        return out
+
+
+def dpu_only(model: Any) -> DpuOnly | None:
+    """The `DpuOnly` form of a stage model, or None when its `main` does more than call its one DPU program on its
+    parameters (CPU ops, a multi-core program, no Relax module)."""
+    from tvm import relax
+
+    mod = model.relax_module
+    if mod is None or len(model.runners) != 1 or any(r.multicore is not None for r in model.runners.values()):
+        return None
+    main = mod["main"]
+    if len(main.body.blocks) != 1 or len(main.params) != len(model.inputs):
+        return None
+    params = {p: s.name for p, s in zip(main.params, model.inputs)}
+    made: dict[Any, list[int]] = {}  # var -> the DPU outputs it holds
+    call = None
+    for b in main.body.blocks[0].bindings:
+        v = b.value
+        if call is None and isinstance(v, relax.Call) and isinstance(v.op, relax.GlobalVar) \
+                and v.op.name_hint in model.runners:
+            if not all(a in params for a in v.args):
+                return None
+            call = (v.op.name_hint, tuple(params[a] for a in v.args))
+            made[b.var] = list(range(len(model.runners[v.op.name_hint].sg.outputs)))
+        elif isinstance(v, relax.TupleGetItem) and v.tuple_value in made:
+            made[b.var] = [made[v.tuple_value][int(v.index)]]
+        elif isinstance(v, relax.Tuple) and all(f in made for f in v.fields):
+            made[b.var] = [i for f in v.fields for i in made[f]]
+        elif isinstance(v, relax.Var) and v in made:
+            made[b.var] = made[v]
+        else:
+            return None
+    ret = main.body.body
+    if call is None or ret not in made or len(made[ret]) != len(model.output_specs()):
+        return None
+    return DpuOnly(call[0], call[1], tuple(made[ret]))
 
 
 def to_wire(arrays: Sequence[np.ndarray], names: Sequence[str], fix_points: Mapping[str, int]) -> dict[str, Any]:
@@ -245,6 +365,14 @@ def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> lis
     return specs
 
 
+def record_int8_io(spec: StageSpec, model: Any) -> None:
+    """Record in `spec` whether (and how) the stage model passes int8 through, and the spec in the model's build
+    info."""
+    path = dpu_only(model)
+    spec.int8_io = None if path is None else path.to_json()
+    model.build_info["pipeline_stage"] = spec.to_json()
+
+
 def tensor_ty(shape: Sequence[int]) -> Any:
     """The Relax type of a float32 tensor of `shape` (what stage functions take and return)."""
     from tvm import relax
@@ -327,15 +455,18 @@ def cpu_op_elems(bindings: Sequence[Any]) -> list[int]:
     return [_elems(b.var.ty) for b in bindings if isinstance(getattr(b, "value", None), relax.Call)]
 
 
-def host_terms(model: Any, cost: Any) -> Any:
+def host_terms(model: Any, cost: Any, overlap: bool = True) -> Any:
     """The host's share of pipelining `model` (`plan.HostTerms`) under the host cost model `cost`: its input
-    and output elements and the CPU ops its first stage runs before the DPU part and its last stage after."""
+    and output elements, the CPU ops its first stage runs before the DPU part and its last stage after, and which
+    of those two run through the Relax VM (the others pass int8 through: `DpuOnly`); `overlap`: stages
+    double-buffered (see plan's module docstring)."""
     from tvm_dpu.pipeline.plan import HostTerms
 
     layout = main_layout(model)
     ins = sum(int(np.prod(s.shape)) for s in model.inputs)
     return HostTerms(cost, ins, _elems(layout.ret_ty), cost.cpu_ops_s(cpu_op_elems(layout.prefix)),
-                     cost.cpu_ops_s(cpu_op_elems(layout.suffix)))
+                     cost.cpu_ops_s(cpu_op_elems(layout.suffix)), first_vm=not layout.plain,
+                     last_vm=bool(layout.suffix), overlap=overlap)
 
 
 def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tuple]:
@@ -385,7 +516,7 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tupl
         outputs = model.output_specs() if last and layout.suffix else \
             [InputSpec(n, shape_of[xname.get(n, n)], "float32") for n in spec.outputs]
         cm = CompiledModel(executable=ex, arch=arch, runners={symbol: stage_runner}, inputs=inputs,
-                           subgraph_ids={symbol: 0}, build_info={"pipeline_stage": spec.to_json()},
-                           relax_module=mod, outputs=outputs)
+                           subgraph_ids={symbol: 0}, build_info={}, relax_module=mod, outputs=outputs)
+        record_int8_io(spec, cm)
         out.append((spec, cm))
     return out

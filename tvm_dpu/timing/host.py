@@ -82,6 +82,17 @@ class HostCost:
         return (self.scale * (self.call_s + dpu_calls * self.dpu_call_s + self.region_s_per_byte * region_bytes)
                 + self.conversion_s(in_elems + out_elems) + self.cpu_ops_s(cpu_op_elems))
 
+    def int8_call_seconds(self, in_bytes: int, out_bytes: int, quant_elems: int = 0, dequant_elems: int = 0,
+                          dpu_calls: int = 1, region_bytes: int = 0) -> float:
+        """Host seconds of one call that passes int8 through, as a board's runtime does between DPU stages (no
+        Relax VM floats): the runtime call, the driver, the DDR regions, the DMA of the int8 bytes in and out, and
+        only where the call starts from floats (`quant_elems`, a pipeline's first stage) or must end in them
+        (`dequant_elems`, its last) the conversion. `call_s` is charged as measured for a VM call: the int8 path
+        has not been measured apart, so it is kept rather than guessed lower."""
+        return self.scale * (self.call_s + dpu_calls * self.dpu_call_s + self.region_s_per_byte * region_bytes
+                             + self.dma_s_per_byte * (in_bytes + out_bytes) + self.quant_s_per_elem * quant_elems
+                             + self.dequant_s_per_elem * dequant_elems)
+
     def segment_seconds(self, handoff_bytes: int, region_bytes: int = 0) -> float:
         """Host seconds one virtual-DPU segment adds: its dispatch (thread, events), its DDR regions (`region_bytes`:
         its weight bytes) and the copy of the feature maps it receives from other segments."""
