@@ -11,7 +11,7 @@ import pytest
 import tvm_dpu
 from tvm_dpu.pipeline import PlanError
 from tvm_dpu.pipeline.model import PipelineModel, boards_for
-from tvm_dpu.pipeline.multi import ARM_MACS_PER_S, cpu_op_seconds, model_steps, plan_steps, step_chain
+from tvm_dpu.pipeline.multi import cpu_op_seconds, model_steps, plan_steps, step_chain
 from tvm_dpu.pipeline.plan import load_link
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -74,12 +74,20 @@ def test_four_boards_with_a_cpu_only_stage_saved_and_loaded(single, frames, refe
     loaded.close()
 
 
-def test_cpu_steps_are_costed_through_the_hook(single):
+def test_cpu_steps_are_costed_by_the_host_cost_model(single):
+    from tvm_dpu.timing.host import load_host_cost
+
+    cost = load_host_cost()
+    assert cost.cpu_s_per_mac > 0  # measured (bench_host.py): TVM-compiled conv2d / matmul
     boards = boards_for("zcu102", 2)
     steps = model_steps(single)
     big = next(s for s in steps.steps if s.graph_index is None and "conv2d" in str(getattr(s.binding.value, "op", "")))
-    # the 17x17 conv: 16x16x16 outputs x 16x17x17 MACs each on one Cortex-A53 (analytic)
-    assert cpu_op_seconds(big.binding) >= 16 * 16 * 16 * 16 * 17 * 17 / ARM_MACS_PER_S
+    # the 17x17 conv: 16x16x16 outputs x 16x17x17 MACs each, on the host cost model's per-op, per-element and
+    # per-MAC terms (one cost model for every host figure)
+    outs, macs = 16 * 16 * 16, 16 * 16 * 16 * 16 * 17 * 17
+    assert cpu_op_seconds(big.binding, cost) == pytest.approx(
+        cost.cpu_fixed_s + cost.cpu_s_per_elem * outs + cost.cpu_s_per_mac * macs)
+    assert cpu_op_seconds(big.binding, cost.scaled(3.0)) == pytest.approx(3 * cpu_op_seconds(big.binding, cost))
     seen = []
 
     def free(binding):
@@ -88,11 +96,18 @@ def test_cpu_steps_are_costed_through_the_hook(single):
 
     chain = step_chain(single, boards, cpu_cost=free)
     assert len(seen) == sum(1 for s in steps.steps if s.graph_index is None)
-    assert all(c.seconds["zcu102"] == 0.0 for c, s in zip(chain, steps.steps) if s.graph_index is None)
-    costed = plan_steps(single, boards, load_link("serial-8.5g"))
-    free_plan = plan_steps(single, boards, load_link("serial-8.5g"), cpu_cost=free)
-    assert costed.bottleneck_s > free_plan.bottleneck_s  # the CPU conv is the bottleneck once costed
-    assert costed.bottleneck_s >= cpu_op_seconds(big.binding)
+    cpu = [c for c, s in zip(chain, steps.steps) if s.graph_index is None]
+    assert all(c.seconds["zcu102"] == 0.0 and c.host_seconds == 0.0 for c in cpu)
+    costed_chain = step_chain(single, boards)  # CPU steps are host time, not DPU time
+    assert any(c.host_seconds > 0 for c in costed_chain)
+    assert all(c.seconds["zcu102"] == 0.0 for c, s in zip(costed_chain, steps.steps) if s.graph_index is None)
+    link = load_link("serial-8.5g")
+    costed = plan_steps(single, boards, link)
+    free_plan = plan_steps(single, boards, link, cpu_cost=free)
+    bare = plan_steps(single, boards, link, cpu_cost=free, host_cost=None)
+    assert costed.bottleneck_s > free_plan.bottleneck_s > bare.bottleneck_s  # CPU steps, then the stages' host
+    assert costed.bottleneck_s >= cpu_op_seconds(big.binding, cost)
+    assert all(s.host_s > 0 for s in costed.stages) and all(s.host_s == 0 for s in bare.stages)
 
 
 def test_a_model_without_its_relax_module_is_refused(single):

@@ -110,10 +110,10 @@ class PipelineModel:
         if isinstance(boards, int):
             boards = boards_for(arch or model.arch.name, boards, ddr_bytes)
         if _by_steps(model):
-            # several DPU subgraphs: CPU ops are costed by multi's cpu_cost hook (not yet the host cost model)
+            # several DPU subgraphs, CPU ops between them: steps costed by the same host cost model
             from tvm_dpu.pipeline.multi import plan_steps
 
-            plan = plan_steps(model, boards, load_link(link))
+            plan = plan_steps(model, boards, load_link(link), host_cost=host_cost)
         else:
             host = None
             if host_cost is not None and host_cost is not False:

@@ -448,11 +448,34 @@ def _elems(ty: Any) -> int:
         return 0
 
 
-def cpu_op_elems(bindings: Sequence[Any]) -> list[int]:
-    """Output elements of each CPU op call among Relax `bindings` (what the host cost model charges per op)."""
+def cpu_op_work(binding: Any) -> tuple[int, int] | None:
+    """(output elements, multiply-accumulates) of one CPU op binding of `main` (what the host cost model charges
+    it: MACs for a convolution or matrix product, none otherwise); None for a binding that calls nothing (a tuple
+    item, an alias)."""
     from tvm import relax
 
-    return [_elems(b.var.ty) for b in bindings if isinstance(getattr(b, "value", None), relax.Call)]
+    from tvm_dpu.pipeline.multi import static_shape
+
+    value = getattr(binding, "value", None)
+    if not isinstance(value, relax.Call):
+        return None
+    out = _elems(binding.var.ty)
+    op = getattr(value.op, "name", "")
+    args = [getattr(a, "ty", None) for a in value.args]
+    shapes = [static_shape(t) for t in args]
+    macs = 0
+    if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") and len(shapes) > 1 and shapes[1]:
+        w = shapes[1]
+        macs = out * int(np.prod(w[1:]))
+    elif op in ("relax.matmul", "relax.nn.dense", "relax.linear") and shapes and shapes[0]:
+        macs = out * shapes[0][-1]
+    return out, macs
+
+
+def cpu_ops_seconds(cost: Any, bindings: Sequence[Any]) -> float:
+    """Host seconds of the CPU ops among Relax `bindings` under the host cost model `cost`."""
+    work = [w for w in map(cpu_op_work, bindings) if w is not None]
+    return cost.cpu_ops_s([e for e, _ in work], [m for _, m in work])
 
 
 def host_terms(model: Any, cost: Any, overlap: bool = True) -> Any:
@@ -464,8 +487,8 @@ def host_terms(model: Any, cost: Any, overlap: bool = True) -> Any:
 
     layout = main_layout(model)
     ins = sum(int(np.prod(s.shape)) for s in model.inputs)
-    return HostTerms(cost, ins, _elems(layout.ret_ty), cost.cpu_ops_s(cpu_op_elems(layout.prefix)),
-                     cost.cpu_ops_s(cpu_op_elems(layout.suffix)), first_vm=not layout.plain,
+    return HostTerms(cost, ins, _elems(layout.ret_ty), cpu_ops_seconds(cost, layout.prefix),
+                     cpu_ops_seconds(cost, layout.suffix), first_vm=not layout.plain,
                      last_vm=bool(layout.suffix), overlap=overlap)
 
 
