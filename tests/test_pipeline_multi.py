@@ -126,3 +126,56 @@ def test_cli_pipelines_the_bundled_example(tmp_path, capsys):
     assert "bit-identical to the single-board run" in capsys.readouterr().out
     assert main(["run", str(out / "pipeline.json"), "--input", str(EXAMPLES / "mixed_cnn_input.npz")]) == 0
     assert "ran 2 stages with the local executor" in capsys.readouterr().out
+
+
+def test_dse_ranks_configurations_for_several_dpu_subgraphs(single):
+    """Each configuration's latency is every DPU subgraph's program compiled for it and simulated, added; the CPU
+    ops (the measured host cost model) cap the throughput of every configuration alike."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
+    from tvm_dpu.pipeline.dse import explore, model_cpu_seconds
+    from tvm_dpu.timing.simulate import simulate
+
+    cands = explore(single, 700, 300, clocks_mhz=(300.0,), max_cores=2)
+    assert len({c.dpu for c in cands}) > 3 and all(c.dsp <= 700 and c.bram36k <= 300 for c in cands)
+    assert [c.fps for c in cands] == sorted((c.fps for c in cands), reverse=True)
+    cpu_s = model_cpu_seconds(single)
+    assert cpu_s > 0 and all(c.cpu_ms == pytest.approx(cpu_s * 1e3) for c in cands)
+    assert all(c.fps <= 1 / cpu_s * (1 + 1e-9) for c in cands)
+    for c in cands[:3]:
+        arch = load_arch(c.dpu)
+        cycles = sum(simulate(compile_subgraph(r.graph, arch)[0].code, arch).cycles for r in single.runners.values())
+        assert c.latency_ms == pytest.approx(cycles / 300e6 * 1e3)
+        assert c.fps == pytest.approx(min(c.cores / (c.latency_ms / 1e3), 1 / cpu_s)) or c.ddr_bound
+
+
+def test_pipeline_on_boards_chosen_by_dse_is_bit_identical(single, frames, reference):
+    from tvm_dpu.pipeline.dse import choose_boards, device_budget
+
+    boards = choose_boards(single, [device_budget("zu3eg"), device_budget("zu9eg")], 1 << 30)
+    assert boards[1].arch.startswith("B4096") and boards[0].spec is not None
+    pipe = PipelineModel.from_model(single, boards)
+    assert all(s["host_ms"] > 0 for s in pipe.plan["stages"])
+    outs = list(pipe.run_stream(frames, max_in_flight=2))
+    assert all(_same(g, r) for g, r in zip(outs, reference))
+    pipe.close()
+
+
+def test_cli_dse_and_pipeline_part_take_the_bundled_example(tmp_path, capsys):
+    import json
+
+    from tvm_dpu.cli import main
+
+    model, calib = str(EXAMPLES / "mixed_cnn.onnx"), str(EXAMPLES / "mixed_cnn_calib.npz")
+    assert main(["dse", model, "--calib", calib, "--part", "zu3eg", "--json", str(tmp_path / "d.json"), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "rank dpu" in text and "CPU ops on the host:" in text
+    rows = json.loads((tmp_path / "d.json").read_text())
+    assert len(rows) > 3 and all(r["cpu_ms"] > 0 and r["latency_ms"] > 0 for r in rows)
+    assert main(["pipeline", model, "--calib", calib, "--part", "zu3eg,zu9eg", "--boards", "2", "-o",
+                 str(tmp_path / "p"), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "zu3eg -> B" in text and "zu9eg -> B4096@300MHz" in text
+    assert "bit-identical to the single-board run" in text
+    doc = json.loads((tmp_path / "p" / "pipeline.json").read_text())
+    assert [s["part"] for s in doc["stages"]] == ["zu3eg", "zu9eg"]

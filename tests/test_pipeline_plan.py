@@ -144,8 +144,16 @@ def test_host_terms_of_a_model_move_the_plan():
     bare = plan_chain(chain, boards, LINK)
     hosted = plan_chain(chain, boards, LINK, terms)
     assert hosted.bottleneck_s > bare.bottleneck_s
-    for st in hosted.stages:  # every stage pays at least the VM call and a driver call
-        assert st.host_s >= cost.call_s + cost.dpu_call_s
+    # no CPU op before or after the DPU part: every stage passes int8 through (no VM), paying at least its call
+    # and a driver call, the first quantizing the input and the last dequantizing the output
+    assert not (terms.first_vm or terms.last_vm or terms.middle_vm)
+    for st in hosted.stages:
+        assert st.host_s >= cost.int8_call_s + cost.dpu_call_s and st.serial_s == pytest.approx(cost.dpu_call_s)
+    assert hosted.stages[0].host_s >= cost.quant_s_per_elem * terms.input_elems
+    # double-buffered, the host works beside the DPU; strictly serial it adds to it
+    serial = plan_chain(chain, boards, LINK, host_terms(compiled, cost, overlap=False))
+    assert serial.bottleneck_s >= hosted.bottleneck_s
+    assert serial.bottleneck_s == pytest.approx(max(s.compute_s + s.host_s for s in serial.stages))
     slow = plan_chain(chain, boards, LINK, host_terms(compiled, cost.scaled(50.0)))
     assert slow.bottleneck_s > hosted.bottleneck_s and "host" in slow.bottleneck()
 
