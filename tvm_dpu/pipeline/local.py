@@ -6,6 +6,11 @@ Relax VM between frames. Several streams may run at once: a frame carries its st
 to that stream's result queue. Frames of a stream stay in order because every queue is FIFO and every stage
 handles one frame at a time. The caller's thread feeds its own frames, at most `max_in_flight` at a time.
 
+A stage that passes int8 through (`PipelineStage.phased`) is double-buffered as a board runs it: one thread
+prepares frame f+1 (DDR regions, the input placed), one runs the DPU program on frame f, one reads frame f-1 back
+and sends it on, with at most one frame waiting between two of them; so the stage's period is the longest of the
+three, not their sum (`LocalEngine(overlap=False)`: one thread does all three in turn).
+
 A failure travels down the stages in its frame's place (later stages pass it on), so the frames before it are
 delivered and the consumer raises when it reaches it; frames of a stream that has stopped are dropped by the
 stages. The threads end when the engine is closed or collected.
@@ -55,6 +60,69 @@ def _serve(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox:
             outbox.put((stream, seq, payload))
 
 
+def _serve_phased(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
+    """Body of a double-buffered stage's host thread (see the module docstring): it prepares each frame and
+    starts the DPU thread and the read-back thread behind it."""
+    to_dpu: queue.Queue = queue.Queue(maxsize=1)
+    to_host: queue.Queue = queue.Queue(maxsize=1)
+
+    def dpu() -> None:
+        while True:
+            item = to_dpu.get()
+            if item is _STOP:
+                to_host.put(_STOP)
+                return
+            stream, seq, regions = item
+            if not isinstance(regions, _Failure) and not stream.stopped:
+                try:
+                    stage.execute(regions)
+                except BaseException as e:  # noqa: BLE001 - handed on in the frame's place
+                    regions = _Failure(index, e)
+            to_host.put((stream, seq, regions))
+
+    def host_out() -> None:
+        while True:
+            item = to_host.get()
+            if item is _STOP:
+                if outbox is not None:
+                    outbox.put(_STOP)
+                return
+            stream, seq, regions = item
+            if stream.stopped:
+                continue
+            payload = regions
+            if not isinstance(regions, _Failure):
+                try:
+                    payload = stage.finish(regions)
+                except BaseException as e:  # noqa: BLE001 - handed to the stream's consumer, which raises it
+                    payload = _Failure(index, e)
+            if outbox is None:
+                stream.results.put((seq, payload))
+            else:
+                outbox.put((stream, seq, payload))
+
+    helpers = [threading.Thread(target=f, name=f"tvm-dpu-stage{index}-{f.__name__}", daemon=True)
+               for f in (dpu, host_out)]
+    for t in helpers:
+        t.start()
+    while True:
+        item = inbox.get()
+        if item is _STOP:
+            to_dpu.put(_STOP)
+            for t in helpers:
+                t.join()
+            return
+        stream, seq, payload = item
+        if stream.stopped:
+            continue
+        if not isinstance(payload, _Failure):
+            try:
+                payload = stage.prepare(payload, fix_points)
+            except BaseException as e:  # noqa: BLE001 - handed on in the frame's place
+                payload = _Failure(index, e)
+        to_dpu.put((stream, seq, payload))
+
+
 def _stop_threads(first: queue.Queue) -> None:
     first.put(_STOP)
 
@@ -62,14 +130,15 @@ def _stop_threads(first: queue.Queue) -> None:
 class LocalEngine:
     """Runs a PipelineModel's stages on threads of this process."""
 
-    def __init__(self, pipe: Any):
+    def __init__(self, pipe: Any, overlap: bool = True):
         stages = pipe.stages
         self._stages = stages
         self._inboxes = [queue.Queue() for _ in stages]
         self._threads = []
         for i, st in enumerate(stages):
             outbox = self._inboxes[i + 1] if i + 1 < len(stages) else None
-            t = threading.Thread(target=_serve, args=(st, dict(pipe.fix_points), i, self._inboxes[i], outbox),
+            serve = _serve_phased if overlap and st.phased() else _serve
+            t = threading.Thread(target=serve, args=(st, dict(pipe.fix_points), i, self._inboxes[i], outbox),
                                  name=f"tvm-dpu-stage{i}", daemon=True)
             t.start()
             self._threads.append(t)

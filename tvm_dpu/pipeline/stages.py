@@ -22,6 +22,7 @@ stage's float outputs are exact multiples of 2**-fix_point within int8 range, so
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,9 @@ class PipelineStage:
     runs: int = 0
     busy_s: float = 0.0
     wire_s: float = 0.0
+    #: Of busy_s, the seconds the device ran the DPU program when the stage ran in phases (`execute`).
+    dpu_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def int8_path(self) -> "DpuOnly | None":
         """How this stage passes int8 through (`DpuOnly`), or None when it runs through its Relax VM."""
@@ -113,14 +117,53 @@ class PipelineStage:
             t2 = time.perf_counter()
             return to_wire(outs, self.spec.outputs, self.spec.wire_fix_points)
         finally:
-            # One executor thread / actor runs a stage, so these counters have one writer.
             t3 = time.perf_counter()
-            self.busy_s += t3 - t0
-            self.wire_s += (t1 - t0) + (t3 - t2 if t2 > t1 else 0.0)
-            self.runs += 1
+            with self._lock:
+                self.busy_s += t3 - t0
+                self.wire_s += (t1 - t0) + (t3 - t2 if t2 > t1 else 0.0)
+                self.runs += 1
+
+    # -- phases: a double-buffered stage (the local executor runs them on three threads, as a board's ARM cores
+    # prepare frame f+1 and read back frame f-1 while its DPU computes frame f) -------------------------------
+    def phased(self) -> bool:
+        """Whether the stage can run in phases (`prepare`, `execute`, `finish`): it passes int8 through."""
+        return self.int8_path() is not None and not self.model._verify
+
+    def _count(self, seconds: float, dpu: bool = False, frame_done: bool = False) -> None:
+        with self._lock:  # the phases run on different threads
+            self.busy_s += seconds
+            if dpu:
+                self.dpu_s += seconds
+            if frame_done:
+                self.runs += 1
+
+    def prepare(self, payload: dict[str, np.ndarray], fix_points: Mapping[str, int]) -> dict:
+        """Host, before the DPU: what arrived, placed in fresh DDR regions (`DpuOnly.prepare`)."""
+        t0 = time.perf_counter()
+        try:
+            return self.int8_path().prepare(self.model, payload, fix_points)
+        finally:
+            self._count(time.perf_counter() - t0)
+
+    def execute(self, regions: dict) -> None:
+        """The DPU: the stage's program over `regions`."""
+        t0 = time.perf_counter()
+        try:
+            self.int8_path().execute(self.model, regions)
+        finally:
+            self._count(time.perf_counter() - t0, dpu=True)
+
+    def finish(self, regions: dict) -> dict[str, np.ndarray]:
+        """Host, after the DPU: the wire payload out."""
+        t0 = time.perf_counter()
+        try:
+            return self.int8_path().finish(self.model, regions, self.spec)
+        finally:
+            self._count(time.perf_counter() - t0, frame_done=True)
 
     def stats(self) -> dict:
-        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s, "wire_s": self.wire_s}
+        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s, "wire_s": self.wire_s,
+                "dpu_s": self.dpu_s}
 
 
 @dataclass(frozen=True)
@@ -155,11 +198,21 @@ class DpuOnly:
             spec: StageSpec) -> dict[str, np.ndarray]:
         """Wire payload in -> wire payload out: int8 received with the DPU input's fix point goes in as it is (a
         float input, the model's, is quantized: the first stage's ARM does that), int8 DPU outputs leave as they
-        are where the tensor crosses a link, dequantized to float32 where it is a model output."""
-        from tvm_dpu.runtime.subgraph_runner import dequantize_tensor, quantize_tensor, run_int8
+        are where the tensor crosses a link, dequantized to float32 where it is a model output. The three phases
+        (`prepare`, `execute`, `finish`) in turn."""
+        regions = self.prepare(model, payload, fix_points)
+        self.execute(model, regions)
+        return self.finish(model, regions, spec)
 
-        runner = model.runners[self.symbol]
-        sg = runner.sg
+    def execute(self, model: Any, regions: dict) -> None:
+        """The DPU's part: run the program over the regions `prepare` filled."""
+        model.dpu_device().execute(model.runners[self.symbol].sg, regions)
+
+    def prepare(self, model: Any, payload: Mapping[str, np.ndarray], fix_points: Mapping[str, int]) -> dict:
+        """The host's part before the DPU: the received tensors (quantized if float) placed in fresh DDR regions."""
+        from tvm_dpu.runtime.subgraph_runner import dequantize_tensor, place_int8, quantize_tensor
+
+        sg = model.runners[self.symbol].sg
         missing = [n for n in self.args if n not in payload]
         if missing:
             raise PlanError(f"stage input(s) {missing} did not arrive (got {sorted(payload)})")
@@ -174,7 +227,15 @@ class DpuOnly:
             else:  # float (the model's input), or int8 at another fix point (requantized exactly as the VM would)
                 f = dequantize_tensor(a, fix_points[name]) if a.dtype == np.int8 else a.astype(np.float32, copy=False)
                 qin.append(quantize_tensor(f, b.fix_point))
-        qout = run_int8(sg, model.dpu_device(), qin)
+        return place_int8(sg, qin)
+
+    def finish(self, model: Any, regions: dict, spec: StageSpec) -> dict[str, np.ndarray]:
+        """The host's part after the DPU: its outputs read back, int8 for a link, float32 for a model output."""
+        from tvm_dpu.runtime.subgraph_runner import dequantize_tensor, quantize_tensor, read_int8
+
+        runner = model.runners[self.symbol]
+        sg = runner.sg
+        qout = read_int8(sg, regions)
         out: dict[str, np.ndarray] = {}
         for name, k in zip(spec.outputs, self.outs):
             b = sg.outputs[k]
