@@ -285,7 +285,7 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link, host:
         if host is not None:
             host_s += host.stage_s(recv if i > 0 else host.input_elems, send if j < n else host.output_elems,
                                    i == 0, j == n, params)
-        overlap = host is not None and host.overlap
+        overlap = host is not None and host.overlap and link.overlap  # one output buffer: nothing overlaps
         return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
                      link.overlap, host_s, host.serial_s() if overlap else 0.0, overlap)
 
