@@ -213,14 +213,17 @@ def docs_section(data: dict) -> str:
              f"--write-docs`). ResNet-50 ({'reduced' if data['reduced'] else 'full size'}), predicted by the "
              "timing model, the measured host cost model (tvm_dpu/timing/host.py, `benchmarks/bench_host.py`; "
              "measured on the development host, not a board's ARM cores) and the link model: end to end per frame, "
-             "DPU + host + link; efficiency = speedup / boards. GOPS (1/MAC) counts one op per MAC, the paper's unit; "
-             "GOPS (2/MAC) two. DPU only: the same plan without the host, as these figures were counted before.", "",
-             "| arch | link | boards | frames/s | efficiency | GOPS (1/MAC) | GOPS (2/MAC) | DPU-only frames/s | "
-             "DPU-only efficiency | bottleneck |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "DPU + host + link, int8 passed through between stages and each stage double-buffered (host beside "
+             "DPU); efficiency = speedup / boards. GOPS (1/MAC) counts one op per MAC, the paper's unit; "
+             "GOPS (2/MAC) two. Serial host: the same with the host strictly serial with the DPU. DPU only: the "
+             "plan without the host, as these figures were counted before.", "",
+             "| arch | link | boards | frames/s | efficiency | GOPS (1/MAC) | GOPS (2/MAC) | serial-host frames/s | "
+             "serial-host efficiency | DPU-only frames/s | DPU-only efficiency | bottleneck |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         lines.append(f"| {r['arch']} | {r['link']} | {r['boards']} | {r['fps']:.1f} | {r['efficiency'] * 100:.0f}% | "
-                     f"{r['gops_1op_per_mac']:.0f} | {r['gops']:.0f} | {r['dpu_only_fps']:.1f} | "
+                     f"{r['gops_1op_per_mac']:.0f} | {r['gops']:.0f} | {r['serial_host_fps']:.1f} | "
+                     f"{r['serial_host_efficiency'] * 100:.0f}% | {r['dpu_only_fps']:.1f} | "
                      f"{r['dpu_only_efficiency'] * 100:.0f}% | {r['bottleneck']} |")
     lines += ["", "Against the goal of >= 90% of linear scaling up to the largest board count:"]
     for arch in dict.fromkeys(r["arch"] for r in rows):
@@ -235,6 +238,16 @@ def docs_section(data: dict) -> str:
                        f"{last['efficiency'] * 100:.0f}% on {last['boards']}), limited by {why(below[0])}")
             lines.append(f"- {arch}, {link}: {verdict}; at most {max(r['fps'] for r in sel):.1f} frames/s, "
                          f"{max(r['gops_1op_per_mac'] for r in sel):.0f} GOPS (1 op/MAC).")
+    scaled = data.get("host_scale_rows") or []
+    if scaled:
+        lines += ["", f"The host figures are this x86 machine's; a board's Cortex-A53 cores are slower by a factor not "
+                  f"measured here. The same plans with every host cost multiplied ({scaled[0]['arch']}, "
+                  f"{scaled[0]['link']}; efficiency double-buffered / host serial, bottleneck):"]
+        for f in dict.fromkeys(r["host_scale"] for r in scaled):
+            sel = [r for r in scaled if r["host_scale"] == f]
+            lines.append(f"- host x{f:g}: " + "; ".join(
+                f"{r['boards']} boards {r['efficiency'] * 100:.0f}% / {r['serial_host_efficiency'] * 100:.0f}%"
+                for r in sel) + f" (at {sel[-1]['boards']}: {sel[-1]['bottleneck']}).")
     paper = data["paper"]
     fps = {str(k): v for k, v in paper["fps"].items()}  # JSON object keys are strings
     gops = {str(k): v for k, v in paper["gops"].items()}

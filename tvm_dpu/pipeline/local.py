@@ -38,89 +38,60 @@ class _Stream:
     stopped: bool = False
 
 
-def _serve(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
-    """Body of stage `index`'s thread (no reference to the engine, so the engine can be collected)."""
+def _relay(inbox: queue.Queue, work: Any, index: int, put: Any) -> None:
+    """Take (stream, seq, value) items off `inbox` until _STOP (handed on): drop those of a stopped stream, replace
+    the value by `work(value)` (a failure, raised or arrived, travels on in the frame's place) and `put` them."""
     while True:
         item = inbox.get()
         if item is _STOP:
-            if outbox is not None:
-                outbox.put(_STOP)
+            put(_STOP)
             return
-        stream, seq, payload = item
+        stream, seq, value = item
         if stream.stopped:
             continue
-        if not isinstance(payload, _Failure):
+        if not isinstance(value, _Failure):
             try:
-                payload = stage.run_payload(payload, fix_points)
+                value = work(value)
             except BaseException as e:  # noqa: BLE001 - handed to the stream's consumer, which raises it
-                payload = _Failure(index, e)
-        if outbox is None:
+                value = _Failure(index, e)
+        put((stream, seq, value))
+
+
+def _deliver(outbox: queue.Queue | None) -> Any:
+    """Where a stage's finished frames go: the next stage's inbox, or (the last stage) the frame's stream."""
+    def put(item: Any) -> None:
+        if outbox is not None:
+            outbox.put(item)
+        elif item is not _STOP:
+            stream, seq, payload = item
             stream.results.put((seq, payload))
-        else:
-            outbox.put((stream, seq, payload))
+    return put
+
+
+def _serve(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
+    """Body of stage `index`'s thread (no reference to the engine, so the engine can be collected)."""
+    _relay(inbox, lambda payload: stage.run_payload(payload, fix_points), index, _deliver(outbox))
 
 
 def _serve_phased(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
-    """Body of a double-buffered stage's host thread (see the module docstring): it prepares each frame and
-    starts the DPU thread and the read-back thread behind it."""
+    """Body of a double-buffered stage's host thread (see the module docstring): it prepares each frame, behind it
+    a DPU thread runs it and a read-back thread sends it on, at most one frame waiting between two of them."""
     to_dpu: queue.Queue = queue.Queue(maxsize=1)
     to_host: queue.Queue = queue.Queue(maxsize=1)
 
-    def dpu() -> None:
-        while True:
-            item = to_dpu.get()
-            if item is _STOP:
-                to_host.put(_STOP)
-                return
-            stream, seq, regions = item
-            if not isinstance(regions, _Failure) and not stream.stopped:
-                try:
-                    stage.execute(regions)
-                except BaseException as e:  # noqa: BLE001 - handed on in the frame's place
-                    regions = _Failure(index, e)
-            to_host.put((stream, seq, regions))
+    def execute(regions: dict) -> dict:
+        stage.execute(regions)
+        return regions
 
-    def host_out() -> None:
-        while True:
-            item = to_host.get()
-            if item is _STOP:
-                if outbox is not None:
-                    outbox.put(_STOP)
-                return
-            stream, seq, regions = item
-            if stream.stopped:
-                continue
-            payload = regions
-            if not isinstance(regions, _Failure):
-                try:
-                    payload = stage.finish(regions)
-                except BaseException as e:  # noqa: BLE001 - handed to the stream's consumer, which raises it
-                    payload = _Failure(index, e)
-            if outbox is None:
-                stream.results.put((seq, payload))
-            else:
-                outbox.put((stream, seq, payload))
-
-    helpers = [threading.Thread(target=f, name=f"tvm-dpu-stage{index}-{f.__name__}", daemon=True)
-               for f in (dpu, host_out)]
+    helpers = [threading.Thread(target=_relay, args=(to_dpu, execute, index, to_host.put), daemon=True,
+                                name=f"tvm-dpu-stage{index}-dpu"),
+               threading.Thread(target=_relay, args=(to_host, stage.finish, index, _deliver(outbox)), daemon=True,
+                                name=f"tvm-dpu-stage{index}-finish")]
     for t in helpers:
         t.start()
-    while True:
-        item = inbox.get()
-        if item is _STOP:
-            to_dpu.put(_STOP)
-            for t in helpers:
-                t.join()
-            return
-        stream, seq, payload = item
-        if stream.stopped:
-            continue
-        if not isinstance(payload, _Failure):
-            try:
-                payload = stage.prepare(payload, fix_points)
-            except BaseException as e:  # noqa: BLE001 - handed on in the frame's place
-                payload = _Failure(index, e)
-        to_dpu.put((stream, seq, payload))
+    _relay(inbox, lambda payload: stage.prepare(payload, fix_points), index, to_dpu.put)
+    for t in helpers:
+        t.join()
 
 
 def _stop_threads(first: queue.Queue) -> None:
