@@ -129,10 +129,10 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
             fusion: str = "optimal", uram: int = 0, ram_usage: str | None = None,
             cache: dict | None = None) -> list[Candidate]:
     """Every configuration that fits the budget, ranked (see module docstring). `model`: a CompiledModel with
-    one or several DPU subgraphs (their quantized graphs are recompiled per architecture). `dsp_usage`: "high", "low" or both;
-    `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" / "high"
-    (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same model
-    to compile each architecture once."""
+    one or several DPU subgraphs (their quantized graphs are recompiled per architecture). `dsp_usage`: "high",
+    "low" or both; `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" /
+    "high" (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same
+    model to compile each subgraph for each architecture once."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.backend.dpu_compile import compile_subgraph
     from tvm_dpu.timing.simulate import simulate

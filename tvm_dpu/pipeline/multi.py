@@ -30,21 +30,10 @@ from typing import Any, Callable, Sequence
 
 from tvm_dpu.pipeline.plan import (Board, HostTerms, Link, OpCost, Plan, PlanError, plan_chain, runner_units,
                                    tensor_bytes)
+from tvm_dpu.pipeline.stages import static_shape
 
 #: Bytes charged to a cut that would send a non-tensor value: no plan takes it.
 _NO_CUT = 1 << 60
-
-
-def static_shape(ty: Any) -> tuple[int, ...] | None:
-    """The static shape of a Relax tensor type; None for anything else (a tuple, a dynamic shape)."""
-    from tvm import relax
-
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except (TypeError, ValueError):
-        return None
 
 
 def _elems(shape: Sequence[int]) -> int:

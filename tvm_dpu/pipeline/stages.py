@@ -509,13 +509,23 @@ def _elems(ty: Any) -> int:
         return 0
 
 
+def static_shape(ty: Any) -> tuple[int, ...] | None:
+    """The static shape of a Relax tensor type; None for anything else (a tuple, a dynamic shape)."""
+    from tvm import relax
+
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, ValueError):
+        return None
+
+
 def cpu_op_work(binding: Any) -> tuple[int, int] | None:
     """(output elements, multiply-accumulates) of one CPU op binding of `main` (what the host cost model charges
     it: MACs for a convolution or matrix product, none otherwise); None for a binding that calls nothing (a tuple
     item, an alias)."""
     from tvm import relax
-
-    from tvm_dpu.pipeline.multi import static_shape
 
     value = getattr(binding, "value", None)
     if not isinstance(value, relax.Call):
