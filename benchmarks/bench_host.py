@@ -13,7 +13,10 @@ the model's coefficients, each a least-squares line over several sizes (median o
   and DMA above is the VM's copies of the float tensors in and out (per element each way), the median of what is
   left the VM call and the Python around it;
 * cpu_fixed_s / cpu_s_per_elem: TVM-compiled CPU ops (add, multiply, relu, softmax, mean) run by the Relax VM,
-  each alone in a function, on 1 Ki .. 256 Ki elements;
+  each alone in a function, on 1 Ki .. 256 Ki elements; cpu_s_per_mac: TVM-compiled matmul and conv2d beyond
+  that, per multiply-accumulate;
+* int8_call_s: a pipeline stage passing int8 through (no Relax VM) on the one-conv models, less `run_int8` of the
+  same inputs;
 * segment_s: per segment, a partition of reduced GoogLeNet on 3 virtual cores that do no DPU work against the
   same partition as one program (threads, dependency events; the segments share one feature-map region, so
   nothing is copied between them).
@@ -122,6 +125,73 @@ def driver_and_call(reps: int) -> dict:
     return {"rows": rows}
 
 
+def int8_call(reps: int) -> dict:
+    """A pipeline stage that passes int8 through (`stages.DpuOnly.run`: int8 in, run_int8, int8 out, no Relax VM)
+    on a device that does no DPU work, over the same one-conv models, against `run_int8` of the same inputs timed
+    beside it (driver, regions and DMA, charged by their own terms): the difference is the int8 path's own call
+    overhead (`int8_call_s`, the median over sizes)."""
+    import tvm_dpu
+    from tvm_dpu.pipeline.stages import StageSpec, dpu_only
+    from tvm_dpu.runtime.subgraph_runner import quantize_tensor, run_int8
+
+    ch, rows = 16, []
+    for res in (16, 32, 64, 128):
+        proto = one_conv(res, ch)
+        x = np.random.default_rng(1).standard_normal((1, ch, res, res)).astype(np.float32)
+        m = tvm_dpu.build(proto, arch="zcu102", calibration=[x], progress=False)
+        path = dpu_only(m)
+        if path is None:
+            raise SystemExit("the one-conv model is not a single DPU call: cannot time the int8 path")
+        (r,) = m.runners.values()
+        m.pin(NoWork(m.arch))
+        name_in, out = m.inputs[0].name, m.output_specs()[0].name
+        fin, fout = int(r.sg.inputs[0].fix_point), int(r.sg.outputs[0].fix_point)
+        spec = StageSpec(1, "b", "zcu102", [], [name_in], [out], {out: fout})
+        payload = {name_in: quantize_tensor(x, fin)}
+        dev = m.dpu_device()
+        t = best_of(lambda: path.run(m, payload, {name_in: fin}, spec), reps)
+        t_int8 = best_of(lambda: run_int8(r.sg, dev, [payload[name_in]]), reps)
+        rows.append({"elems": ch * res * res, "s": t, "run_int8_s": t_int8, "own_s": t - t_int8})
+    return {"rows": rows, "int8_call_s": max(0.0, float(np.median([r["own_s"] for r in rows])))}
+
+
+def cpu_macs(reps: int, fixed: float, per_elem: float) -> dict:
+    """TVM-compiled conv2d and matmul (TVM's default CPU schedules, as the model's CPU part compiles) run by the
+    Relax VM: per call, less the per-op and per-output-element costs fitted on the elementwise ops, per MAC (the
+    median over sizes): `cpu_s_per_mac`."""
+    import tvm
+    from tvm import relax
+
+    def make(kind: str, n: int):
+        bb = relax.BlockBuilder()
+        if kind == "matmul":
+            shapes = [(n, n), (n, n)]
+        else:
+            shapes = [(1, n, 16, 16), (n, n, 3, 3)]
+        xs = [relax.Var(f"x{i}", relax.TensorType(list(sh), "float32")) for i, sh in enumerate(shapes)]
+        with bb.function("main", xs):
+            with bb.dataflow():
+                y = relax.op.matmul(*xs) if kind == "matmul" else relax.op.nn.conv2d(*xs, padding=1)
+                out = bb.emit_output(y)
+            bb.emit_func_output(out)
+        ex = tvm.compile(bb.get(), target="llvm")
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        rng = np.random.default_rng(0)
+        args = [tvm.runtime.tensor(rng.standard_normal(sh).astype(np.float32)) for sh in shapes]
+        elems = n * n if kind == "matmul" else n * 16 * 16
+        macs = n * n * n if kind == "matmul" else n * 16 * 16 * n * 9
+        return (lambda: vm["main"](*args)), elems, macs
+
+    rows = []
+    for kind, sizes in (("matmul", (32, 64, 128)), ("conv2d", (8, 16, 32))):
+        for n in sizes:
+            fn, elems, macs = make(kind, n)
+            t = best_of(fn, reps)
+            rows.append({"op": kind, "n": n, "elems": elems, "macs": macs, "s": t,
+                         "per_mac_s": max(0.0, t - fixed - per_elem * elems) / macs})
+    return {"rows": rows, "cpu_s_per_mac": float(np.median([r["per_mac_s"] for r in rows]))}
+
+
 def cpu_ops(reps: int) -> dict:
     import tvm
     from tvm import relax
@@ -184,6 +254,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
     ap.add_argument("--write", action="store_true", help=f"write the fitted model to {MODEL_FILE.relative_to(ROOT)}")
+    ap.add_argument("--only", default="", help="with --write: update only these comma-separated keys of the model "
+                    "file (the others keep their recorded values; the measurements they depend on still run)")
     args = ap.parse_args()
 
     conv = conversions(args.reps)
@@ -205,9 +277,12 @@ def main() -> int:
     cpu = cpu_ops(args.reps)
     seg = segments(args.reps)
     segment_s = max(0.0, (seg["segments_s"] - seg["one_program_s"]) / seg["segments"])
+    i8 = int8_call(args.reps)
+    macs = cpu_macs(args.reps, cpu["fit"][0], cpu["fit"][1])
     cost = {"call_s": call_s, "dpu_call_s": dpu_call_s, "quant_s_per_elem": q, "dequant_s_per_elem": dq,
-            "dma_s_per_byte": dma, "vm_s_per_elem": vm, "region_s_per_byte": region, "cpu_fixed_s": cpu["fit"][0], "cpu_s_per_elem": cpu["fit"][1],
-            "segment_s": segment_s}
+            "dma_s_per_byte": dma, "vm_s_per_elem": vm, "region_s_per_byte": region, "cpu_fixed_s": cpu["fit"][0],
+            "cpu_s_per_elem": cpu["fit"][1], "cpu_s_per_mac": macs["cpu_s_per_mac"], "segment_s": segment_s,
+            "int8_call_s": i8["int8_call_s"]}
     host = f"{platform.machine()} {platform.processor() or platform.platform()}, python {platform.python_version()}"
     source = (f"benchmarks/bench_host.py on {host}, {time.strftime('%Y-%m-%d', time.gmtime())}: median of "
               f"{args.reps} timings per size, least-squares lines (see the script)")
@@ -219,11 +294,19 @@ def main() -> int:
     print(f"  -> to_wire of {big:,} elements: {q * big * 1e3:.2f} ms (was 33.9 ms through float64, issue 27)")
     doc = {"source": source, "cost": cost,
            "measured": {"conversions": conv, "regions": reg, "driver_and_call": drv, "cpu_ops": cpu,
-                        "segments": seg}}
+                        "segments": seg, "int8_call": i8, "cpu_macs": macs}}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.json}")
     if args.write:
+        only = [k for k in args.only.split(",") if k]
+        unknown = sorted(set(only) - set(cost))
+        if unknown:
+            raise SystemExit(f"--only {unknown}: not keys of the model ({sorted(cost)})")
+        if only:  # the other keys keep their recorded values and source
+            old = json.loads(MODEL_FILE.read_text())
+            cost = {**old["cost"], **{k: cost[k] for k in only}}
+            source = f"{old['source']}; {', '.join(only)}: {source}"
         MODEL_FILE.write_text(json.dumps({"_doc": "Host cost model, read by tvm_dpu.timing.host; written by "
                                                   "benchmarks/bench_host.py --write. Seconds.",
                                           "source": source, "cost": cost}, indent=2) + "\n")

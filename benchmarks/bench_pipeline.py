@@ -46,28 +46,34 @@ def limit_of(plan, ops, n_boards: int) -> str:
             f"{largest.seconds[arch] * 1e3:.3f} ms)")
 
 
-def predict(model, arch: str, links: list[str], max_boards: int, macs: int) -> list[dict]:
-    """Per link and board count: the plan on DPU + link time only ("dpu_only_*", what the figures counted before)
-    and the plan with the measured host cost model (the row's headline: end to end)."""
+def predict(model, arch: str, links: list[str], max_boards: int, macs: int, host_scale: float = 1.0) -> list[dict]:
+    """Per link and board count: the plan with the measured host cost model, stages double-buffered as a board
+    runs them (the row's headline: end to end), the same with the host strictly serial with the DPU
+    ("serial_host_*"), and on DPU + link time only ("dpu_only_*", what the figures counted before).
+    `host_scale`: the host costs times this (1: as measured on this machine)."""
     from tvm_dpu.pipeline.model import boards_for
     from tvm_dpu.pipeline.plan import load_link, op_chain, plan_chain
     from tvm_dpu.pipeline.stages import host_terms
     from tvm_dpu.timing.host import load_host_cost
 
     ops = op_chain(model, boards_for(arch, 1))
-    host = host_terms(model, load_host_cost())
+    cost = load_host_cost().scaled(host_scale)
+    host = host_terms(model, cost)
+    serial = host_terms(model, cost, overlap=False)
     rows = []
     for link_name in links:
         link = load_link(link_name)
-        base = base_dpu = None
+        base = base_dpu = base_serial = None
         for n in range(1, max_boards + 1):
             if n > len(ops):
                 break
             bare = plan_chain(ops, boards_for(arch, n), link)
             plan = plan_chain(ops, boards_for(arch, n), link, host)
+            strict = plan_chain(ops, boards_for(arch, n), link, serial)
             fps = plan.fps
             base = base or fps
             base_dpu = base_dpu or bare.fps
+            base_serial = base_serial or strict.fps
             busiest = max(plan.stages, key=lambda s: s.send_s)
             worst = max(range(n), key=lambda i: plan.stages[i].seconds)
             rows.append({"arch": arch, "link": link_name, "boards": n, "fps": fps,
@@ -76,6 +82,8 @@ def predict(model, arch: str, links: list[str], max_boards: int, macs: int) -> l
                          "host_ms": [round(s.host_s * 1e3, 4) for s in plan.stages],
                          "dpu_only_fps": bare.fps, "dpu_only_efficiency": bare.fps / base_dpu / n,
                          "dpu_only_gops_1op_per_mac": macs * bare.fps / 1e9,
+                         "serial_host_fps": strict.fps, "serial_host_efficiency": strict.fps / base_serial / n,
+                         "serial_host_bottleneck": strict.bottleneck(), "host_scale": host_scale,
                          "bottleneck_stage": worst,
                          "bottleneck_ms": plan.bottleneck_s * 1e3, "latency_ms": plan.latency_s * 1e3,
                          "largest_op_ms": max(o.seconds[arch] for o in ops) * 1e3,
@@ -205,14 +213,17 @@ def docs_section(data: dict) -> str:
              f"--write-docs`). ResNet-50 ({'reduced' if data['reduced'] else 'full size'}), predicted by the "
              "timing model, the measured host cost model (tvm_dpu/timing/host.py, `benchmarks/bench_host.py`; "
              "measured on the development host, not a board's ARM cores) and the link model: end to end per frame, "
-             "DPU + host + link; efficiency = speedup / boards. GOPS (1/MAC) counts one op per MAC, the paper's unit; "
-             "GOPS (2/MAC) two. DPU only: the same plan without the host, as these figures were counted before.", "",
-             "| arch | link | boards | frames/s | efficiency | GOPS (1/MAC) | GOPS (2/MAC) | DPU-only frames/s | "
-             "DPU-only efficiency | bottleneck |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "DPU + host + link, int8 passed through between stages and each stage double-buffered (host beside "
+             "DPU); efficiency = speedup / boards. GOPS (1/MAC) counts one op per MAC, the paper's unit; "
+             "GOPS (2/MAC) two. Serial host: the same with the host strictly serial with the DPU. DPU only: the "
+             "plan without the host, as these figures were counted before.", "",
+             "| arch | link | boards | frames/s | efficiency | GOPS (1/MAC) | GOPS (2/MAC) | serial-host frames/s | "
+             "serial-host efficiency | DPU-only frames/s | DPU-only efficiency | bottleneck |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         lines.append(f"| {r['arch']} | {r['link']} | {r['boards']} | {r['fps']:.1f} | {r['efficiency'] * 100:.0f}% | "
-                     f"{r['gops_1op_per_mac']:.0f} | {r['gops']:.0f} | {r['dpu_only_fps']:.1f} | "
+                     f"{r['gops_1op_per_mac']:.0f} | {r['gops']:.0f} | {r['serial_host_fps']:.1f} | "
+                     f"{r['serial_host_efficiency'] * 100:.0f}% | {r['dpu_only_fps']:.1f} | "
                      f"{r['dpu_only_efficiency'] * 100:.0f}% | {r['bottleneck']} |")
     lines += ["", "Against the goal of >= 90% of linear scaling up to the largest board count:"]
     for arch in dict.fromkeys(r["arch"] for r in rows):
@@ -227,6 +238,16 @@ def docs_section(data: dict) -> str:
                        f"{last['efficiency'] * 100:.0f}% on {last['boards']}), limited by {why(below[0])}")
             lines.append(f"- {arch}, {link}: {verdict}; at most {max(r['fps'] for r in sel):.1f} frames/s, "
                          f"{max(r['gops_1op_per_mac'] for r in sel):.0f} GOPS (1 op/MAC).")
+    scaled = data.get("host_scale_rows") or []
+    if scaled:
+        lines += ["", f"The host figures are this x86 machine's; a board's Cortex-A53 cores are slower by a factor not "
+                  f"measured here. The same plans with every host cost multiplied ({scaled[0]['arch']}, "
+                  f"{scaled[0]['link']}; efficiency double-buffered / host serial, bottleneck):"]
+        for f in dict.fromkeys(r["host_scale"] for r in scaled):
+            sel = [r for r in scaled if r["host_scale"] == f]
+            lines.append(f"- host x{f:g}: " + "; ".join(
+                f"{r['boards']} boards {r['efficiency'] * 100:.0f}% / {r['serial_host_efficiency'] * 100:.0f}%"
+                for r in sel) + f" (at {sel[-1]['boards']}: {sel[-1]['bottleneck']}).")
     paper = data["paper"]
     fps = {str(k): v for k, v in paper["fps"].items()}  # JSON object keys are strings
     gops = {str(k): v for k, v in paper["gops"].items()}
@@ -271,6 +292,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="reduced ResNet-50 (checks the script)")
     ap.add_argument("--runs", type=int, default=12, help="frames for the executor overhead")
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--host-scales", default="1,2,4",
+                    help="host cost factors for the sensitivity rows (first arch and link; 1 = as measured here)")
     ap.add_argument("--write-docs", action="store_true",
                     help="only rewrite the measured section of docs/pipeline.md from --json (no run)")
     args = ap.parse_args()
@@ -287,7 +310,7 @@ def main() -> int:
     links = [a for a in args.links.split(",") if a]
     model_proto = zoo.build_model("resnet50", reduced=args.quick)
     calib = [zoo.random_input("resnet50", reduced=args.quick, seed=s) for s in range(2)]
-    rows, checks, build_s = [], {}, {}
+    rows, checks, build_s, sensitivity = [], {}, {}, []
     for arch in archs:
         t0 = time.perf_counter()
         model = tvm_dpu.build(model_proto, arch=arch, calibration=calib, progress=False)
@@ -296,19 +319,31 @@ def main() -> int:
         macs = sum(op_macs(op, graph) for op in graph.ops)
         rows += predict(model, arch, links, args.max_boards, macs)
         if arch == archs[0]:
+            # the host figures are this machine's; a board's Cortex-A53 cores are slower by a factor not measured
+            # here: how the plan fares if the host costs that many times more
+            scales = [float(f) for f in args.host_scales.split(",") if f.strip()]
+            sensitivity = [{k: r[k] for k in ("arch", "link", "boards", "fps", "efficiency", "bottleneck",
+                                              "host_scale", "serial_host_fps", "serial_host_efficiency")}
+                           for f in scales for r in predict(model, arch, links[:1], args.max_boards, macs, f)]
             checks = {"arch": arch, "link": links[0], "boards": 4,
                       "stages": stage_check(model, arch, links[0], min(4, args.max_boards))}
         del model
 
     print(f"ResNet-50 ({'reduced' if args.quick else 'full size'}) pipelined over boards, predicted end to end: "
-          "DPU (timing model) + host (measured host cost model, this machine) + link; GOPS(1) = 1 op per MAC "
-          "(the paper's unit), GOPS(2) = 2 ops per MAC; 'DPU only' = DPU + link, as counted before")
+          "DPU (timing model) + host (measured host cost model, this machine; int8 passed through between stages, "
+          "stages double-buffered) + link; GOPS(1) = 1 op per MAC (the paper's unit), GOPS(2) = 2 ops per MAC; "
+          "'serial host' = the host strictly serial with the DPU; 'DPU only' = DPU + link, as counted before")
     print(f"{'arch':<10} {'link':<12} {'boards':>6} {'frames/s':>9} {'eff':>5} {'GOPS(1)':>8} {'GOPS(2)':>8} "
-          f"{'DPU-only f/s':>12} {'eff':>5}  bottleneck")
+          f"{'serial-host f/s':>15} {'eff':>5} {'DPU-only f/s':>12} {'eff':>5}  bottleneck")
     for r in rows:
         print(f"{r['arch']:<10} {r['link']:<12} {r['boards']:>6} {r['fps']:>9.1f} {r['efficiency'] * 100:>4.0f}% "
-              f"{r['gops_1op_per_mac']:>8.1f} {r['gops']:>8.1f} {r['dpu_only_fps']:>12.1f} "
+              f"{r['gops_1op_per_mac']:>8.1f} {r['gops']:>8.1f} {r['serial_host_fps']:>15.1f} "
+              f"{r['serial_host_efficiency'] * 100:>4.0f}% {r['dpu_only_fps']:>12.1f} "
               f"{r['dpu_only_efficiency'] * 100:>4.0f}%  {r['bottleneck']}")
+    print(f"\nhost cost x factor (a board's ARM cores against this machine; not measured), {archs[0]}, {links[0]}:")
+    for r in sensitivity:
+        print(f"  host x{r['host_scale']:g} {r['boards']} boards: {r['fps']:.1f} frames/s, "
+              f"{r['efficiency'] * 100:.0f}% ({r['bottleneck']}); host serial {r['serial_host_efficiency'] * 100:.0f}%")
     print(f"paper (PYNQ cluster, own HLS accelerator @100 MHz, serial links, measured on the boards; GOPS = 1 op "
           f"per MAC, 3.88e9 ops per frame): 4 boards {PAPER['fps'][4]} FPS / {PAPER['gops'][4]:.0f} GOPS, 5 boards "
           f"{PAPER['gops'][5]:.0f} GOPS; {PAPER['shape']}")
@@ -334,7 +369,7 @@ def main() -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"model": "resnet50", "reduced": args.quick, "rows": rows,
                                      "stage_check": checks, "executor_overhead": overhead, "paper": PAPER,
-                                     "host_check": hosts, "units": {
+                                     "host_check": hosts, "host_scale_rows": sensitivity, "units": {
                                          "fps": "frames/s, predicted end to end (DPU + host + link)",
                                          "gops_1op_per_mac": "GOPS counting 1 op per MAC (the paper's unit)",
                                          "gops": "GOPS counting 2 ops per MAC"},

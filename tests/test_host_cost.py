@@ -73,3 +73,30 @@ def test_measured_model_loads_and_adds_up(tmp_path):
         load_host_cost(bad)
     with pytest.raises(TimingError, match="call_s"):
         HostCost(-1.0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def test_int8_stage_cost_and_the_terms_added_later(tmp_path):
+    cost = load_host_cost()
+    # measured by bench_host.py: the int8 path's own call (no VM) is far below the VM call; CPU ops cost per MAC
+    assert 0 < cost.int8_call_s < cost.call_s and cost.cpu_s_per_mac > 0
+    # a stage between two others: 1 MiB in, 0.5 MiB out, as int8, 3 MB of weights: no conversion at all
+    mid = cost.int8_call_seconds(2**20, 2**19, region_bytes=3_000_000)
+    assert mid == pytest.approx(cost.int8_call_s + cost.dpu_call_s + 3e6 * cost.region_s_per_byte
+                                + (2**20 + 2**19) * cost.dma_s_per_byte)
+    # the first stage quantizes its float input, the last dequantizes its output
+    assert cost.int8_call_seconds(100, 0, quant_elems=100) - cost.int8_call_seconds(100, 0) == pytest.approx(
+        100 * cost.quant_s_per_elem)
+    assert cost.int8_call_seconds(0, 10, dequant_elems=10) - cost.int8_call_seconds(0, 10) == pytest.approx(
+        10 * cost.dequant_s_per_elem)
+    assert cost.cpu_ops_s([10, 20], [1000, 0]) == pytest.approx(
+        2 * cost.cpu_fixed_s + 30 * cost.cpu_s_per_elem + 1000 * cost.cpu_s_per_mac)
+    # a file of the first terms only still loads (the later ones were not measured there: 0); an unknown term fails
+    doc = json.loads(json.dumps({"cost": {k: v for k, v in cost.to_json().items()
+                                          if k not in ("source", "scale", "int8_call_s", "cpu_s_per_mac")}}))
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = load_host_cost(tmp_path / "old.json")
+    assert old.int8_call_s == 0.0 and old.cpu_s_per_mac == 0.0 and old.call_s == cost.call_s
+    doc["cost"]["warp_s"] = 1.0
+    (tmp_path / "odd.json").write_text(json.dumps(doc))
+    with pytest.raises(TimingError, match="unknown host cost terms"):
+        load_host_cost(tmp_path / "odd.json")

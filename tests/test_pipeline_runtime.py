@@ -113,26 +113,29 @@ def test_heterogeneous_boards_bit_identical(single, frames, reference):
     assert _same(pipe.run(frames[0]), reference[0])
 
 
-def test_failing_stage_stops_stream_naming_stage_and_frame(single, frames, reference):
-    pipe = PipelineModel.from_model(single, boards=3)
+@pytest.mark.parametrize("overlap,phase", [(False, "run_payload"), (True, "execute"), (True, "prepare"),
+                                           (True, "finish")])
+def test_failing_stage_stops_stream_naming_stage_and_frame(single, frames, reference, overlap, phase):
+    # overlap: the stage double-buffered on three threads (each phase can fail); else one thread runs it whole
+    pipe = PipelineModel.from_model(single, boards=3, overlap=overlap)
     stage = pipe.stages[1]
-    original = stage.run_payload
+    original = getattr(stage, phase)
     seen = []
 
-    def flaky(payload, fix_points):
+    def flaky(*args):
         seen.append(1)
         if len(seen) == 3:
             raise RuntimeError("DPU timeout (injected)")
-        return original(payload, fix_points)
+        return original(*args)
 
-    stage.run_payload = flaky
+    setattr(stage, phase, flaky)
     got = []
     with pytest.raises(PipelineError, match=r"stage 1 \(board1, zcu102\) failed on frame 2: RuntimeError: DPU "
                                             r"timeout \(injected\)"):
         for out in pipe.run_stream(frames, max_in_flight=2):
             got.append(out)
     assert len(got) == 2 and all(_same(g, r) for g, r in zip(got, reference))  # nothing lost or reordered
-    stage.run_payload = original
+    setattr(stage, phase, original)
     assert _same(pipe.run(frames[3]), reference[3])  # the stages keep serving after a failed frame
     pipe.close()
 
@@ -416,3 +419,84 @@ def test_explore_respects_the_budget_and_ranks_by_throughput(single):
     assert all(c.ddr_bus_bytes_per_frame >= c.ddr_bytes_per_frame for c in multi)  # overheads never save bytes
     with pytest.raises(PlanError, match="no DPU configuration fits"):
         explore(single, 10, 10)
+
+
+def test_stages_pass_int8_through_as_a_board_does(single, saved, frames, reference, monkeypatch):
+    """Only the first stage quantizes (the float input) and only the last dequantizes (the model output); between
+    them the DPU's int8 goes over the link and into the next DPU as it is, with no Relax VM call, in a pipeline
+    built here and one loaded from its files (which record the int8 form in pipeline.json)."""
+    from tvm_dpu.runtime import compiled_model, subgraph_runner
+
+    calls = {"quantize": 0, "dequantize": 0, "vm": 0}
+
+    def count(name, fn):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(subgraph_runner, "quantize_tensor", count("quantize", subgraph_runner.quantize_tensor))
+    monkeypatch.setattr(subgraph_runner, "dequantize_tensor", count("dequantize", subgraph_runner.dequantize_tensor))
+    monkeypatch.setattr(compiled_model.CompiledModel, "run", count("vm", compiled_model.CompiledModel.run))
+    for pipe in (PipelineModel.from_model(single, boards=3), PipelineModel.load(saved)):
+        assert all(st.int8_path() is not None for st in pipe.stages)
+        assert all(st.spec.int8_io is not None for st in pipe.stages)
+        payload = pipe._first_payload(frames[0])
+        for st in pipe.stages[:-1]:
+            payload = st.run_payload(payload, pipe.fix_points)
+            assert all(a.dtype == np.int8 for a in payload.values())  # int8 over every link
+        for k in calls:
+            calls[k] = 0
+        with pipe:
+            got = list(pipe.run_stream(frames, max_in_flight=3))
+        assert all(_same(g, r) for g, r in zip(got, reference))
+        assert calls == {"quantize": len(frames), "dequantize": len(frames), "vm": 0}
+
+
+def test_int8_form_that_does_not_match_the_stage_is_refused(saved, tmp_path):
+    import shutil
+
+    for f in saved.parent.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    doc = json.loads((tmp_path / "pipeline.json").read_text())
+    doc["stages"][1]["int8_io"]["args"] = ["no_such_input"]
+    (tmp_path / "pipeline.json").write_text(json.dumps(doc))
+    pipe = PipelineModel.load(tmp_path / "pipeline.json")
+    with pytest.raises(PipelineError, match="int8_io .* does not match the stage's model"):
+        pipe.stages[1].int8_path()
+
+
+def test_double_buffered_stage_overlaps_host_and_dpu(single, frames, reference):
+    """A stage that passes int8 through runs its host phases beside its DPU (as a board's ARM cores do): with a
+    DPU phase and a host phase of 60 ms each, 6 frames take about 7 x 60 ms, not 12 x 60 ms; bit-identical and in
+    order either way."""
+    import time
+
+    def slow(pipe):
+        st = pipe.stages[0]
+        prepare, execute = st.prepare, st.execute
+
+        def slow_prepare(*a):
+            time.sleep(0.06)
+            return prepare(*a)
+
+        def slow_execute(*a):
+            time.sleep(0.06)
+            return execute(*a)
+
+        st.prepare, st.execute = slow_prepare, slow_execute
+        st.run_payload = lambda payload, fp: st.finish((slow_execute(r := slow_prepare(payload, fp)), r)[1])
+        return pipe
+
+    walls = {}
+    for overlap in (False, True):
+        pipe = slow(PipelineModel.from_model(single, boards=1, overlap=overlap))
+        assert pipe.stages[0].phased()
+        list(pipe.run_stream(frames[:1]))  # threads started, libraries linked
+        t0 = time.perf_counter()
+        got = list(pipe.run_stream(frames, max_in_flight=4))
+        walls[overlap] = time.perf_counter() - t0
+        assert all(_same(g, r) for g, r in zip(got, reference))
+        pipe.close()
+    assert walls[False] >= 10 * 0.06  # one thread: host and DPU in turn
+    assert walls[True] < walls[False] - 3 * 0.06  # three threads: the sleeps overlap

@@ -11,10 +11,13 @@ number of cores (1 .. 4) and the clock. `explore` generalises Algorithm 1 to it:
   without depthwise convolution), optionally PG338's extra cost of depthwise convolution, and with the UltraRAM
   option (every size, AMD's recommended bank counts) part of the BRAM36K replaced by URAM; it fits when every
   cost is within the board's budget;
-* its predicted single-frame latency comes from the timing model on the model's own program code-generated for
-  that architecture (the quantized graph is arch-independent, so it is quantized once), at that clock;
-* its predicted throughput = min(cores / latency, DDR bandwidth / DDR bytes per frame): cores run different
-  frames, and together they cannot move more bytes than the board's DDR delivers (the bound is reported);
+* its predicted single-frame latency comes from the timing model on the model's own programs (every DPU subgraph)
+  code-generated for that architecture (the quantized graphs are arch-independent, so they are quantized once), at
+  that clock;
+* its predicted throughput = min(cores / latency, DDR bandwidth / DDR bytes per frame, 1 / CPU-op time): cores
+  run different frames, together they cannot move more bytes than the board's DDR delivers, and the model's CPU
+  ops between its DPU subgraphs run on the board's ARM cores (the measured host cost model, the same for every
+  configuration) one frame after another (the bound is reported);
 * configurations are ranked by throughput, then latency, then DSP used. For comparison `algorithm1` gives the
   architecture the paper's rule would pick from the DSP budget alone.
 
@@ -114,6 +117,8 @@ class Candidate:
     ddr_bus_bytes_per_frame: int = 0  # what the DDR moves per frame, burst overheads included (the DDR cap's unit)
     dsp_usage: str = "high"
     uram: int = 0  # UltraRAM blocks (the UltraRAM option), all cores
+    cpu_ms: float = 0.0  # the model's CPU ops per frame on the host (host cost model), whatever the DPU
+    host_bound: bool = False  # throughput limited by the CPU ops, not by the cores or the DDR
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -142,14 +147,13 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
             cache: dict | None = None, depthwise: bool = False,
             archs: Sequence[str] | None = None) -> list[Candidate]:
     """Every configuration that fits the budget, ranked (see module docstring). `model`: a CompiledModel with
-    one DPU subgraph (its quantized graph is recompiled per architecture). `dsp_usage`: "high", "low" or both;
-    `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" / "high"
-    (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same model
-    to compile each architecture once; `depthwise`: cost cores with depthwise convolution (core_costs); `archs`:
-    explore only these architectures (default all)."""
+    one or several DPU subgraphs (their quantized graphs are recompiled per architecture). `dsp_usage`: "high",
+    "low" or both; `uram`: UltraRAM blocks available (0: the UltraRAM option is not offered); `ram_usage`: "low" /
+    "high" (PG338 v4.0 BRAM36K table) or None (the v1.2 figures); `cache`: a dict reused across calls on the same
+    model to compile each subgraph for each architecture once; `depthwise`: cost cores with depthwise convolution
+    (core_costs); `archs`: explore only these architectures (default all)."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.backend.dpu_compile import compile_subgraph
-    from tvm_dpu.pipeline.plan import single_subgraph
     from tvm_dpu.timing.simulate import simulate
 
     if dsp <= 0 or bram36k <= 0:
@@ -161,10 +165,11 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
     table = resource_table(usages[0])
     data = _resources()
     max_cores = min(int(max_cores), int(data["max_cores"]))
-    graph = single_subgraph(model).graph
+    graphs = model_graphs(model)
     from tvm_dpu.xgraph.ops import op_macs
 
-    macs = sum(op_macs(op, graph) for op in graph.ops)
+    macs = sum(op_macs(op, g) for g in graphs for op in g.ops)
+    cpu_s = model_cpu_seconds(model)
     out: list[Candidate] = []
     for name in (ARCHS if archs is None else [a for a in ARCHS if a in archs]):
         # (cores, dsp usage, per-core cost) of every way to build `name` that fits
@@ -174,30 +179,35 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
         if not fits:
             continue
         base = load_arch(name)
-        key = (id(graph), name, fusion)
-        if cache is not None and key in cache:
-            csg = cache[key]
-        else:
+        csgs = []
+        for graph in graphs:
+            key = (id(graph), name, fusion)
+            if cache is not None and key in cache:
+                csgs.append(cache[key])
+                continue
             csg, _ = compile_subgraph(graph, base, fusion)
             if cache is not None:
                 cache[key] = csg
+            csgs.append(csg)
         for mhz in clocks_mhz:
             arch = dataclasses.replace(base, freq_mhz=float(mhz), ddr_bytes_per_s=float(ddr_bytes_per_s))
-            t = simulate(csg.code, arch)
-            latency = t.cycles / t.freq_hz
-            ddr = int(t.ddr_read_bytes + t.ddr_write_bytes)
+            timings = [simulate(csg.code, arch) for csg in csgs]  # a frame runs every DPU subgraph once
+            latency = sum(t.cycles for t in timings) / timings[0].freq_hz
+            ddr = int(sum(t.ddr_read_bytes + t.ddr_write_bytes for t in timings))
             # the cores share the DDR by what it moves, burst overheads included (short strided items cost more
             # than their bytes: e.g. a channel-augmented first layer's overlapping LOAD items)
-            bus = int(t.ddr_bus_bytes)
+            bus = int(sum(t.ddr_bus_bytes for t in timings))
             for c, usage, w in fits:
                 core_fps = c / latency
                 ddr_fps = ddr_bytes_per_s / bus if bus else float("inf")
-                fps = min(core_fps, ddr_fps)
-                ops = 2 * macs if macs else t.total_ops
+                host_fps = 1.0 / cpu_s if cpu_s > 0 else float("inf")
+                fps = min(core_fps, ddr_fps, host_fps)
+                ops = 2 * macs if macs else sum(t.total_ops for t in timings)
                 out.append(Candidate(name, c, float(mhz), int(c * w["dsp"]), c * w["bram36k"],
                                      int(c * w["lut"]), latency * 1e3, fps, fps * ops / 1e9,
-                                     ddr_fps < core_fps, ddr, dataclasses.replace(arch, cores=c), int(bus),
-                                     usage, int(c * w["uram"])))
+                                     ddr_fps < core_fps and ddr_fps <= host_fps, ddr,
+                                     dataclasses.replace(arch, cores=c), int(bus), usage, int(c * w["uram"]),
+                                     cpu_s * 1e3, host_fps < min(core_fps, ddr_fps)))
     if not out:
         raise PlanError(f"no DPU configuration fits dsp={dsp}, bram36k={bram36k}"
                         f"{'' if lut is None else f', lut={lut}'} (the smallest, B512, needs "
@@ -205,6 +215,32 @@ def explore(model: Any, dsp: int, bram36k: float, lut: int | None = None, clocks
     # ties (the same DPU and cores built differently): fewer DSP, then fewer URAM
     out.sort(key=lambda c: (-c.fps, c.latency_ms, c.dsp, c.uram))
     return out
+
+
+def model_graphs(model: Any) -> list:
+    """The quantized XGraph of every DPU subgraph of `model` (a CompiledModel built in this process, or an artifact
+    with verification data), in call order; PlanError otherwise."""
+    if not model.runners:
+        raise PlanError("the model has no DPU subgraph: nothing to explore")
+    missing = [sym for sym, r in model.runners.items() if r.graph is None]
+    if missing:
+        raise PlanError(f"exploring needs the quantized XGraph of every DPU subgraph ({', '.join(missing)} has "
+                        "none: an artifact without verification data)")
+    return [r.graph for r in model.runners.values()]
+
+
+def model_cpu_seconds(model: Any) -> float:
+    """Seconds of the model's CPU ops per frame on the host (the measured host cost model; 0 without the Relax
+    module)."""
+    if model.relax_module is None:
+        return 0.0
+    from tvm_dpu.pipeline.stages import cpu_ops_seconds
+    from tvm_dpu.timing.host import load_host_cost
+
+    main = model.relax_module["main"]
+    bindings = [b for block in main.body.blocks for b in block.bindings
+                if not (hasattr(b.value, "op") and getattr(b.value.op, "name_hint", None) in model.runners)]
+    return cpu_ops_seconds(load_host_cost(), bindings)
 
 
 def part_conditions(part: str, reserve: bool = True) -> dict[str, Any]:
@@ -239,10 +275,13 @@ def explore_part(model: Any, part: str, max_cores: int = 4, fusion: str = "optim
 def table_text(cands: Sequence[Candidate], limit: int = 20) -> str:
     rows = [f"{'rank':>4} {'dpu':<6} {'cores':>5} {'MHz':>5} {'DSP':>5} {'usage':>5} {'BRAM36K':>8} {'URAM':>5} "
             f"{'LUT':>7} {'latency ms':>10} {'frames/s':>9} {'GOPS(2)':>7}  bound"]
+    cpu = max((c.cpu_ms for c in cands), default=0.0)
     for i, c in enumerate(cands[:limit]):
         rows.append(f"{i + 1:>4} {c.dpu:<6} {c.cores:>5} {c.freq_mhz:>5.0f} {c.dsp:>5} {c.dsp_usage:>5} "
                     f"{c.bram36k:>8.1f} {c.uram:>5} {c.lut:>7} {c.latency_ms:>10.3f} {c.fps:>9.1f} {c.gops:>7.1f}  "
-                    f"{'DDR' if c.ddr_bound else 'cores'}")
+                    f"{'host' if c.host_bound else 'DDR' if c.ddr_bound else 'cores'}")
+    if cpu > 0:
+        rows.append(f"CPU ops on the host: {cpu:.3f} ms per frame (host cost model, every configuration)")
     return "\n".join(rows)
 
 

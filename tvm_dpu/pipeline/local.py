@@ -6,6 +6,11 @@ Relax VM between frames. Several streams may run at once: a frame carries its st
 to that stream's result queue. Frames of a stream stay in order because every queue is FIFO and every stage
 handles one frame at a time. The caller's thread feeds its own frames, at most `max_in_flight` at a time.
 
+A stage that passes int8 through (`PipelineStage.phased`) is double-buffered as a board runs it: one thread
+prepares frame f+1 (DDR regions, the input placed), one runs the DPU program on frame f, one reads frame f-1 back
+and sends it on, with at most one frame waiting between two of them; so the stage's period is the longest of the
+three, not their sum (`LocalEngine(overlap=False)`: one thread does all three in turn).
+
 A failure travels down the stages in its frame's place (later stages pass it on), so the frames before it are
 delivered and the consumer raises when it reaches it; frames of a stream that has stopped are dropped by the
 stages. The threads end when the engine is closed or collected.
@@ -33,26 +38,60 @@ class _Stream:
     stopped: bool = False
 
 
-def _serve(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
-    """Body of stage `index`'s thread (no reference to the engine, so the engine can be collected)."""
+def _relay(inbox: queue.Queue, work: Any, index: int, put: Any) -> None:
+    """Take (stream, seq, value) items off `inbox` until _STOP (handed on): drop those of a stopped stream, replace
+    the value by `work(value)` (a failure, raised or arrived, travels on in the frame's place) and `put` them."""
     while True:
         item = inbox.get()
         if item is _STOP:
-            if outbox is not None:
-                outbox.put(_STOP)
+            put(_STOP)
             return
-        stream, seq, payload = item
+        stream, seq, value = item
         if stream.stopped:
             continue
-        if not isinstance(payload, _Failure):
+        if not isinstance(value, _Failure):
             try:
-                payload = stage.run_payload(payload, fix_points)
+                value = work(value)
             except BaseException as e:  # noqa: BLE001 - handed to the stream's consumer, which raises it
-                payload = _Failure(index, e)
-        if outbox is None:
+                value = _Failure(index, e)
+        put((stream, seq, value))
+
+
+def _deliver(outbox: queue.Queue | None) -> Any:
+    """Where a stage's finished frames go: the next stage's inbox, or (the last stage) the frame's stream."""
+    def put(item: Any) -> None:
+        if outbox is not None:
+            outbox.put(item)
+        elif item is not _STOP:
+            stream, seq, payload = item
             stream.results.put((seq, payload))
-        else:
-            outbox.put((stream, seq, payload))
+    return put
+
+
+def _serve(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
+    """Body of stage `index`'s thread (no reference to the engine, so the engine can be collected)."""
+    _relay(inbox, lambda payload: stage.run_payload(payload, fix_points), index, _deliver(outbox))
+
+
+def _serve_phased(stage: Any, fix_points: dict, index: int, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
+    """Body of a double-buffered stage's host thread (see the module docstring): it prepares each frame, behind it
+    a DPU thread runs it and a read-back thread sends it on, at most one frame waiting between two of them."""
+    to_dpu: queue.Queue = queue.Queue(maxsize=1)
+    to_host: queue.Queue = queue.Queue(maxsize=1)
+
+    def execute(regions: dict) -> dict:
+        stage.execute(regions)
+        return regions
+
+    helpers = [threading.Thread(target=_relay, args=(to_dpu, execute, index, to_host.put), daemon=True,
+                                name=f"tvm-dpu-stage{index}-dpu"),
+               threading.Thread(target=_relay, args=(to_host, stage.finish, index, _deliver(outbox)), daemon=True,
+                                name=f"tvm-dpu-stage{index}-finish")]
+    for t in helpers:
+        t.start()
+    _relay(inbox, lambda payload: stage.prepare(payload, fix_points), index, to_dpu.put)
+    for t in helpers:
+        t.join()
 
 
 def _stop_threads(first: queue.Queue) -> None:
@@ -62,14 +101,15 @@ def _stop_threads(first: queue.Queue) -> None:
 class LocalEngine:
     """Runs a PipelineModel's stages on threads of this process."""
 
-    def __init__(self, pipe: Any):
+    def __init__(self, pipe: Any, overlap: bool = True):
         stages = pipe.stages
         self._stages = stages
         self._inboxes = [queue.Queue() for _ in stages]
         self._threads = []
         for i, st in enumerate(stages):
             outbox = self._inboxes[i + 1] if i + 1 < len(stages) else None
-            t = threading.Thread(target=_serve, args=(st, dict(pipe.fix_points), i, self._inboxes[i], outbox),
+            serve = _serve_phased if overlap and st.phased() else _serve
+            t = threading.Thread(target=serve, args=(st, dict(pipe.fix_points), i, self._inboxes[i], outbox),
                                  name=f"tvm-dpu-stage{i}", daemon=True)
             t.start()
             self._threads.append(t)

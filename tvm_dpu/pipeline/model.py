@@ -110,10 +110,10 @@ class PipelineModel:
         if isinstance(boards, int):
             boards = boards_for(arch or model.arch.name, boards, ddr_bytes)
         if _by_steps(model):
-            # several DPU subgraphs: CPU ops are costed by multi's cpu_cost hook (not yet the host cost model)
+            # several DPU subgraphs, CPU ops between them: steps costed by the same host cost model
             from tvm_dpu.pipeline.multi import plan_steps
 
-            plan = plan_steps(model, boards, load_link(link))
+            plan = plan_steps(model, boards, load_link(link), host_cost=host_cost)
         else:
             host = None
             if host_cost is not None and host_cost is not False:
@@ -272,7 +272,8 @@ class PipelineModel:
                                     "pipeline.json records (modified or from another pipeline)")
             spec = StageSpec(index=d["index"], board=d["board"], arch=d["arch"], ops=d["ops"], inputs=d["inputs"],
                              outputs=d["outputs"], wire_fix_points=d["wire_fix_points"],
-                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"], part=d.get("part"))
+                             predicted_ms=d["predicted_ms"], send_bytes=d["send_bytes"], part=d.get("part"),
+                             int8_io=d.get("int8_io"))
             # The bytes just checked are the bytes loaded (here and, for Ray, shipped to the actors): the file is
             # never read again, so replacing it after this check changes nothing.
             options = dict(device_options or {}) if executor == "local" else {}
@@ -334,6 +335,13 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
                 need_str(d.get(key), f"{where}.{key}")
             if "part" in d:
                 need_str(d["part"], f"{where}.part")
+            if "int8_io" in d:
+                io = need_dict(d["int8_io"], f"{where}.int8_io")
+                need_str(io.get("symbol"), f"{where}.int8_io.symbol")
+                for j, v in enumerate(need_list(io.get("args"), f"{where}.int8_io.args")):
+                    need_str(v, f"{where}.int8_io.args[{j}]")
+                for j, v in enumerate(need_list(io.get("outs"), f"{where}.int8_io.outs")):
+                    need_int(v, f"{where}.int8_io.outs[{j}]", 0, 1 << 20)
             if Path(d["artifact"]).name != d["artifact"] or d["artifact"] in (".", ".."):
                 raise SchemaError(f"{where}.artifact must be a file name beside pipeline.json, got "
                                   f"{d['artifact']!r:.60}")

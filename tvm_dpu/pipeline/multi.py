@@ -17,36 +17,23 @@ and one DPU call per piece of a subgraph (its ops extracted from the quantized X
 stage's board), rebinding a DPU call's original variable once its last piece has run. So every op's integer
 arithmetic, and every CPU op, is the single-board model's, and the output is bit-identical to it.
 
-CPU cost: `cpu_op_seconds` is a simple analytic model of a Zynq UltraScale+ APU (its constants below; not measured
-on a board). `plan_steps(..., cpu_cost=f)` takes any `f(binding) -> seconds` instead, the hook for a measured host
-cost model.
+CPU cost: the measured host cost model (tvm_dpu.timing.host, the one every pipeline figure uses): a CPU step costs
+its stage's ARM cores `cpu_op_seconds` (per op, per output element and per multiply-accumulate, as fitted on
+TVM-compiled CPU ops by benchmarks/bench_host.py), counted as host time, not DPU time; every stage also pays the
+host terms of a stage that runs through its Relax VM (`plan.HostTerms`). `plan_steps(..., cpu_cost=f)` takes any
+`f(binding) -> seconds` instead.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from tvm_dpu.pipeline.plan import Board, Link, OpCost, Plan, PlanError, plan_chain, runner_units, tensor_bytes
+from tvm_dpu.pipeline.plan import (Board, HostTerms, Link, OpCost, Plan, PlanError, plan_chain, runner_units,
+                                   tensor_bytes)
+from tvm_dpu.pipeline.stages import static_shape
 
-#: Analytic APU model (assumptions, not measurements): one Cortex-A53 core at 1.2 GHz running TVM's compiled CPU
-#: op, about 1 float32 MAC per cycle with NEON; 2 GB/s of DDR traffic; 20 us of fixed cost per op (dispatch).
-ARM_MACS_PER_S = 1.2e9
-ARM_BYTES_PER_S = 2.0e9
-ARM_OP_OVERHEAD_S = 20e-6
 #: Bytes charged to a cut that would send a non-tensor value: no plan takes it.
 _NO_CUT = 1 << 60
-
-
-def _shape(ty: Any) -> tuple[int, ...] | None:
-    """The static shape of a Relax tensor type; None for anything else (a tuple, a dynamic shape)."""
-    from tvm import relax
-
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except (TypeError, ValueError):
-        return None
 
 
 def _elems(shape: Sequence[int]) -> int:
@@ -56,26 +43,13 @@ def _elems(shape: Sequence[int]) -> int:
     return n
 
 
-def cpu_op_seconds(binding: Any) -> float:
-    """Predicted seconds of one CPU binding on a board's ARM core (analytic, see the module constants): MACs of a
-    convolution or matrix product, one op per output element otherwise, plus the bytes it reads and writes."""
-    from tvm import relax
+def cpu_op_seconds(binding: Any, cost: Any = None) -> float:
+    """Predicted seconds of one CPU binding on its stage's host under the host cost model `cost` (default the
+    measured one): 0 for a binding that calls nothing."""
+    from tvm_dpu.pipeline.stages import cpu_ops_seconds
+    from tvm_dpu.timing.host import load_host_cost
 
-    value = binding.value
-    out = _shape(binding.var.ty)
-    out_elems = _elems(out) if out is not None else 0
-    if not isinstance(value, relax.Call):  # a tuple item, an alias: no work
-        return 0.0
-    ins = [_shape(a.ty) if hasattr(a, "ty") else None for a in value.args]
-    in_bytes = sum(4 * _elems(s) for s in ins if s is not None)
-    op = getattr(value.op, "name", "")
-    macs = out_elems
-    if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") and len(ins) > 1 and ins[1] is not None:
-        w = ins[1]
-        macs = out_elems * _elems(w[1:])
-    elif op in ("relax.matmul", "relax.nn.dense", "relax.linear") and ins and ins[0] is not None:
-        macs = out_elems * ins[0][-1]
-    return ARM_OP_OVERHEAD_S + macs / ARM_MACS_PER_S + (in_bytes + 4 * out_elems) / ARM_BYTES_PER_S
+    return cpu_ops_seconds(cost if cost is not None else load_host_cost(), [binding])
 
 
 @dataclass
@@ -148,7 +122,7 @@ def model_steps(model: Any) -> Steps:
         name(b.var, b.var.name)
     for v, key in key_of.items():
         out.var_of[key] = v
-        out.shape_of[key] = _shape(v.ty)
+        out.shape_of[key] = static_shape(v.ty)
     dpu_call_of: dict[Any, tuple[int, int | None]] = {}  # DPU output var -> (subgraph, output index or None)
     for b in body.blocks[0].bindings:
         value = b.value
@@ -214,11 +188,12 @@ def _liveness(steps: Steps) -> tuple[dict[str, int], dict[str, int]]:
 def step_chain(model: Any, boards: Sequence[Board], cpu_cost: Callable[[Any], float] | None = None,
                steps: Steps | None = None) -> list[OpCost]:
     """The planner's chain (`OpCost` per step) of a model with any number of DPU subgraphs: DPU units timed by the
-    timing model per board arch, CPU steps by `cpu_cost` (default `cpu_op_seconds`), the same on every board."""
+    timing model per board arch, CPU steps by `cpu_cost` (default `cpu_op_seconds` under the measured host cost
+    model) as host time, the same on every board."""
     from tvm_dpu.timing.simulate import simulate
 
     steps = steps or model_steps(model)
-    cpu_cost = cpu_cost or cpu_op_seconds
+    cpu_cost = cpu_cost or _default_cpu_cost()
     archs = {b.arch: b for b in boards}
     unit_s: dict[tuple[int, str], list[float]] = {}
     for g, runner in enumerate(steps.runners):
@@ -229,9 +204,10 @@ def step_chain(model: Any, boards: Sequence[Board], cpu_cost: Callable[[Any], fl
     unit_index: dict[int, int] = {}
     out = []
     for i, st in enumerate(steps.steps):
+        host_s = 0.0
         if st.graph_index is None:
-            s = float(cpu_cost(st.binding))
-            seconds = {a: s for a in archs}
+            host_s = float(cpu_cost(st.binding))
+            seconds = {a: 0.0 for a in archs}
             param_bytes = 0
             work = sum(steps.bytes_of[k] for k in set(st.uses) | set(st.defines) if steps.bytes_of[k] < _NO_CUT)
         else:
@@ -245,14 +221,40 @@ def step_chain(model: Any, boards: Sequence[Board], cpu_cost: Callable[[Any], fl
                      if t in graph.tensors and graph.tensors[t].data is None}
             work = sum(tensor_bytes(graph, t) for t in fmaps)
         cut = sum(steps.bytes_of[k] for k, p in produced.items() if p <= i < last_use.get(k, -1))
-        out.append(OpCost(st.name, seconds, param_bytes, work, min(cut, _NO_CUT)))
+        out.append(OpCost(st.name, seconds, param_bytes, work, min(cut, _NO_CUT), host_s))
     return out
 
 
-def plan_steps(model: Any, boards: Sequence[Board], link: Link,
-               cpu_cost: Callable[[Any], float] | None = None) -> Plan:
-    """The best plan of a model with several DPU subgraphs over `boards` (see `plan_chain`)."""
-    return plan_chain(step_chain(model, boards, cpu_cost), boards, link)
+def _default_cpu_cost() -> Callable[[Any], float]:
+    from tvm_dpu.timing.host import load_host_cost
+
+    cost = load_host_cost()
+    return lambda binding: cpu_op_seconds(binding, cost)
+
+
+def step_host_terms(model: Any, cost: Any, overlap: bool = True) -> HostTerms:
+    """The host terms of a step pipeline: every stage runs through its Relax VM (CPU steps and several DPU pieces
+    may share it), receiving the model's float inputs first and returning its outputs last; its CPU steps are in
+    the chain."""
+    ins = sum(_elems(s.shape) for s in model.inputs)
+    outs = sum(_elems(s.shape) for s in model.output_specs())
+    return HostTerms(cost, ins, outs, first_vm=True, last_vm=True, middle_vm=True, overlap=overlap)
+
+
+def plan_steps(model: Any, boards: Sequence[Board], link: Link, cpu_cost: Callable[[Any], float] | None = None,
+               host_cost: Any = True) -> Plan:
+    """The best plan of a model with several DPU subgraphs over `boards` (see `plan_chain`). `host_cost`: the host
+    cost model charged per stage and for the CPU steps (True: the measured one; a `HostCost`; None: CPU steps by
+    `cpu_cost` only)."""
+    host = None
+    if host_cost is not None and host_cost is not False:
+        from tvm_dpu.timing.host import load_host_cost
+
+        cost = load_host_cost() if host_cost is True else host_cost
+        host = step_host_terms(model, cost)
+        if cpu_cost is None:
+            cpu_cost = lambda binding: cpu_op_seconds(binding, cost)  # noqa: E731 - one cost model for both
+    return plan_chain(step_chain(model, boards, cpu_cost), boards, link, host)
 
 
 def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
@@ -262,7 +264,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
     from tvm import relax
 
     from tvm_dpu.backend.dpu_compile import compile_subgraph
-    from tvm_dpu.pipeline.stages import StageSpec, dpu_function, tensor_ty
+    from tvm_dpu.pipeline.stages import StageSpec, dpu_function, record_int8_io, tensor_ty
     from tvm_dpu.program_blob import digest_of, pack_program
     from tvm_dpu.runtime.compiled_model import CompiledModel
     from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
@@ -272,7 +274,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
     steps = model_steps(model)
     if [s.name for s in steps.steps] != list(plan.ops):
         raise PlanError("the plan was not made for this model (its step chain differs)")
-    cpu_cost = cpu_cost or cpu_op_seconds
+    cpu_cost = cpu_cost or _default_cpu_cost()
     produced, last_use = _liveness(steps)
     k = len(plan.stages)
     model_inputs = {s.name: s for s in model.inputs}
@@ -382,6 +384,7 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
             [InputSpec(key, steps.shape_of[key], "float32") for key in outputs]
         cm = CompiledModel(executable=ex, arch=arch, runners=runners, inputs=in_specs,
                            subgraph_ids={sym: n for n, sym in enumerate(runners)},
-                           build_info={"pipeline_stage": spec.to_json()}, relax_module=mod, outputs=out_specs)
+                           build_info={}, relax_module=mod, outputs=out_specs)
+        record_int8_io(spec, cm)
         out.append((spec, cm))
     return out

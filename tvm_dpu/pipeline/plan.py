@@ -12,9 +12,14 @@ tensors that skip the stage's ops for the whole frame) and its output buffer (tw
 within `Board.ddr_bytes`.
 
 Host time (`HostTerms`, from the measured host cost model tvm_dpu.timing.host): every stage's frame also costs
-the host the VM call, the DPU driver call, converting and DMA-ing what it receives and sends, and (first and last
-stage) the model's CPU ops before and after its DPU part. The host runs before and after the stage's DPU work on
-the same frame, so it adds to the stage's compute: period max(compute + host, send) with an overlapped link.
+its board's ARM cores the runtime call, the DPU driver call, the DMA of the int8 bytes it receives and sends (a
+stage between two others passes the DPU's int8 through: no quantize / dequantize; only the first stage quantizes
+the float input and the last dequantizes the output; a stage with CPU ops runs through the Relax VM on floats and
+pays the conversions), and the CPU ops it runs. A stage is double-buffered as a board runs it: its ARM cores
+receive and prepare frame f+1 (and read back and send frame f-1) while the DPU computes frame f, so with an
+overlapped link the period is max(DPU + driver, host, send); only the driver's programming of the DPU
+(`HostTerms.serial_s`) keeps the DPU waiting. `HostTerms(overlap=False)` and a blocking link keep the host
+strictly serial: max(DPU + host, send), and DPU + host + send.
 
 `plan_chain` is exact for one op order: dynamic programming over (boards used, ops covered) with the bottleneck as
 the objective, O(boards x ops^2). Boards may differ (an op's time is given per board arch). One order does not
@@ -86,6 +91,9 @@ class OpCost:
     param_bytes: int
     work_bytes: int
     cut_bytes: int
+    #: Seconds of host work the op is (a CPU op on the board's ARM cores, the same on every board): counted as
+    #: host time, not DPU time.
+    host_seconds: float = 0.0
 
 
 @dataclass
@@ -98,21 +106,36 @@ class Stage:
     send_s: float
     memory_bytes: int
     overlap: bool = True  # the link's: sending overlaps the next frame's compute
-    host_s: float = 0.0  # the host's time per frame (HostTerms), before and after the DPU's
+    host_s: float = 0.0  # the host's time per frame (HostTerms and CPU ops), serial part included
+    serial_s: float = 0.0  # of host_s, what the DPU waits for (the driver programming it)
+    host_overlap: bool = False  # double-buffered: the host works on other frames while the DPU runs
 
     @property
     def busy_s(self) -> float:
-        """DPU plus host time of one frame on the stage's board."""
+        """DPU plus host time of one frame on the stage's board (its share of a frame's latency)."""
         return self.compute_s + self.host_s
 
     @property
+    def dpu_s(self) -> float:
+        """The DPU's time per frame: its compute and the driver it waits for."""
+        return self.compute_s + self.serial_s
+
+    @property
     def seconds(self) -> float:
-        """The stage's period: time per frame once frames are pipelined."""
-        return max(self.busy_s, self.send_s) if self.overlap else self.busy_s + self.send_s
+        """The stage's period: time per frame once frames are pipelined (see the module docstring)."""
+        if not self.overlap:
+            return self.busy_s + self.send_s
+        if self.host_overlap:
+            return max(self.dpu_s, self.host_s, self.send_s)
+        return max(self.busy_s, self.send_s)
 
     @property
     def bound(self) -> str:
         """What sets the stage's period: "link", "host" or "DPU"."""
+        if self.overlap and self.host_overlap:
+            if self.send_s >= max(self.dpu_s, self.host_s):
+                return "link"
+            return "host" if self.host_s > self.dpu_s else "DPU"
         link_bound = self.send_s >= self.busy_s if self.overlap else self.send_s > max(self.compute_s, self.host_s)
         if link_bound:
             return "link"
@@ -122,18 +145,38 @@ class Stage:
 @dataclass(frozen=True)
 class HostTerms:
     """The host's share of a pipeline plan: the measured cost model, the elements of the model's inputs and
-    outputs (what the first stage receives and the last one returns) and the seconds of the CPU ops before and
-    after the model's DPU part (run by the first and the last stage)."""
+    outputs (what the first stage receives and the last one returns), the seconds of the CPU ops before and
+    after the model's DPU part (run by the first and the last stage), which stages run through the Relax VM on
+    floats (`first_vm`: CPU ops before the DPU part; `last_vm`: after it; `middle_vm`: every other stage, e.g. a
+    split with CPU ops anywhere) while the others pass int8 through, and whether a stage is double-buffered
+    (`overlap`, see the module docstring)."""
 
     cost: HostCost
     input_elems: int = 0
     output_elems: int = 0
     first_cpu_s: float = 0.0
     last_cpu_s: float = 0.0
+    first_vm: bool = False
+    last_vm: bool = False
+    middle_vm: bool = False
+    overlap: bool = True
 
     def stage_s(self, recv: int, send: int, first: bool, last: bool, region_bytes: int = 0) -> float:
-        return (self.cost.call_seconds(recv, send, region_bytes=region_bytes) + (self.first_cpu_s if first else 0.0)
-                + (self.last_cpu_s if last else 0.0))
+        """Host seconds of one frame of a stage receiving `recv` and sending `send` elements (the first stage
+        receives the model's float inputs, the last returns its float outputs) whose program has `region_bytes` of
+        weights."""
+        c = self.cost
+        cpu = (self.first_cpu_s if first else 0.0) + (self.last_cpu_s if last else 0.0)
+        vm = (first and self.first_vm) or (last and self.last_vm) or (not first and not last and self.middle_vm)
+        if vm:
+            return c.call_seconds(recv, send, region_bytes=region_bytes) + cpu
+        return c.int8_call_seconds(recv, send, quant_elems=recv if first else 0, dequant_elems=send if last else 0,
+                                   region_bytes=region_bytes) + cpu
+
+    def serial_s(self) -> float:
+        """Of a stage's host time, what the DPU waits for: the driver programming it (one DPU program per stage);
+        all of it without `overlap`."""
+        return self.cost.scale * self.cost.dpu_call_s
 
 
 @dataclass
@@ -159,7 +202,8 @@ class Plan:
         """The slowest stage and what bounds it, e.g. "stage 2 (DPU 4.1 ms + host 0.9 ms; link 0.2 ms): DPU"."""
         i = max(range(len(self.stages)), key=lambda k: self.stages[k].seconds)
         s = self.stages[i]
-        return (f"stage {i} (DPU {s.compute_s * 1e3:.3f} ms + host {s.host_s * 1e3:.3f} ms; link "
+        join = ", host overlapped" if s.host_overlap else " +"
+        return (f"stage {i} (DPU {s.compute_s * 1e3:.3f} ms{join} {s.host_s * 1e3:.3f} ms; link "
                 f"{s.send_s * 1e3:.3f} ms): {s.bound}")
 
     def to_json(self) -> dict:
@@ -167,7 +211,9 @@ class Plan:
                 "fps": self.fps, "latency_ms": self.latency_s * 1e3, "bottleneck": self.bottleneck(),
                 "stages": [{"board": s.board.name, "arch": s.board.arch, "ops": self.ops[s.first:s.end],
                             "first": s.first, "end": s.end, "compute_ms": s.compute_s * 1e3,
-                            "host_ms": s.host_s * 1e3, "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3,
+                            "host_ms": s.host_s * 1e3, "serial_host_ms": s.serial_s * 1e3,
+                            "host_overlap": s.host_overlap, "period_ms": s.seconds * 1e3, "bound": s.bound,
+                            "send_bytes": s.send_bytes, "send_ms": s.send_s * 1e3,
                             "memory_bytes": s.memory_bytes}
                            for s in self.stages]}
 
@@ -235,11 +281,14 @@ def plan_chain(ops: Sequence[OpCost], boards: Sequence[Board], link: Link, host:
         memory = params + max(o.work_bytes for o in ops[i:j]) + recv + (send if link.overlap else 0)
         if memory > b.ddr_bytes:
             return None
-        # the stage program's weights stay resident on its board (written once at load), so a frame pays none
-        host_s = 0.0 if host is None else host.stage_s(recv if i > 0 else host.input_elems,
-                                                       send if j < n else host.output_elems, i == 0, j == n)
+        host_s = sum(o.host_seconds for o in ops[i:j])
+        if host is not None:
+            # the stage program's weights stay resident on its board (written once at load), so a frame pays none
+            host_s += host.stage_s(recv if i > 0 else host.input_elems, send if j < n else host.output_elems,
+                                   i == 0, j == n)
+        overlap = host is not None and host.overlap and link.overlap  # one output buffer: nothing overlaps
         return Stage(b, i, j, sum(o.seconds[b.arch] for o in ops[i:j]), send, link.seconds(send), memory,
-                     link.overlap, host_s)
+                     link.overlap, host_s, host.serial_s() if overlap else 0.0, overlap)
 
     inf = float("inf")
     # best[s][j]: smallest bottleneck of ops[0:j] on boards[0:s]; choice[s][j]: where stage s-1 starts.

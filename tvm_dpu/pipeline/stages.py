@@ -13,12 +13,16 @@ attached as `tvm_dpu.program` and compiled by the "dpu_lowering" pipeline. A ten
 parameter that the stage's `main` returns unchanged. So every stage exports, signs, loads, verifies and runs like
 any other `.tvmdpu` artifact.
 
-Between stages tensors travel as int8 with their fix point (`to_wire` / `from_wire`): the bytes the planner
-charged to the link. A stage's float outputs are exact multiples of 2**-fix_point within int8 range, so the
-round trip is exact.
+Between stages tensors travel as int8 with their fix point: the bytes the planner charged to the link. A stage
+whose `main` is its DPU call alone (every stage but a first one with CPU ops before the DPU part and a last one
+with CPU ops after it) runs as a board's runtime does (`DpuOnly`): the int8 it receives goes to the DPU as it is
+and the DPU's int8 outputs leave as they are, so only the first stage quantizes (the model's float input) and
+only the last dequantizes. A stage with CPU ops runs through its Relax VM on floats (`from_wire` / `to_wire`); a
+stage's float outputs are exact multiples of 2**-fix_point within int8 range, so that round trip is exact too.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +53,9 @@ class StageSpec:
     #: The board's FPGA part when the plan chose its DPU for a part (`--part`): the board kind a cluster places the
     #: stage on (its arch otherwise).
     part: str | None = None
+    #: How the stage passes int8 through (`DpuOnly.to_json`), recorded when compiled so that a stage loaded from
+    #: its artifact (no Relax module) runs the same way; None: through its Relax VM.
+    int8_io: dict | None = None
 
     def to_json(self) -> dict:
         doc = {"index": self.index, "board": self.board, "arch": self.arch, "ops": list(self.ops),
@@ -57,6 +64,8 @@ class StageSpec:
                "send_bytes": self.send_bytes}
         if self.part is not None:
             doc["part"] = self.part
+        if self.int8_io is not None:
+            doc["int8_io"] = dict(self.int8_io)
         return doc
 
 
@@ -80,26 +89,198 @@ class PipelineStage:
     runs: int = 0
     busy_s: float = 0.0
     wire_s: float = 0.0
+    #: Of busy_s, the seconds the device ran the DPU program when the stage ran in phases (`execute`).
+    dpu_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def int8_path(self) -> "DpuOnly | None":
+        """How this stage passes int8 through (`DpuOnly`), or None when it runs through its Relax VM."""
+        if not hasattr(self, "_int8"):
+            self._int8 = DpuOnly.from_json(self.spec.int8_io, self.model) if self.spec.int8_io is not None \
+                else dpu_only(self.model)
+        return self._int8
 
     def run_payload(self, payload: dict[str, np.ndarray], fix_points: Mapping[str, int]) -> dict[str, np.ndarray]:
-        """Wire payload in -> wire payload out (see `to_wire`)."""
+        """Wire payload in -> wire payload out (int8 where the tensor has a fix point; see `to_wire`)."""
         t0 = time.perf_counter()
         t1 = t2 = t0
         try:
+            path = self.int8_path()
+            if path is not None and not self.model._verify:  # verification observes the VM's DPU calls
+                t1 = time.perf_counter()
+                out = path.run(self.model, payload, fix_points, self.spec)
+                t2 = time.perf_counter()
+                return out
             args = from_wire(payload, self.spec.inputs, fix_points)
             t1 = time.perf_counter()
             outs = self.model.run(args)
             t2 = time.perf_counter()
             return to_wire(outs, self.spec.outputs, self.spec.wire_fix_points)
         finally:
-            # One executor thread / actor runs a stage, so these counters have one writer.
             t3 = time.perf_counter()
-            self.busy_s += t3 - t0
-            self.wire_s += (t1 - t0) + (t3 - t2 if t2 > t1 else 0.0)
-            self.runs += 1
+            with self._lock:
+                self.busy_s += t3 - t0
+                self.wire_s += (t1 - t0) + (t3 - t2 if t2 > t1 else 0.0)
+                self.runs += 1
+
+    # -- phases: a double-buffered stage (the local executor runs them on three threads, as a board's ARM cores
+    # prepare frame f+1 and read back frame f-1 while its DPU computes frame f) -------------------------------
+    def phased(self) -> bool:
+        """Whether the stage can run in phases (`prepare`, `execute`, `finish`): it passes int8 through."""
+        return self.int8_path() is not None and not self.model._verify
+
+    def _count(self, seconds: float, dpu: bool = False, frame_done: bool = False) -> None:
+        with self._lock:  # the phases run on different threads
+            self.busy_s += seconds
+            if dpu:
+                self.dpu_s += seconds
+            if frame_done:
+                self.runs += 1
+
+    def prepare(self, payload: dict[str, np.ndarray], fix_points: Mapping[str, int]) -> dict:
+        """Host, before the DPU: what arrived, placed in fresh DDR regions (`DpuOnly.prepare`)."""
+        t0 = time.perf_counter()
+        try:
+            return self.int8_path().prepare(self.model, payload, fix_points)
+        finally:
+            self._count(time.perf_counter() - t0)
+
+    def execute(self, regions: dict) -> None:
+        """The DPU: the stage's program over `regions`."""
+        t0 = time.perf_counter()
+        try:
+            self.int8_path().execute(self.model, regions)
+        finally:
+            self._count(time.perf_counter() - t0, dpu=True)
+
+    def finish(self, regions: dict) -> dict[str, np.ndarray]:
+        """Host, after the DPU: the wire payload out."""
+        t0 = time.perf_counter()
+        try:
+            return self.int8_path().finish(self.model, regions, self.spec)
+        finally:
+            self._count(time.perf_counter() - t0, frame_done=True)
 
     def stats(self) -> dict:
-        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s, "wire_s": self.wire_s}
+        return {"stage": self.spec.index, "runs": self.runs, "busy_s": self.busy_s, "wire_s": self.wire_s,
+                "dpu_s": self.dpu_s}
+
+
+@dataclass(frozen=True)
+class DpuOnly:
+    """A stage model whose Relax `main` is one DPU call on its parameters returning (items of) the call's result:
+    it runs as a board's runtime does, int8 in and out of the DPU's DDR with no Relax VM and no float step."""
+
+    symbol: str
+    args: tuple[str, ...]  # per DPU input (program order): the model input that feeds it
+    outs: tuple[int, ...]  # per model output: the DPU output it is
+
+    def to_json(self) -> dict:
+        return {"symbol": self.symbol, "args": list(self.args), "outs": list(self.outs)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], model: Any) -> "DpuOnly":
+        """The recorded form, checked against the stage's model (its DPU program, inputs and outputs)."""
+        try:
+            path = cls(str(doc["symbol"]), tuple(str(a) for a in doc["args"]), tuple(int(k) for k in doc["outs"]))
+        except (KeyError, TypeError, ValueError):
+            raise PipelineError(f"stage int8_io {doc!r:.120}: expected symbol, args and outs") from None
+        runner = model.runners.get(path.symbol)
+        names = {s.name for s in model.inputs}
+        if runner is None or len(path.args) != len(runner.sg.inputs) or not set(path.args) <= names \
+                or len(path.outs) != len(model.output_specs()) \
+                or not all(0 <= k < len(runner.sg.outputs) for k in path.outs):
+            raise PipelineError(f"stage int8_io {doc!r:.120} does not match the stage's model (its DPU program "
+                                f"{sorted(model.runners)}, inputs {sorted(names)})")
+        return path
+
+    def run(self, model: Any, payload: Mapping[str, np.ndarray], fix_points: Mapping[str, int],
+            spec: StageSpec) -> dict[str, np.ndarray]:
+        """Wire payload in -> wire payload out: int8 received with the DPU input's fix point goes in as it is (a
+        float input, the model's, is quantized: the first stage's ARM does that), int8 DPU outputs leave as they
+        are where the tensor crosses a link, dequantized to float32 where it is a model output. The three phases
+        (`prepare`, `execute`, `finish`) in turn."""
+        regions = self.prepare(model, payload, fix_points)
+        self.execute(model, regions)
+        return self.finish(model, regions, spec)
+
+    def execute(self, model: Any, regions: dict) -> None:
+        """The DPU's part: run the program over the regions `prepare` filled."""
+        model.dpu_device().execute(model.runners[self.symbol].sg, regions)
+
+    def prepare(self, model: Any, payload: Mapping[str, np.ndarray], fix_points: Mapping[str, int]) -> dict:
+        """The host's part before the DPU: the received tensors (quantized if float) placed in fresh DDR regions."""
+        from tvm_dpu.runtime.subgraph_runner import dequantize_tensor, place_int8, quantize_tensor
+
+        sg = model.runners[self.symbol].sg
+        missing = [n for n in self.args if n not in payload]
+        if missing:
+            raise PlanError(f"stage input(s) {missing} did not arrive (got {sorted(payload)})")
+        qin = []
+        for name, b in zip(self.args, sg.inputs):
+            a = np.asarray(payload[name])
+            if a.size != int(np.prod(b.shape)):
+                raise PlanError(f"stage input {name!r}: {a.size} elements, the DPU input {b.name!r} takes "
+                                f"{int(np.prod(b.shape))}")
+            if a.dtype == np.int8 and fix_points.get(name) == b.fix_point:
+                qin.append(a)
+            else:  # float (the model's input), or int8 at another fix point (requantized exactly as the VM would)
+                f = dequantize_tensor(a, fix_points[name]) if a.dtype == np.int8 else a.astype(np.float32, copy=False)
+                qin.append(quantize_tensor(f, b.fix_point))
+        return place_int8(sg, qin)
+
+    def finish(self, model: Any, regions: dict, spec: StageSpec) -> dict[str, np.ndarray]:
+        """The host's part after the DPU: its outputs read back, int8 for a link, float32 for a model output."""
+        from tvm_dpu.runtime.subgraph_runner import dequantize_tensor, quantize_tensor, read_int8
+
+        runner = model.runners[self.symbol]
+        sg = runner.sg
+        qout = read_int8(sg, regions)
+        out: dict[str, np.ndarray] = {}
+        for name, k in zip(spec.outputs, self.outs):
+            b = sg.outputs[k]
+            if name in spec.wire_fix_points and spec.wire_fix_points[name] == b.fix_point:
+                out[name] = qout[k]
+            else:
+                f = dequantize_tensor(qout[k], b.fix_point).reshape(runner.output_shapes[k])
+                out[name] = quantize_tensor(f, spec.wire_fix_points[name]) if name in spec.wire_fix_points else f
+        return out
+
+
+def dpu_only(model: Any) -> DpuOnly | None:
+    """The `DpuOnly` form of a stage model, or None when its `main` does more than call its one DPU program on its
+    parameters (CPU ops, a multi-core program, no Relax module)."""
+    from tvm import relax
+
+    mod = model.relax_module
+    if mod is None or len(model.runners) != 1 or any(r.multicore is not None for r in model.runners.values()):
+        return None
+    main = mod["main"]
+    if len(main.body.blocks) != 1 or len(main.params) != len(model.inputs):
+        return None
+    params = {p: s.name for p, s in zip(main.params, model.inputs)}
+    made: dict[Any, list[int]] = {}  # var -> the DPU outputs it holds
+    call = None
+    for b in main.body.blocks[0].bindings:
+        v = b.value
+        if call is None and isinstance(v, relax.Call) and isinstance(v.op, relax.GlobalVar) \
+                and v.op.name_hint in model.runners:
+            if not all(a in params for a in v.args):
+                return None
+            call = (v.op.name_hint, tuple(params[a] for a in v.args))
+            made[b.var] = list(range(len(model.runners[v.op.name_hint].sg.outputs)))
+        elif isinstance(v, relax.TupleGetItem) and v.tuple_value in made:
+            made[b.var] = [made[v.tuple_value][int(v.index)]]
+        elif isinstance(v, relax.Tuple) and all(f in made for f in v.fields):
+            made[b.var] = [i for f in v.fields for i in made[f]]
+        elif isinstance(v, relax.Var) and v in made:
+            made[b.var] = made[v]
+        else:
+            return None
+    ret = main.body.body
+    if call is None or ret not in made or len(made[ret]) != len(model.output_specs()):
+        return None
+    return DpuOnly(call[0], call[1], tuple(made[ret]))
 
 
 def to_wire(arrays: Sequence[np.ndarray], names: Sequence[str], fix_points: Mapping[str, int]) -> dict[str, Any]:
@@ -245,6 +426,14 @@ def stage_specs(model: Any, plan: Plan, layout: MainLayout | None = None) -> lis
     return specs
 
 
+def record_int8_io(spec: StageSpec, model: Any) -> None:
+    """Record in `spec` whether (and how) the stage model passes int8 through, and the spec in the model's build
+    info."""
+    path = dpu_only(model)
+    spec.int8_io = None if path is None else path.to_json()
+    model.build_info["pipeline_stage"] = spec.to_json()
+
+
 def tensor_ty(shape: Sequence[int]) -> Any:
     """The Relax type of a float32 tensor of `shape` (what stage functions take and return)."""
     from tvm import relax
@@ -320,22 +509,58 @@ def _elems(ty: Any) -> int:
         return 0
 
 
-def cpu_op_elems(bindings: Sequence[Any]) -> list[int]:
-    """Output elements of each CPU op call among Relax `bindings` (what the host cost model charges per op)."""
+def static_shape(ty: Any) -> tuple[int, ...] | None:
+    """The static shape of a Relax tensor type; None for anything else (a tuple, a dynamic shape)."""
     from tvm import relax
 
-    return [_elems(b.var.ty) for b in bindings if isinstance(getattr(b, "value", None), relax.Call)]
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, ValueError):
+        return None
 
 
-def host_terms(model: Any, cost: Any) -> Any:
+def cpu_op_work(binding: Any) -> tuple[int, int] | None:
+    """(output elements, multiply-accumulates) of one CPU op binding of `main` (what the host cost model charges
+    it: MACs for a convolution or matrix product, none otherwise); None for a binding that calls nothing (a tuple
+    item, an alias)."""
+    from tvm import relax
+
+    value = getattr(binding, "value", None)
+    if not isinstance(value, relax.Call):
+        return None
+    out = _elems(binding.var.ty)
+    op = getattr(value.op, "name", "")
+    args = [getattr(a, "ty", None) for a in value.args]
+    shapes = [static_shape(t) for t in args]
+    macs = 0
+    if op in ("relax.nn.conv2d", "relax.nn.conv2d_transpose") and len(shapes) > 1 and shapes[1]:
+        w = shapes[1]
+        macs = out * int(np.prod(w[1:]))
+    elif op in ("relax.matmul", "relax.nn.dense", "relax.linear") and shapes and shapes[0]:
+        macs = out * shapes[0][-1]
+    return out, macs
+
+
+def cpu_ops_seconds(cost: Any, bindings: Sequence[Any]) -> float:
+    """Host seconds of the CPU ops among Relax `bindings` under the host cost model `cost`."""
+    work = [w for w in map(cpu_op_work, bindings) if w is not None]
+    return cost.cpu_ops_s([e for e, _ in work], [m for _, m in work])
+
+
+def host_terms(model: Any, cost: Any, overlap: bool = True) -> Any:
     """The host's share of pipelining `model` (`plan.HostTerms`) under the host cost model `cost`: its input
-    and output elements and the CPU ops its first stage runs before the DPU part and its last stage after."""
+    and output elements, the CPU ops its first stage runs before the DPU part and its last stage after, and which
+    of those two run through the Relax VM (the others pass int8 through: `DpuOnly`); `overlap`: stages
+    double-buffered (see plan's module docstring)."""
     from tvm_dpu.pipeline.plan import HostTerms
 
     layout = main_layout(model)
     ins = sum(int(np.prod(s.shape)) for s in model.inputs)
-    return HostTerms(cost, ins, _elems(layout.ret_ty), cost.cpu_ops_s(cpu_op_elems(layout.prefix)),
-                     cost.cpu_ops_s(cpu_op_elems(layout.suffix)))
+    return HostTerms(cost, ins, _elems(layout.ret_ty), cpu_ops_seconds(cost, layout.prefix),
+                     cpu_ops_seconds(cost, layout.suffix), first_vm=not layout.plain,
+                     last_vm=bool(layout.suffix), overlap=overlap)
 
 
 def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tuple]:
@@ -385,7 +610,7 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tupl
         outputs = model.output_specs() if last and layout.suffix else \
             [InputSpec(n, shape_of[xname.get(n, n)], "float32") for n in spec.outputs]
         cm = CompiledModel(executable=ex, arch=arch, runners={symbol: stage_runner}, inputs=inputs,
-                           subgraph_ids={symbol: 0}, build_info={"pipeline_stage": spec.to_json()},
-                           relax_module=mod, outputs=outputs)
+                           subgraph_ids={symbol: 0}, build_info={}, relax_module=mod, outputs=outputs)
+        record_int8_io(spec, cm)
         out.append((spec, cm))
     return out

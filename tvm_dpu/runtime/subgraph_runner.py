@@ -43,10 +43,22 @@ class VerifyResult:
 def run_int8(sg: CompiledSubgraph, device, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """int8 NCHW inputs -> int8 NCHW outputs of `sg`, through fresh input and output regions and `device` (the
     parameters and workspace are the device's: runtime/device.py)."""
+    regions = place_int8(sg, inputs)
+    device.execute(sg, regions)
+    return read_int8(sg, regions)
+
+
+def place_int8(sg: CompiledSubgraph, inputs: list[np.ndarray]) -> dict:
+    """The host's part before a run of `sg`: fresh input and output regions with the int8 NCHW `inputs` placed in
+    the DPU's layout (a caller may prepare the next frame this way while the device runs the previous one)."""
     regions = sg.io_regions()
     for b, x in zip(sg.inputs, inputs):
         b.fmap.to_ddr(regions[b.fmap.reg_id], np.asarray(x).reshape(b.shape))
-    device.execute(sg, regions)
+    return regions
+
+
+def read_int8(sg: CompiledSubgraph, regions: dict) -> list[np.ndarray]:
+    """The host's part after a run of `sg`: its int8 NCHW outputs read back from `regions`."""
     return [b.fmap.from_ddr(regions[b.fmap.reg_id]) for b in sg.outputs]
 
 

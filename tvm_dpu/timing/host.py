@@ -14,7 +14,10 @@ The DPU timing model predicts the accelerator; a user also pays the host around 
   layout copy the emulator's device does);
 * hands float tensors into and out of the Relax VM (`vm_s_per_elem`, each way);
 * runs the CPU ops TVM compiled for the parts the DPU does not take (`cpu_fixed_s + cpu_s_per_elem x output
-  elements` per op, a least-squares fit over TVM-compiled elementwise, reduction and softmax ops);
+  elements + cpu_s_per_mac x multiply-accumulates` per op: a least-squares fit over TVM-compiled elementwise,
+  reduction and softmax ops, then conv2d and matmul beyond it);
+* in a pipeline stage that passes int8 through (no Relax VM, `int8_call_seconds`) pays `int8_call_s` for the call
+  instead of `call_s` and no float conversion between DPU stages;
 * per virtual-DPU segment, starts its program and waits for its core (`segment_s`: a thread, dependency events,
   the driver round trip); the segments hand feature maps over in the device's shared DDR region, so no copy.
 
@@ -50,6 +53,10 @@ class HostCost:
     cpu_s_per_elem: float
     segment_s: float
     region_s_per_byte: float = 0.0
+    #: CPU ops' cost per multiply-accumulate beyond the per-element one (TVM-compiled conv2d / matmul)
+    cpu_s_per_mac: float = 0.0
+    #: The runtime's own cost of one call that passes int8 through (no Relax VM; `int8_call_seconds`)
+    int8_call_s: float = 0.0
     source: str = ""
     scale: float = 1.0
 
@@ -72,9 +79,12 @@ class HostCost:
         return self.scale * elems * (self.quant_s_per_elem + self.dequant_s_per_elem + self.dma_s_per_byte
                                      + self.vm_s_per_elem)
 
-    def cpu_ops_s(self, op_elems: list[int] | tuple[int, ...]) -> float:
-        """CPU ops run by the Relax VM, each given by its output elements."""
-        return self.scale * sum(self.cpu_fixed_s + self.cpu_s_per_elem * e for e in op_elems)
+    def cpu_ops_s(self, op_elems: list[int] | tuple[int, ...], op_macs: list[int] | tuple[int, ...] = ()) -> float:
+        """CPU ops run by the Relax VM, each given by its output elements and (conv2d, matmul) its
+        multiply-accumulates (`op_macs`, parallel to `op_elems`; absent: none)."""
+        macs = list(op_macs) + [0] * (len(op_elems) - len(op_macs))
+        return self.scale * sum(self.cpu_fixed_s + self.cpu_s_per_elem * e + self.cpu_s_per_mac * m
+                                for e, m in zip(op_elems, macs))
 
     def call_seconds(self, in_elems: int, out_elems: int, dpu_calls: int = 1, cpu_op_elems: tuple = (),
                      region_bytes: int = 0) -> float:
@@ -94,6 +104,15 @@ class HostCost:
         region where their producers saved them: no copy."""
         return self.scale * self.segment_s
 
+    def int8_call_seconds(self, in_bytes: int, out_bytes: int, quant_elems: int = 0, dequant_elems: int = 0,
+                          dpu_calls: int = 1, region_bytes: int = 0) -> float:
+        """Host seconds of one call that passes int8 through, as a board's runtime does between DPU stages (no
+        Relax VM floats): the runtime call, the driver, the DMA of the int8 bytes in and out, and only where the call starts from floats (`quant_elems`, a pipeline's first stage) or must end in them
+        (`dequant_elems`, its last) the conversion; `region_bytes` as in `call_seconds`."""
+        return self.upload_seconds(region_bytes) + self.scale * (
+            self.int8_call_s + dpu_calls * self.dpu_call_s + self.dma_s_per_byte * (in_bytes + out_bytes)
+            + self.quant_s_per_elem * quant_elems + self.dequant_s_per_elem * dequant_elems)
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -108,9 +127,14 @@ def load_host_cost(path: str | Path | None = None) -> HostCost:
         text = Path(path).read_text() if path is not None else _path().read_text()
         doc = json.loads(text)
         fields = {f.name for f in dataclasses.fields(HostCost)} - {"source", "scale"}
-        missing = sorted(fields - set(doc.get("cost", {})))
+        # terms added later have defaults (0: not measured in that file); the first ones are required
+        required = {f.name for f in dataclasses.fields(HostCost) if f.default is dataclasses.MISSING}
+        missing = sorted(required - set(doc.get("cost", {})))
         if missing:
             raise TimingError(f"{path or DATA_FILE}: host cost lacks {missing}")
-        return HostCost(**{k: float(doc["cost"][k]) for k in fields}, source=str(doc.get("source", "")))
+        unknown = sorted(set(doc["cost"]) - fields)
+        if unknown:
+            raise TimingError(f"{path or DATA_FILE}: unknown host cost terms {unknown}")
+        return HostCost(**{k: float(v) for k, v in doc["cost"].items()}, source=str(doc.get("source", "")))
     except (OSError, ValueError, TypeError) as e:
         raise TimingError(f"{path or DATA_FILE}: not a host cost file ({e})") from None
