@@ -280,8 +280,9 @@ class ConvBatch:
         self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
         self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
         self.wsnap: np.ndarray | None = None  # the bank bytes `wt` was made from, as words
-        # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest.
-        self.wt = np.zeros((0 if first.int8 else K, n * ocp), np.float32)
+        # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest (left untouched, so
+        # never paged in, when the int8 kernel runs the GEMM).
+        self.wt = np.zeros((K, n * ocp), np.float32)
         self.read_bias = banks.row_reader(np.stack([c.bias_keys for c in run]), ocp)
         self.bsnap: np.ndarray | None = None  # the biases `c` was made from
         self.c = np.zeros(0)
