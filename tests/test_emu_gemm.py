@@ -16,11 +16,7 @@ from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
 from tvm_dpu.runtime import emu_conv, emu_gemm
 from tvm_dpu.runtime.emulator import Emulator
 
-ARCH = find_preset("DPUCZDX8G_ISA1_B4096")
-CONVW = ARCH.bank_group("CONVW").base_id
-BIAS = ARCH.bank_group("BIAS").base_id
 CLAMPS = [(-128, 127), (0, 127), (0, 6)]
-MEM_SHAPE = Emulator(ARCH).banks.mem.shape
 
 needs_kernel = pytest.mark.skipif(not emu_gemm.available(), reason="host CPU has no AVX-512 VNNI (or "
                                   f"{emu_gemm.ENV}=float32): the emulator uses its float32 GEMM")
@@ -116,10 +112,10 @@ def test_bad_setting_is_one_clear_error(monkeypatch):
         emu_gemm.available()
 
 
-def _run_conv(mode: str, monkeypatch, mem: np.ndarray, init: dict, conv: dict) -> "np.ndarray | str":
-    """Bank memory after CONVINIT + CONV under GEMM setting `mode`, or the error message."""
+def _run_conv(arch, mode: str, monkeypatch, mem: np.ndarray, init: dict, conv: dict) -> "np.ndarray | str":
+    """Bank memory after CONVINIT + CONV on `arch` under GEMM setting `mode`, or the error message."""
     monkeypatch.setenv(emu_gemm.ENV, mode)
-    emu = Emulator(ARCH)
+    emu = Emulator(arch)
     emu.banks.mem[...] = mem
     try:
         emu.run(encode_program([make_instr("CONVINIT", **init), make_instr("CONV", **conv), make_instr("END")]), {})
@@ -130,31 +126,36 @@ def _run_conv(mode: str, monkeypatch, mem: np.ndarray, init: dict, conv: dict) -
 
 
 @needs_kernel
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@pytest.mark.parametrize("arch_name", ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152", "DPUCZDX8G_ISA1_B512"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(kh=st.integers(1, 4), kw=st.integers(1, 4), sh=st.integers(1, 3), sw=st.integers(1, 3),
-       vpp=st.integers(1, ARCH.pp), cg=st.integers(1, 3), length=st.integers(1, 6), pads=st.tuples(
+       vpp=st.integers(1, 8), cg=st.integers(1, 3), length=st.integers(1, 6), pads=st.tuples(
            *[st.integers(0, 3)] * 4), choff=st.integers(0, 20), sc=st.integers(0, 14), sb=st.integers(0, 6),
        act=st.sampled_from([emu_conv.ACT_NONE, emu_conv.ACT_RELU, emu_conv.ACT_RELU6, emu_conv.ACT_LEAKY]),
        extreme=st.booleans(), seed=st.integers(0, 2**31))
-def test_conv_instruction_same_on_both_paths(monkeypatch, kh, kw, sh, sw, vpp, cg, length, pads, choff, sc, sb,
-                                             act, extreme, seed):
+def test_conv_instruction_same_on_both_paths(arch_name, monkeypatch, kh, kw, sh, sw, vpp, cg, length, pads, choff,
+                                             sc, sb, act, extreme, seed):
     """Random CONV instructions (kernel, stride, padding, masked channels, activation) over random or extreme
-    bank contents give the same banks, or the same error, on the int8 kernel and on the float32 path."""
+    bank contents give the same banks, or the same error, on the int8 kernel and on the float32 path (OCP 16,
+    12 and 8: output columns padded to the kernel's 16 on the last two)."""
+    arch = find_preset(arch_name)
+    banks = Emulator(arch).banks
     rng = np.random.default_rng(seed)
-    mem = rng.integers(0, 256, size=MEM_SHAPE, dtype=np.uint8)
+    mem = rng.integers(0, 256, size=banks.mem.shape, dtype=np.uint8)
     if extreme:
         mem[...] = rng.choice(np.array([0x80, 0x7F], np.uint8), size=mem.shape)
     top, left, bottom, right = pads
-    init = dict(kernel_h=kh, kernel_w=kw, stride_h=sh, stride_w=sw, stride_out=1, valid_pixel_parallel=vpp,
-                jump_read=cg, jump_read_endl=1, jump_write=1, jump_write_endl=1, shift_cut=sc, shift_bias=sb,
-                act_type=act)
+    init = dict(kernel_h=kh, kernel_w=kw, stride_h=sh, stride_w=sw, stride_out=1,
+                valid_pixel_parallel=min(vpp, arch.pp), jump_read=cg, jump_read_endl=1, jump_write=1,
+                jump_write_endl=1, shift_cut=sc, shift_bias=sb, act_type=act)
     conv = dict(bank_id_in=0, bank_addr_in=0, bank_addr_in_1=64, bank_addr_in_2=128, bank_addr_in_3=192,
                 channel_group=cg, length=length, pad_top=min(top, kh - 1), pad_left=min(left, kw - 1),
-                pad_bottom=min(bottom, kh - 1), pad_right=min(right, kw - 1), channel_offset=min(choff, cg * 16 - 1),
-                bank_addr_weights=0, bank_id_out=8, bank_addr_out=0)
-    got = _run_conv("auto", monkeypatch, mem, init, conv)
-    want = _run_conv("float32", monkeypatch, mem, init, conv)
+                pad_bottom=min(bottom, kh - 1), pad_right=min(right, kw - 1),
+                channel_offset=min(choff, cg * arch.icp - 1), bank_addr_weights=0, bank_id_out=arch.pp, bank_addr_out=0)
+    assert {0, arch.pp} <= banks.image_ids
+    got = _run_conv(arch, "auto", monkeypatch, mem, init, conv)
+    want = _run_conv(arch, "float32", monkeypatch, mem, init, conv)
     if isinstance(want, str) or isinstance(got, str):
         assert got == want
     else:
