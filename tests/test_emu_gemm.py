@@ -65,7 +65,8 @@ def _operand(rng: np.random.Generator, kind: str, shape: tuple[int, int]) -> np.
 @needs_kernel
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=st.integers(1, 40), k=st.integers(1, 700), n=st.integers(1, 70), xk=_EXTREMES, wk=_EXTREMES,
-       sb=st.integers(0, 20), shift=st.integers(1, 40), clamp=st.sampled_from(CLAMPS), seed=st.integers(0, 2**31))
+       sb=st.integers(0, 20), shift=st.integers(1, emu_gemm.SHIFT_MAX), clamp=st.sampled_from(CLAMPS),
+       seed=st.integers(0, 2**31))
 def test_kernel_equals_integer_reference_and_old_path(m, k, n, xk, wk, sb, shift, clamp, seed):
     """Any shape (row tails, K and N not multiples of the kernel's 4 and 16), extreme operands, any shift."""
     rng = np.random.default_rng(seed)
@@ -97,12 +98,14 @@ def test_kernel_exact_at_largest_k(xv, wv):
 
 @pytest.mark.parametrize("mode", ["auto", "float32"])
 def test_conv_worst_case_on_both_paths(mode, monkeypatch):
-    """test_emulator_exact's longest-reduction CONVs (K = 32768) on the int8 kernel and on the float32 path."""
+    """test_emulator_exact's longest-reduction CONVs (K = 32768) on the int8 kernel and on the float32 path, up to
+    the widest shifts (N = 62 the kernel's last, 63 and 64 past it)."""
     from tests.test_emulator_exact import test_conv_worst_case_is_exact as worst
 
     monkeypatch.setenv(emu_gemm.ENV, mode)
     for case in [(-128, -128, 127, 23, 20, 0, True), (127, None, 0, 2, 0, 0, True),
-                 (-128, -128, 0, 30, 0, 0, True), (-128, -128, 127, 62, 20, 0, False)]:
+                 (-128, -128, 0, 30, 0, 0, True), (-128, -128, 127, 61, 20, 0, False),
+                 (-128, -128, 127, 62, 20, 0, False), (127, -128, -128, 63, 20, 1, False)]:
         worst(*case)
 
 

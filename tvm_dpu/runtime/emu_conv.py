@@ -121,9 +121,10 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     real_h = (vpp - 1) * sh + kh
     src_w = (L - 1) * sw + kw
     M, K = vpp * L, kh * kw * cuse
-    # The int8 kernel (emu_gemm) for none/relu/relu6 while its int32 lanes cannot wrap; leaky (and the float32
-    # BLAS setting) take the float / integer paths of ConvBatch.
-    int8 = act in CLAMPS and K <= emu_gemm.K_MAX and emu_gemm.available()
+    # The int8 kernel (emu_gemm) for none/relu/relu6 while its int32 lanes cannot wrap and its int64 epilogue
+    # holds the shift; leaky (and the float32 BLAS setting) take the float / integer paths of ConvBatch.
+    int8 = (act in CLAMPS and K <= emu_gemm.K_MAX and g["shift_cut"] + 1 <= emu_gemm.SHIFT_MAX
+            and emu_gemm.available())
     # The window is gathered into a buffer of this step (steps are per emulator, and an emulator serves one
     # thread), so the im2col view below is made once, not per run.
     xbuf = emu_gemm.aligned_empty((real_h, src_w, cg, banks.width), np.uint8)

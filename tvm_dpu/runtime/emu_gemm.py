@@ -32,6 +32,9 @@ ROWS = 8
 COLS, KSTEP = 16, 4
 #: Largest reduction length whose int32 lanes cannot wrap: K * 255 * 128 < 2**31.
 K_MAX = (2**31 - 1) // (255 * 128)
+#: Largest shift (shift_cut + 1, up to 64 in CONVINIT's 6-bit field) the int64 epilogue takes: 2**(N-1) and
+#: 2*ACC + B*2**sb + 2**(N-1) stay below 2**63, and an int64 shift by N is defined.
+SHIFT_MAX = 62
 #: DLPack hands TVM only 64-byte aligned buffers.
 ALIGN = 64
 #: Environment switch: "auto" (default) uses the int8 kernel where the CPU has AVX-512 VNNI; "float32" keeps
