@@ -9,6 +9,7 @@ and GMAC/s (MACs / median emulator time). JSON goes to benchmarks/results/e2e.js
     python benchmarks/bench_e2e.py --models resnet50,mobilenetv2,googlenet --runs 5
     python benchmarks/bench_e2e.py --quick               # reduced ResNet-50, 2 runs (smoke test)
     python benchmarks/bench_e2e.py --blas-threads 2      # BLAS threads during emulation (0: leave as is)
+    TVM_DPU_EMU_GEMM=float32 python benchmarks/bench_e2e.py   # CONV GEMMs on float32 BLAS, not the int8 kernel
 """
 from __future__ import annotations
 
@@ -127,9 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     rows = [bench_model(name.strip(), a.arch, runs, a.quick) for name in a.models.split(",") if name.strip()]
     print_table(rows)
+    from tvm_dpu.runtime import emu_gemm
+
     doc = {"runs": runs, "blas_threads": os.environ.get("TVM_DPU_EMU_BLAS_THREADS", "default"),
+           "conv_gemm": "int8 (AVX-512 VNNI kernel)" if emu_gemm.available() else "float32 BLAS",
            "cpu_count": os.cpu_count(), "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
            "python": sys.version.split()[0], "numpy": np.__version__, "machine": platform.machine(), "models": rows}
+    print(f"CONV GEMM: {doc['conv_gemm']}; load average {doc['load_avg']}")
     out = Path(a.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))

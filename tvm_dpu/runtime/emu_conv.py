@@ -14,6 +14,7 @@ from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
 from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
+from tvm_dpu.runtime import emu_gemm
 from tvm_dpu.runtime.emu_threads import blas_threads, max_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ PARALLEL_MIN_ROWS = 32
 #: Parts per thread: smaller parts let the calling thread take over those a worker slowed by other load has not
 #: started (emu_threads.run_parts).
 PARTS_PER_THREAD = 2
+#: x xor INT8_SIGN_BIT is the byte of x + 128 (int8 x): the unsigned operand of the int8 kernel; a zero pad is
+#: this byte there.
+INT8_SIGN_BIT = 0x80
 #: act_type -> the int8 clamp of the rounded CONV output: none, relu, relu6 (leaky takes the integer path).
 CLAMPS = {ACT_NONE: (INT8_MIN, INT8_MAX), ACT_RELU: (0, INT8_MAX), ACT_RELU6: (0, RELU6_MAX)}
 
@@ -116,9 +120,14 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     cuse = cin - choff
     real_h = (vpp - 1) * sh + kh
     src_w = (L - 1) * sw + kw
+    M, K = vpp * L, kh * kw * cuse
+    # The int8 kernel (emu_gemm) for none/relu/relu6 while its int32 lanes cannot wrap and its int64 epilogue
+    # holds the shift; leaky (and the float32 BLAS setting) take the float / integer paths of ConvBatch.
+    int8 = (act in CLAMPS and K <= emu_gemm.K_MAX and g["shift_cut"] + 1 <= emu_gemm.SHIFT_MAX
+            and emu_gemm.available())
     # The window is gathered into a buffer of this step (steps are per emulator, and an emulator serves one
     # thread), so the im2col view below is made once, not per run.
-    xbuf = np.empty((real_h, src_w, cg, banks.width), np.uint8)
+    xbuf = emu_gemm.aligned_empty((real_h, src_w, cg, banks.width), np.uint8)
     pads = pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
     gather_x, window_keys = _window_gather_keys(
         emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh, offset_in=g["stride_offset_in"],
@@ -131,7 +140,6 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     wbanks = banks.base_id["CONVW"] + np.arange(ocp, dtype=np.int64)
     wkeys = banks.keys(wbanks[:, None], taps[None, :], cg).reshape(ocp, -1)
     bias_keys = banks.keys(np.int64(banks.base_id["BIAS"]), np.int64(f["bank_addr_bias"]), -(-ocp // banks.width))
-    M, K = vpp * L, ntap * cuse
     # (vpp, L, kh, kw, Cin) windows of the (real_h, src_w, Cin) input, as strides of its C-contiguous copy.
     win_shape = (vpp, L, kh, kw, cin)
     win_strides = (sh * src_w * cin, sw * cin, src_w * cin, cin, 1)
@@ -142,28 +150,42 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     out_keys = banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1)
     emu.stats.macs += M * ocp * ntap * cin
 
-    x = xbuf.view(np.int8).reshape(real_h, src_w, cin)
+    # The int8 kernel reads x + 128 (the byte xor 0x80, emu_gemm): the gathered window is flipped in place.
+    x = (xbuf if int8 else xbuf.view(np.int8)).reshape(real_h, src_w, cin)
+    pad_value = INT8_SIGN_BIT if int8 else 0
     # (vpp, L, ...) windows: for a 1x1 stride-1 CONV the window (vpp rows, L columns) is the input itself.
     window = x if plain else as_strided(x, win_shape, win_strides, writeable=False)
     window = window[..., :cuse]
-    abuf = np.empty(window.shape, np.float32)
-    a = abuf.reshape(M, K)
+    direct = int8 and plain and emu_gemm.padded(K, 1)[0] == K == cin
+    if direct:
+        a = xbuf.reshape(M, K)  # the gathered window is the GEMM input
+    elif int8:
+        # K padded to the kernel's step: the pad columns meet zero weights.
+        a = emu_gemm.aligned_zeros((M, emu_gemm.padded(K, 1)[0]), np.uint8)
+        abuf = a[:, :K].reshape(window.shape)
+    else:
+        abuf = np.empty(window.shape, np.float32)
+        a = abuf.reshape(M, K)
 
     def gather() -> None:
         """Gather the window into this step's buffer and pad it."""
         gather_x(xbuf)
+        if int8:
+            np.bitwise_xor(xbuf, INT8_SIGN_BIT, out=xbuf)
         for p in pads:
-            x[p] = 0
+            x[p] = pad_value
 
     def im2col(v0: int, v1: int) -> np.ndarray:
-        """Rows of the (M, K) float32 im2col matrix (masked channels left out) for output rows v0..v1-1 of the
-        gathered window; parts of one CONV may fill disjoint row ranges concurrently."""
-        np.copyto(abuf[v0:v1], window[v0:v1])
+        """Rows of the (M, K) im2col matrix (masked channels left out) for output rows v0..v1-1 of the gathered
+        window: float32, or for the int8 kernel the (M, Kp) x + 128 bytes; parts of one CONV may fill disjoint row
+        ranges concurrently."""
+        if not direct:
+            np.copyto(abuf[v0:v1], window[v0:v1])
         return a[v0 * L:v1 * L]
 
     # What a run of CONVs reading the same window needs to be done as one GEMM (batch_conv_run).
     window_id = tuple(sorted((k, v) for k, v in f.items() if k not in _PER_CONV_FIELDS))
-    return ConvStep(emu, window_id, (init.name, tuple(g.items())), gather, im2col, wkeys, bias_keys,
+    return ConvStep(emu, window_id, (init.name, tuple(g.items())), gather, im2col, int8, wkeys, bias_keys,
                     out_keys, vpp, ocp, ntap, cuse, g["shift_bias"],
                     g["shift_cut"] + 1, act, window_keys.reshape(-1),
                     np.concatenate([wkeys.reshape(-1), bias_keys.reshape(-1)]), out_keys.reshape(-1))
@@ -183,7 +205,8 @@ class ConvStep:
     window_id: tuple  # the fields that fix the input window, padding and masking
     init_id: tuple  # the CONVINIT in force
     gather: Callable[[], None]  # fetch and pad the input window
-    im2col: Callable[[int, int], np.ndarray]  # output rows v0..v1-1 -> their rows of the float32 GEMM input
+    im2col: Callable[[int, int], np.ndarray]  # output rows v0..v1-1 -> their rows of the GEMM input
+    int8: bool  # the GEMM runs on emu_gemm's int8 kernel (the input holds x + 128 bytes)
     wkeys: np.ndarray  # (OCP, taps * cg) CONVW row keys of the weights
     bias_keys: np.ndarray  # (rows,) BIAS row keys of the OCP biases
     out_keys: np.ndarray  # (M, rows per pixel) bank row keys `write` writes
@@ -258,7 +281,8 @@ class ConvBatch:
         self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
         self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
         self.wsnap: np.ndarray | None = None  # the bank bytes `wt` was made from, as words
-        # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest.
+        # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest (left untouched, so
+        # never paged in, when the int8 kernel runs the GEMM).
         self.wt = np.zeros((K, n * ocp), np.float32)
         self.read_bias = banks.row_reader(np.stack([c.bias_keys for c in run]), ocp)
         self.bsnap: np.ndarray | None = None  # the biases `c` was made from
@@ -274,6 +298,22 @@ class ConvBatch:
         self.parts = _split(first.vpp, first.out_keys.shape[0] // first.vpp, n * ocp, K, ocp)
         self.parts_alone = [(slice(0, first.vpp), None)]
         self.write = _batch_writer(run)
+        if first.int8:
+            self._init_int8(n * ocp)
+
+    def _init_int8(self, cols: int) -> None:
+        """Buffers of the int8 kernel (emu_gemm) and their TVM views, made once: packed weights, per-column
+        offsets, the int8 output."""
+        first = self.run[0]
+        kp, np_ = emu_gemm.padded(first.K, cols)
+        self.bp = emu_gemm.aligned_zeros((np_ // emu_gemm.COLS, kp // emu_gemm.KSTEP, 64), np.int8)
+        self.wsum = np.zeros(np_, np.int64)
+        self.off = emu_gemm.aligned_zeros((np_,), np.int64)
+        self.y = emu_gemm.aligned_empty((first.out_keys.shape[0], np_), np.int8)
+        self.y_cols = self.y[:, :cols]
+        self.lo, self.hi = CLAMPS[self.act]
+        self.t_a = emu_gemm.to_tensor(first.im2col(0, first.vpp).view(np.int32))
+        self.t_b, self.t_off, self.t_y = (emu_gemm.to_tensor(v) for v in (self.bp, self.off, self.y))
 
     def weights(self) -> np.ndarray:
         """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
@@ -282,9 +322,13 @@ class ConvBatch:
         if self.wsnap is not None and np.array_equal(words, self.wsnap):
             return self.wt
         self.wsnap = words.copy()
+        self.bsnap = None  # the int8 kernel's offsets depend on the weights too
         first = self.run[0]
         w = raw.view(np.int8).reshape(self.wshape)[..., :first.cuse].transpose(2, 3, 1, 0)  # (taps, cuse, n, OCP)
-        np.multiply(w, self.wscale, out=self.wt.reshape(w.shape), casting="unsafe")
+        if first.int8:
+            self.wsum = emu_gemm.pack_weights(w.reshape(first.K, -1), self.bp)
+        else:
+            np.multiply(w, self.wscale, out=self.wt.reshape(w.shape), casting="unsafe")
         return self.wt
 
     def bias(self) -> np.ndarray:
@@ -297,6 +341,9 @@ class ConvBatch:
         b = self.bias()
         if self.bsnap is None or not np.array_equal(b, self.bsnap):
             self.bsnap = b.copy()
+            if self.run[0].int8:
+                self.off[...] = emu_gemm.offsets(self.wsum, b, self.sb, self.N)
+                return self.off
             self.c = b.astype(np.float64) * 2.0 ** (self.sb - self.N) + 0.5
             if self.float32_requant:
                 self.c = self.c.astype(np.float32)  # exact: see float32_shift_round_exact
@@ -306,6 +353,12 @@ class ConvBatch:
         wt = self.weights()
         first = self.run[0]
         first.gather()
+        if first.int8:
+            first.im2col(0, first.vpp)
+            self.offsets()
+            emu_gemm.gemm_requant(self.t_a, self.t_b, self.t_off, self.t_y, self.N, self.lo, self.hi)
+            self.write(self.y_cols.view(np.uint8))
+            return
         if not self.float_path:
             acc = exact_matmul_t(first.im2col(0, first.vpp), wt.T)
             out = activate(2 * acc + (self.bias().astype(np.int64) << self.sb), self.N, self.act)
