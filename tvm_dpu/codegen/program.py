@@ -181,21 +181,26 @@ class Program:
         # of its prefix: ("vb0", 0, 3), bank 3 of the copy buffer, lies in ("vb0", 0)) and the longer names under it.
         last_writer, readers, prefixes, children = self._last_writer, self._readers, self._prefixes, self._children
         deps: list[int] = []
-        for r in reads:
-            pre = prefixes.get(r)
-            for k in (r, *(pre if pre is not None else _prefixes_of(r)), *children.get(r, ())):
+        for rs, after_readers in ((reads, False), (writes, True)):
+            if not rs:
+                continue
+            # each overlapping resource once: the DDR blocks of one LOAD / SAVE share their prefixes
+            related: dict = {}
+            for r in rs:
+                related[r] = None
+                pre = prefixes.get(r)
+                related.update(dict.fromkeys(pre if pre is not None else _prefixes_of(r)))
+                kids = children.get(r)
+                if kids:
+                    related.update(dict.fromkeys(kids))
+            for k in related:
                 d = last_writer.get(k)
                 if d is not None:
                     deps.append(d)
-        for w in writes:
-            pre = prefixes.get(w)
-            for k in (w, *(pre if pre is not None else _prefixes_of(w)), *children.get(w, ())):
-                d = last_writer.get(k)
-                if d is not None:
-                    deps.append(d)
-                ks = readers.get(k)
-                if ks:
-                    deps.extend(ks)
+                if after_readers:
+                    ks = readers.get(k)
+                    if ks:
+                        deps.extend(ks)
         for r in (*reads, *writes):
             if r not in prefixes:
                 pre = prefixes[r] = _prefixes_of(r)

@@ -137,12 +137,12 @@ def _cost_cache(m: MachineModel) -> dict:
         return cache
 
 
-def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], np.ndarray]:
+def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], list[float]]:
     instrs = [ins for _, ins in iter_program(code, shared=True)]
     cm = CostModel(m)
     cache = _cost_cache(m)
-    names, dpdon, dpdby, costs = [], [], [], []
-    fetch = np.zeros(len(instrs))
+    names, dpdon, dpdby, costs, fetch = [], [], [], [], []
+    per_word = m.fetch_cycles_per_word
     words = 0
     for i, ins in enumerate(instrs):
         name = ins.name
@@ -162,7 +162,7 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
                 cache[key] = (ins, init, c)
         costs.append(c)
         words += instr_spec(name).words
-        fetch[i] = words * m.fetch_cycles_per_word
+        fetch.append(words * per_word)
     return names, dpdon, dpdby, costs, fetch
 
 
@@ -231,6 +231,10 @@ def cycles(code: Any, arch: Arch | str, params: TimingParams | None = None) -> f
     return value
 
 
+#: The engines a 4-bit dependency mask names, by mask (shared, never changed).
+_MASK_ENGINES: tuple[tuple[int, ...], ...] = tuple(tuple(e for e in range(4) if mask >> e & 1) for mask in range(16))
+
+
 def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
              op_ranges: Sequence[tuple[str, int, int]] | None = None, model_ops: float | None = None) -> TimingResult:
     """Simulate machine code `code` (uint32 words) on one core of `arch`.
@@ -257,9 +261,8 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
     nan = float("nan")
     start, end, done = [nan] * n, [nan] * n, [nan] * n
-    fetch = fetch.tolist()
-    needs = [[s for s in range(4) if on >> s & 1] for on in dpdon]
-    posts_to = [[d for d in range(4) if by >> d & 1] for by in dpdby]
+    needs = [_MASK_ENGINES[on] for on in dpdon]
+    posts_to = [_MASK_ENGINES[by] for by in dpdby]
     is_dma = [c.beats > 0 for c in costs]
     busy = [0.0] * 4
     capacity = m.dma_beats_per_cycle
