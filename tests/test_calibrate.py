@@ -101,6 +101,30 @@ def test_reservoir_bounded_exact_range_and_uniform():
     assert np.all(np.abs(quarters - 250) < 60), quarters
 
 
+def test_reservoir_is_algorithm_r_value_by_value():
+    # The vectorised add keeps exactly what the serial algorithm R keeps with the same random stream (slot =
+    # floor(u * seen), kept when below the capacity): statistics, fix points and artifacts depend on it.
+    import zlib
+
+    cap, seed = 64, 7
+    s = TensorStats("fm", capacity=cap, seed=seed)
+    data = [np.random.default_rng(i).normal(size=n) for i, n in enumerate((50, 1, 300, 2000, 17))]
+    for d in data:
+        s.add(d)
+    rng = np.random.default_rng([seed, zlib.crc32(b"fm")])
+    ref: list[float] = []
+    seen = 0
+    for v in np.concatenate(data).astype(np.float32):
+        seen += 1
+        if len(ref) < cap:
+            ref.append(v)
+            continue
+        slot = int(np.floor(rng.random() * seen))
+        if slot < cap:
+            ref[slot] = v
+    np.testing.assert_array_equal(s.samples, np.array(ref, np.float32))
+
+
 def test_collect_stats_deterministic_and_bounded():
     g = _graph()
     a = collect_stats(g, _batches(4), progress=False, max_samples=100)

@@ -37,6 +37,9 @@ def test_compile_writes_artifact_meta_and_report(compiled):
     times = report["build"]["times_s"]  # where the compile's time went, phase by phase
     assert {"import_normalize", "calibration", "quantize_codegen", "export", "timelines"} <= set(times)
     assert 0 < sum(v for k, v in times.items() if k != "total_after_imports") <= times["total_after_imports"] + 1e-6
+    cpu = report["build"]["cpu_times_s"]  # the same phases in process seconds (the machine may be shared)
+    assert set(cpu) == set(times) and cpu["quantize_codegen"] > 0
+    assert sum(v for k, v in cpu.items() if k != "total_after_imports") <= cpu["total_after_imports"] + 1e-6
     trace = json.loads((compiled / f"net.sg{ids[0]}.trace.json").read_text())
     assert trace["traceEvents"]
     for s in report["subgraphs"]:  # timing model figures per subgraph

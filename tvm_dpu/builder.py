@@ -7,7 +7,6 @@ other path produces DPU code.
 """
 from __future__ import annotations
 
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import tvm
 
 from tvm_dpu.errors import DPUError
+from tvm_dpu.phase_times import PhaseClock
 from tvm_dpu.backend.relax_pipeline import dpu_pipeline, dpu_target_tags, register
 from tvm_dpu.program_blob import digest_of
 from tvm_dpu.runtime.compiled_model import CompiledModel
@@ -130,7 +130,7 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
     if target not in tags:
         raise DPUError(f"target {target!r}: tvm_dpu.build compiles for a DPU target: 'dpu' or a per-preset tag "
                        f"({', '.join(t for t in tags if t != 'dpu')}); the CPU part uses LLVM")
-    t0 = time.perf_counter()
+    clock = PhaseClock()
     from tvm_dpu.frontend import normalize
     from tvm_dpu.frontend.provenance import output_names
 
@@ -139,14 +139,14 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
     # held beside the folded weights.
     mod = normalize(mod)
     names = output_names(mod)
-    t_import = time.perf_counter()
+    clock.lap("import_normalize")
     record: list = []
     pipeline = dpu_pipeline(arch=arch, calibration=calibration, fusion=fusion, method=method, fix_points=fix_points,
                             is_qdq=is_qdq, normalize=False, progress=progress, record=record, plugins=plugins,
                             cores=cores, segments=segments, handed_over=True)
     # `mod` is this build's own: the pipeline releases its DPU float weights as the partitions are quantized.
     ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
-    t_end = time.perf_counter()
+    clock.lap("pipeline")
     (result,) = record
     if device is None and cores > 1:
         from tvm_dpu.runtime.cores import core_group
@@ -160,10 +160,12 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
                for sym, p in result.partitions.items()}
     info = dict(result.info)
     plugin_subgraphs = info.pop("plugin_subgraphs")
-    times = dict(info.pop("times_s"))
-    dpu_s = sum(times.values())
-    times.update({"import_normalize": t_import - t0, "partition_and_cpu_compile": (t_end - t_import) - dpu_s})
-    info["times_s"] = times
+    # the pipeline's time less the DPU compile's own phases is partitioning and the CPU part's compile
+    for key, laps in (("times_s", clock.wall), ("cpu_times_s", clock.cpu)):
+        times = dict(info.pop(key))
+        times.update({"import_normalize": laps["import_normalize"],
+                      "partition_and_cpu_compile": laps["pipeline"] - sum(times.values())})
+        info[key] = times
     model = CompiledModel(executable=ex, arch=result.arch, runners=runners, inputs=result.inputs,
                           partition_report=result.report, subgraph_ids=result.subgraph_ids, build_info=info,
                           relax_module=result.module, device=device, plugin_subgraphs=plugin_subgraphs)

@@ -230,6 +230,7 @@ def _run_compile(args: argparse.Namespace) -> int:
 
     from .arch import load_arch
     from .frontend.onnx_import import NamedModel
+    from .phase_times import PhaseClock
     from .report_html import onnx_node_graph
     from .runtime.artifact import SUFFIX, export, read_header
 
@@ -246,12 +247,12 @@ def _run_compile(args: argparse.Namespace) -> int:
         c_compiler(CROSS_TARGETS[args.cross][0])
     from .frontend.onnx_lazy import load_lazy, with_weights
 
-    t_start = time.perf_counter()
+    clock = PhaseClock()
     try:
         proto = load_lazy(str(path))  # the large weights stay in the file until the import reads them
     except Exception as e:  # onnx raises DecodeError / ValueError variously on a malformed file
         raise FrontendError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
-    t_read = time.perf_counter()
+    clock.lap("read_model")
     init_names = {i.name for i in proto.graph.initializer}
     input_names = [i.name for i in proto.graph.input if i.name not in init_names]
     opt_shapes, output_ops = parse_vai_options(args.options, input_names)
@@ -270,21 +271,23 @@ def _run_compile(args: argparse.Namespace) -> int:
     model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
                                       progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),
                                       cores=args.cores, segments=args.segments, requantize=args.requantize)
-    t_build = time.perf_counter()
+    clock.lap("build")
     model.source_graph = source_graph
     artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
                       sign=args.sign)
     if args.format == "xmodel":
         model.export(outdir / f"{name}.xmodel")
-    t_export = time.perf_counter()
+    clock.lap("export")
     timing = model.timing()
-    t_timing = time.perf_counter()
+    clock.lap("timing_model")
     timelines = _write_timelines(model, timing, outdir, name, png=args.png)
-    t_timelines = time.perf_counter()
-    # Where a compile's time goes, end to end (the build's own phases plus what the CLI does after it).
+    clock.lap("timelines")
+    # Where a compile's time goes, end to end (the build's own phases plus what the CLI does after it), in wall and
+    # in process seconds.
     times = model.build_info.setdefault("times_s", {})
-    times.update({"read_model": t_read - t_start, "export": t_export - t_build, "timing_model": t_timing - t_export,
-                  "timelines": t_timelines - t_timing})
+    cpu_times = model.build_info.setdefault("cpu_times_s", {})
+    for key in ("read_model", "export", "timing_model", "timelines"):
+        times[key], cpu_times[key] = clock.wall[key], clock.cpu[key]
     report = model.report(timing)
     placement = model.partition_report.table()
     del model, timing  # the compiled model (weights, VM) is not needed to describe the written artifact
@@ -292,8 +295,9 @@ def _run_compile(args: argparse.Namespace) -> int:
     header, sizes = read_header(artifact)
     meta = artifact_meta(header, sizes, artifact)
     (outdir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    times["total_after_imports"] = time.perf_counter() - t_start
+    times["total_after_imports"], cpu_times["total_after_imports"] = clock.since_start()
     report["build"]["times_s"] = times
+    report["build"]["cpu_times_s"] = cpu_times
     (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     if not args.quiet:
         print(placement)

@@ -10,7 +10,6 @@ calibration run (a context variable), never to a process-wide table.
 from __future__ import annotations
 
 import contextvars
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,6 +23,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.container import section_span
+from tvm_dpu.phase_times import PhaseClock
 from tvm_dpu.progress import progress_bar
 from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
 from tvm_dpu.types import InputSpec
@@ -429,7 +429,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     check_cores(cores, arch_obj)
     if segments not in SEGMENT_POLICIES:
         raise DPUError(f"segments={segments!r}: choose one of {', '.join(SEGMENT_POLICIES)}")
-    t0 = time.perf_counter()
+    clock = PhaseClock()
     inputs = input_specs(pmod)
     check_memory(pmod, inputs)
     functions = dpu_functions(pmod)
@@ -447,7 +447,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     need_stats = {sym for sym, fs in float_graphs.items()
                   if not is_qdq or uncovered_feature_maps(fs, overrides.get(sym) or {})}
     ext_functions = {sym: (fn, ext) for ext in external for sym, fn in codegen_functions(pmod, ext.codegen).items()}
-    t_xg = time.perf_counter()
+    clock.lap("xgraph")
     batches = calibration_batches(calibration, inputs) if need_stats or ext_functions else []
     recorded: list[list] = [[] for _ in range(len(symbols) + len(ext_functions))]
     collectors = {s: StatsCollector(float_graphs[s].graph) for s in symbols if s in need_stats}
@@ -455,7 +455,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     evaluators += [_external_evaluator(ext, fn, sym, recorded[len(symbols) + j])
                    for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
     run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
-    t_cal = time.perf_counter()
+    clock.lap("calibration")
     releasing = [m for m in handed_over if _adopt(m, pmod)]
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
@@ -507,8 +507,8 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
         plugin_subgraphs.append(plugin_summary(unpack_plugin_program(blob, sym)[0]))
         module[module.get_global_var(sym)] = fn.with_attr(
             PROGRAM_ATTR, program_tensor(blob))
-    t_dpu = time.perf_counter()
-    info = {"times_s": {"xgraph": t_xg - t0, "calibration": t_cal - t_xg, "quantize_codegen": t_dpu - t_cal},
+    clock.lap("quantize_codegen")
+    info = {"times_s": clock.wall, "cpu_times_s": clock.cpu,
             "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq, "cores": cores,
             "multicore": {sym: p.multicore.to_json() for sym, p in partitions.items() if p.multicore is not None},
             "plugin_subgraphs": plugin_subgraphs}

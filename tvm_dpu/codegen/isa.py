@@ -332,11 +332,13 @@ def _defaults(name: str) -> dict[str, int]:
 def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Instr:
     """Build an Instr with every field defaulted to its minimum (0, or 1 for minus fields), overridden by `fields`."""
     defaults = _defaults(name)  # the code generator builds ~10^5 instructions per network: no per-call table walk
-    unknown = [k for k in fields if k not in defaults]
-    if unknown:
+    if not defaults.keys() >= fields.keys():
+        unknown = [k for k in fields if k not in defaults]
         raise ISAError(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")
     vals = dict(defaults)
+    vals.update(fields)
     for k, v in fields.items():
-        vals[k] = v if type(v) is int else int(v)  # numpy integers become ints
+        if type(v) is not int:
+            vals[k] = int(v)  # numpy integers become ints
     return Instr(name, vals, dpdon, dpdby)
 

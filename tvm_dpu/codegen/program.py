@@ -28,6 +28,7 @@ import numpy as np
 from tvm_dpu.codegen.isa import ENGINE_BITS, Instr, encode_program, instr_spec, make_instr
 
 ENGINES = ("load", "save", "conv", "misc")
+_ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
 
 #: Parameter buffers split into two slots (halves) that successive ops alternate between (Program.next_slot); a
 #: resource named without a slot, e.g. ("convw",), means the whole buffer, i.e. every slot.
@@ -51,6 +52,29 @@ def _expand(resources: Iterable) -> tuple:
         else:
             out.append(r)
     return tuple(out)
+
+
+#: _expand of the resource tuples instructions name, by the tuple: a program names the same few thousand over and
+#: over (bounded; a resource that cannot be hashed is expanded each time)
+_EXPANDED: dict[tuple, tuple] = {}
+_EXPANDED_MAX = 1 << 16
+
+
+def _expand_cached(resources: Iterable) -> tuple:
+    key = resources if isinstance(resources, tuple) else tuple(resources)
+    try:
+        hit = _EXPANDED.get(key)
+    except TypeError:
+        return _expand(key)
+    if hit is None:
+        if len(_EXPANDED) >= _EXPANDED_MAX:
+            _EXPANDED.clear()
+        hit = _EXPANDED[key] = _expand(key)
+    return hit
+
+
+def _prefixes_of(r: tuple) -> tuple:
+    return tuple(r[:n] for n in range(1, len(r)))
 
 
 #: Bytes of a DDR tensor tracked as one resource by LOAD / SAVE (the AXI 4 KiB boundary).
@@ -108,6 +132,7 @@ class Program:
     _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
     _prefixes: dict = field(default_factory=dict)  # resource name used -> its proper prefixes
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
+    _engine_of: list = field(default_factory=list)  # per instruction, its engine (as entries[i].engine)
     #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
     #: SAVEs of every producer that wrote a slice.
@@ -132,70 +157,92 @@ class Program:
 
     def emit(self, name: str, reads: Iterable = (), writes: Iterable = (), comment: str = "", **fields: int) -> int:
         """Append instruction `name` with `fields`; returns its index (or that of the identical INIT in force)."""
-        if name in _INITS:
-            key = _INITS[name]
-            if self._init_state.get(key) == fields:
-                return self._init_state[key + "@"]
+        init_key = _INITS.get(name)
+        if init_key is not None and self._init_state.get(init_key) == fields:
+            return self._init_state[init_key + "@"]
         if self.param_shift is not None:
             reads, writes, fields = self._shift_params(tuple(reads), tuple(writes), fields)
-        spec = instr_spec(name)
-        engine = spec.category
+        engine = instr_spec(name).category
         instr = make_instr(name, **fields)
-        idx = len(self.entries)
+        entries = self.entries
+        idx = len(entries)
         if not self.track:
-            self.entries.append(_Entry(instr, engine, tuple(reads), tuple(writes), comment))
+            entries.append(_Entry(instr, engine, tuple(reads), tuple(writes), comment))
             return idx
-        reads, writes = self._canonical(_expand(reads)), self._canonical(_expand(writes))
+        reads, writes = _expand_cached(reads), _expand_cached(writes)
+        if self.ddr_roots:
+            reads, writes = self._canonical(reads), self._canonical(writes)
         if name in _DMA_DDR:
             if name == "LOAD":
                 reads = _ddr_blocks(reads, fields, "jump_read")
             else:
                 writes = _ddr_blocks(writes, fields, "jump_write")
+        # Every resource that overlaps one this instruction names: itself, its prefixes (a longer name is a part
+        # of its prefix: ("vb0", 0, 3), bank 3 of the copy buffer, lies in ("vb0", 0)) and the longer names under it.
+        last_writer, readers, prefixes, children = self._last_writer, self._readers, self._prefixes, self._children
         deps: list[int] = []
-        for r in reads:
-            for k in self._related(r):
-                if k in self._last_writer:
-                    deps.append(self._last_writer[k])
-        for w in writes:
-            for k in self._related(w):
-                if k in self._last_writer:
-                    deps.append(self._last_writer[k])
-                deps.extend(self._readers.get(k, ()))
-        for r in reads + writes:
-            if r not in self._prefixes:
-                pre = self._prefixes[r] = tuple(r[:n] for n in range(1, len(r)))
+        for rs, after_readers in ((reads, False), (writes, True)):
+            if not rs:
+                continue
+            # each overlapping resource once: the DDR blocks of one LOAD / SAVE share their prefixes
+            related: dict = {}
+            for r in rs:
+                related[r] = None
+                pre = prefixes.get(r)
+                related.update(dict.fromkeys(pre if pre is not None else _prefixes_of(r)))
+                kids = children.get(r)
+                if kids:
+                    related.update(dict.fromkeys(kids))
+            for k in related:
+                d = last_writer.get(k)
+                if d is not None:
+                    deps.append(d)
+                if after_readers:
+                    ks = readers.get(k)
+                    if ks:
+                        deps.extend(ks)
+        for r in (*reads, *writes):
+            if r not in prefixes:
+                pre = prefixes[r] = _prefixes_of(r)
                 for q in pre:
-                    self._children.setdefault(q, set()).add(r)
-        self.entries.append(_Entry(instr, engine, reads, writes, comment))
+                    children.setdefault(q, set()).add(r)
+        entries.append(_Entry(instr, engine, reads, writes, comment))
+        self._engine_of.append(engine)
         own = ENGINE_BITS[engine]
         instr.dpdon |= own
         instr.dpdby |= own
         prev = self._last_of_engine.get(engine)
-        self._clock.append(list(self._done_clock(prev)) if prev is not None else [-1] * len(ENGINES))
-        # One wait per source engine, on the newest instruction of that engine this one needs: it completes
-        # after every older one (engines run in order).
-        newest: dict[str, int] = {}
-        for d in deps:
-            src = self.entries[d].engine
-            newest[src] = max(d, newest.get(src, -1))
-        for d in sorted(newest.values(), reverse=True):  # the newest first: its chain may cover the others
-            self._depend(idx, d)
+        self._clock.append(self._done_clock(prev) if prev is not None else [-1] * len(ENGINES))
+        if deps:
+            # One wait per source engine, on the newest instruction of that engine this one needs: it completes
+            # after every older one (engines run in order).
+            engine_of = self._engine_of
+            newest: dict[str, int] = {}
+            for d in deps:
+                src = engine_of[d]
+                if d > newest.get(src, -1):
+                    newest[src] = d
+            for d in sorted(newest.values(), reverse=True):  # the newest first: its chain may cover the others
+                self._depend(idx, d)
         self._last_of_engine[engine] = idx
         self._of_engine[engine].append(idx)
         for r in reads:
-            self._readers.setdefault(r, []).append(idx)
+            ks = readers.get(r)
+            if ks is None:
+                readers[r] = [idx]
+            else:
+                ks.append(idx)
         for w in writes:
-            self._last_writer[w] = idx
-            self._readers[w] = []
+            last_writer[w] = idx
+            readers[w] = []
             # a write over a whole resource orders its parts' earlier readers too (it waited for them): a later
             # writer of a part waits for this write, so their lists restart (else they grow with the program)
-            for c in self._children.get(w, ()):
-                if self._readers.get(c):
-                    self._readers[c] = []
-        if name in _INITS:
-            key = _INITS[name]
-            self._init_state[key] = dict(fields)
-            self._init_state[key + "@"] = idx
+            for c in children.get(w, ()):
+                if readers.get(c):
+                    readers[c] = []
+        if init_key is not None:
+            self._init_state[init_key] = dict(fields)
+            self._init_state[init_key + "@"] = idx
         return idx
 
     def _shift_params(self, reads: tuple, writes: tuple, fields: dict) -> tuple[tuple, tuple, dict]:
@@ -211,17 +258,6 @@ class Program:
         move = lambda rs: tuple((r[0], slot) + r[1:] if moved(r, "convw") or moved(r, "bias") else r for r in rs)
         return move(reads), move(writes), fields
 
-    def _related(self, r: tuple) -> list[tuple]:
-        """r and every resource that overlaps it: a longer name is a part of its prefix (("vb0", 0, 3), bank 3 of
-        the copy buffer, lies in ("vb0", 0), the half a conv tile uses), so a prefix and its parts conflict."""
-        out = [r]
-        pre = self._prefixes.get(r)
-        if pre is None:
-            pre = tuple(r[:n] for n in range(1, len(r)))
-        out.extend(q for q in pre if q in self._last_writer or q in self._readers)
-        out.extend(self._children.get(r, ()))
-        return out
-
     def _canonical(self, resources: tuple) -> tuple:
         if not self.ddr_roots:
             return resources
@@ -233,7 +269,7 @@ class Program:
         if src == dst:
             return  # in-order within an engine
         key = (src, dst)
-        if self._covered.get(key, -1) >= dep or self._clock[idx][ENGINES.index(src)] >= dep:
+        if self._covered.get(key, -1) >= dep or self._clock[idx][_ENGINE_INDEX[src]] >= dep:
             return
         # Post from `dep` itself, not from a later instruction of its engine: a later post would make the waiter
         # wait for work it does not need (e.g. the LOADs of tile t+1 for the CONVs of tile t instead of t-1,
@@ -271,8 +307,8 @@ class Program:
     def _done_clock(self, j: int) -> list[int]:
         """What is known complete once instruction j completes: its start clock, itself and (in-order completion)
         every earlier instruction of its engine."""
-        out = list(self._clock[j])
-        out[ENGINES.index(self.entries[j].engine)] = j
+        out = self._clock[j][:]
+        out[_ENGINE_INDEX[self._engine_of[j]]] = j
         return out
 
     def end(self) -> None:

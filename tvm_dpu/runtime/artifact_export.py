@@ -63,10 +63,12 @@ def cross_compile(model: CompiledModel, cross: str) -> bytes:
 
 
 def _without_timings(obj: Any) -> Any:
-    """`obj` without wall-clock figures ("times_s" and "t_*" keys): they differ between identical builds and
-    belong in report.json, not in a file that must be byte-identical for the same inputs."""
+    """`obj` without wall-clock and process-time figures ("times_s", "cpu_times_s" and "t_*" keys): they differ
+    between identical builds and belong in report.json, not in a file that must be byte-identical for the same
+    inputs."""
     if isinstance(obj, dict):
-        return {k: _without_timings(v) for k, v in obj.items() if k != "times_s" and not str(k).startswith("t_")}
+        return {k: _without_timings(v) for k, v in obj.items() if k not in ("times_s", "cpu_times_s")
+                and not str(k).startswith("t_")}
     if isinstance(obj, list):
         return [_without_timings(v) for v in obj]
     return obj

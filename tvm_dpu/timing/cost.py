@@ -29,6 +29,24 @@ ENGINES: tuple[str, ...] = ("load", "save", "conv", "misc")
 ENGINE_INDEX: dict[str, int] = {e: i for i, e in enumerate(ENGINES)}
 
 
+#: The fields of each instruction that `CostModel.cost` reads (a CONV / ALU also reads these of its CONVINIT /
+#: ALUINIT): with the instruction sequence and the dependency masks, all a program's timing depends on. The
+#: timing model's cycle cache keys programs on these alone (simulate.timing_key), so programs that differ only in
+#: addresses and shifts (a repeated block elsewhere in DDR, with other fix points) are simulated once;
+#: tests/test_timing_key.py checks that `cost` reads no other field.
+TIMED_FIELDS: dict[str, tuple[str, ...]] = {
+    "LOAD": ("length", "channel", "jump_read", "broadcast"),
+    "SAVE": ("length", "channel", "jump_write", "const_en", "argmax"),
+    "CONVINIT": ("kernel_h", "kernel_w", "valid_pixel_parallel"),
+    "CONV": ("channel_group", "length", "channel_offset"),
+    "ALUINIT": ("kernel_h", "kernel_w", "channel_group", "length", "exec_mode"),
+    "ALU": ("kernel_d", "valid_pixel_parallel"),
+    "ELEW": ("num", "length", "channel_group"),
+    "POOL": ("length", "channel_group"),
+    "DPTWISE": ("length", "channel_group"),
+}
+
+
 @dataclass(frozen=True)
 class InstrCost:
     """Cost of one instruction.

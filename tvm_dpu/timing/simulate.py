@@ -28,8 +28,8 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.isa import instr_spec, iter_program
-from tvm_dpu.timing.cost import ENGINES, CostModel, InstrCost
+from tvm_dpu.codegen.isa import instr_spec, instr_specs, iter_program
+from tvm_dpu.timing.cost import ENGINES, TIMED_FIELDS, CostModel, InstrCost
 from tvm_dpu.timing.depcheck import OWN_CREDIT, initial_tokens, pair_name
 from tvm_dpu.timing.params import MachineModel, TimingError, TimingParams, machine
 
@@ -137,12 +137,12 @@ def _cost_cache(m: MachineModel) -> dict:
         return cache
 
 
-def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], np.ndarray]:
+def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], list[float]]:
     instrs = [ins for _, ins in iter_program(code, shared=True)]
     cm = CostModel(m)
     cache = _cost_cache(m)
-    names, dpdon, dpdby, costs = [], [], [], []
-    fetch = np.zeros(len(instrs))
+    names, dpdon, dpdby, costs, fetch = [], [], [], [], []
+    per_word = m.fetch_cycles_per_word
     words = 0
     for i, ins in enumerate(instrs):
         name = ins.name
@@ -162,23 +162,62 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
                 cache[key] = (ins, init, c)
         costs.append(c)
         words += instr_spec(name).words
-        fetch[i] = words * m.fetch_cycles_per_word
+        fetch.append(words * per_word)
     return names, dpdon, dpdby, costs, fetch
 
 
 #: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
 #: programs several times (fusion fallback, conv variants, repeated blocks compiled alone), and a program's
-#: cycles depend only on its words and the machine. Bounded; guarded for threads.
+#: cycles depend only on what `timing_key` keeps of its words, and the machine. Bounded; guarded for threads.
 _CYCLES: "OrderedDict[tuple, float]" = OrderedDict()
 _CYCLES_MAX = 1024
 _CYCLES_LOCK = threading.Lock()
 
 
+#: Per opcode, one mask per instruction word keeping the bits the timing model reads: opcode, dpdon, dpdby and
+#: the TIMED_FIELDS (built on first use).
+_TIMED_MASKS: dict[int, tuple[int, ...]] = {}
+
+
+def _timed_masks(opcode: int) -> tuple[int, ...] | None:
+    masks = _TIMED_MASKS.get(opcode)
+    if masks is None:
+        spec = next((s for s in instr_specs().values() if s.opcode == opcode), None)
+        if spec is None:
+            return None
+        out = [0] * spec.words
+        out[0] = 0xFFF00000  # opcode, dpdon, dpdby
+        timed = TIMED_FIELDS.get(spec.name, ())
+        for f in spec.fields:
+            if f.name in timed:
+                out[f.word] |= ((1 << f.len) - 1) << f.pos
+        masks = _TIMED_MASKS[opcode] = tuple(out)
+    return masks
+
+
+def timing_key(code: Any) -> tuple[str, bytes]:
+    """A digest of what the timing model reads of a program: its words with every other bit cleared (addresses,
+    shifts, activation types), so two programs with the same key have the same cycles on every machine. A stream
+    that does not decode is keyed on all its words (simulating it raises)."""
+    words = np.ascontiguousarray(np.asarray(code, dtype=np.uint32)).ravel()
+    w = words.tolist()
+    masks: list[int] = []
+    pos, n = 0, len(w)
+    while pos < n:
+        m = _timed_masks(w[pos] >> 28)
+        if m is None or pos + len(m) > n:
+            return "words", hashlib.sha256(words.tobytes()).digest()
+        masks.extend(m)
+        pos += len(m)
+    return "timed", hashlib.sha256((words & np.asarray(masks, dtype=np.uint32)).tobytes()).digest()
+
+
 def cycles(code: Any, arch: Arch | str, params: TimingParams | None = None) -> float:
-    """`simulate(code, arch, params).cycles`, remembered per distinct program (what compile-time choices need)."""
+    """`simulate(code, arch, params).cycles`, remembered per program as the timing model sees it (`timing_key`):
+    what compile-time choices need."""
     a = load_arch(arch)
     words = np.ascontiguousarray(np.asarray(code, dtype=np.uint32))
-    key = (hashlib.sha256(words.tobytes()).digest(), a, params)
+    key = (timing_key(words), a, params)
     with _CYCLES_LOCK:
         hit = _CYCLES.get(key)
         if hit is not None:
@@ -190,6 +229,10 @@ def cycles(code: Any, arch: Arch | str, params: TimingParams | None = None) -> f
         while len(_CYCLES) > _CYCLES_MAX:
             _CYCLES.popitem(last=False)
     return value
+
+
+#: The engines a 4-bit dependency mask names, by mask (shared, never changed).
+_MASK_ENGINES: tuple[tuple[int, ...], ...] = tuple(tuple(e for e in range(4) if mask >> e & 1) for mask in range(16))
 
 
 def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
@@ -218,9 +261,8 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
     nan = float("nan")
     start, end, done = [nan] * n, [nan] * n, [nan] * n
-    fetch = fetch.tolist()
-    needs = [[s for s in range(4) if on >> s & 1] for on in dpdon]
-    posts_to = [[d for d in range(4) if by >> d & 1] for by in dpdby]
+    needs = [_MASK_ENGINES[on] for on in dpdon]
+    posts_to = [_MASK_ENGINES[by] for by in dpdby]
     is_dma = [c.beats > 0 for c in costs]
     busy = [0.0] * 4
     capacity = m.dma_beats_per_cycle
