@@ -20,7 +20,10 @@ docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a networ
 * first-layer convs over few channels are channel-augmented (`Augment`): kw input pixels per LOAD item, a
   kh x 1 conv over kw*C channels, when the CONVs it saves outweigh its item-by-item LOADs;
 * windowed tiles whose fetched rows wrap the bank group unevenly place the second tile of each pair after the
-  first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles.
+  first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles;
+* windowed tiles whose output is small beside their input alternate between the two image bank groups
+  (`GroupSwap`): a tile's input takes most of one group and its output the top rows of the other, so a line may
+  use almost a whole group instead of half of one, where that means fewer column tiles.
 """
 from __future__ import annotations
 
@@ -266,8 +269,16 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         ring_l = variant_tile((vpp, found_ring[1], chunk), job.variant)[1]
         if ceil_div(y.w, ring_l) < ceil_div(y.w, lmax):  # fewer column tiles, fewer CONVs
             ring, lmax = found_ring[0], ring_l
+    swap = group_swap(arch, job, vpp, chunk) if flat is None else None
+    if swap is not None:
+        swap_l = variant_tile((vpp, swap, chunk), job.variant)[1]
+        if ceil_div(y.w, swap_l) < ceil_div(y.w, lmax):
+            ring, lmax = None, swap_l
+        else:
+            swap = None
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
     col_tiles = split_even(y.w, lmax)
+    widest = max(length for _, length in col_tiles)
     buf = 0
     first = True
     for g0, n in split_even(cg_out, chunk):
@@ -295,6 +306,12 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
             continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
+                if swap is not None:
+                    _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf,
+                                       arch.bank_depth - chunk * widest, first, wbase, w_res + b_res)
+                    first = False
+                    buf ^= 1
+                    continue
                 if ring is None:
                     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
                                          cg_in, buf * half)
@@ -357,12 +374,63 @@ def input_ring(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> tuple[InputR
     return InputRing(endl, nk), lim
 
 
+def group_swap(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> int | None:
+    """Widest L of a tile of vpp rows whose input (at row 0 of one image bank group, tightly placed: E = its line)
+    and `chunk` output groups of L pixels (at the top of the other group) together fit one group's depth, or None
+    when there are not two image bank groups or no L fits.
+
+    The tiles alternate: tile t reads its input from group t % 2 and writes its output to group (t + 1) % 2, so
+    while tile t computes, tile t+1 loads into the input rows of the other group and tile t-1's outputs (in the
+    top rows of this group) are saved: the double buffering of the halves, with a line almost twice as long where
+    the output needs few rows (few resident output groups, short lines of many input channel groups)."""
+    if arch.img_bank_groups < 2:
+        return None
+    cg_in = ceil_div(job.cin, arch.icp)
+    nr = (vpp - 1) * job.sh + job.kh
+    slots = (((nr - 1) // job.sh) // arch.pp + 1) * job.sh  # line slots per bank (tiling.RowPlacement.footprint)
+    # input slots*cg_in*((L-1)*sw + kw) rows + output chunk*L rows <= depth, line E <= the 10-bit fields
+    per_l = slots * cg_in * job.sw + chunk
+    lim = (arch.bank_depth - slots * cg_in * (job.kw - job.sw)) // per_l
+    lim = min(lim, (FIELD10 // cg_in - job.kw) // job.sw + 1, FIELD10)
+    return lim if lim >= 1 else None
+
+
+def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
+                       v: int, q0: int, length: int, g0: int, n: int, cg_in: int, parity: int, out_base: int,
+                       first: bool, wbase: int, params: tuple) -> None:
+    """One tile of the group-swap placement (group_swap): input in rows [0, out_base) of image bank group
+    `parity`, output from row out_base of the other group.
+
+    Resources: the input and output rows are parts of the halves the other emitters use ("vb0", 0) / ("vb0", 1)
+    ..., named ("vbK", half, "in") and ("vbK", half, "out"), so they conflict with those halves but not with each
+    other. The op's first LOADs also write both whole groups, so they wait for every earlier user of the image
+    banks; every CONV reads its whole input group, so the next op's writers of any part of it wait for the
+    CONVs (and the next LOAD into the same group waits for the CONVs of two tiles back, which it overwrites)."""
+    half = arch.bank_depth // 2
+    groups = ("vb0", "vb1")
+    gin, gout = groups[parity], groups[1 - parity]
+    out_end = out_base + n * length
+    in_res = tuple((gin, h, "in") for h in range(2) if h * half < out_base)
+    out_res = tuple((gout, h, "out") for h in range(2) if out_base < (h + 1) * half and h * half < out_end)
+    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, 0)
+    if tile.place.footprint(tile.n_rows) > out_base:
+        raise CodegenError(f"op {job.name!r}: a group-swap tile's input ({tile.place.footprint(tile.n_rows)} rows) "
+                           f"overlaps its output from row {out_base}")  # group_swap's rule makes this impossible
+    loads = in_res + (((groups[0],), (groups[1],)) if first else ())
+    _emit_tile(prog, arch, job, tile, loads, in_res + ((gin,),), x, y, x_res, y_res, p0, v, q0, length, g0, n,
+               cg_in, out_base, (arch.bank_group(gin.upper()).base_id, arch.bank_group(gout.upper()).base_id, parity),
+               wbase, params, out_res)
+
+
 def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res: tuple, conv_reads: tuple,
                x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int, q0: int, length: int, g0: int, n: int,
-               cg_in: int, base: int, banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
-    """One output tile: its input window (placed by `tile`) loaded into VB0, one CONV per resident output group
-    into VB1 at `base`, vpp SAVEs."""
+               cg_in: int, base: int, banks: tuple[int, int, int], wbase: int, params: tuple,
+               out_res: tuple | None = None) -> None:
+    """One output tile: its input window (placed by `tile`) loaded into bank group banks[0], one CONV per
+    resident output group into group banks[1] at `base`, vpp SAVEs. `out_res`: the resource of the output rows
+    (default the half ("vb1", buf))."""
     vb0, vb1, buf = banks
+    out_res = out_res or ("vb1", buf)
     if job.aug is None:
         tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, in_res)
     else:
@@ -377,7 +445,7 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     a = [b % arch.bank_depth for b in place.bases()]
     wrows = job.kh * job.kw * cg_in
     for gl in range(n):
-        prog.emit("CONV", reads=conv_reads + params, writes=(("vb1", buf),),
+        prog.emit("CONV", reads=conv_reads + params, writes=(out_res,),
                   pad_left=pad_left, pad_top=pad_top, bank_addr_in=a[0], channel_group=cg_in,
                   pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom,
                   bank_addr_out=base + gl, length=length, bank_id_in=vb0 + place.b0,
@@ -386,6 +454,6 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
                   channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
     for r in range(vpp):
-        prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,
+        prog.emit("SAVE", reads=(out_res,), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,
                   length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
                   ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
