@@ -27,6 +27,7 @@ docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a networ
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -129,6 +130,20 @@ def augmented_weights(w_oihw: np.ndarray) -> np.ndarray:
 #: The compiler takes a variant per op (FusionPlan.variants); fusion.select.choose_conv_variants picks them with
 #: the timing model.
 CONV_VARIANTS = ("wide", "narrow", "split_weights")
+
+
+@dataclass(frozen=True)
+class PoolOnSave:
+    """A 2x2 stride-2 max / avg pool run on each conv tile in the banks before it is saved (template conv_pool,
+    fused_conv_pool): one ALU per pair of conv rows pools them in place and only the pooled rows are saved. The
+    conv keeps its lone tiles (whatever emit_conv chooses: halves, ring or group swap) with even tile rows and
+    columns, so fusing costs no CONV; the ALUs run on the MISC engine beside the next tile's CONVs. Fields: the
+    ALU exec_mode code, shift_cut and multi_factor (avg pool), and the pooled map in DDR."""
+
+    exec_mode: int
+    shift_cut: int
+    multi_factor: int
+    y: FMap
 
 
 def variant_tile(tile: tuple[int, int, int], variant: str) -> tuple[int, int, int]:
@@ -242,9 +257,11 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
                   reg_id=x.reg_id, ddr_addr=ddr, pad_start=pad_start, pad_end=pad_end, pad_idx=pad_idx)
 
 
-def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
+def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
+              pool: PoolOnSave | None = None) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
-    name the DDR tensors for the dependency tracker."""
+    name the DDR tensors for the dependency tracker. With `pool`, y only gives the conv output's size: the pooled
+    map pool.y (named y_res) is what is saved (PoolOnSave)."""
     icp, ocp = arch.icp, arch.ocp
     half = arch.bank_depth // 2
     cg_in = ceil_div(job.cin, icp)
@@ -258,11 +275,16 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
                            f"half an image bank ({half} rows) of {arch.name}")
     (vpp, lmax, chunk), halved = found
+    if pool is not None:
+        vpp -= vpp % 2
+        if vpp < 2 or lmax < 2 or y.h % 2 or y.w % 2 or job.aug is not None:
+            raise CodegenError(f"op {job.name!r}: the pool cannot run on this conv's tiles (PoolOnSave needs even "
+                               f"tiles of at least 2 x 2 and an even {y.h}x{y.w} output)")
     vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
     convw = arch.bank_group("CONVW").base_id
     bias_bank = arch.bank_group("BIAS").base_id
-    flat = flat_length(arch, job, y, chunk)
+    flat = flat_length(arch, job, y, chunk) if pool is None else None
     ring = None
     found_ring = input_ring(arch, job, vpp, chunk) if flat is None else None
     if found_ring is not None:
@@ -277,10 +299,15 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         else:
             swap = None
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
-    col_tiles = split_even(y.w, lmax)
+    col_tiles = split_even(y.w, lmax) if pool is None else [(2 * q, 2 * n) for q, n in split_even(y.w // 2, lmax // 2)]
     widest = max(length for _, length in col_tiles)
     buf = 0
     first = True
+    # Each windowed tile's SAVEs (and pool ALUs) are emitted after the next tile's CONVs: a pair's token counter
+    # holds at most one token along program order (Program._depend), so with them right after their own CONVs the
+    # next tile's first CONV would wait for them (one SAVE, or the pool ALUs and a SAVE, per tile) instead of
+    # the SAVEs of two tiles back, which its output half really waits for.
+    pending = None
     for g0, n in split_even(cg_out, chunk):
         if halved:
             slot = prog.next_slot("convw")
@@ -307,10 +334,14 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         for p0, v in row_tiles:
             for q0, length in col_tiles:
                 if swap is not None:
-                    _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in, buf,
-                                       arch.bank_depth - chunk * widest, first, wbase, w_res + b_res)
+                    saves = _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in,
+                                               buf, arch.bank_depth - chunk * widest, first, wbase, w_res + b_res,
+                                               pool)
                     first = False
                     buf ^= 1
+                    if pending is not None:
+                        pending()
+                    pending = saves
                     continue
                 if ring is None:
                     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
@@ -320,9 +351,14 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
                     tile = ring.tile(arch.pp, job, p0, v, q0, length, cg_in, buf)
                     in_res, conv_reads = ring.resources(buf, first)
                 first = False
-                _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length, g0,
-                           n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res)
+                saves = _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length,
+                                   g0, n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res, pool=pool)
                 buf ^= 1
+                if pending is not None:
+                    pending()
+                pending = saves
+    if pending is not None:
+        pending((("vb0",), ("vb1",)) if swap is not None else ())
 
 
 @dataclass(frozen=True)
@@ -397,15 +433,16 @@ def group_swap(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> int | None:
 
 def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
                        v: int, q0: int, length: int, g0: int, n: int, cg_in: int, parity: int, out_base: int,
-                       first: bool, wbase: int, params: tuple) -> None:
+                       first: bool, wbase: int, params: tuple,
+                       pool: PoolOnSave | None = None) -> Callable[..., None]:
     """One tile of the group-swap placement (group_swap): input in rows [0, out_base) of image bank group
     `parity`, output from row out_base of the other group.
 
     Resources: the input and output rows are parts of the halves the other emitters use ("vb0", 0) / ("vb0", 1)
     ..., named ("vbK", half, "in") and ("vbK", half, "out"), so they conflict with those halves but not with each
     other. The op's first LOADs also write both whole groups, so they wait for every earlier user of the image
-    banks; every CONV reads its whole input group, so the next op's writers of any part of it wait for the
-    CONVs (and the next LOAD into the same group waits for the CONVs of two tiles back, which it overwrites)."""
+    banks, and its last SAVE reads both (emit_conv passes `barrier`), so every later user waits for it, and through
+    it for every CONV and SAVE of the op."""
     half = arch.bank_depth // 2
     groups = ("vb0", "vb1")
     gin, gout = groups[parity], groups[1 - parity]
@@ -417,17 +454,18 @@ def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap
         raise CodegenError(f"op {job.name!r}: a group-swap tile's input ({tile.place.footprint(tile.n_rows)} rows) "
                            f"overlaps its output from row {out_base}")  # group_swap's rule makes this impossible
     loads = in_res + (((groups[0],), (groups[1],)) if first else ())
-    _emit_tile(prog, arch, job, tile, loads, in_res + ((gin,),), x, y, x_res, y_res, p0, v, q0, length, g0, n,
-               cg_in, out_base, (arch.bank_group(gin.upper()).base_id, arch.bank_group(gout.upper()).base_id, parity),
-               wbase, params, out_res)
+    banks = (arch.bank_group(gin.upper()).base_id, arch.bank_group(gout.upper()).base_id, parity)
+    return _emit_tile(prog, arch, job, tile, loads, in_res, x, y, x_res, y_res, p0, v, q0, length, g0,
+                      n, cg_in, out_base, banks, wbase, params, out_res, pool)
 
 
 def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res: tuple, conv_reads: tuple,
                x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int, q0: int, length: int, g0: int, n: int,
                cg_in: int, base: int, banks: tuple[int, int, int], wbase: int, params: tuple,
-               out_res: tuple | None = None) -> None:
+               out_res: tuple | None = None, pool: PoolOnSave | None = None) -> Callable[..., None]:
     """One output tile: its input window (placed by `tile`) loaded into bank group banks[0], one CONV per
-    resident output group into group banks[1] at `base`, vpp SAVEs. `out_res`: the resource of the output rows
+    resident output group into group banks[1] at `base`; returns what emits its vpp SAVEs (or pool ALUs and
+    pooled SAVEs), for the caller to emit after the next tile's CONVs. `out_res`: the resource of the output rows
     (default the half ("vb1", buf))."""
     vb0, vb1, buf = banks
     out_res = out_res or ("vb1", buf)
@@ -453,7 +491,41 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
                   bank_addr_in_1=a[1], bank_id_out=vb1, bank_addr_bias=wbase + gl,
                   channel_offset=cg_in * arch.icp - job.cin, bank_addr_in_3=a[3], bank_addr_in_2=a[2])
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
-    for r in range(vpp):
-        prog.emit("SAVE", reads=(out_res,), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,
-                  length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
-                  ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
+
+    def saves(barrier: tuple = ()) -> None:
+        """`barrier`: resources the last SAVE reads as well."""
+        if pool is not None:
+            _emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
+                               barrier)
+            return
+        for r in range(vpp):
+            prog.emit("SAVE", reads=(out_res,) + (barrier if r == vpp - 1 else ()), writes=(("ddr", y_res),),
+                      bank_id=vb1 + r, bank_addr=base,
+                      length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                      ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
+    return saves
+
+
+def _emit_pool_on_save(prog: Program, arch: Arch, pool: PoolOnSave, y_res: str, out_res: tuple, g0_bank: int,
+                       base: int, p0: int, vpp: int, q0: int, length: int, g0: int, n: int, channels: int,
+                       barrier: tuple = ()) -> None:
+    """The PoolOnSave of one conv tile (conv row r in bank r of the group from g0_bank, from row `base`, pixels n
+    rows apart): pooled row j is one ALU over conv rows 2j, 2j+1 (banks 2j, 2j+1), written in place over conv row
+    2j, then one SAVE per pooled row. In place is safe: pooled pixel x overwrites conv pixel x, which the ALU read
+    for pooled pixel x // 2, no later than its own inputs 2x, 2x+1."""
+    for j in range(vpp // 2):
+        prog.emit("ALUINIT", exec_mode=pool.exec_mode, kernel_h=2, kernel_w=2, stride_h=1, stride_w=2,
+                  stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=n,
+                  channel_offset=n * arch.icp - channels, length=length // 2, shift_prelu_p=0, shift_prelu_n=0,
+                  jump_read=n, jump_read_endl=n * length, jump_read_weights=n, jump_write=n, jump_write_endl=1,
+                  act_type=0, shift_bias=0, shift_cut=pool.shift_cut, multi_factor=pool.multi_factor)
+        prog.emit("ALU", reads=(out_res,), writes=(out_res,), bank_id_out=g0_bank + 2 * j, bank_addr_out=base,
+                  pad_bottom=1, valid_pixel_parallel=1, bank_id_in=g0_bank + 2 * j, bank_addr_in=base, pad_top=0,
+                  pad_left=0, pad_right=1, bank_addr_in_1=base, kernel_d=1, bank_addr_weights=0, bank_addr_in_2=base,
+                  bank_addr_bias=0, bank_addr_in_3=base)
+    y = pool.y
+    for j in range(vpp // 2):
+        prog.emit("SAVE", reads=(out_res,) + (barrier if j == vpp // 2 - 1 else ()), writes=(("ddr", y_res),),
+                  bank_id=g0_bank + 2 * j, bank_addr=base,
+                  length=length // 2, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                  ddr_addr=y.addr(p0 // 2 + j, q0 // 2, g0 * arch.ocp))
