@@ -292,6 +292,8 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         if ceil_div(y.w, ring_l) < ceil_div(y.w, lmax):  # fewer column tiles, fewer CONVs
             ring, lmax = found_ring[0], ring_l
     swap = group_swap(arch, job, vpp, chunk) if flat is None else None
+    if swap is not None and chunk > 1:
+        chunk, swap = _swap_chunk(arch, job, y, vpp, chunk, swap)
     if swap is not None:
         swap_l = variant_tile((vpp, swap, chunk), job.variant)[1]
         if ceil_div(y.w, swap_l) < ceil_div(y.w, lmax):
@@ -306,7 +308,10 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     # Each windowed tile's SAVEs (and pool ALUs) are emitted after the next tile's CONVs: a pair's token counter
     # holds at most one token along program order (Program._depend), so with them right after their own CONVs the
     # next tile's first CONV would wait for them (one SAVE, or the pool ALUs and a SAVE, per tile) instead of
-    # the SAVEs of two tiles back, which its output half really waits for.
+    # the SAVEs of two tiles back, which its output half really waits for. Not for a channel-augmented conv:
+    # its item-by-item LOADs and its SAVEs, not its CONVs, bound it, and there the later SAVEs measured slower
+    # (VGG-16 conv1_1 on ZU2: 360k cycles against 342k).
+    defer = job.aug is None
     pending = None
     for g0, n in split_even(cg_out, chunk):
         if halved:
@@ -333,26 +338,25 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
             continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
+                if pending is not None and not defer:
+                    pending()
+                    pending = None
                 if swap is not None:
                     saves = _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in,
                                                buf, arch.bank_depth - chunk * widest, first, wbase, w_res + b_res,
                                                pool)
-                    first = False
-                    buf ^= 1
-                    if pending is not None:
-                        pending()
-                    pending = saves
-                    continue
-                if ring is None:
+                elif ring is None:
                     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
                                          cg_in, buf * half)
                     in_res, conv_reads = (("vb0", buf),), (("vb0", buf),)
                 else:
                     tile = ring.tile(arch.pp, job, p0, v, q0, length, cg_in, buf)
                     in_res, conv_reads = ring.resources(buf, first)
+                if swap is None:
+                    saves = _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0,
+                                       length, g0, n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res,
+                                       pool=pool)
                 first = False
-                saves = _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length,
-                                   g0, n, cg_in, buf * half, (vb0, vb1, buf), wbase, w_res + b_res, pool=pool)
                 buf ^= 1
                 if pending is not None:
                     pending()
@@ -429,6 +433,24 @@ def group_swap(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> int | None:
     lim = (arch.bank_depth - slots * cg_in * (job.kw - job.sw)) // per_l
     lim = min(lim, (FIELD10 // cg_in - job.kw) // job.sw + 1, FIELD10)
     return lim if lim >= 1 else None
+
+
+def _swap_chunk(arch: Arch, job: ConvJob, y: FMap, vpp: int, chunk: int, lim: int) -> tuple[int, int]:
+    """(chunk, widest L) of the group swap: half the resident output groups when that leaves room for lines
+    long enough to need fewer column tiles (fewer CONVs, each paying conv_fill_cycles) and the input, loaded once
+    more per extra chunk, stays cheap beside the CONVs: all its passes at most half as many bank rows as the op
+    has CONV cycles (LOAD writes at least one row per cycle, while the CONVs run). VGG-16 conv2_1 on ZU2: two
+    chunks of 6 and 5 groups with one column tile of 112 instead of one chunk of 11 with two."""
+    half_chunk = ceil_div(chunk, 2)
+    lim_h = group_swap(arch, job, vpp, half_chunk)
+    if lim_h is None or ceil_div(y.w, lim_h) >= ceil_div(y.w, lim):
+        return chunk, lim
+    cg_in = ceil_div(job.cin, arch.icp)
+    row_tiles = ceil_div(y.h, vpp)
+    in_rows = row_tiles * ((vpp - 1) * job.sh + job.kh) * ((y.w - 1) * job.sw + job.kw) * cg_in
+    conv_cycles = ceil_div(job.cout, arch.ocp) * row_tiles * job.kh * job.kw * cg_in * y.w
+    passes = ceil_div(ceil_div(job.cout, arch.ocp), half_chunk)
+    return (half_chunk, lim_h) if 2 * passes * in_rows <= conv_cycles else (chunk, lim)
 
 
 def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
