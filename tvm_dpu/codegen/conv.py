@@ -35,8 +35,8 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, CodegenError, RasterTile, RowPlacement, WindowTile, augmentable,
-                                    conv_tile, emit_raster_loads, raster_tiles, split_even)
+from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, PAD5, CodegenError, RasterTile, RowPlacement, WindowTile,
+                                    augmentable, conv_tile, emit_raster_loads, raster_tiles, split_even)
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -230,9 +230,14 @@ def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x
 
 def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowTile, bank0: int, x: FMap,
                           items_w: int, x_res: str, buf_res: tuple) -> None:
-    """One LOAD per image row of the tile's window: item q (output column q) is the kw*C bytes from input column
-    q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right, counted
-    from the ICP-aligned end of the item, isa1-semantics.md 5.1)."""
+    """The LOADs of each image row of the tile's window: item q (output column q) is the kw*C bytes from input
+    column q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right,
+    counted from the ICP-aligned end of the item, isa1-semantics.md 5.1).
+
+    Items overlap in DDR (jump_read sw*C < kw*C), so one LOAD of them all is one AXI burst per item. When the
+    item is a whole number P of item steps (kw*C = P*sw*C, e.g. 3x3 stride 1), the row goes as P LOADs instead,
+    LOAD k taking items k, k+P, ...: those are back to back in DDR (jump_read = channel), one contiguous transfer
+    each, written P rows apart (a 3x3 first layer on 224 columns: 3 transfers per row instead of 226 bursts)."""
     ch, jr = aug.channels, aug.sw * x.pixel_pitch
     n = tile.in_cols
     first = tile.x0 * aug.sw - aug.pad_left  # input column of item 0
@@ -243,6 +248,19 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
         pad_idx, pad_end = n - tail[0], over[tail[0]] * aug.cin + ceil_div(ch, arch.icp) * arch.icp - ch
     else:
         pad_idx, pad_end = 1, 0  # masks from the aligned end: nothing
+    phases = [(0, n, pad_start, pad_end, pad_idx)]  # (first item, items, pad_start, pad_end, pad_idx)
+    p = ch // jr
+    if ch % jr == 0 and p > 1 and n >= p:
+        i0 = n - pad_idx if tail else n  # first item with masked tail bytes
+        phases = []
+        for k in range(p):
+            cnt = ceil_div(n - k, p)
+            j0 = ceil_div(i0 - k, p)  # this phase's first masked item
+            end = (1, 0) if j0 >= cnt else (cnt - j0, pad_end + jr * (k + p * j0 - i0))
+            phases.append((k, cnt, max(0, pad_start - k * jr), end[1], end[0]))
+        if any(e > PAD5 or i > PAD5 + 1 for _, _, _, e, i in phases):
+            phases = [(0, n, pad_start, pad_end, pad_idx)]
+    step = len(phases)
     for h in range(tile.n_rows):
         yy = tile.y0 + h
         if not 0 <= yy < x.h:
@@ -252,9 +270,11 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
         if ddr < 0:
             raise CodegenError(f"augmented LOAD at DDR offset {ddr}: the input map needs {AUG_MARGIN} bytes of "
                                "margin before it")
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
-                  bank_addr=row0 % arch.bank_depth, length=n, channel=ch, jump_read=jr, jump_write=tile.place.pitch,
-                  reg_id=x.reg_id, ddr_addr=ddr, pad_start=pad_start, pad_end=pad_end, pad_idx=pad_idx)
+        for k, cnt, ps, pe, pi in phases:
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+                      bank_addr=(row0 + k * tile.place.pitch) % arch.bank_depth, length=cnt, channel=ch,
+                      jump_read=jr * step, jump_write=tile.place.pitch * step, reg_id=x.reg_id,
+                      ddr_addr=ddr + k * jr, pad_start=ps, pad_end=pe, pad_idx=pi)
 
 
 def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
@@ -308,10 +328,7 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     # Each windowed tile's SAVEs (and pool ALUs) are emitted after the next tile's CONVs: a pair's token counter
     # holds at most one token along program order (Program._depend), so with them right after their own CONVs the
     # next tile's first CONV would wait for them (one SAVE, or the pool ALUs and a SAVE, per tile) instead of
-    # the SAVEs of two tiles back, which its output half really waits for. Not for a channel-augmented conv:
-    # its item-by-item LOADs and its SAVEs, not its CONVs, bound it, and there the later SAVEs measured slower
-    # (VGG-16 conv1_1 on ZU2: 360k cycles against 342k).
-    defer = job.aug is None
+    # the SAVEs of two tiles back, which its output half really waits for.
     pending = None
     for g0, n in split_even(cg_out, chunk):
         if halved:
@@ -338,9 +355,6 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
             continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
-                if pending is not None and not defer:
-                    pending()
-                    pending = None
                 if swap is not None:
                     saves = _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in,
                                                buf, arch.bank_depth - chunk * widest, first, wbase, w_res + b_res,
