@@ -22,7 +22,7 @@ docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a networ
 * windowed tiles whose fetched rows wrap the bank group unevenly place the second tile of each pair after the
   first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles;
 * windowed tiles whose output is small beside their input alternate between the two image bank groups
-  (`GroupSwap`): a tile's input takes most of one group and its output the top rows of the other, so a line may
+  (`group_swap`): a tile's input takes most of one group and its output the top rows of the other, so a line may
   use almost a whole group instead of half of one, where that means fewer column tiles.
 """
 from __future__ import annotations
@@ -312,12 +312,13 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         if ceil_div(y.w, ring_l) < ceil_div(y.w, lmax):  # fewer column tiles, fewer CONVs
             ring, lmax = found_ring[0], ring_l
     swap = group_swap(arch, job, vpp, chunk) if flat is None else None
+    swap_chunk = chunk
     if swap is not None and chunk > 1:
-        chunk, swap = _swap_chunk(arch, job, y, vpp, chunk, swap)
+        swap_chunk, swap = _swap_chunk(arch, job, y, vpp, chunk, swap)
     if swap is not None:
-        swap_l = variant_tile((vpp, swap, chunk), job.variant)[1]
+        swap_l = variant_tile((vpp, swap, swap_chunk), job.variant)[1]
         if ceil_div(y.w, swap_l) < ceil_div(y.w, lmax):
-            ring, lmax = None, swap_l
+            ring, lmax, chunk = None, swap_l, swap_chunk
         else:
             swap = None
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
