@@ -9,7 +9,7 @@ import pytest
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen import compiler
 from tvm_dpu.codegen.compiler import compile_graph
-from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length, input_ring
+from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length, group_swap, input_ring
 from tvm_dpu.codegen.isa import decode_program
 from tvm_dpu.timing.simulate import simulate
 from test_codegen import ARCHS, _B, _check
@@ -101,18 +101,23 @@ def test_double_buffered_tiles_overlap():
     assert np.count_nonzero(steady >= 1.0) <= 1 and np.count_nonzero(steady < 1.0) >= len(steady) - 1 >= 8
 
 
-_RING_CASES = [("DPUCZDX8G_ISA1_B4096", 300, 10, 30, 3, 1, 1), ("DPUCZDX8G_ISA1_B4096", 200, 9, 70, 3, 2, 1),
-               ("DPUCZDX8G_ISA1_B4096", 200, 9, 40, 3, 2, 1), ("DPUCZDX8G_ISA1_B1152", 300, 10, 45, 3, 1, 1),
-               ("DPUCZDX8G_ISA1_B1152", 200, 9, 70, 3, 2, 1), ("DPUCZDX8G_ISA1_B1152", 516, 6, 20, 3, 1, 1),
-               ("DPUCZDX8G_ISA1_B1152", 64, 8, 200, 3, 1, 1)]
+# (arch, cin, h, w, k, s, p, cout): ring tiles (30 outputs), then group-swap tiles (64 outputs; the last a
+# channel-augmented first layer, whose output rows bound its lines)
+_WIDE_CASES = [("DPUCZDX8G_ISA1_B4096", 300, 10, 30, 3, 1, 1, 30), ("DPUCZDX8G_ISA1_B4096", 200, 9, 70, 3, 2, 1, 30),
+               ("DPUCZDX8G_ISA1_B4096", 200, 9, 40, 3, 2, 1, 30), ("DPUCZDX8G_ISA1_B1152", 300, 10, 45, 3, 1, 1, 30),
+               ("DPUCZDX8G_ISA1_B1152", 200, 9, 70, 3, 2, 1, 30), ("DPUCZDX8G_ISA1_B1152", 516, 6, 20, 3, 1, 1, 30),
+               ("DPUCZDX8G_ISA1_B1152", 64, 8, 200, 3, 1, 1, 30),
+               ("DPUCZDX8G_ISA1_B1152", 516, 14, 14, 3, 1, 1, 64), ("DPUCZDX8G_ISA1_B1152", 200, 9, 70, 3, 2, 1, 64),
+               ("DPUCZDX8G_ISA1_B4096", 200, 9, 70, 3, 2, 1, 64), ("DPUCZDX8G_ISA1_B1152", 3, 9, 224, 3, 1, 1, 64)]
 
 
-@pytest.mark.parametrize("arch,cin,h,w,k,s,p", _RING_CASES)
-def test_input_ring_tiles_are_bit_exact(arch, cin, h, w, k, s, p):
+@pytest.mark.parametrize("arch,cin,h,w,k,s,p,cout", _WIDE_CASES)
+def test_ring_and_swapped_tiles_are_bit_exact(arch, cin, h, w, k, s, p, cout):
     """Wide inputs whose line is bounded by the bank depth: the second tile of each pair starts on another bank
-    (CONV bank_id_in not the group's first bank), then a pool (ALU, bank halves) and a conv read the result."""
-    b = _B(cin + k)
-    y = b.conv(b.input(cin, h, w), 30, k, s, p)
+    of VB0 (InputRing) or reads VB1 and writes VB0 (group_swap), so some CONV's bank_id_in is not VB0's first
+    bank; then a pool (ALU, bank halves) and a conv read the result."""
+    b = _B(cin + k + cout)
+    y = b.conv(b.input(cin, h, w), cout, k, s, p)
     _, c, hy, wy = b.shape(y)
     pooled = b.op("max_pool2d", [y], (1, c, hy // 2, wy // 2), 3, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
     b.conv(pooled, 20, 3, 1, 1)
@@ -132,11 +137,26 @@ def test_input_ring_only_where_it_gives_longer_lines():
     assert input_ring(arch, job(5, 2), 4, 3) is None
 
 
-def test_schedule_respects_every_dependency(monkeypatch):
-    """Race check of the dependency tokens on a block using every tiling above (augmented first layer, ring
-    3x3, flat 1x1, pool, add): in the simulated schedule no instruction starts before an instruction of another
-    engine it depends on (read-after-write, write-after-read, write-after-write on a bank half, a parameter slot or
-    a DDR tensor) has completed."""
+def test_group_swap_only_where_it_gives_fewer_column_tiles():
+    """VGG-16's conv5 on ZU2 (B1152, 516 input channels, 14 columns): the halves allow lines of 9 output columns,
+    the ring 13, the swap 21: one column tile instead of two, so 4 row tiles x 43 groups = 172 CONVs of length 14;
+    a 112-column map of 11 channel groups gets 60 either way (two column tiles): no swap there."""
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    job = ConvJob("c", 3, 3, 1, 1, (1,) * 4, 516, 512, 0, 0, 0, 0, 0)
+    assert group_swap(arch, job, 4, 2) == 21
+    b = _B(1)
+    b.conv(b.input(516, 14, 14), 512, 3, 1, 1)
+    convs = _convs(b.g, arch.name)
+    assert len(convs) == 4 * 43 and {c.fields["length"] for c in convs} == {14}
+    b = _B(2)
+    b.conv(b.input(128, 8, 112), 24, 3, 1, 1)
+    vb0 = arch.bank_group("VB0").base_id
+    assert all(c.fields["bank_id_in"] // arch.pp == vb0 // arch.pp for c in _convs(b.g, arch.name))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The program builders the compiler creates from here on (compiler.Program recorded), in order."""
     from tvm_dpu.codegen import program
 
     progs = []
@@ -147,6 +167,62 @@ def test_schedule_respects_every_dependency(monkeypatch):
             progs.append(self)
 
     monkeypatch.setattr(compiler, "Program", Recording)
+    return progs
+
+
+def _late(p, r) -> list[tuple[int, int]]:
+    """(dependency, instruction) pairs of program builder `p` whose dependency (read-after-write, write-after-read,
+    write-after-write on any resource or part of it) had not completed when the instruction started in the
+    simulated schedule `r`."""
+    from tvm_dpu.codegen import program
+
+    last_writer, readers, late = {}, {}, []
+    for i, e in enumerate(p.entries):
+        reads, writes = p._canonical(program._expand(e.reads)), p._canonical(program._expand(e.writes))
+        rel = lambda x: [x] + [x[:n] for n in range(1, len(x))] + [k for k in last_writer if k[:len(x)] == x]  # noqa
+        deps = [last_writer[y] for x in reads + writes for y in rel(x) if y in last_writer]
+        deps += [d for w in writes for y in rel(w) for d in readers.get(y, [])]
+        late += [(d, i) for d in deps if p.entries[d].engine != e.engine and r.done[d] > r.start[i] + 1e-6]
+        for x in reads:
+            readers.setdefault(x, []).append(i)
+        for w in writes:
+            last_writer[w], readers[w] = i, []
+    return late
+
+
+def test_swapped_and_pooled_tiles_respect_every_dependency(recorded):
+    """The race check below on a block of group-swapped tiles (a 3x3 conv on a wide map), a conv with its pool
+    applied before the SAVEs (conv_pool as PoolOnSave), a ring conv and a pointwise conv: no instruction starts
+    before one of another engine it depends on (prefixes and parts of a resource overlap) has completed, and the
+    dependency checker finds no race in the emulator's bank and DDR accesses."""
+    from tvm_dpu.fusion.select import plan_fusion
+    from tvm_dpu.runtime.dep_check import check_programs
+    from tvm_dpu.types import FusionPlan, Group
+
+    b = _B(7)
+    x = b.conv(b.input(200, 12, 72), 40, 3, 2, 1)  # 6 x 36: swapped tiles
+    y = b.conv(x, 64, 3, 1, 1)
+    _, c, hy, wy = b.shape(y)
+    pooled = b.op("max_pool2d", [y], (1, c, hy // 2, wy // 2), 3, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+    z = b.conv(pooled, 64, 3, 1, 1)
+    b.conv(z, 24, 1)
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    base = plan_fusion(b.g, arch, "none")
+    groups = [gr for gr in base.groups if gr.ops[0] not in (b.g.ops[1].name, b.g.ops[2].name)]
+    plan = FusionPlan("manual", groups[:1] + [Group("conv_pool", (b.g.ops[1].name, b.g.ops[2].name))] + groups[1:])
+    assert _check(b.g, arch.name, plan=plan)["ALU"] >= 2
+    cs = compiler.compile_graph_fused(b.g, arch, plan)
+    r = simulate(cs.code, arch)
+    assert not _late([q for q in recorded if q.track][-1], r)
+    rep = check_programs(cs, arch=arch)["program"]  # the emulator's bank and DDR accesses: no race
+    assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
+
+
+def test_schedule_respects_every_dependency(recorded):
+    """Race check of the dependency tokens on a block using every tiling above (augmented first layer, ring
+    3x3, flat 1x1, pool, add): in the simulated schedule no instruction starts before an instruction of another
+    engine it depends on (read-after-write, write-after-read, write-after-write on a bank half, a parameter slot or
+    a DDR tensor) has completed."""
     b = _B(5)
     x = b.conv(b.input(3, 40, 200), 64, 7, 2, 3)  # 20 x 100: a ring 3x3 next
     y = b.conv(x, 64, 3, 1, 1)
@@ -154,19 +230,7 @@ def test_schedule_respects_every_dependency(monkeypatch):
     b.op("eltwise_add", [x, z], b.shape(z), 3)
     arch = load_arch("DPUCZDX8G_ISA1_B1152")
     cs = compile_graph(b.g, arch)
-    p = progs[-1]
-    r = simulate(cs.code, arch)
-    last_writer, readers, late = {}, {}, []
-    for i, e in enumerate(p.entries):
-        reads, writes = p._canonical(program._expand(e.reads)), p._canonical(program._expand(e.writes))
-        deps = [last_writer[x] for x in reads + writes if x in last_writer]
-        deps += [d for w in writes for d in readers.get(w, [])]
-        late += [(d, i) for d in deps if p.entries[d].engine != e.engine and r.done[d] > r.start[i] + 1e-6]
-        for x in reads:
-            readers.setdefault(x, []).append(i)
-        for w in writes:
-            last_writer[w], readers[w] = i, []
-    assert not late
+    assert not _late(recorded[-1], simulate(cs.code, arch))
 
 
 @pytest.mark.parametrize("even", [False, True])

@@ -229,7 +229,8 @@ def _assert_clean(model, what):
 
 @pytest.mark.parametrize("name,arch,fusion", [("mixed_cnn", ARCH, "none"), ("mixed_cnn", ARCH, "optimal"),
                                               ("shufflenetv2", "DPUCZDX8G_ISA1_B1152", "optimal"),
-                                              ("squeezenet1_1", "dnnvm-zu2", "none")])
+                                              ("squeezenet1_1", "dnnvm-zu2", "none"),
+                                              ("vgg16", "dnnvm-zu2", "optimal")])
 def test_codegen_programs_pass_the_checker(name, arch, fusion):
     _assert_clean(_build(name, arch, fusion), f"{name}/{arch}/{fusion}")
 

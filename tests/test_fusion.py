@@ -300,6 +300,47 @@ def test_conv_pool_fused_bit_exact(arch_name, case):
     assert compiled.instr_counts["SAVE"] < unfused.instr_counts["SAVE"]  # the conv's output is never saved
 
 
+POOL_ON_SAVE_CASES = [  # (arch, cin, h, w, cout, k, s, p, pool): a 2x2 stride-2 pool after the conv
+    ("DPUCZDX8G_ISA1_B1152", 16, 18, 22, 24, 3, 1, 1, "max_pool2d"),  # last row tile of 2 rows
+    ("DPUCZDX8G_ISA1_B4096", 40, 16, 16, 30, 3, 1, 1, "avg_pool2d"),
+    ("DPUCZDX8G_ISA1_B1152", 516, 14, 14, 40, 3, 1, 1, "max_pool2d"),  # group swap, two weight chunks
+    ("DPUCZDX8G_ISA1_B1152", 64, 8, 200, 30, 3, 1, 1, "max_pool2d"),  # ring, two column tiles
+    ("DPUCZDX8G_ISA1_B4096", 24, 24, 24, 300, 3, 2, 1, "max_pool2d"),  # strided conv, 19 output groups
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOL_ON_SAVE_CASES)))
+def test_pool_on_save_is_bit_exact_and_costs_no_conv(case):
+    """conv -> 2x2/2 pool as the conv's own tiles, pooled in the banks (conv.PoolOnSave): every CONV the conv
+    alone has and no more, only the pooled rows saved, one ALU per pair of conv rows; the emulator equals the
+    golden reference."""
+    from tvm_dpu.codegen.fused_conv_pool import _pools_on_save
+
+    arch_name, cin, h, w, cout, k, s, p, pool = POOL_ON_SAVE_CASES[case]
+    g, arch = _conv_pool_graph(cin, h, w, cout, k, s, p, pool, 2, 2, 0, seed=case), load_arch(arch_name)
+    group = Group("conv_pool", tuple(op.name for op in g.ops))
+    assert emittable(group, g, arch)
+    plan = FusionPlan("manual", [group])
+    assert emulator_vs_golden(g, arch, plan, seed=case).bad == 0
+    fused = compile_graph_fused(g, arch, plan).instr_counts
+    alone = compile_graph_fused(g, arch, plan_fusion(g, arch, "none")).instr_counts
+    assert fused["CONV"] == alone["CONV"]
+    assert fused["SAVE"] < alone["SAVE"]
+    assert _pools_on_save(arch, g, g.ops[0], g.ops[1])
+    assert fused["ALU"] >= g.tensors[g.ops[1].outputs[0]].shape[2]  # one ALU per pooled row (per column tile)
+
+
+def test_pointwise_conv_keeps_the_chain_for_its_pool():
+    """A pointwise conv alone takes flat tiles, which a pool cannot follow: conv -> 2x2 pool fuses through the
+    circular buffer as before, not as PoolOnSave (no ALU per pair of conv rows in place)."""
+    from tvm_dpu.codegen.fused_conv_pool import _pools_on_save
+
+    g, arch = _conv_pool_graph(24, 12, 12, 40, 1, 1, 0, "max_pool2d", 2, 2, 0, seed=1), load_arch(ARCHS[1])
+    assert not _pools_on_save(arch, g, g.ops[0], g.ops[1])
+    g3 = _conv_pool_graph(24, 12, 12, 40, 3, 1, 1, "max_pool2d", 2, 2, 0, seed=1)
+    assert _pools_on_save(arch, g3, g3.ops[0], g3.ops[1])
+
+
 def test_conv_pool_is_chosen_and_faster_in_the_timing_model(monkeypatch):
     """ResNet-50 stem (conv7x7s2 + maxpool3x3s2 at 224x224): the search picks the fused group and the timing
     model agrees it is faster than the ops alone (the same conv alone: without the channel augmentation of the

@@ -20,10 +20,14 @@ docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a networ
 * first-layer convs over few channels are channel-augmented (`Augment`): kw input pixels per LOAD item, a
   kh x 1 conv over kw*C channels, when the CONVs it saves outweigh its item-by-item LOADs;
 * windowed tiles whose fetched rows wrap the bank group unevenly place the second tile of each pair after the
-  first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles.
+  first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles;
+* windowed tiles whose output is small beside their input alternate between the two image bank groups
+  (`group_swap`): a tile's input takes most of one group and its output the top rows of the other, so a line may
+  use almost a whole group instead of half of one, where that means fewer column tiles.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,8 +35,8 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, CodegenError, RasterTile, RowPlacement, WindowTile, augmentable,
-                                    conv_tile, emit_raster_loads, raster_tiles, split_even)
+from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, PAD5, CodegenError, RasterTile, RowPlacement, WindowTile,
+                                    augmentable, conv_tile, emit_raster_loads, raster_tiles, split_even)
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -126,6 +130,20 @@ def augmented_weights(w_oihw: np.ndarray) -> np.ndarray:
 #: The compiler takes a variant per op (FusionPlan.variants); fusion.select.choose_conv_variants picks them with
 #: the timing model.
 CONV_VARIANTS = ("wide", "narrow", "split_weights")
+
+
+@dataclass(frozen=True)
+class PoolOnSave:
+    """A 2x2 stride-2 max / avg pool run on each conv tile in the banks before it is saved (template conv_pool,
+    fused_conv_pool): one ALU per pair of conv rows pools them in place and only the pooled rows are saved. The
+    conv keeps its lone tiles (whatever emit_conv chooses: halves, ring or group swap) with even tile rows and
+    columns, so fusing costs no CONV; the ALUs run on the MISC engine beside the next tile's CONVs. Fields: the
+    ALU exec_mode code, shift_cut and multi_factor (avg pool), and the pooled map in DDR."""
+
+    exec_mode: int
+    shift_cut: int
+    multi_factor: int
+    y: FMap
 
 
 def variant_tile(tile: tuple[int, int, int], variant: str) -> tuple[int, int, int]:
@@ -265,9 +283,14 @@ def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x
 
 def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowTile, bank0: int, x: FMap,
                           items_w: int, x_res: str, buf_res: tuple) -> None:
-    """One LOAD per image row of the tile's window: item q (output column q) is the kw*C bytes from input column
-    q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right, counted
-    from the ICP-aligned end of the item, isa1-semantics.md 5.1)."""
+    """The LOADs of each image row of the tile's window: item q (output column q) is the kw*C bytes from input
+    column q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right,
+    counted from the ICP-aligned end of the item, isa1-semantics.md 5.1).
+
+    Items overlap in DDR (jump_read sw*C < kw*C), so one LOAD of them all is one AXI burst per item. When the
+    item is a whole number P of item steps (kw*C = P*sw*C, e.g. 3x3 stride 1), the row goes as P LOADs instead,
+    LOAD k taking items k, k+P, ...: those are back to back in DDR (jump_read = channel), one contiguous transfer
+    each, written P rows apart (a 3x3 first layer on 224 columns: 3 transfers per row instead of 226 bursts)."""
     ch, jr = aug.channels, aug.sw * x.pixel_pitch
     n = tile.in_cols
     first = tile.x0 * aug.sw - aug.pad_left  # input column of item 0
@@ -278,6 +301,19 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
         pad_idx, pad_end = n - tail[0], over[tail[0]] * aug.cin + ceil_div(ch, arch.icp) * arch.icp - ch
     else:
         pad_idx, pad_end = 1, 0  # masks from the aligned end: nothing
+    phases = [(0, n, pad_start, pad_end, pad_idx)]  # (first item, items, pad_start, pad_end, pad_idx)
+    p = ch // jr
+    if ch % jr == 0 and p > 1 and n >= p:
+        i0 = n - pad_idx if tail else n  # first item with masked tail bytes
+        phases = []
+        for k in range(p):
+            cnt = ceil_div(n - k, p)
+            j0 = ceil_div(i0 - k, p)  # this phase's first masked item
+            end = (1, 0) if j0 >= cnt else (cnt - j0, pad_end + jr * (k + p * j0 - i0))
+            phases.append((k, cnt, max(0, pad_start - k * jr), end[1], end[0]))
+        if any(e > PAD5 or i > PAD5 + 1 for _, _, _, e, i in phases):
+            phases = [(0, n, pad_start, pad_end, pad_idx)]
+    step = len(phases)
     for h in range(tile.n_rows):
         yy = tile.y0 + h
         if not 0 <= yy < x.h:
@@ -287,9 +323,11 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
         if ddr < 0:
             raise CodegenError(f"augmented LOAD at DDR offset {ddr}: the input map needs {AUG_MARGIN} bytes of "
                                "margin before it")
-        prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
-                  bank_addr=row0 % arch.bank_depth, length=n, channel=ch, jump_read=jr, jump_write=tile.place.pitch,
-                  reg_id=x.reg_id, ddr_addr=ddr, pad_start=pad_start, pad_end=pad_end, pad_idx=pad_idx)
+        for k, cnt, ps, pe, pi in phases:
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+                      bank_addr=(row0 + k * tile.place.pitch) % arch.bank_depth, length=cnt, channel=ch,
+                      jump_read=jr * step, jump_write=tile.place.pitch * step, reg_id=x.reg_id,
+                      ddr_addr=ddr + k * jr, pad_start=ps, pad_end=pe, pad_idx=pi)
 
 
 def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
@@ -335,9 +373,11 @@ def param_resources(slot: int | None, tag: str | None = None) -> tuple[tuple, tu
     return (("convw", slot),), (("bias", slot),)
 
 
-def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str) -> None:
+def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
+              pool: PoolOnSave | None = None) -> None:
     """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
-    name the DDR tensors for the dependency tracker."""
+    name the DDR tensors for the dependency tracker. With `pool`, y only gives the conv output's size: the pooled
+    map pool.y (named y_res) is what is saved (PoolOnSave)."""
     icp, ocp = arch.icp, arch.ocp
     half = arch.bank_depth // 2
     cg_in = ceil_div(job.cin, icp)
@@ -351,19 +391,40 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
                            f"half an image bank ({half} rows) of {arch.name}")
     (vpp, lmax, chunk), halved = found
+    if pool is not None:
+        vpp -= vpp % 2
+        if vpp < 2 or lmax < 2 or y.h % 2 or y.w % 2 or job.aug is not None:
+            raise CodegenError(f"op {job.name!r}: the pool cannot run on this conv's tiles (PoolOnSave needs even "
+                               f"tiles of at least 2 x 2 and an even {y.h}x{y.w} output)")
     vb0 = arch.bank_group("VB0").base_id
     vb1 = arch.bank_group("VB1").base_id
-    flat = flat_length(arch, job, y, chunk)
+    flat = flat_length(arch, job, y, chunk) if pool is None else None
     ring = None
     found_ring = input_ring(arch, job, vpp, chunk) if flat is None else None
     if found_ring is not None:
         ring_l = variant_tile((vpp, found_ring[1], chunk), job.variant)[1]
         if ceil_div(y.w, ring_l) < ceil_div(y.w, lmax):  # fewer column tiles, fewer CONVs
             ring, lmax = found_ring[0], ring_l
+    swap = group_swap(arch, job, vpp, chunk) if flat is None else None
+    swap_chunk = chunk
+    if swap is not None and chunk > 1:
+        swap_chunk, swap = _swap_chunk(arch, job, y, vpp, chunk, swap)
+    if swap is not None:
+        swap_l = variant_tile((vpp, swap, swap_chunk), job.variant)[1]
+        if ceil_div(y.w, swap_l) < ceil_div(y.w, lmax):
+            ring, lmax, chunk = None, swap_l, swap_chunk
+        else:
+            swap = None
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
-    col_tiles = split_even(y.w, lmax)
+    col_tiles = split_even(y.w, lmax) if pool is None else [(2 * q, 2 * n) for q, n in split_even(y.w // 2, lmax // 2)]
+    widest = max(length for _, length in col_tiles)
     buf = 0
     first = True
+    # Each windowed tile's SAVEs (and pool ALUs) are emitted after the next tile's CONVs: a pair's token counter
+    # holds at most one token along program order (Program._depend), so with them right after their own CONVs the
+    # next tile's first CONV would wait for them (one SAVE, or the pool ALUs and a SAVE, per tile) instead of
+    # the SAVEs of two tiles back, which its output half really waits for.
+    pending = None
     for g0, n in split_even(cg_out, chunk):
         slot = prog.next_slot("convw") if halved else None
         wbase = 0 if slot is None else slot * half
@@ -377,17 +438,28 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
             continue
         for p0, v in row_tiles:
             for q0, length in col_tiles:
-                if ring is None:
+                if swap is not None:
+                    saves = _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in,
+                                               buf, arch.bank_depth - chunk * widest, first, wbase, w_res + b_res,
+                                               pool)
+                elif ring is None:
                     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
                                          cg_in, buf * half)
                     in_res, conv_reads = (("vb0", buf),), (("vb0", buf),)
                 else:
                     tile = ring.tile(arch.pp, job, p0, v, q0, length, cg_in, buf)
                     in_res, conv_reads = ring.resources(buf, first)
+                if swap is None:
+                    saves = _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0,
+                                       length, g0, n, buf * half, (vb0, vb1, buf), wbase, w_res + b_res,
+                                       pool=pool)
                 first = False
-                _emit_tile(prog, arch, job, tile, in_res, conv_reads, x, y, x_res, y_res, p0, v, q0, length, g0,
-                           n, buf * half, (vb0, vb1, buf), wbase, w_res + b_res)
                 buf ^= 1
+                if pending is not None:
+                    pending()
+                pending = saves
+    if pending is not None:
+        pending((("vb0",), ("vb1",)) if swap is not None else ())
 
 
 @dataclass(frozen=True)
@@ -439,21 +511,126 @@ def input_ring(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> tuple[InputR
     return InputRing(endl, nk), lim
 
 
+def group_swap(arch: Arch, job: "ConvJob", vpp: int, chunk: int) -> int | None:
+    """Widest L of a tile of vpp rows whose input (at row 0 of one image bank group, tightly placed: E = its line)
+    and `chunk` output groups of L pixels (at the top of the other group) together fit one group's depth, or None
+    when there are not two image bank groups or no L fits.
+
+    The tiles alternate: tile t reads its input from group t % 2 and writes its output to group (t + 1) % 2, so
+    while tile t computes, tile t+1 loads into the input rows of the other group and tile t-1's outputs (in the
+    top rows of this group) are saved: the double buffering of the halves, with a line almost twice as long where
+    the output needs few rows (few resident output groups, short lines of many input channel groups)."""
+    if arch.img_bank_groups < 2:
+        return None
+    cg_in = ceil_div(job.cin, arch.icp)
+    nr = (vpp - 1) * job.sh + job.kh
+    slots = (((nr - 1) // job.sh) // arch.pp + 1) * job.sh  # line slots per bank (tiling.RowPlacement.footprint)
+    # input slots*cg_in*((L-1)*sw + kw) rows + output chunk*L rows <= depth, line E <= the 10-bit fields
+    per_l = slots * cg_in * job.sw + chunk
+    lim = (arch.bank_depth - slots * cg_in * (job.kw - job.sw)) // per_l
+    lim = min(lim, (FIELD10 // cg_in - job.kw) // job.sw + 1, FIELD10)
+    return lim if lim >= 1 else None
+
+
+def _swap_chunk(arch: Arch, job: ConvJob, y: FMap, vpp: int, chunk: int, lim: int) -> tuple[int, int]:
+    """(chunk, widest L) of the group swap: half the resident output groups when that leaves room for lines
+    long enough to need fewer column tiles (fewer CONVs, each paying conv_fill_cycles) and the input, loaded once
+    more per extra chunk, stays cheap beside the CONVs: all its passes at most half as many bank rows as the op
+    has CONV cycles (LOAD writes at least one row per cycle, while the CONVs run). VGG-16 conv2_1 on ZU2: two
+    chunks of 6 and 5 groups with one column tile of 112 instead of one chunk of 11 with two."""
+    half_chunk = ceil_div(chunk, 2)
+    lim_h = group_swap(arch, job, vpp, half_chunk)
+    if lim_h is None or ceil_div(y.w, lim_h) >= ceil_div(y.w, lim):
+        return chunk, lim
+    cg_in = ceil_div(job.cin, arch.icp)
+    row_tiles = ceil_div(y.h, vpp)
+    in_rows = row_tiles * ((vpp - 1) * job.sh + job.kh) * ((y.w - 1) * job.sw + job.kw) * cg_in
+    conv_cycles = ceil_div(job.cout, arch.ocp) * row_tiles * job.kh * job.kw * cg_in * y.w
+    passes = ceil_div(ceil_div(job.cout, arch.ocp), half_chunk)
+    return (half_chunk, lim_h) if 2 * passes * in_rows <= conv_cycles else (chunk, lim)
+
+
+def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
+                       v: int, q0: int, length: int, g0: int, n: int, cg_in: int, parity: int, out_base: int,
+                       first: bool, wbase: int, params: tuple,
+                       pool: PoolOnSave | None = None) -> Callable[..., None]:
+    """One tile of the group-swap placement (group_swap): input in rows [0, out_base) of image bank group
+    `parity`, output from row out_base of the other group.
+
+    Resources: the input and output rows are parts of the halves the other emitters use ("vb0", 0) / ("vb0", 1)
+    ..., named ("vbK", half, "in") and ("vbK", half, "out"), so they conflict with those halves but not with each
+    other. The op's first LOADs also write both whole groups, so they wait for every earlier user of the image
+    banks, and its last SAVE reads both (emit_conv passes `barrier`), so every later user waits for it, and through
+    it for every CONV and SAVE of the op."""
+    half = arch.bank_depth // 2
+    groups = ("vb0", "vb1")
+    gin, gout = groups[parity], groups[1 - parity]
+    out_end = out_base + n * length
+    in_res = tuple((gin, h, "in") for h in range(2) if h * half < out_base)
+    out_res = tuple((gout, h, "out") for h in range(2) if out_base < (h + 1) * half and h * half < out_end)
+    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, 0)
+    if tile.place.footprint(tile.n_rows) > out_base:
+        raise CodegenError(f"op {job.name!r}: a group-swap tile's input ({tile.place.footprint(tile.n_rows)} rows) "
+                           f"overlaps its output from row {out_base}")  # group_swap's rule makes this impossible
+    loads = in_res + (((groups[0],), (groups[1],)) if first else ())
+    banks = (arch.bank_group(gin.upper()).base_id, arch.bank_group(gout.upper()).base_id, parity)
+    return _emit_tile(prog, arch, job, tile, loads, in_res, x, y, x_res, y_res, p0, v, q0, length, g0,
+                      n, out_base, banks, wbase, params, out_res, pool)
+
+
 def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res: tuple, conv_reads: tuple,
                x: FMap, y: FMap, x_res: str, y_res: str, p0: int, vpp: int, q0: int, length: int, g0: int, n: int,
-               base: int, banks: tuple[int, int, int], wbase: int, params: tuple) -> None:
-    """One output tile: its input window (placed by `tile`) loaded into VB0, one CONV per resident output group
-    into VB1 at `base`, vpp SAVEs."""
+               base: int, banks: tuple[int, int, int], wbase: int, params: tuple,
+               out_res: tuple | None = None, pool: PoolOnSave | None = None) -> Callable[..., None]:
+    """One output tile: its input window (placed by `tile`) loaded into bank group banks[0], one CONV per
+    resident output group into group banks[1] at `base`; returns what emits its vpp SAVEs (or pool ALUs and
+    pooled SAVEs), for the caller to emit after the next tile's CONVs. `out_res`: the resource of the output rows
+    (default the half ("vb1", buf))."""
     vb0, vb1, buf = banks
+    out_res = out_res or ("vb1", buf)
     if job.aug is None:
         tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, in_res)
     else:
         _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, in_res)
         x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
     emit_conv_groups(prog, arch, job, ConvIn.of(vb0, tile.place, arch.bank_depth), ConvOut(vb1, base, n), n, vpp,
-                     length, wbase, wbase, conv_reads + params, (("vb1", buf),), tile.pads(x))
+                     length, wbase, wbase, conv_reads + params, (out_res,), tile.pads(x))
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
-    for r in range(vpp):
-        prog.emit("SAVE", reads=(("vb1", buf),), writes=(("ddr", y_res),), bank_id=vb1 + r, bank_addr=base,
-                  length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
-                  ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
+
+    def saves(barrier: tuple = ()) -> None:
+        """`barrier`: resources the last SAVE reads as well."""
+        if pool is not None:
+            _emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
+                               barrier)
+            return
+        for r in range(vpp):
+            prog.emit("SAVE", reads=(out_res,) + (barrier if r == vpp - 1 else ()), writes=(("ddr", y_res),),
+                      bank_id=vb1 + r, bank_addr=base,
+                      length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                      ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
+    return saves
+
+
+def _emit_pool_on_save(prog: Program, arch: Arch, pool: PoolOnSave, y_res: str, out_res: tuple, g0_bank: int,
+                       base: int, p0: int, vpp: int, q0: int, length: int, g0: int, n: int, channels: int,
+                       barrier: tuple = ()) -> None:
+    """The PoolOnSave of one conv tile (conv row r in bank r of the group from g0_bank, from row `base`, pixels n
+    rows apart): pooled row j is one ALU over conv rows 2j, 2j+1 (banks 2j, 2j+1), written in place over conv row
+    2j, then one SAVE per pooled row. In place is safe: pooled pixel x overwrites conv pixel x, which the ALU read
+    for pooled pixel x // 2, no later than its own inputs 2x, 2x+1."""
+    for j in range(vpp // 2):
+        prog.emit("ALUINIT", exec_mode=pool.exec_mode, kernel_h=2, kernel_w=2, stride_h=1, stride_w=2,
+                  stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=n,
+                  channel_offset=n * arch.icp - channels, length=length // 2, shift_prelu_p=0, shift_prelu_n=0,
+                  jump_read=n, jump_read_endl=n * length, jump_read_weights=n, jump_write=n, jump_write_endl=1,
+                  act_type=0, shift_bias=0, shift_cut=pool.shift_cut, multi_factor=pool.multi_factor)
+        prog.emit("ALU", reads=(out_res,), writes=(out_res,), bank_id_out=g0_bank + 2 * j, bank_addr_out=base,
+                  pad_bottom=1, valid_pixel_parallel=1, bank_id_in=g0_bank + 2 * j, bank_addr_in=base, pad_top=0,
+                  pad_left=0, pad_right=1, bank_addr_in_1=base, kernel_d=1, bank_addr_weights=0, bank_addr_in_2=base,
+                  bank_addr_bias=0, bank_addr_in_3=base)
+    y = pool.y
+    for j in range(vpp // 2):
+        prog.emit("SAVE", reads=(out_res,) + (barrier if j == vpp // 2 - 1 else ()), writes=(("ddr", y_res),),
+                  bank_id=g0_bank + 2 * j, bank_addr=base,
+                  length=length // 2, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                  ddr_addr=y.addr(p0 // 2 + j, q0 // 2, g0 * arch.ocp))

@@ -1,5 +1,6 @@
 """conv_pool / pw_dw: a conv feeding an ALU window op (max/avg pool, depthwise conv) through fused_chain's
-circular buffer."""
+circular buffer, or, for a 2x2 stride-2 pool, the conv's own tiles pooled in the banks before each SAVE
+(conv.PoolOnSave)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,8 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
                                          plain_rows, window_of)
-from tvm_dpu.codegen.fused_conv import conv_job
+from tvm_dpu.codegen.conv import PoolOnSave, augmentation, emit_conv
+from tvm_dpu.codegen.fused_conv import conv_job, fusable
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
@@ -32,9 +34,28 @@ def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> ChainTile |
     return chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0)
 
 
+def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
+    """Whether conv -> pool runs as the conv's own tiles with the pool applied before each SAVE (conv.PoolOnSave):
+    a 2x2 stride-2 unpadded max / avg pool over an even conv output, the conv neither channel-augmented nor
+    pointwise (alone, a pointwise conv takes flat tiles, which a pool cannot follow)."""
+    if (pool.type not in ("max_pool2d", "avg_pool2d") or pool.type == "avg_pool2d" and xops.attr(pool, "global")
+            or not fusable(arch, graph, conv)):
+        return False
+    win = window_of(graph, pool)
+    _, _, h, w = graph.tensors[conv.outputs[0]].shape
+    _, _, hp, wp = graph.tensors[pool.outputs[0]].shape
+    cw = xops.conv_window(conv, graph)
+    cin = graph.tensors[conv.inputs[0]].shape[1]
+    if (cw.kh, cw.kw) == (1, 1) and not any(cw.pads):
+        return False
+    return ((win.kh, win.kw, win.sh, win.sw) == (2, 2, 2, 2) and not any(win.pads) and h % 2 == 0 and w % 2 == 0
+            and (hp, wp) == (h // 2, w // 2) and arch.pp >= 4 and arch.icp == arch.ocp
+            and augmentation(arch, cin, 1, cw.kh, cw.kw, cw.sh, cw.sw, tuple(cw.pads), cin) is None)
+
+
 def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
     """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool."""
-    return _conv_pool_tile(arch, graph, conv, pool) is not None
+    return _pools_on_save(arch, graph, conv, pool) or _conv_pool_tile(arch, graph, conv, pool) is not None
 
 
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
@@ -44,6 +65,18 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
     result."""
     from tvm_dpu.codegen.alu import ALU_MODES
 
+    if _pools_on_save(arch, graph, conv, pool):
+        # the conv's lone tiles (the widest the banks allow) with the pool before each SAVE, rather than the
+        # chain's narrower tiles (each CONV pays conv_fill_cycles)
+        job = conv_job(arch, graph, conv, params)
+        qp = xops.quant_params(pool, graph)
+        mode = "maxpool" if pool.type == "max_pool2d" else "avgpool"
+        y = fmaps[pool.outputs[0]]
+        _, c, h, w = graph.tensors[conv.outputs[0]].shape
+        spec = PoolOnSave(ALU_MODES[mode], qp.shift_cut, qp.multi_factor if mode == "avgpool" else 0, y)
+        emit_conv(prog, arch, job, fmaps[conv.inputs[0]], FMap.dense(y.reg_id, 0, h, w, c), conv.inputs[0],
+                  pool.outputs[0], pool=spec)
+        return
     tile = _conv_pool_tile(arch, graph, conv, pool)
     if tile is None:
         raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
