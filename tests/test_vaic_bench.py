@@ -26,7 +26,9 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
         assert r["outputs_equal"], r["subgraph"]
         assert r["ratio"] is not None and r["ratio"] <= bench.RATIO_MAX, (r["xmodel"], r["subgraph"], r["ratio"])
         assert r["ratio_goal_met"] and r["vai_c_does"] == []
-        assert r["ours"]["instructions"]["SAVE"] <= r["vai_c"]["instructions"]["SAVE"]  # maps stay on chip
+        # on-chip residency is a costed plan choice (tests/test_resident.py): since the windowed convs save
+        # after the next tile's CONVs, MNIST's DDR round-trip plan beats its resident chain on the timing model,
+        # so our SAVE count may exceed vai_c's where the cycles do not
     table = capsys.readouterr().out
     assert "ratio ours/vai_c (goal <= 1.00)" in table and "5 of 5 DPU subgraphs meet both goals" in table
 
