@@ -241,10 +241,16 @@ class RegisterDevice:
                 raise DeviceError(f"subgraph {sg.name!r}: DDR region {rid} outside the 8 base-address registers")
             if rid != REG_SHARED:  # every call brings that one (a `shared_region`)
                 regions[int(rid)] = self._allocate(page_align(size), f"DDR region {rid} of {sg.name!r}")
-        if REG_PARAMS in regions:
-            self._write(regions[REG_PARAMS], np.asarray(sg.params, dtype=np.uint8).reshape(-1), "params")
-        entry = self._loaded[id(sg)] = _Loaded(sg, code, regions)
+        entry = self._loaded[id(sg)] = _Loaded(sg, code, regions, params_resident=False)
+        self._write_params(entry)
         return entry
+
+    def _write_params(self, entry: _Loaded) -> None:
+        """Put the program's parameters (back) into its parameter buffer, if it has one."""
+        if REG_PARAMS in entry.regions:
+            self._write(entry.regions[REG_PARAMS], np.asarray(entry.sg.params, dtype=np.uint8).reshape(-1),
+                        "params")
+        entry.params_resident = True
 
     def _write(self, buf: Any, data: np.ndarray, kind: str) -> None:
         """Copy `data` to the start of device buffer `buf`, zero the rest, flush; counted in `bytes_to_device`."""
@@ -309,9 +315,8 @@ class RegisterDevice:
             copied.append((rid, buf, src))
             if rid == REG_PARAMS:
                 entry.params_resident = False
-        if REG_PARAMS in entry.regions and REG_PARAMS not in regions and not entry.params_resident:
-            self._write(entry.regions[REG_PARAMS], np.asarray(sg.params, dtype=np.uint8).reshape(-1), "params")
-            entry.params_resident = True
+        if REG_PARAMS not in regions and not entry.params_resident:
+            self._write_params(entry)
         for rid in range(NUM_REGIONS):
             self.set_base_address(rid, bases.get(rid, 0))
         self.set_instruction_address(int(entry.code.physical_address))
