@@ -105,10 +105,9 @@ class PipelineStage:
         t0 = time.perf_counter()
         t1 = t2 = t0
         try:
-            path = self.int8_path()
-            if path is not None and not self.model._verify:  # verification observes the VM's DPU calls
+            if self.phased():
                 t1 = time.perf_counter()
-                out = path.run(self.model, payload, fix_points, self.spec)
+                out = self.int8_path().run(self.model, payload, fix_points, self.spec)
                 t2 = time.perf_counter()
                 return out
             args = from_wire(payload, self.spec.inputs, fix_points)
@@ -126,7 +125,8 @@ class PipelineStage:
     # -- phases: a double-buffered stage (the local executor runs them on three threads, as a board's ARM cores
     # prepare frame f+1 and read back frame f-1 while its DPU computes frame f) -------------------------------
     def phased(self) -> bool:
-        """Whether the stage can run in phases (`prepare`, `execute`, `finish`): it passes int8 through."""
+        """Whether the stage passes int8 through (`DpuOnly`), so it can also run in phases (`prepare`, `execute`,
+        `finish`); not while verifying, which observes the Relax VM's DPU calls."""
         return self.int8_path() is not None and not self.model._verify
 
     def _count(self, seconds: float, dpu: bool = False, frame_done: bool = False) -> None:
