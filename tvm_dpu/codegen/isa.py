@@ -342,3 +342,34 @@ def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Inst
             vals[k] = int(v)  # numpy integers become ints
     return Instr(name, vals, dpdon, dpdby)
 
+
+
+#: make_encoded's results by (name, the caller's field items): a network's code builds the same field sets over
+#: and over (ResNet-50: 31k distinct among 104k instructions). Bounded; a dict read is thread-safe, a race between
+#: two writers only builds twice.
+_BUILT: dict[tuple, tuple[str, Mapping[str, int], tuple[int, ...] | None]] = {}
+_BUILT_MAX = 1 << 17
+
+
+def make_encoded(name: str, fields: Mapping[str, object]) -> tuple[Instr, tuple[int, ...] | None]:
+    """make_instr(name, **fields) and its machine words with dpdon = dpdby = 0 (None if a field is out of range:
+    encode raises for it). The Instr is new, its masks the caller's to set; its fields are read-only (ISAError on
+    a change, which would leave the words stale) and shared with every instruction built from the same fields.
+    Raises as make_instr does."""
+    key = (name, tuple(fields.items()))
+    try:
+        hit = _BUILT.get(key)
+    except TypeError:  # an unhashable value: make_instr names it
+        hit, key = None, None
+    if hit is None:
+        ins = make_instr(name, **fields)
+        try:
+            words: tuple[int, ...] | None = tuple(encode(ins))
+        except ISAError:
+            words = None
+        hit = (ins.name, _ReadOnlyFields(ins.fields), words)
+        if key is not None:
+            if len(_BUILT) >= _BUILT_MAX:
+                _BUILT.clear()
+            _BUILT[key] = hit
+    return Instr(hit[0], hit[1]), hit[2]

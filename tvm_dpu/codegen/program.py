@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tvm_dpu.codegen.isa import ENGINE_BITS, Instr, encode_program, instr_spec, make_instr
+from tvm_dpu.codegen.isa import ENGINE_BITS, Instr, encode_program, instr_spec, make_encoded
 
 ENGINES = ("load", "save", "conv", "misc")
 _ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
@@ -104,13 +104,26 @@ def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
 _INITS = {"CONVINIT": "conv", "ALUINIT": "alu", "POOLINIT": "pool", "DWINIT": "dw"}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     instr: Instr
     engine: str
     reads: tuple = ()
     writes: tuple = ()
     comment: str = ""
+    #: the instruction's words with dpdon = dpdby = 0 (isa.make_encoded; None: a field is out of range)
+    words: tuple[int, ...] | None = None
+
+
+#: engine (category) of each instruction name, filled on first use
+_CATEGORY: dict[str, str] = {}
+
+
+def _category(name: str) -> str:
+    engine = _CATEGORY.get(name)
+    if engine is None:
+        engine = _CATEGORY[name] = instr_spec(name).category
+    return engine
 
 
 @dataclass
@@ -131,8 +144,10 @@ class Program:
     _last_post: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest post
     _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
     _prefixes: dict = field(default_factory=dict)  # resource name used -> its proper prefixes
+    #: resource name used -> every name used that overlaps it: itself, its prefixes and the longer names under it
+    _related: dict = field(default_factory=dict)
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
-    _engine_of: list = field(default_factory=list)  # per instruction, its engine (as entries[i].engine)
+    _engine_of: list = field(default_factory=list)  # per instruction, the index of its engine in ENGINES
     #: DDR tensor name -> the tensor whose memory it is (a concat input saved into its slice of the concat's
     #: output): ("ddr", name) resources are tracked under the root, so a consumer of the concat waits for the
     #: SAVEs of every producer that wrote a slice.
@@ -162,12 +177,12 @@ class Program:
             return self._init_state[init_key + "@"]
         if self.param_shift is not None:
             reads, writes, fields = self._shift_params(tuple(reads), tuple(writes), fields)
-        engine = instr_spec(name).category
-        instr = make_instr(name, **fields)
+        instr, words = make_encoded(name, fields)
+        engine = _category(name)
         entries = self.entries
         idx = len(entries)
         if not self.track:
-            entries.append(_Entry(instr, engine, tuple(reads), tuple(writes), comment))
+            entries.append(_Entry(instr, engine, tuple(reads), tuple(writes), comment, words))
             return idx
         reads, writes = _expand_cached(reads), _expand_cached(writes)
         if self.ddr_roots:
@@ -177,73 +192,74 @@ class Program:
                 reads = _ddr_blocks(reads, fields, "jump_read")
             else:
                 writes = _ddr_blocks(writes, fields, "jump_write")
-        # Every resource that overlaps one this instruction names: itself, its prefixes (a longer name is a part
-        # of its prefix: ("vb0", 0, 3), bank 3 of the copy buffer, lies in ("vb0", 0)) and the longer names under it.
-        last_writer, readers, prefixes, children = self._last_writer, self._readers, self._prefixes, self._children
-        deps: list[int] = []
-        for rs, after_readers in ((reads, False), (writes, True)):
-            if not rs:
-                continue
-            # each overlapping resource once: the DDR blocks of one LOAD / SAVE share their prefixes
-            related: dict = {}
-            for r in rs:
-                related[r] = None
-                pre = prefixes.get(r)
-                related.update(dict.fromkeys(pre if pre is not None else _prefixes_of(r)))
-                kids = children.get(r)
-                if kids:
-                    related.update(dict.fromkeys(kids))
-            for k in related:
-                d = last_writer.get(k)
-                if d is not None:
-                    deps.append(d)
-                if after_readers:
-                    ks = readers.get(k)
-                    if ks:
-                        deps.extend(ks)
+        prefixes = self._prefixes
         for r in (*reads, *writes):
             if r not in prefixes:
-                pre = prefixes[r] = _prefixes_of(r)
-                for q in pre:
-                    children.setdefault(q, set()).add(r)
-        entries.append(_Entry(instr, engine, reads, writes, comment))
-        self._engine_of.append(engine)
+                self._register(r)
+        # Per source engine, the newest instruction this one depends on (engines complete in order, so it covers
+        # the older ones): the last writer of every resource that overlaps one this instruction names, and for a
+        # write also the readers since that write. Overlapping: itself, its prefixes (a longer name is a part of
+        # its prefix: ("vb0", 0, 3), bank 3 of the copy buffer, lies in ("vb0", 0)) and the longer names under it.
+        last_writer, readers, related, engine_of = self._last_writer, self._readers, self._related, self._engine_of
+        newest = [-1, -1, -1, -1]
+        for rs, after_readers in ((reads, False), (writes, True)):
+            for r in rs:
+                for k in related[r]:
+                    d = last_writer.get(k)
+                    if d is not None:
+                        e = engine_of[d]
+                        if d > newest[e]:
+                            newest[e] = d
+                    if after_readers:
+                        ks = readers.get(k)
+                        if ks is not None:
+                            for e in range(4):
+                                if ks[e] > newest[e]:
+                                    newest[e] = ks[e]
+        entries.append(_Entry(instr, engine, reads, writes, comment, words))
+        me = _ENGINE_INDEX[engine]
+        engine_of.append(me)
         own = ENGINE_BITS[engine]
         instr.dpdon |= own
         instr.dpdby |= own
         prev = self._last_of_engine.get(engine)
         self._clock.append(self._done_clock(prev) if prev is not None else [-1] * len(ENGINES))
+        newest[me] = -1  # in order within an engine
+        deps = [d for d in newest if d >= 0]
         if deps:
-            # One wait per source engine, on the newest instruction of that engine this one needs: it completes
-            # after every older one (engines run in order).
-            engine_of = self._engine_of
-            newest: dict[str, int] = {}
+            deps.sort(reverse=True)  # the newest first: its chain may cover the others
             for d in deps:
-                src = engine_of[d]
-                if d > newest.get(src, -1):
-                    newest[src] = d
-            for d in sorted(newest.values(), reverse=True):  # the newest first: its chain may cover the others
                 self._depend(idx, d)
         self._last_of_engine[engine] = idx
         self._of_engine[engine].append(idx)
         for r in reads:
             ks = readers.get(r)
             if ks is None:
-                readers[r] = [idx]
-            else:
-                ks.append(idx)
+                ks = readers[r] = [-1, -1, -1, -1]
+            ks[me] = idx
+        children = self._children
         for w in writes:
             last_writer[w] = idx
-            readers[w] = []
+            readers.pop(w, None)
             # a write over a whole resource orders its parts' earlier readers too (it waited for them): a later
-            # writer of a part waits for this write, so their lists restart (else they grow with the program)
+            # writer of a part waits for this write, so their readers restart (else they grow with the program)
             for c in children.get(w, ()):
-                if readers.get(c):
-                    readers[c] = []
+                readers.pop(c, None)
         if init_key is not None:
             self._init_state[init_key] = dict(fields)
             self._init_state[init_key + "@"] = idx
         return idx
+
+    def _register(self, r: tuple) -> None:
+        """Note a resource name used for the first time: its prefixes, and it as a longer name under each (whose
+        overlapping names therefore grow)."""
+        pre = self._prefixes[r] = _prefixes_of(r)
+        self._related[r] = (r, *pre, *self._children.get(r, ()))
+        for q in pre:
+            kids = self._children.setdefault(q, [])
+            kids.append(r)
+            if q in self._prefixes:
+                self._related[q] = (q, *self._prefixes[q], *kids)
 
     def _shift_params(self, reads: tuple, writes: tuple, fields: dict) -> tuple[tuple, tuple, dict]:
         """An instruction of a relocated fused kernel (param_shift): rows of whole-bank parameter resources move."""
@@ -308,7 +324,7 @@ class Program:
         """What is known complete once instruction j completes: its start clock, itself and (in-order completion)
         every earlier instruction of its engine."""
         out = self._clock[j][:]
-        out[_ENGINE_INDEX[self._engine_of[j]]] = j
+        out[self._engine_of[j]] = j
         return out
 
     def end(self) -> None:
@@ -324,7 +340,17 @@ class Program:
         return [e.instr for e in self.entries]
 
     def encode(self) -> np.ndarray:
-        return encode_program(self.instrs)
+        """The program's machine words (uint32): each instruction's words as built, with its masks set."""
+        out: list[int] = []
+        for e in self.entries:
+            words, ins = e.words, e.instr
+            on, by = ins.dpdon, ins.dpdby
+            if words is None or on.__class__ is not int or by.__class__ is not int or not 0 <= on <= 15 \
+                    or not 0 <= by <= 15:
+                return encode_program(self.instrs)  # raises, naming the instruction and what is wrong
+            out.append(words[0] | on << 24 | by << 20)
+            out.extend(words[1:])
+        return np.asarray(out, dtype=np.uint32)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
