@@ -204,7 +204,7 @@ class Program:
         newest = [-1, -1, -1, -1]
         for rs, after_readers in ((reads, False), (writes, True)):
             for r in rs:
-                for k in related[r]:
+                for k in related.get(r) or self._relate(r):
                     d = last_writer.get(k)
                     if d is not None:
                         e = engine_of[d]
@@ -213,9 +213,7 @@ class Program:
                     if after_readers:
                         ks = readers.get(k)
                         if ks is not None:
-                            for e in range(4):
-                                if ks[e] > newest[e]:
-                                    newest[e] = ks[e]
+                            newest = list(map(max, newest, ks))
         entries.append(_Entry(instr, engine, reads, writes, comment, words))
         me = _ENGINE_INDEX[engine]
         engine_of.append(me)
@@ -254,12 +252,13 @@ class Program:
         """Note a resource name used for the first time: its prefixes, and it as a longer name under each (whose
         overlapping names therefore grow)."""
         pre = self._prefixes[r] = _prefixes_of(r)
-        self._related[r] = (r, *pre, *self._children.get(r, ()))
         for q in pre:
-            kids = self._children.setdefault(q, [])
-            kids.append(r)
-            if q in self._prefixes:
-                self._related[q] = (q, *self._prefixes[q], *kids)
+            self._children.setdefault(q, []).append(r)
+            self._related.pop(q, None)
+
+    def _relate(self, r: tuple) -> tuple:
+        rel = self._related[r] = (r, *self._prefixes[r], *self._children.get(r, ()))
+        return rel
 
     def _shift_params(self, reads: tuple, writes: tuple, fields: dict) -> tuple[tuple, tuple, dict]:
         """An instruction of a relocated fused kernel (param_shift): rows of whole-bank parameter resources move."""

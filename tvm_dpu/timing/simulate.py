@@ -22,13 +22,14 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.isa import instr_spec, instr_specs, iter_program
+from tvm_dpu.codegen.isa import InstrSpec, decode, instr_specs
 from tvm_dpu.timing.cost import ENGINES, TIMED_FIELDS, CostModel, InstrCost
 from tvm_dpu.timing.depcheck import OWN_CREDIT, initial_tokens, pair_name
 from tvm_dpu.timing.params import MachineModel, TimingError, TimingParams, machine
@@ -116,15 +117,13 @@ class TimingResult:
                 "macs": self.macs, "instructions": len(self.names)}
 
 
-#: InstrCosts of shared decoded instructions (iter_program(shared=True)) per machine model: the compiler simulates
-#: programs that differ in a few ops (fusion fallback, conv variants, candidates), so most instructions recur.
-#: Keyed by the instruction's identity (and its CONVINIT / ALUINIT's), the entry holding the objects so that an
-#: id is not reused while cached. Bounded; guarded for threads.
+#: InstrCosts per machine model, by what `CostModel.cost` reads of an instruction: its opcode and TIMED_FIELDS bits
+#: (and those of the CONVINIT / ALUINIT in force for a CONV / ALU). The compiler simulates programs that differ in
+#: a few ops (fusion fallback, conv variants, candidates) and repeated blocks at other addresses, so most
+#: instructions are costed without being decoded. Bounded; guarded for threads.
 _COST_CACHE: "OrderedDict[MachineModel, dict]" = OrderedDict()
 _COST_CACHE_MAX = 1 << 17
 _COST_LOCK = threading.Lock()
-_INIT_OF = {"CONV": "convinit", "ALU": "aluinit"}
-_STATEFUL = frozenset(("CONVINIT", "ALUINIT"))
 
 
 def _cost_cache(m: MachineModel) -> dict:
@@ -137,33 +136,77 @@ def _cost_cache(m: MachineModel) -> dict:
         return cache
 
 
+def _layout(words: list[int]) -> tuple[list[int], list[InstrSpec]]:
+    """Word offset and layout of every instruction of a stream; ISAError (as decoding raises it) at the first word
+    that does not start a whole instruction."""
+    by_opcode = _specs_by_opcode()
+    pos, n = 0, len(words)
+    offsets: list[int] = []
+    specs: list[InstrSpec] = []
+    while pos < n:
+        spec = by_opcode.get(words[pos] >> 28)
+        if spec is None or pos + spec.words > n:
+            decode(words, pos)  # raises, naming the word
+        offsets.append(pos)
+        specs.append(spec)
+        pos += spec.words
+    return offsets, specs
+
+
 def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], list[float]]:
-    instrs = [ins for _, ins in iter_program(code, shared=True)]
+    arr = np.ascontiguousarray(np.asarray(code, dtype=np.uint32)).ravel()
+    words = arr.tolist()
+    offsets, specs = _layout(words)
+    masks: list[int] = []
+    for spec in specs:
+        masks.extend(_cost_masks(spec.opcode))
+    timed = (arr & np.asarray(masks, dtype=np.uint32)).tolist()
     cm = CostModel(m)
     cache = _cost_cache(m)
     names, dpdon, dpdby, costs, fetch = [], [], [], [], []
     per_word = m.fetch_cycles_per_word
-    words = 0
-    for i, ins in enumerate(instrs):
-        name = ins.name
+    inits: dict[str, tuple] = {}  # "CONV" / "ALU" -> (offset, timed words) of the INIT in force
+    for i, (pos, spec) in enumerate(zip(offsets, specs)):
+        name = spec.name
+        end = pos + spec.words
+        w0 = words[pos]
         names.append(name)
-        dpdon.append(ins.dpdon)
-        dpdby.append(ins.dpdby)
-        if name in _STATEFUL:
-            c = cm.cost(i, ins)
-        else:
-            init = getattr(cm, _INIT_OF[name]) if name in _INIT_OF else None
-            key = (id(ins), id(init))
-            hit = cache.get(key)
-            if hit is not None and hit[0] is ins and hit[1] is init:
-                c = hit[2]
-            else:
-                c = cm.cost(i, ins)
-                cache[key] = (ins, init, c)
+        dpdon.append(w0 >> 24 & 0xF)
+        dpdby.append(w0 >> 20 & 0xF)
+        key: tuple = tuple(timed[pos:end])
+        init_of = _INIT_FOR.get(name)
+        if init_of is not None:
+            init = inits.get(init_of)
+            key = (key, init[1] if init is not None else None)
+        elif name in _INITS:
+            inits[_INITS[name]] = (pos, key)
+        c = cache.get(key)
+        if c is None:
+            if init_of is not None:
+                init = inits.get(init_of)
+                setattr(cm, _INIT_ATTR[init_of], decode(words, init[0])[0] if init is not None else None)
+            c = cm.cost(i, decode(words, pos)[0])
+            cache[key] = c
         costs.append(c)
-        words += instr_spec(name).words
-        fetch.append(words * per_word)
+        fetch.append(end * per_word)
     return names, dpdon, dpdby, costs, fetch
+
+
+#: The INIT whose fields a CONV / ALU's cost reads, and the CostModel attribute holding it.
+_INIT_FOR = {"CONV": "CONV", "ALU": "ALU"}
+_INITS = {"CONVINIT": "CONV", "ALUINIT": "ALU"}
+_INIT_ATTR = {"CONV": "convinit", "ALU": "aluinit"}
+
+
+@lru_cache(maxsize=1)
+def _specs_by_opcode() -> dict[int, InstrSpec]:
+    return {s.opcode: s for s in instr_specs().values()}
+
+
+def _cost_masks(opcode: int) -> tuple[int, ...]:
+    """`_timed_masks` without the dependency masks: the bits `CostModel.cost` reads."""
+    m = _timed_masks(opcode)
+    return (m[0] & 0xF00FFFFF,) + m[1:]
 
 
 #: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
@@ -233,6 +276,15 @@ def cycles(code: Any, arch: Arch | str, params: TimingParams | None = None) -> f
 
 #: The engines a 4-bit dependency mask names, by mask (shared, never changed).
 _MASK_ENGINES: tuple[tuple[int, ...], ...] = tuple(tuple(e for e in range(4) if mask >> e & 1) for mask in range(16))
+#: By dpdon mask and the instruction's engine: the token counters (src * 4 + dst) it waits on; by dpdby mask and
+#: engine: the counters it posts to.
+_NEEDS = tuple(tuple(tuple(s * 4 + e for s in _MASK_ENGINES[mask]) for e in range(4)) for mask in range(16))
+_POSTS = tuple(tuple(tuple(e * 4 + d for d in _MASK_ENGINES[mask]) for e in range(4)) for mask in range(16))
+
+
+def _nested(tok: list[int]) -> list[list[int]]:
+    """tokens[src][dst] from the flat counters."""
+    return [tok[s * 4:s * 4 + 4] for s in range(4)]
 
 
 def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
@@ -247,27 +299,36 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     m = machine(a, params)
     names, dpdon, dpdby, costs, fetch = _costs(code, m)
     n = len(names)
+    # per instruction: its cost as plain lists, its engine, and the token counters (tok[src * 4 + dst]) it takes
+    # from (dpdon, on its own engine) and posts to (dpdby, from its own engine)
+    cyc = [c.cycles for c in costs]
+    beats = [c.beats for c in costs]
+    latency = [c.latency for c in costs]
+    engine = [c.engine for c in costs]
     queues: list[list[int]] = [[] for _ in ENGINES]
-    for i, c in enumerate(costs):
-        queues[c.engine].append(i)
+    for i, e in enumerate(engine):
+        queues[e].append(i)
+    qlen = [len(q) for q in queues]
     head = [0] * 4
     running: list[int | None] = [None] * 4
     free_at = [0.0] * 4  # compute engines: when the running instruction ends
     remaining = [0.0] * 4  # DMA engines: beats left
     min_end = [0.0] * 4  # DMA engines: earliest end (issue + bank side)
     rate = [0.0] * 4
-    tokens = initial_tokens()  # tokens[src][dst]
-    last_post = {}  # (src, dst) -> the instruction that posted last
+    tok = [v for row in initial_tokens() for v in row]
+    poster = [-1] * 16  # per counter, the instruction that posted last
     posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
     nan = float("nan")
     start, end, done = [nan] * n, [nan] * n, [nan] * n
-    needs = [_MASK_ENGINES[on] for on in dpdon]
-    posts_to = [_MASK_ENGINES[by] for by in dpdby]
-    is_dma = [c.beats > 0 for c in costs]
+    needs = [_NEEDS[on][e] for on, e in zip(dpdon, engine)]
+    posts_to = [_POSTS[by][e] for by, e in zip(dpdby, engine)]
+    is_dma = [b > 0 for b in beats]
     busy = [0.0] * 4
     capacity = m.dma_beats_per_cycle
     t = 0.0
     finished = 0
+    inf = math.inf
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     ports = float(m.params.axi_data_ports)
     # the bank side caps each instruction's beat rate
@@ -295,50 +356,60 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     while finished < n:
         # -- start every instruction that can start at t
         started = False
+        t_eps = t + _EPS
         for e in range(4):
-            if running[e] is not None or head[e] >= len(queues[e]):
+            if running[e] is not None or head[e] >= qlen[e]:
                 continue
             i = queues[e][head[e]]
-            if fetch[i] > t + _EPS:
+            if fetch[i] > t_eps:
                 continue
             need = needs[i]
-            if need and any(tokens[s][e] <= 0 for s in need):
-                continue
-            for s in need:
-                tokens[s][e] -= 1
+            if need:
+                if any(tok[k] <= 0 for k in need):
+                    continue
+                for k in need:
+                    tok[k] -= 1
             head[e] += 1
             running[e] = i
             start[i] = t
-            c = costs[i]
-            min_end[e] = t + c.cycles
+            min_end[e] = t + cyc[i]
             if is_dma[i]:
-                remaining[e] = c.beats
+                remaining[e] = beats[i]
                 started = True
             else:
                 remaining[e] = 0.0
-                free_at[e] = t + c.cycles
+                free_at[e] = t + cyc[i]
         if started:
             rerate()
         # -- next event
-        cands = []
+        t_next = inf
+        waiting = False
         for e in range(4):
             i = running[e]
             if i is None:
-                if head[e] < len(queues[e]):
-                    j = queues[e][head[e]]
-                    if fetch[j] > t + _EPS:
-                        cands.append(fetch[j])
+                if head[e] < qlen[e]:
+                    f = fetch[queues[e][head[e]]]
+                    if f > t_eps:
+                        waiting = True
+                        if f < t_next:
+                            t_next = f
                 continue
+            waiting = True
             if is_dma[i] and remaining[e] > 0.0:
-                cands.append(t + remaining[e] / rate[e] if rate[e] > 0 else math.inf)
+                c = t + remaining[e] / rate[e] if rate[e] > 0 else inf
             else:
-                cands.append(max(min_end[e] if is_dma[i] else free_at[e], t))
+                c = min_end[e] if is_dma[i] else free_at[e]
+                if c < t:
+                    c = t
+            if c < t_next:
+                t_next = c
         if posts:
-            cands.append(posts[0][0])
-        if not cands:
-            _deadlock(t, names, queues, head, dpdon, tokens)
-        t_next = min(cands)
-        if math.isinf(t_next):
+            waiting = True
+            if posts[0][0] < t_next:
+                t_next = posts[0][0]
+        if not waiting:
+            _deadlock(t, names, queues, head, dpdon, _nested(tok))
+        if t_next == inf:
             raise TimingError("DMA engines have no bandwidth (check ddr_bytes_per_s / axi parameters)")
         dt = t_next - t
         changed = False
@@ -346,36 +417,37 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             i = running[e]
             if i is not None and remaining[e] > 0.0:
                 remaining[e] = max(0.0, remaining[e] - rate[e] * dt)
-                if remaining[e] <= 1e-6 * max(1.0, costs[i].beats):
+                if remaining[e] <= 1e-6 * max(1.0, beats[i]):
                     remaining[e] = 0.0  # beats done: its share of the AXI rate goes to the other engine
                     changed = True
         t = t_next
+        t_eps = t + _EPS
         # -- finish instructions whose engine work is over at t
         for e in range(4):
             i = running[e]
             if i is None:
                 continue
-            c = costs[i]
             if is_dma[i]:
-                if remaining[e] > 0.0 or min_end[e] > t + _EPS:
+                if remaining[e] > 0.0 or min_end[e] > t_eps:
                     continue
-            elif free_at[e] > t + _EPS:
+                changed = True
+            elif free_at[e] > t_eps:
                 continue
             end[i] = t
             busy[e] += t - start[i]
             running[e] = None
-            heapq.heappush(posts, (t + c.latency, i))
-            changed = changed or is_dma[i]
+            heappush(posts, (t + latency[i], i))
         if changed:
             rerate()
-        while posts and posts[0][0] <= t + _EPS:
-            tp, i = heapq.heappop(posts)
+        while posts and posts[0][0] <= t_eps:
+            tp, i = heappop(posts)
             done[i] = tp
             finished += 1
-            src = costs[i].engine
-            for d in posts_to[i]:
-                tokens[src][d] += 1
-                last_post[(src, d)] = i
+            for k in posts_to[i]:
+                tok[k] += 1
+                poster[k] = i
+    tokens = _nested(tok)
+    last_post = {(k // 4, k % 4): i for k, i in enumerate(poster) if i >= 0}
     _check_balance(tokens, last_post, names, costs)
     start, end, done = np.array(start), np.array(end), np.array(done)
     total = float(np.nanmax(done)) if n else 0.0
