@@ -362,14 +362,24 @@ def make_encoded(name: str, fields: Mapping[str, object]) -> tuple[Instr, tuple[
     except TypeError:  # an unhashable value: make_instr names it
         hit, key = None, None
     if hit is None:
-        ins = make_instr(name, **fields)
-        try:
-            words: tuple[int, ...] | None = tuple(encode(ins))
-        except ISAError:
-            words = None
-        hit = (ins.name, _ReadOnlyFields(ins.fields), words)
+        hit = _build(name, fields)
         if key is not None:
             if len(_BUILT) >= _BUILT_MAX:
                 _BUILT.clear()
             _BUILT[key] = hit
     return Instr(hit[0], hit[1]), hit[2]
+
+
+def _build(name: str, fields: Mapping[str, object]) -> tuple[str, Mapping[str, int], tuple[int, ...] | None]:
+    """make_encoded without its cache: make_instr's values and encode's words in one pass over the fields."""
+    vals = make_instr(name, **fields).fields
+    spec, _, layout = _encoder(name)
+    words = [0] * spec.words
+    words[0] = spec.opcode << 28
+    for fname, word, pos, mask, lo, hi, minus in layout:
+        v = vals[fname]
+        if not lo <= v <= hi:
+            return name, _ReadOnlyFields(vals), None
+        words[word] |= ((v - 1 if minus else v) & mask) << pos
+    return name, _ReadOnlyFields(vals), tuple(words)
+

@@ -91,13 +91,28 @@ def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
         return resources
     lo = fields["ddr_addr"]
     hi = lo + max(0, fields.get("length", 1) - 1) * fields.get(jump, 0) + fields.get("channel", 1)
-    out = []
-    for r in resources:
-        if len(r) == 2 and r[0] == "ddr" and r[1] != "params":
-            out.extend(("ddr", r[1], b) for b in range(lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK + 1))
-        else:
-            out.append(r)
-    return tuple(out)
+    key = (resources, lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK)
+    try:
+        hit = _BLOCKS.get(key)
+    except TypeError:
+        hit, key = None, None
+    if hit is None:
+        out = []
+        for r in resources:
+            if len(r) == 2 and r[0] == "ddr" and r[1] != "params":
+                out.extend(("ddr", r[1], b) for b in range(lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK + 1))
+            else:
+                out.append(r)
+        hit = tuple(out)
+        if key is not None:
+            if len(_BLOCKS) >= _EXPANDED_MAX:
+                _BLOCKS.clear()
+            _BLOCKS[key] = hit
+    return hit
+
+
+#: _ddr_blocks by (resources, first block, last block): LOADs and SAVEs of a tile row repeat their blocks (bounded)
+_BLOCKS: dict[tuple, tuple] = {}
 
 
 #: INIT instructions configure the op that follows; an identical INIT already in force is not re-emitted.

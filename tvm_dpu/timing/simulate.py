@@ -159,7 +159,7 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
     offsets, specs = _layout(words)
     masks: list[int] = []
     for spec in specs:
-        masks.extend(_cost_masks(spec.opcode))
+        masks.extend(_COST_MASKS.get(spec.opcode) or _cost_masks(spec.opcode))
     timed = (arr & np.asarray(masks, dtype=np.uint32)).tolist()
     cm = CostModel(m)
     cache = _cost_cache(m)
@@ -206,7 +206,11 @@ def _specs_by_opcode() -> dict[int, InstrSpec]:
 def _cost_masks(opcode: int) -> tuple[int, ...]:
     """`_timed_masks` without the dependency masks: the bits `CostModel.cost` reads."""
     m = _timed_masks(opcode)
-    return (m[0] & 0xF00FFFFF,) + m[1:]
+    out = _COST_MASKS[opcode] = (m[0] & 0xF00FFFFF,) + m[1:]
+    return out
+
+
+_COST_MASKS: dict[int, tuple[int, ...]] = {}
 
 
 #: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
@@ -365,7 +369,12 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                 continue
             need = needs[i]
             if need:
-                if any(tok[k] <= 0 for k in need):
+                blocked = False
+                for k in need:
+                    if tok[k] <= 0:
+                        blocked = True
+                        break
+                if blocked:
                     continue
                 for k in need:
                     tok[k] -= 1
