@@ -344,7 +344,7 @@ def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Inst
 
 
 
-#: make_encoded's results by (name, the caller's field items): a network's code builds the same field sets over
+#: make_encoded's results by (name, the caller's field names, their values): a network's code builds the same field sets over
 #: and over (ResNet-50: 31k distinct among 104k instructions). Bounded; a dict read is thread-safe, a race between
 #: two writers only builds twice.
 _BUILT: dict[tuple, tuple[str, Mapping[str, int], tuple[int, ...] | None]] = {}
@@ -356,7 +356,7 @@ def make_encoded(name: str, fields: Mapping[str, object]) -> tuple[Instr, tuple[
     encode raises for it). The Instr is new, its masks the caller's to set; its fields are read-only (ISAError on
     a change, which would leave the words stale) and shared with every instruction built from the same fields.
     Raises as make_instr does."""
-    key = (name, tuple(fields.items()))
+    key = (name, tuple(fields), tuple(fields.values()))
     try:
         hit = _BUILT.get(key)
     except TypeError:  # an unhashable value: make_instr names it

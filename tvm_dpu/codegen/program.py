@@ -160,6 +160,7 @@ class Program:
     _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
     _prefixes: dict = field(default_factory=dict)  # resource name used -> its proper prefixes
     #: resource name used -> every name used that overlaps it: itself, its prefixes and the longer names under it
+    #: (built on use, dropped when another such name is first used)
     _related: dict = field(default_factory=dict)
     _slots: dict = field(default_factory=dict)  # buffer name -> slot used last (see next_slot)
     _engine_of: list = field(default_factory=list)  # per instruction, the index of its engine in ENGINES
@@ -265,14 +266,18 @@ class Program:
 
     def _register(self, r: tuple) -> None:
         """Note a resource name used for the first time: its prefixes, and it as a longer name under each (whose
-        overlapping names therefore grow)."""
+        overlapping names therefore grow, as do those of the names under it)."""
         pre = self._prefixes[r] = _prefixes_of(r)
         for q in pre:
             self._children.setdefault(q, []).append(r)
             self._related.pop(q, None)
+        for c in self._children.get(r, ()):
+            self._related.pop(c, None)
 
     def _relate(self, r: tuple) -> tuple:
-        rel = self._related[r] = (r, *self._prefixes[r], *self._children.get(r, ()))
+        """The names used so far that overlap `r` (a name never used has no writer or reader to depend on)."""
+        prefixes = self._prefixes
+        rel = self._related[r] = (r, *(q for q in prefixes[r] if q in prefixes), *self._children.get(r, ()))
         return rel
 
     def _shift_params(self, reads: tuple, writes: tuple, fields: dict) -> tuple[tuple, tuple, dict]:
