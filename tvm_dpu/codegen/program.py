@@ -29,6 +29,7 @@ from tvm_dpu.codegen.isa import ENGINE_BITS, Instr, encode_program, instr_spec, 
 
 ENGINES = ("load", "save", "conv", "misc")
 _ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
+_NO_CLOCK = (-1,) * len(ENGINES)
 
 #: Parameter buffers split into two slots (halves) that successive ops alternate between (Program.next_slot); a
 #: resource named without a slot, e.g. ("convw",), means the whole buffer, i.e. every slot.
@@ -152,7 +153,8 @@ class Program:
     _covered: dict = field(default_factory=dict)
     _init_state: dict = field(default_factory=dict)
     _last_of_engine: dict = field(default_factory=dict)  # engine -> index of its latest instruction
-    #: per instruction, the newest instruction index of each engine known complete before it starts (-1: none)
+    #: per instruction, the newest instruction index of each engine known complete before it starts (-1: none);
+    #: tuples, which the garbage collector stops tracking (a program holds one per instruction)
     _clock: list = field(default_factory=list)
     _of_engine: dict = field(default_factory=lambda: {e: [] for e in ENGINES})  # engine -> its instruction indices
     _last_wait: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest wait
@@ -237,7 +239,7 @@ class Program:
         instr.dpdon |= own
         instr.dpdby |= own
         prev = self._last_of_engine.get(engine)
-        self._clock.append(self._done_clock(prev) if prev is not None else [-1] * len(ENGINES))
+        self._clock.append(self._done_clock(prev) if prev is not None else _NO_CLOCK)
         newest[me] = -1  # in order within an engine
         deps = [d for d in newest if d >= 0]
         if deps:
@@ -326,25 +328,23 @@ class Program:
                 self.entries[self._last_post[key]].instr.dpdby &= ~ENGINE_BITS[dst]
                 self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
                 self._last_post[key] = self._covered[key] = dep
-                for c in (self._clock[last_wait], self._clock[idx]):
-                    for k, v in enumerate(self._done_clock(dep)):
-                        c[k] = max(c[k], v)
+                done = self._done_clock(dep)
+                for j in (last_wait, idx):
+                    self._clock[j] = tuple(map(max, self._clock[j], done))
                 return
         self._last_post[key] = post
         self.entries[post].instr.dpdby |= ENGINE_BITS[dst]
         self.entries[idx].instr.dpdon |= ENGINE_BITS[src]
         self._covered[key] = post
         self._last_wait[key] = idx
-        clock = self._clock[idx]
-        for k, v in enumerate(self._done_clock(post)):
-            clock[k] = max(clock[k], v)
+        self._clock[idx] = tuple(map(max, self._clock[idx], self._done_clock(post)))
 
-    def _done_clock(self, j: int) -> list[int]:
+    def _done_clock(self, j: int) -> tuple[int, ...]:
         """What is known complete once instruction j completes: its start clock, itself and (in-order completion)
         every earlier instruction of its engine."""
-        out = self._clock[j][:]
+        out = list(self._clock[j])
         out[self._engine_of[j]] = j
-        return out
+        return tuple(out)
 
     def end(self) -> None:
         """Append END (on SAVE: it waits for the last SAVE through the own token, and for any other engine whose

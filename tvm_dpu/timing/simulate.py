@@ -321,6 +321,8 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     rate = [0.0] * 4
     tok = [v for row in initial_tokens() for v in row]
     poster = [-1] * 16  # per counter, the instruction that posted last
+    # per engine: its next instruction lacks a token; only a post to the engine can change that
+    wants_token = [False] * 4
     posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
     nan = float("nan")
     start, end, done = [nan] * n, [nan] * n, [nan] * n
@@ -362,7 +364,7 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
         started = False
         t_eps = t + _EPS
         for e in range(4):
-            if running[e] is not None or head[e] >= qlen[e]:
+            if running[e] is not None or wants_token[e] or head[e] >= qlen[e]:
                 continue
             i = queues[e][head[e]]
             if fetch[i] > t_eps:
@@ -375,6 +377,7 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                         blocked = True
                         break
                 if blocked:
+                    wants_token[e] = True
                     continue
                 for k in need:
                     tok[k] -= 1
@@ -455,6 +458,7 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             for k in posts_to[i]:
                 tok[k] += 1
                 poster[k] = i
+                wants_token[k & 3] = False
     tokens = _nested(tok)
     last_post = {(k // 4, k % 4): i for k, i in enumerate(poster) if i >= 0}
     _check_balance(tokens, last_post, names, costs)
