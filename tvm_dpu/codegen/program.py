@@ -210,28 +210,30 @@ class Program:
                 reads = _ddr_blocks(reads, fields, "jump_read")
             else:
                 writes = _ddr_blocks(writes, fields, "jump_write")
-        prefixes = self._prefixes
-        for r in (*reads, *writes):
-            if r not in prefixes:
-                self._register(r)
         # Per source engine, the newest instruction this one depends on (engines complete in order, so it covers
         # the older ones): the last writer of every resource that overlaps one this instruction names, and for a
         # write also the readers since that write. Overlapping: itself, its prefixes (a longer name is a part of
         # its prefix: ("vb0", 0, 3), bank 3 of the copy buffer, lies in ("vb0", 0)) and the longer names under it.
+        # A name used for the first time is registered on the way (it has no writer or reader yet).
         last_writer, readers, related, engine_of = self._last_writer, self._readers, self._related, self._engine_of
         newest = [-1, -1, -1, -1]
-        for rs, after_readers in ((reads, False), (writes, True)):
-            for r in rs:
-                for k in related.get(r) or self._relate(r):
-                    d = last_writer.get(k)
-                    if d is not None:
-                        e = engine_of[d]
-                        if d > newest[e]:
-                            newest[e] = d
-                    if after_readers:
-                        ks = readers.get(k)
-                        if ks is not None:
-                            newest = list(map(max, newest, ks))
+        for r in reads:
+            for k in related.get(r) or self._relate(r):
+                d = last_writer.get(k)
+                if d is not None:
+                    e = engine_of[d]
+                    if d > newest[e]:
+                        newest[e] = d
+        for r in writes:
+            for k in related.get(r) or self._relate(r):
+                d = last_writer.get(k)
+                if d is not None:
+                    e = engine_of[d]
+                    if d > newest[e]:
+                        newest[e] = d
+                ks = readers.get(k)
+                if ks is not None:
+                    newest = list(map(max, newest, ks))
         entries.append(_Entry(instr, engine, reads, writes, comment, words))
         me = _ENGINE_INDEX[engine]
         engine_of.append(me)
@@ -277,8 +279,11 @@ class Program:
             self._related.pop(c, None)
 
     def _relate(self, r: tuple) -> tuple:
-        """The names used so far that overlap `r` (a name never used has no writer or reader to depend on)."""
+        """The names used so far that overlap `r` (a name never used has no writer or reader to depend on),
+        registering `r` if it is new."""
         prefixes = self._prefixes
+        if r not in prefixes:
+            self._register(r)
         rel = self._related[r] = (r, *(q for q in prefixes[r] if q in prefixes), *self._children.get(r, ()))
         return rel
 
