@@ -348,7 +348,7 @@ def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Inst
 #: and over (ResNet-50: 31k distinct among 104k instructions). Bounded; a dict read is thread-safe, a race between
 #: two writers only builds twice.
 _BUILT: dict[tuple, tuple[str, Mapping[str, int], tuple[int, ...] | None]] = {}
-_BUILT_MAX = 1 << 17
+_BUILT_MAX = 1 << 16  # about 1.1 KB an entry
 
 
 def make_encoded(name: str, fields: Mapping[str, object]) -> tuple[Instr, tuple[int, ...] | None]:
