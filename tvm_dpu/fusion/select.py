@@ -29,7 +29,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
-from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, cost_source_name, tile_width
+from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, cost_source_name, piece_cycles, tile_width
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -329,12 +329,9 @@ def _regions(searched: list[Group], other: list[Group]) -> list[set[str]]:
 
 
 def _window_cycles(graph: Graph, arch: Arch, groups: list[Group]) -> float:
-    """Simulated cycles of `groups` compiled together as one program (a plan's neighbourhood)."""
-    from tvm_dpu.timing.simulate import cycles as program_cycles
-
-    sub = graph.extract([n for g in groups for n in g.ops])
-    plan = FusionPlan("context", order_groups(sub, groups))
-    return program_cycles(compile_graph_fused(sub, arch, plan, keep_params=False).code, arch)
+    """Simulated cycles of `groups` compiled together as one program (a plan's neighbourhood; pieces of one
+    geometry are compiled once, fusion.cost.piece_cycles)."""
+    return piece_cycles(graph, arch, groups)
 
 
 def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Group]) -> tuple[list[Group], int]:
