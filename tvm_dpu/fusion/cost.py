@@ -42,8 +42,9 @@ from tvm_dpu.xgraph.graph import Graph
 
 
 class _Ctx:
-    """Per-graph lookup tables (each op's cost-model view, consumers per tensor), the per-candidate cost cache
-    and the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking)."""
+    """Per-graph lookup tables (each op's cost-model view, consumers per tensor), the per-candidate cost cache,
+    the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking) and the
+    programs of the lone ops compiled as pieces (`lone_program`)."""
 
     def __init__(self, graph: Graph, arch: Arch):
         self.graph, self.arch = graph, arch
@@ -55,6 +56,7 @@ class _Ctx:
         self.outputs = frozenset(graph.outputs)
         self.cache: dict[tuple[str, ...], float] = {}
         self.pieces: dict[tuple, tuple[float, Any]] = {}
+        self.lone: dict[str, np.ndarray] = {}
 
 
 _CTX: dict[tuple[int, str], _Ctx] = {}
@@ -134,6 +136,8 @@ def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group]) -> float:
     if hit is not None and not check:
         return hit[0]
     code = compile_graph_fused(sub, arch, FusionPlan("piece", list(groups)), keep_params=False).code
+    if len(sub.ops) == 1:
+        c.lone[sub.ops[0].name] = code
     value = program_cycles(code, arch)
     timed = timing_key(code) if check else None
     if hit is not None and hit[1] is not None and (timed != hit[1] or value != hit[0]):
@@ -142,6 +146,12 @@ def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group]) -> float:
     if key is not None and (hit is None or hit[1] is None):
         c.pieces[key] = (value, timed)
     return value
+
+
+def lone_program(graph: Graph, arch: Arch, op: str) -> np.ndarray | None:
+    """The program of op `op` compiled alone (no parameters, its default variant) if a piece of this graph
+    compiled it, else None."""
+    return _ctx(graph, arch).lone.get(op)
 
 
 #: What the code generator reads of an op's quantization parameters (quant.rules) beyond instruction field values

@@ -29,7 +29,8 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
-from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, cost_source_name, piece_cycles, tile_width
+from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, lone_program, piece_cycles,
+                                  tile_width)
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -433,9 +434,12 @@ def _variant_cycles(graph: Graph, arch: Arch, g: Any, op: Any) -> dict[str, floa
     cycles: dict[str, float] = {}
     seen: set[bytes] = set()
     for v in CONV_VARIANTS:
+        # the default variant's program is the op's own piece when the search costed it (fusion.cost)
+        code = lone_program(graph, arch, op.name) if v == "wide" else None
         try:
-            code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v}),
-                                       keep_params=False).code
+            if code is None:
+                code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v}),
+                                           keep_params=False).code
         except CodegenError:
             continue  # a variant whose tiles do not fit is no candidate
         if code.tobytes() in seen:
