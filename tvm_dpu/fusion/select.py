@@ -30,7 +30,7 @@ from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
 from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, lone_program, piece_cycles,
-                                  tile_width)
+                                  piece_key, tile_width)
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -405,10 +405,8 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
         if op.type not in ("conv2d", "dense", "conv2d_transpose") or xops.is_depthwise(op, graph):
             continue
         # Ops of the same geometry (a repeated block) compile alone to the same instructions up to their quantization
-        # shifts, which no engine's timing depends on: time them once.
-        w = graph.param(op, "weights")
-        geometry = (op.type, tuple(graph.tensors[op.inputs[0]].shape), tuple(graph.tensors[op.outputs[0]].shape),
-                    tuple(w.shape) if w is not None else None, repr(sorted(op.attrs.items())))
+        # shifts and addresses, which no engine's timing depends on: time them once (fusion.cost.piece_key).
+        geometry = piece_key(graph.extract(g.ops), [g]) or (op.name,)
         if geometry in timed:
             cycles = timed[geometry]
         else:
