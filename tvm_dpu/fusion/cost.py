@@ -32,10 +32,9 @@ from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENT
 from tvm_dpu.codegen.tiling import FIELD10
-from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
-from tvm_dpu.timing.simulate import cycles as program_cycles
-from tvm_dpu.timing.simulate import timing_key
 from tvm_dpu.errors import FusionError
+from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
+from tvm_dpu.timing.simulate import cycles as program_cycles, timing_key
 from tvm_dpu.types import FusionPlan, Group, LayerDesc, TensorDesc
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph
