@@ -6,11 +6,22 @@ view of the one analytic cost model (tvm_dpu.timing.analytic.group_cycles); "sim
 (compile_graph_fused) and runs the cycle-level timing model (tvm_dpu.timing.simulate) on it, DNNVM's simulator
 option. `tile_width` is Eq. 5-6 generalised to a group (with the fused emitters' own bank budgets); a group with no
 width is infeasible.
+
+Simulated pieces (a candidate alone, or a window of groups: `piece_cycles`) are cached per graph on their geometry
+(`piece_key`), not on their op names: a network's repeated blocks give isomorphic pieces whose programs differ only
+in addresses and quantization shifts, which the timing model does not read, so each geometry is compiled and
+simulated once. `TVM_DPU_CHECK_PIECE_KEY=1` compiles every piece anyway and fails if one sharing a key has another
+timed program.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any, Sequence
+
+import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
@@ -21,16 +32,18 @@ from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENT
 from tvm_dpu.codegen.tiling import FIELD10
+from tvm_dpu.errors import FusionError
 from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
-from tvm_dpu.timing.simulate import cycles as program_cycles
+from tvm_dpu.timing.simulate import cycles as program_cycles, timing_key
 from tvm_dpu.types import FusionPlan, Group, LayerDesc, TensorDesc
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph
 
 
 class _Ctx:
-    """Per-graph lookup tables (each op's cost-model view, consumers per tensor) and the per-candidate cost
-    cache."""
+    """Per-graph lookup tables (each op's cost-model view, consumers per tensor), the per-candidate cost cache,
+    the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking) and the
+    programs of the lone ops compiled as pieces (`lone_program`)."""
 
     def __init__(self, graph: Graph, arch: Arch):
         self.graph, self.arch = graph, arch
@@ -41,6 +54,8 @@ class _Ctx:
                 self.consumers[t] = self.consumers.get(t, 0) + 1
         self.outputs = frozenset(graph.outputs)
         self.cache: dict[tuple[str, ...], float] = {}
+        self.pieces: dict[tuple, tuple[float, Any]] = {}
+        self.lone: dict[str, np.ndarray] = {}
 
 
 _CTX: dict[tuple[int, str], _Ctx] = {}
@@ -100,9 +115,110 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     charged by the plan, as in the analytic model)."""
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
-    sub = graph.extract(group.ops)
-    compiled = compile_graph_fused(sub, arch, FusionPlan("cost", [group]), keep_params=False)
-    return program_cycles(compiled.code, arch)
+    return piece_cycles(graph, arch, [group])
+
+
+#: Set to 1 to compile and simulate every piece even when one of the same geometry was (a debug check of
+#: `piece_key`: a piece whose timed program differs from the one its key shares raises FusionError).
+CHECK_ENV = "TVM_DPU_CHECK_PIECE_KEY"
+
+
+def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group]) -> float:
+    """Simulated cycles of `groups` (some of the ops of `graph`, grouped) extracted and compiled together as one
+    program: a candidate alone, or a plan's neighbourhood. Pieces of one geometry (`piece_key`) are compiled
+    and simulated once per graph."""
+    c = _ctx(graph, arch)
+    sub = graph.extract([n for g in groups for n in g.ops])
+    key = piece_key(sub, groups)
+    check = os.environ.get(CHECK_ENV, "") not in ("", "0")
+    hit = c.pieces.get(key) if key is not None else None
+    if hit is not None and not check:
+        return hit[0]
+    code = compile_graph_fused(sub, arch, FusionPlan("piece", list(groups)), keep_params=False).code
+    if len(sub.ops) == 1:
+        c.lone[sub.ops[0].name] = code
+    value = program_cycles(code, arch)
+    timed = timing_key(code) if check else None
+    if hit is not None and hit[1] is not None and (timed != hit[1] or value != hit[0]):
+        raise FusionError(f"piece key: groups {[list(g.ops) for g in groups]} share a geometry key with a piece "
+                          f"compiled before but their timed programs differ ({value:.0f} vs {hit[0]:.0f} cycles)")
+    if key is not None and (hit is None or hit[1] is None):
+        c.pieces[key] = (value, timed)
+    return value
+
+
+def lone_program(graph: Graph, arch: Arch, op: str) -> np.ndarray | None:
+    """The program of op `op` compiled alone (no parameters, its default variant) if a piece of this graph
+    compiled it, else None."""
+    return _ctx(graph, arch).lone.get(op)
+
+
+#: What the code generator reads of an op's quantization parameters (quant.rules) beyond instruction field values
+#: that the timing model ignores: the values an INIT instruction (CONVINIT / ALUINIT) carries, in this order, 0 where
+#: a kind of parameters has none (the emitters write 0 there). Program.emit drops an INIT equal to the one in force,
+#: so whether two INITs carry equal values decides how many instructions a piece has. Each entry: the parameter
+#: names that fill one INIT field, the first a kind of parameters has (a conv's shift_bias field is shift_bias_isa,
+#: a hard sigmoid's is shift_bias).
+_INIT_QUANT = (("act_type",), ("shift_cut",), ("shift_bias_isa", "shift_bias"), ("multi_factor",), ("shift_prelu_p",),
+               ("shift_prelu_n",))
+
+
+def piece_key(sub: Graph, groups: Sequence[Group]) -> tuple | None:
+    """A key of what the program of `sub` (an extracted graph, every op in one of `groups`) compiled alone
+    depends on; two pieces with one key have programs the timing model cannot tell apart (same instructions,
+    dependency masks and timed fields; tests/test_piece_key.py). The key holds the structure with tensors
+    numbered in order of use (op types, attributes, which tensors each op reads, writes and binds as parameters,
+    which enter and leave the piece), every tensor's shape and dtype, the grouping, and of the quantization only
+    what the code generator branches on: its strings (the eltwise kind), which concat inputs need requantizing,
+    and which ops' INIT values (`_INIT_QUANT`) are equal to each other or all 0, since an INIT equal to the one in
+    force is not emitted again. Names, fix points and the shifts themselves are left out: they only reach
+    addresses and field values, which the timing model does not read (timing.cost.TIMED_FIELDS). None when an
+    op's quantization parameters cannot be computed (the piece is then compiled on its own)."""
+    ref: dict[str, int] = {}
+
+    def r(t: str) -> int:
+        return ref.setdefault(t, len(ref))
+
+    inputs = tuple(r(t) for t in sub.inputs)
+    index = {op.name: i for i, op in enumerate(sub.ops)}
+    classes: dict[tuple[int, ...], int] = {(0,) * len(_INIT_QUANT): 0}
+    ops = []
+    for op in sub.ops:
+        try:
+            q = xops.quant_params(op, sub)
+        except Exception:  # noqa: BLE001 - the compile raises it where it matters
+            return None
+        ops.append((op.type, repr(sorted(op.attrs.items())), tuple(r(t) for t in op.inputs),
+                    tuple((role, r(op.params[role])) for role in sorted(op.params)), tuple(r(t) for t in op.outputs),
+                    _quant_shape(q, classes)))
+    outputs = tuple(r(t) for t in sub.outputs)
+    tensors = tuple(_tensor_shape(sub.tensors[t]) for t in ref)
+    grouping = tuple(sorted((tuple(index[n] for n in g.ops), g.template) for g in groups))
+    return inputs, tuple(ops), outputs, tensors, grouping
+
+
+def _tensor_shape(t: Any) -> tuple:
+    data = t.data
+    return t.shape, t.dtype, None if data is None else (data.shape, str(data.dtype))
+
+
+def _quant_shape(q: Any, classes: dict[tuple[int, ...], int]) -> Any:
+    """What `piece_key` keeps of quantization parameters `q`: their kind, the class of their INIT values (equal
+    values, equal class; all 0: class 0), their strings, and the same of the parameters they hold (a concat's
+    per-input requantization, None where an input needs none)."""
+    if q is None:
+        return None
+    if not dataclasses.is_dataclass(q) or isinstance(q, type):
+        return object()  # parameters of a kind not audited here: equal to nothing, so the piece is not shared
+    init = tuple(next((int(getattr(q, n)) for n in names if hasattr(q, n)), 0) for names in _INIT_QUANT)
+    out: list[Any] = [type(q).__name__, classes.setdefault(init, len(classes))]
+    for f in dataclasses.fields(q):
+        v = getattr(q, f.name)
+        if isinstance(v, str):
+            out.append((f.name, v))
+        elif isinstance(v, tuple) and any(x is None or dataclasses.is_dataclass(x) for x in v):
+            out.append((f.name, tuple(_quant_shape(x, classes) for x in v)))
+    return tuple(out)
 
 
 def copy_cost(graph: Graph, arch: Arch, tensor: str) -> float:

@@ -29,7 +29,8 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
-from tvm_dpu.fusion.cost import copy_cost, cost, cost_source, cost_source_name, tile_width
+from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, lone_program, piece_cycles,
+                                  piece_key, tile_width)
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -329,12 +330,9 @@ def _regions(searched: list[Group], other: list[Group]) -> list[set[str]]:
 
 
 def _window_cycles(graph: Graph, arch: Arch, groups: list[Group]) -> float:
-    """Simulated cycles of `groups` compiled together as one program (a plan's neighbourhood)."""
-    from tvm_dpu.timing.simulate import cycles as program_cycles
-
-    sub = graph.extract([n for g in groups for n in g.ops])
-    plan = FusionPlan("context", order_groups(sub, groups))
-    return program_cycles(compile_graph_fused(sub, arch, plan, keep_params=False).code, arch)
+    """Simulated cycles of `groups` compiled together as one program (a plan's neighbourhood; pieces of one
+    geometry are compiled once, fusion.cost.piece_cycles)."""
+    return piece_cycles(graph, arch, groups)
 
 
 def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Group]) -> tuple[list[Group], int]:
@@ -407,10 +405,8 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
         if op.type not in ("conv2d", "dense", "conv2d_transpose") or xops.is_depthwise(op, graph):
             continue
         # Ops of the same geometry (a repeated block) compile alone to the same instructions up to their quantization
-        # shifts, which no engine's timing depends on: time them once.
-        w = graph.param(op, "weights")
-        geometry = (op.type, tuple(graph.tensors[op.inputs[0]].shape), tuple(graph.tensors[op.outputs[0]].shape),
-                    tuple(w.shape) if w is not None else None, repr(sorted(op.attrs.items())))
+        # shifts and addresses, which no engine's timing depends on: time them once (fusion.cost.piece_key).
+        geometry = piece_key(graph.extract(g.ops), [g]) or (op.name,)
         if geometry in timed:
             cycles = timed[geometry]
         else:
@@ -436,9 +432,12 @@ def _variant_cycles(graph: Graph, arch: Arch, g: Any, op: Any) -> dict[str, floa
     cycles: dict[str, float] = {}
     seen: set[bytes] = set()
     for v in CONV_VARIANTS:
+        # the default variant's program is the op's own piece when the search costed it (fusion.cost)
+        code = lone_program(graph, arch, op.name) if v == "wide" else None
         try:
-            code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v}),
-                                       keep_params=False).code
+            if code is None:
+                code = compile_graph_fused(sub, arch, FusionPlan("variant", [g], variants={op.name: v}),
+                                           keep_params=False).code
         except CodegenError:
             continue  # a variant whose tiles do not fit is no candidate
         if code.tobytes() in seen:
