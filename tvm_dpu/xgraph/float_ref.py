@@ -69,17 +69,43 @@ def _conv(x: np.ndarray, w: np.ndarray, win: Window, groups: int) -> np.ndarray:
         raise GraphError(f"float reference: weights {w.shape} do not match {c} input channels in {groups} groups")
     v = _windows(x, win)  # N, C, Ho, Wo, kh, kw
     ho, wo = v.shape[2], v.shape[3]
-    wg = w.reshape(groups, o // groups, cg, kh, kw)
-    # A band of output rows at a time: einsum gathers the windows it reads into one float64 array, which for a
+    # A band of output rows at a time: the windows it reads are gathered into one float64 array, which for a
     # whole layer is large (VGG-16's conv1_2: 231 MB per image). Each output value is the same sum either way.
     rows = max(1, _CONV_CHUNK // max(1, n * wo * c * kh * kw))
     out = np.empty((n, o, ho, wo), dtype=np.result_type(x, w))
+    if groups == 1:
+        _conv_gemm(v, np.ascontiguousarray(w).reshape(o, c * kh * kw), rows, out)
+        return out
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
     for lo in range(0, ho, rows):
         band = v[:, :, lo:lo + rows]
         band = band.reshape(n, groups, cg, band.shape[2], wo, kh, kw)
         out[:, :, lo:lo + rows] = np.einsum("ngchwij,gocij->ngohw", band, wg, optimize=True).reshape(
             n, o, band.shape[3], wo)
     return out
+
+
+def _conv_gemm(v: np.ndarray, wm: np.ndarray, rows: int, out: np.ndarray) -> None:
+    """Ungrouped conv of the windows `v` (N, C, Ho, Wo, kh, kw) with weights `wm` (O, C*kh*kw) into `out`
+    (N, O, Ho, Wo), `rows` output rows per band: one product wm @ cols per band, cols (C*kh*kw, N*rows*Wo) in
+    (c, i, j) x (n, h, w) order.
+
+    That is the dgemm (shapes, operand order, reduction order c, i, j) numpy's einsum("ngchwij,gocij->ngohw")
+    makes of the same band, so every value is bit for bit the einsum's (the calibration fix points, hence the
+    artifacts, depend on these bits; tests/test_float_ref.py checks it). Gathering the windows in (c, i, j, n, h,
+    w) order copies whole rows (the einsum's (h, w, c, i, j) order copies kw values at a time), a 1x1 stride-1
+    band is the input itself (no copy), and the product of one whole-image band is written straight into `out`.
+    """
+    n, _, ho, wo = v.shape[:4]
+    o, k = wm.shape
+    for lo in range(0, ho, rows):
+        band = v[:, :, lo:lo + rows]
+        r = band.shape[2]
+        cols = np.ascontiguousarray(band.transpose(1, 4, 5, 0, 2, 3)).reshape(k, n * r * wo)
+        if n == 1 and r == ho:
+            np.matmul(wm, cols, out=out.reshape(o, ho * wo))
+        else:
+            out[:, :, lo:lo + r] = np.matmul(wm, cols).reshape(o, n, r, wo).transpose(1, 0, 2, 3)
 
 
 def _finish_conv(op: Op, graph: Graph, y: np.ndarray) -> np.ndarray:
