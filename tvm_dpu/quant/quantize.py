@@ -46,8 +46,7 @@ from tvm_dpu.quant.calibration import (
     collect_stats,
     choose_fix_point,
     minmax_fix_point,
-    quantize_values,
-    saturated_count,
+    quantize_counting,
     sqnr_db,
 )
 from tvm_dpu.ops import hook as op_hook
@@ -503,7 +502,8 @@ class _Quantizer:
 
         def quantize_const(name: str) -> tuple[np.ndarray, int, float]:
             fp, data = self.const_fp[name], g.tensors[name].data
-            return quantize_values(data, fp), saturated_count(data, fp), sqnr_db(data, fp)
+            q, saturated = quantize_counting(data, fp)
+            return q, saturated, sqnr_db(data, fp)
 
         fmaps = [n for n in g.tensors if n in self.groups.parent]
         consts = [n for n in g.tensors if n not in self.groups.parent and n in self.const_fp]
