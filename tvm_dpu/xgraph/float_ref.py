@@ -48,14 +48,15 @@ def _windows(x: np.ndarray, win: Window, value: float = 0.0) -> np.ndarray:
     return windows(x, win, value)
 
 
-def apply_act(y: np.ndarray, act: str, alpha: float | None, where: str) -> np.ndarray:
-    """Fused activation of a conv / eltwise op on float values. alpha None means the DPU's 26/256."""
+def apply_act(y: np.ndarray, act: str, alpha: float | None, where: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Fused activation of a conv / eltwise op on float values. alpha None means the DPU's 26/256. `out`: where
+    relu / relu6 write their result (y itself for an array the caller owns)."""
     if act == "none":
         return y
     if act == "relu":
-        return np.maximum(y, 0.0)
+        return np.maximum(y, 0.0, out=out)
     if act == "relu6":
-        return np.clip(y, 0.0, 6.0)
+        return np.clip(y, 0.0, 6.0, out=out)
     if act == "leaky_relu":
         a = LEAKY_ALPHA if alpha is None else float(alpha)
         return np.where(y < 0, a * y, y)
@@ -109,10 +110,11 @@ def _conv_gemm(v: np.ndarray, wm: np.ndarray, rows: int, out: np.ndarray) -> Non
 
 
 def _finish_conv(op: Op, graph: Graph, y: np.ndarray) -> np.ndarray:
+    """Bias and activation of a conv-class op, in place in its freshly computed sums `y`."""
     b = _param(op, graph, "bias", required=False)
     if b is not None:
-        y = y + b[None, :, None, None]
-    return apply_act(y, attr(op, "act"), attr(op, "alpha"), op.where())
+        y += b[None, :, None, None]
+    return apply_act(y, attr(op, "act"), attr(op, "alpha"), op.where(), out=y)
 
 
 #: Weights above this many elements (VGG-16's fc6: 103 M) are made float64 a slice of output channels at a time,
@@ -162,7 +164,15 @@ def eval_dense(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 def eval_max_pool2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     """Window max; padded positions never win (-inf)."""
-    return _windows(x, pool_window(op, graph), -np.inf).max(axis=(-2, -1))
+    v = _windows(x, pool_window(op, graph), -np.inf)
+    # A running maximum over the kh * kw taps, each a strided (N, C, Ho, Wo) view: the values of
+    # v.max(axis=(-2, -1)) (a max is exact in any order), without reducing over two short inner axes.
+    out = v[..., 0, 0].copy()
+    for i in range(v.shape[-2]):
+        for j in range(v.shape[-1]):
+            if i or j:
+                np.maximum(out, v[..., i, j], out=out)
+    return out
 
 
 def eval_avg_pool2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
