@@ -25,6 +25,7 @@ import numpy as np
 from tvm_dpu.errors import QuantizationError
 from tvm_dpu.progress import progress_bar
 from tvm_dpu.quant.fixpoint import INT8_MAX, INT8_MIN
+from tvm_dpu.quant.threads import map_threads
 from tvm_dpu.xgraph.validate import validate_graph
 
 if TYPE_CHECKING:
@@ -337,8 +338,10 @@ class StatsCollector:
             env = run_graph_float(self.graph, feeds, keep_all=True)
         except DPUError as e:
             raise QuantizationError(f"calibration batch {i}: {e}") from None
-        for name in self.fmaps:
-            self.stats.tensors[name].add(env[name])
+        # Each tensor has its own generator and reservoir, so the folds are independent (numpy releases the GIL
+        # in them): the same statistics on every core.
+        tensors = self.stats.tensors
+        map_threads(lambda name: tensors[name].add(env[name]), self.fmaps)
         self.stats.batches += 1
         self.stats.samples += next(iter(feeds.values())).shape[0]
         return env
