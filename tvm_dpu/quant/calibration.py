@@ -124,22 +124,24 @@ def _clipped_mse(values: np.ndarray, fp: int) -> float:
 _PRUNE_MARGIN = 1e-9
 
 
-def _search_mse(values: np.ndarray, fps: list[int]) -> int:
-    """The fp of `fps` (increasing) with the least quant_mse over `values`, ties to the smaller fp.
+def _search_mse(values: np.ndarray, fps: list[int]) -> tuple[int, dict[int, float]]:
+    """The fp of `fps` (increasing) with the least quant_mse over `values`, ties to the smaller fp, and the
+    quant_mse of each fp computed on the way.
 
     The candidates are computed in order, each with the same arithmetic as quant_mse (the errors compared are
     bit for bit the ones of computing them all); the search stops at the first candidate whose saturation error
     alone (`_clipped_mse`, which only grows with fp) exceeds the best error so far, since neither it nor any
     larger fp can then win. On calibrated ResNet-50 tensors that is after one or two candidates of thirteen.
     """
-    best_j, best = 0, _mse_per_fp(values, [fps[0]])[0]
-    for j in range(1, len(fps)):
-        if _clipped_mse(values, fps[j]) > best * (1.0 + _PRUNE_MARGIN):
+    errs = {fps[0]: _mse_per_fp(values, [fps[0]])[0]}
+    best = fps[0]
+    for fp in fps[1:]:
+        if _clipped_mse(values, fp) > errs[best] * (1.0 + _PRUNE_MARGIN):
             break
-        err = _mse_per_fp(values, [fps[j]])[0]
-        if err < best:
-            best_j, best = j, err
-    return fps[best_j]
+        errs[fp] = _mse_per_fp(values, [fp])[0]
+        if errs[fp] < errs[best]:
+            best = fp
+    return best, errs
 
 
 def quant_mse(x: np.ndarray, fp: int) -> float:
@@ -167,6 +169,15 @@ def minmax_fix_point(vmin: float, vmax: float, default: int = ZERO_FIX_POINT) ->
     return fp
 
 
+@dataclass(frozen=True)
+class FixPointSearch:
+    """A fix_point choice and the quant_mse of the values at each fp the search computed (none for "minmax"), so
+    that a caller reporting the error at the final fp need not compute it again."""
+
+    fix_point: int
+    mse: dict[int, float] = field(default_factory=dict)
+
+
 def choose_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | None = None,
                      vmax: float | None = None, span: int = SEARCH_SPAN, default: int = ZERO_FIX_POINT) -> int:
     """fix_point of a tensor from samples of its values.
@@ -175,6 +186,13 @@ def choose_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | N
     exact range when `values` is a subsample). method="mse": the fp in [minmax, minmax + span] minimising
     `quant_mse` over `values` (ties go to the smaller fp, i.e. less clipping). An all-zero tensor gets `default`.
     """
+    return search_fix_point(values, method, vmin=vmin, vmax=vmax, span=span, default=default).fix_point
+
+
+def search_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | None = None,
+                     vmax: float | None = None, span: int = SEARCH_SPAN,
+                     default: int = ZERO_FIX_POINT) -> FixPointSearch:
+    """`choose_fix_point` with the errors it computed."""
     if method not in METHODS:
         raise QuantizationError(f"unknown fix_point method {method!r} (use one of {', '.join(METHODS)})")
     values = np.asarray(values).ravel()
@@ -188,14 +206,16 @@ def choose_fix_point(values: np.ndarray, method: str = "mse", *, vmin: float | N
     hi = smax if vmax is None else float(vmax or 0.0)
     base = minmax_fix_point(lo, hi, default)
     if method == "minmax" or (lo == 0.0 and hi == 0.0) or values.size == 0:
-        return base
-    return _search_mse(values, list(range(base, base + span + 1)))
+        return FixPointSearch(base)
+    return FixPointSearch(*_search_mse(values, list(range(base, base + span + 1))))
 
 
-def sqnr_db(x: np.ndarray, fp: int) -> float:
-    """Signal-to-quantization-noise ratio (dB) of x at fix_point fp; inf when exact."""
+def sqnr_db(x: np.ndarray, fp: int, noise: float | None = None) -> float:
+    """Signal-to-quantization-noise ratio (dB) of x at fix_point fp; inf when exact. `noise`: quant_mse(x, fp)
+    when the caller has it (a `FixPointSearch`)."""
     x = np.asarray(x)
-    noise = quant_mse(x, fp)
+    if noise is None:
+        noise = quant_mse(x, fp)
     if x.size <= CHUNK:
         x = x.astype(np.float64)
         signal = float(np.mean(x * x)) if x.size else 0.0
@@ -261,9 +281,13 @@ class TensorStats:
 
     def fix_point(self, method: str = "mse") -> int:
         """fix_point chosen from these statistics (`choose_fix_point` with the exact range)."""
+        return self.search(method).fix_point
+
+    def search(self, method: str = "mse") -> FixPointSearch:
+        """`fix_point` with the sample errors it computed (`search_fix_point`)."""
         if self.count == 0:
             raise QuantizationError(f"tensor {self.name!r}: no calibration values")
-        return choose_fix_point(self.samples, method, vmin=self.min, vmax=self.max)
+        return search_fix_point(self.samples, method, vmin=self.min, vmax=self.max)
 
 
 @dataclass
