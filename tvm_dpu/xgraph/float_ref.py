@@ -187,10 +187,12 @@ def eval_avg_pool2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 def eval_eltwise(op: Op, graph: Graph, *xs: np.ndarray) -> np.ndarray:
     if op.type == "eltwise_add":
-        y = sum(xs[1:], xs[0])
+        y = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+        for more in xs[2:]:
+            y += more
     else:
         y = xs[0] * xs[1]
-    return apply_act(y, attr(op, "act"), None, op.where())
+    return apply_act(y, attr(op, "act"), None, op.where(), out=y)  # y is this op's own array
 
 
 def eval_concat(op: Op, graph: Graph, *xs: np.ndarray) -> np.ndarray:
