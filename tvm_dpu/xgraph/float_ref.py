@@ -94,8 +94,9 @@ def _conv_gemm(v: np.ndarray, wm: np.ndarray, rows: int, out: np.ndarray) -> Non
     That is the dgemm (shapes, operand order, reduction order c, i, j) numpy's einsum("ngchwij,gocij->ngohw")
     makes of the same band, so every value is bit for bit the einsum's (the calibration fix points, hence the
     artifacts, depend on these bits; tests/test_float_ref.py checks it). Gathering the windows in (c, i, j, n, h,
-    w) order copies whole rows (the einsum's (h, w, c, i, j) order copies kw values at a time), a 1x1 stride-1
-    band is the input itself (no copy), and the product of one whole-image band is written straight into `out`.
+    w) order copies whole rows (the einsum's (h, w, c, i, j) order copies kw values at a time), an unpadded 1x1
+    stride-1 band of one whole image is the input itself (no copy), and the product of a whole-image band is
+    written straight into `out`.
     """
     n, _, ho, wo = v.shape[:4]
     o, k = wm.shape
