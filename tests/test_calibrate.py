@@ -8,13 +8,23 @@ import numpy as np
 import pytest
 
 from tvm_dpu.errors import QuantizationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tvm_dpu.quant.calibration as calibration
 from tvm_dpu.quant.calibration import (
+    SEARCH_SPAN,
     CalibrationStats,
     TensorStats,
     choose_fix_point,
     collect_stats,
     minmax_fix_point,
     quant_mse,
+    quantize_counting,
+    quantize_values,
+    saturated_count,
+    search_fix_point,
+    sqnr_db,
 )
 from tvm_dpu.xgraph import Graph, Op, Tensor
 
@@ -88,6 +98,77 @@ def test_bad_method_and_non_finite():
         choose_fix_point(np.array([1.0, np.nan]))
 
 
+def _exhaustive_fix_point(x: np.ndarray, vmin: float, vmax: float) -> int:
+    """The MSE choice computed on every candidate (the search before it stopped early), ties to the smaller fp."""
+    fps = list(range(minmax_fix_point(vmin, vmax), minmax_fix_point(vmin, vmax) + SEARCH_SPAN + 1))
+    errs = [quant_mse(x, fp) for fp in fps]
+    return fps[min(range(len(fps)), key=lambda j: (errs[j], j))]
+
+
+def _values(kind: str, seed: int, size: int, scale: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        x = rng.standard_normal(size)
+    elif kind == "laplace":
+        x = rng.laplace(0, 1, size)
+    elif kind == "student_t":
+        x = rng.standard_t(1.5, size)
+    elif kind == "relu":
+        x = np.maximum(rng.standard_normal(size), 0)
+    elif kind == "outliers":
+        x = rng.standard_normal(size) * 0.05
+        x[rng.integers(0, size, 3)] = rng.choice([-1, 1], 3) * rng.uniform(5, 50, 3)
+    else:  # on the int8 grid of some fp: several candidates are exact (error 0), a tie the smaller fp wins
+        x = rng.integers(-128, 128, size) * 2.0 ** -int(rng.integers(0, 6))
+    return (x * scale).astype(np.float32)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["normal", "laplace", "student_t", "relu", "outliers", "grid"]),
+       st.integers(0, 2**31), st.integers(1, 3000), st.sampled_from([1e-3, 0.07, 1.0, 30.0]), st.booleans())
+def test_pruned_mse_search_chooses_what_the_exhaustive_one_does(kind, seed, size, scale, chunked):
+    # The search stops once a candidate's saturation error alone exceeds the best error so far; the errors it
+    # compares are computed as before, so the choice must be the exhaustive one on any data (fix points decide
+    # artifacts). `chunked` runs the multi-chunk path of tensors larger than CHUNK.
+    x = _values(kind, seed, size, scale)
+    vmin, vmax = float(x.min()), float(x.max())
+    with pytest.MonkeyPatch.context() as mp:
+        if chunked:
+            mp.setattr(calibration, "CHUNK", 257)
+        found = search_fix_point(x, vmin=vmin, vmax=vmax)
+        if vmin == vmax == 0.0:  # all zero: the default fp, nothing searched
+            assert (found.fix_point, found.mse) == (calibration.ZERO_FIX_POINT, {})
+            return
+        assert found.fix_point == _exhaustive_fix_point(x, vmin, vmax)
+        assert found.fix_point in found.mse
+        for fp, err in found.mse.items():  # the errors it reports are quant_mse's, bit for bit
+            assert err == quant_mse(x, fp)
+        assert sqnr_db(x, found.fix_point, found.mse[found.fix_point]) == sqnr_db(x, found.fix_point)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["normal", "student_t", "outliers", "grid"]), st.integers(0, 2**31), st.integers(1, 2000))
+def test_clipped_mse_is_a_lower_bound_growing_with_fp(kind, seed, size):
+    x = _values(kind, seed, size, 1.0)
+    base = minmax_fix_point(float(x.min()), float(x.max()))
+    bounds = [calibration._clipped_mse(x, fp) for fp in range(base, base + SEARCH_SPAN + 1)]
+    assert bounds[0] == 0.0  # the min-max fp saturates nothing
+    for fp, b in zip(range(base, base + SEARCH_SPAN + 1), bounds):
+        assert b <= quant_mse(x, fp) * (1 + 1e-12)
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(bounds, bounds[1:]))
+
+
+def test_quantize_counting_is_values_and_saturation_in_one_pass(monkeypatch):
+    monkeypatch.setattr(calibration, "CHUNK", 100)
+    x = np.random.default_rng(2).standard_normal(1234).astype(np.float32) * 3
+    for fp in (5, 6, 7):
+        q, n = quantize_counting(x, fp)
+        r = np.floor(x.astype(np.float64) * 2.0 ** fp + 0.5)
+        np.testing.assert_array_equal(q, np.clip(r, -128, 127).astype(np.int8))
+        np.testing.assert_array_equal(q, quantize_values(x, fp))
+        assert n == saturated_count(x, fp) == int(np.count_nonzero((r < -128) | (r > 127))) > 0
+
+
 # -- reservoir -----------------------------------------------------------------------------------------
 def test_reservoir_bounded_exact_range_and_uniform():
     s = TensorStats("t", capacity=1000, seed=0)
@@ -139,6 +220,25 @@ def test_collect_stats_deterministic_and_bounded():
     c = collect_stats(g, _batches(4), progress=False, max_samples=100, seed=5)
     assert not np.array_equal(a["c"].samples, c["c"].samples)
     assert a.fix_points() == b.fix_points()
+
+
+def test_collect_stats_folds_like_the_sequential_reservoir():
+    # The feature maps of a batch are folded on several threads; each tensor's statistics must be those of
+    # folding its values in batch order on one thread.
+    from tvm_dpu.xgraph.float_ref import run_graph_float
+
+    g = _graph(two_inputs=True)
+    rng = np.random.default_rng(4)
+    batches = [{"x": rng.standard_normal((1, 2, 6, 6)), "z": rng.standard_normal((1, 4, 3, 3))} for _ in range(5)]
+    got = collect_stats(g, batches, progress=False, max_samples=50, seed=3)
+    want = {n: TensorStats(n, 50, 3) for n in got.tensors}
+    for b in batches:
+        env = run_graph_float(g, b, keep_all=True)
+        for n, t in want.items():
+            t.add(env[n])
+    for n, t in want.items():
+        assert (got[n].count, got[n].min, got[n].max) == (t.count, t.min, t.max)
+        np.testing.assert_array_equal(got[n].samples, t.samples)
 
 
 def test_collect_stats_accepts_dicts_generators_and_unbatched_samples():

@@ -247,3 +247,68 @@ def test_bad_feeds_are_named():
         run_graph_float(g, {})
     with pytest.raises(GraphError, match="feed 'x' has shape"):
         run_graph_float(g, {"x": x[:, :2]})
+
+
+# -- bit-exactness of the fast paths --------------------------------------------------------------------------
+def _einsum_conv(x: np.ndarray, w: np.ndarray, win, groups: int, chunk: int) -> np.ndarray:
+    """The float reference's former conv: windows and weights contracted by numpy's einsum, band by band."""
+    from tvm_dpu.xgraph.golden_conv import windows
+
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    v = windows(x, win)
+    ho, wo = v.shape[2], v.shape[3]
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
+    rows = max(1, chunk // max(1, n * wo * c * kh * kw))
+    out = np.empty((n, o, ho, wo))
+    for lo in range(0, ho, rows):
+        band = v[:, :, lo:lo + rows].reshape(n, groups, cg, -1, wo, kh, kw)
+        out[:, :, lo:lo + rows] = np.einsum("ngchwij,gocij->ngohw", band, wg, optimize=True).reshape(
+            n, o, band.shape[3], wo)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_conv_gemm_is_bit_for_bit_the_einsum(monkeypatch, seed):
+    # Calibration fix points (hence artifacts) depend on the float reference's low-order bits: the wm @ cols
+    # product must be the very dgemm numpy's einsum made of each band (same shapes, operands and reduction order),
+    # over batch sizes, kernels, strides, dilations, pads, band splits and non-contiguous weights.
+    import tvm_dpu.xgraph.float_ref as fr
+    from tvm_dpu.xgraph.ops import Window
+
+    rng = np.random.default_rng(seed)
+    for trial in range(30):
+        n, c, o = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        k = int(rng.choice([1, 2, 3, 5, 7]))
+        s, d, p = int(rng.integers(1, 3)), int(rng.integers(1, 3)) if k > 1 else 1, int(rng.integers(0, k))
+        lo = max(1, (k - 1) * d + 1 - 2 * p)
+        x = rng.standard_normal((n, c, int(rng.integers(lo, 24)), int(rng.integers(lo, 24))))
+        w = rng.standard_normal((o, c, k, k))
+        if trial % 4 == 0:
+            w = np.ascontiguousarray(w[:, :, ::-1, ::-1])[:, :, ::-1, ::-1]
+        if trial % 3 == 0:
+            x = np.maximum(x, 0.0)
+        chunk = int(rng.choice([1 << 22, 2000, 8000]))
+        monkeypatch.setattr(fr, "_CONV_CHUNK", chunk)
+        win = Window(k, k, s, s, d, d, (p, p, p, p))
+        got = fr._conv(x, w, win, 1)
+        want = _einsum_conv(x, w, win, 1, chunk)
+        assert got.shape == want.shape
+        assert np.array_equal(got, want), (n, c, o, k, s, d, p, x.shape, chunk)
+
+
+def test_max_pool_running_maximum_is_the_window_reduction():
+    from tvm_dpu.xgraph.golden_conv import windows
+    from tvm_dpu.xgraph.ops import Window
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 11, 10))
+    x[0, 1, 4, 4] = np.nan
+    for k, s, p in ((3, 2, 1), (2, 2, 0), (3, 1, 1), (5, 3, 2)):
+        win = Window(k, k, s, s, 1, 1, (p, p, p, p))
+        g = _xgraph("max_pool2d", {"x": x}, (2, 3) + win.out_hw(11, 10), kernel=[k, k], strides=[s, s],
+                    pads=[p] * 4)
+        got = run_graph_float(g, {"x": x})["y"]
+        want = windows(x, win, -np.inf).max(axis=(-2, -1))
+        np.testing.assert_array_equal(got, want)  # NaN where a window holds it, as the reduction gives
+        assert np.isnan(got).any()

@@ -45,9 +45,9 @@ from tvm_dpu.quant.calibration import (
     CalibrationStats,
     collect_stats,
     choose_fix_point,
+    search_fix_point,
     minmax_fix_point,
-    quantize_values,
-    saturated_count,
+    quantize_counting,
     sqnr_db,
 )
 from tvm_dpu.ops import hook as op_hook
@@ -255,6 +255,9 @@ class _Quantizer:
         self.const_fp: dict[str, int] = {}
         self.const_pinned: set[str] = set()
         self.const_search: dict[str, int] = {}  # fix_point searches done ahead (in parallel) for `_const`
+        # quant_mse the fix_point searches computed, per tensor whose values the SQNR of the report reads (a
+        # feature map's own samples, a constant's data): the report's noise at fps searched is not computed again
+        self.mse: dict[str, dict[int, float]] = {}
 
     def _where(self, name: str) -> str:
         op = self.producer.get(name)
@@ -270,7 +273,9 @@ class _Quantizer:
                 raise QuantizationError(f"{self._where(n)}: no calibration statistics (were the stats collected on "
                                         "this graph?)")
         if len(names) == 1:
-            return self.stats.fix_point(names[0], self.method)
+            found = self.stats[names[0]].search(self.method)
+            self.mse[names[0]] = found.mse
+            return found.fix_point
         ts = [self.stats[n] for n in names]
         return choose_fix_point(np.concatenate([t.samples for t in ts]), self.method,
                                 vmin=min(t.min for t in ts), vmax=max(t.max for t in ts))
@@ -354,10 +359,15 @@ class _Quantizer:
         if t.data is None or t.data.dtype.kind != "f":
             raise QuantizationError(f"constant {name!r} ({kind}) must hold float data, got "
                                     f"{None if t.data is None else t.data.dtype}")
-        fp = self.const_search[name] if name in self.const_search else choose_fix_point(t.data, self.method)
+        fp = self.const_search[name] if name in self.const_search else self._search_const(name)
         self.reason[name] = "stats"
         self.chosen[name] = fp
         return fp
+
+    def _search_const(self, name: str) -> int:
+        found = search_fix_point(self.g.tensors[name].data, self.method)
+        self.mse[name] = found.mse
+        return found.fix_point
 
     def _set_const(self, name: str, fp: int, reason: str, user: Op) -> None:
         old = self.const_fp.get(name)
@@ -386,8 +396,7 @@ class _Quantizer:
         weights = [op.params["weights"] for op in convs]
         searchable = [w for w in dict.fromkeys(weights) if w not in self.overrides and self.g.tensors[w].data is not None
                       and self.g.tensors[w].data.dtype.kind == "f"]
-        self.const_search.update(zip(searchable, map_threads(
-            lambda w: choose_fix_point(self.g.tensors[w].data, self.method), searchable)))
+        self.const_search.update(zip(searchable, map_threads(self._search_const, searchable)))
         pref = {op.name: self._const(op.params["weights"], "weights") for op in convs}
         fw: dict[str, int] = {}
         for _ in range(_MAX_ROUNDS):
@@ -499,11 +508,15 @@ class _Quantizer:
 
         def sqnr_of(name: str) -> float | None:
             s = self.stats.tensors.get(name) if self.stats is not None else None
-            return sqnr_db(s.samples, self.fp(name)) if s is not None and s.count else None
+            if s is None or not s.count:
+                return None
+            fp = self.fp(name)
+            return sqnr_db(s.samples, fp, self.mse.get(name, {}).get(fp))
 
         def quantize_const(name: str) -> tuple[np.ndarray, int, float]:
             fp, data = self.const_fp[name], g.tensors[name].data
-            return quantize_values(data, fp), saturated_count(data, fp), sqnr_db(data, fp)
+            q, saturated = quantize_counting(data, fp)
+            return q, saturated, sqnr_db(data, fp, self.mse.get(name, {}).get(fp))
 
         fmaps = [n for n in g.tensors if n in self.groups.parent]
         consts = [n for n in g.tensors if n not in self.groups.parent and n in self.const_fp]

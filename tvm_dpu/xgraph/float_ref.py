@@ -48,14 +48,15 @@ def _windows(x: np.ndarray, win: Window, value: float = 0.0) -> np.ndarray:
     return windows(x, win, value)
 
 
-def apply_act(y: np.ndarray, act: str, alpha: float | None, where: str) -> np.ndarray:
-    """Fused activation of a conv / eltwise op on float values. alpha None means the DPU's 26/256."""
+def apply_act(y: np.ndarray, act: str, alpha: float | None, where: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Fused activation of a conv / eltwise op on float values. alpha None means the DPU's 26/256. `out`: where
+    relu / relu6 write their result (y itself for an array the caller owns)."""
     if act == "none":
         return y
     if act == "relu":
-        return np.maximum(y, 0.0)
+        return np.maximum(y, 0.0, out=out)
     if act == "relu6":
-        return np.clip(y, 0.0, 6.0)
+        return np.clip(y, 0.0, 6.0, out=out)
     if act == "leaky_relu":
         a = LEAKY_ALPHA if alpha is None else float(alpha)
         return np.where(y < 0, a * y, y)
@@ -69,11 +70,14 @@ def _conv(x: np.ndarray, w: np.ndarray, win: Window, groups: int) -> np.ndarray:
         raise GraphError(f"float reference: weights {w.shape} do not match {c} input channels in {groups} groups")
     v = _windows(x, win)  # N, C, Ho, Wo, kh, kw
     ho, wo = v.shape[2], v.shape[3]
-    wg = w.reshape(groups, o // groups, cg, kh, kw)
-    # A band of output rows at a time: einsum gathers the windows it reads into one float64 array, which for a
+    # A band of output rows at a time: the windows it reads are gathered into one float64 array, which for a
     # whole layer is large (VGG-16's conv1_2: 231 MB per image). Each output value is the same sum either way.
     rows = max(1, _CONV_CHUNK // max(1, n * wo * c * kh * kw))
     out = np.empty((n, o, ho, wo), dtype=np.result_type(x, w))
+    if groups == 1:
+        _conv_gemm(v, np.ascontiguousarray(w).reshape(o, c * kh * kw), rows, out)
+        return out
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
     for lo in range(0, ho, rows):
         band = v[:, :, lo:lo + rows]
         band = band.reshape(n, groups, cg, band.shape[2], wo, kh, kw)
@@ -82,11 +86,36 @@ def _conv(x: np.ndarray, w: np.ndarray, win: Window, groups: int) -> np.ndarray:
     return out
 
 
+def _conv_gemm(v: np.ndarray, wm: np.ndarray, rows: int, out: np.ndarray) -> None:
+    """Ungrouped conv of the windows `v` (N, C, Ho, Wo, kh, kw) with weights `wm` (O, C*kh*kw) into `out`
+    (N, O, Ho, Wo), `rows` output rows per band: one product wm @ cols per band, cols (C*kh*kw, N*rows*Wo) in
+    (c, i, j) x (n, h, w) order.
+
+    That is the dgemm (shapes, operand order, reduction order c, i, j) numpy's einsum("ngchwij,gocij->ngohw")
+    makes of the same band, so every value is bit for bit the einsum's (the calibration fix points, hence the
+    artifacts, depend on these bits; tests/test_float_ref.py checks it). Gathering the windows in (c, i, j, n, h,
+    w) order copies whole rows (the einsum's (h, w, c, i, j) order copies kw values at a time), an unpadded 1x1
+    stride-1 band of one whole image is the input itself (no copy), and the product of a whole-image band is
+    written straight into `out`.
+    """
+    n, _, ho, wo = v.shape[:4]
+    o, k = wm.shape
+    for lo in range(0, ho, rows):
+        band = v[:, :, lo:lo + rows]
+        r = band.shape[2]
+        cols = np.ascontiguousarray(band.transpose(1, 4, 5, 0, 2, 3)).reshape(k, n * r * wo)
+        if n == 1 and r == ho:
+            np.matmul(wm, cols, out=out.reshape(o, ho * wo))
+        else:
+            out[:, :, lo:lo + r] = np.matmul(wm, cols).reshape(o, n, r, wo).transpose(1, 0, 2, 3)
+
+
 def _finish_conv(op: Op, graph: Graph, y: np.ndarray) -> np.ndarray:
+    """Bias and activation of a conv-class op, in place in its freshly computed sums `y`."""
     b = _param(op, graph, "bias", required=False)
     if b is not None:
-        y = y + b[None, :, None, None]
-    return apply_act(y, attr(op, "act"), attr(op, "alpha"), op.where())
+        y += b[None, :, None, None]
+    return apply_act(y, attr(op, "act"), attr(op, "alpha"), op.where(), out=y)
 
 
 #: Weights above this many elements (VGG-16's fc6: 103 M) are made float64 a slice of output channels at a time,
@@ -136,7 +165,15 @@ def eval_dense(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 def eval_max_pool2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
     """Window max; padded positions never win (-inf)."""
-    return _windows(x, pool_window(op, graph), -np.inf).max(axis=(-2, -1))
+    v = _windows(x, pool_window(op, graph), -np.inf)
+    # A running maximum over the kh * kw taps, each a strided (N, C, Ho, Wo) view: the values of
+    # v.max(axis=(-2, -1)) (a max is exact in any order), without reducing over two short inner axes.
+    out = v[..., 0, 0].copy()
+    for i in range(v.shape[-2]):
+        for j in range(v.shape[-1]):
+            if i or j:
+                np.maximum(out, v[..., i, j], out=out)
+    return out
 
 
 def eval_avg_pool2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
@@ -151,10 +188,12 @@ def eval_avg_pool2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
 
 def eval_eltwise(op: Op, graph: Graph, *xs: np.ndarray) -> np.ndarray:
     if op.type == "eltwise_add":
-        y = sum(xs[1:], xs[0])
+        y = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+        for more in xs[2:]:
+            y += more
     else:
         y = xs[0] * xs[1]
-    return apply_act(y, attr(op, "act"), None, op.where())
+    return apply_act(y, attr(op, "act"), None, op.where(), out=y)  # y is this op's own array
 
 
 def eval_concat(op: Op, graph: Graph, *xs: np.ndarray) -> np.ndarray:

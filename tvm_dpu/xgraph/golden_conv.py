@@ -20,7 +20,9 @@ _EXACT_TERMS = 1 << 39
 
 
 def pad_or_crop(x: np.ndarray, top: int, left: int, bottom: int, right: int, value: int = 0) -> np.ndarray:
-    """Pad (positive amounts) or crop (negative amounts) the last two axes."""
+    """Pad (positive amounts) or crop (negative amounts) the last two axes; x itself when all are 0."""
+    if top == left == bottom == right == 0:
+        return x
     x = x[..., max(0, -top): x.shape[-2] - max(0, -bottom), max(0, -left): x.shape[-1] - max(0, -right)]
     pads = [(0, 0)] * (x.ndim - 2) + [(max(0, top), max(0, bottom)), (max(0, left), max(0, right))]
     return np.pad(x, pads, constant_values=value)
