@@ -174,8 +174,7 @@ def test_a_command_runs_with_fewer_collections_and_the_thresholds_come_back(monk
 
 
 def test_the_cli_process_freezes_its_heap_at_exit():
-    """After a command, the interpreter's exit does not scan the heap again (0.4-1 s after a compile): an atexit
-    handler freezes it. The handler registered here first runs after tvm-dpu's (atexit runs them last in, first
+    """After a command, the interpreter's exit does not scan the heap again: an atexit handler freezes it. The handler registered here first runs after tvm-dpu's (atexit runs them last in, first
     out) and sees the frozen heap; one registration however many commands run."""
     r = _run("""
 import atexit, gc, sys
