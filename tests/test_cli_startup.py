@@ -132,3 +132,58 @@ print("dpu" in relax.pipeline.PIPELINE_MAP)
 """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-1] == "True", r.stdout
+
+
+def _probe_command(monkeypatch, run) -> None:
+    """Replace the `inspect` command's function with `run` (its parser stays: one positional path)."""
+    import dataclasses
+
+    from tvm_dpu import cli
+
+    monkeypatch.setitem(cli.COMMANDS, "inspect", dataclasses.replace(cli.COMMANDS["inspect"], run=run))
+
+
+@pytest.mark.parametrize("outcome", ["returns", "raises"])
+def test_a_command_runs_with_fewer_collections_and_the_thresholds_come_back(monkeypatch, outcome):
+    """While a command runs, generation 0 collects every GC_GEN0_THRESHOLD allocations, not CPython's 700 (a
+    compile spent about 1 s of CPU in full collections); the caller's thresholds return afterwards, also when the
+    command fails (tests and tools run commands in-process)."""
+    import gc
+
+    from tvm_dpu import cli
+    from tvm_dpu.errors import ArtifactError
+
+    seen = []
+
+    def run(args):
+        seen.append(gc.get_threshold())
+        if outcome == "raises":
+            raise ArtifactError("probe failed")
+        return 0
+
+    _probe_command(monkeypatch, run)
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        rc = cli.main(["inspect", "x.tvmdpu"])
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+    assert rc == (0 if outcome == "returns" else cli.EXIT_USER_ERROR)
+    assert seen == [(cli.GC_GEN0_THRESHOLD, 10, 10)]
+
+
+def test_the_cli_process_freezes_its_heap_at_exit():
+    """After a command, the interpreter's exit does not scan the heap again: an atexit handler freezes it. The handler registered here first runs after tvm-dpu's (atexit runs them last in, first
+    out) and sees the frozen heap; one registration however many commands run."""
+    r = _run("""
+import atexit, gc, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
+import dataclasses
+from tvm_dpu import cli
+cli.COMMANDS["inspect"] = dataclasses.replace(cli.COMMANDS["inspect"], run=lambda args: 0)
+codes = [cli.main(["inspect", "x.tvmdpu"]) for _ in range(3)]
+print("frozen before exit:", gc.get_freeze_count() > 0, codes)
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["frozen before exit: False [0, 0, 0]", "frozen at exit: True"], r.stdout

@@ -20,3 +20,7 @@ def test_bench_compile_quick(tmp_path):
     assert run["wall_s"] > sum(v for k, v in run["phases_s"].items() if k != "total_after_imports") > 0
     assert run["peak_rss_mib"] > 50 and run["artifact_bytes"] > 0 and run["dpu_subgraphs"] >= 1
     assert "resnet18" in r.stdout and "wall s" in r.stdout
+    # tvm_dpu was byte-compiled before the timed process (as an installed package is): its modules have bytecode
+    bytecode = json.loads(out.read_text())["machine"]["bytecode"]
+    assert bytecode["precompiled"] and bytecode["modules_written"] >= 0
+    assert (ROOT / "tvm_dpu" / "__pycache__" / f"cli.{sys.implementation.cache_tag}.pyc").is_file()

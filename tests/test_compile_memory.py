@@ -73,6 +73,39 @@ def test_lazy_import_equals_the_in_memory_import(model, model_path):
     tvm.ir.assert_structural_equal(a, b, map_free_vars=True)
 
 
+def test_checker_judges_a_lazy_model_without_reading_its_weights(model, model_path, monkeypatch):
+    """The checker sees the lazy model (its weights are not read again) and rejects what it rejects in the whole
+    model, with the same message."""
+    from tvm_dpu.frontend import onnx_lazy
+    from tvm_dpu.frontend.onnx_import import _check_model
+
+    def no_read(place, out):
+        raise AssertionError(f"weights read: {place}")
+
+    monkeypatch.setattr(onnx_lazy, "_read", no_read)
+    _check_model(load_lazy(model_path), model_path)
+    errors = []
+    for m in (load_lazy(model_path), onnx.ModelProto.FromString(model.SerializeToString())):
+        m.graph.node[1].input[0] = "undefined_tensor"
+        with pytest.raises(FrontendError, match="onnx.checker rejected the model") as e:
+            _check_model(m, "<model>")
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+
+
+def test_lazy_weight_that_does_not_fill_its_shape_is_named(model, tmp_path):
+    big = next(t for t in model.graph.initializer if len(t.raw_data) >= MIN_LAZY_BYTES)
+    bad = onnx.ModelProto.FromString(model.SerializeToString())
+    t = next(t for t in bad.graph.initializer if t.name == big.name)
+    t.dims[0] += 1  # raw_data one slice short of the declared shape
+    path = tmp_path / "short.onnx"
+    onnx.save(bad, str(path))
+    with pytest.raises(FrontendError, match=rf"short.onnx: initializer '{big.name}' holds {len(big.raw_data)} bytes"):
+        from_onnx(str(path))
+    with pytest.raises(onnx.checker.ValidationError, match="raw_data size"):  # onnx's checker rejects it too
+        onnx.checker.check_model(str(path))
+
+
 def test_file_with_external_data_is_read_by_onnx(model, tmp_path):
     path = tmp_path / "ext.onnx"
     copy = onnx.ModelProto()

@@ -9,12 +9,14 @@ one line ``tvm-dpu: error: ...`` on stderr with exit code 2 (user error), withou
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from . import __version__
 from .errors import DPUError, FrontendError
@@ -227,6 +229,7 @@ def _build_reporting_warnings(source, **options):
 
 def _run_compile(args: argparse.Namespace) -> int:
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
     from .arch import load_arch
     from .frontend.onnx_import import NamedModel
@@ -273,15 +276,25 @@ def _run_compile(args: argparse.Namespace) -> int:
                                       cores=args.cores, segments=args.segments, requantize=args.requantize)
     clock.lap("build")
     model.source_graph = source_graph
-    artifact = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
-                      sign=args.sign)
-    if args.format == "xmodel":
-        model.export(outdir / f"{name}.xmodel")
+
+    def export_all() -> Path:
+        written = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
+                         sign=args.sign)
+        if args.format == "xmodel":
+            model.export(outdir / f"{name}.xmodel")
+        return written
+
+    # The export spends most of its time waiting for the C compiler to link TVM's library (a child process): the
+    # timing model and the timelines, which only read the model, run meanwhile. "export" is then the time the
+    # export took beyond them.
+    with ThreadPoolExecutor(1, thread_name_prefix="tvm-dpu-export") as pool:
+        exporting = pool.submit(export_all)
+        timing = model.timing()
+        clock.lap("timing_model")
+        timelines = _write_timelines(model, timing, outdir, name, png=args.png)
+        clock.lap("timelines")
+        artifact = exporting.result()
     clock.lap("export")
-    timing = model.timing()
-    clock.lap("timing_model")
-    timelines = _write_timelines(model, timing, outdir, name, png=args.png)
-    clock.lap("timelines")
     # Where a compile's time goes, end to end (the build's own phases plus what the CLI does after it), in wall and
     # in process seconds.
     times = model.build_info.setdefault("times_s", {})
@@ -1120,12 +1133,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Generation-0 threshold of CPython's cyclic collector while a command runs (CPython's default: 700).
+GC_GEN0_THRESHOLD = 10_000
+_exit_freeze_registered = False
+
+
+@contextmanager
+def collector_for_a_command() -> Iterator[None]:
+    """Run a command with the cyclic collector triggered less often, and skip its scans when the process ends.
+
+    A compile keeps a few hundred thousand objects alive (TVM's registries, the graph, caches) while it allocates
+    millions that die young; with CPython's default thresholds every tenth generation-1 collection may become a
+    full scan of everything alive (ResNet-50: 12 full collections, about 1 s of CPU; with generation 0 at 10,000,
+    one). Collections still run, so cyclic garbage is still freed. At interpreter exit the heap is frozen
+    (`gc.freeze`, from an atexit handler): objects are still released by reference counting, but the collections
+    the interpreter makes while tearing modules down no longer scan them (after a ResNet-50 compile run as the
+    console script: 0.17 -> 0.11 s from the last output to exit_group). The previous thresholds are restored when
+    the command returns (commands also run in-process, from tests)."""
+    global _exit_freeze_registered
+    if not _exit_freeze_registered:
+        atexit.register(gc.freeze)
+        _exit_freeze_registered = True
+    before = gc.get_threshold()
+    gc.set_threshold(max(GC_GEN0_THRESHOLD, before[0]), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tvm-dpu` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with collector_for_a_command():
+            return int(args.func(args))
     except DPUError as err:
         print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -36,7 +36,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 from ..errors import FrontendError
 from . import onnx_checks
 from . import provenance as prov
-from .onnx_lazy import load_lazy, read_tensor, with_weights
+from .onnx_lazy import for_checker, has_lazy_weights, load_lazy, read_tensor
 from .rewrite import Rewriter, bindings
 
 _DIRECT_OPS = {"If", "Constant"}  # handled by the importer outside its converter table
@@ -101,11 +101,15 @@ def _check_model(model: onnx.ModelProto, where: str) -> None:
         raise FrontendError(f"{where} contains no ONNX graph (empty or not an ONNX model)")
     if model.ir_version < 3:
         raise FrontendError(f"{where}: ONNX IR version {model.ir_version} is too old (TVM's importer needs >= 3)")
+    lazy = has_lazy_weights(model)
+    checked = for_checker(model, where) if lazy else None  # its own errors are FrontendErrors: not caught below
     try:
-        if where.endswith(".onnx") and os.path.isfile(where):
+        if lazy:  # weights left in the file: checked without reading them again
+            onnx.checker.check_model(checked)
+        elif where.endswith(".onnx") and os.path.isfile(where):
             onnx.checker.check_model(where)  # path form also handles > 2 GB models with external data
-        else:  # the checker wants the values in the proto (a model changed in memory: sorted, shapes inferred)
-            onnx.checker.check_model(with_weights(model))
+        else:  # the checker wants the values in the proto
+            onnx.checker.check_model(model)
     except Exception as err:  # noqa: BLE001 - onnx raises ValidationError and a few others
         text = " ".join(str(err).split()) or type(err).__name__  # the whole message, on one line
         raise FrontendError(f"{where}: onnx.checker rejected the model: {text}") from None
