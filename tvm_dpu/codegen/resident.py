@@ -16,8 +16,8 @@ VB1, each within one half of its group and never reused inside the chain:
   and in DDR merged); channel-augmented (kw input pixels per
   item, conv.augmentation) when the first op is a conv that gains from it;
 * op i computes from map i into map i+1: CONVs of PP output rows x the whole width per output-channel group
-  (weights all resident when they fit half the CONVW banks, else streamed group by group through the two
-  halves, the next group's weights loading while this one computes), ALUs of ALU_PP rows;
+  (weights all resident when they fit half the CONVW banks, else streamed through the two halves in chunks of
+  as many groups as fit one, the next chunk's weights loading while this one computes), ALUs of ALU_PP rows;
 * the last map is SAVEd, one SAVE per image row, or one for all when one instruction wrote them into one bank.
 
 Each image row of each map is its own resource for the dependency tracker (named under the bank half it lies
@@ -332,7 +332,7 @@ def _needs(st: _Step, h_in: int, p0: int, v: int) -> int:
 
 def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
                 y: Resident) -> tuple[Callable[[], None], list[_Unit], bool]:
-    """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream group by group)."""
+    """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream chunk by chunk)."""
     pp, depth, half = arch.pp, arch.bank_depth, arch.bank_depth // 2
     cg_in, cg_out = ceil_div(st.cin, arch.icp), ceil_div(st.cout, arch.ocp)
     wrows = st.kh * st.kw * cg_in
