@@ -405,6 +405,8 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
                 conv(p0, v, g)
                 if last and g in last_of and last_of[g] + 2 < len(chunks):
                     load_chunk(last_of[g] + 2)
+                if last and g == cg_out - 1 and held:  # a chunk's last LOAD never emitted: its CONVs read stale rows
+                    raise CodegenError(f"{st.op.name}: a weight chunk's last LOAD was held past the op's last CONV")
 
             units.append((_needs(st, x.h, p0, v), p0 + v if g == cg_out - 1 else 0, step))
     return start, units, True
