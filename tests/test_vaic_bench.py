@@ -26,9 +26,10 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
         assert r["outputs_equal"], r["subgraph"]
         assert r["ratio"] is not None and r["ratio"] <= bench.RATIO_MAX, (r["xmodel"], r["subgraph"], r["ratio"])
         assert r["ratio_goal_met"] and r["vai_c_does"] == []
-        # on-chip residency is a costed plan choice (tests/test_resident.py): since the windowed convs save
-        # after the next tile's CONVs, MNIST's DDR round-trip plan beats its resident chain on the timing model,
-        # so our SAVE count may exceed vai_c's where the cycles do not
+        # on-chip residency (tests/test_resident.py): our maps stay in the banks wherever vai_c's do (MNIST's pooled
+        # map and dense activations: one SAVE, 10 B written)
+        assert r["ours"]["instructions"]["SAVE"] <= r["vai_c"]["instructions"]["SAVE"], r["xmodel"]
+        assert r["ours"]["ddr_write"] <= r["vai_c"]["ddr_write"], r["xmodel"]
     table = capsys.readouterr().out
     assert "ratio ours/vai_c (goal <= 1.00)" in table and "5 of 5 DPU subgraphs meet both goals" in table
 

@@ -331,18 +331,20 @@ def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowT
 
 
 def load_params(prog: Program, arch: Arch, job: ConvJob, g0: int, n: int, wrow0: int = 0, brow0: int = 0,
-                 with_bias: bool = True, slot: int | None = None, tag: str | None = None) -> None:
+                 with_bias: bool = True, slot: int | None = None, tag: str | None = None,
+                 banks: range | None = None) -> None:
     """LOAD the weights of output-channel groups [g0, g0+n) of `job` into CONVW rows from wrow0 (one LOAD per
     bank) and (with_bias) their biases into BIAS rows from brow0. `slot`: the rows lie in that half of the CONVW
     and BIAS banks (Program.next_slot alternates them op by op; fused_conv.param_slots places a fused kernel's
     members), so the LOADs wait only for the CONVs reading that half; None: the whole banks. `tag`: see
-    param_resources."""
+    param_resources. `banks`: only the weights of these CONVW banks (output channels within a group; None: all)."""
     w_res, b_res = param_resources(slot, tag)
     icp, ocp = arch.icp, arch.ocp
     cg_in, cg_out = ceil_div(job.cin, icp), ceil_div(job.cout, ocp)
     wrows = job.kh * job.kw * cg_in
     convw = arch.bank_group("CONVW").base_id
-    for o in range(min(ocp, job.cout - g0 * ocp)):
+    every = range(min(ocp, job.cout - g0 * ocp))
+    for o in every if banks is None else (o for o in banks if o in every):
         for i0, cnt in split_even(n * job.kh * job.kw, FIELD10):
             prog.emit("LOAD", reads=(("ddr", "params"),), writes=w_res, bank_id=convw + o,
                       bank_addr=wrow0 + i0 * cg_in, length=cnt, channel=cg_in * icp, jump_read=cg_in * icp,

@@ -16,8 +16,8 @@ VB1, each within one half of its group and never reused inside the chain:
   and in DDR merged); channel-augmented (kw input pixels per
   item, conv.augmentation) when the first op is a conv that gains from it;
 * op i computes from map i into map i+1: CONVs of PP output rows x the whole width per output-channel group
-  (weights all resident when they fit half the CONVW banks, else streamed group by group through the two
-  halves, the next group's weights loading while this one computes), ALUs of ALU_PP rows;
+  (weights all resident when they fit half the CONVW banks, else streamed through the two halves in chunks of
+  as many groups as fit one, the next chunk's weights loading while this one computes), ALUs of ALU_PP rows;
 * the last map is SAVEd, one SAVE per image row, or one for all when one instruction wrote them into one bank.
 
 Each image row of each map is its own resource for the dependency tracker (named under the bank half it lies
@@ -332,42 +332,62 @@ def _needs(st: _Step, h_in: int, p0: int, v: int) -> int:
 
 def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
                 y: Resident) -> tuple[Callable[[], None], list[_Unit], bool]:
-    """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream group by group)."""
+    """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream chunk by chunk)."""
     pp, depth, half = arch.pp, arch.bank_depth, arch.bank_depth // 2
     cg_in, cg_out = ceil_div(st.cin, arch.icp), ceil_div(st.cout, arch.ocp)
     wrows = st.kh * st.kw * cg_in
     resident = cg_out * wrows <= half
     tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
-    slots: dict[int, int] = {}
+    # streamed weights go in chunks of as many groups as fit half the CONVW banks, one LOAD per bank per chunk:
+    # every LOAD waits for its predecessor's completion (own-engine token, DDR latency included), so fewer,
+    # longer LOADs keep the LOAD engine, which such a chain waits on, streaming
+    per = max(1, min(cg_out, half // wrows))
+    chunks = [(g0, min(per, cg_out - g0)) for g0 in range(0, cg_out, per)]
+    slots: dict[int, int] = {}  # group -> CONVW half
+    wrow_of: dict[int, int] = {}  # group -> its first weight row
     bslot = [0]
 
-    def load_group(g: int) -> None:
-        slots[g] = prog.next_slot("convw")
-        load_params(prog, arch, job, g, 1, slots[g] * half, with_bias=False, slot=slots[g])
+    # With one token per engine pair along program order (program.Program), the first CONV of chunk c+1 can only
+    # wait for a LOAD emitted after the first CONV of chunk c: so a chunk's last LOAD (one bank) is held back until
+    # the next CONV of this step is emitted, and the others go as soon as their half is free. Emitted at once, the
+    # next chunk's first CONV would wait for the whole chunk after it (the LOAD engine's last post).
+    held: list[Callable[[], None]] = []
+    n_banks = min(arch.ocp, st.cout)
+
+    def load_chunk(c: int) -> None:
+        g0, k = chunks[c]
+        slot = prog.next_slot("convw")
+        last = range(min(arch.ocp, st.cout - g0 * arch.ocp) - 1, n_banks)
+
+        def load(banks: range) -> None:
+            load_params(prog, arch, job, g0, k, slot * half, with_bias=False, slot=slot, banks=banks)
+
+        if c == 0:
+            load(range(n_banks))
+        else:
+            load(range(last.start))
+            held.append(lambda: load(last))
+        for g in range(g0, g0 + k):
+            slots[g], wrow_of[g] = slot, slot * half + (g - g0) * wrows
 
     def start() -> None:
         bslot[0] = prog.next_slot("bias")
         load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, param_resources(bslot[0])[1])
-        if resident:
-            slot = prog.next_slot("convw")
-            load_params(prog, arch, job, 0, cg_out, slot * half, with_bias=False, slot=slot)
-            slots.update({g: slot for g in range(cg_out)})
-            return
-        load_group(0)
-        if cg_out > 1:
-            load_group(1)
+        for c in range(min(2, len(chunks))):
+            load_chunk(c)
 
     def conv(p0: int, v: int, g: int) -> None:
         bank_in, a = x.fetch(p0 * st.sh, pp, depth)
         bank_out, a_out, t0 = y.store(p0, pp, depth)
         # one group per call: its output rows wrap around the bank (mod depth), and with streamed weights a row
         # tile's groups lie apart in the schedule (Program.emit drops a CONVINIT equal to the one in force)
-        wrow = slots[g] * half + (g * wrows if resident else 0)
         emit_conv_groups(prog, arch, job, ConvIn(bank_in, tuple(a), x.e),
-                         ConvOut(bank_out, (a_out + g) % depth, y.cg, y.e, y.s, t0), 1, v, st.w_out, wrow,
+                         ConvOut(bank_out, (a_out + g) % depth, y.cg, y.e, y.s, t0), 1, v, st.w_out, wrow_of[g],
                          bslot[0] * half + g,
                          x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]), ("bias", bslot[0])),
                          y.rows(p0, v))
+        while held:
+            held.pop(0)()
 
     units: list[_Unit] = []
     if resident:  # row tiles outer: the next op can start on the first rows
@@ -378,12 +398,15 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
 
             units.append((_needs(st, x.h, p0, v), p0 + v, tile))
         return start, units, False
-    for g in range(cg_out):  # weights streamed: each group's once, the next-but-one loading meanwhile
+    last_of = {g0 + k - 1: c for c, (g0, k) in enumerate(chunks)}
+    for g in range(cg_out):  # weights streamed: each chunk's once, the next-but-one loading once it is done
         for k, (p0, v) in enumerate(tiles):
             def step(p0: int = p0, v: int = v, g: int = g, last: bool = k == len(tiles) - 1) -> None:
                 conv(p0, v, g)
-                if last and g + 2 < cg_out:
-                    load_group(g + 2)
+                if last and g in last_of and last_of[g] + 2 < len(chunks):
+                    load_chunk(last_of[g] + 2)
+                if last and g == cg_out - 1 and held:  # a chunk's last LOAD never emitted: its CONVs read stale rows
+                    raise CodegenError(f"{st.op.name}: a weight chunk's last LOAD was held past the op's last CONV")
 
             units.append((_needs(st, x.h, p0, v), p0 + v if g == cg_out - 1 else 0, step))
     return start, units, True
