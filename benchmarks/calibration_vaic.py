@@ -45,7 +45,7 @@ YOLOX_B4096 = "yolox_nano_b4096_kv260-ubuntu-test_75f296b4ec8e95884c93db81778009
 POINTPILLARS_VAI25 = "pointpillars_custom_op_zcu102_09f6d01aec8eb27285d1ed9ebead86497d3be287.xmodel"
 MNIST_PYNQ = "dpu_pynq/dpu_mnist_classifier.xmodel"
 
-_YOLOX_SAME = ("the zoo measured vai_c 3.0's compile (yolox_nano_pt-zcu102_zcu104_kv260-r3.0.0); this xmodel is "
+_YOLOX_SAME = ("The zoo measured vai_c 3.0's compile (yolox_nano_pt-zcu102_zcu104_kv260-r3.0.0); this xmodel is "
                "vai_c_xir 2.5's compile of the 3.5 zoo's quantized model (iotengineer22/kv260-ubuntu-test): same "
                "network (416x416, 1 GOP), not the same instruction stream")
 
