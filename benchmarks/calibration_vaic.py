@@ -27,6 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tvm_dpu.arch import Arch, arch_from_fingerprint, load_arch
+from tvm_dpu.timing.params import TimingParams
+from tvm_dpu.timing.simulate import simulate
+from tvm_dpu.xmodel.model import read_xmodel
+
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED = ROOT / "tests" / "data" / "xmodel"
 
@@ -131,8 +136,6 @@ class VaicPrograms:
     def programs(self, row: VaicRow) -> list[tuple[int, np.ndarray]]:
         """(fingerprint, machine code) of every DPU subgraph of the row's xmodel."""
         if row.xmodel not in self._code:
-            from tvm_dpu.xmodel.model import read_xmodel
-
             path = find_xmodel(row.xmodel)
             if path is None:
                 raise FileNotFoundError(f"{row.xmodel} not found in {', '.join(map(str, xmodel_dirs()))}")
@@ -140,10 +143,8 @@ class VaicPrograms:
                                       for d in read_xmodel(path).dpu_subgraphs()]
         return self._code[row.xmodel]
 
-    def dpu_ms(self, row: VaicRow, params, active_cores: int = 1) -> float:
+    def dpu_ms(self, row: VaicRow, params: TimingParams, active_cores: int = 1) -> float:
         """Simulated DPU time of one frame (all DPU subgraphs, one after another) in ms."""
-        from tvm_dpu.timing.simulate import simulate
-
         p = params.replace(active_cores=active_cores)
         key = (row.xmodel, row.board, tuple(sorted(vars(p).items())))
         if key not in self._ms:
@@ -154,18 +155,15 @@ class VaicPrograms:
             self._ms[key] = total
         return self._ms[key]
 
-    def predict(self, row: VaicRow, params) -> float:
+    def predict(self, row: VaicRow, params: TimingParams) -> float:
         """The row's prediction in its metric's unit (ms, or fps on `row.cores` cores)."""
         if row.metric == "fps":
             return row.cores * 1e3 / self.dpu_ms(row, params, row.cores)
         return self.dpu_ms(row, params)
 
 
-def board_arch(fingerprint: int, board: str):
+def board_arch(fingerprint: int, board: str) -> Arch:
     """The DPU `fingerprint` names, on `board`'s clock, core count and DDR bandwidth."""
-    from tvm_dpu.arch import load_arch
-    from tvm_dpu.arch.arch import arch_from_fingerprint
-
     b = load_arch(board)
     return dataclasses.replace(arch_from_fingerprint(fingerprint), board=b.board, freq_mhz=b.freq_mhz,
                                cores=b.cores, ddr_bytes_per_s=b.ddr_bytes_per_s)
