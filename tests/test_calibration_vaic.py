@@ -140,3 +140,22 @@ def test_yolox_vaic_program_depends_on_dma_latency_more_than_on_conv_fill():
     assert ms - no_latency > 3 * (ms - no_fill) > 0
     two = dataclasses.replace(row, metric="fps", cores=2)
     assert np.isfinite(ms) and progs.predict(two, base) < 2e3 / ms  # two cores share the DDR: each one is slower
+
+
+@pytest.mark.slow
+def test_pointpillars_row_adds_both_dpu_subgraphs():
+    """PointPillars (Vitis AI 2.5's custom-op example) runs two DPU subgraphs per frame around the CPU scatter: the
+    row's DPU time is the sum of both programs' simulated times at the board's clock."""
+    vaic = _load("calibration_vaic")
+    (row,) = [r for r in vaic.VAIC_ROWS if r.xmodel == vaic.POINTPILLARS_VAI25 and r.board == "kv260"]
+    if not (Path(os.environ.get("TVM_DPU_XMODELS", "xmodels-not-vendored")) / row.xmodel).is_file():
+        pytest.skip("set TVM_DPU_XMODELS to a directory holding the PointPillars xmodel (PUBLIC_NETWORKS.txt)")
+    from tvm_dpu.timing.params import load_params
+    from tvm_dpu.timing.simulate import simulate
+
+    progs = vaic.VaicPrograms()
+    subs = progs.programs(row)
+    assert len(subs) == 2
+    p = load_params("kv260")
+    each = [simulate(code, vaic.board_arch(fp, "kv260"), p).cycles / 300e3 for fp, code in subs]
+    assert min(each) > 0 and progs.dpu_ms(row, p) == pytest.approx(sum(each))
