@@ -134,8 +134,11 @@ def check_vaic(records: list[dict], tolerance: float = TOLERANCE) -> int:
 def check_fit(fitted: dict | None) -> int:
     """1 (and a FAIL line) when params.json does not hold the fit's best point, else 0."""
     if fitted and not fitted["shipped_is_best"]:
-        print(f"FAIL: params.json {fitted['shipped']} is not the fit's best point {fitted['best']} (nor within "
-              f"{100 * fitted.get('sse_tolerance', 0):.0f}% of its squared error)")
+        at = [p for p in fitted.get("points", []) if p["change"] == fitted["shipped"]]
+        why = (f"outside the band of the vai_c fit rows {fitted['vaic_fit_rows']}"
+               if fitted.get("vaic_fit_rows") and at and not at[0].get("in_band", True)
+               else f"nor within {100 * fitted.get('sse_tolerance', 0):.0f}% of its squared error")
+        print(f"FAIL: params.json {fitted['shipped']} is not the fit's best point {fitted['best']} ({why})")
         return 1
     return 0
 
