@@ -99,9 +99,17 @@ def calibration_lines(data: dict) -> list[str]:
     fit = data.get("fit")
     if fit and fit.get("shipped_fit"):
         names = ", ".join(f"{k} = {v:g}" for k, v in fit["shipped"].items())
-        text += (f"; fitted values ({names}) chosen on the {fit['fit_rows']}: max |error| "
-                 f"{100 * fit['shipped_fit']['max_abs']:.1f}% there, {100 * fit['shipped_validation']['max_abs']:.1f}% "
-                 "on the other rows")
+        text += (f"; params.json ({names}): max |error| {100 * fit['shipped_fit']['max_abs']:.1f}% on the "
+                 f"{fit['fit_rows']}, {100 * fit['shipped_validation']['max_abs']:.1f}% on the other rows")
+    vrows = data.get("vaic_rows") or []
+    if vrows:
+        text += "; on vai_c's own programs (" + ", ".join(
+            f"{r['key']} {r['use']} {100 * r['relative_error']:+.0f}%" +
+            ("" if r["use"] != "bound" else " held" if r["within_bound"] else " EXCEEDED") for r in vrows) + ")"
+    if fit and fit.get("vaic_fit_rows"):
+        best = ", ".join(f"{k} = {v:g}" for k, v in fit["best"].items())
+        text += (f"; the fit on that basis prefers {best}" +
+                 ("" if fit["shipped_is_best"] else ", not params.json's point (bench_calibration --check exits 1)"))
     return [text + " (`benchmarks/results/calibration.json`, `docs/timing-model.md`)."]
 
 

@@ -64,7 +64,9 @@ def test_fit_picks_the_least_squares_point_on_the_fit_rows_only(monkeypatch):
     rows = [{"model": "m", "board": "zcu102", "metric": "latency_ms", "published": 2.3},
             {"model": "m", "board": "zcu104", "metric": "latency_ms", "published": 1.2}]
     fitted = bench.fit({("m", "zcu102"): None, ("m", "zcu104"): None}, rows)
-    assert fitted["best"] == {"conv_fill_cycles": 128, "dma_bank_rows_per_cycle": 1, "host_pre_post_ms": 0.3}
+    assert fitted["best"] == {"conv_fill_cycles": 128, "dma_bank_rows_per_cycle": 1, "ddr_latency_ns": 200.0,
+                              "host_pre_post_ms": 0.3}
+    assert fitted["basis"].startswith("our programs")  # no vai_c row given: our rows alone, at params.json's latency
     assert fitted["best_fit"]["max_abs"] < 1e-12 and fitted["best_validation"]["max_abs"] > 0.5
     # params.json's point is far from this fake optimum: not fitted, and the check says so
     assert fitted["shipped_sse"] > fitted["best_sse"] * (1 + bench.FIT_SSE_TOLERANCE)
