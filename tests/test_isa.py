@@ -405,7 +405,7 @@ def test_leaky_gated_by_fingerprint_flags():
 
 
 def test_shared_decoding_equals_decoding_and_reports_the_same_errors():
-    """iter_program(shared=True) (the timing model's decoder) gives decode_program's instructions for a program
+    """iter_program(shared=True) gives decode_program's instructions for a program
     with repeated instructions, as one read-only Instr per distinct instruction, and fails on a truncated stream
     the way decode_program does."""
     from tvm_dpu.codegen.isa import iter_program, make_instr

@@ -290,7 +290,7 @@ def iter_program(code: Sequence[int] | np.ndarray, shared: bool = False) -> Iter
     """Yield (word offset, Instr) for every instruction of a machine-code stream (errors name the word offset).
     `shared`: each distinct instruction is decoded once per process and the same read-only Instr (ISAError on a
     change) is yielded wherever its words recur, in this program or another: for readers that never change one
-    (the timing model simulates the same instructions over and over while the compiler compares programs)."""
+    (codegen.relocate reads the same instructions over and over)."""
     words = np.asarray(code, dtype=np.uint32).ravel().tolist()
     pos = 0
     while pos < len(words):

@@ -217,7 +217,7 @@ class Program:
         # A name used for the first time is registered on the way (it has no writer or reader yet).
         last_writer, readers, related, engine_of = self._last_writer, self._readers, self._related, self._engine_of
         newest = [-1, -1, -1, -1]
-        for r in reads:
+        for r in (*reads, *writes):
             for k in related.get(r) or self._relate(r):
                 d = last_writer.get(k)
                 if d is not None:
@@ -226,11 +226,6 @@ class Program:
                         newest[e] = d
         for r in writes:
             for k in related.get(r) or self._relate(r):
-                d = last_writer.get(k)
-                if d is not None:
-                    e = engine_of[d]
-                    if d > newest[e]:
-                        newest[e] = d
                 ks = readers.get(k)
                 if ks is not None:
                     newest = list(map(max, newest, ks))
