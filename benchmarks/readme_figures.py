@@ -55,7 +55,10 @@ def compile_lines(data: dict) -> list[str]:
         out.append(text)
     if out:
         load = data["machine"]["loadavg_start"][0]
-        out[-1] += f"; load average {load:.2f} at the start (`benchmarks/results/compile.json`)."
+        bytecode = (data["machine"].get("bytecode") or {}).get("precompiled")
+        how = ("; tvm_dpu imported from bytecode, as an installed package is (bench_compile --source-imports: "
+               "from source)") if bytecode else ("; tvm_dpu imported from source" if bytecode is False else "")
+        out[-1] += f"{how}; load average {load:.2f} at the start (`benchmarks/results/compile.json`)."
     return out
 
 
