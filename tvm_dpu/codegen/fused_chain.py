@@ -151,7 +151,7 @@ def defers_passes(wraps: int, spans: list[tuple[int, int, int, int]], groups: in
     counters held to one token (Program._depend), the CONV that overwrites a wrap then waits, once every `wraps`
     groups, for the pass just before it, which starts only after the previous group's CONVs: the CONV engine idles
     for a whole pass (PFN: 416 of every 5 x 1168 cycles). One group late, that wait falls on a pass the consumer
-    has long finished. The lag costs about one CONV once (the last passes finish later), so a strip needs
+    has long finished. The lag has a fixed cost of a few hundred cycles, so a strip needs
     `_DEFER_MIN_LAPS` laps of the buffer to gain (PFN-shaped 1x1 conv + 1x100 max, B4096, 5 wraps: 12 row groups
     +204 cycles, 25 groups -556, 50 groups -2456). Where passes read several wraps the lag measured slower (the
     reduced MobileNetV2 on B4096 +1.1%), so they keep the eager order."""
