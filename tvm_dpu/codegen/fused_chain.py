@@ -119,6 +119,45 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     return None
 
 
+def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int) -> tuple[int, int, int, int]:
+    """(u0, n_fetch, w0, top_w) of a consumer pass of `v` output rows from row j0: its first fetched conv row
+    (negative in the top padding), the rows it fetches, and the first and last buffer wraps it reads (w0 is -1
+    for a pass starting in the top padding: those rows are masked)."""
+    u0 = j0 * sp - pt
+    n_fetch = (v - 1) * sp + kh
+    return u0, n_fetch, (u0 // sp) // pp, (min(hc, u0 + n_fetch) - 1) // sp // pp
+
+
+#: Laps of the circular buffer (row groups / wraps) from which a strip's passes are deferred (defers_passes).
+_DEFER_MIN_LAPS = 4
+
+
+def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
+    """(first row, rows) of each conv row group of a chain strip: up to vc rows, never crossing a wrap (pp x sp
+    rows)."""
+    out, u = [], 0
+    while u < hc:
+        nv = min(vc, hc - u, (u // sp // pp + 1) * pp * sp - u)
+        out.append((u, nv))
+        u += nv
+    return out
+
+
+def defers_passes(wraps: int, spans: list[tuple[int, int, int, int]], groups: int) -> bool:
+    """Whether emit_chain emits each consumer pass of a strip one conv row group late (after the next group's
+    LOADs and CONVs): where every pass (`spans`: _pass_span) reads a single wrap, e.g. PointPillars' PFN, a 1 x W
+    max over each pillar's row, and the buffer has a wrap to spare for the lag. Emitted right after its row
+    group, a pass sits in program order between that group's CONVs and the next group's; with cross-engine
+    counters held to one token (Program._depend), the CONV that overwrites a wrap then waits, once every `wraps`
+    groups, for the pass just before it, which starts only after the previous group's CONVs: the CONV engine idles
+    for a whole pass (PFN: 416 of every 5 x 1168 cycles). One group late, that wait falls on a pass the consumer
+    has long finished. The lag has a fixed cost of a few hundred cycles, so a strip needs
+    `_DEFER_MIN_LAPS` laps of the buffer to gain (PFN-shaped 1x1 conv + 1x100 max, B4096, 5 wraps: 12 row groups
+    +204 cycles, 25 groups -556, 50 groups -2456). Where passes read several wraps the lag measured slower (the
+    reduced MobileNetV2 on B4096 +1.1%), so they keep the eager order."""
+    return wraps >= 3 and groups >= _DEFER_MIN_LAPS * wraps and all(w0 == top_w for _, _, w0, top_w in spans)
+
+
 def wrap_res(wrap: int, slot_rows: int, half: int) -> tuple:
     """Dependency resources of wrap `wrap` of a chain's circular buffer in VB1 (`slot_rows` rows per wrap): one per
     VB1 half it lies in, named under that half, so they conflict with the other ops' ("vb1", half) tiles (wraps
@@ -206,6 +245,9 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
         c_lo, c_hi = max(0, x0), min(wc, x0 + in_p)
         p_left, p_right = max(0, -x0), max(0, x0 + in_p - wc)
         passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
+        spans = [_pass_span(j0, v, sp, pt, win.kh, hc, pp) for j0, v in passes]
+        groups = _row_groups(hc, sp, pp, tile.vc)
+        defer = defers_passes(tile.wraps, spans, len(groups))
         nxt = 0  # first pass not yet emitted
 
         def emit_ready(done: int) -> None:
@@ -213,13 +255,10 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
             nonlocal nxt, oslot
             while nxt < len(passes):
                 j0, v = passes[nxt]
-                u0 = j0 * sp - pt
-                n_fetch = (v - 1) * sp + win.kh
+                u0, n_fetch, w0, top_w = spans[nxt]
                 if min(hc, u0 + n_fetch) > done:
                     return
                 m, s0 = divmod(u0, sp)
-                w0 = m // pp  # floor: a pass starting in the top padding begins in wrap -1 (rows masked)
-                top_w = (min(hc, u0 + n_fetch) - 1) // sp // pp
                 a = tuple(wrap_addr(w0 + g) for g in range(4))
                 reads = tuple(r for w in range(max(0, w0), top_w + 1)
                               for r in wrap_res(w % tile.wraps, slot_rows, half))
@@ -229,11 +268,10 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                 oslot ^= 1
                 nxt += 1
 
-        u = 0
-        while u < hc:
+        ready = 0  # conv rows computed before the row group just emitted (the deferred passes' bound)
+        for u, nv in groups:
             m, t0 = divmod(u, sp)
             w = m // pp
-            nv = min(tile.vc, hc - u, (w + 1) * pp * sp - u)  # stay within wrap w
             if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
                 raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
                                    f"overrun")  # the fit check's `need` rules this out
@@ -246,8 +284,11 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                     else:
                         _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece)
                     cbuf ^= 1
-            u += nv
-            emit_ready(u)
+            if defer:
+                emit_ready(ready)
+                ready = u + nv
+            else:
+                emit_ready(u + nv)
         emit_ready(hc)
 
 
