@@ -23,4 +23,8 @@ def test_bench_compile_quick(tmp_path):
     # tvm_dpu was byte-compiled before the timed process (as an installed package is): its modules have bytecode
     bytecode = json.loads(out.read_text())["machine"]["bytecode"]
     assert bytecode["precompiled"] and bytecode["modules_written"] >= 0
-    assert (ROOT / "tvm_dpu" / "__pycache__" / f"cli.{sys.implementation.cache_tag}.pyc").is_file()
+    # where the bench's interpreter finds tvm_dpu (from tmp_path: an installed package in CI, the checkout when
+    # installed editable), not necessarily this checkout
+    where = subprocess.run([sys.executable, "-c", "import tvm_dpu, os; print(os.path.dirname(tvm_dpu.__file__))"],
+                           capture_output=True, text=True, cwd=tmp_path, check=True).stdout.strip()
+    assert (Path(where) / "__pycache__" / f"cli.{sys.implementation.cache_tag}.pyc").is_file()
