@@ -22,6 +22,11 @@ class TimingError(DPUError, ValueError):
     """Bad input to the timing model (unknown parameter, deadlocked program, ...)."""
 
 
+#: When a LOAD/SAVE posts the token to its own engine (params.json `dma_own_token` says which reading is in force
+#: and why): at its completion, DDR latency included, or when its transfer has ended.
+DMA_OWN_TOKEN = ("completion", "transfer_end")
+
+
 @dataclass(frozen=True)
 class TimingParams:
     """Per-core physical parameters the cycle formulas use (see params.json for sources)."""
@@ -41,6 +46,12 @@ class TimingParams:
     elew_inputs_per_cycle: int = 1
     active_cores: int = 1
     host_pre_post_ms: float = 0.0
+    dma_own_token: str = "completion"
+
+    def __post_init__(self) -> None:
+        if self.dma_own_token not in DMA_OWN_TOKEN:
+            raise TimingError(f"timing parameter dma_own_token={self.dma_own_token!r} is not one of "
+                              f"{', '.join(DMA_OWN_TOKEN)}")
 
     def replace(self, **changes: Any) -> "TimingParams":
         """A copy with some values changed (unknown names raise TimingError)."""

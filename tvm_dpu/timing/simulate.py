@@ -329,6 +329,10 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
     needs = [_NEEDS[on][e] for on, e in zip(dpdon, engine)]
     posts_to = [_POSTS[by][e] for by, e in zip(dpdby, engine)]
     is_dma = [b > 0 for b in beats]
+    # dma_own_token "transfer_end": a LOAD/SAVE posts its own engine's token when its last beat has moved (its DDR
+    # latency then delays only the tokens to other engines); early_own marks those already posted
+    own_early = m.params.dma_own_token == "transfer_end"
+    early_own = [False] * n
     busy = [0.0] * 4
     capacity = m.dma_beats_per_cycle
     t = 0.0
@@ -448,6 +452,13 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             end[i] = t
             busy[e] += t - start[i]
             running[e] = None
+            if own_early and is_dma[i]:
+                k = e * 4 + e
+                if k in posts_to[i]:
+                    tok[k] += 1
+                    poster[k] = i
+                    wants_token[e] = False
+                    early_own[i] = True
             heappush(posts, (t + latency[i], i))
         if changed:
             rerate()
@@ -455,7 +466,10 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             tp, i = heappop(posts)
             done[i] = tp
             finished += 1
+            own = engine[i] * 5 if early_own[i] else -1  # counter e * 4 + e, posted at the transfer's end
             for k in posts_to[i]:
+                if k == own:
+                    continue
                 tok[k] += 1
                 poster[k] = i
                 wants_token[k & 3] = False
