@@ -174,17 +174,17 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
         dpdon.append(w0 >> 24 & 0xF)
         dpdby.append(w0 >> 20 & 0xF)
         key: tuple = tuple(timed[pos:end])
-        init_of = _INIT_FOR.get(name)
-        if init_of is not None:
-            init = inits.get(init_of)
+        attr = _INIT_ATTR.get(name)
+        init = None
+        if attr is not None:
+            init = inits.get(name)
             key = (key, init[1] if init is not None else None)
         elif name in _INITS:
             inits[_INITS[name]] = (pos, key)
         c = cache.get(key)
         if c is None:
-            if init_of is not None:
-                init = inits.get(init_of)
-                setattr(cm, _INIT_ATTR[init_of], decode(words, init[0])[0] if init is not None else None)
+            if attr is not None:
+                setattr(cm, attr, decode(words, init[0])[0] if init is not None else None)
             c = cm.cost(i, decode(words, pos)[0])
             cache[key] = c
         costs.append(c)
@@ -192,8 +192,8 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
     return names, dpdon, dpdby, costs, fetch
 
 
-#: The INIT whose fields a CONV / ALU's cost reads, and the CostModel attribute holding it.
-_INIT_FOR = {"CONV": "CONV", "ALU": "ALU"}
+#: The instruction an INIT sets up (its cost reads the INIT in force), and the CostModel attribute that holds the
+#: INIT for that instruction.
 _INITS = {"CONVINIT": "CONV", "ALUINIT": "ALU"}
 _INIT_ATTR = {"CONV": "convinit", "ALU": "aluinit"}
 
@@ -229,7 +229,7 @@ _TIMED_MASKS: dict[int, tuple[int, ...]] = {}
 def _timed_masks(opcode: int) -> tuple[int, ...] | None:
     masks = _TIMED_MASKS.get(opcode)
     if masks is None:
-        spec = next((s for s in instr_specs().values() if s.opcode == opcode), None)
+        spec = _specs_by_opcode().get(opcode)
         if spec is None:
             return None
         out = [0] * spec.words
