@@ -370,13 +370,56 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
         for g in range(g0, g0 + k):
             slots[g], wrow_of[g] = slot, slot * half + (g - g0) * wrows
 
+    # Resident weights go group by group, so the first CONV waits for its own group's weights only, not for the
+    # whole op's (vai_c's programs do the same): group 0's LOADs write the whole slot (so they wait for every
+    # earlier reader of its rows), every later group's its own part of it, loaded two groups ahead of the CONVs
+    # with its last LOAD held as in the streamed case (one token per engine pair along program order); each
+    # group's CONVs read their own part only.
+    split = resident and cg_out > 1
+    convw_res: dict[int, tuple] = {}
+    loaded: set[int] = set()  # groups whose every weight LOAD has been emitted
+    after_first: dict[int, Callable[[], None]] = {}
+
+    def load_group(g: int, slot: int) -> None:
+        # group 0's CONVs read their own part too: the whole slot would also be every later group's rows
+        convw_res[g] = ("convw", slot, f"{st.op.name}/{g}")
+        tag = None if g == 0 else convw_res[g][2]
+        n = min(arch.ocp, st.cout - g * arch.ocp)
+
+        def load(banks: range) -> None:
+            load_params(prog, arch, job, g, 1, slot * half + g * wrows, with_bias=False, slot=slot, tag=tag,
+                        banks=banks)
+
+        if g == 0:
+            load(range(n))
+            loaded.add(g)
+            return
+        load(range(n - 1))
+
+        def last() -> None:
+            load(range(n - 1, n))
+            loaded.add(g)
+
+        held.append(last)
+
     def start() -> None:
         bslot[0] = prog.next_slot("bias")
         load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, param_resources(bslot[0])[1])
-        for c in range(min(2, len(chunks))):
-            load_chunk(c)
+        if not split:
+            for c in range(min(2, len(chunks))):
+                load_chunk(c)
+            return
+        slot = prog.next_slot("convw")
+        for g in range(cg_out):
+            slots[g], wrow_of[g] = slot, slot * half + g * wrows
+            if g >= 2:
+                after_first[g - 2] = lambda g=g: load_group(g, slot)
+        for g in range(min(2, cg_out)):
+            load_group(g, slot)
 
     def conv(p0: int, v: int, g: int) -> None:
+        if split and g not in loaded:  # its CONVs would read rows still to be loaded
+            raise CodegenError(f"{st.op.name}: output-channel group {g}'s CONVs come before its weight LOADs")
         bank_in, a = x.fetch(p0 * st.sh, pp, depth)
         bank_out, a_out, t0 = y.store(p0, pp, depth)
         # one group per call: its output rows wrap around the bank (mod depth), and with streamed weights a row
@@ -384,10 +427,12 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
         emit_conv_groups(prog, arch, job, ConvIn(bank_in, tuple(a), x.e),
                          ConvOut(bank_out, (a_out + g) % depth, y.cg, y.e, y.s, t0), 1, v, st.w_out, wrow_of[g],
                          bslot[0] * half + g,
-                         x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) + (("convw", slots[g]), ("bias", bslot[0])),
-                         y.rows(p0, v))
+                         x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) +
+                         (convw_res.get(g, ("convw", slots[g])), ("bias", bslot[0])), y.rows(p0, v))
         while held:
             held.pop(0)()
+        if g in after_first:
+            after_first.pop(g)()
 
     units: list[_Unit] = []
     if resident:  # row tiles outer: the next op can start on the first rows
