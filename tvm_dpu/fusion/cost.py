@@ -30,7 +30,7 @@ from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.codegen.layout import ceil_div
-from tvm_dpu.codegen.resident import RESIDENT
+from tvm_dpu.codegen.resident import RESIDENTS
 from tvm_dpu.codegen.tiling import FIELD10
 from tvm_dpu.errors import FusionError
 from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
@@ -104,7 +104,7 @@ def cost(group: Group, graph: Graph, arch: Arch) -> float:
     v = c.cache.get(key)
     if v is None:
         # a resident chain has no analytic model: its gain is latency and overlap, which only the simulator sees
-        v = c.cache[key] = simulated_cost(group, graph, arch) if source == "simulate" or group.template == RESIDENT \
+        v = c.cache[key] = simulated_cost(group, graph, arch) if source == "simulate" or group.template in RESIDENTS \
             else \
             group_cycles([c.layers[n] for n in group.ops], group.template, arch, c.consumers, c.outputs)
     return v
