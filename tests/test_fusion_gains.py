@@ -69,15 +69,18 @@ def _probe(c: int, hw: int) -> object:
 
 @pytest.mark.parametrize("arch_name", ARCHS)
 def test_fusion_gains_where_ddr_traffic_dominates(arch_name):
-    """On the probe (16 channels, 16x16) fusion moves a third less DDR data and saves at least 15% of the cycles
-    (measured: 26% on B4096, 24% on ZU2; before the fused kernels overlapped their parameter LOADs the search gained
-    nothing on such probes), optimal no slower than greedy, and the fused program is bit-exact."""
+    """On the probe (16 channels, 16x16) fusion moves a quarter less DDR data and saves cycles: measured 17.6% on
+    B4096 and 9.6% on ZU2 since a LOAD/SAVE posts its own engine's token at its transfer's end (26% and 24% while
+    every LOAD/SAVE waited out its predecessor's DDR round trip, which made round trips dearer; before the fused
+    kernels overlapped their parameter LOADs the search gained nothing on such probes). ZU2's B1152 computes the
+    same convs at a quarter of B4096's rate, so the traffic fusion saves is a smaller share of its time. Optimal is
+    no slower than greedy, and the fused program is bit-exact."""
     g, arch = _probe(16, 16), load_arch(arch_name)
     sims, plans = {}, {}
     for mode in ("none", "greedy", "optimal"):
         compiled, plans[mode] = compile_with_fusion(g, arch, mode, keep_params=False)
         sims[mode] = simulate(compiled.code, arch)
-    assert sims["optimal"].cycles <= 0.85 * sims["none"].cycles
+    assert sims["optimal"].cycles <= (0.92 if arch_name == "dnnvm-zu2" else 0.85) * sims["none"].cycles
     assert sims["optimal"].cycles <= sims["greedy"].cycles < sims["none"].cycles
     ddr = {m: s.ddr_read_bytes + s.ddr_write_bytes for m, s in sims.items()}
     assert ddr["optimal"] < 0.75 * ddr["none"]

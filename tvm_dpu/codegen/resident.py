@@ -348,7 +348,7 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
     resident = cg_out * wrows <= half
     tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
     # streamed weights go in chunks of as many groups as fit half the CONVW banks, one LOAD per bank per chunk:
-    # every LOAD waits for its predecessor's completion (own-engine token, DDR latency included), so fewer,
+    # every LOAD waits for its predecessor's own-engine token and pays its issue and burst overheads, so fewer,
     # longer LOADs keep the LOAD engine, which such a chain waits on, streaming
     per = max(1, min(cg_out, half // wrows))
     chunks = [(g0, min(per, cg_out - g0)) for g0 in range(0, cg_out, per)]
