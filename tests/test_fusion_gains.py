@@ -134,7 +134,7 @@ def test_dw_pw_pointwise_convs_take_all_pp_rows(arch_name, h):
     n_out = -(-14 // arch.ocp)
     assert fused.instr_counts["CONV"] == -(-ho // arch.pp) * n_out
     assert cycles(fused.code, arch) < cycles(alone.code, arch)
-    assert emulator_vs_golden(b.g, arch, plan, seed=5).bad == 0
+    _assert_exact_and_race_free(b.g, arch, plan, seed=5)
 
 
 @pytest.mark.parametrize("arch_name", ARCHS)
@@ -149,4 +149,17 @@ def test_dw_pw_passes_sharing_one_window_are_exact(arch_name):
     b.g.outputs = [b.conv(dw, 40, 1)]
     validate_graph(b.g)
     from tvm_dpu.types import FusionPlan, Group
-    assert emulator_vs_golden(b.g, arch_name, FusionPlan("manual", [Group("dw_pw", tuple(op.name for op in b.g.ops))]), seed=1).bad == 0
+    plan = FusionPlan("manual", [Group("dw_pw", tuple(op.name for op in b.g.ops))])
+    _assert_exact_and_race_free(b.g, load_arch(arch_name), plan, seed=1)
+
+
+def _assert_exact_and_race_free(g, arch, plan, seed: int) -> None:
+    """The fused program's outputs equal the golden reference's, and the dependency checker finds no token
+    problem and no race between the passes' LOADs, ALUs and the CONVs over their banks."""
+    from tvm_dpu.runtime.dep_check import check_subgraph
+    from tvm_dpu.timing.depcheck import CODEGEN_COUNTER_DEPTH
+    run = emulator_vs_golden(g, arch, plan, seed=seed)
+    assert run.bad == 0, run.by_output
+    rep = check_subgraph(run.compiled)
+    assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
+    assert rep.max_cross_depth() <= CODEGEN_COUNTER_DEPTH
