@@ -128,9 +128,14 @@ def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int) -> 
     return u0, n_fetch, (u0 // sp) // pp, (min(hc, u0 + n_fetch) - 1) // sp // pp
 
 
-#: Laps of the circular buffer (row groups / wraps) from which a strip's passes are deferred (defers_passes).
-_DEFER_MIN_LAPS = 4
-
+#: Tokens a chain lets a cross-engine counter hold along program order (Program.deeper_counters). Its consumer
+#: passes alternate two output slots, and its CONVs cycle through the wraps of the window buffer: a pass reusing a
+#: slot needs the SAVEs of the pass before last, a CONV overwriting a wrap the pass that read it, each with the
+#: same pair's wait for the newer slot or wrap between them in program order. With one token the post moved to
+#: the newer instruction, so every pass waited out the SAVEs (and their DDR round trip) of the pass just before
+#: it, and the MISC engine, not the CONV, set the pace (PointPillars' PFN: 66 idle cycles per 416-cycle pass,
+#: +5.7% over vai_c's program, whose counters reach 18).
+CHAIN_COUNTER_DEPTH = 2
 
 def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
     """(first row, rows) of each conv row group of a chain strip: up to vc rows, never crossing a wrap (pp x sp
@@ -141,21 +146,6 @@ def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
         out.append((u, nv))
         u += nv
     return out
-
-
-def defers_passes(wraps: int, spans: list[tuple[int, int, int, int]], groups: int) -> bool:
-    """Whether emit_chain emits each consumer pass of a strip one conv row group late (after the next group's
-    LOADs and CONVs): where every pass (`spans`: _pass_span) reads a single wrap, e.g. PointPillars' PFN, a 1 x W
-    max over each pillar's row, and the buffer has a wrap to spare for the lag. Emitted right after its row
-    group, a pass sits in program order between that group's CONVs and the next group's; with cross-engine
-    counters held to one token (Program._depend), the CONV that overwrites a wrap then waits, once every `wraps`
-    groups, for the pass just before it, which starts only after the previous group's CONVs: the CONV engine idles
-    for a whole pass (PFN: 416 of every 5 x 1168 cycles). One group late, that wait falls on a pass the consumer
-    has long finished. The lag has a fixed cost of a few hundred cycles, so a strip needs
-    `_DEFER_MIN_LAPS` laps of the buffer to gain (PFN-shaped 1x1 conv + 1x100 max, B4096, 5 wraps: 12 row groups
-    +204 cycles, 25 groups -556, 50 groups -2456). Where passes read several wraps the lag measured slower (the
-    reduced MobileNetV2 on B4096 +1.1%), so they keep the eager order."""
-    return wraps >= 3 and groups >= _DEFER_MIN_LAPS * wraps and all(w0 == top_w for _, _, w0, top_w in spans)
 
 
 def wrap_res(wrap: int, slot_rows: int, half: int) -> tuple:
@@ -229,6 +219,12 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
     consumer's instruction(s) writing output slot `oslot` at VB0 row `out_addr` and the SAVEs. The conv's output
     never touches DDR; only the strip's halo columns are computed twice. `aug` = (augmented job, its first CONVW
     row) runs the interior columns channel-augmented (_augmentable)."""
+    with prog.deeper_counters(CHAIN_COUNTER_DEPTH):
+        _emit_strips(prog, arch, graph, conv, consumer, tile, job, cg_out, fmaps, emit_pass, aug)
+
+
+def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: ChainTile, job: ConvJob,
+                 cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None) -> None:
     win = window_of(graph, consumer)
     half, pp, sp = arch.bank_depth // 2, arch.pp, win.sh
     cg_mid = ceil_div(job.cout, arch.ocp)
@@ -247,7 +243,6 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
         passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
         spans = [_pass_span(j0, v, sp, pt, win.kh, hc, pp) for j0, v in passes]
         groups = _row_groups(hc, sp, pp, tile.vc)
-        defer = defers_passes(tile.wraps, spans, len(groups))
         nxt = 0  # first pass not yet emitted
 
         def emit_ready(done: int) -> None:
@@ -268,7 +263,6 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                 oslot ^= 1
                 nxt += 1
 
-        ready = 0  # conv rows computed before the row group just emitted (the deferred passes' bound)
         for u, nv in groups:
             m, t0 = divmod(u, sp)
             w = m // pp
@@ -284,11 +278,7 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                     else:
                         _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece)
                     cbuf ^= 1
-            if defer:
-                emit_ready(ready)
-                ready = u + nv
-            else:
-                emit_ready(u + nv)
+            emit_ready(u + nv)
         emit_ready(hc)
 
 
