@@ -9,10 +9,11 @@ import pytest
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen import fused_chain
 from tvm_dpu.codegen.compiler import compile_graph, compile_graph_fused
+from tvm_dpu.codegen.isa import decode_program
 from tvm_dpu.runtime.dep_check import check_programs
 from tvm_dpu.timing.depcheck import CODEGEN_COUNTER_DEPTH, check
 from tvm_dpu.timing.simulate import simulate
-from tvm_dpu.types import FusionPlan, Group
+from tvm_dpu.types import SINGLE, FusionPlan, Group
 from tvm_dpu.xgraph.validate import validate_graph
 from conftest import emulator_vs_golden
 from test_codegen import _B
@@ -76,3 +77,39 @@ def test_other_chains_stay_exact_clean_and_no_slower(monkeypatch, case):
 def test_programs_without_a_chain_keep_one_token_per_counter():
     g, arch = _pfn_graph(h=48), load_arch(ARCH)
     _clean(compile_graph(g, arch), arch, 1)
+
+
+def test_chain_conv_loads_group_zero_first_and_its_first_conv_waits_for_it_only():
+    g, arch = _pfn_graph(h=48), load_arch(ARCH)  # 64 output channels: 4 groups on B4096
+    compiled = compile_graph_fused(g, arch, _plan(g))
+    instrs, t = decode_program(compiled.code), simulate(compiled.code, arch)
+    convw = arch.bank_group("CONVW")
+    weights = [i for i, x in enumerate(instrs)
+               if x.name == "LOAD" and convw.base_id <= x.fields["bank_id"] < convw.base_id + arch.ocp]
+    vb0 = arch.bank_group("VB0").base_id
+    first_input = next(i for i, x in enumerate(instrs)
+                       if x.name == "LOAD" and vb0 <= x.fields["bank_id"] < vb0 + arch.pp)
+    first_conv = next(i for i, x in enumerate(instrs) if x.name == "CONV")
+    group0 = [i for i in weights if i < first_input]
+    later = [i for i in weights if i > first_input]
+    assert [instrs[i].fields["length"] for i in group0] == [1] * arch.ocp  # one row per bank: group 0's
+    assert [instrs[i].fields["length"] for i in later] == [3] * arch.ocp and max(later) < first_conv
+    assert t.start[first_conv] < max(t.done[i] for i in later)  # it did not wait for groups 1-3
+    assert emulator_vs_golden(g, arch, _plan(g), seed=4).bad == 0
+
+
+def test_a_chain_after_another_conv_loads_its_weights_whole(monkeypatch):
+    from tvm_dpu.codegen import fused_conv_pool
+
+    b = _B(5)
+    c = b.conv(b.conv(b.input(9, 24, 100), 16, 1), 64, 1)
+    b.g.outputs = [b.op("max_pool2d", [c], (1, 64, 24, 1), 3, kernel=[1, 100], strides=[1, 1], pads=[0, 0, 0, 0])]
+    validate_graph(b.g)
+    plan = FusionPlan("manual", [Group(SINGLE, (b.g.ops[0].name,)),
+                                 Group("conv_pool", tuple(op.name for op in b.g.ops[1:]))])
+    seen, real = [], fused_conv_pool.load_chain_conv
+    monkeypatch.setattr(fused_conv_pool, "load_chain_conv", lambda *a, **k: seen.append(k["split"]) or real(*a, **k))
+    run = emulator_vs_golden(b.g, load_arch(ARCH), plan, seed=6)
+    # the last call emits the program (compiler.relocated_params first measures the kernel in a scratch program):
+    # the first conv's CONVs come before the chain's, where the split measured no gain
+    assert run.bad == 0 and seen[-1] is False
