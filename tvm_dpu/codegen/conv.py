@@ -230,13 +230,15 @@ class ConvOut:
 
 def emit_conv_groups(prog: Program, arch: Arch, job: ConvJob, src: ConvIn, dst: ConvOut, n: int, vpp: int,
                      length: int, wrow0: int, brow0: int, reads: tuple, writes: tuple,
-                     pads: tuple[int, int, int, int] = (0, 0, 0, 0), stride_offset_in: int = 0) -> None:
+                     pads: tuple[int, int, int, int] = (0, 0, 0, 0), stride_offset_in: int = 0,
+                     group_reads: tuple = ()) -> None:
     """CONVINIT, then one CONV per output-channel group gl < n: `job` is the conv the engine runs (kernel,
     stride, input channels, requantisation), over vpp output rows x `length` columns from `src` into `dst` (group
     gl at row dst.row0 + gl), with group gl's weights from CONVW row wrow0 + gl * kh*kw*ceil(cin/ICP) and its
     bias from BIAS row brow0 + gl. `pads`: the window's padding beyond the map (top, left, bottom, right);
     `stride_offset_in`: the input row of the first fetched row within the stride; `reads` / `writes`: every
-    CONV's dependency resources (window and parameters / output rows).
+    CONV's dependency resources (window and parameters / output rows); `group_reads`: if given, one more resource
+    per group gl that only its CONV reads (its own weight rows, when they are loaded group by group).
 
     The one CONV emission of the code generator: the unfused conv, the fused kernels and the resident chains
     differ only in these arguments."""
@@ -249,7 +251,8 @@ def emit_conv_groups(prog: Program, arch: Arch, job: ConvJob, src: ConvIn, dst: 
               jump_write_endl=dst.endl, stride_h=job.sh, kernel_h=job.kh, valid_pixel_parallel=vpp,
               stride_offset_in=stride_offset_in, stride_w=job.sw, kernel_w=job.kw, stride_offset_out=dst.offset)
     for gl in range(n):
-        prog.emit("CONV", reads=reads, writes=writes, pad_left=pad_left, pad_top=pad_top,
+        prog.emit("CONV", reads=reads + (group_reads[gl],) if group_reads else reads, writes=writes,
+                  pad_left=pad_left, pad_top=pad_top,
                   pad_right=job.kw - 1 - pad_right, pad_bottom=job.kh - 1 - pad_bottom, bank_id_in=src.bank,
                   bank_addr_in=a[0], bank_addr_in_1=a[1], bank_addr_in_2=a[2], bank_addr_in_3=a[3],
                   channel_group=cg_in, channel_offset=cg_in * arch.icp - job.cin, bank_id_out=dst.bank,

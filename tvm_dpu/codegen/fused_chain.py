@@ -4,10 +4,12 @@ columns (emit_chain, channel-augmented on interior columns where tiling.augmenta
 passes' SAVEs. Used by fused_conv_pool and fused_conv_conv's windowed form."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups, load_params
+from tvm_dpu.codegen.conv import (ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups, load_biases,
+                                  load_params, param_resources)
 from tvm_dpu.codegen.fused_conv import fusable, probe
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_conv_weights
 from tvm_dpu.codegen.program import Program
@@ -128,9 +130,14 @@ def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int) -> 
     return u0, n_fetch, (u0 // sp) // pp, (min(hc, u0 + n_fetch) - 1) // sp // pp
 
 
-#: Laps of the circular buffer (row groups / wraps) from which a strip's passes are deferred (defers_passes).
-_DEFER_MIN_LAPS = 4
-
+#: Tokens a chain lets a cross-engine counter hold along program order (Program.deeper_counters). Its consumer
+#: passes alternate two output slots, and its CONVs cycle through the wraps of the window buffer: a pass reusing a
+#: slot needs the SAVEs of the pass before last, a CONV overwriting a wrap the pass that read it, each with the
+#: same pair's wait for the newer slot or wrap between them in program order. With one token the post moved to
+#: the newer instruction, so every pass waited out the SAVEs (and their DDR round trip) of the pass just before
+#: it, and the MISC engine, not the CONV, set the pace (PointPillars' PFN: 66 idle cycles per 416-cycle pass,
+#: +5.7% over vai_c's program, whose counters reach 18).
+CHAIN_COUNTER_DEPTH = 2
 
 def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
     """(first row, rows) of each conv row group of a chain strip: up to vc rows, never crossing a wrap (pp x sp
@@ -141,21 +148,6 @@ def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
         out.append((u, nv))
         u += nv
     return out
-
-
-def defers_passes(wraps: int, spans: list[tuple[int, int, int, int]], groups: int) -> bool:
-    """Whether emit_chain emits each consumer pass of a strip one conv row group late (after the next group's
-    LOADs and CONVs): where every pass (`spans`: _pass_span) reads a single wrap, e.g. PointPillars' PFN, a 1 x W
-    max over each pillar's row, and the buffer has a wrap to spare for the lag. Emitted right after its row
-    group, a pass sits in program order between that group's CONVs and the next group's; with cross-engine
-    counters held to one token (Program._depend), the CONV that overwrites a wrap then waits, once every `wraps`
-    groups, for the pass just before it, which starts only after the previous group's CONVs: the CONV engine idles
-    for a whole pass (PFN: 416 of every 5 x 1168 cycles). One group late, that wait falls on a pass the consumer
-    has long finished. The lag has a fixed cost of a few hundred cycles, so a strip needs
-    `_DEFER_MIN_LAPS` laps of the buffer to gain (PFN-shaped 1x1 conv + 1x100 max, B4096, 5 wraps: 12 row groups
-    +204 cycles, 25 groups -556, 50 groups -2456). Where passes read several wraps the lag measured slower (the
-    reduced MobileNetV2 on B4096 +1.1%), so they keep the eager order."""
-    return wraps >= 3 and groups >= _DEFER_MIN_LAPS * wraps and all(w0 == top_w for _, _, w0, top_w in spans)
 
 
 def wrap_res(wrap: int, slot_rows: int, half: int) -> tuple:
@@ -185,20 +177,42 @@ class ChainPass:
     e: int  # jump_read_endl: the line pitch of the buffer (strip input columns x cg_mid)
 
 
+@dataclass(frozen=True)
+class LaterGroups:
+    """A chain conv's weights loaded group 0 first (load_chain_conv): the LOADs of groups 1.. come after the
+    first piece's input LOADs, so the first CONV waits for its input and its own group's weight rows only, not
+    for every group's (vai_c's programs load them so; PointPillars' PFN: its first CONV starts 17 cycles
+    earlier)."""
+    load: Callable[[], None]  # emits the LOADs of groups 1..
+    reads: tuple  # per output-channel group, the CONVW rows its CONVs read
+
+
 def load_chain_conv(prog: Program, arch: Arch, graph: Graph, conv: Op, job: ConvJob, tile: ChainTile,
-                     x: FMap, params: ParamBlob) -> tuple[ConvJob | None, int]:
+                     x: FMap, params: ParamBlob, split: bool = False
+                     ) -> tuple[ConvJob | None, int, LaterGroups | None]:
     """LOAD the chain conv's weights and biases (from CONVW row 0, BIAS row 0), plus its augmented weights after
     them when the tile runs it augmented and its input's pixels are packed (pixel pitch = cin: consecutive pixels
-    are consecutive bytes). Returns the augmented job (or None) and the first free CONVW row."""
+    are consecutive bytes). Returns the augmented job (or None), the first free CONVW row, and, with `split`
+    where the conv has several output-channel groups and runs plain, the later groups' LOADs still to emit
+    (LaterGroups: emit_chain emits them) instead of emitting them here."""
     cg_mid = ceil_div(job.cout, arch.ocp)
-    load_params(prog, arch, job, 0, cg_mid)
     rows = cg_mid * job.kh * job.kw * ceil_div(job.cin, arch.icp)
-    if not tile.la_aug or x.pixel_pitch != job.cin:
-        return None, rows
+    aug = tile.la_aug and x.pixel_pitch == job.cin
+    if split and cg_mid > 1 and not aug:
+        wrows = rows // cg_mid
+        (first,), _ = param_resources(None, "g0")
+        (rest,), _ = param_resources(None, "g1+")
+        load_biases(prog, arch, job, 0, cg_mid, 0, (("bias",),))
+        load_params(prog, arch, job, 0, 1, with_bias=False, tag="g0")
+        later = lambda: load_params(prog, arch, job, 1, cg_mid - 1, wrows, with_bias=False, tag="g1+")
+        return None, rows, LaterGroups(later, (first,) + (rest,) * (cg_mid - 1))
+    load_params(prog, arch, job, 0, cg_mid)
+    if not aug:
+        return None, rows, None
     w = graph.param(conv, "weights").data
     ja = _augmented(job, params.add(pack_conv_weights(augmented_weights(w), arch.icp, arch.ocp)))
     load_params(prog, arch, ja, 0, cg_mid, rows, with_bias=False)
-    return ja, rows + cg_mid * ja.kh * ceil_div(ja.cin, arch.icp)
+    return ja, rows + cg_mid * ja.kh * ceil_div(ja.cin, arch.icp), None
 
 
 def plain_rows(arch: Arch, job: ConvJob) -> int:
@@ -219,7 +233,8 @@ def _conv_segments(job: ConvJob, w_in: int, c_lo: int, c_hi: int, augment: bool)
 
 
 def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: ChainTile, job: ConvJob,
-                cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None = None) -> None:
+                cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None = None,
+                later: LaterGroups | None = None) -> None:
     """The conv side of conv -> window consumer, per strip of consumer output columns. Conv output row u of the
     strip is "fetched row" u of the consumer's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = the
     consumer's stride_h); wraps live in a circular buffer of VB1 whose per-wrap base addresses the consumer takes
@@ -228,7 +243,18 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
     as soon as the rows of a pass of vp consumer rows are in, `emit_pass(pass, out_addr, oslot)` emits the
     consumer's instruction(s) writing output slot `oslot` at VB0 row `out_addr` and the SAVEs. The conv's output
     never touches DDR; only the strip's halo columns are computed twice. `aug` = (augmented job, its first CONVW
-    row) runs the interior columns channel-augmented (_augmentable)."""
+    row) runs the interior columns channel-augmented (_augmentable). `later`: the weight LOADs of output-channel
+    groups 1.. that load_chain_conv left to emit after the first piece's input LOADs."""
+    if later is not None and aug is not None:
+        raise CodegenError(f"op {conv.name!r}: weights loaded group by group with augmented pieces")
+    with prog.deeper_counters(CHAIN_COUNTER_DEPTH):
+        _emit_strips(prog, arch, graph, conv, consumer, tile, job, cg_out, fmaps, emit_pass, aug, later)
+
+
+def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: ChainTile, job: ConvJob,
+                 cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None,
+                 later: LaterGroups | None) -> None:
+    pending = [later.load] if later is not None else []  # emitted once, after the first piece's input LOADs
     win = window_of(graph, consumer)
     half, pp, sp = arch.bank_depth // 2, arch.pp, win.sh
     cg_mid = ceil_div(job.cout, arch.ocp)
@@ -247,7 +273,6 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
         passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
         spans = [_pass_span(j0, v, sp, pt, win.kh, hc, pp) for j0, v in passes]
         groups = _row_groups(hc, sp, pp, tile.vc)
-        defer = defers_passes(tile.wraps, spans, len(groups))
         nxt = 0  # first pass not yet emitted
 
         def emit_ready(done: int) -> None:
@@ -268,7 +293,6 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                 oslot ^= 1
                 nxt += 1
 
-        ready = 0  # conv rows computed before the row group just emitted (the deferred passes' bound)
         for u, nv in groups:
             m, t0 = divmod(u, sp)
             w = m // pp
@@ -282,13 +306,10 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
                     if on:
                         _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job)
                     else:
-                        _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece)
+                        _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece, pending,
+                                         later.reads if later is not None else ())
                     cbuf ^= 1
-            if defer:
-                emit_ready(ready)
-                ready = u + nv
-            else:
-                emit_ready(u + nv)
+            emit_ready(u + nv)
         emit_ready(hc)
 
 
@@ -306,16 +327,20 @@ class _Piece:
 
 
 def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, cbuf: int, e: int, sp: int,
-                     piece: _Piece) -> None:
+                     piece: _Piece, pending: list, group_reads: tuple = ()) -> None:
     """One conv piece of a chain: its input window LOADed into half `cbuf` of VB0, one CONV per output-channel
     group writing `nv` rows x `pl` columns into the circular buffer with the row-store rule (stride_out = the
-    consumer's stride sp, line pitch e)."""
+    consumer's stride sp, line pitch e). `pending`: LOAD emitters still due before the CONVs (emitted and
+    cleared); `group_reads`: each group's own CONVW rows (LaterGroups.reads), or () for the whole banks."""
     cg_in = ceil_div(job.cin, arch.icp)
     ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, piece.u, piece.nv, piece.c, piece.pl, cg_in,
                        cbuf * (arch.bank_depth // 2))
     ct.emit_loads(prog, arch.bank_group("VB0").base_id, arch.bank_depth, x, x_res, 0, job.cin, ("vb0", cbuf, "in"))
+    while pending:
+        pending.pop(0)()
     pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
-    _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0)
+    _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0,
+                      group_reads)
 
 
 def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: tuple[ConvJob, int], cbuf: int,
@@ -341,15 +366,17 @@ def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: t
 
 
 def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: _Piece,
-                      ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int) -> None:
+                      ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int, group_reads: tuple = ()) -> None:
     """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0) into the
-    circular buffer: the row-store rule with the consumer's stride sp and line pitch e."""
+    circular buffer: the row-store rule with the consumer's stride sp and line pitch e. `group_reads`: each
+    group's own CONVW rows, or () when every CONV reads the whole banks."""
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     cg_mid = ceil_div(job.cout, arch.ocp)
+    params = (("bias",),) if group_reads else (("convw",), ("bias",))
     emit_conv_groups(prog, arch, job, ConvIn.of(vb0, ct.place, arch.bank_depth),
                      ConvOut(vb1 + piece.bank, piece.out0, cg_mid, e, sp, piece.t0), cg_mid, piece.nv, piece.pl, wrow0,
-                     0, (("vb0", cbuf, "in"), ("convw",), ("bias",)),
-                     wrap_res(piece.wrap, sp * e, arch.bank_depth // 2), pads)
+                     0, (("vb0", cbuf, "in"), *params), wrap_res(piece.wrap, sp * e, arch.bank_depth // 2), pads,
+                     group_reads=group_reads)
 
 
 def emit_pass_saves(prog: Program, arch: Arch, y: FMap, tensor: str, ps: ChainPass, ob: int, cout: int, cg_out: int,

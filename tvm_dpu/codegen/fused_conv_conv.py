@@ -110,7 +110,7 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
         raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+windowed conv fusion does not fit {arch.name}")
     ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
     cg_mid, cg_out = ceil_div(ja.cout, arch.ocp), ceil_div(jb.cout, arch.ocp)
-    j_aug, wrow_b = load_chain_conv(prog, arch, graph, a, ja, tile, fmaps[a.inputs[0]], params)
+    j_aug, wrow_b, _ = load_chain_conv(prog, arch, graph, a, ja, tile, fmaps[a.inputs[0]], params)
     load_params(prog, arch, jb, 0, cg_out, wrow_b, cg_mid)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     y = fmaps[b.outputs[0]]

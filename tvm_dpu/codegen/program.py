@@ -20,6 +20,7 @@ The timing model replays exactly these tokens, so the flags are the schedule."""
 from __future__ import annotations
 
 import bisect
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -157,7 +158,7 @@ class Program:
     #: tuples, which the garbage collector stops tracking (a program holds one per instruction)
     _clock: list = field(default_factory=list)
     _of_engine: dict = field(default_factory=lambda: {e: [] for e in ENGINES})  # engine -> its instruction indices
-    _last_wait: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest wait
+    _waits: dict = field(default_factory=dict)  # (src engine, dst engine) -> indices of the pair's waits, in order
     _last_post: dict = field(default_factory=dict)  # (src engine, dst engine) -> index of the pair's latest post
     _children: dict = field(default_factory=dict)  # resource name prefix -> the longer names used under it
     _prefixes: dict = field(default_factory=dict)  # resource name used -> its proper prefixes
@@ -177,6 +178,9 @@ class Program:
     #: False: a scratch program whose instructions are only looked at (compiler.relocated_params measures a
     #: kernel's parameter rows with one): no dependency tracking, no tokens
     track: bool = True
+    #: the most tokens _depend lets a cross-engine counter hold along program order (CODEGEN_COUNTER_DEPTH in
+    #: timing/depcheck.py bounds it): 1 unless an emitter asks for more (deeper_counters)
+    counter_depth: int = 1
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -187,6 +191,19 @@ class Program:
         slot = (self._slots.get(buffer, slots - 1) + 1) % slots
         self._slots[buffer] = slot
         return slot
+
+    @contextmanager
+    def deeper_counters(self, depth: int):
+        """Within the block, let cross-engine counters hold up to `depth` tokens along program order (at least the
+        depth in force), so a waiter can take its token from the instruction it needs although its pair's later
+        waits come between them in program order (e.g. a pool pass waiting for the SAVEs of the pass before last,
+        whose output slot it reuses, while the last pass's own wait comes between)."""
+        was = self.counter_depth
+        self.counter_depth = max(was, depth)
+        try:
+            yield self
+        finally:
+            self.counter_depth = was
 
     def emit(self, name: str, reads: Iterable = (), writes: Iterable = (), comment: str = "", **fields: int) -> int:
         """Append instruction `name` with `fields`; returns its index (or that of the identical INIT in force)."""
@@ -310,33 +327,39 @@ class Program:
             return
         # Post from `dep` itself, not from a later instruction of its engine: a later post would make the waiter
         # wait for work it does not need (e.g. the LOADs of tile t+1 for the CONVs of tile t instead of t-1,
-        # which serialises the double buffer). Except when the pair's previous wait comes after `dep`: then the
-        # post moves to src's first instruction at or after that wait, so the pair's counter never holds more
-        # than one token along program order (CODEGEN_COUNTER_DEPTH in timing/depcheck.py).
-        # Token order stays consistent: every earlier post of src to dst is at an index <= covered < the post,
-        # so the posts reach dst in the order of its waits.
-        # When src has no instruction there, the previous wait is made to wait for `dep` instead (its post moves
-        # from the pair's last post to `dep`): `idx` comes after that wait on its engine, so it is covered too.
+        # which serialises the double buffer). Every earlier post of src to dst is at an index <= covered < dep,
+        # so the posts reach dst in the order of its waits, and along program order the pair's counter then holds
+        # one token more than before from `dep` on: 1 + the pair's waits after `dep` (all earlier posts lie
+        # before `dep`, and posts equal waits). Where that would exceed `counter_depth` (the k-th latest wait
+        # comes after `dep`), the post moves to src's first instruction at or after that wait, which keeps the
+        # counter within the bound (CODEGEN_COUNTER_DEPTH in timing/depcheck.py).
+        # When src has no instruction there, the pair's previous wait is made to wait for `dep` instead (its post
+        # moves from the pair's last post to `dep`): `idx` comes after that wait on its engine, so it is covered
+        # too, and a post moved later never deepens a counter.
         post = dep
-        last_wait = self._last_wait.get(key, -1)
-        if last_wait > dep:
+        waits = self._waits.get(key)
+        k = self.counter_depth
+        if waits is not None and len(waits) >= k and waits[-k] > dep:
             later = self._of_engine[src]
-            k = bisect.bisect_left(later, last_wait)
-            if k < len(later) and later[k] < idx:
-                post = later[k]
+            j = bisect.bisect_left(later, waits[-k])
+            if j < len(later) and later[j] < idx:
+                post = later[j]
             else:
                 self.entries[self._last_post[key]].instr.dpdby &= ~ENGINE_BITS[dst]
                 self.entries[dep].instr.dpdby |= ENGINE_BITS[dst]
                 self._last_post[key] = self._covered[key] = dep
                 done = self._done_clock(dep)
-                for j in (last_wait, idx):
+                for j in (waits[-1], idx):
                     self._clock[j] = tuple(map(max, self._clock[j], done))
                 return
         self._last_post[key] = post
         self.entries[post].instr.dpdby |= ENGINE_BITS[dst]
         self.entries[idx].instr.dpdon |= ENGINE_BITS[src]
         self._covered[key] = post
-        self._last_wait[key] = idx
+        if waits is None:
+            self._waits[key] = [idx]
+        else:
+            waits.append(idx)
         self._clock[idx] = tuple(map(max, self._clock[idx], self._done_clock(post)))
 
     def _done_clock(self, j: int) -> tuple[int, ...]:
