@@ -290,7 +290,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         start = len(prog)
         try:
             if g in fused and g.template == "conv_add":
-                emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+                emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
+                              plan.variants.get(g.ops[0], "wide"))
             elif g in fused and g.template == RESIDENT:
                 emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
             elif g in fused and g.template in _RELOCATED:

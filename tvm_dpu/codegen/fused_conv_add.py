@@ -14,6 +14,14 @@ from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
 
+#: Tile chunkings of conv_add over a flattened pointwise conv (fused_conv.flat_chunk): "wide", the fewest CONVs,
+#: then the fewest chunks; "one_pass", the fewest chunks (each loads the conv's input again and moves the add's
+#: operand and output in narrower strided pieces), then the fewest CONVs. Which is faster depends on the CONV fill
+#: against the DMA, so the fusion search times both per group (fusion.cost.simulated_cost) and the plan records
+#: the choice (FusionPlan.variants, keyed by the conv). A conv that is not flattened has one chunking.
+CONV_ADD_VARIANTS = ("wide", "one_pass")
+
+
 def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
     if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return False
@@ -26,8 +34,12 @@ def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
 
 
 def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
-                  params: ParamBlob) -> None:
-    """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output)."""
+                  params: ParamBlob, variant: str = "wide") -> None:
+    """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output), tiled as
+    `variant` (CONV_ADD_VARIANTS) says."""
+    if variant not in CONV_ADD_VARIANTS:
+        raise CodegenError(f"op {conv.name!r}: conv_add variant {variant!r}: choose one of "
+                           f"{', '.join(CONV_ADD_VARIANTS)}")
     if arch.icp != arch.ocp:
         raise CodegenError(f"op {add.name!r}: fusing an add into a conv needs ICP == OCP")
     t_conv = conv.outputs[0]
@@ -50,7 +62,7 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     flat = flattenable(job, x, y, z)
     if flat:
         chunk, lmax = flat_chunk(arch, job.cin, cg_out, y.h * y.w, vpp,
-                                  min(cg_out, arch.bank_depth // wrows, OUT_GROUPS_MAX), 2)
+                                  min(cg_out, arch.bank_depth // wrows, OUT_GROUPS_MAX), 2, variant == "one_pass")
     lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
     if lmax < 1:
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")
