@@ -29,6 +29,7 @@ from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
+from tvm_dpu.codegen.fused_pw_dw_pw import pw_dw_pw_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENT
 from tvm_dpu.codegen.tiling import FIELD10
@@ -296,6 +297,8 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
     if template in ("conv_pool", "pw_dw"):
         if not conv_pool_fits(arch, graph, ops[0], ops[1]):
             return None
+    if template == "pw_dw_pw" and not pw_dw_pw_fits(arch, graph, *ops):
+        return None
     _, _, w_out = layers[-1].outputs[0].chw
     best = None
     for tw in range(min(w_out, FIELD10), 0, -1):
