@@ -299,7 +299,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
                 emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
             elif g in fused and g.template == "pw_dw_pw":
                 relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
-                                                               members=[ops[n] for n in g.ops], fmaps=fmaps), params)
+                                                               members=[ops[n] for n in g.ops], fmaps=fmaps,
+                                                               variant=plan.variants.get(g.ops[0], "wide")), params)
             elif g in fused and g.template in _RELOCATED:
                 emit = functools.partial(_RELOCATED[g.template], arch=arch, graph=graph, a=ops[g.ops[0]],
                                          b=ops[g.ops[1]], fmaps=fmaps)
@@ -341,9 +342,9 @@ _RELOCATED = {
 
 
 def _emit_pw_dw_pw(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, members: list[Op],
-                   fmaps: dict[str, FMap]) -> None:
+                   fmaps: dict[str, FMap], variant: str) -> None:
     a, dw, pw = members
-    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params)
+    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant)
 
 
 def param_rows(prog: Program, arch: Arch) -> tuple[int, int]:

@@ -19,6 +19,14 @@ from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
 
+#: When a full slot's pointwise CONVs are emitted: "wide", after the chain conv's CONVs for the next rows (in the
+#: CONV engine's order they then follow those, so the ALU that those rows feed does not wait behind them); "eager",
+#: right after the slot's last depthwise pass (fewer slots in flight, which small maps with few passes prefer).
+#: The fusion search times both per group (fusion.cost.simulated_cost); the plan records the choice
+#: (FusionPlan.variants, keyed by the group's first conv).
+PW_DW_PW_VARIANTS = ("wide", "eager")
+
+
 def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op) -> ChainTile | None:
     """Tile of a -> dw -> pw, or None: chain_tile of a -> dw with each pass's output slot holding the depthwise
     output (cg_mid rows per pixel) and the pointwise output after it (cg_pw rows per pixel), the pointwise weights
@@ -44,12 +52,16 @@ def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op) -> bool:
 
 
 def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],
-                  params: ParamBlob) -> None:
+                  params: ParamBlob, variant: str = "wide") -> None:
     """a -> dw -> pw per strip of output columns (emit_chain): per pass, one ALU writes the depthwise rows into
     the pass's VB0 output slot, the pointwise CONVs (every output group, weights resident) read them there and write
-    the slot's second part, and SAVEs write that to the pointwise conv's output. Neither a's nor the depthwise
-    output touches DDR."""
+    the slot's second part, and SAVEs write that to the pointwise conv's output, when `variant`
+    (PW_DW_PW_VARIANTS) says. Neither a's nor the depthwise output touches DDR."""
     from tvm_dpu.codegen.alu import ALU_MODES
+
+    if variant not in PW_DW_PW_VARIANTS:
+        raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
+                           f"{', '.join(PW_DW_PW_VARIANTS)}")
 
     tile = _tile(arch, graph, a, dw, pw)
     if tile is None:
@@ -83,33 +95,45 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
 
     half = arch.bank_depth // 2
     pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
-    held: list[ChainPass] = []  # the passes in the current slot whose pointwise CONVs are not emitted yet
+    held: list[ChainPass] = []  # the passes written into slot `slot` so far
+    ready: list[tuple[list[ChainPass], int]] = []  # a full slot whose pointwise CONVs are not emitted yet
     slot = 0
 
-    def emit_pointwise() -> None:
-        """The pointwise CONVs over the held passes' rows (consecutive rows of one strip, from bank 0 of the
-        slot) and their SAVEs; the next passes take the other slot."""
+    def close() -> None:
+        """The held passes' slot is full: its pointwise CONVs wait (flush) and the next passes take the other slot."""
         nonlocal slot
-        if not held:
-            return
-        ob, v = slot * half + tile.a_slot, sum(p.v for p in held)
-        first = held[0]
-        place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
-        emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth), ConvOut(vb0, ob + out_off, cg_pw),
-                         cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
-                         (("vb0", slot, "out"), ("convw",), ("bias",)), (("vb0", slot, "pw"),))
-        for r in range(v):
-            prog.emit("SAVE", reads=(("vb0", slot, "pw"),), writes=(("ddr", pw.outputs[0]),), bank_id=vb0 + r,
-                      bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
-                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
-        held.clear()
-        slot ^= 1
+        if held:
+            ready.append((list(held), slot))
+            held.clear()
+            slot ^= 1
+
+    def flush(keep: int = 0) -> None:
+        """The pointwise CONVs over the full slots but the newest `keep` (consecutive rows of one strip, from bank
+        0) and their SAVEs."""
+        while len(ready) > keep:
+            passes, sl = ready.pop(0)
+            ob, v, first = sl * half + tile.a_slot, sum(p.v for p in passes), passes[0]
+            place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
+            emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
+                             ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
+                             (("vb0", sl, "out"), ("convw",), ("bias",)), (("vb0", sl, "pw"),))
+            for r in range(v):
+                prog.emit("SAVE", reads=(("vb0", sl, "pw"),), writes=(("ddr", pw.outputs[0]),), bank_id=vb0 + r,
+                          bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
+                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
+
+    emitted = [0]  # program length after the last pass: more means emit_chain has emitted conv CONVs since
 
     def emit_pass(ps: ChainPass, _ob: int, _oslot: int) -> None:
+        # "wide": a full slot's pointwise CONVs wait until the chain conv's CONVs for the next rows are emitted;
+        # a slot about to be written again is flushed first
+        if len(prog) > emitted[0]:
+            flush()
         last = held[-1] if held else None
-        if last is not None and not (pair and len(held) == 1 and last.q0 == ps.q0 and last.v == arch.alu_pp
-                                     and last.j0 + last.v == ps.j0):
-            emit_pointwise()
+        if last is not None and not (last.q0 == ps.q0 and last.j0 + last.v == ps.j0):
+            close()  # a slot holds consecutive rows of one strip
+        if ready and ready[0][1] == slot:
+            flush(len(ready) - 1)
         ob, row = slot * half + tile.a_slot, sum(p.v for p in held)
         prog.emit("ALUINIT", exec_mode=ALU_MODES["dwconv"], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
                   stride_w=win.sw, stride_offset_in=ps.s0, stride_offset_out=0, stride_out=1, channel_group=cg_mid,
@@ -124,8 +148,12 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
                   bank_addr_weights=0, bank_addr_in_2=ps.a[2], bank_addr_bias=cg_mid, bank_addr_in_3=ps.a[3])
         held.append(ps)
         if not pair or len(held) == 2 or ps.v < arch.alu_pp:
-            emit_pointwise()
+            close()
+            if variant == "eager":
+                flush()
+        emitted[0] = len(prog)
 
     emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, emit_pass,
                ja and (ja, plain_rows(arch, job)))
-    emit_pointwise()
+    close()
+    flush()

@@ -29,7 +29,7 @@ from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
-from tvm_dpu.codegen.fused_pw_dw_pw import pw_dw_pw_fits
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_VARIANTS, pw_dw_pw_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENT
 from tvm_dpu.codegen.tiling import FIELD10
@@ -44,8 +44,8 @@ from tvm_dpu.xgraph.graph import Graph
 class _Ctx:
     """Per-graph lookup tables (each op's cost-model view, consumers per tensor), the per-candidate cost cache,
     the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking), the
-    programs of the lone ops compiled as pieces (`lone_program`) and the fastest variant of each conv_add group
-    costed alone (its conv -> variant, `group_variants`)."""
+    programs of the lone ops compiled as pieces (`lone_program`) and the fastest variant of each group with
+    variants (`GROUP_VARIANTS`) costed alone (its first op -> variant, `group_variants`)."""
 
     def __init__(self, graph: Graph, arch: Arch):
         self.graph, self.arch = graph, arch
@@ -118,28 +118,33 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     charged by the plan, as in the analytic model)."""
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
-    if group.template == "conv_add":
+    if group.template in GROUP_VARIANTS:
         return _fastest_variant(graph, arch, group)
     return piece_cycles(graph, arch, [group])
 
 
+#: Fused templates whose emitter has variants (the first is the default, "wide"), keyed in FusionPlan.variants by
+#: the group's first op: conv_add's tile chunking, pw_dw_pw's pointwise emission order.
+GROUP_VARIANTS = {"conv_add": CONV_ADD_VARIANTS, "pw_dw_pw": PW_DW_PW_VARIANTS}
+
+
 def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
-    """Cycles of the conv_add `group` alone in its fastest tiling (CONV_ADD_VARIANTS; ties: the earlier), which
-    every later piece and the plan holding the group use (`group_variants`)."""
+    """Cycles of `group` alone in its fastest variant (GROUP_VARIANTS; ties: the earlier), which every later piece
+    and the plan holding the group use (`group_variants`)."""
     c = _ctx(graph, arch)
-    conv = group.ops[0]
-    timed = {v: piece_cycles(graph, arch, [group], {conv: v}) for v in CONV_ADD_VARIANTS}
-    best = min(CONV_ADD_VARIANTS, key=lambda v: (timed[v], CONV_ADD_VARIANTS.index(v)))
-    c.variants[conv] = best
+    first, variants = group.ops[0], GROUP_VARIANTS[group.template]
+    timed = {v: piece_cycles(graph, arch, [group], {first: v}) for v in variants}
+    best = min(variants, key=lambda v: (timed[v], variants.index(v)))
+    c.variants[first] = best
     return timed[best]
 
 
 def group_variants(graph: Graph, arch: Arch, groups: Sequence[Group]) -> dict[str, str]:
-    """The variants (FusionPlan.variants) of the conv_add groups among `groups` whose fastest tiling, costed
+    """The variants (FusionPlan.variants) of the groups with variants among `groups` whose fastest variant, costed
     alone, is not the default "wide"."""
     chosen = _ctx(graph, arch).variants
     return {g.ops[0]: chosen[g.ops[0]] for g in groups
-            if g.template == "conv_add" and chosen.get(g.ops[0], "wide") != "wide"}
+            if g.template in GROUP_VARIANTS and chosen.get(g.ops[0], "wide") != "wide"}
 
 
 #: Set to 1 to compile and simulate every piece even when one of the same geometry was (a debug check of
