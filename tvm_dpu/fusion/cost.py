@@ -25,7 +25,7 @@ import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
-from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits
+from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits, conv_add_variants
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
@@ -133,6 +133,8 @@ def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
     and the plan holding the group use (`group_variants`)."""
     c = _ctx(graph, arch)
     first, variants = group.ops[0], GROUP_VARIANTS[group.template]
+    if group.template == "conv_add":  # only the tilings that differ
+        variants = conv_add_variants(arch, graph, graph.op(first))
     timed = {v: piece_cycles(graph, arch, [group], {first: v}) for v in variants}
     best = min(variants, key=lambda v: (timed[v], variants.index(v)))
     c.variants[first] = best
