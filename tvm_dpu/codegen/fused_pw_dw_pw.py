@@ -114,9 +114,14 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             passes, sl = ready.pop(0)
             ob, v, first = sl * half + tile.a_slot, sum(p.v for p in passes), passes[0]
             place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
+            # The last CONVs of the group (its last rows of its last strip) stand for every VB0 row the chain's
+            # CONVs read: the next op's tiles are named by VB0 half (or bank under it), not by this kernel's
+            # regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the earlier ones.
+            last = passes[-1].j0 + passes[-1].v == y.h and first.q0 + first.length == y.w
+            halves = (("vb0", 0), ("vb0", 1)) if last else ()
             emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
                              ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
-                             (("vb0", sl, "out"), ("convw",), ("bias",)), (("vb0", sl, "pw"),))
+                             (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
             for r in range(v):
                 prog.emit("SAVE", reads=(("vb0", sl, "pw"),), writes=(("ddr", pw.outputs[0]),), bank_id=vb0 + r,
                           bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
