@@ -313,13 +313,23 @@ def _params_in_program(csg: Any, blob: memoryview) -> None:
     csg.params = np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=offset)
 
 
-def fallback_modes(plan) -> tuple[str, ...]:
-    """The simpler plans compile_subgraph compiles and simulates against a searched `plan`, keeping the fastest:
-    the unfused one, and greedy's unless the search already settled every region where it differs from greedy in
-    context (fusion.select._in_context, with the simulator as the cost source: `stats["in_context"]`), which is
-    the same comparison made where it matters, so the whole greedy program is not compiled again."""
+#: Subgraphs of at most this many ops compare greedy's whole program even when the search settled its regions in
+#: context (fallback_modes): a compile of so few ops costs next to nothing (a ResNet-50, about 70 ops, would pay
+#: about a second more).
+GREEDY_RECHECK_OPS = 32
+
+
+def fallback_modes(plan, n_ops: int = 0) -> tuple[str, ...]:
+    """The simpler plans compile_subgraph compiles and simulates against a searched `plan` of a graph of `n_ops`
+    ops, keeping the fastest: the unfused one, and greedy's unless the search already settled every region where
+    it differs from greedy in context (fusion.select._in_context, with the simulator as the cost source:
+    `stats["in_context"]`), which is the same comparison made where it matters, so the whole greedy program is not
+    compiled again. Small graphs (GREEDY_RECHECK_OPS) compare greedy's anyway: the in-context windows compare
+    groupings before the lone convs get their variants, which can reverse a near tie (ShuffleNetV2's stage4
+    blocks, B4096: pw_dw_pw 1,033 cycles, pw_dw and a lone pointwise conv with its split_weights variant 1,028)."""
     if plan.mode == "optimal":
-        return ("none",) if plan.stats.get("in_context") is not None else ("greedy", "none")
+        settled = plan.stats.get("in_context") is not None and n_ops > GREEDY_RECHECK_OPS
+        return ("none",) if settled else ("greedy", "none")
     return ("none",) if plan.mode == "greedy" else ()
 
 
@@ -350,7 +360,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
         return compile_with_variants(graph, arch, plan, csg)
     searched = plan
     timed = [(program_cycles(csg.code, arch), None, plan, csg)]
-    for mode in fallback_modes(plan):  # timed only: compiled without a copy of the weights
+    for mode in fallback_modes(plan, len(graph.ops)):  # timed only: compiled without a copy of the weights
         c, p = compile_with_fusion(graph, arch, mode, keep_params=False)
         if p.groups == plan.groups:
             continue  # the same program

@@ -114,11 +114,12 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             passes, sl = ready.pop(0)
             ob, v, first = sl * half + tile.a_slot, sum(p.v for p in passes), passes[0]
             place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
-            # The last CONVs of the group (its last rows of its last strip) stand for every VB0 row the chain's
-            # CONVs read: the next op's tiles are named by VB0 half (or bank under it), not by this kernel's
-            # regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the earlier ones.
+            # The first pointwise CONVs after the chain conv's last CONVs (in the CONV engine's order) stand for
+            # every VB0 row those read: the next op's tiles are named by VB0 half (or bank under it), not by this
+            # kernel's regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the chain's.
             last = passes[-1].j0 + passes[-1].v == y.h and first.q0 + first.length == y.w
-            halves = (("vb0", 0), ("vb0", 1)) if last else ()
+            halves = (("vb0", 0), ("vb0", 1)) if (chain_done[0] or last) and not fenced[0] else ()
+            fenced[0] = fenced[0] or bool(halves)
             emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
                              ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
                              (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
@@ -128,6 +129,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
                           jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
 
     emitted = [0]  # program length after the last pass: more means emit_chain has emitted conv CONVs since
+    chain_done, fenced = [False], [False]  # emit_chain has returned; a flush has read both VB0 halves
 
     def emit_pass(ps: ChainPass, _ob: int, _oslot: int) -> None:
         # "wide": a full slot's pointwise CONVs wait until the chain conv's CONVs for the next rows are emitted;
@@ -160,5 +162,6 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
 
     emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, emit_pass,
                ja and (ja, plain_rows(arch, job)))
+    chain_done[0] = True
     close()
     flush()
