@@ -122,8 +122,10 @@ YOLOX = "yolox_nano_b4096_kv260-ubuntu-test_75f296b4ec8e95884c93db81778009db97cd
 
 @pytest.mark.slow
 def test_yolox_vaic_program_depends_on_dma_latency_more_than_on_conv_fill():
-    """The finding docs/timing-model.md reports: on vai_c's YOLOX-nano program the simulated time moves far more
-    with the latency every LOAD/SAVE exposes than with the per-CONV fill (which our programs' rows fit)."""
+    """The finding docs/timing-model.md reports: on vai_c's YOLOX-nano program, with each LOAD/SAVE's own token
+    posted at completion, the simulated time moved far more with the latency every LOAD/SAVE exposes than with the
+    per-CONV fill (which made the program read 49% slower than published); posted at the transfer's end (in
+    force), that latency is nearly gone from the program's time and the fill matters more."""
     if not (Path(os.environ.get("TVM_DPU_XMODELS", "xmodels-not-vendored")) / YOLOX).is_file():
         pytest.skip("set TVM_DPU_XMODELS to a directory holding the YOLOX-nano xmodel (PUBLIC_NETWORKS.txt)")
     vaic = _load("calibration_vaic")
@@ -134,10 +136,17 @@ def test_yolox_vaic_program_depends_on_dma_latency_more_than_on_conv_fill():
     ((fp, code),) = progs.programs(row)
     assert fp == 0x0101000016010407 and len(code) > 50_000
     base = load_params("kv260")
-    ms = progs.dpu_ms(row, base)
-    no_latency = progs.dpu_ms(row, base.replace(ddr_latency_ns=0.0))
-    no_fill = progs.dpu_ms(row, base.replace(conv_fill_cycles=0))
-    assert ms - no_latency > 3 * (ms - no_fill) > 0
+    assert base.dma_own_token == "transfer_end"
+    at = {}
+    for reading in ("completion", "transfer_end"):
+        p = base.replace(dma_own_token=reading)
+        at[reading] = (progs.dpu_ms(row, p), progs.dpu_ms(row, p.replace(ddr_latency_ns=0.0)),
+                       progs.dpu_ms(row, p.replace(conv_fill_cycles=0)))
+    ms_c, no_latency_c, no_fill_c = at["completion"]
+    assert ms_c - no_latency_c > 3 * (ms_c - no_fill_c) > 0
+    ms, no_latency, no_fill = at["transfer_end"]
+    assert no_latency_c == no_latency  # without DDR latency the two readings are one machine
+    assert 0 <= ms - no_latency < 0.1 * (ms_c - no_latency_c) and ms - no_fill > 3 * (ms - no_latency)
     two = dataclasses.replace(row, metric="fps", cores=2)
     assert np.isfinite(ms) and progs.predict(two, base) < 2e3 / ms  # two cores share the DDR: each one is slower
 

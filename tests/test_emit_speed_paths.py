@@ -29,7 +29,7 @@ from tvm_dpu.errors import ISAError
 from tvm_dpu.timing import simulate as sim
 from tvm_dpu.timing.cost import CostModel
 from tvm_dpu.timing.depcheck import initial_tokens
-from tvm_dpu.timing.params import machine
+from tvm_dpu.timing.params import load_params, machine
 
 VAI_C_PROGRAMS = sorted((Path(__file__).parent / "data" / "vai_c_mc").glob("*.bin"))
 ARCHS = ("DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152", "dnnvm-zu2")
@@ -120,10 +120,12 @@ def test_program_encode_names_a_bad_field_like_encode_program():
 
 
 # -- the timing model ------------------------------------------------------------------------------------------
-def _reference_simulate(code, arch):
-    """The simulator before its fast paths (costs of freshly decoded instructions, the event loop as it was):
+def _reference_simulate(code, arch, params=None):
+    """The simulator before its fast paths (costs of freshly decoded instructions, the event loop as it was), with
+    the own-engine token of a LOAD/SAVE posted when its transfer ends under dma_own_token "transfer_end":
     (cycles, start, end, done, busy)."""
-    m = machine(load_arch(arch))
+    m = machine(load_arch(arch), params)
+    own_at_end = m.params.dma_own_token == "transfer_end"
     cm = CostModel(m)
     instrs = decode_program(code)
     costs = [cm.cost(i, ins) for i, ins in enumerate(instrs)]
@@ -212,6 +214,8 @@ def _reference_simulate(code, arch):
                 continue
             end[i], running[e] = t, None
             busy[e] += t - start[i]
+            if own_at_end and is_dma[i] and e in posts_to[i]:
+                tokens[e][e] += 1
             heapq.heappush(posts, (t + costs[i].latency, i))
             changed = changed or is_dma[i]
         if changed:
@@ -220,13 +224,14 @@ def _reference_simulate(code, arch):
             tp, i = heapq.heappop(posts)
             done[i], finished = tp, finished + 1
             for d in posts_to[i]:
-                tokens[costs[i].engine][d] += 1
+                if not (own_at_end and is_dma[i] and d == costs[i].engine):
+                    tokens[costs[i].engine][d] += 1
     return float(np.nanmax(done)) if n else 0.0, start, end, done, busy, costs
 
 
-def _assert_same_as_reference(code, arch):
-    r = sim.simulate(code, arch)
-    cycles, start, end, done, busy, costs = _reference_simulate(code, arch)
+def _assert_same_as_reference(code, arch, params=None):
+    r = sim.simulate(code, arch, params)
+    cycles, start, end, done, busy, costs = _reference_simulate(code, arch, params)
     assert r.cycles == cycles
     for got, want in ((r.start, start), (r.end, end), (r.done, done)):
         assert np.array_equal(got, np.array(want))  # bit for bit, not approximately
@@ -238,7 +243,9 @@ def _assert_same_as_reference(code, arch):
 @pytest.mark.parametrize("path", VAI_C_PROGRAMS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_simulate_equals_reference_on_vai_c_programs(path, arch):
-    _assert_same_as_reference(np.frombuffer(path.read_bytes(), "<u4"), arch)
+    code = np.frombuffer(path.read_bytes(), "<u4")
+    _assert_same_as_reference(code, arch)  # params.json: own tokens at the transfer's end
+    _assert_same_as_reference(code, arch, load_params(arch, dma_own_token="completion"))
 
 
 def test_simulate_equals_reference_on_compiled_programs(compiled):

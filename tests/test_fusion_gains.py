@@ -21,11 +21,10 @@ ARCHS = ["DPUCZDX8G_ISA1_B4096", "dnnvm-zu2"]
 
 # GoogLeNet is the network whose fused plans lost (the build fell back to "none"); the rest run with -m slow.
 _ZOO = [m if m == "googlenet" else pytest.param(m, marks=pytest.mark.slow) for m in zoo.MODELS]
-#: Known losses (measured on the reduced zoo, both archs): SqueezeNet 1.1's stem conv + max pool (3 -> 64 channels,
-#: stride 2) fused on B4096 takes 2.4% more cycles in the whole program than the conv alone (channel-augmented,
-#: fewer CONV cycles but its LOADs one burst per item) and the pool; costed alone the search finds it faster. The
-#: build's fallback check ships the unfused program there.
-_KNOWN_LOSSES = {("squeezenet1_1", "DPUCZDX8G_ISA1_B4096")}
+#: Known losses (measured on the reduced zoo, both archs): none. SqueezeNet 1.1's stem conv + max pool on B4096 lost
+#: 2.4% while every LOAD/SAVE waited out its predecessor's DDR round trip (the augmented conv's LOADs are one burst
+#: per item); with own tokens posted at the transfer's end it no longer does.
+_KNOWN_LOSSES: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("arch_name", ARCHS)
@@ -69,15 +68,18 @@ def _probe(c: int, hw: int) -> object:
 
 @pytest.mark.parametrize("arch_name", ARCHS)
 def test_fusion_gains_where_ddr_traffic_dominates(arch_name):
-    """On the probe (16 channels, 16x16) fusion moves a third less DDR data and saves at least 15% of the cycles
-    (measured: 26% on B4096, 24% on ZU2; before the fused kernels overlapped their parameter LOADs the search gained
-    nothing on such probes), optimal no slower than greedy, and the fused program is bit-exact."""
+    """On the probe (16 channels, 16x16) fusion moves a quarter less DDR data and saves cycles: measured 17.6% on
+    B4096 and 9.6% on ZU2 since a LOAD/SAVE posts its own engine's token at its transfer's end (26% and 24% while
+    every LOAD/SAVE waited out its predecessor's DDR round trip, which made round trips dearer; before the fused
+    kernels overlapped their parameter LOADs the search gained nothing on such probes). ZU2's B1152 computes the
+    same convs at a quarter of B4096's rate, so the traffic fusion saves is a smaller share of its time. Optimal is
+    no slower than greedy, and the fused program is bit-exact."""
     g, arch = _probe(16, 16), load_arch(arch_name)
     sims, plans = {}, {}
     for mode in ("none", "greedy", "optimal"):
         compiled, plans[mode] = compile_with_fusion(g, arch, mode, keep_params=False)
         sims[mode] = simulate(compiled.code, arch)
-    assert sims["optimal"].cycles <= 0.85 * sims["none"].cycles
+    assert sims["optimal"].cycles <= (0.92 if arch_name == "dnnvm-zu2" else 0.85) * sims["none"].cycles
     assert sims["optimal"].cycles <= sims["greedy"].cycles < sims["none"].cycles
     ddr = {m: s.ddr_read_bytes + s.ddr_write_bytes for m, s in sims.items()}
     assert ddr["optimal"] < 0.75 * ddr["none"]
@@ -105,3 +107,59 @@ def test_fused_parameter_loads_overlap_the_previous_ops_convs(arch_name):
     last_conv_before = max(i for i in range(lo) if instrs[i].name == "CONV")
     assert t.start[first_load] < t.end[last_conv_before]
     assert emulator_vs_golden(b.g, arch, plan, seed=3).bad == 0
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("h", [8, 18])
+def test_dw_pw_pointwise_convs_take_all_pp_rows(arch_name, h):
+    """ShuffleNetV2's downsampling branch (a 3x3 stride-2 depthwise conv, then a 1x1 conv, 14 channels): the ALU
+    computes fewer rows at once than the CONV (alu_pp < pp), so the fused kernel runs several depthwise passes per
+    tile and each pointwise CONV covers PP rows. With one pass per tile the fused pair ran twice the CONVs of the
+    unfused 1x1 conv, and lost to it on dnnvm-zu2 (CONV fills); h=18 leaves a tail tile of one row."""
+    b = _B(4)
+    x = b.input(14, h, 8)
+    ho = (h + 1) // 2
+    dw = b.op("depthwise_conv2d", [x], (1, 14, ho, 4), 4,
+              {"weights": b.const((14, 1, 3, 3), 6), "bias": b.const((14,), 4)},
+              strides=[2, 2], pads=[1, 1, 1, 1], act="relu")
+    b.g.outputs = [b.conv(dw, 14, 1)]
+    validate_graph(b.g)
+    arch = load_arch(arch_name)
+    from tvm_dpu.codegen.compiler import compile_graph_fused
+    from tvm_dpu.fusion.select import plan_fusion
+    from tvm_dpu.types import FusionPlan, Group
+    plan = FusionPlan("manual", [Group("dw_pw", tuple(op.name for op in b.g.ops))])
+    fused = compile_graph_fused(b.g, arch, plan, keep_params=False)
+    alone = compile_graph_fused(b.g, arch, plan_fusion(b.g, arch, "none"), keep_params=False)
+    n_out = -(-14 // arch.ocp)
+    assert fused.instr_counts["CONV"] == -(-ho // arch.pp) * n_out
+    assert cycles(fused.code, arch) < cycles(alone.code, arch)
+    _assert_exact_and_race_free(b.g, arch, plan, seed=5)
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+def test_dw_pw_passes_sharing_one_window_are_exact(arch_name):
+    """A wide map (64 channels, 60 columns): two depthwise passes' windows do not both fit half a bank, so the
+    passes of a tile load theirs into the same rows, one after the other; the output stays bit-exact."""
+    b = _B(7)
+    x = b.input(64, 30, 60)
+    dw = b.op("depthwise_conv2d", [x], (1, 64, 15, 30), 4,
+              {"weights": b.const((64, 1, 3, 3), 6), "bias": b.const((64,), 4)},
+              strides=[2, 2], pads=[1, 1, 1, 1], act="relu")
+    b.g.outputs = [b.conv(dw, 40, 1)]
+    validate_graph(b.g)
+    from tvm_dpu.types import FusionPlan, Group
+    plan = FusionPlan("manual", [Group("dw_pw", tuple(op.name for op in b.g.ops))])
+    _assert_exact_and_race_free(b.g, load_arch(arch_name), plan, seed=1)
+
+
+def _assert_exact_and_race_free(g, arch, plan, seed: int) -> None:
+    """The fused program's outputs equal the golden reference's, and the dependency checker finds no token
+    problem and no race between the passes' LOADs, ALUs and the CONVs over their banks."""
+    from tvm_dpu.runtime.dep_check import check_subgraph
+    from tvm_dpu.timing.depcheck import CODEGEN_COUNTER_DEPTH
+    run = emulator_vs_golden(g, arch, plan, seed=seed)
+    assert run.bad == 0, run.by_output
+    rep = check_subgraph(run.compiled)
+    assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
+    assert rep.max_cross_depth() <= CODEGEN_COUNTER_DEPTH

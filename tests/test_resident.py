@@ -11,7 +11,7 @@ from test_codegen import _B
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.codegen.isa import decode_program
-from tvm_dpu.codegen.resident import RESIDENT, plan_chain, resident_fits
+from tvm_dpu.codegen.resident import RESIDENT, RESIDENT_SEQ, RESIDENTS, plan_chain, resident_fits
 from tvm_dpu.fusion.cost import cost_source
 from tvm_dpu.fusion.residency import linear_chains
 from tvm_dpu.fusion.select import BUILD_COST_SOURCE, compile_with_fusion, plan_fusion
@@ -62,17 +62,18 @@ def _mnist(seed: int = 9):
     return b.g
 
 
-def _resident_plan(graph) -> FusionPlan:
-    return FusionPlan("resident", [Group(RESIDENT, tuple(op.name for op in graph.ops))])
+def _resident_plan(graph, template: str = RESIDENT) -> FusionPlan:
+    return FusionPlan("resident", [Group(template, tuple(op.name for op in graph.ops))])
 
 
+@pytest.mark.parametrize("template", RESIDENTS)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("make", [_conv_stack, _classifier], ids=["conv_stack", "classifier"])
-def test_resident_chain_is_bit_exact_and_checker_clean(arch, make):
+def test_resident_chain_is_bit_exact_and_checker_clean(arch, make, template):
     g = make()
     g.outputs = [g.ops[-1].outputs[0]]
     assert resident_fits(load_arch(arch), g, g.ops)
-    run = emulator_vs_golden(g, arch, _resident_plan(g), seed=5)
+    run = emulator_vs_golden(g, arch, _resident_plan(g, template), seed=5)
     assert run.bad == 0, run.by_output
     counts = run.compiled.instr_counts
     h = g.tensors[g.outputs[0]].shape[2]
@@ -82,6 +83,32 @@ def test_resident_chain_is_bit_exact_and_checker_clean(arch, make):
     assert rep.max_cross_depth() <= CODEGEN_COUNTER_DEPTH and rep.own_on == rep.own_by == 1.0
     unfused = emulator_vs_golden(g, arch, None, seed=5)
     assert cycles(run.compiled.code, arch) < cycles(unfused.compiled.code, arch)
+
+
+def test_seq_order_and_weights_group_by_group():
+    """RESIDENT_SEQ emits a conv only after every earlier op (vai_c's order), RESIDENT as soon as its rows are
+    there; in both, an op's resident weights load group by group, each group's last LOAD after the previous group's
+    first CONV, so the first CONV of an op waits for its own group's weights only."""
+    arch = "DPUCZDX8G_ISA1_B4096"
+    g = _conv_stack()
+    g.outputs = [g.ops[-1].outputs[0]]
+    convw = load_arch(arch).bank_group("CONVW").base_id
+    firsts = {}
+    for template in RESIDENTS:
+        run = emulator_vs_golden(g, arch, _resident_plan(g, template), seed=3)
+        assert run.bad == 0
+        code = decode_program(run.compiled.code)
+        convs = [(i, c) for i, c in enumerate(code) if c.name == "CONV"]
+        # conv 2 (7x7 over 32 channels: channel_group 2, length 16) and conv 1 (length 22)
+        c1 = [i for i, c in convs if c.fields["length"] == 22]
+        c2 = [i for i, c in convs if c.fields["length"] == 16]
+        firsts[template] = (c2[0], c1[-1])
+        # conv 2's second group's weights: 16 LOADs of 49 rows at its group's rows, the last after its first CONV
+        g1 = [i for i, c in enumerate(code) if c.name == "LOAD" and convw <= c.fields["bank_id"] < convw + 16
+              and c.fields["length"] == 49 and c.fields["bank_addr"] % 1024 == 49 * 2]
+        assert len(g1) == 16 and g1[-1] > c2[0] > g1[-2]
+    assert firsts[RESIDENT_SEQ][0] > firsts[RESIDENT_SEQ][1]  # conv 2 starts after conv 1's last CONV
+    assert firsts[RESIDENT][0] < firsts[RESIDENT][1]  # on conv 1's first rows
 
 
 def test_streamed_weights_use_both_convw_halves():
@@ -145,10 +172,16 @@ def test_search_chooses_residency_where_it_is_faster(mode):
     g = _conv_stack()
     g.outputs = [g.ops[-1].outputs[0]]
     plan = plan_fusion(g, load_arch(arch), mode)
-    assert plan.stats["resident"] == 1 and [gr.template for gr in plan.groups] == [RESIDENT]
-    assert emulator_vs_golden(g, arch, plan, seed=2).bad == 0
+    assert plan.stats["resident"] == 1 and len(plan.groups) == 1 and plan.groups[0].template in RESIDENTS
+    run = emulator_vs_golden(g, arch, plan, seed=2)
+    assert run.bad == 0
+    # the faster of the two emission orders (here vai_c's, conv after conv: the LOAD engine bounds the start)
+    other, = set(RESIDENTS) - {plan.groups[0].template}
+    assert plan.groups[0].template == RESIDENT_SEQ
+    assert cycles(run.compiled.code, arch) < cycles(emulator_vs_golden(g, arch, _resident_plan(g, other)).compiled.code,
+                                                    arch)
     off = plan_fusion(g, load_arch(arch), mode, residency=False)
-    assert RESIDENT not in {gr.template for gr in off.groups} and "resident" not in off.stats
+    assert not set(RESIDENTS) & {gr.template for gr in off.groups} and "resident" not in off.stats
     assert plan.cost < off.cost
     # a big-map chain that does not fit is left to the templates
     b = _B(7)
@@ -156,7 +189,7 @@ def test_search_chooses_residency_where_it_is_faster(mode):
     c1 = b.conv(x, 32, 1)
     b.conv(c1, 32, 1)
     big = plan_fusion(b.g, load_arch(arch), mode)
-    assert "resident" not in big.stats and RESIDENT not in {gr.template for gr in big.groups}
+    assert "resident" not in big.stats and not set(RESIDENTS) & {gr.template for gr in big.groups}
 
 
 def test_resident_chain_between_ordinary_groups():

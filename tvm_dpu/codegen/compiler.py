@@ -34,7 +34,7 @@ from tvm_dpu.codegen.fused_conv_pool import emit_conv_pool
 from tvm_dpu.codegen.fused_pw_dw_pw import emit_pw_dw_pw
 from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
 from tvm_dpu.codegen.fused_hconv import emit_hconv
-from tvm_dpu.codegen.resident import RESIDENT, emit_resident
+from tvm_dpu.codegen.resident import RESIDENTS, emit_resident
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.errors import FusionError
 from tvm_dpu.ops import OpRegistryError
@@ -273,7 +273,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
             on_chip.update(ops[g.ops[0]].outputs)
         elif g.template == "pw_dw_pw":
             on_chip.update(t for n in g.ops[:2] for t in ops[n].outputs)
-        elif g.template == RESIDENT:  # every map but the chain's output stays in the banks
+        elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
             on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
     # The liveness walk must follow the emission order.
     order = [ops[n] for g in groups for n in g.ops]
@@ -295,8 +295,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
             if g in fused and g.template == "conv_add":
                 emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
                               plan.variants.get(g.ops[0], "wide"))
-            elif g in fused and g.template == RESIDENT:
-                emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
+            elif g in fused and g.template in RESIDENTS:
+                emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
             elif g in fused and g.template == "pw_dw_pw":
                 relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
                                                                members=[ops[n] for n in g.ops], fmaps=fmaps,

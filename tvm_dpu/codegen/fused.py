@@ -11,7 +11,7 @@ from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.codegen.fused_pw_dw_pw import pw_dw_pw_fits
-from tvm_dpu.codegen.resident import RESIDENT, resident_fits
+from tvm_dpu.codegen.resident import RESIDENTS, resident_fits
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
 
@@ -34,6 +34,6 @@ def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
         return conv_pool_fits(arch, graph, ops[0], ops[1])
     if group.template == "pw_dw_pw":
         return pw_dw_pw_fits(arch, graph, *ops)
-    if group.template == RESIDENT:
+    if group.template in RESIDENTS:
         return resident_fits(arch, graph, ops)
     return False

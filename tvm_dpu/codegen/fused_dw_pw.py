@@ -1,6 +1,8 @@
 """dw_pw: a depthwise conv (ALU) whose output tile in VB1 is the input tile of a pointwise conv (CONV)."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
@@ -15,9 +17,9 @@ from tvm_dpu.xgraph.graph import Graph, Op
 
 
 def _dw_pw_tile(arch: Arch, graph: Graph, dw: Op, pw: Op) -> tuple[int, int] | None:
-    """(vpp, L) of the dw_pw pipeline, or None: every channel group of the depthwise in one ALU pass, the
-    pointwise weights resident, and the dw input window, the dw output (VB1) and the pw output (VB0, reusing
-    the consumed window) within half a bank."""
+    """(vpp, L) of the dw_pw pipeline's ALU passes, or None: every channel group of the depthwise in one ALU
+    pass, the pointwise weights resident, and the dw input window, the dw output (VB1) and the pw output (VB0,
+    reusing the consumed window) within half a bank. The pointwise CONVs of a tile cover `tile_rows` of them."""
     if (arch.icp != arch.ocp or tuple(xops.attr(dw, "dilations")) != (1, 1) or not fusable(arch, graph, pw)
             or not is_pointwise(graph, pw)):  # emit_pointwise_tile reads the ALU's output pixel by pixel
         return None
@@ -54,7 +56,6 @@ def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: d
     """Depthwise conv (ALU) then pointwise conv (CONV) per tile: the ALU leaves all channel groups of its output
     tile in VB1, the CONVs read them there as their input tile and write into the consumed VB0 window, the SAVEs
     write the pointwise output; the depthwise output never touches DDR."""
-    from tvm_dpu.codegen.alu import ALU_MODES
     from tvm_dpu.codegen.layout import pack_dw_weights
 
     tile = _dw_pw_tile(arch, graph, dw, pw)
@@ -70,37 +71,68 @@ def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: d
     wd_off = params.add(pack_dw_weights(wd, arch.icp))
     bd_off = params.add(pack_channel_vector(bias_d, arch.icp))
     job = conv_job(arch, graph, pw, params)
-    cp, half = arch.icp, arch.bank_depth // 2
-    cg, n_out = ceil_div(c, cp), ceil_div(job.cout, arch.ocp)
-    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    half = arch.bank_depth // 2
+    cg, n_out = ceil_div(c, arch.icp), ceil_div(job.cout, arch.ocp)
     taps = win.kh * win.kw
     prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=arch.bank_group("DWCONVW").base_id,
-              bank_addr=0, length=taps, channel=c, jump_read=cg * cp, jump_write=cg, reg_id=REG_PARAMS,
+              bank_addr=0, length=taps, channel=c, jump_read=cg * arch.icp, jump_write=cg, reg_id=REG_PARAMS,
               ddr_addr=wd_off)
     prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
               bank_addr=0, length=1, channel=c, jump_read=c, jump_write=cg, reg_id=REG_PARAMS, ddr_addr=bd_off)
     load_params(prog, arch, job, 0, n_out, 0, cg)  # pointwise biases after the depthwise ones
     x, y = fmaps[dw.inputs[0]], fmaps[pw.outputs[0]]
+    rows = tile_rows(arch, vpp)
     buf = 0
-    for p0 in range(0, y.h, vpp):
-        v = min(vpp, y.h - p0)
+    for p0 in range(0, y.h, rows):
+        v = min(rows, y.h - p0)
         for q0, length in split_even(y.w, lmax):
             base = buf * half
-            wt = WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0, v, q0, length, cg,
-                               base)
-            wt.emit_loads(prog, vb0, arch.bank_depth, x, dw.inputs[0], 0, c, ("vb0", buf))
-            pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
-            prog.emit("ALUINIT", exec_mode=ALU_MODES["dwconv"], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
-                      stride_w=win.sw, stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=cg,
-                      channel_offset=cg * cp - c, length=length, shift_prelu_p=0, act_type=qd.act_type,
-                      shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut, shift_prelu_n=0, multi_factor=0,
-                      jump_read=cg, jump_read_endl=wt.place.endl, jump_read_weights=cg, jump_write=cg,
-                      jump_write_endl=1)
-            a = [b % arch.bank_depth for b in wt.place.bases()]
-            prog.emit("ALU", reads=(("vb0", buf), ("dwconvw",), ("bias",)), writes=(("vb1", buf),),
-                      bank_id_out=vb1, bank_addr_out=base, pad_bottom=win.kh - 1 - pad_bottom,
-                      valid_pixel_parallel=v, bank_id_in=vb0, bank_addr_in=a[0], pad_top=pad_top, pad_left=pad_left,
-                      pad_right=win.kw - 1 - pad_right, bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0,
-                      bank_addr_in_2=a[2], bank_addr_bias=0, bank_addr_in_3=a[3])
+            _emit_dw_passes(prog, arch, dw, qd, win, x, cg, c, buf, base, p0, v, vpp, q0, length)
             emit_pointwise_tile(prog, arch, job, buf, base, v, length, 0, cg, y, pw.outputs[0], p0, q0)
             buf ^= 1
+
+
+def tile_rows(arch: Arch, vpp: int) -> int:
+    """Output rows per dw_pw tile: as many ALU passes of `vpp` rows as the CONV's PP banks hold. The ALU's pixel
+    parallelism is half the CONV's on the ISA1 DPUs (alu_pp), so one pass per tile ran every pointwise CONV on
+    half its rows and paid twice the CONV fills of the unfused pointwise conv (ShuffleNetV2's stage3.0 on
+    dnnvm-zu2: 4 CONVs of 136 cycles where the unfused conv runs 2; the fused group lost to its members)."""
+    return vpp * max(1, arch.pp // vpp)
+
+
+def _emit_dw_passes(prog: Program, arch: Arch, dw: Op, qd: Any, win: Any, x: FMap, cg: int, c: int, buf: int,
+                    base: int, p0: int, v: int, vpp: int, q0: int, length: int) -> None:
+    """The depthwise ALU passes of one tile (output rows p0 .. p0+v, `vpp` per pass), pass j writing its rows to
+    VB1 banks from j*vpp. Each pass's input window gets its own rows of VB0's half when they all fit (so a
+    pass's LOADs need not wait for the previous pass's ALU), else they share `base`."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    half = arch.bank_depth // 2
+    starts = list(range(0, v, vpp))
+    tiles = [WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0 + r0, min(vpp, v - r0),
+                           q0, length, cg, base) for r0 in starts]
+    steps = [t.place.footprint(t.n_rows) for t in tiles]
+    apart = sum(steps) <= half
+    for j, (r0, wt) in enumerate(zip(starts, tiles)):
+        if apart and j:
+            wt = WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0 + r0,
+                               min(vpp, v - r0), q0, length, cg, base + sum(steps[:j]))
+        # A window of its own rows is its own resource, so its LOADs do not wait for the earlier passes' ALUs;
+        # the pointwise CONV's write of ("vb0", buf) still waits for every pass (a name's parts lie in it).
+        win_res = ("vb0", buf, "dw", j) if apart else ("vb0", buf)
+        vs = min(vpp, v - r0)
+        wt.emit_loads(prog, vb0, arch.bank_depth, x, dw.inputs[0], 0, c, win_res)
+        pad_top, pad_left, pad_bottom, pad_right = wt.pads(x)
+        prog.emit("ALUINIT", exec_mode=ALU_MODES["dwconv"], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
+                  stride_w=win.sw, stride_offset_in=0, stride_offset_out=0, stride_out=1, channel_group=cg,
+                  channel_offset=cg * arch.icp - c, length=length, shift_prelu_p=0, act_type=qd.act_type,
+                  shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut, shift_prelu_n=0, multi_factor=0,
+                  jump_read=cg, jump_read_endl=wt.place.endl, jump_read_weights=cg, jump_write=cg,
+                  jump_write_endl=1)
+        a = [b % arch.bank_depth for b in wt.place.bases()]
+        prog.emit("ALU", reads=(win_res, ("dwconvw",), ("bias",)), writes=(("vb1", buf),),
+                  bank_id_out=vb1 + r0, bank_addr_out=base, pad_bottom=win.kh - 1 - pad_bottom,
+                  valid_pixel_parallel=vs, bank_id_in=vb0, bank_addr_in=a[0], pad_top=pad_top, pad_left=pad_left,
+                  pad_right=win.kw - 1 - pad_right, bank_addr_in_1=a[1], kernel_d=1, bank_addr_weights=0,
+                  bank_addr_in_2=a[2], bank_addr_bias=0, bank_addr_in_3=a[3])

@@ -343,10 +343,9 @@ def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Inst
     return Instr(name, vals, dpdon, dpdby)
 
 
-
-#: make_encoded's results by (name, the caller's field names, their values): a network's code builds the same field sets over
-#: and over (ResNet-50: 31k distinct among 104k instructions). Bounded; a dict read is thread-safe, a race between
-#: two writers only builds twice.
+#: make_encoded's results by (name, the caller's field names, their values): a network's code builds the same field
+#: sets over and over (ResNet-50: 31k distinct among 104k instructions). Bounded; a dict read is thread-safe, a race
+#: between two writers only builds twice.
 _BUILT: dict[tuple, tuple[str, Mapping[str, int], tuple[int, ...] | None]] = {}
 _BUILT_MAX = 1 << 16  # about 1.1 KB an entry
 

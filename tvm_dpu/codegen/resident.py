@@ -46,6 +46,15 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: The fusion template name of a resident chain (a Group of any length >= 2; not an isomorphism template: the
 #: search finds the chains itself, fusion.select).
 RESIDENT = "resident"
+#: The same chain emitted conv after conv: every unit of an op before the next conv's (the chain's input LOADs still
+#: go just ahead of the CONVs that read them, the ALUs of a pool / activation and the SAVEs as soon as their rows
+#: are done, so they overlap the producer's CONVs), the order of vai_c's programs.
+#: Where the LOAD engine bounds the chain's start (the input and every op's weights to load), the producer's last
+#: tiles then overlap the next op's weight LOADs instead of waiting behind the consumer's first tiles; the fusion
+#: search costs both orders (fusion.residency) and keeps the faster.
+RESIDENT_SEQ = "resident_seq"
+#: The templates of resident chains, by their emission order.
+RESIDENTS = (RESIDENT, RESIDENT_SEQ)
 
 #: ALU modes a resident chain runs (those without parameters in DWCONVW).
 _ALU_ACTS = ("hard_sigmoid", "leaky_relu")
@@ -339,7 +348,7 @@ def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
     resident = cg_out * wrows <= half
     tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
     # streamed weights go in chunks of as many groups as fit half the CONVW banks, one LOAD per bank per chunk:
-    # every LOAD waits for its predecessor's completion (own-engine token, DDR latency included), so fewer,
+    # every LOAD waits for its predecessor's own-engine token and pays its issue and burst overheads, so fewer,
     # longer LOADs keep the LOAD engine, which such a chain waits on, streaming
     per = max(1, min(cg_out, half // wrows))
     chunks = [(g0, min(per, cg_out - g0)) for g0 in range(0, cg_out, per)]
@@ -484,14 +493,18 @@ def _alu_units(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y
 
 
 def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
-                  params: ParamBlob) -> None:
+                  params: ParamBlob, template: str = RESIDENT) -> None:
     """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring).
 
     Program order follows the data: each unit (a LOAD run, a tile of CONVs, an ALU, a SAVE run) is emitted as soon
     as the rows it reads have been emitted, consumers first, so every wait names a post just before it (the
     code generator keeps each token counter at one token along program order, program.Program) and an op starts
-    on the first rows of its input while its producer computes the rest. A conv step's parameter LOADs come with
-    its first unit, once no unfinished earlier step uses the CONVW / BIAS half they go to."""
+    on the first rows of its input while its producer computes the rest (`template` RESIDENT_SEQ: a conv only once
+    every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no unfinished
+    earlier step uses the CONVW / BIAS half they go to."""
+    if template not in RESIDENTS:
+        raise CodegenError(f"ops {[op.name for op in ops]}: {template!r} is not a resident chain template")
+    seq = template == RESIDENT_SEQ
     x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
     x, y = fmaps[x_res], fmaps[y_res]
     chain = plan_chain(arch, graph, ops, x.pixel_pitch)
@@ -535,7 +548,8 @@ def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps:
             if done(k):
                 continue
             need, produces, emit = units[k][emitted[k]]
-            if k > 0 and rows[k - 1] < need:
+            if k > 0 and rows[k - 1] < need or seq and 2 <= k <= n and steps[k - 1].kind == "conv" and \
+                    not done(k - 1):
                 continue
             i = k - 1
             if 0 <= i < n and not started[i]:

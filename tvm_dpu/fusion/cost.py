@@ -31,9 +31,9 @@ from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
 from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_VARIANTS, pw_dw_pw_fits
 from tvm_dpu.codegen.layout import ceil_div
-from tvm_dpu.codegen.resident import RESIDENT
+from tvm_dpu.codegen.resident import RESIDENTS
 from tvm_dpu.codegen.tiling import FIELD10
-from tvm_dpu.errors import FusionError
+from tvm_dpu.errors import DPUError, FusionError
 from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
 from tvm_dpu.timing.simulate import cycles as program_cycles, timing_key
 from tvm_dpu.types import FusionPlan, Group, LayerDesc, TensorDesc
@@ -107,7 +107,7 @@ def cost(group: Group, graph: Graph, arch: Arch) -> float:
     v = c.cache.get(key)
     if v is None:
         # a resident chain has no analytic model: its gain is latency and overlap, which only the simulator sees
-        v = c.cache[key] = simulated_cost(group, graph, arch) if source == "simulate" or group.template == RESIDENT \
+        v = c.cache[key] = simulated_cost(group, graph, arch) if source == "simulate" or group.template in RESIDENTS \
             else \
             group_cycles([c.layers[n] for n in group.ops], group.template, arch, c.consumers, c.outputs)
     return v
@@ -226,7 +226,7 @@ def piece_key(sub: Graph, groups: Sequence[Group]) -> tuple | None:
     for op in sub.ops:
         try:
             q = xops.quant_params(op, sub)
-        except Exception:  # noqa: BLE001 - the compile raises it where it matters
+        except DPUError:  # not quantizable: no key (the compile reports it where it matters)
             return None
         ops.append((op.type, repr(sorted(op.attrs.items())), tuple(r(t) for t in op.inputs),
                     tuple((role, r(op.params[role])) for role in sorted(op.params)), tuple(r(t) for t in op.outputs),

@@ -6,16 +6,16 @@ what it may lose (no DDR-side double buffering of the chain's input, whole-width
 costed on the timing model, like the templates: per maximal linear chain of the graph (each op the only consumer
 of the previous one's output), the plan's groups lying inside it are the units; a shortest path over the unit
 boundaries picks where resident chains replace runs of units (each candidate chain compiled alone and simulated,
-`fusion.cost.cost`), and every chosen chain is then kept only if the program around it is faster with it than
-with the units it replaces (`window`: the neighbouring groups compiled together and simulated, as
-select._in_context does for the templates).
+`fusion.cost.cost`, in both emission orders: codegen.resident.RESIDENTS), and every chosen chain is then kept
+only if the program around it is faster with it than with the units it replaces (`window`: the neighbouring
+groups compiled together and simulated, as select._in_context does for the templates).
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.resident import RESIDENT, resident_fits
+from tvm_dpu.codegen.resident import RESIDENTS, resident_fits
 from tvm_dpu.fusion.cost import cost
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
@@ -80,14 +80,15 @@ def _best_cover(graph: Graph, arch: Arch, units: list[Group]) -> list[Group]:
             best[j], choice[j] = c, (j - 1, None)
         for i in range(j - 1, -1, -1):
             ops = tuple(n for u in units[i:j] for n in u.ops)
-            if len(ops) < 2 or (j - i == 1 and units[i].template == RESIDENT):
+            if len(ops) < 2 or (j - i == 1 and units[i].template in RESIDENTS):
                 continue
             if not resident_fits(arch, graph, [graph.op(n) for n in ops]):
                 continue
-            g = Group(RESIDENT, ops)
-            c = best[i] + cost(g, graph, arch)
-            if c < best[j]:
-                best[j], choice[j] = c, (i, g)
+            for template in RESIDENTS:  # both emission orders; the first wins a tie
+                g = Group(template, ops)
+                c = best[i] + cost(g, graph, arch)
+                if c < best[j]:
+                    best[j], choice[j] = c, (i, g)
     out: list[Group] = []
     j = k
     while j > 0:
@@ -113,7 +114,7 @@ def with_residency(graph: Graph, arch: Arch, groups: list[Group],
     for chain in linear_chains(graph):
         for units in _segments(chain, owner):
             for g in _best_cover(graph, arch, units):
-                if g.template != RESIDENT or g in units:
+                if g.template not in RESIDENTS or g in units:
                     continue
                 replaced = [u for u in units if set(u.ops) <= set(g.ops)]
                 near = {producer[t] for n in g.ops for t in graph.op(n).inputs if t in producer}
