@@ -333,6 +333,11 @@ def fallback_modes(plan, n_ops: int = 0) -> tuple[str, ...]:
     return ("none",) if plan.mode == "greedy" else ()
 
 
+#: Templates whose plans compile_subgraph also compares with the same search without them: a pw_dw_pw chain keeps
+#: the next op's LOADs waiting for its last CONVs (fused_pw_dw_pw), which its piece costed alone does not show
+#: (ShuffleNetV2 stage2.0 on B1152: 8,751 cycles with the chain, 8,635 without).
+RECHECKED_TEMPLATES = ("pw_dw_pw",)
+
 #: A simpler plan (fallback_modes) whose program is within this fraction of the fastest one's cycles is compared
 #: with it after both get their conv variants (fusion.select.compile_with_variants): the variants shorten lone
 #: convs only, so a plan with more of them can overtake a fused one they left just ahead (a ShuffleNetV2 block on
@@ -345,7 +350,8 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
 
     The plan the search chooses is kept unless a simpler one (`fallback_modes`) simulates faster: fusion is never
     slower than none on the simulator, and "optimal" never slower than greedy in any region where the two differ.
-    `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or "none"), or is None.
+    `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or "none", or the search's own mode
+    when its plan without RECHECKED_TEMPLATES is kept: then `stats["searched_without"]` names them), or is None.
 
     Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
@@ -360,10 +366,15 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
         return compile_with_variants(graph, arch, plan, csg)
     searched = plan
     timed = [(program_cycles(csg.code, arch), None, plan, csg)]
-    for mode in fallback_modes(plan, len(graph.ops)):  # timed only: compiled without a copy of the weights
-        c, p = compile_with_fusion(graph, arch, mode, keep_params=False)
+    modes = [(m, ()) for m in fallback_modes(plan, len(graph.ops))]
+    if any(g.template in RECHECKED_TEMPLATES for g in plan.groups):
+        modes.append((plan.mode, RECHECKED_TEMPLATES))
+    for mode, without in modes:  # timed only: compiled without a copy of the weights
+        c, p = compile_with_fusion(graph, arch, mode, keep_params=False, without=without)
         if p.groups == plan.groups:
             continue  # the same program
+        if without:
+            p.stats["searched_without"] = list(without)
         timed.append((program_cycles(c.code, arch), mode, p, c))
         del c
     best = min(timed, key=lambda t: t[0])

@@ -372,13 +372,13 @@ def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Gr
 BUILD_COST_SOURCE = "simulate"
 
 
-def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal",
-                        keep_params: bool = True) -> tuple[CompiledSubgraph, FusionPlan]:
-    """Plan (with the templates that have a fused emitter, so the plan's gains are the program's; candidates
-    costed by BUILD_COST_SOURCE) and compile: the one call the builder needs for `fusion="none"|"greedy"|
-    "optimal"`."""
+def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal", keep_params: bool = True,
+                        without: tuple[str, ...] = ()) -> tuple[CompiledSubgraph, FusionPlan]:
+    """Plan (with the templates that have a fused emitter, but those named in `without`, so the plan's gains are
+    the program's; candidates costed by BUILD_COST_SOURCE) and compile: the one call the builder needs for
+    `fusion="none"|"greedy"|"optimal"`."""
     with cost_source(BUILD_COST_SOURCE):
-        plan = plan_fusion(graph, arch, mode, FUSED_EMITTERS, emittable)
+        plan = plan_fusion(graph, arch, mode, tuple(t for t in FUSED_EMITTERS if t not in without), emittable)
     plan.variants.update(group_variants(graph, arch, plan.groups))
     return compile_graph_fused(graph, arch, plan, keep_params), plan
 
