@@ -159,7 +159,8 @@ class FusionPlan:
     concat_fused: frozenset[str] = frozenset()
     cost: float = 0.0
     stats: dict = field(default_factory=dict)
-    #: Op name -> instruction-sequence variant of a lone conv (codegen.conv.CONV_VARIANTS; absent: "wide").
+    #: Op name -> instruction-sequence variant of a lone conv (codegen.conv.CONV_VARIANTS) or of the fused group
+    #: it starts (fusion.cost.GROUP_VARIANTS: conv_add, pw_dw_pw); absent: "wide".
     variants: dict[str, str] = field(default_factory=dict)
 
     def fused(self) -> list[Group]:

@@ -313,14 +313,36 @@ def _params_in_program(csg: Any, blob: memoryview) -> None:
     csg.params = np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=offset)
 
 
-def fallback_modes(plan) -> tuple[str, ...]:
-    """The simpler plans compile_subgraph compiles and simulates against a searched `plan`, keeping the fastest:
-    the unfused one, and greedy's unless the search already settled every region where it differs from greedy in
-    context (fusion.select._in_context, with the simulator as the cost source: `stats["in_context"]`), which is
-    the same comparison made where it matters, so the whole greedy program is not compiled again."""
+#: Subgraphs of at most this many ops compare greedy's whole program even when the search settled its regions in
+#: context (fallback_modes): a compile of so few ops costs next to nothing (a ResNet-50, about 70 ops, would pay
+#: about a second more).
+GREEDY_RECHECK_OPS = 32
+
+
+def fallback_modes(plan, n_ops: int = 0) -> tuple[str, ...]:
+    """The simpler plans compile_subgraph compiles and simulates against a searched `plan` of a graph of `n_ops`
+    ops, keeping the fastest: the unfused one, and greedy's unless the search already settled every region where
+    it differs from greedy in context (fusion.select._in_context, with the simulator as the cost source:
+    `stats["in_context"]`), which is the same comparison made where it matters, so the whole greedy program is not
+    compiled again. Small graphs (GREEDY_RECHECK_OPS) compare greedy's anyway: the in-context windows compare
+    groupings before the lone convs get their variants, which can reverse a near tie (ShuffleNetV2's stage4
+    blocks, B4096: pw_dw_pw 1,033 cycles, pw_dw and a lone pointwise conv with its split_weights variant 1,028)."""
     if plan.mode == "optimal":
-        return ("none",) if plan.stats.get("in_context") is not None else ("greedy", "none")
+        settled = plan.stats.get("in_context") is not None and n_ops > GREEDY_RECHECK_OPS
+        return ("none",) if settled else ("greedy", "none")
     return ("none",) if plan.mode == "greedy" else ()
+
+
+#: Templates whose plans compile_subgraph also compares with the same search without them: a pw_dw_pw chain keeps
+#: the next op's LOADs waiting for its last CONVs (fused_pw_dw_pw), which its piece costed alone does not show
+#: (ShuffleNetV2 stage2.0 on B1152: 8,751 cycles with the chain, 8,635 without).
+RECHECKED_TEMPLATES = ("pw_dw_pw",)
+
+#: A simpler plan (fallback_modes) whose program is within this fraction of the fastest one's cycles is compared
+#: with it after both get their conv variants (fusion.select.compile_with_variants): the variants shorten lone
+#: convs only, so a plan with more of them can overtake a fused one they left just ahead (a ShuffleNetV2 block on
+#: B1152: fused 2,162 cycles against 2,170 unfused, 2,133 with the unfused plan's variants).
+VARIANT_MARGIN = 0.05
 
 
 def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
@@ -328,32 +350,46 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
 
     The plan the search chooses is kept unless a simpler one (`fallback_modes`) simulates faster: fusion is never
     slower than none on the simulator, and "optimal" never slower than greedy in any region where the two differ.
-    `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or "none"), or is None.
+    `plan.stats["simulated_fallback"]` names the plan kept instead ("greedy" or "none", or the search's own mode
+    when its plan without RECHECKED_TEMPLATES is kept: then `stats["searched_without"]` names them), or is None.
 
     Then every conv the plan leaves alone gets the instruction-sequence variant the timing model predicts fastest
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
-    each candidate's predicted cycles and the choice."""
+    each candidate's predicted cycles and the choice. Plans within VARIANT_MARGIN of the fastest are compared after
+    their variants."""
     from tvm_dpu.codegen.compiler import compile_graph_fused
     from tvm_dpu.fusion.select import compile_with_fusion, compile_with_variants
     from tvm_dpu.timing.simulate import cycles as program_cycles
 
     csg, plan = compile_with_fusion(graph, arch, fusion)
-    if fusion != "none" and plan.fused():
-        best, best_cycles, kept = (csg, plan), program_cycles(csg.code, arch), None
-        for mode in fallback_modes(plan):  # timed only: compiled without a copy of the weights
-            c, p = compile_with_fusion(graph, arch, mode, keep_params=False)
-            if p.groups == best[1].groups:
-                continue  # the same program
-            cyc = program_cycles(c.code, arch)
-            if cyc < best_cycles:
-                best, best_cycles, kept = (c, p), cyc, mode
-            del c
-        if kept is not None:
-            best[1].stats.update(searched=plan.mode, searched_cost=plan.cost)
-            best = (compile_graph_fused(graph, arch, best[1]), best[1])  # now with its parameters
-        csg, plan = best
-        plan.stats["simulated_fallback"] = kept
-    return compile_with_variants(graph, arch, plan, csg)
+    if fusion == "none" or not plan.fused():
+        return compile_with_variants(graph, arch, plan, csg)
+    searched = plan
+    timed = [(program_cycles(csg.code, arch), None, plan, csg)]
+    modes = [(m, ()) for m in fallback_modes(plan, len(graph.ops))]
+    if any(g.template in RECHECKED_TEMPLATES for g in plan.groups):
+        modes.append((plan.mode, RECHECKED_TEMPLATES))
+    for mode, without in modes:  # timed only: compiled without a copy of the weights
+        c, p = compile_with_fusion(graph, arch, mode, keep_params=False, without=without)
+        if p.groups == plan.groups:
+            continue  # the same program
+        if without:
+            p.stats["searched_without"] = list(without)
+        timed.append((program_cycles(c.code, arch), mode, p, c))
+        del c
+    best = min(timed, key=lambda t: t[0])
+    close = [t for t in timed if t[0] <= best[0] * (1 + VARIANT_MARGIN)]
+    finals = []
+    for cyc, mode, p, c in close:
+        if mode is not None:
+            c = compile_graph_fused(graph, arch, p)  # now with its parameters
+        c, p = compile_with_variants(graph, arch, p, c)
+        finals.append((program_cycles(c.code, arch), mode, p, c))
+    _, kept, plan, csg = min(finals, key=lambda t: t[0])
+    if kept is not None:
+        plan.stats.update(searched=searched.mode, searched_cost=searched.cost)
+    plan.stats["simulated_fallback"] = kept
+    return csg, plan
 
 
 def _adopt(mod: tvm.IRModule, pmod: tvm.IRModule) -> bool:

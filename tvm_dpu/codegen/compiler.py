@@ -31,6 +31,7 @@ from tvm_dpu.codegen.fused import emittable
 from tvm_dpu.codegen.fused_conv_add import emit_conv_add
 from tvm_dpu.codegen.fused_conv_conv import emit_conv_conv
 from tvm_dpu.codegen.fused_conv_pool import emit_conv_pool
+from tvm_dpu.codegen.fused_pw_dw_pw import emit_pw_dw_pw
 from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
 from tvm_dpu.codegen.fused_hconv import emit_hconv
 from tvm_dpu.codegen.resident import RESIDENTS, emit_resident
@@ -270,6 +271,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     for g in fused:
         if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
             on_chip.update(ops[g.ops[0]].outputs)
+        elif g.template == "pw_dw_pw":
+            on_chip.update(t for n in g.ops[:2] for t in ops[n].outputs)
         elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
             on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
     # The liveness walk must follow the emission order.
@@ -290,9 +293,14 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         start = len(prog)
         try:
             if g in fused and g.template == "conv_add":
-                emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params)
+                emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
+                              plan.variants.get(g.ops[0], "wide"))
             elif g in fused and g.template in RESIDENTS:
                 emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
+            elif g in fused and g.template == "pw_dw_pw":
+                relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
+                                                               members=[ops[n] for n in g.ops], fmaps=fmaps,
+                                                               variant=plan.variants.get(g.ops[0], "wide")), params)
             elif g in fused and g.template in _RELOCATED:
                 emit = functools.partial(_RELOCATED[g.template], arch=arch, graph=graph, a=ops[g.ops[0]],
                                          b=ops[g.ops[1]], fmaps=fmaps)
@@ -331,6 +339,12 @@ _RELOCATED = {
     "pw_dw": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_pool(prog, arch, graph, a, b, fmaps, params),
     "dw_pw": lambda prog, params, arch, graph, a, b, fmaps: emit_dw_pw(prog, arch, graph, a, b, fmaps, params),
 }
+
+
+def _emit_pw_dw_pw(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, members: list[Op],
+                   fmaps: dict[str, FMap], variant: str) -> None:
+    a, dw, pw = members
+    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant)
 
 
 def param_rows(prog: Program, arch: Arch) -> tuple[int, int]:

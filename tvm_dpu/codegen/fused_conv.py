@@ -156,13 +156,16 @@ def flattenable(job: ConvJob, *maps: FMap) -> bool:
 
 
 def flat_chunk(arch: Arch, cin: int, cg_out: int, n_pix: int, vpp: int, resident: int,
-               rows_per_group: int = 1) -> tuple[int, int]:
+               rows_per_group: int = 1, fewest_chunks: bool = False) -> tuple[int, int]:
     """(output groups per chunk, L) of a flattened pointwise conv (flattenable) over n_pix pixels whose output tile
     keeps `rows_per_group` VB1 rows per pixel and resident group (2: the add's operand beside the output): the
     fewest CONVs (each pays the CONV fill: more resident groups make shorter tiles, hence more CONVs per group),
     then the fewest chunks (each loads the input again). At most `resident` groups (what the CONVW banks hold).
     Taking the most groups that fit instead (the widest conv_tile) made a 1x1 over 256 -> 1024 channels on a 14x14
-    map run 430 CONVs of 10 pixels where 172 of 25 do: its fused form lost to the unfused conv and add."""
+    map run 430 CONVs of 10 pixels where 172 of 25 do: its fused form lost to the unfused conv and add.
+    `fewest_chunks` orders the two the other way round: where a chunk's DMA outweighs the CONV fills it saves
+    (YOLOX-nano's 1x1 over 32 channels on 52x52 beside an add: two chunks of 16 channels load the input twice and
+    move the add's operand and output 16 of every 32 bytes), which the caller decides on the timing model."""
     half = arch.bank_depth // 2
     lin = min(FIELD10, half) // ceil_div(cin, arch.icp)
     best: tuple[tuple[int, int], int, int] | None = None
@@ -171,6 +174,8 @@ def flat_chunk(arch: Arch, cin: int, cg_out: int, n_pix: int, vpp: int, resident
         if length < 1:
             break
         key = (cg_out * ceil_div(n_pix, vpp * length), ceil_div(cg_out, n))
+        if fewest_chunks:
+            key = key[::-1]
         if best is None or key < best[0]:
             best = (key, n, length)
     if best is None:

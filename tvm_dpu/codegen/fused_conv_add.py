@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import load_params
+from tvm_dpu.codegen.conv import ConvJob, load_params
 from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_tile_convs, flat_chunk, flattenable, fusable,
                                         output_tiles, param_slots, probe)
 from tvm_dpu.codegen.isa import enum_code
@@ -12,6 +12,14 @@ from tvm_dpu.codegen.tiling import OUT_GROUPS_MAX, CodegenError, conv_tile, spli
 from tvm_dpu.types import FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
+
+
+#: Tile chunkings of conv_add over a flattened pointwise conv (fused_conv.flat_chunk): "wide", the fewest CONVs,
+#: then the fewest chunks; "one_pass", the fewest chunks (each loads the conv's input again and moves the add's
+#: operand and output in narrower strided pieces), then the fewest CONVs. Which is faster depends on the CONV fill
+#: against the DMA, so the fusion search times both per group (fusion.cost.simulated_cost) and the plan records
+#: the choice (FusionPlan.variants, keyed by the conv). A conv that is not flattened has one chunking.
+CONV_ADD_VARIANTS = ("wide", "one_pass")
 
 
 def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
@@ -25,9 +33,34 @@ def conv_add_fits(arch: Arch, graph: Graph, conv: Op) -> bool:
     return tile is not None and arch.bank_depth // 2 // (2 * tile[2]) >= 1
 
 
+def _flat_tile(arch: Arch, job: ConvJob, n_pix: int, vpp: int, variant: str) -> tuple[int, int]:
+    """(output groups per chunk, L) of the flattened conv of a conv_add tiled as `variant`."""
+    cg_out = ceil_div(job.cout, arch.ocp)
+    wrows = job.kh * job.kw * ceil_div(job.cin, arch.icp)
+    return flat_chunk(arch, job.cin, cg_out, n_pix, vpp, min(cg_out, arch.bank_depth // wrows, OUT_GROUPS_MAX), 2,
+                      variant == "one_pass")
+
+
+def conv_add_variants(arch: Arch, graph: Graph, conv: Op) -> tuple[str, ...]:
+    """The CONV_ADD_VARIANTS that tile the conv_add of `conv` differently (a conv that is not flattened, or whose
+    two orders pick the same chunking, has one), so only those need timing."""
+    job = probe(arch, graph, conv)
+    _, _, h, w = graph.tensors[conv.outputs[0]].shape
+    tile = conv_tile(arch, *job.geometry, min(ceil_div(job.cout, arch.ocp),
+                                              arch.bank_depth // (job.kh * job.kw * ceil_div(job.cin, arch.icp))))
+    if tile is None or (job.kh, job.kw, job.sh, job.sw, tuple(job.pads)) != (1, 1, 1, 1, (0, 0, 0, 0)):
+        return CONV_ADD_VARIANTS[:1]
+    tiles = {_flat_tile(arch, job, h * w, tile[0], v) for v in CONV_ADD_VARIANTS}
+    return CONV_ADD_VARIANTS if len(tiles) > 1 else CONV_ADD_VARIANTS[:1]
+
+
 def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
-                  params: ParamBlob) -> None:
-    """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output)."""
+                  params: ParamBlob, variant: str = "wide") -> None:
+    """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output), tiled as
+    `variant` (CONV_ADD_VARIANTS) says."""
+    if variant not in CONV_ADD_VARIANTS:
+        raise CodegenError(f"op {conv.name!r}: conv_add variant {variant!r}: choose one of "
+                           f"{', '.join(CONV_ADD_VARIANTS)}")
     if arch.icp != arch.ocp:
         raise CodegenError(f"op {add.name!r}: fusing an add into a conv needs ICP == OCP")
     t_conv = conv.outputs[0]
@@ -49,8 +82,7 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
     vpp, lmax, chunk = tile
     flat = flattenable(job, x, y, z)
     if flat:
-        chunk, lmax = flat_chunk(arch, job.cin, cg_out, y.h * y.w, vpp,
-                                  min(cg_out, arch.bank_depth // wrows, OUT_GROUPS_MAX), 2)
+        chunk, lmax = _flat_tile(arch, job, y.h * y.w, vpp, variant)
     lmax = min(lmax, half // (2 * chunk))  # the add's operand sits next to the conv's output in VB1
     if lmax < 1:
         raise CodegenError(f"op {add.name!r}: no tile leaves room for the add's operand in VB1")

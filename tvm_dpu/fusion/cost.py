@@ -25,10 +25,11 @@ import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
-from tvm_dpu.codegen.fused_conv_add import conv_add_fits
+from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits, conv_add_variants
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_VARIANTS, pw_dw_pw_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENTS
 from tvm_dpu.codegen.tiling import FIELD10
@@ -42,8 +43,9 @@ from tvm_dpu.xgraph.graph import Graph
 
 class _Ctx:
     """Per-graph lookup tables (each op's cost-model view, consumers per tensor), the per-candidate cost cache,
-    the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking) and the
-    programs of the lone ops compiled as pieces (`lone_program`)."""
+    the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking), the
+    programs of the lone ops compiled as pieces (`lone_program`) and the fastest variant of each group with
+    variants (`GROUP_VARIANTS`) costed alone (its first op -> variant, `group_variants`)."""
 
     def __init__(self, graph: Graph, arch: Arch):
         self.graph, self.arch = graph, arch
@@ -56,6 +58,7 @@ class _Ctx:
         self.cache: dict[tuple[str, ...], float] = {}
         self.pieces: dict[tuple, tuple[float, Any]] = {}
         self.lone: dict[str, np.ndarray] = {}
+        self.variants: dict[str, str] = {}
 
 
 _CTX: dict[tuple[int, str], _Ctx] = {}
@@ -115,7 +118,35 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     charged by the plan, as in the analytic model)."""
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
+    if group.template in GROUP_VARIANTS:
+        return _fastest_variant(graph, arch, group)
     return piece_cycles(graph, arch, [group])
+
+
+#: Fused templates whose emitter has variants (the first is the default, "wide"), keyed in FusionPlan.variants by
+#: the group's first op: conv_add's tile chunking, pw_dw_pw's pointwise emission order.
+GROUP_VARIANTS = {"conv_add": CONV_ADD_VARIANTS, "pw_dw_pw": PW_DW_PW_VARIANTS}
+
+
+def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
+    """Cycles of `group` alone in its fastest variant (GROUP_VARIANTS; ties: the earlier), which every later piece
+    and the plan holding the group use (`group_variants`)."""
+    c = _ctx(graph, arch)
+    first, variants = group.ops[0], GROUP_VARIANTS[group.template]
+    if group.template == "conv_add":  # only the tilings that differ
+        variants = conv_add_variants(arch, graph, graph.op(first))
+    timed = {v: piece_cycles(graph, arch, [group], {first: v}) for v in variants}
+    best = min(variants, key=lambda v: (timed[v], variants.index(v)))
+    c.variants[first] = best
+    return timed[best]
+
+
+def group_variants(graph: Graph, arch: Arch, groups: Sequence[Group]) -> dict[str, str]:
+    """The variants (FusionPlan.variants) of the groups with variants among `groups` whose fastest variant, costed
+    alone, is not the default "wide"."""
+    chosen = _ctx(graph, arch).variants
+    return {g.ops[0]: chosen[g.ops[0]] for g in groups
+            if g.template in GROUP_VARIANTS and chosen.get(g.ops[0], "wide") != "wide"}
 
 
 #: Set to 1 to compile and simulate every piece even when one of the same geometry was (a debug check of
@@ -123,19 +154,28 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
 CHECK_ENV = "TVM_DPU_CHECK_PIECE_KEY"
 
 
-def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group]) -> float:
+def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group], variants: dict[str, str] | None = None
+                 ) -> float:
     """Simulated cycles of `groups` (some of the ops of `graph`, grouped) extracted and compiled together as one
-    program: a candidate alone, or a plan's neighbourhood. Pieces of one geometry (`piece_key`) are compiled
-    and simulated once per graph."""
+    program: a candidate alone, or a plan's neighbourhood. `variants` (FusionPlan.variants) default to the
+    fastest of each conv_add group costed alone (`group_variants`). Pieces of one geometry (`piece_key`, with the
+    variants by op position) are compiled and simulated once per graph."""
     c = _ctx(graph, arch)
+    if variants is None:
+        variants = group_variants(graph, arch, groups)
+    variants = {n: v for n, v in variants.items() if v != "wide"}
     sub = graph.extract([n for g in groups for n in g.ops])
     key = piece_key(sub, groups)
+    if key is not None and variants:
+        index = {op.name: i for i, op in enumerate(sub.ops)}
+        key = (*key, tuple(sorted((index[n], v) for n, v in variants.items())))
     check = os.environ.get(CHECK_ENV, "") not in ("", "0")
     hit = c.pieces.get(key) if key is not None else None
     if hit is not None and not check:
         return hit[0]
-    code = compile_graph_fused(sub, arch, FusionPlan("piece", list(groups)), keep_params=False).code
-    if len(sub.ops) == 1:
+    code = compile_graph_fused(sub, arch, FusionPlan("piece", list(groups), variants=variants),
+                               keep_params=False).code
+    if len(sub.ops) == 1 and not variants:
         c.lone[sub.ops[0].name] = code
     value = program_cycles(code, arch)
     timed = timing_key(code) if check else None
@@ -264,6 +304,8 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
     if template in ("conv_pool", "pw_dw"):
         if not conv_pool_fits(arch, graph, ops[0], ops[1]):
             return None
+    if template == "pw_dw_pw" and not pw_dw_pw_fits(arch, graph, *ops):
+        return None
     _, _, w_out = layers[-1].outputs[0].chw
     best = None
     for tw in range(min(w_out, FIELD10), 0, -1):

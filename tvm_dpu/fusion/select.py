@@ -29,8 +29,8 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
-from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, lone_program, piece_cycles,
-                                  piece_key, tile_width)
+from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, group_variants, lone_program,
+                                 piece_cycles, piece_key, tile_width)
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -372,13 +372,14 @@ def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Gr
 BUILD_COST_SOURCE = "simulate"
 
 
-def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal",
-                        keep_params: bool = True) -> tuple[CompiledSubgraph, FusionPlan]:
-    """Plan (with the templates that have a fused emitter, so the plan's gains are the program's; candidates
-    costed by BUILD_COST_SOURCE) and compile: the one call the builder needs for `fusion="none"|"greedy"|
-    "optimal"`."""
+def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal", keep_params: bool = True,
+                        without: tuple[str, ...] = ()) -> tuple[CompiledSubgraph, FusionPlan]:
+    """Plan (with the templates that have a fused emitter, but those named in `without`, so the plan's gains are
+    the program's; candidates costed by BUILD_COST_SOURCE) and compile: the one call the builder needs for
+    `fusion="none"|"greedy"|"optimal"`."""
     with cost_source(BUILD_COST_SOURCE):
-        plan = plan_fusion(graph, arch, mode, FUSED_EMITTERS, emittable)
+        plan = plan_fusion(graph, arch, mode, tuple(t for t in FUSED_EMITTERS if t not in without), emittable)
+    plan.variants.update(group_variants(graph, arch, plan.groups))
     return compile_graph_fused(graph, arch, plan, keep_params), plan
 
 
@@ -386,16 +387,18 @@ def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal",
 # Kernel polymorphism: an instruction-sequence variant per lone conv, chosen with the timing model
 # ---------------------------------------------------------------------------------------------------------
 def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPlan:
-    """`plan` with a variant (codegen.conv.CONV_VARIANTS) for every conv the plan leaves alone: each variant of
-    the op compiled on its own and run on the timing simulator, the fewest cycles win (ties: the earlier variant,
-    "wide" first; variants that emit the same instructions are timed once). `stats["conv_variants"]` says, per
-    op with a real choice, the predicted cycles of each variant and which was chosen."""
+    """`plan` (its fused groups' variants kept) with a variant (codegen.conv.CONV_VARIANTS) for every conv the
+    plan leaves alone: each variant of the op compiled on its own and run on the timing simulator, the fewest
+    cycles win (ties: the earlier variant, "wide" first; variants that emit the same instructions are timed once).
+    `stats["conv_variants"]` says, per op with a real choice, the predicted cycles of each variant and which was
+    chosen."""
     from dataclasses import replace
 
     from tvm_dpu.codegen.conv import CONV_VARIANTS
     from tvm_dpu.xgraph import ops as xops
 
-    chosen: dict[str, str] = {}
+    lone = {g.ops[0] for g in plan.groups if g.template == SINGLE}
+    chosen = {n: v for n, v in plan.variants.items() if n not in lone}  # the fused groups' own (conv_add)
     report: dict[str, dict] = {}
     timed: dict[tuple, dict[str, float]] = {}
     for g in plan.groups:
@@ -457,12 +460,12 @@ def compile_with_variants(graph: Graph, arch: Arch, plan: FusionPlan, compiled: 
     from tvm_dpu.timing.simulate import cycles as program_cycles
 
     with_variants = choose_conv_variants(graph, arch, plan)
-    if not with_variants.variants:
+    if with_variants.variants == plan.variants:
         with_variants.stats["conv_variants_kept"] = False
         return compiled, with_variants
     candidate = compile_graph_fused(graph, arch, with_variants)
     if program_cycles(candidate.code, arch) < program_cycles(compiled.code, arch):
         with_variants.stats["conv_variants_kept"] = True
         return candidate, with_variants
-    return compiled, replace(with_variants, variants={},
+    return compiled, replace(with_variants, variants=dict(plan.variants),
                              stats={**with_variants.stats, "conv_variants_kept": False})

@@ -98,6 +98,12 @@ TEMPLATES: tuple[Template, ...] = (
     Template("pw_dw", "vertical",
              (_v("pw", _CONV, "pointwise", "single_consumer"), _v("dw", frozenset({"depthwise_conv2d"}))),
              (("pw", "dw"),)),
+    # after pw_dw, so greedy groups as it did before this template existed and the search's in-context check
+    # (select._in_context) compares the two in their program, where a following op can wait for the whole chain
+    Template("pw_dw_pw", "vertical",
+             (_v("pw", _CONV, "pointwise", "single_consumer"),
+              _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"), _v("pw2", _CONV, "pointwise")),
+             (("pw", "dw"), ("dw", "pw2"))),
     Template("hconv2", "horizontal",
              (_v("src", _ANY, member=False), _v("a", _CONV, "conv_plain"), _v("b", _CONV, "conv_plain")),
              (("src", "a"), ("src", "b"))),

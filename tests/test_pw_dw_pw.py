@@ -1,0 +1,138 @@
+"""Fused emitters with variants the fusion search times on the timing model: pw_dw_pw (conv -> depthwise ->
+pointwise, both intermediate maps on chip) and conv_add's tile chunking. Each is bit-exact, clean under the
+dependency checker, and chosen only where it is faster (YOLOX-nano's shapes)."""
+from __future__ import annotations
+
+import pytest
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.codegen.compiler import compile_graph_fused
+from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
+from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_VARIANTS
+from tvm_dpu.codegen.tiling import CodegenError
+from tvm_dpu.fusion.cost import cost_source
+from tvm_dpu.fusion.select import compile_with_fusion, plan_fusion
+from tvm_dpu.runtime.dep_check import check_programs
+from tvm_dpu.timing.simulate import simulate_subgraph
+from tvm_dpu.types import SINGLE, FusionPlan, Group
+from tvm_dpu.xgraph import Graph
+from tvm_dpu.xgraph.validate import validate_graph
+from conftest import emulator_vs_golden
+from test_codegen import _B
+
+ARCHS = ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"]
+
+
+def _pw_dw_pw(cin: int, h: int, w: int, cmid: int, s: int, cout: int, seed: int) -> Graph:
+    """1x1 conv (relu) -> 3x3 depthwise of stride s (relu) -> 1x1 conv: a CSP bottleneck / head branch."""
+    b = _B(seed)
+    x = b.input(cin, h, w)
+    e = b.conv(x, cmid, 1)
+    ho, wo = (h + 2 - 3) // s + 1, (w + 2 - 3) // s + 1
+    d = b.op("depthwise_conv2d", [e], (1, cmid, ho, wo), 4,
+             {"weights": b.const((cmid, 1, 3, 3), 6), "bias": b.const((cmid,), 4)},
+             strides=[s, s], pads=[1, 1, 1, 1], groups=cmid, act="relu")
+    b.g.outputs = [b.conv(d, cout, 1)]
+    validate_graph(b.g)
+    return b.g
+
+
+CASES = [  # (cin, h, w, mid channels, dw stride, cout)
+    (16, 13, 11, 32, 1, 24),
+    (32, 20, 18, 32, 2, 64),  # YOLOX's conv3 -> strided dw -> pconv
+    (8, 9, 21, 30, 1, 20),  # channels not a multiple of ICP
+]
+
+
+def _clean(compiled, arch) -> None:
+    for label, rep in check_programs(compiled, None, arch).items():
+        assert rep.ok and rep.races_checked, (label, rep.problems[:3], rep.races[:3])
+
+
+@pytest.mark.parametrize("variant", PW_DW_PW_VARIANTS)
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_pw_dw_pw_bit_exact_and_clean(arch_name, case, variant):
+    g, arch = _pw_dw_pw(*CASES[case], seed=case), load_arch(arch_name)
+    names = tuple(op.name for op in g.ops)
+    group = Group("pw_dw_pw", names)
+    assert emittable(group, g, arch)
+    plan = FusionPlan("manual", [group], variants={names[0]: variant})
+    result = emulator_vs_golden(g, arch, plan, seed=case)
+    assert result.bad == 0
+    _clean(result.compiled, arch)
+    # neither intermediate map goes to DDR: only the last conv's output is written
+    alone = compile_graph_fused(g, arch, FusionPlan("none", [Group(SINGLE, (n,)) for n in names]))
+    out_bytes = g.tensors[g.outputs[0]].shape[1] * g.tensors[g.outputs[0]].shape[2] * g.tensors[g.outputs[0]].shape[3]
+    assert simulate_subgraph(result.compiled).ddr_write_bytes == out_bytes
+    assert simulate_subgraph(alone).ddr_write_bytes > out_bytes
+
+
+def test_pw_dw_pw_rejects_an_unknown_variant():
+    g, arch = _pw_dw_pw(*CASES[0], seed=0), load_arch(ARCHS[0])
+    names = tuple(op.name for op in g.ops)
+    with pytest.raises(CodegenError, match="pw_dw_pw variant 'fast'"):
+        compile_graph_fused(g, arch, FusionPlan("manual", [Group("pw_dw_pw", names)], variants={names[0]: "fast"}))
+
+
+def _searched_without(g: Graph, arch, template: str):
+    """The optimal plan's program when `template` has no emitter (what the search did before it had one)."""
+    with cost_source("simulate"):
+        plan = plan_fusion(g, arch, "optimal", tuple(t for t in FUSED_EMITTERS if t != template), emittable)
+    return compile_graph_fused(g, arch, plan)
+
+
+def test_search_takes_pw_dw_pw_where_it_gains():
+    """YOLOX-nano's head branch at 52x52 (64 -> 64 -> dw -> 64, B4096): the search fuses all three ops, the
+    program is faster than the best plan without the template and exact."""
+    g, arch = _pw_dw_pw(64, 52, 52, 64, 1, 64, seed=7), load_arch("DPUCZDX8G_ISA1_B4096")
+    compiled, plan = compile_with_fusion(g, arch, "optimal")
+    assert [gr.template for gr in plan.fused()] == ["pw_dw_pw"]
+    before = _searched_without(g, arch, "pw_dw_pw")
+    assert simulate_subgraph(compiled).cycles < 0.95 * simulate_subgraph(before).cycles
+    assert emulator_vs_golden(g, arch, plan, seed=7).bad == 0
+    _clean(compiled, arch)
+
+
+def _conv_add(c: int, h: int, w: int, seed: int) -> Graph:
+    """1x1 conv over c channels beside an add with its input (a CSP bottleneck's residual)."""
+    b = _B(seed)
+    x = b.input(c, h, w)
+    b.g.outputs = [b.op("eltwise_add", [b.conv(x, c, 1), x], (1, c, h, w), 2, act="none")]
+    validate_graph(b.g)
+    return b.g
+
+
+def test_conv_add_one_pass_taken_where_it_gains():
+    """YOLOX-nano's dark3 residual (1x1 over 32 channels at 52x52, B4096): "wide" (the fewest CONVs) cuts the
+    output into two 16-channel chunks, loading the input twice and moving the add's operand and output in strided
+    16-byte pieces; the search times both tilings and keeps one_pass, faster and exact."""
+    g, arch = _conv_add(32, 52, 52, seed=3), load_arch("DPUCZDX8G_ISA1_B4096")
+    compiled, plan = compile_with_fusion(g, arch, "optimal")
+    [group] = plan.fused()
+    assert group.template == "conv_add" and plan.variants == {group.ops[0]: "one_pass"}
+    wide = compile_graph_fused(g, arch, FusionPlan("manual", list(plan.groups)))
+    assert simulate_subgraph(compiled).cycles < 0.8 * simulate_subgraph(wide).cycles
+    for variant in CONV_ADD_VARIANTS:
+        p = FusionPlan("manual", list(plan.groups), variants={group.ops[0]: variant})
+        assert emulator_vs_golden(g, arch, p, seed=3).bad == 0
+    _clean(compiled, arch)
+
+
+def test_conv_add_keeps_wide_where_it_is_faster():
+    """A 1x1 over 256 -> 1024 channels at 14x14 beside an add (the case of fused_conv.flat_chunk's docstring):
+    one pass over all 64 output groups makes CONVs of a few pixels each; the fewest CONVs win and the plan
+    records no variant."""
+    from tvm_dpu.fusion.cost import piece_cycles
+
+    b = _B(5)
+    x, r = b.input(256, 14, 14), b.input(1024, 14, 14)
+    b.g.outputs = [b.op("eltwise_add", [b.conv(x, 1024, 1), r], (1, 1024, 14, 14), 2, act="none")]
+    validate_graph(b.g)
+    g, arch = b.g, load_arch("DPUCZDX8G_ISA1_B4096")
+    _, plan = compile_with_fusion(g, arch, "optimal")
+    [group] = plan.fused()
+    assert group.template == "conv_add" and plan.variants == {}
+    timed = {v: piece_cycles(g, arch, [group], {group.ops[0]: v}) for v in CONV_ADD_VARIANTS}
+    assert timed["wide"] < timed["one_pass"]
