@@ -71,7 +71,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     jp = conv_job(arch, graph, pw, params)
     cp = arch.icp
     cg_mid, cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
-    ja, wrow_pw = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params)
+    ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params)
     # depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise biases after those
     qd = xops.quant_params(dw, graph)
     win = window_of(graph, dw)
