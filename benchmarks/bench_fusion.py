@@ -73,8 +73,8 @@ def run(models, archs, cache, repeat) -> list[dict]:
     from tvm_dpu.codegen.tiling import CodegenError
     from tvm_dpu.codegen.compiler import compile_graph_fused
     from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
-    from tvm_dpu.fusion.cost import cost_source
-    from tvm_dpu.fusion.select import BUILD_COST_SOURCE
+    from tvm_dpu.fusion.cost import cost_source, group_variants
+    from tvm_dpu.fusion.select import BUILD_COST_SOURCE, compile_with_fusion
     from tvm_dpu.backend.dpu_compile import fallback_modes
     from tvm_dpu.timing.analytic import graph_ops
     from tvm_dpu.xgraph.ops import layer_descs
@@ -109,11 +109,12 @@ def run(models, archs, cache, repeat) -> list[dict]:
                 row[f"gops_model_{mode}"] = work / (sum(plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable).cost
                                                         for g in graphs) / hz) / 1e9
                 t0 = time.perf_counter()
-                with cost_source(BUILD_COST_SOURCE):
-                    ps = [plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable) for g in graphs]
-                try:
-                    compiled = [compile_graph_fused(g, arch, p) for g, p in zip(graphs, ps)]
+                try:  # as the builder plans and compiles it (the plan's conv_add tilings included)
+                    pairs = [compile_with_fusion(g, arch, mode) for g in graphs]
+                    compiled, ps = [c for c, _ in pairs], [p for _, p in pairs]
                 except CodegenError as e:  # the code generator cannot map some op on this arch
+                    with cost_source(BUILD_COST_SOURCE):
+                        ps = [plan_fusion(g, arch, mode, FUSED_EMITTERS, emittable) for g in graphs]
                     compiled = None
                     row["codegen_error"] = str(e)
                 row[f"t_compile_{mode}_s"] = time.perf_counter() - t0
@@ -132,7 +133,8 @@ def run(models, archs, cache, repeat) -> list[dict]:
                                                       for m in simpler}
                         picked, kept = [], []
                         for i, (r, p) in enumerate(zip(sims, ps)):
-                            alts = [(sims_by_mode[m][i], m) for m in fallback_modes(p) if m in sims_by_mode]
+                            alts = [(sims_by_mode[m][i], m) for m in fallback_modes(p, len(graphs[i].ops))
+                                    if m in sims_by_mode]
                             best = min([(r, None)] + alts, key=lambda a: a[0].cycles)  # ties: the searched plan
                             picked.append(best[0])
                             if best[1] is not None:
@@ -152,6 +154,8 @@ def run(models, archs, cache, repeat) -> list[dict]:
             t0 = time.perf_counter()
             with cost_source("simulate"):
                 ps = [plan_fusion(g, arch, "optimal", FUSED_EMITTERS, emittable) for g in graphs]
+                for g, p in zip(graphs, ps):  # the conv_add tilings the search costed
+                    p.variants.update(group_variants(g, arch, p.groups))
             row["t_search_simcost_s"] = time.perf_counter() - t0
             if simulate is not None and row.get("codegen_error") is None:
                 cyc = sum(simulate(compile_graph_fused(g, arch, p).code, arch).cycles for g, p in zip(graphs, ps))
