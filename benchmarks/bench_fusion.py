@@ -73,7 +73,7 @@ def run(models, archs, cache, repeat) -> list[dict]:
     from tvm_dpu.codegen.tiling import CodegenError
     from tvm_dpu.codegen.compiler import compile_graph_fused
     from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
-    from tvm_dpu.fusion.cost import cost_source, group_variants
+    from tvm_dpu.fusion.cost import cost_source
     from tvm_dpu.fusion.select import BUILD_COST_SOURCE, compile_with_fusion
     from tvm_dpu.backend.dpu_compile import fallback_modes
     from tvm_dpu.timing.analytic import graph_ops
@@ -154,8 +154,6 @@ def run(models, archs, cache, repeat) -> list[dict]:
             t0 = time.perf_counter()
             with cost_source("simulate"):
                 ps = [plan_fusion(g, arch, "optimal", FUSED_EMITTERS, emittable) for g in graphs]
-                for g, p in zip(graphs, ps):  # the conv_add tilings the search costed
-                    p.variants.update(group_variants(g, arch, p.groups))
             row["t_search_simcost_s"] = time.perf_counter() - t0
             if simulate is not None and row.get("codegen_error") is None:
                 cyc = sum(simulate(compile_graph_fused(g, arch, p).code, arch).cycles for g, p in zip(graphs, ps))

@@ -278,7 +278,8 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     if mode == "greedy":
         groups = _resident(graph, arch, greedy, stats, residency)
         stats["t_selection"] = time.perf_counter() - t1
-        return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats)
+        return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats,
+                          group_variants(graph, arch, groups))
     groups, sweeps = _Search(graph, arch, og, cands).run()
     if cost_source_name() == "simulate":
         groups, stats["in_context"] = _in_context(graph, arch, groups, greedy)
@@ -290,7 +291,10 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
         stats["fallback"] = 1
     groups = _resident(graph, arch, groups, stats, residency)
     stats["t_selection"] = time.perf_counter() - t1
-    return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats)
+    # the fused groups' variants the search costed them in (conv_add tilings, pw_dw_pw orders), so a plan compiles
+    # to the program its cost describes whoever compiles it
+    return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats,
+                      group_variants(graph, arch, groups))
 
 
 def _resident(graph: Graph, arch: Arch, groups: list[Group], stats: dict, residency: bool) -> list[Group]:
@@ -379,7 +383,6 @@ def compile_with_fusion(graph: Graph, arch: Arch, mode: str = "optimal", keep_pa
     `fusion="none"|"greedy"|"optimal"`."""
     with cost_source(BUILD_COST_SOURCE):
         plan = plan_fusion(graph, arch, mode, tuple(t for t in FUSED_EMITTERS if t not in without), emittable)
-    plan.variants.update(group_variants(graph, arch, plan.groups))
     return compile_graph_fused(graph, arch, plan, keep_params), plan
 
 
