@@ -9,7 +9,8 @@ import numpy as np
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params
-from tvm_dpu.codegen.fused_chain import ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, plain_rows, window_of
+from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, plain_rows,
+                                         window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_dw_weights
 from tvm_dpu.codegen.program import Program
