@@ -7,14 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import (ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups, load_biases,
                                   load_params, param_resources)
 from tvm_dpu.codegen.fused_conv import fusable, probe
-from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_conv_weights
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights, pack_dw_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import FIELD10, CodegenError, WindowTile, augmentable, max_valid_rows, split_even
-from tvm_dpu.types import FMap
+from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
@@ -139,6 +141,7 @@ def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int) -> 
 #: +5.7% over vai_c's program, whose counters reach 18).
 CHAIN_COUNTER_DEPTH = 2
 
+
 def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
     """(first row, rows) of each conv row group of a chain strip: up to vc rows, never crossing a wrap (pp x sp
     rows)."""
@@ -213,6 +216,21 @@ def load_chain_conv(prog: Program, arch: Arch, graph: Graph, conv: Op, job: Conv
     ja = _augmented(job, params.add(pack_conv_weights(augmented_weights(w), arch.icp, arch.ocp)))
     load_params(prog, arch, ja, 0, cg_mid, rows, with_bias=False)
     return ja, rows + cg_mid * ja.kh * ceil_div(ja.cin, arch.icp), None
+
+
+def load_dw_params(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, params: ParamBlob, brow: int) -> None:
+    """LOAD the `c`-channel depthwise conv `dw` a chain runs on the ALU: its weights into DWCONVW from row 0, its
+    biases (zeros if it has none) into BIAS rows from `brow` (after the chain conv's)."""
+    cp, cg = arch.icp, ceil_div(c, arch.ocp)
+    win = window_of(graph, dw)
+    b = graph.param(dw, "bias", required=False)
+    wd_off = params.add(pack_dw_weights(graph.param(dw, "weights").data, cp))
+    bd_off = params.add(pack_channel_vector(b.data if b is not None else np.zeros(c, np.int8), cp))
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=arch.bank_group("DWCONVW").base_id,
+              bank_addr=0, length=win.kh * win.kw, channel=c, jump_read=cg * cp, jump_write=cg, reg_id=REG_PARAMS,
+              ddr_addr=wd_off)
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
+              bank_addr=brow, length=1, channel=c, jump_read=c, jump_write=cg, reg_id=REG_PARAMS, ddr_addr=bd_off)
 
 
 def plain_rows(arch: Arch, job: ConvJob) -> int:

@@ -3,17 +3,15 @@ circular buffer, or, for a 2x2 stride-2 pool, the conv's own tiles pooled in the
 (conv.PoolOnSave)."""
 from __future__ import annotations
 
-import numpy as np
-
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
-                                         plain_rows, window_of)
+                                         load_dw_params, plain_rows, window_of)
 from tvm_dpu.codegen.conv import PoolOnSave, augmentation, emit_conv
 from tvm_dpu.codegen.fused_conv import conv_job, fusable
-from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
-from tvm_dpu.types import REG_PARAMS, FMap
+from tvm_dpu.types import FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
@@ -90,22 +88,10 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
     # on the path to the first CONV (PointPillars' PFN, ShuffleNetV2's pw -> dw subgraphs: 12-36 cycles each).
     # After other ops the extra LOAD instructions measured slower (MobileNetV2 +0.15-0.38%, YOLOv3-tiny +0.3%).
     ja, _, later = load_chain_conv(prog, arch, graph, conv, job, tile, fmaps[conv.inputs[0]], params,
-                                   split="CONV" not in prog.counts())
+                                   split=not any(e.instr.name == "CONV" for e in prog.entries))
     alu_reads: tuple = ()
     if mode == "dwconv":  # depthwise weights in DWCONVW, biases after the conv's in BIAS
-        from tvm_dpu.codegen.layout import pack_dw_weights
-
-        wd = graph.param(pool, "weights").data
-        bd = graph.param(pool, "bias", required=False)
-        bias_d = bd.data if bd is not None else np.zeros(job.cout, np.int8)
-        wd_off = params.add(pack_dw_weights(wd, cp))
-        bd_off = params.add(pack_channel_vector(bias_d, cp))
-        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),),
-                  bank_id=arch.bank_group("DWCONVW").base_id, bank_addr=0, length=win.kh * win.kw,
-                  channel=job.cout, jump_read=cg_mid * cp, jump_write=cg_mid, reg_id=REG_PARAMS, ddr_addr=wd_off)
-        prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
-                  bank_addr=cg_mid, length=1, channel=job.cout, jump_read=job.cout, jump_write=cg_mid,
-                  reg_id=REG_PARAMS, ddr_addr=bd_off)
+        load_dw_params(prog, arch, graph, pool, job.cout, params, cg_mid)
         alu_reads = (("dwconvw",), ("bias",))
         alu_q = dict(act_type=qp.act_type, shift_bias=qp.shift_bias_isa, shift_cut=qp.shift_cut, multi_factor=0)
     else:

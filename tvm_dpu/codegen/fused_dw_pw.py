@@ -110,14 +110,17 @@ def _emit_dw_passes(prog: Program, arch: Arch, dw: Op, qd: Any, win: Any, x: FMa
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     half = arch.bank_depth // 2
     starts = list(range(0, v, vpp))
-    tiles = [WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0 + r0, min(vpp, v - r0),
-                           q0, length, cg, base) for r0 in starts]
+
+    def window(r0: int, row0: int) -> WindowTile:
+        return WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0 + r0, min(vpp, v - r0), q0,
+                             length, cg, row0)
+
+    tiles = [window(r0, base) for r0 in starts]
     steps = [t.place.footprint(t.n_rows) for t in tiles]
     apart = sum(steps) <= half
     for j, (r0, wt) in enumerate(zip(starts, tiles)):
         if apart and j:
-            wt = WindowTile.of(arch.pp, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), p0 + r0,
-                               min(vpp, v - r0), q0, length, cg, base + sum(steps[:j]))
+            wt = window(r0, base + sum(steps[:j]))
         # A window of its own rows is its own resource, so its LOADs do not wait for the earlier passes' ALUs;
         # the pointwise CONV's write of ("vb0", buf) still waits for every pass (a name's parts lie in it).
         win_res = ("vb0", buf, "dw", j) if apart else ("vb0", buf)

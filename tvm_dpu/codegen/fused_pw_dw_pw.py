@@ -5,17 +5,15 @@ per pass of the depthwise rows); each pass's depthwise output slot in VB0 is the
 which write their output beside it in the same slot; the SAVEs write only the pointwise conv's output."""
 from __future__ import annotations
 
-import numpy as np
-
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params
-from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, plain_rows,
-                                         window_of)
+from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, load_dw_params,
+                                         plain_rows, window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
-from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_dw_weights
+from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError, RowPlacement
-from tvm_dpu.types import REG_PARAMS, FMap
+from tvm_dpu.types import FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
@@ -76,16 +74,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     # depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise biases after those
     qd = xops.quant_params(dw, graph)
     win = window_of(graph, dw)
-    bd = graph.param(dw, "bias", required=False)
-    bias_d = bd.data if bd is not None else np.zeros(job.cout, np.int8)
-    wd_off = params.add(pack_dw_weights(graph.param(dw, "weights").data, cp))
-    bd_off = params.add(pack_channel_vector(bias_d, cp))
-    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=arch.bank_group("DWCONVW").base_id,
-              bank_addr=0, length=win.kh * win.kw, channel=job.cout, jump_read=cg_mid * cp, jump_write=cg_mid,
-              reg_id=REG_PARAMS, ddr_addr=wd_off)
-    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
-              bank_addr=cg_mid, length=1, channel=job.cout, jump_read=job.cout, jump_write=cg_mid,
-              reg_id=REG_PARAMS, ddr_addr=bd_off)
+    load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid)
     load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     y = fmaps[pw.outputs[0]]

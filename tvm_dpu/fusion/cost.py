@@ -158,8 +158,8 @@ def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group], variants: di
                  ) -> float:
     """Simulated cycles of `groups` (some of the ops of `graph`, grouped) extracted and compiled together as one
     program: a candidate alone, or a plan's neighbourhood. `variants` (FusionPlan.variants) default to the
-    fastest of each conv_add group costed alone (`group_variants`). Pieces of one geometry (`piece_key`, with the
-    variants by op position) are compiled and simulated once per graph."""
+    fastest of each group with variants (GROUP_VARIANTS) costed alone (`group_variants`). Pieces of one geometry
+    (`piece_key`, with the variants by op position) are compiled and simulated once per graph."""
     c = _ctx(graph, arch)
     if variants is None:
         variants = group_variants(graph, arch, groups)

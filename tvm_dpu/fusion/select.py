@@ -401,7 +401,7 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
     from tvm_dpu.xgraph import ops as xops
 
     lone = {g.ops[0] for g in plan.groups if g.template == SINGLE}
-    chosen = {n: v for n, v in plan.variants.items() if n not in lone}  # the fused groups' own (conv_add)
+    chosen = {n: v for n, v in plan.variants.items() if n not in lone}  # the fused groups' own (GROUP_VARIANTS)
     report: dict[str, dict] = {}
     timed: dict[tuple, dict[str, float]] = {}
     for g in plan.groups:

@@ -453,7 +453,7 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             busy[e] += t - start[i]
             running[e] = None
             if own_early and is_dma[i]:
-                k = e * 4 + e
+                k = e * 5  # the own counter, e * 4 + e
                 if k in posts_to[i]:
                     tok[k] += 1
                     poster[k] = i
