@@ -6,8 +6,10 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +47,32 @@ print(repr(loaded), file=sys.stderr)
     loaded = eval(r.stderr.strip().splitlines()[-1])  # noqa: S307 - our own repr of a dict of lists
     assert len(loaded) == len(_commands()) + 2
     assert all(not mods for mods in loaded.values()), {k: v[:5] for k, v in loaded.items() if v}
+
+
+def test_running_an_xmodel_imports_no_tvm():
+    """`tvm-dpu run` of vai_c's MNIST xmodel (CONVs on the emulator, CPU ops on numpy) never imports TVM: the
+    emulator's int8 GEMM kernel is only built where TVM is already loaded (emu_gemm), so a cold run does not pay
+    the import. The outputs are those of a run with TVM loaded (both GEMM paths are exact)."""
+    code = """
+import sys
+import numpy as np
+from tvm_dpu.xmodel.runner import load_xmodel
+r = load_xmodel({path!r})
+x = np.random.default_rng(0).standard_normal(r.inputs[0].shape).astype(np.float32)
+out = r.run({{r.inputs[0].name: x}})
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("tvm", "tvm_ffi")), file=sys.stderr)
+np.save({out!r}, np.concatenate([np.asarray(o).ravel() for o in out]))
+"""
+    xmodel = ROOT / "tests" / "data" / "xmodel" / "dpu_pynq" / "dpu_mnist_classifier.xmodel"
+    with tempfile.TemporaryDirectory() as tmp:
+        cold, warm = Path(tmp) / "cold.npy", Path(tmp) / "warm.npy"
+        r = _run(code.format(path=str(xmodel), out=str(cold)))
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr[-2000:]
+        r = _run("import tvm\n" + code.format(path=str(xmodel), out=str(warm)))
+        assert r.returncode == 0, r.stderr
+        assert "'tvm'" in r.stderr.strip().splitlines()[-1]
+        assert np.array_equal(np.load(cold), np.load(warm))
 
 
 def test_tvm_registration_after_a_late_import_of_tvm():

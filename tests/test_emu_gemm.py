@@ -16,6 +16,9 @@ from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
 from tvm_dpu.runtime import emu_conv, emu_gemm
 from tvm_dpu.runtime.emulator import Emulator
 
+# "auto" uses the kernel only where TVM is already imported (emu_gemm's cold-start rule): these tests want it.
+import tvm  # noqa: E402,F401 isort: skip
+
 CLAMPS = [(-128, 127), (0, 127), (0, 6)]
 
 needs_kernel = pytest.mark.skipif(not emu_gemm.available(), reason="host CPU has no AVX-512 VNNI (or "
@@ -96,7 +99,7 @@ def test_kernel_exact_at_largest_k(xv, wv):
     assert np.abs(acc).min() >= 127 * 127 * (k - 1)
 
 
-@pytest.mark.parametrize("mode", ["auto", "float32"])
+@pytest.mark.parametrize("mode", ["auto", "int8", "float32"])
 def test_conv_worst_case_on_both_paths(mode, monkeypatch):
     """test_emulator_exact's longest-reduction CONVs (K = 32768) on the int8 kernel and on the float32 path, up to
     the widest shifts (N = 62 the kernel's last, 63 and 64 past it)."""
