@@ -628,6 +628,9 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
         return run_inspect(args)
     path = Path(args.artifact)
+    if args.check_vart:
+        raise DPUError(f"--check-vart: {path} is not an .xmodel (VART runs XIR graphs; export one with "
+                       "`tvm-dpu compile --format xmodel`)")
     if args.check_deps:
         from .runtime.dep_check import check_artifact, format_reports
 
@@ -1043,7 +1046,10 @@ COMMAND_LIST: tuple[Command, ...] = (
          arg("--json", action="store_true", help="print JSON (the meta.json content plus section sizes; with "
              "--disasm a 'listing' per subgraph) instead of text"),
          arg("--check-deps", action="store_true", help="check every DPU program's dpdon/dpdby tokens and races "
-             "(docs/dependency-protocol.md) instead; exit 2 if any program breaks the protocol"))),
+             "(docs/dependency-protocol.md) instead; exit 2 if any program breaks the protocol"),
+         arg("--check-vart", action="store_true", help="(.xmodel) check every DPU subgraph against the reads AMD's "
+             "VART runner makes of it (regions, mc_code, fingerprint, each tensor's reg_id/ddr_addr/location, "
+             "...; docs/deploy.md) instead; with --json the findings as JSON; exit 1 if any rule is broken"))),
     Command(
         "report", _run_report,
         "write a self-contained HTML report of an artifact (partition graph, cycles, engine timeline)",

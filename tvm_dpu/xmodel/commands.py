@@ -119,6 +119,16 @@ def check_deps(path: Any, races: bool = True) -> dict[str, dict[str, Any]]:
 
 
 def run_inspect(args: Any) -> int:
+    if getattr(args, "check_vart", False):
+        from .vart_check import check_vart, format_findings
+
+        model = read_xmodel(args.artifact)
+        findings = check_vart(model)
+        if args.json:
+            print(json.dumps({"file": model.source, "findings": [f.to_dict() for f in findings]}, indent=2))
+        else:
+            print(format_findings(model, findings), end="")
+        return 1 if any(f.severity == "error" for f in findings) else 0
     if getattr(args, "check_deps", False):
         from tvm_dpu.runtime.dep_check import format_reports
 
