@@ -119,6 +119,12 @@ class CompiledSubgraph:
     outputs: list[TensorBinding]
     instr_counts: dict[str, int] = field(default_factory=dict)
     op_ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (op name, first instr, end instr)
+    #: Where the program keeps each feature map that reaches DDR (inputs, outputs, workspace maps, concat slices);
+    #: a map of the graph absent here never leaves the banks. Not stored in artifacts (the xmodel writer reads it).
+    places: dict[str, FMap] = field(default_factory=dict)
+    #: REG_PARAMS byte offset where each constant tensor's packed bytes start (in bank order, not the tensor's own
+    #: layout). Not stored in artifacts.
+    param_offsets: dict[str, int] = field(default_factory=dict)
 
     @property
     def ddr_bytes(self) -> int:

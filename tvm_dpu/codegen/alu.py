@@ -75,7 +75,7 @@ def alu_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> AluJob:
         return AluJob(op.name, "leaky_relu", c, multi_factor=q.multi_factor, shift_prelu_p=q.shift_prelu_p,
                       shift_prelu_n=q.shift_prelu_n)
     a = graph.param(op, "alpha").data
-    off = params.add(pack_channel_vector(a, arch.icp))
+    off = params.add(pack_channel_vector(a, arch.icp), op.params["alpha"])
     return AluJob(op.name, "prelu", c, shift_prelu_p=q.shift_prelu_p, shift_prelu_n=q.shift_prelu_n,
                   w_offset=off, params_reg=REG_PARAMS)
 

@@ -291,6 +291,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     op_ranges = []
     for g in groups:
         start = len(prog)
+        param_start = params.size
         try:
             if g in fused and g.template == "conv_add":
                 emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
@@ -322,6 +323,9 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
             raise CodegenError(f"{where}: {msg}") from None
         if len(g.ops) == 1 or g in fused:
             op_ranges.append(("+".join(g.ops), start, len(prog)))
+        for n in g.ops:  # constants an emitter did not name: the start of their group's parameters
+            for t in ops[n].params.values():
+                params.offsets.setdefault(t, param_start)
     prog.end()
     sizes[REG_PARAMS] = params.size
     region_sizes = {reg: align(max(size, 1), 4096) for reg, size in sizes.items()}
@@ -329,7 +333,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     return CompiledSubgraph(
         name=graph.name, arch=arch.name, fingerprint=arch.fingerprint, code=prog.encode(), params=params.blob(),
         region_sizes=region_sizes, inputs=[binding(n) for n in graph.inputs],
-        outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges)
+        outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges,
+        places=dict(fmaps), param_offsets=dict(params.offsets))
 
 
 #: Fused kernels written with their parameters from row 0 of the CONVW / BIAS banks, which relocated_params moves.
@@ -461,11 +466,12 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
     if t == "dense":
         w = w.reshape(xops.dense_weights_shape(op, graph))
     pack = lambda wt: pack_conv_weights(wt, arch.icp, arch.ocp)  # noqa: E731
+    put = lambda wt: params.add(pack(wt), op.params["weights"])  # noqa: E731
     icg, ocg = w.shape[1], w.shape[0] // groups  # weights are (O, I/groups, kh, kw)
     for g in range(groups):
         xg, yg = (x, y) if groups == 1 else (x.channels(g * icg, icg), y.channels(g * ocg, ocg))
         wg = w[g * ocg:(g + 1) * ocg]
-        b_off = params.add(pack_channel_vector(bias[g * ocg:(g + 1) * ocg], arch.ocp))
+        b_off = params.add(pack_channel_vector(bias[g * ocg:(g + 1) * ocg], arch.ocp), op.params.get("bias", ""))
 
         def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int],
                 b_off: int = b_off) -> ConvJob:
@@ -474,7 +480,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
                            variant)
 
         if t == "dense":
-            emit_conv(prog, arch, job(wg, params.add(pack(wg)), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
+            emit_conv(prog, arch, job(wg, put(wg), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
             continue
         phases = _phases(op, graph, xg, yg, wg)
         aug = _augment(arch, graph, op) if groups == 1 else None
@@ -482,11 +488,11 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
             win = xops.conv_window(op, graph)
             wa = augmented_weights(wg)
             pads = (win.pads[0], 0, win.pads[2], 0)
-            emit_conv(prog, arch, replace(job(wa, params.add(pack(wa)), (win.sh, 1), pads), aug=aug), xg, yg,
+            emit_conv(prog, arch, replace(job(wa, put(wa), (win.sh, 1), pads), aug=aug), xg, yg,
                       op.inputs[0], out)
         elif phases is None:
             win = xops.conv_window(op, graph)
-            emit_conv(prog, arch, job(wg, params.add(pack(wg)), (win.sh, win.sw), win.pads), xg, yg, op.inputs[0],
+            emit_conv(prog, arch, job(wg, put(wg), (win.sh, win.sw), win.pads), xg, yg, op.inputs[0],
                       out)
         else:
             _emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
@@ -499,7 +505,7 @@ def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict
     x, y = fmaps[op.inputs[0]], fmaps[out]
     q = xops.quant_params(op, graph)
     w = graph.param(op, "weights").data  # (C, 1, kh, kw) for both
-    b_off = params.add(pack_channel_vector(_bias_of(graph, op, w.shape[0]), arch.icp))
+    b_off = params.add(pack_channel_vector(_bias_of(graph, op, w.shape[0]), arch.icp), op.params.get("bias", ""))
 
     def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int]) -> AluJob:
         return AluJob(op.name, "dwconv", wt.shape[0], wt.shape[2], wt.shape[3], strides[0], strides[1],
@@ -510,7 +516,8 @@ def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict
     phases = _phases(op, graph, x, y, w)
     if phases is None:
         win = xops.conv_window(op, graph)
-        emit_alu(prog, arch, job(w, params.add(pack(w)), (win.sh, win.sw), win.pads), x, y, op.inputs[0], out)
+        emit_alu(prog, arch, job(w, params.add(pack(w), op.params["weights"]), (win.sh, win.sw), win.pads), x, y,
+                 op.inputs[0], out)
         return
     _emit_phases(prog, arch, op, phases, w, params, pack, job, emit_alu, zero_channels=w.shape[0])
 
@@ -520,9 +527,10 @@ def _emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomp
     """Emit every phase conv of a decomposed op (`job(weights, w_offset, strides, pads)` builds the engine job,
     `emit` is emit_conv / emit_alu), then the outputs that only see padding."""
     out = op.outputs[0]
-    shared = None if op.type == "conv2d_transpose" else params.add(pack(w))  # dilated: one kernel for all
+    # dilated: one kernel for all phases
+    shared = None if op.type == "conv2d_transpose" else params.add(pack(w), op.params["weights"])
     for ph in phases.phases:
-        w_off = shared if shared is not None else params.add(pack(ph.weights))
+        w_off = shared if shared is not None else params.add(pack(ph.weights), op.params["weights"])
         emit(prog, arch, job(ph.weights, w_off, ph.strides, ph.pads), ph.x, ph.y, op.inputs[0], out)
     if phases.bias_only:
         # act(bias) = the op on zeros: a 1x1 conv with zero weights over a zero map kept in the params region

@@ -224,8 +224,9 @@ def load_dw_params(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, para
     cp, cg = arch.icp, ceil_div(c, arch.ocp)
     win = window_of(graph, dw)
     b = graph.param(dw, "bias", required=False)
-    wd_off = params.add(pack_dw_weights(graph.param(dw, "weights").data, cp))
-    bd_off = params.add(pack_channel_vector(b.data if b is not None else np.zeros(c, np.int8), cp))
+    wd_off = params.add(pack_dw_weights(graph.param(dw, "weights").data, cp), dw.params["weights"])
+    bd_off = params.add(pack_channel_vector(b.data if b is not None else np.zeros(c, np.int8), cp),
+                        dw.params.get("bias", ""))
     prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=arch.bank_group("DWCONVW").base_id,
               bank_addr=0, length=win.kh * win.kw, channel=c, jump_read=cg * cp, jump_write=cg, reg_id=REG_PARAMS,
               ddr_addr=wd_off)

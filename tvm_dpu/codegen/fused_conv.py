@@ -50,8 +50,8 @@ def conv_job(arch: Arch, graph: Graph, op: Op, params: ParamBlob) -> ConvJob:
     win = xops.conv_window(op, graph)
     b = graph.param(op, "bias", required=False)
     bias = b.data if b is not None else np.zeros(w.shape[0], np.int8)
-    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
-    b_off = params.add(pack_channel_vector(bias, arch.ocp))
+    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp), op.params["weights"])
+    b_off = params.add(pack_channel_vector(bias, arch.ocp), op.params.get("bias", ""))
     return ConvJob(op.name, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), w.shape[1], w.shape[0], q.act_type,
                    q.shift_cut, q.shift_bias_isa, w_off, b_off, REG_PARAMS)
 

@@ -68,8 +68,8 @@ def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: d
     c = wd.shape[0]
     bd = graph.param(dw, "bias", required=False)
     bias_d = bd.data if bd is not None else np.zeros(c, np.int8)
-    wd_off = params.add(pack_dw_weights(wd, arch.icp))
-    bd_off = params.add(pack_channel_vector(bias_d, arch.icp))
+    wd_off = params.add(pack_dw_weights(wd, arch.icp), dw.params["weights"])
+    bd_off = params.add(pack_channel_vector(bias_d, arch.icp), dw.params.get("bias", ""))
     job = conv_job(arch, graph, pw, params)
     half = arch.bank_depth // 2
     cg, n_out = ceil_div(c, arch.icp), ceil_div(job.cout, arch.ocp)

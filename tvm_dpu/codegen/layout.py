@@ -31,10 +31,14 @@ class ParamBlob:
         self.chunks: list[np.ndarray] = []
         self.size = 0
         self.keep = keep
+        self.offsets: dict[str, int] = {}  # constant tensor -> offset of its first packed bytes
 
-    def add(self, data: np.ndarray) -> int:
-        """Append int8 `data` (AXI-beat aligned); returns its byte offset in the region."""
+    def add(self, data: np.ndarray, tensor: str = "") -> int:
+        """Append int8 `data` (AXI-beat aligned), the packed bytes of constant `tensor` if named; returns its byte
+        offset in the region."""
         off = self.size
+        if tensor:
+            self.offsets.setdefault(tensor, off)
         b = np.asarray(data, dtype=np.int8).view(np.uint8).ravel()
         pad = align(len(b)) - len(b)
         if self.keep:

@@ -277,8 +277,8 @@ def _conv_job(arch: Arch, graph: Graph, st: _Step, params: ParamBlob) -> ConvJob
         w = augmented_weights(w)
     b = graph.param(op, "bias", required=False)
     bias = b.data if b is not None else np.zeros(st.cout, np.int8)
-    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp))
-    b_off = params.add(pack_channel_vector(bias, arch.ocp))
+    w_off = params.add(pack_conv_weights(w, arch.icp, arch.ocp), op.params["weights"])
+    b_off = params.add(pack_channel_vector(bias, arch.ocp), op.params.get("bias", ""))
     return ConvJob(op.name, st.kh, st.kw, st.sh, st.sw, (0, 0, 0, 0), st.cin, st.cout, q.act_type, q.shift_cut,
                    q.shift_bias_isa, w_off, b_off, REG_PARAMS)
 

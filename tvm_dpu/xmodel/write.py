@@ -64,11 +64,16 @@ def reg_name(reg_id: int) -> str:
     return f"REG_{reg_id}"
 
 
-def _fix_tensor(name: str, shape: list[int], fix_point: int) -> dict:
+def _fix_attrs(fix_point: int, round_mode: str = "DPU_ROUND") -> dict:
+    """The int8 quantization XIR requires on fix2float/float2fix ops (all four REQUIRED in XIR's op definitions) and
+    vai_c writes on every fix tensor; vai_c rounds constants PY3_ROUND, feature maps DPU_ROUND."""
+    return {"fix_point": _a("int32", int(fix_point)), "bit_width": _a("int32", 8), "if_signed": _a("bool", True),
+            "round_mode": _a("string", round_mode)}
+
+
+def _fix_tensor(name: str, shape: list[int], fix_point: int, round_mode: str = "DPU_ROUND") -> dict:
     return {"tensor_name": name, "tensor_dim": [int(d) for d in shape], "data_type": DATA_TYPES["XINT"],
-            "tensor_bit_width": 8,
-            "tensor_attr": {"fix_point": _a("int32", int(fix_point)), "bit_width": _a("int32", 8),
-                            "if_signed": _a("bool", True), "round_mode": _a("string", "DPU_ROUND")}}
+            "tensor_bit_width": 8, "tensor_attr": _fix_attrs(fix_point, round_mode)}
 
 
 def _float_tensor(name: str, shape: list[int]) -> dict:
@@ -76,12 +81,24 @@ def _float_tensor(name: str, shape: list[int]) -> dict:
             "tensor_bit_width": 32, "tensor_attr": {}}
 
 
-def _ddr(tensor: dict, fmap: Any) -> dict:
-    """`tensor` with the DDR place VART reads: reg_id, ddr_addr, location 1 and the NHWC byte strides."""
-    tensor["tensor_attr"].update({
-        "reg_id": _a("int32", int(fmap.reg_id)), "ddr_addr": _a("int32", int(fmap.offset)), "location": _a("int32", 1),
-        "stride": _a("int32_vec", [int(fmap.h * fmap.row_pitch), int(fmap.row_pitch), int(fmap.pixel_pitch), 1])})
+def _place(tensor: dict, reg_id: int, ddr_addr: int, location: int) -> dict:
+    """`tensor` with the DDR place VART's DPU session reads for every tensor of a DPU subgraph."""
+    tensor["tensor_attr"].update({"reg_id": _a("int32", int(reg_id)), "ddr_addr": _a("int32", int(ddr_addr)),
+                                  "location": _a("int32", int(location))})
     return tensor
+
+
+def _ddr(tensor: dict, fmap: Any) -> dict:
+    """`tensor` at its feature map's DDR place (location 1) with the NHWC byte strides."""
+    _place(tensor, fmap.reg_id, fmap.offset, 1)
+    tensor["tensor_attr"]["stride"] = _a(
+        "int32_vec", [int(fmap.h * fmap.row_pitch), int(fmap.row_pitch), int(fmap.pixel_pitch), 1])
+    return tensor
+
+
+def _on_chip(tensor: dict) -> dict:
+    """`tensor` as vai_c marks a map that never leaves the banks: REG_1 (workspace), address 0, location 0."""
+    return _place(tensor, REG_WORK, 0, 0)
 
 
 def _nhwc(shape: tuple[int, ...]) -> list[int]:
@@ -153,7 +170,7 @@ class _Writer:
         key = ("float", v.op, tuple(shape))
         if key in self.memo:
             return self.memo[key].op
-        src = self.cpu("fix2float", v.op, v.shape, {"fix_point": _a("int32", v.fix_point)}, f"{v.op}_fix2float")
+        src = self.cpu("fix2float", v.op, v.shape, _fix_attrs(v.fix_point), f"{v.op}_fix2float")
         cur = list(v.shape)
         if len(cur) == 4 and cur[1] * cur[2] > 1:
             cur = [cur[0], cur[3], cur[1], cur[2]]
@@ -175,9 +192,8 @@ class _Writer:
         src = self.as_float(v, [1, f.c, f.h, f.w] if f.h * f.w > 1 else nhwc)
         if f.h * f.w > 1:
             src = self.cpu("transpose", src, nhwc, {"order": _a("int32_vec", [0, 2, 3, 1])}, f"{src}_nhwc")
-        out = self.cpu("float2fix", src, nhwc, {"fix_point": _a("int32", binding.fix_point),
-                                                "round_mode": _a("string", "DPU_ROUND")},
-                       f"{src}_float2fix", fix_point=binding.fix_point)
+        out = self.cpu("float2fix", src, nhwc, _fix_attrs(binding.fix_point), f"{src}_float2fix",
+                       fix_point=binding.fix_point)
         self.memo[key] = _Val(out, nhwc, True, binding.fix_point)
         return out
 
@@ -224,14 +240,22 @@ class _Writer:
             names = []
             args_map: dict[str, list[str]] = {"input": [producer[t] for t in xop.inputs]}
             for role, tname in sorted(xop.params.items()):
-                c = self.const(graph, xop, role, tname)
+                c = self.const(graph, sg, xop, role, tname)
                 names.append(c)
                 args_map[role] = [c]
             n = self.name(xop.name)
             t_out = graph.tensors[xop.outputs[0]]
             tensor = _fix_tensor(n, _nhwc(t_out.shape), t_out.fix_point)
+            place = sg.places.get(t_out.name)
             if t_out.name in out_fmap:
                 _ddr(tensor, out_fmap[t_out.name].fmap)
+            elif place is not None:
+                _ddr(tensor, place)
+            elif sg.places:
+                _on_chip(tensor)  # a map the program keeps in the banks (a fused group's intermediate)
+            else:
+                raise XModelError(f"DPU partition {symbol}: its compiled program records no feature-map places "
+                                  f"(compiled before they were kept): rebuild the model to export an xmodel")
             typ, attrs = _xir_op(xop, graph)
             self.op(n, typ, args_map, tensor, attrs, device="DPU")
             for t in xop.outputs:
@@ -268,17 +292,25 @@ class _Writer:
             "subg_child": children})
         return outs
 
-    def const(self, graph: Any, xop: Any, role: str, tname: str) -> str:
+    def const(self, graph: Any, sg: Any, xop: Any, role: str, tname: str) -> str:
+        """A `const-fix` op: the constant in XIR's layout, placed in REG_0 where the program's packed copy starts."""
         t = graph.tensors[tname]
         data = np.asarray(t.data, dtype=np.int8)
         if role == "weights" and xop.type == "dense":
             data = data.reshape(dense_weights_shape(xop, graph))
         if data.ndim == 4 and role == "weights" and xop.type == "depthwise_conv2d":
             data = data.transpose(1, 2, 3, 0)  # (C, 1, kh, kw) -> XIR's (multiplier, kh, kw, C)
+        elif data.ndim == 4 and role == "weights" and xop.type == "conv2d_transpose":
+            data = data.transpose(1, 2, 3, 0)  # ONNX's (I, O, kh, kw) -> XIR's OHWI
         elif data.ndim == 4:
             data = data.transpose(0, 2, 3, 1)  # OIHW -> OHWI, vai_c's layout
         n = self.name(tname)
-        self.op(n, "const-fix", {}, _fix_tensor(n, list(data.shape), t.fix_point),
+        if tname not in sg.param_offsets:
+            raise XModelError(f"DPU partition {sg.name}: constant {tname!r} of op {xop.name!r} has no place in the "
+                              f"program's parameter region: rebuild the model to export an xmodel")
+        tensor = _place(_fix_tensor(n, list(data.shape), t.fix_point, "PY3_ROUND"), REG_PARAMS,
+                        sg.param_offsets[tname], 1)
+        self.op(n, "const-fix", {}, tensor,
                 {"data": _a("bytes", np.ascontiguousarray(data).tobytes()),
                  "shape": _a("int32_vec", list(data.shape)), "data_type": _a("string", "XINT8")}, device="DPU")
         return n
