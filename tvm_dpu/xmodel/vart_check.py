@@ -293,12 +293,11 @@ class _Subgraph:
     def check_tensors(self, regions: dict[int, tuple[str, int]]) -> None:
         params = self.sg.attrs.get("reg_id_to_parameter_value")
         params = params if isinstance(params, dict) else {}
-        placed: dict[str, XTensor] = {}
+        consts: list[tuple[XOp, XTensor]] = []
         for op in self.ops:  # init_tensors(get_all_tensor_names): every op output of the subgraph
             t = self.ddr_tensor(op)
             if t is None:
                 continue
-            placed[op.name] = t
             if "fix_point" not in op.output.attrs and op.output.dtype.startswith("x"):
                 self.add("fix-point", f"tensor {op.output.name!r}", "no fix_point")
             if t.location not in (0, 1):
@@ -315,13 +314,24 @@ class _Subgraph:
                 self.add("tensor-region", f"tensor {t.name!r}", f"bytes [{t.ddr_addr}, {end}) outside REG_{t.reg_id} "
                          f"({kind}, {size} bytes)")
             elif kind == "CONST" and op.type == "const-fix" and op.attrs.get("data"):
-                # vai_c leaves `data` empty; where it is set, the region holds the same bytes in the DPU's own
-                # order (weights by output-channel group), so the two are compared as multisets.
-                data, region = op.attrs["data"], params.get(f"REG_{t.reg_id}", b"")[t.ddr_addr:end]
-                if not isinstance(data, bytes) or len(data) != t.nbytes or sorted(data) != sorted(region):
-                    self.add("const-bytes", f"const-fix op {op.name!r}", f"its {len(data)} data bytes are not the "
-                             f"{t.nbytes} bytes of REG_{t.reg_id} at {t.ddr_addr}")
+                consts.append((op, t))
+        self.check_const_bytes(consts, regions, params)
         self.check_io(regions)
+
+    def check_const_bytes(self, consts: list[tuple[XOp, XTensor]], regions: dict[int, tuple[str, int]],
+                          params: dict[str, bytes]) -> None:
+        """vai_c leaves const-fix `data` empty; where it is set, the region holds the same values in the DPU's
+        own order and padding (weights by output-channel group, channels padded to the engine's parallelism), in
+        the span up to the next constant: the nonzero bytes of the two are compared as multisets."""
+        starts = sorted({(t.reg_id, t.ddr_addr) for _, t in consts})
+        for op, t in consts:
+            data = op.attrs["data"]
+            later = [a for r, a in starts if r == t.reg_id and a > t.ddr_addr]
+            span = params.get(f"REG_{t.reg_id}", b"")[t.ddr_addr:min(later, default=regions[t.reg_id][1])]
+            if (not isinstance(data, bytes) or len(data) != t.nbytes
+                    or sorted(data.replace(b"\0", b"")) != sorted(span.replace(b"\0", b""))):
+                self.add("const-bytes", f"const-fix op {op.name!r}", f"its {len(data)} data bytes are not the "
+                         f"values of REG_{t.reg_id} from {t.ddr_addr} to the next constant ({len(span)} bytes)")
 
     def check_io(self, regions: dict[int, tuple[str, int]]) -> None:
         ins = [(op, self.ddr_tensor(op)) for op in self.input_producers()]
