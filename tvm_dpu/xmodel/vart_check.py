@@ -384,3 +384,10 @@ def format_findings(model: XModel, findings: list[Finding]) -> str:
     head = (f"{model.source}: {n_dpu} DPU subgraph(s) checked against VART's reads ({len(RULES)} rules): "
             f"{errors} error(s), {len(findings) - errors} warning(s)")
     return "\n".join([head] + [f"  {f}" for f in findings]) + "\n"
+
+
+def xir_io_tensors(model: XModel, sg: XSubgraph) -> tuple[list[str], list[str]]:
+    """The names of `sg`'s input and output tensors as XIR's Subgraph::get_input_tensors / get_output_tensors give
+    them (what VART's session hands the user), in graph order."""
+    view = _Subgraph(model, sg)
+    return [op.output.name for op in view.input_producers()], [op.output.name for op in view.output_producers()]
