@@ -86,7 +86,9 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
             vai, ours = _stats(s.vai_c), _stats(s.ours)
             ratio = s.cycle_ratio
             rows.append({"xmodel": rel, "arch": c.arch, "subgraph": s.name, "outputs_equal": s.outputs_equal,
-                         "differing": s.differing, "elements": s.total, "vai_c": vai, "ours": ours,
+                         "differing": s.differing, "elements": s.total, "inputs": s.inputs,
+                         "warnings": s.warnings, "layers_equal": s.layers_equal, "layers": len(s.layers),
+                         "vai_c": vai, "ours": ours,
                          "ratio": ratio, "ratio_goal_met": ratio is not None and ratio <= RATIO_MAX,
                          "vai_c_does": why_behind(vai, ours) if ratio is not None and ratio > RATIO_MAX else [],
                          "notes": s.notes, "seconds": time.perf_counter() - t0})

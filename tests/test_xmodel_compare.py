@@ -23,7 +23,7 @@ def test_vai_c_conv_subgraph_matches_ours_int8(path):
     d = {x.name: x for x in read_xmodel(path).dpu_subgraphs()}
     conv, dense = res.subgraphs  # conv/pool stack and dense head: both rebuilt and compared
     assert conv.name == "subgraph_quant_conv2d"
-    assert conv.total == 256 and conv.differing == 0 and conv.outputs_equal
+    assert conv.inputs == 3 and conv.total == 3 * 256 and conv.differing == 0 and conv.outputs_equal
     code = np.frombuffer(d[conv.name].mc_code, "<u4")
     assert sum(conv.vai_c.instructions.values()) == len(decode_program(code))
     assert conv.vai_c.instructions["CONV"] == 18
@@ -38,9 +38,10 @@ def test_vai_c_conv_subgraph_matches_ours_int8(path):
     # the dense subgraph's bias has fix_point fp_in + fp_w + 1 and odd values: rebuilt as given (shift_bias field 0,
     # quant.rules.SHIFT_BIAS_MIN), the outputs equal vai_c's int8 for int8
     assert not res.not_compared
-    assert dense.name.startswith("subgraph_quant_dense") and dense.total == 10 and dense.outputs_equal
+    assert dense.name.startswith("subgraph_quant_dense") and dense.total == 3 * 10 and dense.outputs_equal
     assert not any("rebuilt exactly as values" in n for n in dense.notes)
-    assert "int8 outputs equal (0 of 256" in res.table()
+    assert "int8 outputs equal (0 of 768 elements differ over 3 random inputs)" in res.table()
+    assert not conv.warnings and not dense.warnings  # the outputs depend on the input
 
 
 def test_isa0_is_not_compared_with_reason(tmp_path):
@@ -118,7 +119,7 @@ def test_every_rebuilt_op_type_round_trips(tmp_path):
     assert {"conv2d-fix", "depthwise-conv2d-fix", "eltwise-fix", "pool-fix", "concat-fix", "upsample-fix",
             "hard-sigmoid-fix"} <= types
     (s,) = compare(path, seed=5).subgraphs
-    assert s.outputs_equal and s.total == 256
+    assert s.outputs_equal and s.total == 3 * 256
     assert s.vai_c.instructions == s.ours.instructions and s.vai_c.cycles == s.ours.cycles
     assert (s.vai_c.ddr_read_bytes, s.vai_c.ddr_write_bytes) == (s.ours.ddr_read_bytes, s.ours.ddr_write_bytes)
 
@@ -134,3 +135,82 @@ def test_op_without_rebuild_is_named(tmp_path):
     assert len(res.subgraphs) == 1
     (why,) = res.not_compared.values()
     assert "DPU op 'pool1' of type 'mystery-fix' cannot be rebuilt" in why
+
+
+def _zero_params(tmp_path, which: str):
+    """vai_c's VAI 3.0 file with the CONST region of the DPU subgraph whose name starts with `which` zeroed."""
+    g = decode_graph(ISA1[-1].read_bytes())
+    for sg in g["subg_root"]["subg_child"]:
+        if sg["subgraph_name"].startswith(which) and "reg_id_to_parameter_value" in sg["subg_attr"]:
+            a = sg["subg_attr"]["reg_id_to_parameter_value"]
+            sg["subg_attr"]["reg_id_to_parameter_value"] = Attr(a.kind, {k: bytes(len(v)) for k, v in a.value.items()})
+    path = tmp_path / f"zero_{which}.xmodel"
+    path.write_bytes(encode_graph(g))
+    return path
+
+
+def test_outputs_that_do_not_depend_on_the_input_get_a_warning(tmp_path, capsys):
+    """Zero weights and biases: the conv stack's outputs are all zero, the dense head's (hard-sigmoid of 0) the
+    same for every input. Both compilers agree, and the comparison says that agreement proves nothing."""
+    import json
+
+    conv = compare(_zero_params(tmp_path, "subgraph_quant_conv2d")).subgraphs[0]
+    assert conv.outputs_equal
+    (w,) = conv.warnings
+    assert "is all zero for each of the 3 inputs tried" in w and "prove nothing" in w
+    dense = compare(_zero_params(tmp_path, "subgraph_quant_dense")).subgraphs[1]
+    assert dense.outputs_equal
+    (w,) = dense.warnings
+    assert "is the same for each of the 3 inputs tried" in w
+    out = tmp_path / "c.json"
+    assert main(["compare", str(tmp_path / "zero_subgraph_quant_conv2d.xmodel"), "--json", str(out)]) == 0
+    assert f"WARNING: {conv.warnings[0]}" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["subgraphs"][0]["warnings"] == conv.warnings and doc["subgraphs"][0]["outputs_equal"]
+
+
+def test_debug_mode_per_layer_programs_compared_layer_by_layer():
+    """vai_c 2.5's file carries per-layer programs (debug mode: `mc_code` on the children); run in
+    children_topological_sort order, each one's map in DDR equals tvm-dpu's golden reference of that op."""
+    res = compare(ISA1[0], seed=1)
+    conv, dense = res.subgraphs
+    assert [c.op for c in conv.layers] == ["quant_conv2d", "quant_max_pooling2d"]
+    assert [c.op for c in dense.layers] == ["quant_dense(TransferMatMulToConv2d)",
+                                            "quant_dense_sigmoid_sigmoid(MoveReshape)(MergeMultoHsigmoid)"]
+    for c in conv.layers + dense.layers:
+        assert c.differing == 0 and c.total > 0 and "per-layer program" in c.read
+    assert conv.layers[0].total == 3 * 22 * 22 * 32 and conv.layers_equal
+    assert "layer quant_conv2d: equal (0 of 46464" in res.table()
+
+
+def test_a_layer_read_from_the_wrong_place_differs(tmp_path):
+    """Negative control: the same file with quant_conv2d's ddr_addr moved by one byte. The program and the final
+    outputs are unchanged (still equal); the map read from DDR at the recorded place is not the layer's."""
+    g = decode_graph(ISA1[0].read_bytes())
+    for op in g["op_node"]:
+        if op["op_name"] == "quant_conv2d":
+            a = op["output_tensor"]["tensor_attr"]
+            a["ddr_addr"] = Attr("int32_value", a["ddr_addr"].value + 1)
+    moved = tmp_path / "moved.xmodel"
+    moved.write_bytes(encode_graph(g))
+    conv = compare(moved, seed=1).subgraphs[0]
+    assert conv.outputs_equal
+    bad = next(c for c in conv.layers if c.op == "quant_conv2d")
+    assert bad.differing > bad.total // 2 and not conv.layers_equal
+
+
+def test_release_maps_not_in_ddr_are_named_not_compared():
+    """vai_c 3.0's release program keeps its maps on chip though the file marks them location 1: each is listed
+    with the reason (another tensor shares its bytes, or the program leaves its bytes unwritten), not compared."""
+    conv = compare(ISA1[1], seed=1).subgraphs[0]
+    assert conv.layers == []
+    assert "shares REG_1 bytes with 'quant_conv2d_1_fix'" in conv.layers_not_compared["quant_conv2d"]
+    assert "leaves 2048 of its 2048 bytes in DDR unwritten" in conv.layers_not_compared["quant_max_pooling2d_fix"]
+
+
+def test_our_export_keeps_a_map_in_ddr_and_it_matches(tmp_path):
+    """Our export of the writer tests' model: the map conv2 writes to DDR between its two DPU layers equals the
+    golden reference's."""
+    res = compare(_own_xmodel(tmp_path))
+    layers = [c for s in res.subgraphs for c in s.layers]
+    assert [c.op for c in layers] == ["conv2"] and layers[0].differing == 0 and layers[0].total == 3 * 96

@@ -830,8 +830,13 @@ def _run_dse(args: argparse.Namespace) -> int:
 def _run_compare(args) -> int:
     from tvm_dpu.xmodel.compare import compare
 
-    result = compare(args.xmodel, seed=args.seed)
+    result = compare(args.xmodel, seed=args.seed, inputs=args.inputs)
     print(result.table())
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+        print(f"wrote {args.json}")
     return 0 if result.subgraphs else 1  # nothing could be compared: the table says why
 
 
@@ -1114,9 +1119,14 @@ COMMAND_LIST: tuple[Command, ...] = (
         "Rebuild each DPU subgraph of a vai_c .xmodel as a QDQ ONNX model (its int8 constants, scales "
         "2^-fix_point), compile it with tvm-dpu and run both programs on the emulator on the same random inputs: "
         "int8 output differences, instructions per engine, DDR bytes and timing-model cycles "
-        "(tvm_dpu.xmodel.compare).",
+        "(tvm_dpu.xmodel.compare). Outputs that are all zero or the same for every input tried get a warning "
+        "(equality proves nothing there); intermediate maps vai_c's program leaves in DDR, or computes in "
+        "per-layer programs (debug mode), are compared layer by layer with tvm-dpu's golden reference.",
         (arg("xmodel", help="a vai_c-compiled .xmodel"),
-         arg("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)"))),
+         arg("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)"),
+         arg("--inputs", type=int, default=3, metavar="N", help="random int8 inputs per subgraph (default 3)"),
+         arg("--json", metavar="FILE.json", help="also write the comparison (warnings and layers included) as "
+             "JSON"))),
 )
 
 #: Subcommand name -> its Command.

@@ -6,6 +6,13 @@ DequantizeLinear pair with its tensor's fix point. tvm-dpu compiles it (the QDQ 
 nothing is calibrated), so both compilers compute on the same numbers. Both programs then run on the emulator on
 the same random int8 inputs; the result holds the int8 output differences, the instructions per engine, the DDR
 bytes each program moved and the timing model's cycles (or the timing model's error, reported, not raised).
+
+Equal outputs prove little when the outputs do not depend on the input (an untrained head whose outputs are all
+zero, a saturated layer): vai_c's outputs are checked across the inputs tried, and a constant or all-zero output
+gets a warning. Where vai_c's program leaves intermediate maps in DDR (location 1, at a place no other tensor of
+the region shares) or the file carries per-layer programs (debug mode: `mc_code` on the DPU subgraph's children,
+run one after another as VART's debug mode runs them), each such map is compared with tvm-dpu's golden reference
+(xgraph.golden on the rebuilt network) layer by layer.
 """
 from __future__ import annotations
 
@@ -27,6 +34,10 @@ _SKIP = ("upload", "download", "const-fix")
 _ENGINES = ("LOAD", "SAVE", "CONV", "MISC")
 #: vai_c's LEAKYRELU slope: 26/256, the DPU's fixed leaky-relu alpha.
 LEAKY_ALPHA = 26 / 256
+#: Random int8 inputs each subgraph runs on: enough to see an output that does not depend on its input.
+INPUTS = 3
+#: Byte the data regions are filled with to find which bytes of DDR a program writes (_Layers.unwritten).
+CANARY = 0xA5
 
 
 @dataclass
@@ -50,13 +61,34 @@ class ProgramStats:
 
 
 @dataclass
+class LayerCheck:
+    """One intermediate map of vai_c's program against tvm-dpu's golden reference for the same op: `read` says
+    where vai_c's map was read (DDR after the whole program, or after the per-layer program of a child)."""
+    op: str
+    differing: int
+    total: int
+    read: str
+
+
+@dataclass
 class SubgraphComparison:
+    """`differing` / `total`: int8 output elements over all `inputs` tried (the DDR and cycle figures are one
+    run's). `warnings`: why equal outputs prove little here; `layers`: intermediate maps compared, and
+    `layers_not_compared` the location-1 maps that were not, with the reason."""
     name: str
     differing: int
     total: int
     vai_c: ProgramStats
     ours: ProgramStats
     notes: list[str] = field(default_factory=list)
+    inputs: int = 1
+    warnings: list[str] = field(default_factory=list)
+    layers: list[LayerCheck] = field(default_factory=list)
+    layers_not_compared: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def layers_equal(self) -> bool:
+        return all(c.differing == 0 for c in self.layers)
 
     @property
     def outputs_equal(self) -> bool:
@@ -83,7 +115,12 @@ class Comparison:
         lines = [f"{self.path} ({self.arch})"]
         for s in self.subgraphs:
             lines.append(f"DPU subgraph {s.name}: int8 outputs {'equal' if s.outputs_equal else 'DIFFER'} "
-                         f"({s.differing} of {s.total} elements differ)")
+                         f"({s.differing} of {s.total} elements differ over {s.inputs} random inputs)")
+            lines += [f"  WARNING: {w}" for w in s.warnings]
+            for c in s.layers:
+                lines.append(f"  layer {c.op}: {'equal' if c.differing == 0 else 'DIFFERS'} ({c.differing} of "
+                             f"{c.total} elements differ; vai_c's map read {c.read})")
+            lines += [f"  layer {op}: not compared: {why}" for op, why in s.layers_not_compared.items()]
             lines.append(f"  {'':10}{'vai_c':>14}{'tvm-dpu':>14}")
             for e in _ENGINES:
                 lines.append(f"  {e:10}{s.vai_c.instructions.get(e, 0):>14}{s.ours.instructions.get(e, 0):>14}")
@@ -100,6 +137,14 @@ class Comparison:
         for name, why in self.not_compared.items():
             lines.append(f"DPU subgraph {name}: not compared: {why}")
         return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as JSON-ready data (`tvm-dpu compare --json`)."""
+        from dataclasses import asdict
+
+        subs = [{**asdict(s), "outputs_equal": s.outputs_equal, "layers_equal": s.layers_equal,
+                 "cycle_ratio": s.cycle_ratio} for s in self.subgraphs]
+        return {"path": self.path, "arch": self.arch, "subgraphs": subs, "not_compared": self.not_compared}
 
 
 # -- rebuilding the quantized network as QDQ ONNX ----------------------------------------------------------------
@@ -346,12 +391,149 @@ class _CountingDevice:
         self.written += self.inner.last_stats.save_bytes
 
 
-def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphComparison:
-    """Rebuild, compile and run one DPU subgraph of vai_c's against tvm-dpu's (see the module docstring)."""
+def _extent(t: XTensor) -> tuple[int, int]:
+    """[first, end) bytes of `t` in its region (strided where it has strides)."""
+    strides = t.strides or tuple(int(np.prod(t.shape[i + 1:])) for i in range(len(t.shape)))
+    return t.ddr_addr, t.ddr_addr + sum((n - 1) * st for n, st in zip(t.shape, strides)) + 1
+
+
+class _Layers:
+    """vai_c's intermediate maps against tvm-dpu's golden reference on the rebuilt network, accumulated over the
+    inputs tried (see the module docstring)."""
+
+    def __init__(self, xm: XModel, d: DpuSubgraph, theirs: Any, ours: Any, where: str):
+        import dataclasses
+
+        self.xm, self.d, self.theirs, self.where = xm, d, theirs, where
+        self.checks: dict[str, LayerCheck] = {}
+        self.skipped: dict[str, str] = {}
+        runners = list(ours.runners.values())
+        self.graph = runners[0].graph if len(runners) == 1 else None
+        outs = {t.name for t in d.outputs}
+        self.maps = [op for op in _topological(xm, d.subgraph.all_ops()) if op.type not in _SKIP
+                     and op.output.location == 1 and op.output.name not in outs and op.output.reg_id in d.regions]
+        # the last XGraph op the rebuild named after an XIR op computes that op's map (conv, then its activation)
+        self.golden_name = {o.rsplit("__", 1)[0]: o for gop in (self.graph.ops if self.graph else ())
+                            for o in gop.outputs}
+        order = d.attrs.get("children_topological_sort") or [c.name for c in d.subgraph.children]
+        by_name = {c.name: c for c in d.subgraph.children}
+        #: debug mode's per-layer programs: (child, its program as a CompiledSubgraph), in VART's order
+        self.steps = [(by_name[n], dataclasses.replace(
+            theirs.sg, name=n, code=np.frombuffer(by_name[n].attrs["mc_code"], "<u4").astype(np.uint32)))
+            for n in order if n in by_name and isinstance(by_name[n].attrs.get("mc_code"), bytes)]
+        if self.graph is None:
+            self.skipped.update({op.name: f"tvm-dpu compiled the rebuilt network into {len(runners)} partitions, "
+                                 "so there is no one golden graph to read its map from" for op in self.maps})
+        elif not self.steps:
+            self.release_overlaps()
+
+    def release_overlaps(self) -> None:
+        """Release mode: a map read from DDR after the whole program is the op's only where no other tensor of
+        the subgraph shares its bytes (a later write could have replaced it)."""
+        placed = [self.xm.op(n).output for n in self.d.subgraph.all_ops()]
+        placed = [t for t in placed if t.reg_id is not None and t.ddr_addr is not None]
+        for op in self.maps:
+            a0, a1 = _extent(op.output)
+            other = next((t for t in placed if t.name != op.output.name and t.reg_id == op.output.reg_id
+                          and _extent(t)[0] < a1 and a0 < _extent(t)[1]), None)
+            if other is not None:
+                self.skipped[op.name] = (f"shares REG_{op.output.reg_id} bytes with {other.name!r}, so the map left "
+                                         "in DDR after the program may be another tensor's")
+
+    def run(self, device: Any, ins: list[XTensor], q_in: list[np.ndarray], regions: dict[int, np.ndarray]) -> None:
+        """Compare the maps of one input: `regions` are vai_c's DDR after its whole program ran on `q_in`."""
+        from ..xgraph.golden import run_graph
+        from .runner import tensor_view
+
+        if self.graph is None or not self.maps:
+            return
+        golden = run_graph(self.graph, {f"{t.op}__in": _to_nchw(q) for t, q in zip(ins, q_in)}, keep_all=True)
+        if not self.steps:
+            self.unwritten(device, ins, q_in, regions)
+            for op in self.maps:
+                self.check(op, golden, regions, "in DDR after the program")
+            return
+        regions = self.theirs.new_regions()
+        for t, q in zip(ins, q_in):
+            tensor_view(regions[t.reg_id], t, self.where)[...] = q
+        done = set()
+        for child, sg in self.steps:
+            device.execute(sg, regions)
+            names = set(child.all_ops())
+            for op in self.maps:
+                if op.name in names and op.name not in done:
+                    done.add(op.name)
+                    self.check(op, golden, regions, f"after the per-layer program {child.name!r}")
+        for op in self.maps:
+            if op.name not in done:
+                self.skipped[op.name] = "no per-layer program of the debug-mode children computes it"
+
+    def unwritten(self, device: Any, ins: list[XTensor], q_in: list[np.ndarray],
+                  regions: dict[int, np.ndarray]) -> None:
+        """Release mode: run vai_c's program again with its data regions filled with a canary byte; a map whose
+        bytes differ between the two runs was not (wholly) written to DDR by the program (vai_c marks maps
+        location 1 that its release program keeps on chip), so there is nothing of it to compare."""
+        from .runner import tensor_view
+
+        canary = self.theirs.new_regions()
+        for rid, buf in canary.items():
+            if rid in self.d.regions and self.d.regions[rid].context_type != "CONST":
+                buf[...] = CANARY
+        for t, q in zip(ins, q_in):
+            tensor_view(canary[t.reg_id], t, self.where)[...] = q
+        device.execute(self.theirs.sg, canary)
+        for op in self.maps:
+            t = op.output
+            if op.name in self.skipped:
+                continue
+            n = int(np.sum(tensor_view(regions[t.reg_id], t, self.where) != tensor_view(canary[t.reg_id], t,
+                                                                                        self.where)))
+            if n:
+                self.skipped[op.name] = (f"vai_c's program leaves {n} of its {int(np.prod(t.shape))} bytes in DDR "
+                                         "unwritten (its release program keeps the map on chip)")
+
+    def check(self, op: XOp, golden: dict[str, np.ndarray], regions: dict[int, np.ndarray], read: str) -> None:
+        from .runner import tensor_view
+
+        if op.name in self.skipped:
+            return
+        t = op.output
+        g = golden.get(self.golden_name.get(op.name, ""))
+        if g is None or g.size != int(np.prod(t.shape)):
+            self.skipped[op.name] = "the rebuilt network has no golden tensor of its shape for it"
+            return
+        want = _to_nhwc(g).reshape(t.shape)
+        got = tensor_view(regions[t.reg_id], t, self.where)
+        c = self.checks.setdefault(op.name, LayerCheck(op.name, 0, 0, read))
+        c.differing += int(np.sum(got != want))
+        c.total += int(want.size)
+
+
+def _input_warnings(outs: list[XTensor], seen: list[list[np.ndarray]]) -> list[str]:
+    """Why equal outputs prove little: vai_c's outputs that are all zero, or the same for every input tried."""
+    warnings = []
+    n = len(seen)
+    for j, t in enumerate(outs):
+        runs = [s[j] for s in seen]
+        if not any(r.any() for r in runs):
+            warnings.append(f"vai_c's output {t.name!r} is all zero for each of the {n} inputs tried: equal outputs "
+                            "prove nothing about the layers before it")
+        elif n > 1 and all(np.array_equal(runs[0], r) for r in runs[1:]):
+            warnings.append(f"vai_c's output {t.name!r} is the same for each of the {n} inputs tried (it does not "
+                            "depend on the input): equal outputs prove nothing about the layers before it")
+    return warnings
+
+
+def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = INPUTS) -> SubgraphComparison:
+    """Rebuild, compile and run one DPU subgraph of vai_c's against tvm-dpu's on `inputs` random int8 inputs (see
+    the module docstring)."""
     import tvm_dpu
+
     from ..arch.arch import arch_from_fingerprint
     from .runner import load_xmodel, tensor_view
 
+    if inputs < 1:
+        raise XModelError(f"compare: {inputs} inputs: at least one is needed")
     arch = arch_from_fingerprint(d.fingerprint)
     if arch.isa != 1:
         raise XModelError(f"{xm.source}: DPU subgraph {d.name!r} is for {arch.dpu_name}; the emulator runs ISA1 only")
@@ -359,40 +541,48 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0) -> SubgraphCompa
     theirs = load_xmodel(xm).programs[d.name]  # regions initialised as the xmodel runner does
     onnx_model, ins, outs, notes = rebuild_qdq(xm, d)
     ours = tvm_dpu.build(onnx_model, arch=arch, progress=False)
+    layers = _Layers(xm, d, theirs, ours, where)
     rng = np.random.default_rng(seed)
-    q_in = [rng.integers(-128, 128, t.shape, dtype=np.int8) for t in ins]  # the DPU's layout (NHWC)
-    dev = _CountingDevice(arch)
-    regions = theirs.new_regions()
-    for t, q in zip(ins, q_in):
-        tensor_view(regions[t.reg_id], t, where)[...] = q
-    dev.execute(theirs.sg, regions)
-    q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
-    cyc, err, busy = _timing([(theirs.sg.code, None)], arch)
-    vai = ProgramStats(_engines(theirs.sg.code), dev.read, dev.written, cyc, err, engine_busy=busy)
-    odev = _CountingDevice(arch)
+    dev, odev = _CountingDevice(arch), _CountingDevice(arch)
     ours.pin(odev)
-    floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
-                       for t, q in zip(ins, q_in)})
     differing = total = 0
-    for t, got, want in zip(outs, floats, q_theirs):
-        q = np.clip(np.rint(np.asarray(got, np.float64) * 2.0 ** t.fix_point), -128, 127).astype(np.int8)
-        q = _to_nhwc(q).reshape(want.shape)
-        differing += int(np.sum(q != want))
-        total += int(q.size)
+    seen: list[list[np.ndarray]] = []
+    moved: list[tuple[int, int]] = []  # (read, written) DDR bytes of the first run: vai_c's, ours
+    for _ in range(inputs):
+        q_in = [rng.integers(-128, 128, t.shape, dtype=np.int8) for t in ins]  # the DPU's layout (NHWC)
+        regions = theirs.new_regions()
+        for t, q in zip(ins, q_in):
+            tensor_view(regions[t.reg_id], t, where)[...] = q
+        dev.execute(theirs.sg, regions)
+        q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
+        seen.append(q_theirs)
+        floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
+                           for t, q in zip(ins, q_in)})
+        if not moved:
+            moved = [(dev.read, dev.written), (odev.read, odev.written)]
+        for t, got, want in zip(outs, floats, q_theirs):
+            q = np.clip(np.rint(np.asarray(got, np.float64) * 2.0 ** t.fix_point), -128, 127).astype(np.int8)
+            q = _to_nhwc(q).reshape(want.shape)
+            differing += int(np.sum(q != want))
+            total += int(q.size)
+        layers.run(dev.inner, ins, q_in, regions)
+    cyc, err, busy = _timing([(theirs.sg.code, None)], arch)
+    vai = ProgramStats(_engines(theirs.sg.code), *moved[0], cyc, err, engine_busy=busy)
     counts: Counter = Counter()
     for r in ours.runners.values():
         counts.update(_engines(r.sg.code))
     if len(ours.runners) != 1:
         notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
     cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)
-    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, odev.read, odev.written, cyc, err,
+    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, *moved[1], cyc, err,
                         programs=len(ours.runners), engine_busy=busy)
-    return SubgraphComparison(d.name, differing, total, vai, mine, notes)
+    return SubgraphComparison(d.name, differing, total, vai, mine, notes, inputs, _input_warnings(outs, seen),
+                              list(layers.checks.values()), layers.skipped)
 
 
-def compare(path: Any, seed: int = 0) -> Comparison:
+def compare(path: Any, seed: int = 0, inputs: int = INPUTS) -> Comparison:
     """Every DPU subgraph of the xmodel at `path`: vai_c's program against tvm-dpu's compile of the same
-    quantized ops (`compare_subgraph`)."""
+    quantized ops on `inputs` random int8 inputs (`compare_subgraph`)."""
     from ..arch.arch import arch_from_fingerprint
 
     xm = read_xmodel(path)
@@ -403,7 +593,7 @@ def compare(path: Any, seed: int = 0) -> Comparison:
     out = Comparison(str(path), arch.name, [])
     for d in dpus:
         try:
-            out.subgraphs.append(compare_subgraph(xm, d, seed))
+            out.subgraphs.append(compare_subgraph(xm, d, seed, inputs))
         except XModelError as e:  # this subgraph cannot be rebuilt or run: say why, compare the others
             out.not_compared[d.name] = str(e).removeprefix(f"{xm.source}: ")
     return out
