@@ -242,3 +242,21 @@ def test_ours_through_xir_serialize_reads_back_the_same(outdir, tmp_path, key):
     rep = check_xmodel(path, reserialize_to=out)
     assert rep.ok and rep.serialized == str(out), rep.summary()
     _same_program(read_xmodel(path), read_xmodel(out))
+
+
+def test_readme_example_xmodel_runs_like_the_model(tmp_path):
+    """Our runner on the README example's xmodel (DPU programs on the emulator, the CPU conv2d/add/relu/sigmoid in
+    numpy per XIR's op definitions: NHWC, OHWI weights) gives the CompiledModel's outputs: the layouts written for
+    XIR are the ones the values need."""
+    calib = np.load(ROOT / "examples" / "mixed_cnn_calib.npz")
+    model = tvm_dpu.build(str(ROOT / "examples" / "mixed_cnn.onnx"), arch="zcu102", progress=False,
+                          calibration=calib[calib.files[0]])
+    runner = tvm_dpu.load(model.export(tmp_path / "m.xmodel"))
+    (name,) = [s.name for s in runner.inputs]
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
+        (want,) = model.run(x)
+        values = runner.run_values({name: x.transpose(0, 2, 3, 1)})
+        (got,) = [values[s.name] for s in runner.outputs]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
