@@ -244,19 +244,25 @@ def test_ours_through_xir_serialize_reads_back_the_same(outdir, tmp_path, key):
     _same_program(read_xmodel(path), read_xmodel(out))
 
 
-def test_readme_example_xmodel_runs_like_the_model(tmp_path):
-    """Our runner on the README example's xmodel (DPU programs on the emulator, the CPU conv2d/add/relu/sigmoid in
-    numpy per XIR's op definitions: NHWC, OHWI weights) gives the CompiledModel's outputs: the layouts written for
-    XIR are the ones the values need."""
+def _mixed_cnn(arch: str):
     calib = np.load(ROOT / "examples" / "mixed_cnn_calib.npz")
-    model = tvm_dpu.build(str(ROOT / "examples" / "mixed_cnn.onnx"), arch="zcu102", progress=False,
-                          calibration=calib[calib.files[0]])
+    return tvm_dpu.build(str(ROOT / "examples" / "mixed_cnn.onnx"), arch=arch, progress=False,
+                         calibration=calib[calib.files[0]])
+
+
+@pytest.mark.parametrize("name", ["mixed_cnn", pytest.param("shufflenetv2", marks=pytest.mark.slow)])
+def test_exported_host_ops_run_like_the_model(tmp_path, name):
+    """Our runner on the xmodel (DPU programs on the emulator, the CPU ops in numpy per XIR's op definitions:
+    the README example's conv2d in NHWC with OHWI weights, add/relu/sigmoid; ShuffleNetV2's channel shuffle as
+    5-D reshape/transpose and its split as strided_slice) gives the CompiledModel's outputs: the layouts written
+    for XIR are the ones the values need."""
+    model = _mixed_cnn("zcu102") if name == "mixed_cnn" else _zoo(name, "zcu102")
     runner = tvm_dpu.load(model.export(tmp_path / "m.xmodel"))
-    (name,) = [s.name for s in runner.inputs]
+    (inp,) = runner.inputs
     rng = np.random.default_rng(3)
     for _ in range(3):
-        x = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
+        x = rng.standard_normal((1, *model.inputs[0].shape[1:])).astype(np.float32)
         (want,) = model.run(x)
-        values = runner.run_values({name: x.transpose(0, 2, 3, 1)})
+        values = runner.run_values({inp.name: x.transpose(0, 2, 3, 1)})
         (got,) = [values[s.name] for s in runner.outputs]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

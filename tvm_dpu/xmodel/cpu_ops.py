@@ -134,6 +134,12 @@ def _elementwise(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CpuOp":
     return run
 
 
+def _strided_slice(op, inputs, model):
+    a = op.attrs
+    return np.asarray(_one(op, inputs))[tuple(slice(int(b), int(e), int(s)) for b, e, s in
+                                              zip(a["begin"], a["end"], a["strides"]))]
+
+
 def _leaky_relu(op, inputs, model):
     x = np.asarray(_one(op, inputs), np.float32)
     return np.where(x >= 0, x, np.float32(op.attrs["alpha"]) * x)
@@ -154,6 +160,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "add": _elementwise(np.add), "sub": _elementwise(np.subtract), "mul": _elementwise(np.multiply),
     "div": _elementwise(np.divide), "relu": _unary(lambda x: np.maximum(x, 0)),
     "sigmoid": _unary(lambda x: 1 / (1 + np.exp(-x))), "tanh": _unary(np.tanh), "leaky-relu": _leaky_relu,
+    "strided_slice": _strided_slice,
 }
 
 

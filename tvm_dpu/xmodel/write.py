@@ -41,7 +41,8 @@ _SEGMENT = {REG_PARAMS: "W0", REG_WORK: "D0", REG_INPUT: "D0", REG_OUTPUT: "D0"}
 CPU_OPS = {"relax.reshape": "reshape", "relax.flatten": "flatten", "relax.permute_dims": "transpose",
            "relax.concat": "concat", "relax.nn.softmax": "softmax", "relax.nn.conv2d": "conv2d",
            "relax.add": "add", "relax.subtract": "sub", "relax.multiply": "mul", "relax.divide": "div",
-           "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.nn.leakyrelu": "leaky-relu"}
+           "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.nn.leakyrelu": "leaky-relu",
+           "relax.split": "strided_slice"}
 #: XIR's elementwise CPU ops (numpy broadcasting of their inputs); the unary ones take no attribute.
 _BINARY = ("add", "sub", "mul", "div")
 _UNARY = ("relu", "sigmoid", "tanh")
@@ -332,13 +333,29 @@ class _Writer:
         return n
 
     # -- host ops -------------------------------------------------------------------------------------------
-    def host(self, name: str, call: Any, args: list[Any], shapes: list[Any], out_shape: list[int]) -> _Val:
-        """One Relax host op; `args` its argument values, `shapes` their Relax shapes (a list for a tuple)."""
+    def host(self, name: str, call: Any, args: list[Any], shapes: list[Any], out_shape: list[Any]) -> Any:
+        """One Relax host op; `args` its argument values, `shapes` their Relax shapes (a list for a tuple), as is
+        `out_shape` for an op giving a tuple (split: a list of values)."""
         op_name = call.op.name
         typ = CPU_OPS.get(op_name)
+        tuple_out = bool(out_shape) and isinstance(out_shape[0], list)
         if typ is None:
             self.unsupported.append(f"{op_name} (Relax value {name})")
-            return _Val(name, out_shape, False)
+            return [_Val(name, s, False) for s in out_shape] if tuple_out else _Val(name, out_shape, False)
+        if typ == "strided_slice":  # split: one slice per part along the axis
+            src = self.as_float(args[0], shapes[0])
+            axis = int(call.attrs.axis) % len(shapes[0])
+            outs, start = [], 0
+            for k, part in enumerate(out_shape):
+                begin, end = [0] * len(part), list(shapes[0])
+                begin[axis], end[axis] = start, start + part[axis]
+                start += part[axis]
+                n = self.name(f"{name}_{k}")
+                self.op(n, "strided_slice", {"input": [src]}, _float_tensor(n, part),
+                        {"begin": _a("int32_vec", begin), "end": _a("int32_vec", end),
+                         "strides": _a("int32_vec", [1] * len(part))})
+                outs.append(_Val(n, part, False))
+            return outs
         if typ == "concat":
             srcs = [self.as_float(a, s, f"{name}_const{k}") for k, (a, s) in enumerate(zip(args[0], shapes[0]))]
             attrs = {"axis": _a("int32", int(call.attrs.axis))}
@@ -507,7 +524,10 @@ def xmodel_graph(model: Any) -> dict:
             return _Val(v, list(w.inputs[v]), False)
         return v
 
-    def shape_of(e: Any) -> list[int]:
+    def shape_of(e: Any) -> list[Any]:
+        """The static shape of `e`, a list of them for a tuple, [] when unknown."""
+        if isinstance(e.ty, relax.TupleType):
+            return [[int(d) for d in f.shape.values] for f in e.ty.fields]
         try:
             return [int(d) for d in e.ty.shape.values]
         except (AttributeError, TypeError):
