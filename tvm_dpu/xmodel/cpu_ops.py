@@ -99,6 +99,56 @@ def _const(op, inputs, model):
     return np.frombuffer(data, dtype).reshape(op.output.shape).copy()
 
 
+def _conv2d(op, inputs, model):
+    """XIR's float conv2d: input NHWC, weights OHWI ([out, kh, kw, in / group]), optional bias; kernel, stride and
+    dilation listed (w, h), pad [left, right, top, bottom]; out[b, oh, ow, oc] = sum over (kh, kw, ic) of
+    in[b, sh*oh + dh*kh, sw*ow + dw*kw, ic] * w[oc, kh, kw, ic] (XIR's op definition)."""
+    x, w = np.asarray(inputs[0], np.float32), np.asarray(inputs[1], np.float32)
+    a = op.attrs
+    sw, sh = (int(v) for v in a.get("stride", [1, 1]))
+    dw, dh = (int(v) for v in a.get("dilation", [1, 1]))
+    left, right, top, bottom = (int(v) for v in a.get("pad", [0, 0, 0, 0]))
+    groups = int(a.get("group", 1))
+    x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    oc, kh, kw, icg = w.shape
+    _, oh, ow, _ = op.output.shape
+    ocg = oc // groups
+    out = np.zeros((x.shape[0], oh, ow, oc), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            tap = x[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+            for g in range(groups):
+                out[..., g * ocg:(g + 1) * ocg] += tap[..., g * icg:(g + 1) * icg] @ w[g * ocg:(g + 1) * ocg, i, j].T
+    if len(inputs) > 2:
+        out += np.asarray(inputs[2], np.float32)
+    return out
+
+
+def _elementwise(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CpuOp":
+    """XIR's add/sub/mul/div: its inputs combined left to right with numpy broadcasting."""
+    def run(op, inputs, model):
+        out = np.asarray(inputs[0], np.float32)
+        for x in inputs[1:]:
+            out = fn(out, np.asarray(x, np.float32))
+        return out
+    return run
+
+
+def _strided_slice(op, inputs, model):
+    a = op.attrs
+    return np.asarray(_one(op, inputs))[tuple(slice(int(b), int(e), int(s)) for b, e, s in
+                                              zip(a["begin"], a["end"], a["strides"]))]
+
+
+def _leaky_relu(op, inputs, model):
+    x = np.asarray(_one(op, inputs), np.float32)
+    return np.where(x >= 0, x, np.float32(op.attrs["alpha"]) * x)
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> "CpuOp":
+    return lambda op, inputs, model: fn(np.asarray(_one(op, inputs), np.float32)).astype(np.float32)
+
+
 CpuOp = Callable[[XOp, list[np.ndarray], XModel], np.ndarray]
 
 #: XIR op type -> host implementation.
@@ -106,7 +156,11 @@ CPU_OPS: dict[str, CpuOp] = {
     "fix2float": _fix2float, "float2fix": _float2fix, "fix": _fix,
     "reshape": _reshape, "reshape-fix": _reshape, "flatten": _reshape, "squeeze": _reshape,
     "identity": _identity, "concat": _concat, "concat-fix": _concat, "transpose": _transpose,
-    "softmax": _softmax, "const": _const, "const-fix": _const,
+    "softmax": _softmax, "const": _const, "const-fix": _const, "conv2d": _conv2d,
+    "add": _elementwise(np.add), "sub": _elementwise(np.subtract), "mul": _elementwise(np.multiply),
+    "div": _elementwise(np.divide), "relu": _unary(lambda x: np.maximum(x, 0)),
+    "sigmoid": _unary(lambda x: 1 / (1 + np.exp(-x))), "tanh": _unary(np.tanh), "leaky-relu": _leaky_relu,
+    "strided_slice": _strided_slice,
 }
 
 

@@ -10,8 +10,10 @@ attribute comes from here):
   its attributes carry our machine code (`mc_code`), the regions (REG_0 CONST with its bytes in
   `reg_id_to_parameter_value`, REG_1 workspace, REG_2/REG_3 interface) and the arch fingerprint;
 - CPU subgraphs convert with `fix2float`/`float2fix` and hold the model's host ops where XIR has an op for them
-  (reshape, flatten, transpose, concat, softmax). Feature maps are NHWC on the DPU side; the CPU side keeps the
-  model's NCHW (a `transpose` sits at each fix2float/float2fix of a 4-D map), so the outputs are the model's.
+  (CPU_OPS: reshape, transpose, concat, softmax, float conv2d with its weights as a `const` op, elementwise
+  arithmetic and activations), each with the attributes XIR's op definitions require. Feature maps are NHWC on
+  the DPU side; the CPU side keeps the model's NCHW (a `transpose` sits at each fix2float/float2fix of a 4-D map
+  and around a CPU conv2d, which XIR defines on NHWC), so the outputs are the model's.
 Any other host op makes `xmodel_graph` raise one XModelError naming every such op. Bytes are deterministic.
 """
 from __future__ import annotations
@@ -35,9 +37,15 @@ CPU_RUNNER = {"ref": "libvart-cpu-runner.so", "run": "libvart-cpu-runner.so", "s
 _CONTEXT = {REG_PARAMS: "CONST", REG_WORK: "DATA", REG_INPUT: "DATA", REG_OUTPUT: "DATA"}
 _CONTEXT_V2 = {REG_PARAMS: "CONST", REG_WORK: "WORKSPACE", REG_INPUT: "INTERFACE", REG_OUTPUT: "INTERFACE"}
 _SEGMENT = {REG_PARAMS: "W0", REG_WORK: "D0", REG_INPUT: "D0", REG_OUTPUT: "D0"}
-#: Relax host ops with an XIR CPU op (relax op name -> XIR type).
+#: Relax host ops with an XIR CPU op (relax op name -> XIR type, as XIR's built-in op definitions name it).
 CPU_OPS = {"relax.reshape": "reshape", "relax.flatten": "flatten", "relax.permute_dims": "transpose",
-           "relax.concat": "concat", "relax.nn.softmax": "softmax"}
+           "relax.concat": "concat", "relax.nn.softmax": "softmax", "relax.nn.conv2d": "conv2d",
+           "relax.add": "add", "relax.subtract": "sub", "relax.multiply": "mul", "relax.divide": "div",
+           "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.nn.leakyrelu": "leaky-relu",
+           "relax.split": "strided_slice"}
+#: XIR's elementwise CPU ops (numpy broadcasting of their inputs); the unary ones take no attribute.
+_BINARY = ("add", "sub", "mul", "div")
+_UNARY = ("relu", "sigmoid", "tanh")
 _NONLINEAR = {"none": "NONE", "relu": "RELU", "relu6": "RELU6", "leaky_relu": "LEAKYRELU"}
 
 
@@ -106,6 +114,13 @@ def _nhwc(shape: tuple[int, ...]) -> list[int]:
 
 
 @dataclass
+class _Const:
+    """A Relax constant a host op reads (weights, a bias): written as an XIR float `const` op where it is used."""
+
+    data: np.ndarray
+
+
+@dataclass
 class _Val:
     """A value of the model's main function as the graph being written holds it: `op` produces it, `fix` says
     int8 NHWC (with `fix_point`) or float in the model's own layout (`shape`)."""
@@ -162,8 +177,10 @@ class _Writer:
             self.cpu_ops = []
 
     # -- conversions between the DPU's int8 NHWC and the host's float ---------------------------------------
-    def as_float(self, v: _Val, shape: list[int]) -> str:
-        """The op giving `v` as float in the model's layout with `shape`."""
+    def as_float(self, v: _Val | _Const, shape: list[int], want: str = "const") -> str:
+        """The op giving `v` as float in the model's layout with `shape` (a constant: a `const` op named `want`)."""
+        if isinstance(v, _Const):
+            return self.float_const(v.data, want)
         if not v.fix:
             return v.op if list(shape) == v.shape else self.cpu(
                 "reshape", v.op, shape, {"shape": _a("int32_vec", list(shape))}, f"{v.op}_reshape")
@@ -316,21 +333,52 @@ class _Writer:
         return n
 
     # -- host ops -------------------------------------------------------------------------------------------
-    def host(self, name: str, call: Any, args: list[Any], shapes: list[Any], out_shape: list[int]) -> _Val:
-        """One Relax host op; `args` its argument values, `shapes` their Relax shapes (a list for a tuple)."""
+    def host(self, name: str, call: Any, args: list[Any], shapes: list[Any], out_shape: list[Any]) -> Any:
+        """One Relax host op; `args` its argument values, `shapes` their Relax shapes (a list for a tuple), as is
+        `out_shape` for an op giving a tuple (split: a list of values)."""
         op_name = call.op.name
         typ = CPU_OPS.get(op_name)
+        tuple_out = bool(out_shape) and isinstance(out_shape[0], list)
         if typ is None:
             self.unsupported.append(f"{op_name} (Relax value {name})")
-            return _Val(name, out_shape, False)
+            return [_Val(name, s, False) for s in out_shape] if tuple_out else _Val(name, out_shape, False)
+        if typ == "strided_slice":  # split: one slice per part along the axis
+            src = self.as_float(args[0], shapes[0])
+            axis = int(call.attrs.axis) % len(shapes[0])
+            outs, start = [], 0
+            for k, part in enumerate(out_shape):
+                begin, end = [0] * len(part), list(shapes[0])
+                begin[axis], end[axis] = start, start + part[axis]
+                start += part[axis]
+                n = self.name(f"{name}_{k}")
+                self.op(n, "strided_slice", {"input": [src]}, _float_tensor(n, part),
+                        {"begin": _a("int32_vec", begin), "end": _a("int32_vec", end),
+                         "strides": _a("int32_vec", [1] * len(part))})
+                outs.append(_Val(n, part, False))
+            return outs
         if typ == "concat":
-            srcs = [self.as_float(a, s) for a, s in zip(args[0], shapes[0])]
+            srcs = [self.as_float(a, s, f"{name}_const{k}") for k, (a, s) in enumerate(zip(args[0], shapes[0]))]
             attrs = {"axis": _a("int32", int(call.attrs.axis))}
             n = self.name(name)
             self.op(n, "concat", {"input": srcs}, _float_tensor(n, out_shape), attrs)
             return _Val(n, out_shape, False)
+        if typ == "conv2d":
+            return self.conv2d(name, call, args, shapes, out_shape)
+        if typ in _BINARY:
+            srcs = [self.as_float(a, s, f"{name}_const{k}") for k, (a, s) in enumerate(zip(args, shapes))]
+            n = self.name(name)
+            self.op(n, typ, {"input": srcs}, _float_tensor(n, out_shape))
+            return _Val(n, out_shape, False)
         src = args[0]
+        if isinstance(src, _Const):
+            self.unsupported.append(f"{op_name} (Relax value {name}) of a constant")
+            return _Val(name, out_shape, False)
         src_op = self.as_float(src, shapes[0])
+        if typ in _UNARY or typ == "leaky-relu":
+            attrs = {"alpha": _a("float", float(call.attrs.alpha))} if typ == "leaky-relu" else {}
+            n = self.name(name)
+            self.op(n, typ, {"input": [src_op]}, _float_tensor(n, out_shape), attrs)
+            return _Val(n, out_shape, False)
         if typ in ("reshape", "flatten"):
             attrs = {"shape": _a("int32_vec", list(out_shape))}
             typ = "reshape"
@@ -341,6 +389,43 @@ class _Writer:
         n = self.name(name)
         self.op(n, typ, {"input": [src_op]}, _float_tensor(n, out_shape), attrs)
         return _Val(n, out_shape, False)
+
+
+    def float_const(self, data: np.ndarray, want: str) -> str:
+        """An XIR `const` op (CPU) holding `data` as float32, the type vai_c's float constants have."""
+        data = np.ascontiguousarray(np.asarray(data, dtype="<f4"))
+        shape = list(data.shape) or [1]
+        n = self.name(want)
+        return self.op(n, "const", {}, _float_tensor(n, shape),
+                       {"data": _a("bytes", data.tobytes()), "shape": _a("int32_vec", shape),
+                        "data_type": _a("string", "float32")})
+
+    def conv2d(self, name: str, call: Any, args: list[Any], shapes: list[Any], out_shape: list[int]) -> _Val:
+        """A float host conv (NCHW in the model) as XIR's `conv2d`, which is NHWC with OHWI weights: transposes on
+        both sides keep the CPU side in the model's layout."""
+        at = call.attrs
+        x, w = args[0], args[1] if len(args) > 1 else None
+        if not isinstance(w, _Const) or isinstance(x, _Const) or str(at.data_layout) != "NCHW" or \
+                str(at.kernel_layout) != "OIHW" or len(out_shape) != 4:
+            self.unsupported.append(f"relax.nn.conv2d (Relax value {name}): XIR's CPU conv2d is written only for "
+                                    f"NCHW input with constant OIHW weights")
+            return _Val(name, out_shape, False)
+        src = self.as_float(x, shapes[0])
+        b, c, h, wd = shapes[0]
+        src = self.cpu("transpose", src, [b, h, wd, c], {"order": _a("int32_vec", [0, 2, 3, 1])}, f"{name}_in_nhwc")
+        weights = self.float_const(w.data.transpose(0, 2, 3, 1), f"{name}_weights")
+        kh, kw = w.data.shape[2:]
+        p = [int(v) for v in at.padding]  # Relax: (top, left, bottom, right)
+        attrs = {"kernel": _a("int32_vec", [int(kw), int(kh)]),
+                 "stride": _a("int32_vec", [int(at.strides[1]), int(at.strides[0])]),
+                 "dilation": _a("int32_vec", [int(at.dilation[1]), int(at.dilation[0])]),
+                 "pad": _a("int32_vec", [p[1], p[3], p[0], p[2]]), "pad_mode": _a("string", "FLOOR"),
+                 "group": _a("int32", int(at.groups))}
+        nhwc = _nhwc(tuple(out_shape))
+        n = self.name(f"{name}_nhwc")
+        self.op(n, "conv2d", {"input": [src], "weights": [weights]}, _float_tensor(n, nhwc), attrs)
+        out = self.cpu("transpose", n, list(out_shape), {"order": _a("int32_vec", [0, 3, 1, 2])}, name)
+        return _Val(out, list(out_shape), False)
 
 
 def _param_region(sg: Any) -> bytes:
@@ -425,17 +510,24 @@ def xmodel_graph(model: Any) -> dict:
     def val(e: Any) -> Any:
         if isinstance(e, relax.Tuple):
             return [val(f) for f in e.fields]
+        if isinstance(e, tvm.ir.Constant) and hasattr(e.value, "numpy"):  # a tensor constant (GenericConst)
+            return _Const(e.value.numpy())
+        if isinstance(e, relax.ShapeExpr):  # reshape's target: the op's output shape says it
+            return _Const(np.asarray([int(v) for v in e.values], np.int64))
         if e in vals:
             return vals[e]
         raise XModelError(f"main: value {e} is neither an input nor an earlier binding")
 
-    def float_of(v: Any, where: str) -> _Val:
+    def float_of(v: Any, where: str) -> Any:
         if isinstance(v, str):  # a model input read by a host op
             w.unsupported.append(f"{where} (host op reading model input {v!r} directly)")
             return _Val(v, list(w.inputs[v]), False)
         return v
 
-    def shape_of(e: Any) -> list[int]:
+    def shape_of(e: Any) -> list[Any]:
+        """The static shape of `e`, a list of them for a tuple, [] when unknown."""
+        if isinstance(e.ty, relax.TupleType):
+            return [[int(d) for d in f.shape.values] for f in e.ty.fields]
         try:
             return [int(d) for d in e.ty.shape.values]
         except (AttributeError, TypeError):
@@ -477,9 +569,10 @@ def xmodel_graph(model: Any) -> dict:
     if w.unsupported:
         raise XModelError(
             "cannot write this model as an xmodel: no XIR CPU op this writer maps for the host op(s) "
-            f"{', '.join(w.unsupported)}. The xmodel's host part is limited to fix2float/float2fix, "
-            f"reshape, flatten, transpose, concat and softmax between DPU partitions; model inputs must feed a "
-            f"DPU partition directly")
+            f"{', '.join(w.unsupported)}. The xmodel's host part is limited to XIR's CPU ops "
+            f"{', '.join(sorted(set(CPU_OPS.values())))} between DPU partitions, and model inputs must feed a DPU "
+            f"partition directly: export the .tvmdpu artifact instead, or run such ops in the application on the "
+            f"xmodel's outputs")
     root = {"subgraph_name": "root", "subg_attr": {}, "subg_child": w.children}
     return {"graph_name": "tvm_dpu_model",
             "op_node": w.ops, "subg_root": root,
