@@ -16,6 +16,8 @@ from tvm_dpu.xmodel.model import read_xmodel
 from tvm_dpu.xmodel.reader import Attr, decode_graph
 from tvm_dpu.xmodel.vart_check import RULES, check_vart
 
+from test_xmodel_xir import EXPORTS, SLOW, _export, _mixed_cnn  # noqa: E402 isort: skip (tests/ on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "xmodel"
 VAI_C = sorted(DATA.rglob("*.xmodel"))
@@ -143,10 +145,31 @@ def test_cli_exit_status_and_json(tmp_path):
     assert doc["findings"][0]["source"].startswith("get_op_output_tensor_ddr")
 
 
-def test_our_exports_pass(tmp_path):
-    """A two-DPU-subgraph model with host ops between (tests/test_xmodel_write.py's) exported as an xmodel."""
-    from tests.test_xmodel_write import _build
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vart")
 
-    path = _build().export(tmp_path / "m.xmodel")
+
+def _no_findings(path: Path) -> None:
     findings = check_vart(read_xmodel(path))
-    assert [str(f) for f in findings if f.severity == "error"] == []
+    assert [str(f) for f in findings] == []
+
+
+@pytest.mark.parametrize("key", [k for k, _ in EXPORTS])
+def test_every_export_breaks_no_rule(outdir, key):
+    """The exports tests/test_xmodel_xir.py judges with AMD's XIR (reduced zoo models on three archs, a QDQ model,
+    two DPU partitions with host ops between, every DPU op type; built once per session for both files)."""
+    _no_findings(_export(outdir, key, dict(EXPORTS)[key])[1])
+
+
+@pytest.mark.parametrize("arch", ["zcu102", "dnnvm-zu2"])
+def test_readme_example_breaks_no_rule(tmp_path, arch):
+    """The README's mixed CNN (two DPU partitions, host convs as XIR CPU ops); on dnnvm-zu2 (B1152) its packed
+    CONST region holds a second packing of conv1's weights between conv1's bias and the next constant."""
+    _no_findings(_mixed_cnn(arch).export(tmp_path / "mixed_cnn.xmodel"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", [k for k, _ in SLOW])
+def test_every_reduced_zoo_export_breaks_no_rule(outdir, key):
+    _no_findings(_export(outdir, key, dict(SLOW)[key])[1])

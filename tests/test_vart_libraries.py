@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_vart_check import BASE, MUTATIONS, VAI_C, _mutated
+from test_vart_check import BASE, MUTATIONS, VAI_C, _mutated  # noqa: E402 isort: skip (tests/ on sys.path)
 from tvm_dpu.xmodel.model import read_xmodel
 from tvm_dpu.xmodel.vart_check import check_vart, xir_io_tensors
 
