@@ -135,6 +135,7 @@ class _Subgraph:
             for src in op.input_ops:
                 self.fanout.setdefault(src, []).append(op)
         self.findings: list[Finding] = []
+        self.placed: dict[str, XTensor | None] = {}
 
     def add(self, rule: str, where: str, message: str, severity: str = "error") -> None:
         self.findings.append(Finding(rule, f"{self.where}, {where}" if where else self.where, message, severity))
@@ -152,7 +153,13 @@ class _Subgraph:
 
     def ddr_tensor(self, op: XOp) -> XTensor | None:
         """get_op_output_tensor_ddr: the tensor whose reg_id/ddr_addr/location VART takes for `op`'s output, or
-        None after recording why there is none."""
+        None after recording why there is none (once per op: VART resolves outputs for every op and again for
+        the subgraph's outputs)."""
+        if op.name not in self.placed:
+            self.placed[op.name] = self._ddr_tensor(op)
+        return self.placed[op.name]
+
+    def _ddr_tensor(self, op: XOp) -> XTensor | None:
         tensor = op.output
         inside = op.name in self.op_names
         if op.type == "download" and inside:
