@@ -173,3 +173,8 @@ def test_readme_example_breaks_no_rule(tmp_path, arch):
 @pytest.mark.parametrize("key", [k for k, _ in SLOW])
 def test_every_reduced_zoo_export_breaks_no_rule(outdir, key):
     _no_findings(_export(outdir, key, dict(SLOW)[key])[1])
+
+
+def test_cli_refuses_an_artifact_with_one_error(tmp_path):
+    r = _cli(str(tmp_path / "m.tvmdpu"))
+    assert r.returncode == 2 and "is not an .xmodel" in r.stderr and "Traceback" not in r.stderr
