@@ -2,8 +2,8 @@
 accepts it (every op's REQUIRED attributes per XIR's op definitions), XIR's shape inference re-run on every op gives
 the file's shapes, every tensor of a DPU subgraph has the DDR place VART reads, and round trips through XIR and
 through our reader and encoder keep the program, regions and tensors. vai_c's vendored files pass the same checks;
-a vai_c file with a REQUIRED attribute removed fails (the negative control). Skipped, with the reason, where g++
-or XIR's headers are absent (.ci/run installs them)."""
+a vai_c file with a REQUIRED attribute removed fails (the negative control). The XIR tests skip, with the
+reason, where g++ or XIR's headers are absent (.ci/run installs them)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,10 +18,11 @@ from tvm_dpu.types import REG_PARAMS, REG_WORK
 from tvm_dpu.xmodel.encode import encode_graph
 from tvm_dpu.xmodel.model import XModel, read_xmodel
 from tvm_dpu.xmodel.reader import decode_graph
-from tvm_dpu.xmodel.xir_judge import XirReport, check_xmodel, xir_unavailable
+from tvm_dpu.xmodel import xir_judge
+from tvm_dpu.xmodel.xir_judge import XirReport, XirUnavailable, check_xmodel, xir_unavailable
 
 REASON = xir_unavailable()
-pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "XIR available")
+needs_xir = pytest.mark.skipif(bool(REASON), reason=REASON or "XIR available")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "xmodel"
@@ -148,6 +149,7 @@ def _check_export(model, path: Path) -> XirReport:
     return rep
 
 
+@needs_xir
 @pytest.mark.parametrize("key", [k for k, _ in EXPORTS])
 def test_export_loads_in_xir_with_shape_inference_agreeing(outdir, key):
     model, path = _export(outdir, key, dict(EXPORTS)[key])
@@ -158,12 +160,14 @@ def test_export_loads_in_xir_with_shape_inference_agreeing(outdir, key):
         assert [s.device for s in rep.subgraphs if s.depth == 1].count("DPU") == 2
 
 
+@needs_xir
 @pytest.mark.slow
 @pytest.mark.parametrize("key", [k for k, _ in SLOW])
 def test_every_reduced_zoo_export_loads_in_xir(outdir, key):
     _check_export(*_export(outdir, key, dict(SLOW)[key]))
 
 
+@needs_xir
 def test_readme_example_exports_and_loads_in_xir(tmp_path):
     """The README's mixed CNN: a host conv with constant weights becomes XIR's float conv2d (NHWC, OHWI weights as a
     `const` op) between transposes, beside relu/sigmoid/add/softmax CPU ops."""
@@ -181,6 +185,7 @@ def test_readme_example_exports_and_loads_in_xir(tmp_path):
     _ddr_checks(rep, xm)
 
 
+@needs_xir
 @pytest.mark.parametrize("path", VAI_C, ids=[p.name for p in VAI_C])
 def test_vai_c_files_pass_the_same_checks(path):
     rep = _judge(path)
@@ -195,6 +200,7 @@ def _without_attr(path: Path, op_type: str, attr: str) -> bytes:
     return encode_graph(g)
 
 
+@needs_xir
 @pytest.mark.parametrize("op_type,attr", [("fix2float", "bit_width"), ("conv2d-fix", "kernel")])
 def test_negative_control_missing_required_attribute_fails(tmp_path, op_type, attr):
     """vai_c's file re-encoded by our encoder with one REQUIRED attribute removed: XIR refuses it by name."""
@@ -203,7 +209,7 @@ def test_negative_control_missing_required_attribute_fails(tmp_path, op_type, at
     bad.write_bytes(_without_attr(src, op_type, attr))
     rep = check_xmodel(bad)
     assert not rep.ok and rep.error.startswith("on load: "), rep.summary()
-    assert f"Attr {attr} has type REQUIRED, but not set" in rep.error
+    assert f"type = {op_type}}} : Attr {attr} has type REQUIRED, but not set" in rep.error  # names the op
 
 
 def _same_program(a: XModel, b: XModel) -> None:
@@ -225,6 +231,7 @@ def _same_program(a: XModel, b: XModel) -> None:
         assert {k: other.attrs[k] for k in op.attrs if k in other.attrs} == op.attrs, op.name
 
 
+@needs_xir
 @pytest.mark.parametrize("path", VAI_C, ids=[p.name for p in VAI_C])
 def test_vai_c_file_re_encoded_by_us_loads_in_xir_unchanged(tmp_path, path):
     """vai_c's file -> our reader -> our encoder: XIR loads it and our reader gives the same program."""
@@ -234,6 +241,7 @@ def test_vai_c_file_re_encoded_by_us_loads_in_xir_unchanged(tmp_path, path):
     _same_program(read_xmodel(path), read_xmodel(again))
 
 
+@needs_xir
 @pytest.mark.parametrize("key", ["multi_dpu-zcu102", "every_op-ultra96"])
 def test_ours_through_xir_serialize_reads_back_the_same(outdir, tmp_path, key):
     """Ours -> XIR (Graph::deserialize, then Graph::serialize) -> our reader: the same program, regions, tensors."""
@@ -266,3 +274,16 @@ def test_exported_host_ops_run_like_the_model(tmp_path, name):
         values = runner.run_values({inp.name: x.transpose(0, 2, 3, 1)})
         (got,) = [values[s.name] for s in runner.outputs]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_without_a_compiler_the_check_says_why(monkeypatch):
+    """No compiler: XirUnavailable names it (the XIR tests skip with that reason), no traceback from g++."""
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    xir_judge._build.cache_clear()
+    try:
+        assert xir_unavailable() == "no C++ compiler (no-such-c++-compiler) to build the XIR checker"
+        with pytest.raises(XirUnavailable, match="no C\\+\\+ compiler"):
+            check_xmodel(VAI_C[0])
+    finally:
+        monkeypatch.undo()
+        xir_judge._build.cache_clear()
