@@ -6,6 +6,7 @@ a vai_c file with a REQUIRED attribute removed fails (the negative control). The
 reason, where g++ or XIR's headers are absent (.ci/run installs them)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -287,3 +288,23 @@ def test_without_a_compiler_the_check_says_why(monkeypatch):
     finally:
         monkeypatch.undo()
         xir_judge._build.cache_clear()
+
+
+@needs_xir
+def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
+    """benchmarks/bench_xir.py on one model: its row is XIR's verdict on the export, vai_c's files beside it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_xir", ROOT / "benchmarks" / "bench_xir.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "xir.json"
+    assert bench.main(["--models", "squeezenet1_1", "--archs", "ultra96", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    ours, *theirs = doc["rows"]
+    assert (ours["model"], ours["arch"], ours["xir_loads"], ours["shape_inference_agrees"]) == \
+        ("squeezenet1_1", "ultra96", True, True)
+    assert ours["dpu_tensors_with_ddr"] == ours["dpu_tensors"] > 0 and not ours["mismatches"]
+    assert [r["model"] for r in theirs] == [f"vai_c {p.name}" for p in VAI_C]
+    assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1}
+    assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in capsys.readouterr().out
