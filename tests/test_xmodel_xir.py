@@ -118,13 +118,6 @@ def _judge(path: Path) -> XirReport:
     return rep
 
 
-def _tree(rep: XirReport) -> dict[str, list[str]]:
-    kids: dict[str, list[str]] = {}
-    for s in rep.subgraphs:
-        kids.setdefault(s.parent, []).append(s.name)
-    return kids
-
-
 def _check_export(model, path: Path) -> XirReport:
     rep = _judge(path)
     xm = read_xmodel(path)
@@ -293,11 +286,9 @@ def test_without_a_compiler_the_check_says_why(monkeypatch):
 @needs_xir
 def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
     """benchmarks/bench_xir.py on one model: its row is XIR's verdict on the export, vai_c's files beside it."""
-    import importlib.util
+    from conftest import load_bench
 
-    spec = importlib.util.spec_from_file_location("bench_xir", ROOT / "benchmarks" / "bench_xir.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_xir")
     out = tmp_path / "xir.json"
     assert bench.main(["--models", "squeezenet1_1", "--archs", "ultra96", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
@@ -308,3 +299,40 @@ def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
     assert [r["model"] for r in theirs] == [f"vai_c {p.name}" for p in VAI_C]
     assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1}
     assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in capsys.readouterr().out
+
+
+@needs_xir
+@pytest.mark.parametrize("key", ["resnet18-zcu102", "mobilenetv2-zcu102"])
+def test_workspace_places_are_where_the_program_writes_the_maps(outdir, key):
+    """The program run on the emulator leaves, at the REG_1 place the xmodel gives a feature map (reg_id, ddr_addr,
+    stride), that map's golden int8 values: checked on every workspace map no later map of the program overwrites
+    (the workspace is reused along the liveness of the maps)."""
+    from tvm_dpu.runtime.emulator import Emulator
+    from tvm_dpu.types import FMap
+    from tvm_dpu.xgraph import run_graph
+
+    model, path = _export(outdir, key, dict(EXPORTS)[key])
+    xm = read_xmodel(path)
+    checked = 0
+    for runner in model.runners.values():
+        sg, graph = runner.sg, runner.graph
+        rng = np.random.default_rng(0)
+        feeds = {b.name: rng.integers(-128, 128, b.shape).astype(np.int8) for b in sg.inputs}
+        regions = sg.new_regions()
+        for b in sg.inputs:
+            b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
+        Emulator(model.arch).run(sg.code, regions)
+        golden = run_graph(graph, feeds, keep_all=True)
+        maps = []  # (xgraph tensor, FMap from the xmodel's attributes) of each REG_1 map, in program order
+        for xop in graph.ops:
+            t = xm.op(xop.name).output
+            if t.location == 1 and t.reg_id == REG_WORK and len(t.shape) == 4:
+                maps.append((xop.outputs[0], FMap(REG_WORK, t.ddr_addr, t.shape[1], t.shape[2], t.shape[3],
+                                                  t.strides[2], t.strides[1])))
+        for i, (name, f) in enumerate(maps):
+            lo, hi = f.offset, f.offset + f.nbytes
+            if any(g.offset < hi and lo < g.offset + g.nbytes for _, g in maps[i + 1:]):
+                continue  # overwritten later
+            np.testing.assert_array_equal(f.from_ddr(regions[REG_WORK]), golden[name], err_msg=name)
+            checked += 1
+    assert checked >= 2
