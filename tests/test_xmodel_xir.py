@@ -2,10 +2,11 @@
 accepts it (every op's REQUIRED attributes per XIR's op definitions), XIR's shape inference re-run on every op gives
 the file's shapes, every tensor of a DPU subgraph has the DDR place VART reads, and round trips through XIR and
 through our reader and encoder keep the program, regions and tensors. vai_c's vendored files pass the same checks;
-a vai_c file with a REQUIRED attribute removed fails (the negative control). Skipped, with the reason, where g++
-or XIR's headers are absent (.ci/run installs them)."""
+a vai_c file with a REQUIRED attribute removed fails (the negative control). The XIR tests skip, with the
+reason, where g++ or XIR's headers are absent (.ci/run installs them)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,11 @@ from tvm_dpu.types import REG_PARAMS, REG_WORK
 from tvm_dpu.xmodel.encode import encode_graph
 from tvm_dpu.xmodel.model import XModel, read_xmodel
 from tvm_dpu.xmodel.reader import decode_graph
-from tvm_dpu.xmodel.xir_judge import XirReport, check_xmodel, xir_unavailable
+from tvm_dpu.xmodel import xir_judge
+from tvm_dpu.xmodel.xir_judge import XirReport, XirUnavailable, check_xmodel, xir_unavailable
 
 REASON = xir_unavailable()
-pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "XIR available")
+needs_xir = pytest.mark.skipif(bool(REASON), reason=REASON or "XIR available")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "xmodel"
@@ -116,13 +118,6 @@ def _judge(path: Path) -> XirReport:
     return rep
 
 
-def _tree(rep: XirReport) -> dict[str, list[str]]:
-    kids: dict[str, list[str]] = {}
-    for s in rep.subgraphs:
-        kids.setdefault(s.parent, []).append(s.name)
-    return kids
-
-
 def _check_export(model, path: Path) -> XirReport:
     rep = _judge(path)
     xm = read_xmodel(path)
@@ -148,6 +143,7 @@ def _check_export(model, path: Path) -> XirReport:
     return rep
 
 
+@needs_xir
 @pytest.mark.parametrize("key", [k for k, _ in EXPORTS])
 def test_export_loads_in_xir_with_shape_inference_agreeing(outdir, key):
     model, path = _export(outdir, key, dict(EXPORTS)[key])
@@ -158,12 +154,14 @@ def test_export_loads_in_xir_with_shape_inference_agreeing(outdir, key):
         assert [s.device for s in rep.subgraphs if s.depth == 1].count("DPU") == 2
 
 
+@needs_xir
 @pytest.mark.slow
 @pytest.mark.parametrize("key", [k for k, _ in SLOW])
 def test_every_reduced_zoo_export_loads_in_xir(outdir, key):
     _check_export(*_export(outdir, key, dict(SLOW)[key]))
 
 
+@needs_xir
 def test_readme_example_exports_and_loads_in_xir(tmp_path):
     """The README's mixed CNN: a host conv with constant weights becomes XIR's float conv2d (NHWC, OHWI weights as a
     `const` op) between transposes, beside relu/sigmoid/add/softmax CPU ops."""
@@ -181,6 +179,7 @@ def test_readme_example_exports_and_loads_in_xir(tmp_path):
     _ddr_checks(rep, xm)
 
 
+@needs_xir
 @pytest.mark.parametrize("path", VAI_C, ids=[p.name for p in VAI_C])
 def test_vai_c_files_pass_the_same_checks(path):
     rep = _judge(path)
@@ -195,6 +194,7 @@ def _without_attr(path: Path, op_type: str, attr: str) -> bytes:
     return encode_graph(g)
 
 
+@needs_xir
 @pytest.mark.parametrize("op_type,attr", [("fix2float", "bit_width"), ("conv2d-fix", "kernel")])
 def test_negative_control_missing_required_attribute_fails(tmp_path, op_type, attr):
     """vai_c's file re-encoded by our encoder with one REQUIRED attribute removed: XIR refuses it by name."""
@@ -203,7 +203,7 @@ def test_negative_control_missing_required_attribute_fails(tmp_path, op_type, at
     bad.write_bytes(_without_attr(src, op_type, attr))
     rep = check_xmodel(bad)
     assert not rep.ok and rep.error.startswith("on load: "), rep.summary()
-    assert f"Attr {attr} has type REQUIRED, but not set" in rep.error
+    assert f"type = {op_type}}} : Attr {attr} has type REQUIRED, but not set" in rep.error  # names the op
 
 
 def _same_program(a: XModel, b: XModel) -> None:
@@ -225,6 +225,7 @@ def _same_program(a: XModel, b: XModel) -> None:
         assert {k: other.attrs[k] for k in op.attrs if k in other.attrs} == op.attrs, op.name
 
 
+@needs_xir
 @pytest.mark.parametrize("path", VAI_C, ids=[p.name for p in VAI_C])
 def test_vai_c_file_re_encoded_by_us_loads_in_xir_unchanged(tmp_path, path):
     """vai_c's file -> our reader -> our encoder: XIR loads it and our reader gives the same program."""
@@ -234,6 +235,7 @@ def test_vai_c_file_re_encoded_by_us_loads_in_xir_unchanged(tmp_path, path):
     _same_program(read_xmodel(path), read_xmodel(again))
 
 
+@needs_xir
 @pytest.mark.parametrize("key", ["multi_dpu-zcu102", "every_op-ultra96"])
 def test_ours_through_xir_serialize_reads_back_the_same(outdir, tmp_path, key):
     """Ours -> XIR (Graph::deserialize, then Graph::serialize) -> our reader: the same program, regions, tensors."""
@@ -266,3 +268,71 @@ def test_exported_host_ops_run_like_the_model(tmp_path, name):
         values = runner.run_values({inp.name: x.transpose(0, 2, 3, 1)})
         (got,) = [values[s.name] for s in runner.outputs]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_without_a_compiler_the_check_says_why(monkeypatch):
+    """No compiler: XirUnavailable names it (the XIR tests skip with that reason), no traceback from g++."""
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    xir_judge._build.cache_clear()
+    try:
+        assert xir_unavailable() == "no C++ compiler (no-such-c++-compiler) to build the XIR checker"
+        with pytest.raises(XirUnavailable, match="no C\\+\\+ compiler"):
+            check_xmodel(VAI_C[0])
+    finally:
+        monkeypatch.undo()
+        xir_judge._build.cache_clear()
+
+
+@needs_xir
+def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
+    """benchmarks/bench_xir.py on one model: its row is XIR's verdict on the export, vai_c's files beside it."""
+    from conftest import load_bench
+
+    bench = load_bench("bench_xir")
+    out = tmp_path / "xir.json"
+    assert bench.main(["--models", "squeezenet1_1", "--archs", "ultra96", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    ours, *theirs = doc["rows"]
+    assert (ours["model"], ours["arch"], ours["xir_loads"], ours["shape_inference_agrees"]) == \
+        ("squeezenet1_1", "ultra96", True, True)
+    assert ours["dpu_tensors_with_ddr"] == ours["dpu_tensors"] > 0 and not ours["mismatches"]
+    assert [r["model"] for r in theirs] == [f"vai_c {p.name}" for p in VAI_C]
+    assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1}
+    assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in capsys.readouterr().out
+
+
+@needs_xir
+@pytest.mark.parametrize("key", ["resnet18-zcu102", "mobilenetv2-zcu102"])
+def test_workspace_places_are_where_the_program_writes_the_maps(outdir, key):
+    """The program run on the emulator leaves, at the REG_1 place the xmodel gives a feature map (reg_id, ddr_addr,
+    stride), that map's golden int8 values: checked on every workspace map no later map of the program overwrites
+    (the workspace is reused along the liveness of the maps)."""
+    from tvm_dpu.runtime.emulator import Emulator
+    from tvm_dpu.types import FMap
+    from tvm_dpu.xgraph import run_graph
+
+    model, path = _export(outdir, key, dict(EXPORTS)[key])
+    xm = read_xmodel(path)
+    checked = 0
+    for runner in model.runners.values():
+        sg, graph = runner.sg, runner.graph
+        rng = np.random.default_rng(0)
+        feeds = {b.name: rng.integers(-128, 128, b.shape).astype(np.int8) for b in sg.inputs}
+        regions = sg.new_regions()
+        for b in sg.inputs:
+            b.fmap.to_ddr(regions[b.fmap.reg_id], feeds[b.name])
+        Emulator(model.arch).run(sg.code, regions)
+        golden = run_graph(graph, feeds, keep_all=True)
+        maps = []  # (xgraph tensor, FMap from the xmodel's attributes) of each REG_1 map, in program order
+        for xop in graph.ops:
+            t = xm.op(xop.name).output
+            if t.location == 1 and t.reg_id == REG_WORK and len(t.shape) == 4:
+                maps.append((xop.outputs[0], FMap(REG_WORK, t.ddr_addr, t.shape[1], t.shape[2], t.shape[3],
+                                                  t.strides[2], t.strides[1])))
+        for i, (name, f) in enumerate(maps):
+            lo, hi = f.offset, f.offset + f.nbytes
+            if any(g.offset < hi and lo < g.offset + g.nbytes for _, g in maps[i + 1:]):
+                continue  # overwritten later
+            np.testing.assert_array_equal(f.from_ddr(regions[REG_WORK]), golden[name], err_msg=name)
+            checked += 1
+    assert checked >= 2

@@ -46,6 +46,11 @@ def config_dir() -> Path:
     return user_dir("TVM_DPU_CONFIG_DIR", "XDG_CONFIG_HOME", ".config")
 
 
+def cache_dir() -> Path:
+    """`$TVM_DPU_CACHE_DIR`, else `$XDG_CACHE_HOME/tvm-dpu`, else `~/.cache/tvm-dpu`."""
+    return user_dir("TVM_DPU_CACHE_DIR", "XDG_CACHE_HOME", ".cache")
+
+
 def configured_keys() -> list[str] | None:
     """Key file paths from `<config>/trusted_keys` (None when the file does not exist: signatures optional)."""
     path = config_dir() / "trusted_keys"

@@ -60,10 +60,10 @@ _STATE: dict = {"loaded": None}
 
 
 def cache_dir() -> Path:
-    """`$TVM_DPU_CACHE_DIR`, else `$XDG_CACHE_HOME/tvm-dpu`, else `~/.cache/tvm-dpu`."""
-    from tvm_dpu.trust import user_dir
+    """`$TVM_DPU_CACHE_DIR`, else `$XDG_CACHE_HOME/tvm-dpu`, else `~/.cache/tvm-dpu` (tvm_dpu.trust.cache_dir)."""
+    from tvm_dpu.trust import cache_dir as user_cache_dir
 
-    return user_dir("TVM_DPU_CACHE_DIR", "XDG_CACHE_HOME", ".cache")
+    return user_cache_dir()
 
 
 def _tvm_lib_dir() -> Path:

@@ -41,8 +41,8 @@ _SEGMENT = {REG_PARAMS: "W0", REG_WORK: "D0", REG_INPUT: "D0", REG_OUTPUT: "D0"}
 CPU_OPS = {"relax.reshape": "reshape", "relax.flatten": "flatten", "relax.permute_dims": "transpose",
            "relax.concat": "concat", "relax.nn.softmax": "softmax", "relax.nn.conv2d": "conv2d",
            "relax.add": "add", "relax.subtract": "sub", "relax.multiply": "mul", "relax.divide": "div",
-           "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.nn.leakyrelu": "leaky-relu",
-           "relax.split": "strided_slice"}
+           "relax.nn.relu": "relu", "relax.sigmoid": "sigmoid", "relax.tanh": "tanh",
+           "relax.nn.leakyrelu": "leaky-relu", "relax.split": "strided_slice"}
 #: XIR's elementwise CPU ops (numpy broadcasting of their inputs); the unary ones take no attribute.
 _BINARY = ("add", "sub", "mul", "div")
 _UNARY = ("relu", "sigmoid", "tanh")

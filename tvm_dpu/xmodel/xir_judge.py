@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..backend.pass_config import cache_dir
+from ..trust import cache_dir
 
 SOURCE = Path(__file__).with_name("xir_check.cpp")
 #: What the checker needs besides a C++17 compiler (Debian's libxir-dev and libunilog-dev).
@@ -77,14 +77,15 @@ class XirReport:
 
 
 def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("g++")
+    """`$CXX`, else g++, as a path on PATH (None when absent)."""
+    return shutil.which(os.environ.get("CXX") or "g++")
 
 
 @lru_cache(maxsize=1)
 def _build() -> tuple[Path | None, str]:
     cxx = _compiler()
     if cxx is None:
-        return None, "no C++ compiler (g++) to build the XIR checker"
+        return None, f"no C++ compiler ({os.environ.get('CXX') or 'g++'}) to build the XIR checker"
     if not HEADER.exists():
         return None, f"AMD's XIR headers are not installed ({HEADER} missing: apt-get install libxir-dev libunilog-dev)"
     src = SOURCE.read_bytes()
@@ -114,8 +115,8 @@ def checker() -> Path:
     return exe
 
 
-#: XIR's fatal messages (glog CHECK / UNILOG_FATAL lines): the part worth quoting when it refuses a file.
-_FATAL = re.compile(r"^(?:F\d{8} [^\]]*\] |Check failed: ).*$|\[UNILOG\]\[FATAL\].*$", re.M)
+#: XIR's fatal message (a glog FATAL line, as UNI_LOG_FATAL / CHECK write it), without glog's time and source prefix.
+_FATAL = re.compile(r"^F\d{8} [^\]]*\] (.*)$", re.M)
 
 
 def check_xmodel(path: str | os.PathLike[str], reserialize_to: str | os.PathLike[str] | None = None,
@@ -127,6 +128,8 @@ def check_xmodel(path: str | os.PathLike[str], reserialize_to: str | os.PathLike
     rep = XirReport(str(path), ok=False)
     last_infer, done, loaded = "", False, False
     for line in r.stdout.splitlines():
+        if not line.startswith('{"event":'):  # anything XIR itself prints
+            continue
         ev = json.loads(line)
         kind = ev.pop("event")
         if kind == "op":
@@ -140,7 +143,7 @@ def check_xmodel(path: str | os.PathLike[str], reserialize_to: str | os.PathLike
         done |= kind == "done"
         loaded |= kind == "loaded"
     if r.returncode not in (0, 1) or not done:
-        fatal = [m.group(0) for m in _FATAL.finditer(r.stderr)]
+        fatal = [m.group(1) for m in _FATAL.finditer(r.stderr)]
         msg = (fatal[0] if fatal else r.stderr.strip().splitlines()[-1] if r.stderr.strip() else
                f"exit status {r.returncode}")
         where = f"in shape inference of op {last_infer!r}: " if loaded and last_infer else "on load: "
