@@ -193,7 +193,7 @@ def test_a_command_runs_with_fewer_collections_and_the_thresholds_come_back(monk
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
-        rc = cli.main(["inspect", "x.tvmdpu"])
+        rc = cli.main(["inspect", str(ROOT / "README.md")])  # a file that exists: the CLI checks that first
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
@@ -204,13 +204,13 @@ def test_a_command_runs_with_fewer_collections_and_the_thresholds_come_back(monk
 def test_the_cli_process_freezes_its_heap_at_exit():
     """After a command, the interpreter's exit does not scan the heap again: an atexit handler freezes it. The handler registered here first runs after tvm-dpu's (atexit runs them last in, first
     out) and sees the frozen heap; one registration however many commands run."""
-    r = _run("""
+    r = _run(f"""
 import atexit, gc, sys
 atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
 import dataclasses
 from tvm_dpu import cli
 cli.COMMANDS["inspect"] = dataclasses.replace(cli.COMMANDS["inspect"], run=lambda args: 0)
-codes = [cli.main(["inspect", "x.tvmdpu"]) for _ in range(3)]
+codes = [cli.main(["inspect", {str(ROOT / "README.md")!r}]) for _ in range(3)]
 print("frozen before exit:", gc.get_freeze_count() > 0, codes)
 """)
     assert r.returncode == 0, r.stderr

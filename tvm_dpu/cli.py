@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from . import __version__
-from .errors import DPUError, FrontendError
+from .errors import DPUError, FrontendError, did_you_mean
 
 PROG = "tvm-dpu"
 EXIT_OK = 0
@@ -243,7 +243,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     name = args.name or path.stem
     if not name or "/" in name or name.startswith("."):
         raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
-    calib = _input_file(args.calib, "--calib ")
+    calib = Path(args.calib) if args.calib else None  # checked by `preflight`
     if args.cross:  # a missing cross compiler is said now, not after the whole compile
         from .toolchains import CROSS_TARGETS, c_compiler
 
@@ -729,7 +729,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     path = _input_file(args.model)
     if args.boards < 1:
         raise FrontendError(f"--boards {args.boards}: a pipeline needs at least one board")
-    calib = _input_file(args.calib, "--calib ")
+    calib = Path(args.calib) if args.calib else None  # checked by `preflight`
     args.link = args.link or default_link(args.executor)
     load_link(args.link)  # a bad --link fails before the compile
     if (args.arch is None) == (args.part is None):
@@ -925,10 +925,14 @@ ARCH = arg("--arch", required=True, metavar="ARCH",
 INPUT_SHAPE = arg("--input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
                   help="static shape of model input NAME, e.g. input=1,3,224,224 (repeat for several inputs; needed "
                   "for inputs with symbolic or unknown dimensions)")
+#: What --calib takes, said in its help and in every error about it.
+CALIB_ACCEPTS = ("--calib takes one .npz file (numpy.savez) whose arrays are named like the model inputs, each with "
+                 "a leading sample axis (N, ...)")
 CALIB = arg("--calib", metavar="FILE.npz",
-            help="calibration data: arrays named like the model inputs with a leading sample axis (N, ...; batch-1 "
-            "samples are grouped into the model's batch); without it the model is calibrated on random inputs (a "
-            "warning says so)")
+            help="calibration data: one .npz file (numpy.savez, not a folder of images) whose arrays are named like "
+            "the model inputs with a leading sample axis (N, ...; batch-1 samples are grouped into the model's "
+            "batch); without it the model is calibrated on random inputs (a warning says so), except a QDQ model "
+            "whose every tensor has its scale in the file, which needs no calibration")
 REQUANTIZE = arg("--requantize", action="store_true",
                  help="for a QDQ model whose scales are not powers of two (onnxruntime-style): strip its Q/DQ pairs "
                  "and calibrate the float model instead of rounding the scales to powers of two")
@@ -1141,8 +1145,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.subcommand_parsers = {}  # type: ignore[attr-defined]  # for errors found after parsing
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
+        parser.subcommand_parsers[cmd.name] = p  # type: ignore[attr-defined]
         for a in cmd.args:
             a.add_to(p)
         p.set_defaults(func=cmd.run)
@@ -1178,12 +1184,73 @@ def collector_for_a_command() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, with a suggestion for a mistyped command or option (argparse before Python 3.14 gives none)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is not None and command not in COMMANDS:
+        parser.error(f"argument COMMAND: invalid choice: {command!r}{did_you_mean(command, list(COMMANDS))} "
+                     f"(choose from {', '.join(COMMANDS)})")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        flags = [f for a in COMMANDS[args.command].args for f in a.flags if f.startswith("-")] + ["--help"]
+        hints = [h for h in (did_you_mean(x.split("=", 1)[0], flags) for x in extra if x.startswith("-")) if h]
+        sub = parser.subcommand_parsers[args.command]  # type: ignore[attr-defined]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{''.join(hints)}")
+    return args
+
+
+def _existing(path: str, what: str = "") -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FrontendError(f"{what}{p}: no such file")
+    return p
+
+
+def preflight(args: argparse.Namespace) -> None:
+    """The checks of a command's arguments that need no heavy import (TVM, onnx: seconds each), made before the
+    command runs so that a mistake is reported at once: files that must exist, .npz files, the arch name, and a
+    compile's input names and shapes against the ONNX file's declared inputs."""
+    from .feeds import npz_file
+
+    cmd = args.command
+    for attr in ("compiled", "artifact", "xmodel") + (("model",) if cmd == "benchmark" else ()):
+        value = getattr(args, attr, None)
+        for p in [value] if isinstance(value, str) else value or []:
+            _existing(p)
+    inputs = getattr(args, "input", None)
+    for p in [inputs] if isinstance(inputs, str) else inputs or []:
+        npz_file(p, "--input", "--input takes an .npz file (numpy.savez) of arrays named like the model inputs")
+    if getattr(args, "calib", None):
+        npz_file(args.calib, "--calib", CALIB_ACCEPTS)
+    if cmd not in ("compile", "partition", "pipeline", "dse"):
+        return
+    from .onnx_inputs import checked_shapes, read_inputs
+
+    graph_inputs = read_inputs(args.model)
+    if cmd in ("compile", "partition"):
+        from .arch import load_arch
+
+        load_arch(args.arch)
+    if cmd in ("compile", "pipeline"):  # the export links with it: said now, not after the whole build
+        from .toolchains import c_compiler, host_machine
+
+        c_compiler(host_machine())
+    shapes = parse_input_shapes(getattr(args, "input_shape", None)) or {}
+    opt_shapes, output_ops = parse_vai_options(getattr(args, "options", None), [i.name for i in graph_inputs])
+    for k, v in opt_shapes.items():
+        shapes.setdefault(k, v)
+    if not output_ops:  # a cut model may drop inputs: checked after the cut
+        checked_shapes(graph_inputs, shapes, args.model)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tvm-dpu` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         with collector_for_a_command():
+            preflight(args)
             return int(args.func(args))
     except DPUError as err:
         print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)

@@ -65,3 +65,14 @@ class FusionError(DPUError, ValueError):
 
 class XModelError(ArtifactError):
     """An AMD .xmodel (XIR graph) that cannot be read or run: names the field path or op and the file offset."""
+
+
+def did_you_mean(word: str, choices: "list[str] | tuple[str, ...]") -> str:
+    """" (did you mean 'x'?)" for the choices closest to a mistyped `word` (case-insensitive), else ""."""
+    import difflib
+
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(word).lower(), list(lowered), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(lowered[c]) for c in close) + "?)"

@@ -45,6 +45,29 @@ def max_input_bytes() -> int:
 MemberCheck = Callable[[str, tuple[int, ...], np.dtype], None]
 
 
+def npz_file(path: str | Path, what: str = "input file", accepts: str = "") -> Path:
+    """`path` when it names an .npz archive (checked by its first bytes, nothing more is read); InputError naming
+    `what`, the file and, with `accepts`, what the option takes."""
+    path = Path(path)
+    takes = f"; {accepts}" if accepts else ""
+    if path.is_dir():
+        raise InputError(f"{what} {path}: is a directory{takes or '; expected an .npz file'}")
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise InputError(f"{what} {path}: cannot read: {e.strerror}{takes}") from None
+    if not head:
+        raise InputError(f"{what} {path}: the file is empty (expected an .npz archive from numpy.savez){takes}")
+    if head.startswith(_NPY_MAGIC):
+        raise InputError(f"{what} {path}: a single-array .npy file, not an .npz archive: save it with "
+                         f"numpy.savez(path, name=array){takes}")
+    if not (head.startswith(_ZIP_MAGIC) or head.startswith(_EMPTY_ZIP)):
+        raise InputError(f"{what} {path}: not an .npz archive (it starts with {head[:8]!r}; expected a zip "
+                         f"written by numpy.savez){takes}")
+    return path
+
+
 def load_npz(path: str | Path, what: str = "input file", *, check: MemberCheck | None = None,
              max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """Arrays of an .npz file by name; InputError naming `what` and the file for anything else.
@@ -53,21 +76,8 @@ def load_npz(path: str | Path, what: str = "input file", *, check: MemberCheck |
     zip directory says the member holds, the arrays together must stay within `max_bytes` (default
     `max_input_bytes()`), and `check` (e.g. the model's input shapes) must accept it. So a small file claiming a
     huge array, or a huge one of the wrong shape, is refused without allocating it."""
-    path = Path(path)
+    path = npz_file(path, what)
     limit = max_input_bytes() if max_bytes is None else int(max_bytes)
-    try:
-        with path.open("rb") as f:
-            head = f.read(8)
-    except OSError as e:
-        raise InputError(f"{what} {path}: cannot read: {e.strerror}") from None
-    if not head:
-        raise InputError(f"{what} {path}: the file is empty (expected an .npz archive from numpy.savez)")
-    if head.startswith(_NPY_MAGIC):
-        raise InputError(f"{what} {path}: a single-array .npy file, not an .npz archive: save it with "
-                         "numpy.savez(path, name=array)")
-    if not (head.startswith(_ZIP_MAGIC) or head.startswith(_EMPTY_ZIP)):
-        raise InputError(f"{what} {path}: not an .npz archive (it starts with {head[:8]!r}; expected a zip "
-                         "written by numpy.savez)")
     try:
         with zipfile.ZipFile(path) as zf:
             members = _checked_members(zf, path, what, limit, check)

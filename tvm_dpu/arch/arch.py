@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tvm_dpu.errors import ArchError
+from tvm_dpu.errors import ArchError, did_you_mean
 from tvm_dpu.schema import SchemaError, parse_json
 
 #: An arch.json is a few hundred bytes; the bound keeps a wrong file (a model, an image) from being parsed.
@@ -192,6 +192,12 @@ def list_presets() -> list[str]:
     return list(_presets())
 
 
+def _short_names() -> list[str]:
+    """The preset names and the short core names ("B4096") `find_preset` also accepts."""
+    names = list_presets()
+    return names + [n.rsplit("_", 1)[-1] for n in names if n.startswith("DPUCZDX8G_ISA1_")]
+
+
 def _known_names() -> str:
     return ", ".join(list_presets())
 
@@ -271,7 +277,7 @@ def load_arch(spec: Arch | str | os.PathLike | Mapping[str, Any] | int) -> Arch:
         if text.lower().endswith(".json") or os.sep in text or Path(text).is_file():
             return _from_arch_json(Path(text))
         raise ArchError(
-            f"unknown DPU architecture {spec!r}; known names: {_known_names()} "
+            f"unknown DPU architecture {spec!r}{did_you_mean(text, _short_names())}; known names: {_known_names()} "
             "(or a path to an arch.json, or a fingerprint '0x...')"
         )
     raise ArchError(

@@ -34,6 +34,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
 from ..errors import FrontendError
+from ..onnx_inputs import GraphInput, checked_shapes
 from . import onnx_checks
 from . import provenance as prov
 from .onnx_lazy import for_checker, has_lazy_weights, load_lazy, read_tensor
@@ -242,48 +243,9 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
 
 def _input_shapes(graph: onnx.GraphProto, shapes: dict | None, where: str) -> dict[str, list[int]]:
     inits = {t.name for t in graph.initializer}
-    inputs = [vi for vi in graph.input if vi.name not in inits]
-    names = [vi.name for vi in inputs]
-    shapes = dict(shapes or {})
-    unknown = [k for k in shapes if k not in names]
-    if unknown:
-        raise FrontendError(f"{where}: shapes given for {unknown}, which are not model inputs "
-                            f"(the inputs are {names})")
-    out: dict[str, list[int]] = {}
-    for vi in inputs:
-        dims = _dims(vi)
-        if not vi.type.HasField("tensor_type"):
-            raise FrontendError(f"{where}: input '{vi.name}' is not a tensor; only tensor inputs are supported")
-        if vi.name in shapes:
-            try:
-                given = [int(d) for d in shapes[vi.name]]
-            except (TypeError, ValueError):
-                raise FrontendError(f"shape for input '{vi.name}' must be a list of ints, got "
-                                    f"{shapes[vi.name]!r}") from None
-            if any(d <= 0 for d in given):
-                raise FrontendError(f"shape for input '{vi.name}' must be positive, got {given}")
-            if dims is not None and len(dims) != len(given):
-                raise FrontendError(f"input '{vi.name}' has rank {len(dims)} ({_fmt(dims)}), "
-                                    f"but the given shape {given} has rank {len(given)}")
-            if dims is not None:
-                clash = [i for i, (d, g) in enumerate(zip(dims, given)) if isinstance(d, int) and d != g]
-                if clash:
-                    raise FrontendError(f"input '{vi.name}' is declared {_fmt(dims)}; the given shape {given} "
-                                        f"differs at dim(s) {clash}")
-            out[vi.name] = given
-            continue
-        if dims is None or any(not isinstance(d, int) for d in dims):
-            example = ",".join(str(d) if isinstance(d, int) else "1" for d in (dims or ["1", "3", "224", "224"]))
-            raise FrontendError(
-                f"input '{vi.name}' has {'unknown rank' if dims is None else 'dims ' + _fmt(dims)}: the DPU "
-                f"compiler needs static shapes. Pass shapes={{'{vi.name}': [{example.replace(',', ', ')}]}} "
-                f"(CLI: --input-shape {vi.name}={example})")
-        out[vi.name] = [int(d) for d in dims]
-    return out
-
-
-def _fmt(dims: list) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
+    inputs = [GraphInput(vi.name, _dims(vi), vi.type.HasField("tensor_type")) for vi in graph.input
+              if vi.name not in inits]
+    return checked_shapes(inputs, shapes, where)
 
 
 def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, list[int]]:
