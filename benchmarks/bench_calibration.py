@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibration_vaic as vaic  # noqa: E402  (benchmarks/calibration_vaic.py)
 from docblock import write_block  # noqa: E402  (benchmarks/docblock.py)
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
 from table3 import table3  # noqa: E402  (benchmarks/table3.py)
 from tvm_dpu.arch import load_arch
 from tvm_dpu.timing.analytic import analytic_estimate
@@ -548,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
                      "fingerprint, clock and DDR from the board preset (benchmarks/calibration_vaic.py)"]}
     p = Path(args.json)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(out, indent=1))
+    write_results(p, out, indent=1)
     print(f"wrote {p}")
     if args.write_docs:
         write_docs(out)

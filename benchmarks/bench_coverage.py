@@ -31,6 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 DEFAULT_ARCH = "DPUCZDX8G_ISA1_B4096"
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": "coverage", "arch": args.arch, "reduced": not args.full, "python": platform.python_version(),
            "models": rows}
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_results(out, doc)
     return 0
 
 

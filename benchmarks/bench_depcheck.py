@@ -21,6 +21,9 @@ from tvm_dpu.timing.depcheck import min_capacity
 from tvm_dpu.timing.simulate import simulate
 from tvm_dpu.xmodel.runner import load_xmodel
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "depcheck.json"
 DOC = ROOT / "docs" / "dependency-protocol.md"
@@ -81,8 +84,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     for d in args.dir:
         paths += sorted(Path(d).glob("*.xmodel"))
     rows = [row for p in paths for row in measure(p)]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1))
+    write_results(args.json, rows, indent=1)
     return rows
 
 

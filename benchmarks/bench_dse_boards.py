@@ -4,8 +4,8 @@ reserve, restricted to the core sizes AMD ships there (AMD's objective: one core
 the reserve, beside what AMD ships on the board carrying the part, and whether they match (same DPU size among the
 shipped ones, same core count).
 
-    python benchmarks/bench_dse_boards.py                  # -> results/dse_boards.json
-    python benchmarks/bench_dse_boards.py --write-docs     # only rewrite the block in docs/pipeline.md
+    python benchmarks/bench_dse_boards.py                  # -> results/dse_boards.json (or --json PATH), nothing else
+    python benchmarks/bench_dse_boards.py --write-docs     # only rewrite the block in docs/pipeline.md from --json
 """
 from __future__ import annotations
 
@@ -138,18 +138,18 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from docblock import write_block  # benchmarks/docblock.py
+    from results_io import load_average, write_results  # benchmarks/results_io.py
 
     if not args.write_docs:
+        load = load_average()
         t0 = time.perf_counter()
         data = run(args.model, args.quick, [p for p in args.parts.split(",") if p])
         data["seconds"] = time.perf_counter() - t0
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        print(f"wrote {write_results(args.json, data, load)}")
     data = json.loads(args.json.read_text())
     text = docs_section(data)
     print(text)
-    if args.write_docs or not args.quick:
+    if args.write_docs:  # a run writes only --json: the docs change when asked
         write_block(DOCS, BEGIN, END, text)
         print(f"wrote the block in {DOCS}")
     return 0

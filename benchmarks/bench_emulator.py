@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +22,9 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
 from tvm_dpu.runtime.emulator import Emulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
 
 B4096 = Arch(name="DPUCZDX8G_ISA1_B4096", family="DPUCZDX8G", isa=1, arch_index=7, pp=8, icp=16, ocp=16, alu_pp=4)
 
@@ -138,8 +143,7 @@ def main() -> None:
     print(f"{'layer':<24}{'instrs':>8}{'CONVs':>7}{'first s':>9}{'best s':>9}{'ms/CONV':>9}{'GMAC/s':>8}  ref")
     print(f"{row['layer']:<24}{n_instr:>8}{row['conv_instrs']:>7}{first:>9.4f}{best:>9.4f}{row['ms_per_conv']:>9.3f}"
           f"{row['gmacs_per_s']:>8.2f}  {'ok' if ok else 'MISMATCH'}")
-    with open(a.json, "w") as fh:
-        json.dump(row, fh, indent=1)
+    write_results(a.json, row, indent=1)
     if not ok:
         raise SystemExit("emulator output differs from the direct convolution")
 

@@ -29,6 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from table3 import TABLE3_SCOPE, is_fully_connected, table3  # noqa: E402  (benchmarks/table3.py)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 PAPER = {"vgg16": (325.5, 331.5, 334.0, 1.03), "resnet50": (195.4, 221.9, 228.7, 1.17),
          "resnet152": (212.5, 233.0, 244.1, 1.15), "googlenet": (183.1, 204.6, 231.5, 1.26)}
 MODELS = ("vgg16", "resnet50", "resnet152", "googlenet", "mobilenetv2")
@@ -228,7 +231,7 @@ def main(argv=None) -> int:
     for line in table3_lines(rows):
         print(line)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(rows, indent=1))
+    write_results(a.out, rows, indent=1)
     print(f"wrote {a.out}")
     return 0
 

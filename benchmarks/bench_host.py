@@ -35,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "host.json"
 MODEL_FILE = ROOT / "tvm_dpu" / "timing" / "host_cost.json"
@@ -296,7 +299,7 @@ def main() -> int:
            "measured": {"conversions": conv, "regions": reg, "driver_and_call": drv, "cpu_ops": cpu,
                         "segments": seg, "int8_call": i8, "cpu_macs": macs}}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    write_results(args.json, doc)
     print(f"wrote {args.json}")
     if args.write:
         only = [k for k in args.only.split(",") if k]

@@ -29,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "links.json"
 LINKS = ROOT / "tvm_dpu" / "pipeline" / "links.json"
@@ -113,7 +116,7 @@ def main() -> int:
     out = {"loopback": m, "ray_gbe": {"latency_us": latency_us, "gbit_per_s": gbit},
            "loopback_gbit_per_s": loop_gbit, "serial": doc["links"]["serial-8.5g"], "gbe": gbe}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2) + "\n")
+    write_results(args.json, out)
     print(f"wrote {args.json}")
     if args.write:
         entry = {

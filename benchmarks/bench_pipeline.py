@@ -25,6 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "pipeline.json"
 PAPER = {"fps": {4: 75.1}, "gops": {4: 292.0, 5: 380.0}, "shape": "linear from 2 to 5 boards, saturating at 6"}
 
@@ -367,13 +370,13 @@ def main() -> int:
               f"{o['overhead_ms_per_frame']:>11.2f} {o['sequential_fps']:>8.1f} {o['streamed_fps']:>10.1f}  "
               f"{o['bit_identical']}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"model": "resnet50", "reduced": args.quick, "rows": rows,
+    write_results(args.json, {"model": "resnet50", "reduced": args.quick, "rows": rows,
                                      "stage_check": checks, "executor_overhead": overhead, "paper": PAPER,
                                      "host_check": hosts, "host_scale_rows": sensitivity, "units": {
                                          "fps": "frames/s, predicted end to end (DPU + host + link)",
                                          "gops_1op_per_mac": "GOPS counting 1 op per MAC (the paper's unit)",
                                          "gops": "GOPS counting 2 ops per MAC"},
-                                     "build_s": build_s}, indent=2) + "\n")
+                                     "build_s": build_s})
     print(f"wrote {args.json}")
     return 0
 

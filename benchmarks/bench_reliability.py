@@ -49,6 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "reliability.json"
 ROOT = Path(__file__).resolve().parents[1]
 ARCH = "zcu102"
@@ -610,8 +613,8 @@ def main() -> int:
     print(f"bad outcomes (other exceptions, crashes, hangs, wrong outputs): {bad}; "
           f"{time.perf_counter() - t0:.0f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"cases_per_campaign": n, "seed": args.seed, "results": results,
-                                     "bad_total": bad, "leak": leak}, indent=2) + "\n")
+    write_results(args.json, {"cases_per_campaign": n, "seed": args.seed, "results": results,
+                                     "bad_total": bad, "leak": leak})
     print(f"wrote {args.json}")
     return 1 if bad else 0
 

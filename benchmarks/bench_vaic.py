@@ -20,6 +20,9 @@ import time
 import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "xmodel"
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "vaic.json"
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = bench(xmodels([Path(e) for e in args.extra]), args.seed)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+        write_results(args.json, data, indent=1)
     print(table(data))
     missed = [r for r in data["rows"] if not (r["ratio_goal_met"] and r["outputs_equal"])]
     print(f"\n{len(data['rows']) - len(missed)} of {len(data['rows'])} DPU subgraphs meet both goals; "

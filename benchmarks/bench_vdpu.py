@@ -31,6 +31,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "vdpu.json"
 MODELS = ("googlenet", "resnet50", "mobilenetv2", "alexnet2")
 TENANTS = ("googlenet", "resnet50", "mobilenetv2")
@@ -295,10 +298,10 @@ def e2e_only(args) -> int:
               f"loss {e['loss_percent']:.2f}%; fGrain: gain ~{FGRAIN_GAIN_PERCENT:.0f}%, loss "
               f"{FGRAIN_OVERHEAD_PERCENT}%", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"board": args.board, "reduced": not args.full, "reps": args.reps,
+    write_results(args.json, {"board": args.board, "reduced": not args.full, "reps": args.reps,
                                      "fgrain": {"gain_percent": FGRAIN_GAIN_PERCENT,
                                                 "overhead_percent": FGRAIN_OVERHEAD_PERCENT},
-                                     "models": out, "host_cpus": os.cpu_count()}, indent=2) + "\n")
+                                     "models": out, "host_cpus": os.cpu_count()})
     print(f"wrote {args.json}")
     return 0
 
@@ -413,11 +416,11 @@ def main() -> int:
     print(f"(predicted concurrent without DDR contention: {mt['predicted_concurrent_no_contention_ms']:.3f} ms; "
           f"measured: emulator on a {os.cpu_count()}-core host)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({
+    write_results(args.json, {
         "board": args.board, "reduced": not args.full, "fgrain": {"gain_percent": FGRAIN_GAIN_PERCENT,
                                                                   "overhead_percent": FGRAIN_OVERHEAD_PERCENT},
         "branch_concurrency": results, "multi_tenant": mt, "host_cpus": os.cpu_count(),
-    }, indent=2) + "\n")
+    })
     print(f"wrote {args.json}")
     return 0
 

@@ -23,6 +23,9 @@ from tvm_dpu import zoo
 from tvm_dpu.errors import DPUError
 from tvm_dpu.xmodel.xir_judge import XirReport, check_xmodel, xir_unavailable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "xir.json"
 ARCHS = ("zcu102", "ultra96", "dnnvm-zu2")
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                "xir_loads": sum(r.get("xir_loads", False) for r in ours),
                "shape_inference_agrees": sum(r.get("shape_inference_agrees", False) for r in ours)}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    write_results(args.json, {"summary": summary, "rows": rows}, indent=1)
     print(table(rows))
     print(f"\n{summary['exports']} exports: {summary['exported']} written, {summary['xir_loads']} loaded by XIR, "
           f"{summary['shape_inference_agrees']} with XIR's shape inference agreeing on every op")
