@@ -145,3 +145,64 @@ def test_onnxruntime_qdq_rounded_or_requantized(tmp_path, capsys):
     assert "on DPU in 1 subgraph, 0 on CPU" in text and "QuantizeLinear " not in text  # Q/DQ stripped
     requant, messages = _build(asym, requantize=True)
     assert any("no calibration data" in t for t in messages)  # calibrated (here on random data, as it says)
+
+
+def quark_style(pool: str = "MaxPool") -> onnx.ModelProto:
+    """As Quark's XINT8 writes a CNN: Q/DQ on the input, int8 weights and bias with their own power-of-two scales,
+    none between a Conv and the Relu that alone reads it, and none after a MaxPool (its output is its input's
+    values); `pool`="AveragePool" leaves the pool's output (new values) without a scale instead."""
+    rng = np.random.default_rng(1)
+    c = lambda v, name: numpy_helper.from_array(v, name)  # noqa: E731
+    inits = [c(np.float32(2.0 ** -4), "sx"), c(np.int8(0), "z8"), c(np.float32(2.0 ** -7), "sw"),
+             c(np.float32(2.0 ** -5), "sb"), c(np.float32(2.0 ** -3), "sy"), c(np.float32(2.0 ** -2), "sz"),
+             c(rng.integers(-90, 90, (8, 3, 3, 3)).astype(np.int8), "W1q"),
+             c(rng.integers(-90, 90, (8,)).astype(np.int8), "B1q"),
+             c(rng.integers(-90, 90, (6, 8, 3, 3)).astype(np.int8), "W2q")]
+    n = [helper.make_node("QuantizeLinear", ["X", "sx", "z8"], ["Xq"], name="qx"),
+         helper.make_node("DequantizeLinear", ["Xq", "sx", "z8"], ["Xd"], name="dqx"),
+         helper.make_node("DequantizeLinear", ["W1q", "sw", "z8"], ["W1"], name="dqw1"),
+         helper.make_node("DequantizeLinear", ["B1q", "sb", "z8"], ["B1"], name="dqb1"),
+         helper.make_node("DequantizeLinear", ["W2q", "sw", "z8"], ["W2"], name="dqw2"),
+         helper.make_node("Conv", ["Xd", "W1", "B1"], ["Y"], name="conv1", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["Y"], ["Yr"], name="relu1"),
+         helper.make_node("QuantizeLinear", ["Yr", "sy", "z8"], ["Yq"], name="qy"),
+         helper.make_node("DequantizeLinear", ["Yq", "sy", "z8"], ["Yd"], name="dqy"),
+         helper.make_node(pool, ["Yd"], ["P"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["P", "W2"], ["Z"], name="conv2", pads=[1, 1, 1, 1]),
+         helper.make_node("QuantizeLinear", ["Z", "sz", "z8"], ["Zq"], name="qz"),
+         helper.make_node("DequantizeLinear", ["Zq", "sz", "z8"], ["out"], name="dqz")]
+    g = helper.make_graph(n, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 6, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_quark_style_model_needs_no_calibration_and_ignores_calibration_data():
+    """Every DPU tensor's scale is in the file (the MaxPool's output keeps its input's): no calibration run, no
+    warning, and the same program whatever calibration data is passed."""
+    _, fps = strip_qdq(quark_style())
+    assert fps["P"] == 3 and fps["Yr"] == 3 and fps["Z"] == 2
+    plain, messages = _build(quark_style())
+    assert messages == []
+    assert plain.build_info["calibration_batches"] == 0
+    rng = np.random.default_rng(7)
+    calib = [5 * rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    calibrated, messages = _build(quark_style(), calibration=calib)
+    assert messages == [] and calibrated.build_info["calibration_batches"] == 0
+    for seed in range(5):
+        x = np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)
+        np.testing.assert_array_equal(plain.run(x)[0], calibrated.run(x)[0])
+
+
+def test_qdq_model_with_a_tensor_without_scale_names_it_and_calibrates_only_it():
+    """An AveragePool's output (new values) with no Q/DQ: the one warning names it; the calibration data decides
+    its fix_point only, every other tensor keeps the file's."""
+    _, messages = _build(quark_style("AveragePool"))
+    assert len(messages) == 1, messages
+    assert "1 of" in messages[0] and "pool1" in messages[0] and "only these are calibrated" in messages[0]
+    assert "random normal inputs" in messages[0]
+    rng = np.random.default_rng(7)
+    calib = [5 * rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    model, messages = _build(quark_style("AveragePool"), calibration=calib)
+    assert len(messages) == 1 and "on the calibration data given" in messages[0]
+    (runner,) = model.runners.values()
+    assert [b.fix_point for b in runner.sg.inputs] == [4] and [b.fix_point for b in runner.sg.outputs] == [2]

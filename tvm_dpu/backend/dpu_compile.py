@@ -10,6 +10,7 @@ calibration run (a context variable), never to a process-wide table.
 from __future__ import annotations
 
 import contextvars
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -423,6 +424,25 @@ def _name_inputs(pmod: tvm.IRModule, float_graphs: dict) -> None:
                 fs.input_names[i] = new
 
 
+def _uncovered_summary(float_graphs: Mapping[str, Any], uncovered: Mapping[str, list], names: Mapping[str, dict],
+                       calibration: Any, shown: int = 6) -> str:
+    """One warning line: which DPU feature maps of a QDQ model have no scale in the file, and what calibrates them."""
+    missing = []
+    for sym, tensors in uncovered.items():
+        for t in tensors:
+            producer = next((op for op in float_graphs[sym].graph.ops if t in op.outputs), None)
+            where = names.get(sym, {}).get(t) or (producer.source[-1] if producer is not None and producer.source
+                                                   else None)
+            missing.append(f"{t} ({where})" if where and where != t else str(t))
+    total = sum(len(float_graphs[sym].graph.inputs) + sum(len(op.outputs) for op in float_graphs[sym].graph.ops)
+                for sym in float_graphs)
+    listed = ", ".join(missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown else "")
+    data = ("on the calibration data given" if calibration is not None else
+            "on random normal inputs (pass calibration=... or --calib FILE.npz for real data)")
+    return (f"QDQ model: {len(missing)} of {total} DPU feature maps have no scale in the file ({listed}): only "
+            f"these are calibrated, {data}; the others keep the file's scales")
+
+
 def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
                            fusion: str = "optimal", fix_points: Mapping[str, int] | None = None,
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
@@ -445,7 +465,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     is replaced as soon as it is quantized, which frees its weights before code generation."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.fusion.select import MODES as FUSION_MODES
-    from tvm_dpu.quant.calib_data import calibration_batches
+    from tvm_dpu.quant.calib_data import RANDOM, calibration_batches
     from tvm_dpu.passes.from_relax import build_float_xgraph
     from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
     from tvm_dpu.backend.split_conv import split_large_convs
@@ -474,17 +494,23 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     for fs in float_graphs.values():  # before calibration: the partial sums get fix_points of their own
         split_large_convs(fs.graph, arch_obj)
     _name_inputs(pmod, float_graphs)
+    names: dict[str, dict[str, str]] = {}
     if fix_points:
         names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)
         overrides = {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in float_graphs.items()}
     else:
         overrides = {sym: None for sym in symbols}
-    # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data).
-    need_stats = {sym for sym, fs in float_graphs.items()
-                  if not is_qdq or uncovered_feature_maps(fs, overrides.get(sym) or {})}
+    # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data); where some
+    # lack a scale, only those are calibrated (the quantizer's overrides keep the file's for the others).
+    uncovered = {sym: uncovered_feature_maps(fs, overrides.get(sym) or {}) for sym, fs in float_graphs.items()
+                 } if is_qdq else {}
+    need_stats = {sym for sym in symbols if uncovered[sym]} if is_qdq else set(symbols)
     ext_functions = {sym: (fn, ext) for ext in external for sym, fn in codegen_functions(pmod, ext.codegen).items()}
     clock.lap("xgraph")
-    batches = calibration_batches(calibration, inputs) if need_stats or ext_functions else []
+    if is_qdq and need_stats:
+        warnings.warn(_uncovered_summary(float_graphs, uncovered, names, calibration), stacklevel=3)
+    batches = (calibration_batches(RANDOM if is_qdq and calibration is None else calibration, inputs)
+               if need_stats or ext_functions else [])
     recorded: list[list] = [[] for _ in range(len(symbols) + len(ext_functions))]
     collectors = {s: StatsCollector(float_graphs[s].graph) for s in symbols if s in need_stats}
     evaluators = [_dpu_evaluator(float_graphs[s], collectors.get(s)) for s in symbols]

@@ -24,9 +24,10 @@ node and saying what to do. Two modes relax this for float-scale (onnxruntime-st
 * ``scales="float"`` (``--requantize``): every Q/DQ pair is removed and every constant dequantized exactly
   ((q - zero_point) * scale, per channel too); no fix_points are returned: the float model is calibrated.
 
-Fix_points then flow forward through shape-only ops (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity):
-their output holds the same values, so it has its input's fix_point (a TF2 classifier's Reshape after the last
-DequantizeLinear would otherwise leave the model output to calibration).
+Fix_points then flow forward through ops whose output holds only values of their input (`VALUE_KEEPING_OPS`:
+Reshape, Flatten, Transpose, ..., MaxPool, Relu, a zero Pad, Slice, nearest Resize): the output has its input's
+fix_point (a TF2 classifier's Reshape after the last DequantizeLinear, or a MaxPool a quantizer left without its
+own Q/DQ, would otherwise leave a tensor to calibration).
 """
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ _ADVICE = ("re-export with power-of-two scales (e.g. Vitis AI's vai_q_onnx with 
 _INT_TYPES = {TensorProto.INT8: np.int8, TensorProto.INT16: np.int16, TensorProto.INT32: np.int32}
 #: Ops whose output holds their (first) input's values rearranged: the output keeps the input's fix_point.
 SHAPE_ONLY_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+#: Ops whose output holds only values of their input (a maximum, a max(x, 0), a slice, a zero pad, a nearest
+#: neighbour): on the DPU the output keeps the input's fix_point too, exactly, so a quantizer that annotates only
+#: the input (Quark leaves out the Q/DQ it would repeat) leaves nothing to calibrate. Concat: when its inputs agree.
+VALUE_KEEPING_OPS = SHAPE_ONLY_OPS | {"MaxPool", "GlobalMaxPool", "Relu", "Pad", "Slice", "Split", "Concat",
+                                     "Resize", "Upsample", "DepthToSpace", "SpaceToDepth"}
 SCALE_MODES = ("exact", "round", "float")
 
 
@@ -291,12 +297,29 @@ def strip_qdq(model: onnx.ModelProto | str, scales: str = "exact",
     vi = [v for v in g.value_info if v.name in used and v.name not in folded]
     del g.value_info[:]
     g.value_info.extend(vi)
-    for node in final:  # in topological order: a chain of shape-only ops passes the fix_point along
-        if node.op_type in SHAPE_ONLY_OPS and node.domain in ("", "ai.onnx") and node.input \
-                and node.input[0] in fix_points:
-            fix_points.setdefault(node.output[0], fix_points[node.input[0]])
+    for node in final:  # in topological order: a chain of value-keeping ops passes the fix_point along
+        fp = _kept_fix_point(node, fix_points, consts)
+        if fp is not None:
+            for out_name in node.output[:len(node.output) if node.op_type == "Split" else 1]:
+                fix_points.setdefault(out_name, fp)
     fix_points = {k: v for k, v in fix_points.items() if k in used or k in {i.name for i in g.input}}
     return out, fix_points
+
+
+def _kept_fix_point(node: onnx.NodeProto, fix_points: dict[str, int], consts: dict[str, np.ndarray]) -> int | None:
+    """The fix_point `node`'s output keeps from its input (VALUE_KEEPING_OPS), or None."""
+    if node.op_type not in VALUE_KEEPING_OPS or node.domain not in ("", "ai.onnx") or not node.input:
+        return None
+    if node.op_type == "Concat":
+        fps = {fix_points.get(i) for i in node.input}
+        return fps.pop() if len(fps) == 1 else None
+    if node.op_type in ("Resize", "Upsample") and _attr(node, "mode", b"nearest") not in (b"nearest", "nearest"):
+        return None
+    if node.op_type == "Pad" and _attr(node, "mode", b"constant") in (b"constant", "constant"):
+        value = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if _attr(node, "value", 0.0) != 0.0 or (value is not None and (value not in consts or np.any(consts[value]))):
+            return None  # a nonzero pad value need not be a multiple of the step
+    return fix_points.get(node.input[0])
 
 
 def _scale_of(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> float:
