@@ -664,8 +664,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
             print(f"model {kind[:-1]}: {t['name']} {tuple(t['shape'])} {t['dtype']}{fp}")
     for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
-        print(f"\nsubgraph {sg['id']}: {sg['instructions']} instructions ({counts})")
-        print(f"  symbol {sg['symbol']}")
+        print(f"\nsubgraph {sg['id']} {sg['name']}: {sg['instructions']} instructions ({counts})")
+        sym = sg["symbol"]
+        print(f"  symbol {sym}" if len(sym) <= 80 else
+              f"  symbol {sym[:60]}... ({len(sym)} characters; --json gives it whole)")
         print(f"  code {sg['code_bytes']} B, params {sg['param_bytes']} B, DDR region sizes by reg_id "
               f"{ {int(k): v for k, v in s['region_sizes'].items()} }")
         if s.get("multicore"):

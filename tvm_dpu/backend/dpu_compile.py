@@ -424,6 +424,40 @@ def _name_inputs(pmod: tvm.IRModule, float_graphs: dict) -> None:
                 fs.input_names[i] = new
 
 
+#: Longest ONNX node name kept whole in a subgraph's name (longer ones keep their head and tail).
+NAME_PART_CHARS = 32
+
+
+def _short(name: str) -> str:
+    n = NAME_PART_CHARS
+    return name if len(name) <= n else f"{name[:n // 2 - 1]}..{name[-(n // 2 - 1):]}"
+
+
+def readable_names(float_graphs: Mapping[str, Any], order: Mapping[str, int] | None = None) -> dict[str, str]:
+    """{partition symbol: "first..last"}: each DPU subgraph named after the first and last ONNX nodes it computes
+    (in graph order), as vai_c names its subgraphs after an op, instead of the Relax symbol (hundreds of characters
+    listing every fused call). Unique (a repeat gets "#2", ...) and stable (the same model gives the same names);
+    a subgraph with no ONNX provenance keeps its symbol. `order`: ONNX node name -> its place in the graph."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for sym, fs in float_graphs.items():
+        sources = [n for op in fs.graph.ops for n in op.source]
+        if order:  # an op lists the nodes it absorbed in no particular order
+            sources.sort(key=lambda n: order.get(n, len(order)))
+        if not sources:
+            name = sym
+        else:
+            first, last = _short(sources[0]), _short(sources[-1])
+            name = first if first == last else f"{first}..{last}"
+        unique, k = name, 1
+        while unique in taken:
+            k += 1
+            unique = f"{name}#{k}"
+        taken.add(unique)
+        out[sym] = unique
+    return out
+
+
 def _uncovered_summary(float_graphs: Mapping[str, Any], uncovered: Mapping[str, list], names: Mapping[str, dict],
                        calibration: Any, shown: int = 6) -> str:
     """One warning line: which DPU feature maps of a QDQ model have no scale in the file, and what calibrates them."""
@@ -494,6 +528,11 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     for fs in float_graphs.values():  # before calibration: the partial sums get fix_points of their own
         split_large_convs(fs.graph, arch_obj)
     _name_inputs(pmod, float_graphs)
+    from tvm_dpu.frontend.provenance import source_nodes
+
+    order = {n["name"]: i for i, n in enumerate(source_nodes(source_mod if source_mod is not None else pmod))}
+    for sym, name in readable_names(float_graphs, order).items():  # the symbol stays the key; people read the name
+        float_graphs[sym].graph.name = name
     names: dict[str, dict[str, str]] = {}
     if fix_points:
         names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)
