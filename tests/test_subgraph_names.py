@@ -43,3 +43,19 @@ def test_names_are_unique_short_and_in_graph_order():
     assert got["s1"] == "b..c" and got["s2"] == "b..c#2" and got["s3"] == "z" and got["s5"] == "s5"
     assert got["s4"].endswith("..z") and got["s4"].startswith("encoder/") and \
         len(got["s4"]) <= NAME_PART_CHARS + len("..z")
+
+
+def test_tvms_own_onnx_importer_carries_the_onnx_node_names():
+    """`tvm.relax.frontend.onnx.from_onnx` with tvm_dpu loaded: the placement report and the subgraph names give
+    the ONNX node names (not lv22 / gv), the same as tvm_dpu's own import."""
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    mod = from_onnx(onnx.load(EXAMPLE))
+    theirs = tvm_dpu.partition(mod, "zcu102")[1]
+    ours = tvm_dpu.partition(tvm_dpu.from_onnx(EXAMPLE), "zcu102")[1]
+    assert [(n.name, n.op, n.device, n.subgraph) for n in theirs.nodes] == \
+        [(n.name, n.op, n.device, n.subgraph) for n in ours.nodes]
+    assert not [n.name for n in theirs.nodes if n.name.startswith(("lv", "gv"))]
+    model = tvm_dpu.build(mod, arch="zcu102", calibration=CALIB, progress=False)
+    assert _names(model) == {0: "conv1..branch_a.leaky", 1: "concat..head.fc"}

@@ -97,18 +97,26 @@ from tvm_dpu.import_hooks import when_imported as _when_imported  # noqa: E402
 
 
 
-def _on_tvm_imported(_tvm) -> None:
-    # TVM imported from the top of a tvm_dpu module (e.g. backend.dpu_compile imported first) fires this while
-    # that module is half made; registering then would import it half made. Wait until the outermost such module
-    # has finished (sys.modules keeps import-start order), then register at the next import.
+def _when_tvm_dpu_is_whole(fn) -> None:
+    """fn() now, or, when a tvm_dpu module is half made (a TVM import from the top of one, e.g.
+    backend.dpu_compile imported first, fires the hooks below), once the outermost such module has finished
+    (sys.modules keeps import-start order): running it then would import that module half made."""
     import sys
 
     busy = [n for n, m in list(sys.modules.items()) if n.startswith("tvm_dpu.")
             and getattr(getattr(m, "__spec__", None), "_initializing", False)]
     if busy:
-        _when_imported(busy[0], lambda _m: _register_plugin())
+        _when_imported(busy[0], lambda _m: fn())
     else:
-        _register_plugin()
+        fn()
 
 
-_when_imported("tvm", _on_tvm_imported)
+def _name_tvm_onnx_imports() -> None:
+    from tvm_dpu.frontend.onnx_import import name_tvm_imports
+
+    name_tvm_imports()
+
+
+_when_imported("tvm", lambda _tvm: _when_tvm_dpu_is_whole(_register_plugin))
+# TVM's own ONNX importer carries the ONNX node names into the reports (frontend/onnx_import.name_tvm_imports).
+_when_imported("tvm.relax.frontend.onnx.onnx_frontend", lambda _m: _when_tvm_dpu_is_whole(_name_tvm_onnx_imports))

@@ -323,8 +323,15 @@ def _override(op: str, inputs: list, attrs: dict, opset: int) -> relax.Expr | No
     return None
 
 
-class _TracingImporter(_tvm_onnx.ONNXGraphImporter):
+#: TVM's own importer class (kept when `name_tvm_imports` puts the naming one in its place).
+_TVMImporter = getattr(_tvm_onnx, "_tvm_dpu_original_importer", _tvm_onnx.ONNXGraphImporter)
+
+
+class _TracingImporter(_TVMImporter):
     """TVM's importer with a per-node hook: emit each node's result, map errors to the node."""
+
+    #: Convert the ops `_override` knows to plain Relax ops (tvm_dpu.from_onnx), or keep TVM's conversions.
+    overrides = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -339,6 +346,9 @@ class _TracingImporter(_tvm_onnx.ONNXGraphImporter):
 
     def _convert_operator(self, op_name, inputs, attrs, opset):  # noqa: D401 - importer hook
         node = attrs.get("tvm_custom", {}).get("name", "?")
+        if not self.overrides:
+            sym = super()._convert_operator(op_name, inputs, attrs, opset)
+            return self._emit(sym) if self._subgraph_depth == 0 else sym
         try:
             sym = _override(op_name, list(inputs), attrs, opset)
             if sym is not None:
@@ -376,6 +386,29 @@ class _TracingImporter(_tvm_onnx.ONNXGraphImporter):
                       for f in sym.fields]
             return relax.Tuple(fields)
         return sym
+
+
+class _NamingImporter(_TracingImporter):
+    """What TVM's own ``from_onnx`` uses once tvm_dpu is imported (`name_tvm_imports`): TVM's conversions and
+    errors unchanged, each node's result in a binding of its own, and the ONNX node names attached as provenance,
+    so the partition report, the DPU subgraph names and every report name the ONNX nodes, not ``lv22``."""
+
+    overrides = False
+
+    def from_onnx(self, graph, opset, *args, **kwargs):  # noqa: D401 - importer entry point
+        mod = super().from_onnx(graph, opset, *args, **kwargs)
+        try:
+            return _attach_provenance(mod, graph, stable_node_names(graph), self._nodes)
+        except Exception:  # noqa: BLE001 - names are for reports: an import TVM made never fails over them
+            return mod
+
+
+def name_tvm_imports() -> None:
+    """Make ``tvm.relax.frontend.onnx.from_onnx`` carry ONNX node names (it looks its importer class up by name
+    at each call; TVM's class stays the base). Called when that module is imported with tvm_dpu loaded."""
+    if _tvm_onnx.ONNXGraphImporter is not _NamingImporter:
+        _tvm_onnx._tvm_dpu_original_importer = _TVMImporter
+        _tvm_onnx.ONNXGraphImporter = _NamingImporter
 
 
 # ---------------------------------------------------------------------------------------------- provenance
