@@ -89,6 +89,8 @@ class LocalRayCluster:
         self.head_resources = head_resources
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        #: Each started node's node-manager port (the head's first), as ray.nodes() reports it.
+        self.node_manager_ports: list[int] = []
 
     def start(self, workers: list[dict]) -> None:
         """Start the head and one worker node per resource dict, in a background thread."""
@@ -118,11 +120,46 @@ class LocalRayCluster:
             raise RuntimeError(f"the test's Ray cluster did not start: {self._error}")
 
     def _ray_start(self, where: list[str], resources: dict, head: bool) -> None:
+        flags = _port_flags(head)
         cmd = [shutil.which("ray") or "ray", "start", *where, "--num-cpus=1", f"--resources={json.dumps(resources)}",
-               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats", *_port_flags(head)]
+               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats", *flags]
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
         if r.returncode != 0:
             raise RuntimeError(f"ray start failed ({r.returncode}): {r.stderr[-1500:]}")
+        self.node_manager_ports.append(int(flags[0].split("=")[1]))
+
+    def kill_node(self, node_manager_port: int) -> list[int]:
+        """SIGKILL the node listening on `node_manager_port` (one of this cluster's) as when its machine is lost:
+        its raylet and every process under it (the workers running its actors, its agents). Returns their pids."""
+        assert node_manager_port in self.node_manager_ports
+        flag = f"--node_manager_port={node_manager_port}".encode()
+        parent: dict[int, int] = {}
+        raylet = None
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if flag in cmd and cmd[0].endswith(b"raylet"):
+                raylet = int(d.name)
+        if raylet is None or raylet not in self._pids():
+            raise RuntimeError(f"no raylet of this cluster listens on port {node_manager_port}")
+        doomed, grew = {raylet}, True
+        while grew:
+            grew = False
+            for pid, pp in parent.items():
+                if pp in doomed and pid not in doomed:
+                    doomed.add(pid)
+                    grew = True
+        for pid in sorted(doomed - {raylet}) + [raylet]:  # children first: orphans would no longer be traceable
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return sorted(doomed)
 
     def add_node(self, resources: dict) -> None:
         """A second node (its own raylet process) joining this cluster."""

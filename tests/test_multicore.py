@@ -252,6 +252,22 @@ def test_concurrent_calls_on_one_core_group(googlenet_models):
         np.testing.assert_array_equal(y, ref)
 
 
+def test_segments_run_on_persistent_workers_not_new_threads(googlenet_models):
+    """After a first call, calls of a segmented model start no thread: the other cores' segment orders run on
+    the pool's persistent workers (the process's thread count and the pool's size stay put)."""
+    from tvm_dpu.runtime.subgraph_runner import WORKERS
+
+    m = googlenet_models[3]
+    x = zoo.random_input(zoo.build_model("googlenet", reduced=True), seed=5)
+    ref = googlenet_models[1].run(x)[0]
+    np.testing.assert_array_equal(m.run(x)[0], ref)  # warm: the workers exist
+    started, threads = WORKERS.started, threading.active_count()
+    for _ in range(3):
+        np.testing.assert_array_equal(m.run(x)[0], ref)
+    assert WORKERS.started == started and threading.active_count() == threads
+    assert started >= 1  # the segments did run on workers (the model is cut over several cores)
+
+
 class _Failing(EmulatorDevice):
     def execute(self, sg, regions):
         raise DeviceError("core 1 is broken")

@@ -19,7 +19,11 @@ through Ray's object store); the driver keeps every frame's input until the fram
 actor dies, the driver waits for it to come back and replays every frame in flight from the first stage, in
 order, so no frame is lost and the order holds (stages are stateless between frames, so a replay computes the same
 bytes). An actor that cannot come back, a stage that raises, or a frame that takes longer than `timeout_s` is a
-PipelineError naming the stage, its board and the frame.
+PipelineError naming the stage, its board and the frame. A node that dies (its raylet killed, the machine lost)
+takes its stages' actors with it: Ray moves their bundles to another alive node with the same board resources
+when one exists, the actors restart there and the frames in flight are replayed in order; when none exists, the
+error names the stage, the node and the frame as soon as Ray reports the node dead (seconds: Ray's health check),
+not after `start_timeout_s`.
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 DEFAULT_RESOURCE = "dpu_board"
+#: Seconds between checks of a stage's node while its actor does not answer.
+NODE_CHECK_S = 1.0
 PLACEMENTS = ("auto", "strict_spread", "spread", "pack", "strict_pack")
 
 
@@ -322,25 +328,53 @@ class RayEngine:
         return len(frame.refs) - 1
 
     def _await_restart(self, stage: int, seq: int) -> None:
-        """Wait for stage `stage`'s actor to answer again after it died (Ray restarts it in its bundle)."""
+        """Wait for stage `stage`'s actor to answer again after it died: Ray restarts it in its bundle, on the same
+        node, or, when that node is gone, on another node with the same board resources (Ray moves the bundle).
+        With its node dead and no such node, the wait ends at once with an error naming stage, node and frame
+        instead of lasting `start_timeout_s`."""
         from tvm_dpu.pipeline.stages import PipelineError
 
         ray = self.ray
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
-                info = ray.get(self.actors[stage].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
-                self.where[stage] = info["where"]
+                # Short pings: between them the node's liveness is checked (a lost node is known in seconds).
+                info = ray.get(self.actors[stage].ping.remote(),
+                               timeout=max(0.5, min(NODE_CHECK_S, deadline - time.monotonic())))
+                self.where[stage], self.nodes[stage] = info["where"], info["node_id"]
                 return
             except ray.exceptions.ActorDiedError:
                 raise PipelineError(f"frame {seq}: the Ray actor of stage {stage} ({self.specs[stage]}) died and "
                                     f"cannot restart (max_restarts={self.max_restarts} used up, or its node is "
                                     "gone); close() and load the pipeline again") from None
             except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError) as e:
+                self._check_node(stage, seq)
                 if time.monotonic() > deadline:
                     raise PipelineError(f"frame {seq}: the Ray actor of stage {stage} ({self.specs[stage]}) did not "
                                         f"come back within {self.start_timeout_s:g} s: {_cause_text(e)}") from None
                 time.sleep(0.1)
+
+    def _check_node(self, stage: int, seq: int) -> None:
+        """PipelineError when stage `stage`'s node is dead and no other alive node can take its bundle (its board
+        resources, on a node holding no other stage when the placement spreads them)."""
+        from tvm_dpu.pipeline.stages import PipelineError
+
+        nodes = self.ray.nodes()
+        node = self.nodes[stage]
+        if any(n.get("NodeID") == node and n.get("Alive") for n in nodes):
+            return
+        others = {self.nodes[j] for j in range(len(self.nodes)) if j != stage}
+        spread = self.placement in ("STRICT_SPREAD", "SPREAD")
+        bundle = self.bundles[stage]
+        hosts = [n for n in nodes if n.get("Alive") and n.get("NodeID") != node
+                 and not (spread and n.get("NodeID") in others)
+                 and all(n.get("Resources", {}).get(k, 0) >= v for k, v in bundle.items())]
+        if not hosts:
+            need = ", ".join(f"{k}: {v:g}" for k, v in bundle.items())
+            raise PipelineError(f"frame {seq}: stage {stage} ({self.specs[stage]}) lost its node {node[:12]} "
+                                f"(Ray actor was on {self.where[stage]}): the node died and no other alive node "
+                                f"offers {{{need}}} to restart the stage on; start one (ray start "
+                                f"--address=... --resources=...) and load the pipeline again") from None
 
     def stats(self) -> list[dict]:
         """Per stage: frames run and seconds spent in them (measured in the actors, since their last start)."""

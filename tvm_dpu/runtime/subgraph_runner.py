@@ -5,6 +5,7 @@ pre-allocated float32 outputs; the DPU computes in int8 with power-of-two scales
 """
 from __future__ import annotations
 
+import queue
 import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -85,11 +86,63 @@ def shared_region(device: Any, nbytes: int) -> Any:
     return make(nbytes) if make is not None else nullcontext(np.zeros(int(nbytes), np.uint8))
 
 
+class _Worker:
+    """One persistent thread running the closures handed to it, in order."""
+
+    def __init__(self, name: str):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            job, finished = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 - the job reports its own failure; the worker lives on
+                pass
+            finally:
+                finished.set()
+
+    def submit(self, job: Any) -> threading.Event:
+        finished = threading.Event()
+        self._jobs.put((job, finished))
+        return finished
+
+
+class _WorkerPool:
+    """Persistent threads that run the other cores' segment orders of `run_segments`: a call takes idle workers
+    (a new one only when none is idle) and gives them back, so a model's steady state starts no thread per call
+    (a start costs about 0.1 ms, as much as a small segment's DPU time), and concurrent calls never share a worker
+    (a worker waiting on one call's segment cannot hold up another call's)."""
+
+    def __init__(self):
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.started = 0
+
+    def take(self, n: int) -> list[_Worker]:
+        with self._lock:
+            got = [self._idle.pop() for _ in range(min(n, len(self._idle)))]
+            while len(got) < n:
+                self.started += 1
+                got.append(_Worker(f"tvm-dpu-core-worker-{self.started}"))
+            return got
+
+    def give(self, workers: list[_Worker]) -> None:
+        with self._lock:
+            self._idle.extend(workers)
+
+
+#: The process's segment workers (threads are per process; the pool only grows to the most cores used at once).
+WORKERS = _WorkerPool()
+
+
 def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any],
                  inputs: list[np.ndarray]) -> list[np.ndarray]:
     """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices of one DPU; segment core c
     runs on cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule
-    order, each segment starting once the segments it reads from have ended (the host's wait for a core's done
+    order (the calling thread and persistent workers, `WORKERS`: no thread is started per call), each segment
+    starting once the segments it reads from have ended (the host's wait for a core's done
     is the only synchronisation the DPUCZDX8G's cores have).
 
     The segments address one shared feature-map region (REG_SHARED, laid out at compile time by
@@ -127,13 +180,14 @@ def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any
                     done[i].set()
 
         orders = [o for o in multicore.core_order() if o]
-        threads = [threading.Thread(target=work, args=(o,), name=f"tvm-dpu-{sg.name}-core{c}", daemon=True)
-                   for c, o in enumerate(orders[1:], 1)]
-        for t in threads:
-            t.start()
-        work(orders[0])  # the calling thread serves the first core
-        for t in threads:
-            t.join()
+        workers = WORKERS.take(len(orders) - 1)
+        try:
+            finished = [w.submit(lambda o=o: work(o)) for w, o in zip(workers, orders[1:])]
+            work(orders[0])  # the calling thread serves the first core
+            for f in finished:
+                f.wait()
+        finally:
+            WORKERS.give(workers)
         if failed:
             raise failed[0]
         _sync(region, "invalidate")
