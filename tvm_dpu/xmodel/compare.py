@@ -158,8 +158,18 @@ def _hw(v: Any, default: int) -> list[int]:
     return [int(v[1]), int(v[0])]
 
 
+def _is_const(xm: XModel, op: XOp) -> bool:
+    """A const-fix op, or a concat-fix of them (how tvm-dpu writes a grouped conv's per-group constants)."""
+    return op.type == "const-fix" or (op.type == "concat-fix" and bool(op.input_ops) and
+                                      all(_is_const(xm, xm.op(n)) for n in op.input_ops))
+
+
 def _const_data(xm: XModel, d: DpuSubgraph, op: XOp) -> np.ndarray:
-    """The int8 values of a const-fix op: its `data` attribute, else its bytes in the CONST region."""
+    """The int8 values of a const-fix op: its `data` attribute, else its bytes in the CONST region; of a concat-fix
+    of constants, theirs joined."""
+    if op.type == "concat-fix":
+        return np.concatenate([_const_data(xm, d, xm.op(n)) for n in op.inputs.get("input", [])],
+                              axis=int(op.attrs.get("axis", 0)))
     t = op.output
     n = int(np.prod(t.shape))
     data = op.attrs.get("data")
@@ -332,7 +342,7 @@ def rebuild_qdq(xm: XModel, d: DpuSubgraph) -> tuple[Any, list[XTensor], list[XT
             graph_in.append(helper.make_tensor_value_info(f"{op.name}__in", TensorProto.FLOAT, _nchw(t.shape)))
             r.qdq(f"{op.name}__in", t.fix_point, op.name)
     for op in ops:
-        if op.type in _SKIP:
+        if op.type in _SKIP or _is_const(xm, op):
             continue
         if op.output.fix_point is None:
             raise XModelError(f"{xm.source}: op {op.name!r} has no output fix_point")
