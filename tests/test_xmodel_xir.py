@@ -331,8 +331,19 @@ def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
         ("squeezenet1_1", "ultra96", True, True)
     assert ours["dpu_tensors_with_ddr"] == ours["dpu_tensors"] > 0 and not ours["mismatches"]
     assert [r["model"] for r in theirs] == [f"vai_c {p.name}" for p in VAI_C]
-    assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1}
-    assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in capsys.readouterr().out
+    assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1,
+                              "vart_clean": 1}
+    # the VART checker's columns are its findings on the same file (vai_c's files break no rule either)
+    assert (ours["vart_errors"], ours["vart_warnings"], ours["vart_rules"]) == (0, 0, [])
+    assert all(r["vart_errors"] == 0 for r in theirs)
+    printed = capsys.readouterr().out
+    assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in printed and "| 0 / 0 |" in printed
+    assert "1 breaking no rule of the VART checker" in printed
+    from test_vart_check import MUTATIONS, _mutated
+    bad = tmp_path / "bad.xmodel"
+    bad.write_bytes(_mutated(MUTATIONS["feature map without reg_id"][1]))
+    v = bench._verdict(bad)
+    assert v["xir_loads"] and v["vart_errors"] >= 1 and v["vart_rules"] == ["ddr-info"]
 
 
 @needs_xir

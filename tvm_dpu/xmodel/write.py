@@ -514,6 +514,8 @@ def xmodel_graph(model: Any) -> dict:
     import tvm
     from tvm import relax
 
+    from tvm_dpu import __version__
+
     if model.relax_module is None:
         raise XModelError("this model was loaded from an artifact: its host part is a compiled library with no "
                           "op graph, so it cannot be written as an xmodel; export the model right after "
@@ -594,7 +596,9 @@ def xmodel_graph(model: Any) -> dict:
     root = {"subgraph_name": "root", "subg_attr": {}, "subg_child": w.children}
     return {"graph_name": "tvm_dpu_model",
             "op_node": w.ops, "subg_root": root,
-            "graph_attr": {"origin": _a("string", "tvm-dpu")}}
+            "graph_attr": {"origin": _a("string", "tvm-dpu"),
+                           # where vai_c names its xcompiler version: `inspect` says who wrote the file from it
+                           "libs_info": _a("map_string_2_string", {f"tvm-dpu.{__version__}": __version__})}}
 
 
 def export_xmodel(model: Any, path: str | os.PathLike[str]) -> Path:
