@@ -6,7 +6,8 @@ attribute comes from here):
   of the DPU input it feeds), DPU (one per compiled DPU partition) and CPU (the host ops between and after them);
 - a DPU subgraph holds an `upload` op per input (its output tensor carries the input's `reg_id`/`ddr_addr`/
   `location`/`stride` in REG_2), the partition's quantized ops as XIR `*-fix` ops with their int8 constants as
-  `const-fix` ops, and a `download` op per output (the op feeding it carries the output's DDR place in REG_3);
+  `const-fix` ops (a grouped conv's one per group where codegen packed it, joined by a `concat-fix`), and a
+  `download` op per output (the op feeding it carries the output's DDR place in REG_3);
   its attributes carry our machine code (`mc_code`), the regions (REG_0 CONST with its bytes in
   `reg_id_to_parameter_value`, REG_1 workspace, REG_2/REG_3 interface) and the arch fingerprint;
 - CPU subgraphs convert with `fix2float`/`float2fix` and hold the model's host ops where XIR has an op for them
