@@ -73,6 +73,32 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _process_table() -> tuple[dict[int, list[bytes]], dict[int, int]]:
+    """(pid -> command line arguments, pid -> parent pid) of every process now."""
+    cmds: dict[int, list[bytes]] = {}
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmds[int(d.name)] = (d / "cmdline").read_bytes().split(b"\0")
+            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return cmds, parent
+
+
+def _with_descendants(roots: set[int], parent: dict[int, int]) -> set[int]:
+    out, grew = set(roots), True
+    while grew:
+        grew = False
+        for pid, pp in parent.items():
+            if pp in out and pid not in out:
+                out.add(pid)
+                grew = True
+    return out
+
+
 class LocalRayCluster:
     """`ray start --head` plus `add_node` workers, each with its own custom resources and one CPU. `start` runs
     it all in a thread (the caller builds its models meanwhile; `wait` joins it)."""
@@ -133,27 +159,11 @@ class LocalRayCluster:
         its raylet and every process under it (the workers running its actors, its agents). Returns their pids."""
         assert node_manager_port in self.node_manager_ports
         flag = f"--node_manager_port={node_manager_port}".encode()
-        parent: dict[int, int] = {}
-        raylet = None
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if flag in cmd and cmd[0].endswith(b"raylet"):
-                raylet = int(d.name)
+        cmds, parent = _process_table()
+        raylet = next((pid for pid, cmd in cmds.items() if flag in cmd and cmd[0].endswith(b"raylet")), None)
         if raylet is None or raylet not in self._pids():
             raise RuntimeError(f"no raylet of this cluster listens on port {node_manager_port}")
-        doomed, grew = {raylet}, True
-        while grew:
-            grew = False
-            for pid, pp in parent.items():
-                if pp in doomed and pid not in doomed:
-                    doomed.add(pid)
-                    grew = True
+        doomed = _with_descendants({raylet}, parent)
         for pid in sorted(doomed - {raylet}) + [raylet]:  # children first: orphans would no longer be traceable
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -181,25 +191,9 @@ class LocalRayCluster:
     def _pids(self) -> list[int]:
         """This cluster's processes: those naming its temp dir (the daemons `ray start` detached), and their
         descendants (the workers)."""
-        parent: dict[int, int] = {}
-        mine: set[int] = set()
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes()
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if str(self.tmp).encode() in cmd:
-                mine.add(int(d.name))
-        grew = True
-        while grew:
-            grew = False
-            for pid, pp in parent.items():
-                if pp in mine and pid not in mine:
-                    mine.add(pid)
-                    grew = True
+        cmds, parent = _process_table()
+        tmp = str(self.tmp).encode()
+        mine = _with_descendants({pid for pid, cmd in cmds.items() if any(tmp in c for c in cmd)}, parent)
         mine.discard(os.getpid())
         return sorted(mine)
 

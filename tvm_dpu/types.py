@@ -309,3 +309,13 @@ class InputSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str = "float32"
+
+
+def unique_name(want: str, taken: set[str]) -> str:
+    """`want`, or `want#2`, `want#3`, ... : the first not in `taken` (which it is added to)."""
+    name, k = want, 1
+    while name in taken:
+        k += 1
+        name = f"{want}#{k}"
+    taken.add(name)
+    return name

@@ -27,7 +27,7 @@ from tvm_dpu.container import section_span
 from tvm_dpu.phase_times import PhaseClock
 from tvm_dpu.progress import progress_bar
 from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
-from tvm_dpu.types import InputSpec
+from tvm_dpu.types import InputSpec, unique_name
 
 CALIBRATION_FUNC = "tvm_dpu.calibration"
 
@@ -449,12 +449,7 @@ def readable_names(float_graphs: Mapping[str, Any], order: Mapping[str, int] | N
         else:
             first, last = _short(sources[0]), _short(sources[-1])
             name = first if first == last else f"{first}..{last}"
-        unique, k = name, 1
-        while unique in taken:
-            k += 1
-            unique = f"{name}#{k}"
-        taken.add(unique)
-        out[sym] = unique
+        out[sym] = unique_name(name, taken)
     return out
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 from tvm_dpu.pipeline.plan import (Board, HostTerms, Link, OpCost, Plan, PlanError, plan_chain, runner_units,
                                    tensor_bytes)
 from tvm_dpu.pipeline.stages import static_shape
+from tvm_dpu.types import unique_name
 
 #: Bytes charged to a cut that would send a non-tensor value: no plan takes it.
 _NO_CUT = 1 << 60
@@ -107,12 +108,7 @@ def model_steps(model: Any) -> Steps:
     taken: set[str] = set()
 
     def name(v: Any, want: str) -> str:
-        key, k = want, 1
-        while key in taken:
-            k += 1
-            key = f"{want}#{k}"
-        taken.add(key)
-        key_of[v] = key
+        key_of[v] = key = unique_name(want, taken)
         return key
 
     for p, spec in zip(main.params, model.inputs):  # stage 0 receives them under the model's input names
