@@ -69,6 +69,7 @@ def test_check_xir_without_a_compiler_is_one_clear_error(ours, monkeypatch, caps
 
 
 def test_check_xir_refuses_an_artifact(tmp_path, capsys):
+    (tmp_path / "m.tvmdpu").write_bytes(b"")  # a file that exists: the CLI reports a missing one first
     assert main(["inspect", "--check-xir", str(tmp_path / "m.tvmdpu")]) == 2
     assert "--check-xir: " in capsys.readouterr().err
 
