@@ -33,10 +33,10 @@ class _FakePrograms:
         return 3.0 * (1 + params.ddr_latency_ns / 200)
 
 
-def test_vaic_rows_choose_the_band_and_our_rows_only_break_the_tie(monkeypatch):
+def test_vaic_rows_choose_the_band_and_our_rows_only_break_the_tie(monkeypatch, fake_fit_grid):
     """The vai_c fit rows decide first: our programs' rows, which here are matched at params.json's DDR latency,
     only choose within the band the vai_c rows leave (ddr_latency_ns = 0), never outside it."""
-    bench = _load("bench_calibration")
+    bench = fake_fit_grid(_load("bench_calibration"))
     vaic = bench.vaic
 
     def fake_simulate(model, arch, params):
@@ -48,10 +48,10 @@ def test_vaic_rows_choose_the_band_and_our_rows_only_break_the_tie(monkeypatch):
 
     monkeypatch.setattr(bench, "simulate_model", fake_simulate)
     rows = [{"model": "m", "board": "zcu102", "metric": "latency_ms", "published": 2.3},
-            {"model": "m", "board": "zcu104", "metric": "latency_ms", "published": 1.2}]
+            {"model": "m", "board": "kv260", "metric": "latency_ms", "published": 1.2}]
     vrows = [vaic.VaicRow("net kv260", "net", "x.xmodel", "kv260", "dpu_ms", 3.0, 1, "fit", "src", "why"),
              vaic.VaicRow("net kv260 e2e", "net", "x.xmodel", "kv260", "e2e_ms", 3.2, 1, "bound", "src", "why")]
-    fitted = bench.fit({("m", "zcu102"): None, ("m", "zcu104"): None}, rows, vrows, _FakePrograms())
+    fitted = bench.fit({("m", "zcu102"): None, ("m", "kv260"): None}, rows, vrows, _FakePrograms())
     assert fitted["basis"] == "vai_c programs"
     assert {c["ddr_latency_ns"] for c in fitted["band"]} == {0.0}
     assert fitted["best"] == {"conv_fill_cycles": 128, "dma_bank_rows_per_cycle": 1, "ddr_latency_ns": 0.0,
