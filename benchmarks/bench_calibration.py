@@ -399,7 +399,7 @@ def docs_section(data: dict) -> str:
 def residual_rows(data: dict) -> list[dict]:
     """Every row with a relative error to report by family: zoo/DNNVM rows and the vai_c fit/validation rows (a
     bound row bounds the DPU time, it has no residual)."""
-    out = [{"key": f"{r['model']} {r['board']}", "family": r.get("family", FAMILY.get(r["model"], "other")),
+    out = [{"key": f"{r['model']} {r['board']}" + (f" {r['release']}" if r.get("release") else ""), "family": r.get("family", FAMILY.get(r["model"], "other")),
             "use": r.get("use", split_use(r)), "relative_error": r["relative_error"]} for r in data["rows"]]
     out += [{"key": f"vai_c {r['key']}", "family": FAMILY.get(r["network"], "other"), "use": r["use"],
              "relative_error": r["relative_error"]} for r in data.get("vaic_rows") or [] if r["use"] != "bound"]
