@@ -1,8 +1,9 @@
 """AMD's published DPUCZDX8G figures (benchmarks/data/published_figures.json, issue 35): load, validate, select.
 
 Each row is one figure of one Vitis AI model-zoo table (or another AMD source): a model on a board, in a release,
-with the DPU configuration the table states, a metric (latency_ms or fps), single or multi thread, and the bound
-that figure gives on one core's DPU time per frame (`dpu_ms_upper`, explained by the file's `bounds`). A row's
+with the DPU configuration the table states, a metric (latency_ms, fps, or dpu_ms: a DPU task time a driver
+measured), single or multi thread, and the bound that figure gives on one core's DPU time per frame
+(`dpu_ms_upper`, explained by the file's `bounds`). A row's
 `network` is the tvm_dpu key of the network where we have it, and `vaic_xmodel` lists the public vai_c programs of
 that network for that board (tests/data/xmodel/PUBLIC_NETWORKS.txt).
 
@@ -21,7 +22,7 @@ from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 PUBLISHED = Path(__file__).resolve().parent / "data" / "published_figures.json"
 #: The file is about 2 MB; the bound only keeps a wrong path (a huge file) from being parsed.
 MAX_BYTES = 16 << 20
-METRICS = ("latency_ms", "fps")
+METRICS = ("latency_ms", "fps", "dpu_ms")
 THREADS = ("single", "multi")
 MATCHES = ("same", "family")
 
@@ -99,9 +100,10 @@ def _row(raw, bounds: dict) -> PublishedRow:
 
 
 def expected_upper(row: PublishedRow) -> float:
-    """The bound on one core's DPU ms per frame a figure gives: a latency itself; 1/fps single thread or on a
-    single-core board; cores/fps multi-thread on a multi-core board (all cores busy, sharing the DDR)."""
-    if row.metric == "latency_ms":
+    """The bound on one core's DPU ms per frame a figure gives: a latency or a measured DPU task time itself;
+    1/fps single thread or on a single-core board; cores/fps multi-thread on a multi-core board (all cores busy,
+    sharing the DDR)."""
+    if row.metric in ("latency_ms", "dpu_ms"):
         return row.value
     return (row.cores if row.threads == "multi" else 1) * 1e3 / row.value
 
