@@ -23,6 +23,10 @@ from tvm_dpu.xmodel.runner import load_xmodel
 DATA = Path(__file__).parent / "data" / "xmodel" / "dpucahx8h"
 U50LV = DATA / "tf2_custom_op_vai2.0_u50lv.xmodel"
 U50LV_DWC = DATA / "tf2_custom_op_vai2.0_u50lv_dwc.xmodel"
+#: every vendored file and its target: Vitis AI 2.0's carry the older fingerprints (aliases), 2.5's the current ones
+FILES = [(U50LV, "DPUCAHX8H_ISA2", 0x020200000000002A), (U50LV_DWC, "DPUCAHX8H_ISA2_DWC", 0x020200000000002B),
+         (DATA / "tf2_custom_op_vai2.5_u50lv.xmodel", "DPUCAHX8H_ISA2", 0x020200000010002A),
+         (DATA / "tf2_custom_op_vai2.5_u50lv_dwc.xmodel", "DPUCAHX8H_ISA2_DWC", 0x020200000010002B)]
 # The simulator's DPUV3E table (dpuv3e.xml): name -> (opcode, words)
 TABLE = {"LOAD": (0x0, 6), "SAVE": (0x4, 4), "CONVINIT": (0x9, 4), "CONV": (0x8, 5), "POOLINIT": (0x6, 2),
          "POOL": (0xC, 5), "DWINIT": (0xB, 4), "DPTWISE": (0xA, 5), "ELEWINIT": (0xD, 2), "ELEW": (0xE, 3),
@@ -134,13 +138,17 @@ def test_compile_refuses_the_family_naming_what_is_missing(tmp_path, capsys):
 
 
 # ---- vai_c's U50LV programs ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("path,target", [(U50LV, "DPUCAHX8H_ISA2"), (U50LV_DWC, "DPUCAHX8H_ISA2_DWC")])
-def test_vai_c_u50lv_programs_decode_and_round_trip(path, target):
+def test_the_vendored_files_are_there():
+    assert sorted(DATA.glob("*.xmodel")) == sorted(p for p, *_ in FILES)
+
+
+@pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_vai_c_u50lv_programs_decode_and_round_trip(path, target, fingerprint):
     subs = read_xmodel(path).dpu_subgraphs()
-    assert [s.dpu_name for s in subs] == [target, target]
+    assert [(s.dpu_name, s.fingerprint) for s in subs] == [(target, fingerprint)] * 2
     counts = []
     for s in subs:
-        assert load_arch(s.fingerprint).dpu_name == target
+        assert load_arch(s.fingerprint).dpu_name == target and s.instruction_set == "DPUV3E"
         words = np.frombuffer(s.mc_code, "<u4")
         prog = decode_program(words, "DPUV3E")
         assert np.array_equal(encode_program(prog, "DPUV3E"), words)  # words -> fields -> words, exact
@@ -191,8 +199,8 @@ def test_weights_are_split_over_two_hbm_regions():
     assert [(f.rule, "outside REG_2" in f.message) for f in findings] == [("tensor-region", True)] * 2
 
 
-@pytest.mark.parametrize("path,target", [(U50LV, "DPUCAHX8H_ISA2"), (U50LV_DWC, "DPUCAHX8H_ISA2_DWC")])
-def test_run_refuses_naming_the_family_and_what_is_missing(path, target):
+@pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_run_refuses_naming_the_family_and_what_is_missing(path, target, fingerprint):
     with pytest.raises(XModelError, match=f"{target}: tvm-dpu cannot run programs of DPUCAHX8H ISA2 "
                                           r"\(instruction set DPUV3E\) yet: .*emulator"):
         load_xmodel(path)
