@@ -204,3 +204,18 @@ def test_run_refuses_naming_the_family_and_what_is_missing(path, target, fingerp
     with pytest.raises(XModelError, match=f"{target}: tvm-dpu cannot run programs of DPUCAHX8H ISA2 "
                                           r"\(instruction set DPUV3E\) yet: .*emulator"):
         load_xmodel(path)
+
+
+# ---- AMD's simulator's own assembler (tests/data/dpuv3e_conformance, see README.md there) ---------------------
+ENCODING = Path(__file__).parent / "data" / "dpuv3e_conformance" / "encoding.json"
+
+
+def test_simulator_encoding_vectors():
+    import json
+
+    vectors = json.loads(ENCODING.read_text())
+    assert Counter(v["instr"] for v in vectors) == {name: 12 for name in TABLE}
+    for i, v in enumerate(vectors):
+        ins = Instr(v["instr"], v["fields"], int(v["dpdon"], 2), int(v["dpdby"], 2))
+        assert encode(ins, "DPUV3E") == v["words"], (i, v["instr"])
+        assert decode(v["words"], 0, "DPUV3E") == (ins, len(v["words"])), (i, v["instr"])
