@@ -237,7 +237,9 @@ def test_conformance_fingerprints_family_zero(fp, name, alu_pp):
 
 @pytest.mark.parametrize("fp,msg", [
     (0x0601000056010407, r"family field \(bits 63:56\) = 0x06 \(DPUCVDX8G\)"),
-    (0x0901000056010407, r"family field \(bits 63:56\) = 0x09 \(unknown family\)"),
+    (0x0901000056010407, r"family field \(bits 63:56\) = 0x09 \(DPUCV2DX8G\); tvm-dpu decodes no DPUCV2DX8G"),
+    (0x0A01000056010407, r"family field \(bits 63:56\) = 0x0A is no DPU family \(known: 0x01 DPUCZDX8G"),
+    (0x0202000000000099, r"0x02 \(DPUCAHX8H\); AMD's target factory knows DPUCAHX8H by its registered targets only"),
     (0x0102000056010407, r"ISA version field \(bits 55:48\) = 2"),
     (0x0101000056010408, r"arch index field \(bits 3:0\) = 8; known DPUCZDX8G indices: 0 = B512"),
     (0x010100005601040F, r"arch index field \(bits 3:0\) = 15"),

@@ -21,7 +21,12 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
     names = {Path(r["xmodel"]).name for r in data["rows"]}
     assert {"tf2_custom_op_vai2.5_isa1.xmodel", "tf2_custom_op_vai3.0_isa1.xmodel",
             "dpu_mnist_classifier.xmodel"} <= names
-    assert len(data["rows"]) == 5 and not data["not_compared"]  # the TF2 dense subgraphs rebuild too
+    assert len(data["rows"]) == 5  # the TF2 dense subgraphs rebuild too
+    # the DPUCAHX8H (U50LV) programs are listed as not compared, naming what is missing (no DPUV3E emulator yet)
+    assert sorted(Path(r["xmodel"]).name for r in data["not_compared"]) == sorted(
+        p.name for p in (Path(__file__).parent / "data" / "xmodel" / "dpucahx8h").glob("*.xmodel"))
+    assert all("tvm-dpu cannot run programs of DPUCAHX8H ISA2 (instruction set DPUV3E) yet" in r["why"]
+               for r in data["not_compared"])
     for r in data["rows"]:
         assert r["outputs_equal"], r["subgraph"]
         assert r["ratio"] is not None and r["ratio"] <= bench.RATIO_MAX, (r["xmodel"], r["subgraph"], r["ratio"])

@@ -29,6 +29,8 @@ needs_xir = pytest.mark.skipif(bool(REASON), reason=REASON or "XIR available")
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "xmodel"
 VAI_C = sorted(DATA.rglob("*.xmodel"))
+# The DDR checks follow DPUCZDX8G's region conventions (dpucahx8h/'s U50 programs split weights over two regions)
+DPUCZDX8G_VAI_C = [p for p in VAI_C if "dpucahx8h" not in p.parts]
 ARCHS = ("zcu102", "ultra96", "dnnvm-zu2")  # B4096, B1600, B1152
 
 
@@ -214,7 +216,7 @@ def test_readme_example_exports_and_loads_in_xir(tmp_path):
 
 
 @needs_xir
-@pytest.mark.parametrize("path", VAI_C, ids=[p.name for p in VAI_C])
+@pytest.mark.parametrize("path", DPUCZDX8G_VAI_C, ids=[p.name for p in DPUCZDX8G_VAI_C])
 def test_vai_c_files_pass_the_same_checks(path):
     rep = _judge(path)
     _ddr_checks(rep, read_xmodel(path))
@@ -335,7 +337,10 @@ def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
                               "vart_clean": 1}
     # the VART checker's columns are its findings on the same file (vai_c's files break no rule either)
     assert (ours["vart_errors"], ours["vart_warnings"], ours["vart_rules"]) == (0, 0, [])
-    assert all(r["vart_errors"] == 0 for r in theirs)
+    # except the known gap on the U50 programs: the VART-rule checker models DPUCZDX8G's runner, not vai_c's W0/W1
+    # weight split (tests/test_isa_dpuv3e.py::test_weights_are_split_over_two_hbm_regions)
+    assert [r["vart_errors"] for r in theirs] == [0 if p in DPUCZDX8G_VAI_C else 2 for p in VAI_C]
+    assert all(r["vart_rules"] == ["tensor-region"] for r, p in zip(theirs, VAI_C) if p not in DPUCZDX8G_VAI_C)
     printed = capsys.readouterr().out
     assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in printed and "| 0 / 0 |" in printed
     assert "1 breaking no rule of the VART checker" in printed

@@ -22,6 +22,7 @@ from tvm_dpu.schema import SchemaError, parse_json
 MAX_ARCH_JSON_BYTES = 1 << 20
 
 PRESETS_FILE = Path(__file__).with_name("presets.json")
+FAMILIES_FILE = Path(__file__).with_name("families.json")
 
 #: LeakyReLU slope hard-wired in CONV act_type 3 (26/256): a fact of the hardware, so the limit checks (which
 #: reject other slopes) and the fixed-point arithmetic (quant.fixpoint) both take it from here.
@@ -82,13 +83,17 @@ class Arch:
     # Fingerprint bits that no field above represents for this ISA, kept for round trips. Default: ISA1 bits 23:16
     # = 0x01, as in every shipped ISA1 target, so a hand-built core equals its preset (see presets.json).
     fp_other_bits: int = 0x10000
+    # A core of a family AMD's factory knows only by registered targets (families.json): the target's name, and its
+    # bank groups as the prototxt lists them (empty: the DPUCZDX8G layout `bank_groups` derives)
+    target: str | None = None
+    banks: tuple[BankGroup, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # ---- derived quantities -------------------------------------------------------------
     @property
     def dpu_name(self) -> str:
-        """The Vitis AI target name of the core, e.g. DPUCZDX8G_ISA1_B4096."""
-        return f"{self.family}_ISA{self.isa}_B{self.ops_per_clock}"
+        """The Vitis AI target name of the core, e.g. DPUCZDX8G_ISA1_B4096 or DPUCAHX8H_ISA2_DWC."""
+        return self.target or f"{self.family}_ISA{self.isa}_B{self.ops_per_clock}"
 
     @property
     def target_label(self) -> str:
@@ -116,7 +121,10 @@ class Arch:
 
     @property
     def bank_groups(self) -> tuple[BankGroup, ...]:
-        """Bank groups in target-factory order: VB0..VB(n-1) (PP banks each), CONVW (OCP), DWCONVW (1), BIAS (1)."""
+        """Bank groups in target-factory order: the target's own list if it has one (`banks`), else the DPUCZDX8G
+        layout VB0..VB(n-1) (PP banks each), CONVW (OCP), DWCONVW (1), BIAS (1)."""
+        if self.banks:
+            return self.banks
         groups: list[BankGroup] = []
         base = 0
         for g in range(self.img_bank_groups):
@@ -132,6 +140,16 @@ class Arch:
             if g.name == name:
                 return g
         raise KeyError(f"{self.name} has no bank group {name!r}")
+
+    @property
+    def instruction_set(self) -> str:
+        """The name of the core's instruction set ("DPUV2", "DPUV3E"), a field table of codegen.isa; ArchError if
+        tvm-dpu has no table for this family and ISA version."""
+        fam = families().get(self.family)
+        iset = None if fam is None else fam.instruction_sets.get(self.isa)
+        if iset is None:
+            raise ArchError(f"{self.target_label}: tvm-dpu has no instruction table for {self.family} ISA{self.isa}")
+        return iset
 
     @property
     def num_banks(self) -> int:
@@ -156,8 +174,13 @@ def _arch_from_fields(name: str, fields: Mapping[str, Any]) -> Arch:
             values[key] = tuple(values[key])
     if isinstance(values.get("fp_other_bits"), str):
         values["fp_other_bits"] = int(values["fp_other_bits"], 16)
+    extra = {}
+    if "fingerprint_aliases" in values:
+        extra["fingerprint_aliases"] = tuple(int(a, 16) for a in values.pop("fingerprint_aliases"))
     try:
-        return Arch(name=name, **values)
+        if "banks" in values:
+            values["banks"] = tuple(BankGroup(*g) for g in values["banks"])
+        return Arch(name=name, extra=extra, **values)
     except TypeError as e:  # unknown or missing key in the data file
         raise ArchError(f"{PRESETS_FILE.name}: bad entry {name!r}: {e}") from None
 
@@ -182,6 +205,26 @@ def _presets() -> dict[str, Arch]:
     return presets
 
 
+@lru_cache(maxsize=1)
+def _family_targets() -> dict[str, Arch]:
+    """The registered targets of the other families (presets.json "family_targets"), by name."""
+    data = json.loads(PRESETS_FILE.read_text())
+    targets: dict[str, Arch] = {}
+    for name, entry in _public(data["family_targets"]).items():
+        arch = _arch_from_fields(name, _public(entry))
+        fam = families().get(arch.family)
+        if arch.dpu_name != name or fam is None or fam.fingerprint != "registered":
+            raise ArchError(f"{PRESETS_FILE.name}: family target {name} must name itself and a registered family")
+        targets[name] = arch
+    return targets
+
+
+def family_targets() -> tuple[Arch, ...]:
+    """The cores of the other families tvm-dpu knows (DPUCAHX8H_ISA2, ...): load_arch finds them by name or
+    fingerprint, but they are not compile targets (`list_presets`) until their family's code generator exists."""
+    return tuple(_family_targets().values())
+
+
 def dpu_presets() -> tuple[Arch, ...]:
     """The bare DPU core presets (no board), in arch-index order."""
     return tuple(a for a in _presets().values() if a.board is None)
@@ -199,15 +242,15 @@ def _short_names() -> list[str]:
 
 
 def _known_names() -> str:
-    return ", ".join(list_presets())
+    return ", ".join(list_presets()) + f" (not compile targets yet: {', '.join(_family_targets())})"
 
 
 def find_preset(name: str) -> Arch | None:
-    """The preset called `name` (case-insensitive; "B4096" means DPUCZDX8G_ISA1_B4096), or None."""
+    """The preset or family target called `name` (case-insensitive; "B4096" means DPUCZDX8G_ISA1_B4096), or None."""
     key = name.strip().lower()
     if _SHORT_NAME.fullmatch(key):
         key = f"dpuczdx8g_isa1_{key}"
-    for preset_name, arch in _presets().items():
+    for preset_name, arch in (*_presets().items(), *_family_targets().items()):
         if preset_name.lower() == key:
             return arch
     return None
@@ -292,7 +335,7 @@ def load_arch(spec: Arch | str | os.PathLike | Mapping[str, Any] | int) -> Arch:
 # Layout (dpu-facts.md "arch.json and fingerprint", isa1-semantics.md 2.2, and the Vitis AI target factory
 # functions for DPUCZDX8G ISA0 / ISA1, read for facts):
 #
-#     bits 63:56  family (0x01 DPUCZDX8G, 0x02 DPUCAHX8H, 0x06 DPUCVDX8G)
+#     bits 63:56  family (families.json: 0x01 DPUCZDX8G, 0x02 DPUCAHX8H, ... 0x09 DPUCV2DX8G)
 #     bits 55:48  ISA version
 #     bits 47:0   feature code; its meaning depends on the ISA:
 #
@@ -317,9 +360,50 @@ def load_arch(spec: Arch | str | os.PathLike | Mapping[str, Any] | int) -> Arch:
 # from the target factory's DPUCZDX8G_ISA1 prototxts) write the fingerprint as isa << 48 | feature_code, i.e. the
 # target's own isa_version and feature_code fields without the type byte that the factory adds on top, and no
 # DPU type uses code 0. An `Arch` always encodes the canonical family 0x01, so 0x0001... round-trips to 0x0101....
+#
+# The other families: AMD's factory decodes no DPUCAHX8H feature code field by field; it knows the fingerprints of
+# its registered targets only, and so does tvm-dpu (families.json "fingerprint": "registered", presets.json
+# "family_targets"): such a fingerprint selects its target or is refused naming the family and its known targets.
 # -------------------------------------------------------------------------------------------------------------
-FAMILY_CODES = {0x01: "DPUCZDX8G", 0x02: "DPUCAHX8H", 0x06: "DPUCVDX8G"}
+@dataclass(frozen=True)
+class Family:
+    """One DPU family (families.json): fingerprint type code, instruction set per ISA version, how its fingerprints
+    are decoded ("fields" or "registered"), what tvm-dpu can do with it and, if not everything, what is missing."""
+
+    name: str
+    code: int
+    instruction_sets: Mapping[int, str | None]
+    fingerprint: str
+    compile: bool
+    run: bool
+    missing: str = ""
+
+
+@lru_cache(maxsize=1)
+def families() -> dict[str, Family]:
+    """Every DPU family of AMD's target factory, by name (families.json)."""
+    data = _public(json.loads(FAMILIES_FILE.read_text())["families"])
+    return {name: Family(name, int(e["code"]), {int(k): v for k, v in e["instruction_sets"].items()},
+                         e["fingerprint"], bool(e["compile"]), bool(e["run"]), e.get("missing", ""))
+            for name, e in data.items()}
+
+
+FAMILY_CODES = {f.code: f.name for f in families().values()}
 SUPPORTED_FAMILY = "DPUCZDX8G"
+#: What `require_support` checks: capability (a Family attribute) -> the verb of its message.
+_CAPABILITIES = {"compile": "generate code for", "run": "run programs of"}
+
+
+def require_support(arch: Arch, capability: str) -> None:
+    """ArchError naming the core, its family and what is missing, unless tvm-dpu can `capability` ("compile" or
+    "run") for the family. The one place a stage asks which family it is given."""
+    fam = families().get(arch.family)
+    if fam is None:
+        raise ArchError(f"{arch.target_label}: unknown DPU family {arch.family!r}")
+    if not getattr(fam, capability):
+        iset = fam.instruction_sets.get(arch.isa)
+        what = f"{fam.name} ISA{arch.isa}" + (f" (instruction set {iset})" if iset else "")
+        raise ArchError(f"{arch.target_label}: tvm-dpu cannot {_CAPABILITIES[capability]} {what} yet: {fam.missing}")
 SUPPORTED_ISAS = (0, 1)
 
 # Bits an Arch field represents, per ISA (arch index, bits 11:8, bank groups, augmentation, conv leaky; plus,
@@ -366,17 +450,16 @@ def decode_fingerprint(fp: int | str) -> dict[str, Any]:
     other_bits (bits no Arch field holds), unknown_bits (bits no factory reads).
     ISA1 adds conv_wp, alu_wp. ISA0 adds pool_pp, dwconv_pp, eltwise_pp, conv_relu6, pool_avg, dwconv_relu6,
     eltwise_mult, pool_max_reduce (dw_leaky and save_argmax are then False: ISA0 has neither).
-    Raises ArchError naming the field and value when the fingerprint is not a DPUCZDX8G ISA0/ISA1 one.
+    A fingerprint of a family with registered targets only (DPUCAHX8H) decodes to fingerprint, family_code, family,
+    isa, feature_code, target (its registered target's name) and instruction_set.
+    Raises ArchError naming the field and value when the fingerprint is neither a DPUCZDX8G ISA0/ISA1 one nor a
+    registered target's.
     """
     fp = parse_fingerprint(fp)
     where = f"fingerprint 0x{fp:016X}"
     family_code = fp >> 56
     if family_code not in (0, 0x01):
-        known = FAMILY_CODES.get(family_code, "unknown family")
-        raise ArchError(
-            f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({known}); "
-            f"only 0x01 {SUPPORTED_FAMILY} is supported (0x00 is read as {SUPPORTED_FAMILY})"
-        )
+        return _decode_registered(fp, where)
     isa = (fp >> 48) & 0xFF
     if isa not in SUPPORTED_ISAS:
         raise ArchError(f"{where}: ISA version field (bits 55:48) = {isa}; {SUPPORTED_FAMILY} has ISA 0 and ISA 1")
@@ -431,6 +514,35 @@ def decode_fingerprint(fp: int | str) -> dict[str, Any]:
     return fields
 
 
+def _registered_target(fp: int) -> Arch | None:
+    for target in _family_targets().values():
+        if fp == target.fingerprint or fp in target.extra.get("fingerprint_aliases", ()):
+            return target
+    return None
+
+
+def _decode_registered(fp: int, where: str) -> dict[str, Any]:
+    """decode_fingerprint for the families AMD's factory knows by registered targets only."""
+    family_code = fp >> 56
+    name = FAMILY_CODES.get(family_code)
+    if name is None:
+        known = ", ".join(f"0x{c:02X} {n}" for c, n in sorted(FAMILY_CODES.items()))
+        raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} is no DPU family (known: {known})")
+    fam = families()[name]
+    if fam.fingerprint != "registered":
+        raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); tvm-dpu decodes no "
+                        f"{name} fingerprint yet ({fam.missing}); it compiles for 0x01 {SUPPORTED_FAMILY}")
+    target = _registered_target(fp)
+    if target is None:
+        known = ", ".join(f"{t.dpu_name} 0x{t.fingerprint:016X}" for t in _family_targets().values()
+                          if t.family == name)
+        raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); AMD's target factory "
+                        f"knows {name} by its registered targets only, and this is none of them (known: {known}); "
+                        f"tvm-dpu compiles for 0x01 {SUPPORTED_FAMILY}")
+    return {"fingerprint": target.fingerprint, "family_code": family_code, "family": name, "isa": target.isa,
+            "feature_code": fp & _FEATURE_MASK, "target": target.dpu_name, "instruction_set": target.instruction_set}
+
+
 def _activations(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(CONV, ALU-or-depthwise) activation lists as the target factory builds them from the flags."""
     conv = ["relu"] + (["leaky_relu"] if fields["conv_leaky"] else [])
@@ -461,6 +573,8 @@ def arch_from_fingerprint(fp: int | str) -> Arch:
     named like the target factory does (DPUCZDX8G_ISA1_B4096_0101000016010407) with the bare-preset board
     defaults (clock, cores, DDR)."""
     fields = decode_fingerprint(fp)
+    if "target" in fields:
+        return _family_targets()[fields["target"]]
     canonical = fields["fingerprint"]
     presets = dpu_presets()
     for preset in presets:
@@ -495,10 +609,17 @@ def arch_from_fingerprint(fp: int | str) -> Arch:
 
 
 def encode_fingerprint(arch: Arch) -> int:
-    """The fingerprint of `arch` (family 0x01); ArchError if a field cannot be encoded."""
-    family_code = {v: k for k, v in FAMILY_CODES.items()}.get(arch.family)
-    if arch.family != SUPPORTED_FAMILY or family_code is None:
-        raise ArchError(f"{arch.name}: family {arch.family!r} cannot be encoded; only {SUPPORTED_FAMILY} is supported")
+    """The fingerprint of `arch` (DPUCZDX8G: family 0x01 and its fields; a registered target's family: type, ISA
+    version and its whole feature code); ArchError if a field cannot be encoded."""
+    fam = families().get(arch.family)
+    if fam is None or fam.fingerprint == "none":
+        coded = ", ".join(f.name for f in families().values() if f.fingerprint != "none")
+        raise ArchError(f"{arch.name}: family {arch.family!r} cannot be encoded; tvm-dpu encodes {coded}")
+    if fam.fingerprint == "registered":
+        if not 0 <= arch.isa <= 0xFF or arch.fp_other_bits & ~_FEATURE_MASK:
+            raise ArchError(f"{arch.name}: ISA {arch.isa} / feature code 0x{arch.fp_other_bits:X} do not fit")
+        return (fam.code << 56) | (arch.isa << 48) | arch.fp_other_bits
+    family_code = fam.code
     if arch.isa not in SUPPORTED_ISAS:
         raise ArchError(f"{arch.name}: ISA {arch.isa} cannot be encoded; {SUPPORTED_FAMILY} has ISA 0 and ISA 1")
     core = _arch_table().get(arch.arch_index)

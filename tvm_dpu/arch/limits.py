@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, Arch
+from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, Arch, require_support
 from tvm_dpu.arch.opdesc import OP_KINDS, OpDesc
 from tvm_dpu.errors import ArchError
 
@@ -42,6 +42,7 @@ def profile_rules(arch: Arch) -> dict[str, Any]:
     try:
         return _profiles()[name]
     except KeyError:
+        require_support(arch, "compile")  # a family tvm-dpu cannot compile for yet: say so, and what is missing
         raise ArchError(
             f"no operator limits for {name} ({arch.target_label}) in {LIMITS_FILE.name}; "
             f"known profiles: {', '.join(_profiles())}"

@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from tvm_dpu.arch.arch import Arch
+from tvm_dpu.arch.arch import Arch, require_support
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.container import section_span
@@ -504,6 +504,7 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     if fusion not in FUSION_MODES:
         raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
     arch_obj: Arch = load_arch(arch)
+    require_support(arch_obj, "compile")
     if arch_obj.isa != 1:
         from tvm_dpu.errors import ArchError
 

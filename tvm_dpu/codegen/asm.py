@@ -14,33 +14,34 @@ from typing import Sequence
 
 import numpy as np
 
-from tvm_dpu.codegen.isa import Instr, instr_spec, iter_program, mask_from_str, mask_to_str
+from tvm_dpu.codegen.isa import DEFAULT_ISA, Instr, instr_spec, iter_program, mask_from_str, mask_to_str
 from tvm_dpu.errors import ISAError
 
 _PREFIX = re.compile(r"^\s*\d+\s+@\d+\s+")
 
 
-def format_instr(ins: Instr) -> str:
-    """`NAME dpdon=XXXX dpdby=XXXX field=value ...` with fields in table order."""
-    spec = instr_spec(ins.name)
+def format_instr(ins: Instr, isa: str = DEFAULT_ISA) -> str:
+    """`NAME dpdon=XXXX dpdby=XXXX field=value ...` with fields in the order of instruction set `isa`'s table."""
+    spec = instr_spec(ins.name, isa)
     parts = [ins.name, f"dpdon={mask_to_str(ins.dpdon)}", f"dpdby={mask_to_str(ins.dpdby)}"]
     for f in spec.fields:
         parts.append(f"{f.name}={ins.fields[f.name]}" if f.name in ins.fields else f"{f.name}=?")
     return " ".join(parts)
 
 
-def disassemble(code_or_instrs: np.ndarray | Sequence[int] | Sequence[Instr]) -> str:
-    """Listing of machine code (uint32 words) or of a list of Instr, one line per instruction."""
+def disassemble(code_or_instrs: np.ndarray | Sequence[int] | Sequence[Instr], isa: str = DEFAULT_ISA) -> str:
+    """Listing of machine code (uint32 words) or of a list of Instr of instruction set `isa`, one line per
+    instruction."""
     items = list(code_or_instrs) if not isinstance(code_or_instrs, np.ndarray) else None
     lines = []
     if items is not None and items and isinstance(items[0], Instr):
         off = 0
         for i, ins in enumerate(items):
-            lines.append(f"{i:6d} @{off:07d}  {format_instr(ins)}")
-            off += instr_spec(ins.name).words
+            lines.append(f"{i:6d} @{off:07d}  {format_instr(ins, isa)}")
+            off += instr_spec(ins.name, isa).words
     else:
-        for i, (off, ins) in enumerate(iter_program(code_or_instrs)):
-            lines.append(f"{i:6d} @{off:07d}  {format_instr(ins)}")
+        for i, (off, ins) in enumerate(iter_program(code_or_instrs, isa=isa)):
+            lines.append(f"{i:6d} @{off:07d}  {format_instr(ins, isa)}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

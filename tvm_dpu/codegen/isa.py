@@ -1,8 +1,12 @@
-"""DPUCZDX8G ISA1 ("DPUV2") instruction encoding and decoding, generated from the field table isa_fields.json.
+"""DPU instruction encoding and decoding, generated from one field table per instruction set.
 
-The table is a transcription of the VART simulator's `dpuv2.xml` (isa1-semantics.md 1.2-1.4). Field values in an
-`Instr` are always the TRUE values: a `minus` field holding 8 means 8 items and is stored as 7.
-Words are uint32, word 0 of an instruction first; opcode is bits [31:28] of word 0, dpdon [27:24], dpdby [23:20].
+One encoder/decoder serves every instruction set; each set is data, a field table in this package (`ISA_FILES`):
+"DPUV2" (DPUCZDX8G ISA1, isa_fields.json, a transcription of the VART simulator's `dpuv2.xml`,
+isa1-semantics.md 1.2-1.4) and "DPUV3E" (DPUCAHX8H ISA2, isa_fields_dpuv3e.json, from the simulator's
+`dpuv3e.xml`). Every function takes `isa=` and defaults to DPUV2, the set the code generator and emulator implement.
+Field values in an `Instr` are always the TRUE values: a `minus` field holding 8 means 8 items and is stored as 7.
+Words are uint32, word 0 of an instruction first; opcode is bits [31:28] of word 0, dpdon [27:24], dpdby [23:20]
+(the same header in every table; a table with another header is refused).
 """
 from __future__ import annotations
 
@@ -117,9 +121,24 @@ def _read_only(ins: Instr) -> _SharedInstr:
     return out
 
 
-@lru_cache(maxsize=1)
-def _doc() -> dict:
-    return json.loads(resources.files("tvm_dpu.codegen").joinpath("isa_fields.json").read_text())
+#: Instruction set name -> its field table in this package. The name is the table's own "isa" key.
+ISA_FILES: Mapping[str, str] = MappingProxyType({"DPUV2": "isa_fields.json", "DPUV3E": "isa_fields_dpuv3e.json"})
+DEFAULT_ISA = "DPUV2"
+#: The header every table must have (bit position, width): encode and decode place these fields directly.
+_HEADER = {"opcode": [28, 4], "dpdon": [24, 4], "dpdby": [20, 4]}
+
+
+@lru_cache(maxsize=None)
+def _doc(isa: str = DEFAULT_ISA) -> dict:
+    try:
+        fname = ISA_FILES[isa]
+    except KeyError:
+        raise ISAError(f"unknown instruction set {isa!r} (known: {', '.join(ISA_FILES)})") from None
+    doc = json.loads(resources.files("tvm_dpu.codegen").joinpath(fname).read_text())
+    if doc.get("isa") != isa or doc.get("header") != _HEADER:
+        raise ISAError(f"{fname}: expected instruction set {isa!r} with header {_HEADER}, got {doc.get('isa')!r} "
+                       f"with {doc.get('header')}")
+    return doc
 
 
 @lru_cache(maxsize=None)
@@ -149,9 +168,9 @@ def enum_name(kind: str, code: int) -> str:
     raise ISAError(f"{kind} {code} is not an ISA1 {kind} code (known: {dict(enum_codes(kind))})")
 
 
-@lru_cache(maxsize=1)
-def _table() -> tuple[dict[str, InstrSpec], dict[int, InstrSpec]]:
-    doc = _doc()
+@lru_cache(maxsize=None)
+def _table(isa: str = DEFAULT_ISA) -> tuple[dict[str, InstrSpec], dict[int, InstrSpec]]:
+    doc = _doc(isa)
     by_name: dict[str, InstrSpec] = {}
     by_opcode: dict[int, InstrSpec] = {}
     for ins in doc["instructions"]:
@@ -168,17 +187,17 @@ def _table() -> tuple[dict[str, InstrSpec], dict[int, InstrSpec]]:
     return by_name, by_opcode
 
 
-def instr_specs() -> dict[str, InstrSpec]:
-    """All instruction layouts by upper-case name (LOAD, SAVE, CONVINIT, ..., END)."""
-    return dict(_table()[0])
+def instr_specs(isa: str = DEFAULT_ISA) -> dict[str, InstrSpec]:
+    """All instruction layouts of instruction set `isa` by upper-case name (LOAD, SAVE, CONVINIT, ..., END)."""
+    return dict(_table(isa)[0])
 
 
-def instr_spec(name: str) -> InstrSpec:
-    """Layout of instruction `name`; ISAError if unknown."""
+def instr_spec(name: str, isa: str = DEFAULT_ISA) -> InstrSpec:
+    """Layout of instruction `name` of instruction set `isa`; ISAError if unknown."""
     try:
-        return _table()[0][name]
+        return _table(isa)[0][name]
     except KeyError:
-        raise ISAError(f"unknown instruction {name!r} (known: {', '.join(_table()[0])})") from None
+        raise ISAError(f"unknown instruction {name!r} in {isa} (known: {', '.join(_table(isa)[0])})") from None
 
 
 def engine_mask(*names: str) -> int:
@@ -213,23 +232,25 @@ def mask_from_str(s: str) -> int:
     return int(s, 2)
 
 
-#: Per instruction name: (spec, field names, [(name, word, pos, mask, lo, hi, minus)]), built on first use so
-#: encoding a long program does not walk the field objects again for every instruction.
-_ENCODERS: dict[str, tuple] = {}
+#: Per instruction set, per instruction name: (spec, field names, [(name, word, pos, mask, lo, hi, minus)]), built
+#: on first use so encoding a long program does not walk the field objects again for every instruction.
+_ENCODERS: dict[str, dict[str, tuple]] = {isa: {} for isa in ISA_FILES}
 
 
-def _encoder(name: str) -> tuple:
-    enc = _ENCODERS.get(name)
+def _encoder(name: str, isa: str = DEFAULT_ISA) -> tuple:
+    encoders = _ENCODERS.get(isa)
+    enc = None if encoders is None else encoders.get(name)
     if enc is None:
-        spec = instr_spec(name)
-        enc = _ENCODERS[name] = (spec, frozenset(spec.field_names), [
+        spec = instr_spec(name, isa)  # raises for an unknown set or name
+        enc = _ENCODERS[isa][name] = (spec, frozenset(spec.field_names), [
             (f.name, f.word, f.pos, (1 << f.len) - 1, f.min_value, f.max_value, f.minus) for f in spec.fields])
     return enc
 
 
-def encode(instr: Instr) -> list[int]:
-    """Machine words of one instruction. ISAError names the instruction and field on any bad value."""
-    spec, names, fields = _encoder(instr.name)
+def encode(instr: Instr, isa: str = DEFAULT_ISA) -> list[int]:
+    """Machine words of one instruction of instruction set `isa`. ISAError names the instruction and field on any
+    bad value."""
+    spec, names, fields = _encoder(instr.name, isa)
     values = instr.fields
     if len(values) != len(names) or not names.issuperset(values):
         unknown = set(values) - names
@@ -255,15 +276,15 @@ def encode(instr: Instr) -> list[int]:
     return words
 
 
-def decode(words: Sequence[int], pos: int = 0) -> tuple[Instr, int]:
-    """Decode the instruction starting at word `pos`; returns (Instr, number of words)."""
+def decode(words: Sequence[int], pos: int = 0, isa: str = DEFAULT_ISA) -> tuple[Instr, int]:
+    """Decode the instruction of instruction set `isa` starting at word `pos`; returns (Instr, number of words)."""
     if pos >= len(words):
         raise ISAError(f"word {pos}: no instruction (stream has {len(words)} words)")
     w0 = int(words[pos])
     opcode = (w0 >> 28) & 0xF
-    spec = _table()[1].get(opcode)
+    spec = _table(isa)[1].get(opcode)
     if spec is None:
-        raise ISAError(f"word {pos}: unknown opcode 0x{opcode:X} (word 0x{w0:08X})")
+        raise ISAError(f"word {pos}: unknown opcode 0x{opcode:X} (word 0x{w0:08X}) in {isa}")
     if pos + spec.words > len(words):
         raise ISAError(f"word {pos}: truncated {spec.name} (needs {spec.words} words, "
                        f"{len(words) - pos} left)")
@@ -275,63 +296,67 @@ def decode(words: Sequence[int], pos: int = 0) -> tuple[Instr, int]:
     return Instr(spec.name, fields, (w0 >> 24) & 0xF, (w0 >> 20) & 0xF), spec.words
 
 
-def encode_program(instrs: Iterable[Instr]) -> np.ndarray:
+def encode_program(instrs: Iterable[Instr], isa: str = DEFAULT_ISA) -> np.ndarray:
     """Concatenated machine words (uint32) of a program; ISAError names the instruction index."""
     out: list[int] = []
     for i, ins in enumerate(instrs):
         try:
-            out.extend(encode(ins))
+            out.extend(encode(ins, isa))
         except ISAError as e:
             raise ISAError(f"instruction {i}: {e}") from None
     return np.asarray(out, dtype=np.uint32)
 
 
-def iter_program(code: Sequence[int] | np.ndarray, shared: bool = False) -> Iterator[tuple[int, Instr]]:
-    """Yield (word offset, Instr) for every instruction of a machine-code stream (errors name the word offset).
+def iter_program(code: Sequence[int] | np.ndarray, shared: bool = False,
+                 isa: str = DEFAULT_ISA) -> Iterator[tuple[int, Instr]]:
+    """Yield (word offset, Instr) for every instruction of a machine-code stream of instruction set `isa` (errors
+    name the word offset).
     `shared`: each distinct instruction is decoded once per process and the same read-only Instr (ISAError on a
     change) is yielded wherever its words recur, in this program or another: for readers that never change one
     (codegen.relocate reads the same instructions over and over)."""
     words = np.asarray(code, dtype=np.uint32).ravel().tolist()
     pos = 0
     while pos < len(words):
-        ins, n = _decode_shared(words, pos) if shared else decode(words, pos)
+        ins, n = _decode_shared(words, pos, isa) if shared else decode(words, pos, isa)
         yield pos, ins
         pos += n
 
 
-def decode_program(code: Sequence[int] | np.ndarray) -> list[Instr]:
-    """Decode a whole machine-code stream (errors name the word offset)."""
-    return [ins for _, ins in iter_program(code)]
+def decode_program(code: Sequence[int] | np.ndarray, isa: str = DEFAULT_ISA) -> list[Instr]:
+    """Decode a whole machine-code stream of instruction set `isa` (errors name the word offset)."""
+    return [ins for _, ins in iter_program(code, isa=isa)]
 
 
-#: Read-only decoded instructions by their words, for iter_program(shared=True) (bounded; a dict read is
-#: thread-safe, a race between two writers only decodes twice).
-_SHARED: dict[tuple[int, ...], _SharedInstr] = {}
+#: Per instruction set, read-only decoded instructions by their words, for iter_program(shared=True) (bounded; a
+#: dict read is thread-safe, a race between two writers only decodes twice).
+_SHARED: dict[str, dict[tuple[int, ...], _SharedInstr]] = {isa: {} for isa in ISA_FILES}
 _SHARED_MAX = 1 << 16
 
 
-def _decode_shared(words: list[int], pos: int) -> tuple[Instr, int]:
-    spec = _table()[1].get((words[pos] >> 28) & 0xF)
+def _decode_shared(words: list[int], pos: int, isa: str = DEFAULT_ISA) -> tuple[Instr, int]:
+    spec = _table(isa)[1].get((words[pos] >> 28) & 0xF)  # raises for an unknown set
+    cache = _SHARED[isa]
     if spec is not None:
         # a truncated tail is a shorter tuple, never a key: the opcode fixes the length of every stored one
-        ins = _SHARED.get(tuple(words[pos:pos + spec.words]))
+        ins = cache.get(tuple(words[pos:pos + spec.words]))
         if ins is not None:
             return ins, spec.words
-    ins, n = decode(words, pos)  # raises on a bad or truncated instruction
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()
-    shared = _SHARED[tuple(words[pos:pos + n])] = _read_only(ins)
+    ins, n = decode(words, pos, isa)  # raises on a bad or truncated instruction
+    if len(cache) >= _SHARED_MAX:
+        cache.clear()
+    shared = cache[tuple(words[pos:pos + n])] = _read_only(ins)
     return shared, n
 
 
 @lru_cache(maxsize=None)
-def _defaults(name: str) -> dict[str, int]:
-    return {f.name: f.min_value for f in instr_spec(name).fields}
+def _defaults(name: str, isa: str = DEFAULT_ISA) -> dict[str, int]:
+    return {f.name: f.min_value for f in instr_spec(name, isa).fields}
 
 
-def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, **fields: int) -> Instr:
-    """Build an Instr with every field defaulted to its minimum (0, or 1 for minus fields), overridden by `fields`."""
-    defaults = _defaults(name)  # the code generator builds ~10^5 instructions per network: no per-call table walk
+def make_instr(name: str, dpdon: int = 0, dpdby: int = 0, isa: str = DEFAULT_ISA, **fields: int) -> Instr:
+    """Build an Instr of instruction set `isa` with every field defaulted to its minimum (0, or 1 for minus fields),
+    overridden by `fields`."""
+    defaults = _defaults(name, isa)  # the code generator builds ~10^5 instructions per network: no per-call table walk
     if not defaults.keys() >= fields.keys():
         unknown = [k for k in fields if k not in defaults]
         raise ISAError(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")

@@ -24,10 +24,11 @@ NO_GOLDEN = ("--verify: {path} holds {who}'s machine code, and tvm-dpu has no go
 
 def instr_counts(sub: DpuSubgraph) -> Counter:
     """Instructions of the subgraph's machine code, per name (XModelError if it does not decode)."""
+    isa = sub.instruction_set
     try:
-        return Counter(ins.name for _, ins in iter_program(np.frombuffer(sub.mc_code, "<u4")))
+        return Counter(ins.name for _, ins in iter_program(np.frombuffer(sub.mc_code, "<u4"), isa=isa))
     except ISAError as e:
-        raise XModelError(f"DPU subgraph {sub.name!r}: mc_code does not decode as ISA1: {e}") from None
+        raise XModelError(f"DPU subgraph {sub.name!r}: mc_code does not decode as {isa}: {e}") from None
 
 
 def compiled_by(model: XModel) -> str:
@@ -102,7 +103,8 @@ def inspect_text(model: XModel, disasm: bool = False) -> str:
         if disasm:
             from ..codegen.asm import disassemble
 
-            lines.append(disassemble(np.frombuffer(d.mc_code, "<u4").astype(np.uint32)).rstrip("\n"))
+            lines.append(disassemble(np.frombuffer(d.mc_code, "<u4").astype(np.uint32),
+                                     d.instruction_set).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 

@@ -633,13 +633,17 @@ def golden_checks(xm: XModel) -> dict[str, Callable[[list[np.ndarray], list[np.n
 def compare(path: Any, seed: int = 0, inputs: int = INPUTS) -> Comparison:
     """Every DPU subgraph of the xmodel at `path`: vai_c's program against tvm-dpu's compile of the same
     quantized ops on `inputs` random int8 inputs (`compare_subgraph`)."""
-    from ..arch.arch import arch_from_fingerprint
+    from ..arch.arch import arch_from_fingerprint, require_support
 
     xm = read_xmodel(path)
     dpus = xm.dpu_subgraphs()
     if not dpus:
         raise XModelError(f"{xm.source}: no DPU subgraph to compare")
     arch = arch_from_fingerprint(dpus[0].fingerprint)
+    try:
+        require_support(arch, "run")  # a family tvm-dpu cannot run or compile for yet: say so once, for the file
+    except DPUError as e:
+        raise XModelError(f"{xm.source}: {e}") from None
     out = Comparison(str(path), arch.name, [])
     for d in dpus:
         try:

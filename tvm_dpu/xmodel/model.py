@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..errors import XModelError
+from ..arch.arch import arch_from_fingerprint
+from ..codegen.isa import DEFAULT_ISA
+from ..errors import ArchError, XModelError
 from .reader import Attr, decode_graph
 
 #: XIR's DataType::Type numbering (xir/tensor/data_type.hpp): Tensor.data_type.
@@ -113,6 +115,19 @@ class DpuSubgraph:
     @property
     def dpu_name(self) -> str:
         return str(self.attrs.get("dpu_name", ""))
+
+    @property
+    def instruction_set(self) -> str:
+        return instruction_set_of(self.fingerprint)
+
+
+def instruction_set_of(fingerprint: Any) -> str:
+    """The instruction set a DPU fingerprint names ("DPUV2", "DPUV3E"); DPUV2 for one that names none tvm-dpu has a
+    table for (DPUCZDX8G ISA0, a malformed value), whose decoding then fails naming the word."""
+    try:
+        return arch_from_fingerprint(fingerprint).instruction_set
+    except ArchError:
+        return DEFAULT_ISA
 
 
 def _reg_id(name: str, where: str) -> int:

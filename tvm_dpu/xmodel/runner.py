@@ -288,6 +288,7 @@ def load_xmodel(path_or_model: str | os.PathLike | bytes | XModel, device: Any =
     """A vai_c .xmodel ready to run on `device` ("emulator", "pynq" with `device_options`, or a device object
     whose DPU fingerprint is the xmodel's)."""
     from ..arch import load_arch
+    from ..arch.arch import require_support
 
     model = path_or_model if isinstance(path_or_model, XModel) else read_xmodel(path_or_model)
     subs = model.dpu_subgraphs()
@@ -300,6 +301,10 @@ def load_xmodel(path_or_model: str | os.PathLike | bytes | XModel, device: Any =
             arch = load_arch(subs[0].fingerprint)
         except DPUError as e:
             raise XModelError(f"{model.source}: DPU fingerprint {subs[0].fingerprint:#x}: {e}") from None
+        try:
+            require_support(arch, "run")
+        except DPUError as e:
+            raise XModelError(f"{model.source}: {e}") from None
         if not arch.name.startswith("DPUCZDX8G_ISA1"):
             raise XModelError(f"{model.source}: compiled for {arch.name} (fingerprint {subs[0].fingerprint:#x}); "
                               "tvm-dpu runs DPUCZDX8G ISA1 programs only")

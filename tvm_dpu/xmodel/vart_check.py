@@ -38,7 +38,7 @@ import numpy as np
 
 from ..codegen.isa import iter_program
 from ..errors import ArchError, ISAError
-from .model import XModel, XOp, XSubgraph, XTensor
+from .model import XModel, XOp, XSubgraph, XTensor, instruction_set_of
 
 #: Largest region number + 1 (util/include/vart/zero_copy_helper.hpp MAX_REG_ID_SIZE).
 MAX_REG_ID = 256
@@ -213,11 +213,12 @@ class _Subgraph:
         if len(code) % 4:
             self.add("mc-code", "", f"`mc_code` is {len(code)} bytes, not whole 32-bit instruction words")
             return
+        isa = instruction_set_of(self.sg.attrs.get("dpu_fingerprint"))
         try:
-            for _ in iter_program(np.frombuffer(code, "<u4")):
+            for _ in iter_program(np.frombuffer(code, "<u4"), isa=isa):
                 pass
         except ISAError as e:
-            self.add("mc-code", "", f"`mc_code` does not decode as ISA1: {e}")
+            self.add("mc-code", "", f"`mc_code` does not decode as {isa}: {e}")
 
     def check_regions(self) -> dict[int, tuple[str, int]]:
         """The regions VART's allocator builds, {n: (type, size)}; findings for every map rule broken."""

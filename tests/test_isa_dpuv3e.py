@@ -1,0 +1,244 @@
+"""The second DPU family as data: DPUCAHX8H (Alveo U50/U50LV/U280) targets from AMD's target factory, its "DPUV3E"
+instruction set as a field table served by the one encoder/decoder, and vai_c's U50LV programs (tests/data/xmodel/
+dpucahx8h, see PROVENANCE.md there) decoded instruction by instruction; running them is refused naming what is
+missing."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvm_dpu.arch import load_arch, list_presets
+from tvm_dpu.arch.arch import arch_from_fingerprint, decode_fingerprint, families, family_targets, require_support
+from tvm_dpu.codegen.asm import disassemble, format_instr
+from tvm_dpu.codegen.isa import (ISA_FILES, Instr, decode, decode_program, encode, encode_program, instr_specs,
+                                 make_instr)
+from tvm_dpu.errors import ArchError, ISAError, XModelError
+from tvm_dpu.xmodel.commands import inspect_json, inspect_text
+from tvm_dpu.xmodel.model import read_xmodel
+from tvm_dpu.xmodel.runner import load_xmodel
+
+DATA = Path(__file__).parent / "data" / "xmodel" / "dpucahx8h"
+U50LV = DATA / "tf2_custom_op_vai2.0_u50lv.xmodel"
+U50LV_DWC = DATA / "tf2_custom_op_vai2.0_u50lv_dwc.xmodel"
+#: every vendored file and its target: Vitis AI 2.0's carry the older fingerprints (aliases), 2.5's the current ones
+FILES = [(U50LV, "DPUCAHX8H_ISA2", 0x020200000000002A), (U50LV_DWC, "DPUCAHX8H_ISA2_DWC", 0x020200000000002B),
+         (DATA / "tf2_custom_op_vai2.5_u50lv.xmodel", "DPUCAHX8H_ISA2", 0x020200000010002A),
+         (DATA / "tf2_custom_op_vai2.5_u50lv_dwc.xmodel", "DPUCAHX8H_ISA2_DWC", 0x020200000010002B)]
+# The simulator's DPUV3E table (dpuv3e.xml): name -> (opcode, words)
+TABLE = {"LOAD": (0x0, 6), "SAVE": (0x4, 4), "CONVINIT": (0x9, 4), "CONV": (0x8, 5), "POOLINIT": (0x6, 2),
+         "POOL": (0xC, 5), "DWINIT": (0xB, 4), "DPTWISE": (0xA, 5), "ELEWINIT": (0xD, 2), "ELEW": (0xE, 3),
+         "END": (0x7, 1)}
+
+
+# ---- the field table -----------------------------------------------------------------------------------------
+def test_dpuv3e_table_has_the_simulators_instructions():
+    specs = instr_specs("DPUV3E")
+    assert {n: (s.opcode, s.words) for n, s in specs.items()} == TABLE
+    # DPUV3E differs from DPUV2 where vai_c's U50 programs need it: LOAD is 6 words with a second DDR address,
+    # SAVE 4 words, bank addresses 13 bits (8192-row image banks); there is no ALU
+    v2 = instr_specs()
+    assert v2["LOAD"].words == 5 and v2["SAVE"].words == 5 and "ALU" in v2 and "ALU" not in specs
+    load = {f.name: f for f in specs["LOAD"].fields}
+    assert (load["ddr_addr_1"].word, load["reg_id_1"].pos, load["bank_addr"].len) == (5, 29, 13)
+
+
+@pytest.mark.parametrize("isa", list(ISA_FILES))
+def test_fields_fit_their_words_and_never_overlap(isa):
+    header = 0xFFF00000  # opcode, dpdon, dpdby
+    for spec in instr_specs(isa).values():
+        used = [header] + [0] * (spec.words - 1)
+        for f in spec.fields:
+            assert 0 <= f.pos and f.pos + f.len <= 32 and 0 <= f.word < spec.words, (isa, spec.name, f.name)
+            mask = ((1 << f.len) - 1) << f.pos
+            assert not used[f.word] & mask, (isa, spec.name, f.name)
+            used[f.word] |= mask
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_every_instruction_round_trips_at_min_and_max(name):
+    spec = instr_specs("DPUV3E")[name]
+    lo = make_instr(name, isa="DPUV3E")
+    hi = Instr(name, {f.name: f.max_value for f in spec.fields}, 15, 15)
+    for ins in (lo, hi):
+        words = encode(ins, "DPUV3E")
+        assert len(words) == spec.words and words[0] >> 28 == spec.opcode
+        assert decode(words, 0, "DPUV3E") == (ins, spec.words)
+    # at the maximum every bit a field owns is set, and nothing else: reserved bits stay 0
+    owned = [spec.opcode << 28 | 0x0FF00000] + [0] * (spec.words - 1)
+    for f in spec.fields:
+        owned[f.word] |= ((1 << f.len) - 1) << f.pos
+    assert encode(hi, "DPUV3E") == owned
+
+
+def test_errors_name_the_instruction_set():
+    with pytest.raises(ISAError, match="unknown instruction 'ALU' in DPUV3E"):
+        make_instr("ALU", isa="DPUV3E")
+    with pytest.raises(ISAError, match=r"unknown opcode 0x1 \(word 0x10000000\) in DPUV3E"):
+        decode([0x10000000], 0, "DPUV3E")
+    with pytest.raises(ISAError, match="unknown instruction set 'DPUV9'"):
+        decode([0], 0, "DPUV9")
+    with pytest.raises(ISAError, match="instruction 1: LOAD: field bank_addr=8192 outside 0..8191"):
+        encode_program([make_instr("END", isa="DPUV3E"), make_instr("LOAD", isa="DPUV3E", bank_addr=8192)],
+                       "DPUV3E")
+
+
+# ---- the family: targets, fingerprints, what is supported ----------------------------------------------------
+def test_targets_are_the_target_factory_prototxts():
+    ahx = {a.dpu_name: a for a in family_targets()}
+    assert list(ahx) == ["DPUCAHX8H_ISA2", "DPUCAHX8H_ISA2_DWC", "DPUCAHX8H_ISA2_ELP2"]
+    # type 0x02 << 56 | isa_version 2 << 48 | the prototxt's feature_code
+    assert [a.fingerprint for a in ahx.values()] == [0x020200000010002A, 0x020200000010002B, 0x020200000000002E]
+    for a in ahx.values():
+        assert (a.family, a.isa, a.instruction_set, a.pp, a.icp, a.ocp) == ("DPUCAHX8H", 2, "DPUV3E", 8, 16, 16)
+        assert a.ops_per_clock == 4096 and load_arch(a.dpu_name) is a and arch_from_fingerprint(a.fingerprint) is a
+        assert a.dpu_name not in list_presets()  # not a compile target until its code generator exists
+    groups = {a: [(g.name, g.base_id, g.count, g.width, g.depth) for g in ahx[a].bank_groups] for a in ahx}
+    assert groups["DPUCAHX8H_ISA2"] == [("VB0", 0, 8, 16, 8192), ("VB1", 8, 8, 16, 8192), ("CONVW", 16, 16, 16, 2048),
+                                        ("BIAS", 32, 1, 16, 2048)]
+    assert groups["DPUCAHX8H_ISA2_DWC"][3:] == [("CONVB", 32, 1, 16, 2048), ("DWCONVW", 33, 1, 16, 2048),
+                                                ("DWCONVB", 34, 1, 16, 256)]
+    assert ahx["DPUCAHX8H_ISA2_ELP2"].alu_pp == 2 and ahx["DPUCAHX8H_ISA2"].alu_pp == 1
+    assert ahx["DPUCAHX8H_ISA2_DWC"].alu_activations == ("relu", "relu6")
+
+
+def test_vitis_ai_2_0_fingerprints_select_the_same_targets():
+    # Vitis AI 2.0's target factory had feature codes 0x2a / 0x2b (0x10002a / 0x10002b since 2.5)
+    assert load_arch(0x020200000000002A).dpu_name == "DPUCAHX8H_ISA2"
+    f = decode_fingerprint("0x020200000000002B")
+    assert (f["family"], f["isa"], f["target"], f["instruction_set"]) == ("DPUCAHX8H", 2, "DPUCAHX8H_ISA2_DWC",
+                                                                          "DPUV3E")
+    assert f["fingerprint"] == 0x020200000010002B
+
+
+def test_every_family_of_the_factory_is_known_and_only_dpuczdx8g_compiles():
+    fams = families()
+    assert {f.code: n for n, f in fams.items()} == {1: "DPUCZDX8G", 2: "DPUCAHX8H", 3: "DPUCAHX8L", 4: "DPUCZDI4G",
+                                                    5: "DPUCVDX8H", 6: "DPUCVDX8G", 7: "DPUCADF8H", 8: "IPU_PHX",
+                                                    9: "DPUCV2DX8G"}
+    assert all(iset in ISA_FILES for f in fams.values() for iset in f.instruction_sets.values() if iset)
+    require_support(load_arch("B4096"), "compile")
+    require_support(load_arch("B4096"), "run")
+    for cap, verb in (("compile", "generate code for"), ("run", "run programs of")):
+        with pytest.raises(ArchError, match=f"DPUCAHX8H_ISA2: tvm-dpu cannot {verb} DPUCAHX8H ISA2 "
+                                            r"\(instruction set DPUV3E\) yet: .*emulator"):
+            require_support(load_arch("DPUCAHX8H_ISA2"), cap)
+
+
+def test_compile_refuses_the_family_naming_what_is_missing(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    model = Path(__file__).resolve().parents[1] / "examples" / "mixed_cnn.onnx"
+    assert main(["compile", str(model), "--arch", "0x020200000010002A", "-o", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "DPUCAHX8H_ISA2: tvm-dpu cannot generate code for DPUCAHX8H ISA2 (instruction set DPUV3E) yet" in err
+    assert not list(tmp_path.rglob("*.tvmdpu"))
+
+
+# ---- vai_c's U50LV programs ----------------------------------------------------------------------------------
+def test_the_vendored_files_are_there():
+    assert sorted(DATA.glob("*.xmodel")) == sorted(p for p, *_ in FILES)
+
+
+@pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_vai_c_u50lv_programs_decode_and_round_trip(path, target, fingerprint):
+    subs = read_xmodel(path).dpu_subgraphs()
+    assert [(s.dpu_name, s.fingerprint) for s in subs] == [(target, fingerprint)] * 2
+    counts = []
+    for s in subs:
+        assert load_arch(s.fingerprint).dpu_name == target and s.instruction_set == "DPUV3E"
+        words = np.frombuffer(s.mc_code, "<u4")
+        prog = decode_program(words, "DPUV3E")
+        assert np.array_equal(encode_program(prog, "DPUV3E"), words)  # words -> fields -> words, exact
+        assert prog[-1].name == "END" and all(ins.name != "END" for ins in prog[:-1])
+        # every LOAD and SAVE names one of the subgraph's regions; weights go to CONVW/BIAS (bank ids >= 16)
+        for ins in prog:
+            if ins.name in ("LOAD", "SAVE"):
+                assert f"REG_{ins['reg_id']}" in {r.name for r in s.regions.values()}
+        counts.append(Counter(ins.name for ins in prog))
+    assert counts == [Counter(LOAD=39, CONV=14, POOL=10, CONVINIT=4, POOLINIT=2, SAVE=2, END=1),
+                      Counter(LOAD=4, CONVINIT=1, CONV=1, SAVE=1, END=1)]
+    # read with the DPUCZDX8G table the same words do not even split into instructions
+    with pytest.raises(ISAError, match="truncated LOAD"):
+        decode_program(np.frombuffer(subs[0].mc_code, "<u4"))
+
+
+def test_inspect_lists_the_u50lv_programs_with_their_table():
+    model = read_xmodel(U50LV)
+    text = inspect_text(model, disasm=True)
+    assert "DPUCAHX8H_ISA2 fingerprint 0x020200000000002a: 72 instructions" in text
+    listing = disassemble(np.frombuffer(model.dpu_subgraphs()[1].mc_code, "<u4").astype(np.uint32), "DPUV3E")
+    assert listing.rstrip("\n") in text and "ddr_addr_1=" in listing
+    assert [d["instructions"]["LOAD"] for d in inspect_json(model)["dpu_subgraphs"]] == [39, 4]
+
+
+def test_weights_are_split_over_two_hbm_regions():
+    """vai_c's U50 convention (not yet modelled by the VART-rule checker): a conv's weights are split over REG_2 (HBM
+    segment W0) and REG_3 (W1) at the same offset, and one LOAD reads both parts (reg_id/ddr_addr and
+    reg_id_1/ddr_addr_1) into bank 63; the XIR tensor names REG_2 and the whole size, so `--check-vart`'s
+    tensor-region rule, written for DPUCZDX8G, reports the larger layers as outside REG_2."""
+    from tvm_dpu.xmodel.vart_check import check_vart
+
+    model = read_xmodel(U50LV)
+    for s in model.dpu_subgraphs():
+        assert (s.attrs["reg_id_to_hw_segment"]["REG_2"], s.attrs["reg_id_to_hw_segment"]["REG_3"]) == ("W0", "W1")
+        assert s.regions[2].size == s.regions[3].size
+        weights = [model.op(n).output for n in s.subgraph.all_ops() if model.op(n).type == "const-fix"
+                   and model.op(n).output.reg_id == 2]
+        # each group of OCP = 16 output channels: its first 8 in W0, the other 8 (zero-padded) in W1, so each region
+        # holds ceil(oc / 16) * 8 output channels of every weight tensor (conv: 784 + 25088 + 25600 = 51472 bytes;
+        # dense, 10 channels: 8 + 2 padded to 8, 2048 bytes each)
+        assert sum(-(-t.shape[0] // 16) * 8 * (t.nbytes // t.shape[0]) for t in weights) == s.regions[2].size
+        weight_loads = [i for i in decode_program(np.frombuffer(s.mc_code, "<u4"), "DPUV3E")
+                        if i.name == "LOAD" and i["reg_id"] == 2]
+        assert weight_loads and all((i["reg_id_1"], i["ddr_addr_1"], i["bank_id"]) == (3, i["ddr_addr"], 63)
+                                    for i in weight_loads)
+    findings = check_vart(model)
+    assert [(f.rule, "outside REG_2" in f.message) for f in findings] == [("tensor-region", True)] * 2
+
+
+@pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_run_refuses_naming_the_family_and_what_is_missing(path, target, fingerprint):
+    with pytest.raises(XModelError, match=f"{target}: tvm-dpu cannot run programs of DPUCAHX8H ISA2 "
+                                          r"\(instruction set DPUV3E\) yet: .*emulator"):
+        load_xmodel(path)
+
+
+# ---- AMD's simulator's own assembler (tests/data/dpuv3e_conformance, see README.md there) ---------------------
+ENCODING = Path(__file__).parent / "data" / "dpuv3e_conformance" / "encoding.json"
+
+
+def test_simulator_encoding_vectors():
+    vectors = json.loads(ENCODING.read_text())
+    assert Counter(v["instr"] for v in vectors) == {name: 12 for name in TABLE}
+    for i, v in enumerate(vectors):
+        ins = Instr(v["instr"], v["fields"], int(v["dpdon"], 2), int(v["dpdby"], 2))
+        assert encode(ins, "DPUV3E") == v["words"], (i, v["instr"])
+        assert decode(v["words"], 0, "DPUV3E") == (ins, len(v["words"])), (i, v["instr"])
+
+
+PROGRAMS = json.loads((ENCODING.parent / "cases.json").read_text())
+
+
+@pytest.mark.parametrize("case", PROGRAMS, ids=lambda c: c["name"])
+def test_simulator_program_vectors_decode_and_save_only_where_they_say(case):
+    """The simulator's LOAD/SAVE runs: the code decodes with the DPUV3E table to the case's listing, and each region
+    changed only inside the bytes its SAVEs address (ddr_addr + pixel * jump_write, channel bytes), where it holds
+    bytes the LOADs read from reg 0."""
+    z = np.load(ENCODING.parent / f"{case['name']}.npz")
+    prog = decode_program(z["code"], "DPUV3E")
+    assert "\n".join(format_instr(i, "DPUV3E") for i in prog) == str(z["listing"])
+    assert [i.name for i in prog][-1] == "END" and json.loads(str(z["arch"]))["name"] == case["arch"]
+    written = {rid: np.zeros(z[f"reg{rid}_in"].size, bool) for rid in case["regs_out"]}
+    for s in (i for i in prog if i.name == "SAVE"):
+        for p in range(s["length"]):
+            start = s["ddr_addr"] + p * s["jump_write"]
+            written[s["reg_id"]][start:start + s["channel"]] = True
+    loaded = set(z["reg0_in"].tolist()) | {0}  # zero: bank bytes no LOAD wrote (banks start zeroed)
+    for rid, mask in written.items():
+        before, after = z[f"reg{rid}_in"], z[f"reg{rid}_out"]
+        assert np.array_equal(before[~mask], after[~mask]), (case["name"], rid)
+        assert mask.any() == (rid != 0) and set(after[mask].tolist()) <= loaded, (case["name"], rid)
