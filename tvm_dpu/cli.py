@@ -65,7 +65,8 @@ def _input_file(text: str | None, flag: str = "") -> Path | None:
         return None
     path = Path(text)
     if not path.is_file():
-        raise FrontendError(f"{flag}{path}: {'is a directory' if path.is_dir() else 'no such file'}")
+        why = "is a directory" if path.is_dir() else "is not a regular file" if path.exists() else "no such file"
+        raise FrontendError(f"{flag}{path}: {why}")
     return path
 
 

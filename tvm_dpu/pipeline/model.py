@@ -23,6 +23,7 @@ import numpy as np
 from tvm_dpu.pipeline.plan import (Board, Plan, PlanError, board_ddr_bytes, default_link, load_link, plan_model,
                                    stage_times_ms)
 from tvm_dpu.pipeline.stages import PipelineError, PipelineStage, StageSpec, compile_stages
+from tvm_dpu.safe_io import read_regular
 from tvm_dpu.types import InputSpec
 
 FORMAT = "tvm-dpu-pipeline"
@@ -263,10 +264,9 @@ class PipelineModel:
         for d in doc["stages"]:
             file = path.parent / d["artifact"]
             try:
-                data = file.read_bytes()
-            except OSError:
-                raise PipelineError(f"{path}: stage {d['index']}: artifact {d['artifact']!r} is missing or "
-                                    "unreadable") from None
+                data = read_regular(file, "artifact", PipelineError)
+            except PipelineError as e:
+                raise PipelineError(f"{path}: stage {d['index']}: {e}") from None
             if hashlib.sha256(data).hexdigest() != d["sha256"]:
                 raise PipelineError(f"{path}: stage {d['index']}: {d['artifact']} does not match the sha256 "
                                     "pipeline.json records (modified or from another pipeline)")
@@ -292,21 +292,15 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
     and made by one of them; the bytes verified are the bytes parsed."""
     from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str, parse_json
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PipelineError(f"{path}: no such file") from None
-    except OSError as e:
-        raise PipelineError(f"{path}: cannot read: {e.strerror}") from None
+    raw = read_regular(path, "pipeline manifest", PipelineError)
     if trusted_keys is not None:
         from tvm_dpu import signing
 
         sig_path = path.parent / SIGNATURE_FILE
-        try:
-            trailer = sig_path.read_bytes()
-        except OSError:
+        if not os.path.lexists(sig_path):
             raise signing.SignatureError(f"{path}: the pipeline manifest is not signed ({SIGNATURE_FILE} is "
-                                         "missing), and a signature is required") from None
+                                         "missing), and a signature is required")
+        trailer = read_regular(sig_path, "signature", signing.SignatureError)
         raw = signing.verify(raw + trailer, trusted_keys, f"{path} (with {SIGNATURE_FILE})")
     try:
         doc = parse_json(raw, MAX_MANIFEST_BYTES)

@@ -34,6 +34,7 @@ from tvm_dpu import signing
 from tvm_dpu.container import unpack
 from tvm_dpu.errors import ArtifactError, DPUError
 from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.safe_io import read_regular
 # the writer's export, cross_compile and SUFFIX stay importable from here
 from tvm_dpu.runtime.artifact_export import FORMAT_VERSION, MAGIC, SUFFIX, cross_compile, export  # noqa: F401
 from tvm_dpu.runtime.compiled_model import CompiledModel
@@ -162,10 +163,7 @@ def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None, trust
     them against a manifest); `path` then only names them in errors and the file is not read again. `trust`: set
     when the caller will load the native library: the trust policy (tvm_dpu.trust) then decides first."""
     if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+        data = read_regular(path, "artifact")
     if trust is not None:
         data = check_trust(data, str(path), trusted_keys, trust)
     elif trusted_keys is not None:
@@ -237,11 +235,7 @@ def programs(path: str | os.PathLike[str]) -> dict[str, Program]:
     none), or in TVM's exported library itself, without loading the library."""
     path = Path(path)
     if is_library(path):
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-        return library_programs(data, str(path))
+        return library_programs(read_regular(path, "library"), str(path))
     return _programs_of(_open(path), path)
 
 
@@ -426,10 +420,7 @@ def load_library(path: str | os.PathLike[str], device: Any = "emulator", trusted
     from tvm_dpu.runtime.device import arch_of
 
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    raw = read_regular(path, "library")
     data = check_library_trust(raw, str(path), trusted_keys, trust)
     header, _ = library_header(path, data)
     progs = library_programs(data, str(path))

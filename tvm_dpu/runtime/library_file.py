@@ -23,6 +23,7 @@ from typing import Any
 
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.program_blob import Program, binding_json, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.safe_io import read_regular
 from tvm_dpu.toolchains import ELF_MACHINES, elf_machine
 
 ELF_MAGIC = b"\x7fELF"
@@ -42,10 +43,7 @@ def is_library(path: str | os.PathLike[str]) -> bool:
 
 
 def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    return read_regular(path, "library")
 
 
 def library_programs(data: bytes, source: str) -> dict[str, Program]:
