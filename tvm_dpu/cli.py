@@ -110,14 +110,21 @@ def _run_partition(args: argparse.Namespace) -> int:
 VAI_C_OPTIONS = ("input_shape", "output_ops", "plugins")
 
 
+#: The largest count option accepted (--runs, --threads, --boards, ...): a million runs of the smallest model take
+#: hours; a larger number is a typo, not a plan.
+MAX_COUNT = 1_000_000
+
+
 def positive_int(text: str) -> int:
-    """argparse type of a count option (cores, runs, boards, ...): a whole number of at least 1."""
+    """argparse type of a count option (cores, runs, boards, ...): a whole number from 1 to MAX_COUNT."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{value} is more than {MAX_COUNT:,}")
     return value
 
 

@@ -35,11 +35,16 @@ LIBRARY_SECTION = "library"
 
 def is_library(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a shared library (an ELF file), e.g. TVM's export_library output."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == ELF_MAGIC
+    import stat
+
+    try:  # non-blocking and regular files only: a FIFO must not stall the check (the read refuses it clearly)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == ELF_MAGIC
+    finally:
+        os.close(fd)
 
 
 def _read(path: Path) -> bytes:
