@@ -375,7 +375,8 @@ def child(args) -> None:
             elif kind == "pipeline":
                 from tvm_dpu.pipeline import PipelineModel
 
-                pipe = PipelineModel.load(item["path"], trusted_keys=item.get("trusted"))
+                pipe = PipelineModel.load(item["path"], trusted_keys=item.get("trusted"),
+                                          trust=item.get("trust", "auto"), min_release=item.get("min_release"))
                 with pipe:
                     y = pipe.run(np.load(item["x"]))[0]
                 out = "same" if item.get("benign") and np.array_equal(y, np.load(item["expected"])) else "wrong"
@@ -542,7 +543,9 @@ def pipeline_cases(d: Path) -> tuple[list[dict], str]:
     np.save(d / "pipe_x.npy", x)
     priv, pub = generate_keypair(d / "pipekey")
     good, other = d / "pipe_good", d / "pipe_other"
-    PipelineModel.from_model(compiled, boards=3).save(good, sign=priv)
+    three = PipelineModel.from_model(compiled, boards=3)
+    three.save(good, sign=priv, release="2.0")
+    three.save(d / "pipe_release1", sign=priv, release="1.9")  # an older signed release of the same pipeline
     PipelineModel.from_model(compiled, boards=2).save(other, sign=priv)
     np.save(d / "pipe_expected.npy", compiled.run(x)[0])
     items = [{"kind": "pipeline", "path": str(good), "benign": True}]
@@ -572,6 +575,10 @@ def pipeline_cases(d: Path) -> tuple[list[dict], str]:
     variant("deep", lambda v: (v / "pipeline.json").write_bytes(b"[" * 100_000 + b"]" * 100_000))
     for it in items:
         it.update(trusted=[str(pub)], x=str(d / "pipe_x.npy"), expected=str(d / "pipe_expected.npy"))
+    # the edited fix point with no key at all and --allow-unsigned: the stages' own headers must refuse it
+    items.append({**items[1], "trusted": None, "trust": "unsigned"})
+    items.append({**items[0], "path": str(d / "pipe_release1"), "benign": False, "min_release": "2.0"})
+    items.append({**items[0], "min_release": "2.0"})  # the current release passes the same bar
     return items, str(pub)
 
 

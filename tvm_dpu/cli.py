@@ -470,7 +470,7 @@ def _run_pipeline_file(args: argparse.Namespace) -> int:
     device_options = {"bitfile": args.bitfile, "timeout_s": args.timeout} if args.device == "pynq" else {}
     pipe = PipelineModel.load(args.compiled[0], executor=args.executor, device=args.device,
                               device_options=device_options, trusted_keys=args.require_signature,
-                              trust=_trust(args))
+                              trust=_trust(args), min_release=args.min_release)
     path = (args.input or [None])[0]
     feeds = _feeds_for(pipe, path, "--input")
     if path is None:
@@ -492,14 +492,18 @@ def _is_xmodel(path: str) -> bool:
 def _run_run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise FrontendError(f"--runs {args.runs}: expected at least 1")
+    pipeline = len(args.compiled) == 1 and _is_pipeline(args.compiled[0])
+    if args.min_release is not None and not pipeline:
+        raise FrontendError("--min-release applies to a pipeline (pipeline.json records its release); an artifact "
+                            "or .xmodel has none")
     if len(args.compiled) == 1 and _is_xmodel(args.compiled[0]):
         from .xmodel.commands import run_run
 
         return run_run(args, _feeds_for, _print_outputs, _save_outputs)
+    if pipeline:
+        return _run_pipeline_file(args)
     if len(args.compiled) > 1:
         return _run_tenants(args)
-    if _is_pipeline(args.compiled[0]):
-        return _run_pipeline_file(args)
     return _run_one(args)
 
 
@@ -730,9 +734,11 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from .pipeline.model import PipelineModel, boards_for
+    from .pipeline.model import PipelineModel, boards_for, release_key
     from .pipeline.plan import default_link, load_link
     from .report_html import render_pipeline
+
+    release_key(args.release, "--release")
 
     path = _input_file(args.model)
     if args.boards < 1:
@@ -764,7 +770,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
             print(f"{b.name}: {part} -> {b.arch} (fastest single-core DPU that fits, design-space exploration)")
     pipe = PipelineModel.from_model(model, boards, link=args.link, fusion=args.fusion, executor=args.executor)
     outdir = Path(args.output)
-    doc_path = pipe.save(outdir, sign=args.sign)
+    doc_path = pipe.save(outdir, sign=args.sign, release=args.release)
     doc = json.loads(doc_path.read_text())
     (outdir / "pipeline.html").write_text(render_pipeline(doc, path.stem), encoding="utf-8")
     print(pipe.table())
@@ -1034,6 +1040,9 @@ COMMAND_LIST: tuple[Command, ...] = (
          arg("--verify", action="store_true",
              help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch"),
          arg("-o", "--output", metavar="OUT.npz", help="save the outputs under the model's output names"),
+         arg("--min-release", metavar="VERSION",
+             help="for a pipeline: refuse a release older than VERSION (pipeline.json's signed release version; "
+             "an older signed release would otherwise run)"),
          *LOADING)),
     Command(
         "benchmark", _run_benchmark,
@@ -1100,6 +1109,9 @@ COMMAND_LIST: tuple[Command, ...] = (
          FUSION, INPUT_SHAPE,
          arg("--sign", metavar="KEYFILE", help="sign every stage artifact and the manifest (pipeline.sig) with "
              "this Ed25519 private key"),
+         arg("--release", default="0", metavar="VERSION",
+             help="release version recorded (with the build time) in pipeline.json, under its signature; "
+             "'tvm-dpu run --min-release' refuses older ones (default 0)"),
          OUTDIR, QUIET)),
     Command(
         "dse", _run_dse,
