@@ -193,8 +193,9 @@ def npz_cases(d: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------ xmodel mutations
 XMODELS = sorted((ROOT / "tests" / "data" / "xmodel").rglob("*.xmodel"))
 #: Mutations after which the file must be refused (a run would be a defect, counted `wrong`); after the others a run
-#: with another output is a legitimate model (counted `changed`).
-MUST_REFUSE = ("mc_odd", "mc_empty", "mc_no_end", "mc_random", "dim_zero", "dim_max", "dim_extra", "dim_huge",
+#: with another output is a legitimate model (counted `changed`: e.g. 16 random bytes of mc_code that happen to decode
+#: as ISA1 instructions are another program).
+MUST_REFUSE = ("mc_odd", "mc_empty", "mc_no_end", "dim_zero", "dim_max", "dim_extra", "dim_huge",
                "self_input", "cycle", "missing_input", "size_huge", "size_negative", "const_short", "ddr_huge",
                "stride_zero", "stride_negative", "stride_len", "fingerprint", "sub_dup_op", "attr_kind",
                "truncate")
@@ -233,7 +234,8 @@ def _xmodel_mutant(g: dict, kind: str, rng: random.Random) -> None:
         a["mc_code"] = Attr(a["mc_code"].kind, code[:-4])  # END is the last word
     elif kind == "mc_random":
         at = rng.randrange(len(code) // 4) * 4
-        a["mc_code"] = Attr(a["mc_code"].kind, code[:at] + bytes(rng.randrange(256) for _ in range(16)) + code[at + 16:])
+        junk = bytes(rng.randrange(256) for _ in range(16))
+        a["mc_code"] = Attr(a["mc_code"].kind, code[:at] + junk + code[at + 16:])
     elif kind in ("dim_zero", "dim_max", "dim_huge"):
         i = rng.randrange(len(t["tensor_dim"]))
         t["tensor_dim"][i] = {"dim_zero": 0, "dim_max": 2**32 - 1, "dim_huge": 65536}[kind]
@@ -285,7 +287,7 @@ def _xmodel_mutant(g: dict, kind: str, rng: random.Random) -> None:
         raise ValueError(kind)
 
 
-XMODEL_SEMANTIC = list(MUST_REFUSE[:-1]) + ["size_zero", "fix_point", "data_type", "op_type"]
+XMODEL_SEMANTIC = list(MUST_REFUSE[:-1]) + ["mc_random", "size_zero", "fix_point", "data_type", "op_type"]
 
 
 def xmodel_cases(n: int, seed: int, d: Path) -> list[dict]:
@@ -331,6 +333,127 @@ def xmodel_case(item: dict) -> str:
     runner = load_xmodel(model)
     runner.run(_feeds_for(runner, None, "--input"))
     return "wrong" if item["must_refuse"] else "changed"
+
+
+# ------------------------------------------------------------------------------------------ round three (issue 40)
+RUNNER_CASES = ["out_uint8", "out_int32", "out_int64", "wait_str", "wait_none", "wait_float", "timeout_negative",
+                "after_close", "threads_str", "threads_float", "threads_huge"]
+TRUST_FILE_CASES = ["record_0666", "record_dir_0777", "record_other_owner", "keys_file_0666", "listed_key_0666"]
+STREAM_KINDS = ["artifact", "xmodel", "key", "manifest", "signature", "npz"]
+
+
+def runner_case(case: str) -> None:
+    """One misuse of the VART-style runner on the vendored MNIST xmodel; raises what the project raises."""
+    from tvm_dpu.runner import create_runner
+
+    mnist = str(XMODELS[0])
+    if case.startswith("threads_"):
+        create_runner(mnist, num_threads={"threads_str": "2", "threads_float": 2.5, "threads_huge": 10 ** 6}[case])
+        return
+    r = create_runner(mnist)
+    (t_in,), (t_out,) = r.get_input_tensors(), r.get_output_tensors()
+    x = np.zeros(t_in.shape, np.float32)
+    if case.startswith("out_"):
+        r.run(x, [np.zeros(t_out.shape, {"out_uint8": np.uint8, "out_int32": np.int32, "out_int64": np.int64}[case])])
+    elif case == "after_close":
+        r.close()
+        r.execute_async(x)
+    else:
+        job = r.execute_async(x)
+        r.wait(*{"wait_str": ("abc",), "wait_none": (None,), "wait_float": (float(job.id) + 0.7,),
+                 "timeout_negative": (job, -1)}[case])
+
+
+def trust_file_case(case: str, artifact: str) -> str:
+    """Load an artifact built elsewhere whose identity is vouched for by a build record (or signed by a key listed
+    in a trusted-keys file) that another user could write: it must be refused."""
+    from tvm_dpu import signing, trust
+
+    import tvm_dpu
+
+    cfg = Path(tempfile.mkdtemp(prefix="tvm_dpu_cfg_"))
+    os.environ["TVM_DPU_CONFIG_DIR"] = str(cfg)
+    data = Path(artifact).read_bytes()
+    if case.startswith("record"):
+        rec = cfg / "built"
+        rec.write_text(trust.artifact_id(signing.split(data)[0]) + "\n")
+        os.chmod(rec, 0o666 if case == "record_0666" else 0o600)
+        if case == "record_dir_0777":
+            os.chmod(cfg, 0o777)
+        if case == "record_other_owner":
+            if os.getuid() != 0:
+                return "clean"  # only root can give a file away; nothing to test as another user
+            os.chown(rec, 12345, 12345)
+        tvm_dpu.load(artifact)
+        return "wrong"
+    priv, pub = signing.generate_keypair(cfg / "k")
+    signed = cfg / "signed.tvmdpu"
+    signed.write_bytes(signing.sign(data, priv))
+    (cfg / "trusted_keys").write_text("k.pub\n")
+    os.chmod(cfg / "trusted_keys", 0o666 if case == "keys_file_0666" else 0o600)
+    os.chmod(pub, 0o666 if case == "listed_key_0666" else 0o644)
+    tvm_dpu.load(signed)
+    return "wrong"
+
+
+def stream_case(kind: str, path: str) -> None:
+    """An endless stream (/dev/zero) or a FIFO given where a file of `kind` is read; raises what the project raises."""
+    import tvm_dpu
+
+    if kind == "artifact":
+        tvm_dpu.load(path, trust="unsigned")
+    elif kind == "xmodel":
+        from tvm_dpu.xmodel.model import read_xmodel
+
+        read_xmodel(path)
+    elif kind == "key":
+        from tvm_dpu.signing import public_key_bytes
+
+        public_key_bytes(path)
+    elif kind in ("manifest", "signature"):
+        from tvm_dpu.pipeline.model import read_pipeline_json
+
+        d = Path(tempfile.mkdtemp(prefix="tvm_dpu_pipe_"))
+        if kind == "signature":
+            (d / "pipeline.json").write_text("{}")
+            os.symlink(path, d / "pipeline.sig")
+            read_pipeline_json(d / "pipeline.json", trusted_keys=[b"\1" * 32])
+        else:
+            os.symlink(path, d / "pipeline.json")
+            read_pipeline_json(d / "pipeline.json")
+    elif kind == "npz":
+        from tvm_dpu.feeds import load_npz
+
+        load_npz(path)
+    else:
+        raise ValueError(kind)
+
+
+def stream_items(d: Path) -> list[dict]:
+    fifo = d / "fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    return [{"kind": "stream", "case": k, "path": p} for k in STREAM_KINDS for p in ("/dev/zero", str(fifo))]
+
+
+def cli_arg_items(d: Path) -> list[dict]:
+    """argv that must exit 2: counts past their bound, dse flags that are invalid or would be ignored."""
+    onnx_path = d / "dse.onnx"
+    from tvm_dpu import zoo
+
+    import onnx
+
+    onnx.save(zoo.build_model("mixed_cnn", reduced=True), onnx_path)
+    m = str(onnx_path)
+    argv = [["benchmark", str(XMODELS[0]), "--runs", "10000000000000000000000"],
+            ["run", str(XMODELS[0]), "--runs", "10000000000000000000000"],
+            ["dse", m, "--part", "zu3eg", "--ddr-gbps", "-5"],
+            ["dse", m, "--part", "zu3eg", "--ddr-gbps", "0.001"],
+            ["dse", m, "--dsp", "1000", "--bram", "200", "--ddr-gbps", "nan"],
+            ["dse", m, "--dsp", "-3", "--bram", "200"],
+            ["dse", m, "--part", "zu3eg", "--clock-mhz", "inf"],
+            ["run", str(XMODELS[0]), "--min-release", "2"]]
+    return [{"kind": "cli", "argv": a} for a in argv]
 
 
 # ------------------------------------------------------------------------------------------ the child: run cases
@@ -388,6 +511,14 @@ def child(args) -> None:
                 out = "wrong"
             elif kind == "xmodel":
                 out = xmodel_case(item)
+            elif kind == "runner":
+                runner_case(item["case"])
+                out = "wrong"
+            elif kind == "trustfile":
+                out = trust_file_case(item["case"], cases["artifact"])
+            elif kind == "stream":
+                stream_case(item["case"], item["path"])
+                out = "wrong"
             elif kind == "array":
                 m = tvm_dpu.load(cases["artifact"])
                 base = np.zeros(16, np.float32)
@@ -416,7 +547,8 @@ def _bad_input(case: str, x: np.ndarray):
 INPUT_CASES = ["nan", "inf", "bool", "complex", "object", "str", "extra", "missing", "shape", "rank", "list"]
 
 
-PLUGIN_CASES = ["partition", "float_reference", "compile", "nan_reference", "inf_runner", "broken_entry_point"]
+PLUGIN_CASES = ["partition", "float_reference", "compile", "nan_reference", "inf_runner", "broken_entry_point",
+                "bad_claims"]
 
 
 def _plugin_case(case: str, onnx_path: str, x: np.ndarray) -> None:
@@ -431,6 +563,8 @@ def _plugin_case(case: str, onnx_path: str, x: np.ndarray) -> None:
         def partition(self, graph):
             if case == "partition":
                 raise ZeroDivisionError("plugin bug")
+            if case == "bad_claims":
+                return [42, None, "x"]
             return graph.ops[-1:]
 
         def float_reference(self, subgraph, inputs):
@@ -738,6 +872,7 @@ def artifact_campaigns(args, d: Path, only: set[str] | None) -> tuple[dict[str, 
         "binding": [{"kind": "artifact", "path": str(p)} for p in binding_cases(art, d)],
         "keys": [{"kind": "keys", "case": c} for c in ("short", "int", "dict")],
         "trust": [{"kind": "artifact", "path": str(p), "trust": "auto"} for p in forged],
+        "trust_files": [{"kind": "trustfile", "case": c} for c in TRUST_FILE_CASES],
     }
     pipe_items, _ = pipeline_cases(d)
     campaigns["pipeline"] = pipe_items
@@ -795,10 +930,14 @@ def main() -> int:
     n = args.cases
     results: dict[str, dict] = {}
     leak = None
-    if only is None or only - {"xmodel"}:
+    standalone = {"xmodel": lambda: xmodel_cases(n, args.seed + 5, d),
+                  "runner_args": lambda: [{"kind": "runner", "case": c} for c in RUNNER_CASES],
+                  "streams": lambda: stream_items(d), "cli_args": lambda: cli_arg_items(d)}
+    if only is None or only - set(standalone):
         results, leak = artifact_campaigns(args, d, only)
-    if only is None or "xmodel" in only:
-        results["xmodel"] = run_campaign("xmodel", xmodel_cases(n, args.seed + 5, d), {}, d, args.timeout)
+    for name, items in standalone.items():
+        if only is None or name in only:
+            results[name] = run_campaign(name, items(), {}, d, args.timeout)
     cols = ("cases", "clean", "same", "changed") + BAD
     rows = [("campaign",) + cols] + [(k,) + tuple(str(v[c]) for c in cols) for k, v in results.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -798,6 +798,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------------
 def _run_dse(args: argparse.Namespace) -> int:
     import json
+    import math
 
     from .pipeline.dse import algorithm1, device_budget, explore, table_text
 
@@ -812,8 +813,19 @@ def _run_dse(args: argparse.Namespace) -> int:
         clocks = [float(c) for c in args.clock_mhz.split(",") if c.strip()]
     except ValueError:
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: expected numbers separated by commas") from None
-    if not clocks or any(c <= 0 for c in clocks):
+    if not clocks or any(not 0 < c < math.inf for c in clocks):
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
+    for flag, v in (("--dsp", args.dsp), ("--bram", args.bram), ("--lut", args.lut), ("--ddr-gbps", args.ddr_gbps)):
+        if v is not None and not 0 < v < math.inf:
+            raise FrontendError(f"{flag} {v}: expected a positive number")
+    if args.part and args.dsp is None and args.bram is None and args.lut is None:
+        ignored = [f for f, given in (("--ddr-gbps", args.ddr_gbps is not None),
+                                      ("--clock-mhz", args.clock_mhz != "300"),
+                                      ("--dsp-usage", args.dsp_usage != "high")) if given]
+        if ignored:
+            raise FrontendError(f"{', '.join(ignored)} with --part alone: the part is explored as its board builds it "
+                                "(its DDR bandwidth, clock and DSP usage); give --dsp/--bram (the part's budget "
+                                "otherwise) to choose them")
     model = _build_reporting_warnings(str(path), arch="B4096", calibration=args.calib,
                                       shapes=parse_input_shapes(args.input_shape), progress=not args.quiet)
     if args.part and args.dsp is None and args.bram is None and args.lut is None:
@@ -1144,7 +1156,8 @@ COMMAND_LIST: tuple[Command, ...] = (
         "per-layer programs (debug mode), are compared layer by layer with tvm-dpu's golden reference.",
         (arg("xmodel", help="a vai_c-compiled .xmodel"),
          arg("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)"),
-         arg("--inputs", type=int, default=3, metavar="N", help="random int8 inputs per subgraph (default 3)"),
+         arg("--inputs", type=positive_int, default=3, metavar="N",
+             help="random int8 inputs per subgraph (default 3)"),
          arg("--json", metavar="FILE.json", help="also write the comparison (warnings and layers included) as "
              "JSON"))),
 )
