@@ -169,20 +169,8 @@ def test_readme_example_breaks_no_rule(tmp_path, arch):
     _no_findings(_mixed_cnn(arch).export(tmp_path / "mixed_cnn.xmodel"))
 
 
-#: Exports that break a rule today, and why (the writer's to fix; the test fails when they pass, so this list
-#: cannot go stale).
-KNOWN = {"resnext50_32x4d": "const-bytes: codegen packs a grouped conv's bias per group beside that group's weights "
-                            "(layer1.0.conv2.bias: group 0's 4 values at REG_0 13376, group 1's at 15696, ...), "
-                            "but the const-fix tensor claims 16 contiguous bytes at 13376 (16 findings per arch)"}
-
-
-def _slow_param(key: str):
-    why = next((w for model, w in KNOWN.items() if key.startswith(f"{model}-")), None)
-    return pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=why)) if why else key
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("key", [_slow_param(k) for k, _ in SLOW])
+@pytest.mark.parametrize("key", [k for k, _ in SLOW])
 def test_every_reduced_zoo_export_breaks_no_rule(outdir, key):
     _no_findings(_export(outdir, key, dict(SLOW)[key])[1])
 

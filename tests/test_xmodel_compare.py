@@ -76,6 +76,19 @@ def test_our_own_xmodel_compares_equal(tmp_path, capsys):
     assert "ratio ours/vai_c: 1.000" in capsys.readouterr().out
 
 
+def test_our_grouped_conv_xmodel_compares_equal(tmp_path):
+    """A grouped conv is written as one conv2d-fix fed by a concat-fix of its per-group const-fix ops; the rebuild
+    joins them again and compiles back to the same program."""
+    from test_xmodel_xir import _grouped
+
+    path = _grouped("dnnvm-zu2").export(tmp_path / "grouped.xmodel")
+    res = compare(path)
+    assert len(res.subgraphs) == 1 and not res.not_compared
+    (s,) = res.subgraphs
+    assert s.outputs_equal and s.total > 0
+    assert s.vai_c.instructions == s.ours.instructions and s.cycle_ratio == 1.0
+
+
 def _every_op_model():
     """conv+relu, depthwise, 1x1 conv, eltwise add, max and avg pool, concat, nearest upsample, conv, hard-sigmoid."""
     from onnx import TensorProto, helper, numpy_helper

@@ -15,6 +15,7 @@ import pytest
 import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.cli import main
+from tvm_dpu.codegen.layout import group_param
 from tvm_dpu.types import REG_PARAMS, REG_WORK
 from tvm_dpu.xmodel.encode import encode_graph
 from tvm_dpu.xmodel.model import XModel, read_xmodel
@@ -55,6 +56,28 @@ def _every_op(arch: str):
     return tvm_dpu.build(_every_op_model(), arch=arch, progress=False, calibration=calib)
 
 
+def _grouped(arch: str):
+    """A grouped conv (4 groups, with bias) between two plain convs: codegen packs each group's bias and weights
+    side by side in REG_0."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
+             for n, s in (("w1", (16, 3, 3, 3)), ("w2", (16, 4, 3, 3)), ("b2", (16,)), ("w3", (8, 16, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="gconv", pads=[1, 1, 1, 1], group=4),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="conv3")]
+    g = helper.make_graph(nodes, "grouped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    calib = rng.standard_normal((4, 1, 3, 8, 8)).astype(np.float32)
+    return tvm_dpu.build(model, arch=arch, progress=False, calibration=calib)
+
+
 #: (export id, builder, arch): the default run's exports; the slow sweep adds every reduced zoo model on ARCHS.
 EXPORTS = [(f"resnet18-{a}", lambda a=a: _zoo("resnet18", a)) for a in ARCHS] + [
     ("mobilenetv2-zcu102", lambda: _zoo("mobilenetv2", "zcu102")),
@@ -62,6 +85,7 @@ EXPORTS = [(f"resnet18-{a}", lambda a=a: _zoo("resnet18", a)) for a in ARCHS] + 
     ("qdq-kv260", lambda: _qdq("kv260")),
     ("multi_dpu-zcu102", lambda: _multi("zcu102")),
     ("every_op-ultra96", lambda: _every_op("ultra96")),
+    ("grouped_conv-dnnvm-zu2", lambda: _grouped("dnnvm-zu2")),
 ]
 SLOW = [(f"{m}-{a}", lambda m=m, a=a: _zoo(m, a)) for m in zoo.MODELS for a in ARCHS
         if m != "mixed_cnn" and f"{m}-{a}" not in dict(EXPORTS)]
@@ -138,8 +162,18 @@ def _check_export(model, path: Path) -> XirReport:
             want = (f.reg_id, f.offset, 1, (f.h * f.row_pitch, f.row_pitch, f.pixel_pitch, 1)) if f else \
                 (REG_WORK, 0, 0, None)
             assert (t.reg_id, t.ddr_addr, t.location, t.strides) == want, xop.name
+            groups = int(xop.attrs.get("groups", 1)) if xop.type == "conv2d" else 1
             for tname in xop.params.values():
-                assert xm.op(tname).output.ddr_addr == sg.param_offsets[tname], tname
+                if groups == 1:
+                    assert xm.op(tname).output.ddr_addr == sg.param_offsets[tname], tname
+                    continue
+                # a grouped conv: one const-fix per group where codegen packed that group, concat-fix on chip
+                whole = xm.op(tname)
+                assert whole.type == "concat-fix" and whole.output.location == 0, tname
+                parts = [xm.op(p) for p in whole.inputs["input"]]
+                assert [p.output.ddr_addr for p in parts] == \
+                    [sg.param_offsets[group_param(tname, g)] for g in range(groups)], tname
+                assert len({p.output.ddr_addr for p in parts}) == groups, tname
     return rep
 
 
@@ -297,8 +331,19 @@ def test_bench_xir_reports_what_xir_says(tmp_path, capsys):
         ("squeezenet1_1", "ultra96", True, True)
     assert ours["dpu_tensors_with_ddr"] == ours["dpu_tensors"] > 0 and not ours["mismatches"]
     assert [r["model"] for r in theirs] == [f"vai_c {p.name}" for p in VAI_C]
-    assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1}
-    assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in capsys.readouterr().out
+    assert doc["summary"] == {"exports": 1, "exported": 1, "xir_loads": 1, "shape_inference_agrees": 1,
+                              "vart_clean": 1}
+    # the VART checker's columns are its findings on the same file (vai_c's files break no rule either)
+    assert (ours["vart_errors"], ours["vart_warnings"], ours["vart_rules"]) == (0, 0, [])
+    assert all(r["vart_errors"] == 0 for r in theirs)
+    printed = capsys.readouterr().out
+    assert "| squeezenet1_1 | ultra96 | yes | yes | yes |" in printed and "| 0 / 0 |" in printed
+    assert "1 breaking no rule of the VART checker" in printed
+    from test_vart_check import MUTATIONS, _mutated
+    bad = tmp_path / "bad.xmodel"
+    bad.write_bytes(_mutated(MUTATIONS["feature map without reg_id"][1]))
+    v = bench._verdict(bad)
+    assert v["xir_loads"] and v["vart_errors"] >= 1 and v["vart_rules"] == ["ddr-info"]
 
 
 @needs_xir

@@ -640,9 +640,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
         return run_inspect(args)
     path = Path(args.artifact)
-    if args.check_vart:
-        raise DPUError(f"--check-vart: {path} is not an .xmodel (VART runs XIR graphs; export one with "
-                       "`tvm-dpu compile --format xmodel`)")
+    for flag, on in (("--check-xir", args.check_xir), ("--check-vart", args.check_vart)):
+        if on:
+            raise DPUError(f"{flag}: {path} is not an .xmodel (XIR and VART read XIR graphs; export one with "
+                           "`tvm-dpu compile --format xmodel`)")
     if args.check_deps:
         from .runtime.dep_check import check_artifact, format_reports
 
@@ -1083,7 +1084,10 @@ COMMAND_LIST: tuple[Command, ...] = (
              "(docs/dependency-protocol.md) instead; exit 2 if any program breaks the protocol"),
          arg("--check-vart", action="store_true", help="(.xmodel) check every DPU subgraph against the reads AMD's "
              "VART runner makes of it (regions, mc_code, fingerprint, each tensor's reg_id/ddr_addr/location, "
-             "...; docs/deploy.md) instead; with --json the findings as JSON; exit 1 if any rule is broken"))),
+             "...; docs/deploy.md) instead; with --json the findings as JSON; exit 1 if any rule is broken"),
+         arg("--check-xir", action="store_true", help="(.xmodel) load it with AMD's XIR library (libxir-dev) and "
+             "re-run XIR's shape inference on every op instead (with --check-vart: both); exit 1 if XIR refuses "
+             "it or infers another shape than the file's, 2 if XIR or g++ is not installed"))),
     Command(
         "report", _run_report,
         "write a self-contained HTML report of an artifact (partition graph, cycles, engine timeline)",

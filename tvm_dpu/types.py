@@ -123,7 +123,7 @@ class CompiledSubgraph:
     #: a map of the graph absent here never leaves the banks. Not stored in artifacts (the xmodel writer reads it).
     places: dict[str, FMap] = field(default_factory=dict)
     #: REG_PARAMS byte offset where each constant tensor's packed bytes start (in bank order, not the tensor's own
-    #: layout). Not stored in artifacts.
+    #: layout); a grouped conv's constants also per group (codegen.layout.group_param). Not stored in artifacts.
     param_offsets: dict[str, int] = field(default_factory=dict)
 
     @property

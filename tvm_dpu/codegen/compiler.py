@@ -25,7 +25,8 @@ from tvm_dpu.codegen import conv_variants
 from tvm_dpu.codegen.conv import AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
-from tvm_dpu.codegen.layout import ParamBlob, align, ceil_div, pack_channel_vector, pack_conv_weights, pack_dw_weights
+from tvm_dpu.codegen.layout import (ParamBlob, align, ceil_div, group_param, pack_channel_vector, pack_conv_weights,
+                                    pack_dw_weights)
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.fused import emittable
 from tvm_dpu.codegen.fused_conv_add import emit_conv_add
@@ -472,6 +473,10 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
         xg, yg = (x, y) if groups == 1 else (x.channels(g * icg, icg), y.channels(g * ocg, ocg))
         wg = w[g * ocg:(g + 1) * ocg]
         b_off = params.add(pack_channel_vector(bias[g * ocg:(g + 1) * ocg], arch.ocp), op.params.get("bias", ""))
+        if groups != 1:  # for the xmodel writer: each group's slices, whose weights every path packs next
+            params.offsets[group_param(op.params["weights"], g)] = params.size
+            if "bias" in op.params:
+                params.offsets[group_param(op.params["bias"], g)] = b_off
 
         def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pd: tuple[int, int, int, int],
                 b_off: int = b_off) -> ConvJob:

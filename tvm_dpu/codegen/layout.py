@@ -22,6 +22,12 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def group_param(tensor: str, group: int) -> str:
+    """The ParamBlob.offsets key of group `group`'s packed slice of constant `tensor` (a grouped conv packs each
+    group's bias and weights side by side, so the tensor as a whole has no one contiguous place)."""
+    return f"{tensor}#group{group}"
+
+
 class ParamBlob:
     """The REG_PARAMS region of a subgraph under construction: packed parameters appended at aligned offsets.
     With `keep=False` only the offsets are tracked and `blob()` is zeros: the code is the same, for programs

@@ -1,5 +1,5 @@
-"""`tvm-dpu inspect|run|report m.xmodel`: the CLI's commands on a vai_c-compiled .xmodel (cli.py dispatches
-here on the suffix)."""
+"""`tvm-dpu inspect|run|report m.xmodel`: the CLI's commands on an .xmodel, vai_c's or one tvm-dpu wrote (cli.py
+dispatches here on the suffix)."""
 from __future__ import annotations
 
 import json
@@ -14,10 +14,10 @@ from ..errors import DPUError, ISAError, XModelError
 from .model import DpuSubgraph, XModel, XOp, XSubgraph, read_xmodel
 
 #: `tvm-dpu run m.xmodel --verify` exits with this status (the CLI's user-error status) without running:
-#: vai_c's programs come with no golden reference to compare against.
+#: programs tvm-dpu did not compile (vai_c's) come with no golden reference to compare against.
 EXIT_NO_GOLDEN = 2
 
-NO_GOLDEN = ("--verify: {path} holds vai_c's machine code, and tvm-dpu has no golden reference for code it did not "
+NO_GOLDEN = ("--verify: {path} holds {who}'s machine code, and tvm-dpu has no golden reference for code it did not "
              "compile (the quantized XGraph the golden reference runs is not in an .xmodel); nothing was verified. "
              "Run without --verify (the emulator runs the program bit-exactly as written)")
 
@@ -30,13 +30,26 @@ def instr_counts(sub: DpuSubgraph) -> Counter:
         raise XModelError(f"DPU subgraph {sub.name!r}: mc_code does not decode as ISA1: {e}") from None
 
 
+def compiled_by(model: XModel) -> str:
+    """Who wrote the file: "tvm-dpu" (our writer marks its graphs with origin tvm-dpu and a tvm-dpu libs_info
+    entry), "vai_c" (xcompiler's libs_info, as every vai_c file carries) or "an unknown compiler"."""
+    libs = model.attrs.get("libs_info")
+    keys = list(libs) if isinstance(libs, dict) else []
+    if model.attrs.get("origin") == "tvm-dpu" or any(k.startswith("tvm-dpu") for k in keys):
+        return "tvm-dpu"
+    if any(k.startswith("xcompiler") for k in keys):
+        return "vai_c"
+    return "an unknown compiler"
+
+
 def _compiler(model: XModel) -> str:
+    """The compiler versions the file's libs_info names, or why there are none."""
     libs = model.attrs.get("libs_info")
     if isinstance(libs, dict):
-        names = sorted({k.split(" : ")[0] for k in libs if k.startswith("xcompiler")})
+        names = sorted({k.split(" : ")[0] for k in libs if k.startswith(("xcompiler", "tvm-dpu"))})
         if names:
             return ", ".join(names)
-    return "unknown compiler"
+    return "no libs_info"
 
 
 def _op_line(op: XOp) -> str:
@@ -74,8 +87,9 @@ def inspect_text(model: XModel, disasm: bool = False) -> str:
     subgraph's I/O placement and (with `disasm`) its instruction listing."""
     dpus = {d.name: d for d in model.dpu_subgraphs()}
     n_cpu = len(model.cpu_subgraphs())
-    lines = [f"{model.source}: XIR graph {model.name!r} compiled by vai_c ({_compiler(model)}; origin "
-             f"{model.attrs.get('origin', '?')}): {len(model.ops)} ops, {len(dpus)} DPU and {n_cpu} CPU subgraph(s)",
+    lines = [f"{model.source}: XIR graph {model.name!r} compiled by {compiled_by(model)} ({_compiler(model)}; "
+             f"origin {model.attrs.get('origin', '?')}): {len(model.ops)} ops, {len(dpus)} DPU and {n_cpu} CPU "
+             "subgraph(s)",
              "", "subgraph tree:"]
     lines += _tree_lines(model, model.root, 1, dpus)
     lines += ["", "ops:"] + [f"  {_op_line(op)}" for op in model.ops]
@@ -97,7 +111,8 @@ def inspect_json(model: XModel) -> dict[str, Any]:
         return {"name": sg.name, "device": sg.device, "ops": sg.ops, "children": [tree(c) for c in sg.children]}
 
     dpus = model.dpu_subgraphs()
-    return {"file": model.source, "graph": model.name, "compiler": _compiler(model), "tree": tree(model.root),
+    return {"file": model.source, "graph": model.name, "compiled_by": compiled_by(model), "compiler": _compiler(model),
+            "origin": model.attrs.get("origin"), "tree": tree(model.root),
             "ops": [{"name": op.name, "type": op.type, "shape": list(op.output.shape), "dtype": op.output.dtype,
                      "fix_point": op.output.fix_point, "inputs": op.inputs} for op in model.ops],
             "dpu_subgraphs": [{"name": d.name, "dpu": d.dpu_name, "fingerprint": f"{d.fingerprint:#018x}",
@@ -118,17 +133,51 @@ def check_deps(path: Any, races: bool = True) -> dict[str, dict[str, Any]]:
             for name, p in runner.programs.items()}
 
 
-def run_inspect(args: Any) -> int:
-    if getattr(args, "check_vart", False):
+def check_xir(path: Any) -> Any:
+    """AMD's XIR on the file (xir_judge.check_xmodel: load, shape inference on every op); DPUError with the one
+    reason when XIR or a compiler to build the checker is missing here."""
+    from .xir_judge import XirUnavailable, check_xmodel
+
+    try:
+        return check_xmodel(path)
+    except XirUnavailable as e:
+        raise DPUError(f"--check-xir: AMD's XIR cannot be run on this machine: {e}") from None
+
+
+def xir_json(rep: Any) -> dict[str, Any]:
+    return {"ok": rep.ok, "error": rep.error, "ops": len(rep.ops), "subgraphs": len(rep.subgraphs),
+            "mismatches": [{"op": o.name, "type": o.type, "file": o.shape, "xir": o.inferred} for o in rep.mismatches]}
+
+
+def run_checks(args: Any) -> int:
+    """`inspect --check-xir` and/or `--check-vart`: AMD's XIR's verdict, then the VART checker's; exit 1 when
+    XIR refuses the file or infers another shape, or a VART rule is broken."""
+    doc: dict[str, Any] = {"file": str(args.artifact)}
+    failed = False
+    if args.check_xir:
+        rep = check_xir(args.artifact)
+        failed |= not rep.ok
+        doc["xir"] = xir_json(rep)
+        if not args.json:
+            print(f"AMD's XIR: {rep.summary()}")
+    if args.check_vart:
         from .vart_check import check_vart, format_findings
 
         model = read_xmodel(args.artifact)
         findings = check_vart(model)
-        if args.json:
-            print(json.dumps({"file": model.source, "findings": [f.to_dict() for f in findings]}, indent=2))
-        else:
+        failed |= any(f.severity == "error" for f in findings)
+        doc["file"] = model.source
+        doc["findings"] = [f.to_dict() for f in findings]
+        if not args.json:
             print(format_findings(model, findings), end="")
-        return 1 if any(f.severity == "error" for f in findings) else 0
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    return 1 if failed else 0
+
+
+def run_inspect(args: Any) -> int:
+    if getattr(args, "check_vart", False) or getattr(args, "check_xir", False):
+        return run_checks(args)
     if getattr(args, "check_deps", False):
         from tvm_dpu.runtime.dep_check import format_reports
 
@@ -149,13 +198,14 @@ def run_run(args: Any, feeds_for: Any, print_outputs: Any, save_outputs: Any) ->
     from .runner import load_xmodel
 
     (path,) = args.compiled
-    if args.verify:
-        raise DPUError(NO_GOLDEN.format(path=path))
+    who = compiled_by(read_xmodel(path)) if args.verify else ""
+    if args.verify and who != "tvm-dpu":
+        raise DPUError(NO_GOLDEN.format(path=path, who=who))
     for flag, bad in (("--cores", args.cores), ("--executor ray", args.executor != "local"),
                       ("--require-signature", args.require_signature)):
         if bad:
             raise XModelError(f"{flag} does not apply to an .xmodel (one program per DPU subgraph on one core, "
-                              "and vai_c's files are not signed)")
+                              "and .xmodel files are not signed)")
     if len(args.input or []) > 1:
         raise XModelError(f"--input given {len(args.input)} times for one model")
     if args.device == "pynq":
@@ -164,6 +214,10 @@ def run_run(args: Any, feeds_for: Any, print_outputs: Any, save_outputs: Any) ->
         runner = load_xmodel(path, device="pynq", bitfile=args.bitfile, timeout_s=args.timeout)
     else:
         runner = load_xmodel(path)
+    if args.verify:
+        from .compare import golden_checks
+
+        runner.checks.update(golden_checks(runner.model))
     source = (args.input or [None])[0]
     feeds = feeds_for(runner, source, "--input")
     if source is None:
@@ -177,6 +231,16 @@ def run_run(args: Any, feeds_for: Any, print_outputs: Any, save_outputs: Any) ->
     print_outputs(outputs, names)
     if args.output:
         save_outputs(args.output, outputs, names)
+    if args.verify:
+        results = runner.verify_results
+        bad = sum(r.mismatches for r in results)
+        print(f"verify: {len(runner.checks)} DPU subgraph(s) of tvm-dpu's code against tvm-dpu's golden reference "
+              f"of the file's own quantized ops, {args.runs} run(s), {len(results)} subgraph calls, {bad} "
+              "mismatching elements")
+        for r in results:
+            for note in r.first:
+                print(f"  {r.subgraph}: {note}")
+        return 1 if bad else 0
     return 0
 
 
@@ -186,6 +250,7 @@ def xmodel_report_header(model: XModel) -> tuple[dict, dict[str, bytes]]:
     if not dpus:
         raise XModelError(f"{model.source}: no DPU subgraph to report on")
     sub_id = {d.name: i for i, d in enumerate(dpus)}
+    who = compiled_by(model)
     owner: dict[str, XSubgraph] = {op: sg for sg in model.root.children for op in sg.all_ops()}
     nodes, graph = [], []
     for op in model.ops:
@@ -193,7 +258,7 @@ def xmodel_report_header(model: XModel) -> tuple[dict, dict[str, bytes]]:
         on_dpu = sg is not None and sg.device == "DPU"
         nodes.append({"name": op.name, "op": op.type, "device": "dpu" if on_dpu else "cpu",
                       "subgraph": sub_id[sg.name] if on_dpu else None,
-                      "reason": f"vai_c placed it in {sg.device if sg else 'no'} subgraph "
+                      "reason": f"{who} placed it in {sg.device if sg else 'no'} subgraph "
                                 f"{sg.name if sg else ''}".strip()})
         graph.append({"name": op.name, "op": op.type, "inputs": op.input_ops})
     subs, codes = [], {}
@@ -238,7 +303,8 @@ def run_report(args: Any) -> int:
     page = render_report(header, {}, timings, Path(args.artifact).stem, Path(args.artifact).stat().st_size)
     out.write_text(page, encoding="utf-8")
     n_t = sum(isinstance(t, Timing) for t in timings.values())
-    print(f"wrote {out} ({out.stat().st_size} bytes): {len(header['subgraphs'])} DPU subgraph(s) of vai_c code, "
+    print(f"wrote {out} ({out.stat().st_size} bytes): {len(header['subgraphs'])} DPU subgraph(s) of "
+          f"{compiled_by(model)} code, "
           f"{len(model.ops)} ops, timing for {n_t}/{len(timings)} subgraph(s)")
     for s in header["subgraphs"]:
         t = timings[s["key"]]

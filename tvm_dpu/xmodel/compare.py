@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -158,8 +158,18 @@ def _hw(v: Any, default: int) -> list[int]:
     return [int(v[1]), int(v[0])]
 
 
+def _is_const(xm: XModel, op: XOp) -> bool:
+    """A const-fix op, or a concat-fix of them (how tvm-dpu writes a grouped conv's per-group constants)."""
+    return op.type == "const-fix" or (op.type == "concat-fix" and bool(op.input_ops) and
+                                      all(_is_const(xm, xm.op(n)) for n in op.input_ops))
+
+
 def _const_data(xm: XModel, d: DpuSubgraph, op: XOp) -> np.ndarray:
-    """The int8 values of a const-fix op: its `data` attribute, else its bytes in the CONST region."""
+    """The int8 values of a const-fix op: its `data` attribute, else its bytes in the CONST region; of a concat-fix
+    of constants, theirs joined."""
+    if op.type == "concat-fix":
+        return np.concatenate([_const_data(xm, d, xm.op(n)) for n in op.inputs.get("input", [])],
+                              axis=int(op.attrs.get("axis", 0)))
     t = op.output
     n = int(np.prod(t.shape))
     data = op.attrs.get("data")
@@ -332,7 +342,7 @@ def rebuild_qdq(xm: XModel, d: DpuSubgraph) -> tuple[Any, list[XTensor], list[XT
             graph_in.append(helper.make_tensor_value_info(f"{op.name}__in", TensorProto.FLOAT, _nchw(t.shape)))
             r.qdq(f"{op.name}__in", t.fix_point, op.name)
     for op in ops:
-        if op.type in _SKIP:
+        if op.type in _SKIP or _is_const(xm, op):
             continue
         if op.output.fix_point is None:
             raise XModelError(f"{xm.source}: op {op.name!r} has no output fix_point")
@@ -578,6 +588,46 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = IN
                         programs=len(ours.runners), engine_busy=busy)
     return SubgraphComparison(d.name, differing, total, vai, mine, notes, inputs, _input_warnings(outs, seen),
                               list(layers.checks.values()), layers.skipped)
+
+
+def golden_checks(xm: XModel) -> dict[str, Callable[[list[np.ndarray], list[np.ndarray]], Any]]:
+    """For an xmodel tvm-dpu wrote (its DPU ops carry their int8 constants, fix points and attributes): per DPU
+    subgraph, a check(int8 inputs, int8 outputs) -> VerifyResult of the program's outputs against tvm-dpu's golden
+    reference (xgraph.golden) of the quantized network rebuilt from the file's ops (rebuild_qdq, compiled back by
+    tvm-dpu to get its quantized XGraph). The reference reads nothing of the file's machine code."""
+    import tvm_dpu
+
+    from ..arch.arch import arch_from_fingerprint
+    from ..runtime.subgraph_runner import VerifyResult
+    from ..xgraph.golden import run_graph
+
+    out: dict[str, Callable[[list[np.ndarray], list[np.ndarray]], Any]] = {}
+    for d in xm.dpu_subgraphs():
+        onnx_model, ins, outs, _ = rebuild_qdq(xm, d)
+        runners = list(tvm_dpu.build(onnx_model, arch=arch_from_fingerprint(d.fingerprint), progress=False)
+                       .runners.values())
+        graph = runners[0].graph if len(runners) == 1 else None
+        if graph is None or len(graph.outputs) != len(outs):
+            raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: its ops rebuilt did not compile to one DPU "
+                              f"partition with its {len(outs)} output(s), so there is no golden reference for it")
+        for t, name in zip(outs, graph.outputs):
+            if graph.tensors[name].fix_point != t.fix_point:
+                raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: output {t.name!r} has fix_point "
+                                  f"{t.fix_point}, the rebuilt network's {graph.tensors[name].fix_point}")
+
+        def check(q_in: list[np.ndarray], q_out: list[np.ndarray], d: DpuSubgraph = d, ins: list = ins,
+                  outs: list = outs, graph: Any = graph) -> VerifyResult:
+            golden = run_graph(graph, {f"{t.op}__in": _to_nchw(q) for t, q in zip(ins, q_in)})
+            bad, total, notes = 0, 0, []
+            for t, name, q in zip(outs, graph.outputs, q_out):
+                diff = int(np.sum(_to_nhwc(golden[name]).reshape(q.shape) != q))
+                bad, total = bad + diff, total + q.size
+                if diff:
+                    notes.append(f"output {t.name!r}: {diff} of {q.size} elements differ")
+            return VerifyResult(d.name, bad, total, notes)
+
+        out[d.name] = check
+    return out
 
 
 def compare(path: Any, seed: int = 0, inputs: int = INPUTS) -> Comparison:

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -137,6 +137,10 @@ class XModelRunner:
     outputs: list[InputSpec]
     plugin_runners: dict[str, Any] = field(default_factory=dict)
     last_stats: dict[str, Any] = field(default_factory=dict)
+    #: DPU subgraph -> check(int8 inputs, int8 outputs as the program left them) -> VerifyResult, run after every
+    #: execute of that subgraph (`run --verify` on a file tvm-dpu wrote: compare.golden_checks)
+    checks: dict[str, Callable[[list[np.ndarray], list[np.ndarray]], Any]] = field(default_factory=dict)
+    verify_results: list[Any] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -206,6 +210,7 @@ class XModelRunner:
     def _run_dpu(self, prog: DpuProgram, values: dict[str, np.ndarray]) -> None:
         where = f"{self.model.source}: DPU subgraph {prog.sub.name!r}"
         regions = prog.new_regions()
+        q_in = []
         for t in prog.sub.inputs:
             upload = self.model.op(t.op)
             src = values.get(upload.input_ops[0]) if upload.input_ops else None
@@ -213,7 +218,8 @@ class XModelRunner:
                 raise XModelError(f"{where}: input {t.name!r} has no value when the subgraph runs")
             if src.dtype != np.int8:
                 raise XModelError(f"{where}: input {t.name!r} is {src.dtype}, the DPU reads int8")
-            tensor_view(regions[t.reg_id], t, where)[...] = src.reshape(t.shape)
+            q_in.append(src.reshape(t.shape))
+            tensor_view(regions[t.reg_id], t, where)[...] = q_in[-1]
         try:
             self.device.execute(prog.sg, regions)
         except DPUError as e:
@@ -224,12 +230,19 @@ class XModelRunner:
                               "reaching END: its outputs are not valid")
         with self._lock:
             self.last_stats[prog.sub.name] = stats
+        q_out = []
         for t in prog.sub.outputs:
             out = tensor_view(regions[t.reg_id], t, where).copy()
+            q_out.append(out)
             values[t.op] = out
             for d in self.model.consumers(t.op):
                 if d.type == "download":
                     values[d.name] = out.reshape(d.output.shape)
+        check = self.checks.get(prog.sub.name)
+        if check is not None:
+            result = check(q_in, q_out)
+            with self._lock:
+                self.verify_results.append(result)
 
     def _plugin_runner(self, op: XOp) -> Any:
         if op.type in CPU_OPS:

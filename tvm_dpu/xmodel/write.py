@@ -6,7 +6,8 @@ attribute comes from here):
   of the DPU input it feeds), DPU (one per compiled DPU partition) and CPU (the host ops between and after them);
 - a DPU subgraph holds an `upload` op per input (its output tensor carries the input's `reg_id`/`ddr_addr`/
   `location`/`stride` in REG_2), the partition's quantized ops as XIR `*-fix` ops with their int8 constants as
-  `const-fix` ops, and a `download` op per output (the op feeding it carries the output's DDR place in REG_3);
+  `const-fix` ops (a grouped conv's one per group where codegen packed it, joined by a `concat-fix`), and a
+  `download` op per output (the op feeding it carries the output's DDR place in REG_3);
   its attributes carry our machine code (`mc_code`), the regions (REG_0 CONST with its bytes in
   `reg_id_to_parameter_value`, REG_1 workspace, REG_2/REG_3 interface) and the arch fingerprint;
 - CPU subgraphs convert with `fix2float`/`float2fix` and hold the model's host ops where XIR has an op for them
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tvm_dpu.codegen.layout import group_param
 from tvm_dpu.types import REG_INPUT, REG_OUTPUT, REG_PARAMS, REG_WORK
 from tvm_dpu.xgraph.ops import dense_weights_shape, op_macs
 from tvm_dpu.errors import XModelError
@@ -257,9 +259,9 @@ class _Writer:
             names = []
             args_map: dict[str, list[str]] = {"input": [producer[t] for t in xop.inputs]}
             for role, tname in sorted(xop.params.items()):
-                c = self.const(graph, sg, xop, role, tname)
-                names.append(c)
-                args_map[role] = [c]
+                made = self.const(graph, sg, xop, role, tname)
+                names += made
+                args_map[role] = [made[-1]]
             n = self.name(xop.name)
             t_out = graph.tensors[xop.outputs[0]]
             tensor = _fix_tensor(n, _nhwc(t_out.shape), t_out.fix_point)
@@ -309,8 +311,11 @@ class _Writer:
             "subg_child": children})
         return outs
 
-    def const(self, graph: Any, sg: Any, xop: Any, role: str, tname: str) -> str:
-        """A `const-fix` op: the constant in XIR's layout, placed in REG_0 where the program's packed copy starts."""
+    def const(self, graph: Any, sg: Any, xop: Any, role: str, tname: str) -> list[str]:
+        """The ops giving constant `tname` (the last one feeds `xop`): one `const-fix` op, the constant in XIR's
+        layout placed in REG_0 where the program's packed copy starts; for a grouped conv, whose codegen packs each
+        group's bias and weights side by side, one const-fix op per group at that group's place and a
+        `concat-fix` of them (on chip) giving the whole constant to the one grouped conv2d-fix."""
         t = graph.tensors[tname]
         data = np.asarray(t.data, dtype=np.int8)
         if role == "weights" and xop.type == "dense":
@@ -321,12 +326,26 @@ class _Writer:
             data = data.transpose(1, 2, 3, 0)  # ONNX's (I, O, kh, kw) -> XIR's OHWI
         elif data.ndim == 4:
             data = data.transpose(0, 2, 3, 1)  # OIHW -> OHWI, vai_c's layout
+        groups = int(xop.attrs.get("groups", 1)) if xop.type == "conv2d" else 1
+        if groups == 1:
+            return [self.const_fix(sg, xop, tname, tname, data, t.fix_point)]
+        # weights OHWI and bias [O] both split along O, as the groups' output channels are
+        parts = [self.const_fix(sg, xop, group_param(tname, g), f"{tname}_group{g}", part, t.fix_point)
+                 for g, part in enumerate(np.split(data, groups, axis=0))]
         n = self.name(tname)
-        if tname not in sg.param_offsets:
-            raise XModelError(f"DPU partition {sg.name}: constant {tname!r} of op {xop.name!r} has no place in the "
+        self.op(n, "concat-fix", {"input": parts}, _on_chip(_fix_tensor(n, list(data.shape), t.fix_point,
+                                                                        "PY3_ROUND")),
+                {"axis": _a("int32", 0)}, device="DPU")
+        return parts + [n]
+
+    def const_fix(self, sg: Any, xop: Any, key: str, want: str, data: np.ndarray, fix_point: int) -> str:
+        """A `const-fix` op holding `data`, at the REG_0 offset codegen recorded for `key`."""
+        if key not in sg.param_offsets:
+            raise XModelError(f"DPU partition {sg.name}: constant {key!r} of op {xop.name!r} has no place in the "
                               f"program's parameter region: rebuild the model to export an xmodel")
-        tensor = _place(_fix_tensor(n, list(data.shape), t.fix_point, "PY3_ROUND"), REG_PARAMS,
-                        sg.param_offsets[tname], 1)
+        n = self.name(want)
+        tensor = _place(_fix_tensor(n, list(data.shape), fix_point, "PY3_ROUND"), REG_PARAMS,
+                        sg.param_offsets[key], 1)
         self.op(n, "const-fix", {}, tensor,
                 {"data": _a("bytes", np.ascontiguousarray(data).tobytes()),
                  "shape": _a("int32_vec", list(data.shape)), "data_type": _a("string", "XINT8")}, device="DPU")
@@ -496,6 +515,8 @@ def xmodel_graph(model: Any) -> dict:
     import tvm
     from tvm import relax
 
+    from tvm_dpu import __version__
+
     if model.relax_module is None:
         raise XModelError("this model was loaded from an artifact: its host part is a compiled library with no "
                           "op graph, so it cannot be written as an xmodel; export the model right after "
@@ -576,7 +597,9 @@ def xmodel_graph(model: Any) -> dict:
     root = {"subgraph_name": "root", "subg_attr": {}, "subg_child": w.children}
     return {"graph_name": "tvm_dpu_model",
             "op_node": w.ops, "subg_root": root,
-            "graph_attr": {"origin": _a("string", "tvm-dpu")}}
+            "graph_attr": {"origin": _a("string", "tvm-dpu"),
+                           # where vai_c names its xcompiler version: `inspect` says who wrote the file from it
+                           "libs_info": _a("map_string_2_string", {f"tvm-dpu.{__version__}": __version__})}}
 
 
 def export_xmodel(model: Any, path: str | os.PathLike[str]) -> Path:
