@@ -52,7 +52,7 @@ def read_regular(path: str | os.PathLike[str], kind: str, error: type[DPUError] 
     except FileNotFoundError:
         if private:
             raise
-        raise error(f"{path}: no such file (the {kind} is missing)") from None
+        raise error(f"{path}: cannot read the {kind}: no such file") from None
     except OSError as e:
         raise error(f"{path}: cannot read the {kind}: {e.strerror or e}") from None
     st = os.fstat(fd)
