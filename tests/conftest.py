@@ -68,6 +68,25 @@ def load_bench(name: str) -> Any:
     return mod
 
 
+#: The grid the fake-simulator tests of bench_calibration.fit scan (tests/test_calibration_bench.py,
+#: tests/test_calibration_vaic.py), fixed here so they check the fit's logic whatever grid the shipped fit scans.
+FAKE_FIT_GRID = {"conv_fill_cycles": (24, 48, 64, 96, 128, 160, 192, 224, 256, 288, 320, 384),
+                 "dma_bank_rows_per_cycle": (1, 2), "ddr_latency_ns": (0.0, 50.0, 100.0, 150.0, 200.0),
+                 "host_pre_post_ms": tuple(round(0.1 * i, 1) for i in range(21))}
+
+
+@pytest.fixture
+def fake_fit_grid(monkeypatch):
+    """Apply FAKE_FIT_GRID to a loaded bench_calibration module (our rows' own scan: the conv fill and bank rows
+    at params.json's DDR latency); returns the module."""
+    def apply(bench: Any) -> Any:
+        monkeypatch.setattr(bench, "FIT_GRID", FAKE_FIT_GRID)
+        monkeypatch.setattr(bench, "_SIM_KEYS", [k for k in FAKE_FIT_GRID if k != "host_pre_post_ms"])
+        monkeypatch.setattr(bench, "OURS_SCAN_KEYS", ("conv_fill_cycles", "dma_bank_rows_per_cycle"))
+        return bench
+    return apply
+
+
 @pytest.fixture(scope="module")
 def model():
     """The bundled mixed CPU/DPU example network (ONNX ModelProto)."""

@@ -73,10 +73,12 @@ def test_contention_is_charged():
 
 
 def test_contention_cycles_from_the_timing_model(mixed_segments):
-    """A real segment simulated with its DDR share split among k cores takes longer as k grows."""
+    """A real segment simulated with its DDR share split among k cores never gets faster as k grows, and slower once
+    the share drops below the beat rate its LOADs/SAVEs reach (with the per-instruction DMA cost of issue 35's refit,
+    the ResNet segment's transfers stay under a half share at 2 cores, not under a third at 3)."""
     sg = max(mixed_segments.segments, key=lambda g: g.sg.code.size).sg
     c = contention_cycles(sg.code, ARCH, 3)
-    assert c[0] < c[1] < c[2]
+    assert c[0] <= c[1] <= c[2] and c[0] < c[2]
 
 
 def test_critical_path_priority():

@@ -114,11 +114,17 @@ def test_higher_clock_lower_latency():
 
 
 def test_strided_rows_cost_more_than_contiguous():
+    """A strided row is one burst per item: an item shorter than a beat still takes a whole beat (9-byte image
+    rows: 64 beats instead of 36), and each burst pays burst_overhead_beats (16-byte items cost more only then)."""
     m = machine(ARCH)
+    ov = m.params.burst_overhead_beats
+    assert dma_beats(m, 64, 9, 9) == 36 + ov and dma_beats(m, 64, 9, 64) == 64 + 64 * ov
     contiguous = dma_beats(m, 64, 16, 16)
-    strided = dma_beats(m, 64, 16, 64)
-    assert strided > contiguous
     assert contiguous >= 64 * 16 / m.axi_bytes
+    for overhead in (0.0, 1.0, 4.0):
+        over = machine(ARCH, load_params(ARCH).replace(burst_overhead_beats=overhead))
+        strided = dma_beats(over, 64, 16, 64)
+        assert strided == 64 + 64 * overhead and (strided > dma_beats(over, 64, 16, 16)) == (overhead > 0)
 
 
 def test_load_and_save_share_the_axi_rate():
