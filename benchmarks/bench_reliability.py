@@ -55,7 +55,9 @@ from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "reliability.json"
 ROOT = Path(__file__).resolve().parents[1]
 ARCH = "zcu102"
-BAD = ("other_exc", "crash", "hang", "wrong")
+BAD = ("other_exc", "memory", "crash", "hang", "wrong")
+#: Address-space cap of every case's child process: an allocation past it is a `memory` outcome, not a dead host.
+MEMORY_CAP_GIB = 5
 
 
 # ------------------------------------------------------------------------------------------ building the cases
@@ -191,20 +193,287 @@ def npz_cases(d: Path) -> list[Path]:
                             "nan.npz", "complex.npz", "shape.npz", "missing.npz")]
 
 
+# ------------------------------------------------------------------------------------------ xmodel mutations
+XMODELS = sorted((ROOT / "tests" / "data" / "xmodel").rglob("*.xmodel"))
+#: Mutations after which the file must be refused (a run would be a defect, counted `wrong`); after the others a run
+#: with another output is a legitimate model (counted `changed`: e.g. 16 random bytes of mc_code that happen to decode
+#: as ISA1 instructions are another program).
+MUST_REFUSE = ("mc_odd", "mc_empty", "mc_no_end", "dim_zero", "dim_max", "dim_extra", "dim_huge",
+               "self_input", "cycle", "missing_input", "size_huge", "size_negative", "const_short", "ddr_huge",
+               "stride_zero", "stride_negative", "stride_len", "fingerprint", "sub_dup_op", "attr_kind",
+               "truncate")
+
+
+def _dpu_sub(g: dict) -> dict:
+    return next(c for c in g["subg_root"]["subg_child"] if c["subg_attr"].get("device", None) is not None
+                and c["subg_attr"]["device"].value == "DPU")
+
+
+def _io_tensors(g: dict) -> list[dict]:
+    """The tensors a run reads or writes: the model's inputs, the DPU's inputs (upload) and outputs (download's)."""
+    by_name = {op["op_name"]: op for op in g["op_node"]}
+    read = [by_name[a["arg_ops"][0]] for op in g["op_node"] if op["op_type"] == "download" for a in op["args"]]
+    return [op["output_tensor"] for op in g["op_node"] if op["op_type"] in ("upload", "data", "data-fix")] + [
+        op["output_tensor"] for op in read]
+
+
+def _xmodel_mutant(g: dict, kind: str, rng: random.Random) -> None:
+    """Edit the decoded graph `g` in place by mutation `kind`."""
+    from tvm_dpu.xmodel.reader import Attr
+
+    sub = _dpu_sub(g)
+    a = sub["subg_attr"]
+    code = a["mc_code"].value
+    ops = g["op_node"]
+    io = _io_tensors(g)
+    t = rng.choice(io)
+    if kind.startswith(("ddr", "stride")):  # placement edits: a tensor the run reads or writes in DDR
+        t = rng.choice([x for x in io if "ddr_addr" in x["tensor_attr"]])
+    if kind == "mc_odd":
+        a["mc_code"] = Attr(a["mc_code"].kind, code[:-1])
+    elif kind == "mc_empty":
+        a["mc_code"] = Attr(a["mc_code"].kind, b"")
+    elif kind == "mc_no_end":
+        a["mc_code"] = Attr(a["mc_code"].kind, code[:-4])  # END is the last word
+    elif kind == "mc_random":
+        at = rng.randrange(len(code) // 4) * 4
+        junk = bytes(rng.randrange(256) for _ in range(16))
+        a["mc_code"] = Attr(a["mc_code"].kind, code[:at] + junk + code[at + 16:])
+    elif kind in ("dim_zero", "dim_max", "dim_huge"):
+        i = rng.randrange(len(t["tensor_dim"]))
+        t["tensor_dim"][i] = {"dim_zero": 0, "dim_max": 2**32 - 1, "dim_huge": 65536}[kind]
+    elif kind == "dim_extra":
+        t["tensor_dim"].insert(0, rng.choice([2, 7, 4096]))
+    elif kind == "self_input":
+        op = rng.choice([o for o in ops if o["args"]])
+        op["args"][0]["arg_ops"] = [op["op_name"]]
+    elif kind == "cycle":
+        op = rng.choice([o for o in ops if o["args"]])
+        src = next(o for o in ops if o["op_name"] == op["args"][0]["arg_ops"][0])
+        src["args"] = [{"arg_name": "input", "arg_ops": [op["op_name"]]}]
+    elif kind == "missing_input":
+        op = rng.choice([o for o in ops if o["args"]])
+        op["args"][0]["arg_ops"] = ["no_such_op"]
+    elif kind in ("size_huge", "size_negative", "size_zero"):
+        sizes = dict(a["reg_id_to_size"].value)
+        k = rng.choice(sorted(sizes))
+        sizes[k] = {"size_huge": 1 << 40, "size_negative": -5, "size_zero": 0}[kind]
+        a["reg_id_to_size"] = Attr(a["reg_id_to_size"].kind, sizes)
+    elif kind == "const_short":
+        sizes = dict(a["reg_id_to_size"].value)
+        params = a["reg_id_to_parameter_value"].value
+        k = next(iter(params))
+        params[k] = params[k][: len(params[k]) // 2]
+    elif kind == "ddr_huge":
+        t["tensor_attr"]["ddr_addr"] = Attr("int32_value", rng.choice([2**31 - 1, -7]))
+    elif kind in ("stride_zero", "stride_negative", "stride_len"):
+        st = t["tensor_attr"].get("stride")
+        n = len(t["tensor_dim"])
+        v = {"stride_zero": [0] * n, "stride_negative": [-1] * n, "stride_len": [1] * (n + 2)}[kind]
+        t["tensor_attr"]["stride"] = Attr(st.kind if st else "int32_vec_value", v)
+    elif kind == "fingerprint":
+        a["dpu_fingerprint"] = Attr(a["dpu_fingerprint"].kind, rng.randrange(1 << 63))
+    elif kind == "sub_dup_op":
+        leaf = next(s for s in sub["subg_child"] if s["op_name"]) if sub["subg_child"] else sub
+        other = next(c for c in g["subg_root"]["subg_child"] if c is not sub and c["op_name"])
+        other["op_name"].append(leaf["op_name"][0])
+    elif kind == "attr_kind":
+        key = rng.choice(["mc_code", "reg_id_to_size", "dpu_fingerprint", "reg_id_to_parameter_value"])
+        a[key] = rng.choice([Attr("string_value", "x"), Attr("int32_value", 3), Attr("bool_value", True)])
+    elif kind == "fix_point":
+        t["tensor_attr"]["fix_point"] = Attr("int32_value", rng.choice([-200, 100, 2**31 - 1]))
+    elif kind == "data_type":
+        t["data_type"], t["tensor_bit_width"] = rng.choice([(4, 32), (0, 64), (9, 8), (0, 0)])
+    elif kind == "op_type":
+        rng.choice(ops)["op_type"] = rng.choice(["conv2d-fix", "no-such-op", "", "softmax"])
+    else:
+        raise ValueError(kind)
+
+
+XMODEL_SEMANTIC = list(MUST_REFUSE[:-1]) + ["mc_random", "size_zero", "fix_point", "data_type", "op_type"]
+
+
+def xmodel_cases(n: int, seed: int, d: Path) -> list[dict]:
+    """`n` mutations of each vendored xmodel: semantic edits of the decoded graph (re-encoded) and byte-level flips
+    and truncations. Each item says whether running it would be a defect (`must_refuse`)."""
+    from tvm_dpu.xmodel.encode import encode_graph
+    from tvm_dpu.xmodel.reader import decode_graph
+
+    rng = random.Random(seed)
+    items = []
+    for src in XMODELS:
+        data = src.read_bytes()
+        for i in range(n):
+            kind = XMODEL_SEMANTIC[i % len(XMODEL_SEMANTIC)] if i < len(XMODEL_SEMANTIC) else rng.choice(
+                XMODEL_SEMANTIC + ["truncate", "flip"])
+            if kind == "truncate":
+                b = data[: rng.randrange(len(data))]
+            elif kind == "flip":
+                b = bytearray(data)
+                for _ in range(rng.randint(1, 8)):
+                    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+                b = bytes(b)
+            else:
+                g = decode_graph(data, str(src))
+                _xmodel_mutant(g, kind, rng)
+                b = encode_graph(g)
+            f = d / f"{src.stem}.{i}.{kind}.xmodel"
+            f.write_bytes(b)
+            items.append({"kind": "xmodel", "path": str(f), "mutation": kind, "must_refuse": kind in MUST_REFUSE})
+    return items
+
+
+def xmodel_case(item: dict) -> str:
+    """inspect (text and JSON) and run one mutated xmodel the way the CLI does; the outcome."""
+    from tvm_dpu.cli import _feeds_for
+    from tvm_dpu.xmodel.commands import inspect_json, inspect_text
+    from tvm_dpu.xmodel.model import read_xmodel
+    from tvm_dpu.xmodel.runner import load_xmodel
+
+    model = read_xmodel(item["path"])
+    inspect_text(model, disasm=True)
+    inspect_json(model)
+    runner = load_xmodel(model)
+    runner.run(_feeds_for(runner, None, "--input"))
+    return "wrong" if item["must_refuse"] else "changed"
+
+
+# ------------------------------------------------------------------------------------------ round three (issue 40)
+RUNNER_CASES = ["out_uint8", "out_int32", "out_int64", "wait_str", "wait_none", "wait_float", "timeout_negative",
+                "after_close", "threads_str", "threads_float", "threads_huge"]
+TRUST_FILE_CASES = ["record_0666", "record_dir_0777", "record_other_owner", "keys_file_0666", "listed_key_0666"]
+STREAM_KINDS = ["artifact", "xmodel", "key", "manifest", "signature", "npz"]
+
+
+def runner_case(case: str) -> None:
+    """One misuse of the VART-style runner on the vendored MNIST xmodel; raises what the project raises."""
+    from tvm_dpu.runner import create_runner
+
+    mnist = str(XMODELS[0])
+    if case.startswith("threads_"):
+        create_runner(mnist, num_threads={"threads_str": "2", "threads_float": 2.5, "threads_huge": 10 ** 6}[case])
+        return
+    r = create_runner(mnist)
+    (t_in,), (t_out,) = r.get_input_tensors(), r.get_output_tensors()
+    x = np.zeros(t_in.shape, np.float32)
+    if case.startswith("out_"):
+        r.run(x, [np.zeros(t_out.shape, {"out_uint8": np.uint8, "out_int32": np.int32, "out_int64": np.int64}[case])])
+    elif case == "after_close":
+        r.close()
+        r.execute_async(x)
+    else:
+        job = r.execute_async(x)
+        r.wait(*{"wait_str": ("abc",), "wait_none": (None,), "wait_float": (float(job.id) + 0.7,),
+                 "timeout_negative": (job, -1)}[case])
+
+
+def trust_file_case(case: str, artifact: str) -> str:
+    """Load an artifact built elsewhere whose identity is vouched for by a build record (or signed by a key listed
+    in a trusted-keys file) that another user could write: it must be refused."""
+    from tvm_dpu import signing, trust
+
+    import tvm_dpu
+
+    cfg = Path(tempfile.mkdtemp(prefix="tvm_dpu_cfg_"))
+    os.environ["TVM_DPU_CONFIG_DIR"] = str(cfg)
+    data = Path(artifact).read_bytes()
+    if case.startswith("record"):
+        rec = cfg / "built"
+        rec.write_text(trust.artifact_id(signing.split(data)[0]) + "\n")
+        os.chmod(rec, 0o666 if case == "record_0666" else 0o600)
+        if case == "record_dir_0777":
+            os.chmod(cfg, 0o777)
+        if case == "record_other_owner":
+            if os.getuid() != 0:
+                return "clean"  # only root can give a file away; nothing to test as another user
+            os.chown(rec, 12345, 12345)
+        tvm_dpu.load(artifact)
+        return "wrong"
+    priv, pub = signing.generate_keypair(cfg / "k")
+    signed = cfg / "signed.tvmdpu"
+    signed.write_bytes(signing.sign(data, priv))
+    (cfg / "trusted_keys").write_text("k.pub\n")
+    os.chmod(cfg / "trusted_keys", 0o666 if case == "keys_file_0666" else 0o600)
+    os.chmod(pub, 0o666 if case == "listed_key_0666" else 0o644)
+    tvm_dpu.load(signed)
+    return "wrong"
+
+
+def stream_case(kind: str, path: str) -> None:
+    """An endless stream (/dev/zero) or a FIFO given where a file of `kind` is read; raises what the project raises."""
+    import tvm_dpu
+
+    if kind == "artifact":
+        tvm_dpu.load(path, trust="unsigned")
+    elif kind == "xmodel":
+        from tvm_dpu.xmodel.model import read_xmodel
+
+        read_xmodel(path)
+    elif kind == "key":
+        from tvm_dpu.signing import public_key_bytes
+
+        public_key_bytes(path)
+    elif kind in ("manifest", "signature"):
+        from tvm_dpu.pipeline.model import read_pipeline_json
+
+        d = Path(tempfile.mkdtemp(prefix="tvm_dpu_pipe_"))
+        if kind == "signature":
+            (d / "pipeline.json").write_text("{}")
+            os.symlink(path, d / "pipeline.sig")
+            read_pipeline_json(d / "pipeline.json", trusted_keys=[b"\1" * 32])
+        else:
+            os.symlink(path, d / "pipeline.json")
+            read_pipeline_json(d / "pipeline.json")
+    elif kind == "npz":
+        from tvm_dpu.feeds import load_npz
+
+        load_npz(path)
+    else:
+        raise ValueError(kind)
+
+
+def stream_items(d: Path) -> list[dict]:
+    fifo = d / "fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    return [{"kind": "stream", "case": k, "path": p} for k in STREAM_KINDS for p in ("/dev/zero", str(fifo))]
+
+
+def cli_arg_items(d: Path) -> list[dict]:
+    """argv that must exit 2: counts past their bound, dse flags that are invalid or would be ignored."""
+    onnx_path = d / "dse.onnx"
+    from tvm_dpu import zoo
+
+    import onnx
+
+    onnx.save(zoo.build_model("mixed_cnn", reduced=True), onnx_path)
+    m = str(onnx_path)
+    argv = [["benchmark", str(XMODELS[0]), "--runs", "10000000000000000000000"],
+            ["run", str(XMODELS[0]), "--runs", "10000000000000000000000"],
+            ["dse", m, "--part", "zu3eg", "--ddr-gbps", "-5"],
+            ["dse", m, "--part", "zu3eg", "--ddr-gbps", "0.001"],
+            ["dse", m, "--dsp", "1000", "--bram", "200", "--ddr-gbps", "nan"],
+            ["dse", m, "--dsp", "-3", "--bram", "200"],
+            ["dse", m, "--part", "zu3eg", "--clock-mhz", "inf"],
+            ["run", str(XMODELS[0]), "--min-release", "2"]]
+    return [{"kind": "cli", "argv": a} for a in argv]
+
+
 # ------------------------------------------------------------------------------------------ the child: run cases
 def child(args) -> None:
     import tvm_dpu
     from tvm_dpu.errors import DPUError
 
     cases = json.loads(Path(args.child).read_text())
-    x = np.load(cases["x"])
-    expected = np.load(cases["expected"])
+    x = np.load(cases["x"]) if "x" in cases else None
+    expected = np.load(cases["expected"]) if "expected" in cases else None
     import contextlib
 
     protocol = sys.stdout
     for i in range(args.start, len(cases["items"])):
         item = cases["items"][i]
         kind = item["kind"]
+        detail = ""
         try:
             quiet = contextlib.redirect_stdout(sys.stderr)  # stdout carries only the outcome records
             quiet.__enter__()
@@ -232,7 +501,8 @@ def child(args) -> None:
             elif kind == "pipeline":
                 from tvm_dpu.pipeline import PipelineModel
 
-                pipe = PipelineModel.load(item["path"], trusted_keys=item.get("trusted"))
+                pipe = PipelineModel.load(item["path"], trusted_keys=item.get("trusted"),
+                                          trust=item.get("trust", "auto"), min_release=item.get("min_release"))
                 with pipe:
                     y = pipe.run(np.load(item["x"]))[0]
                 out = "same" if item.get("benign") and np.array_equal(y, np.load(item["expected"])) else "wrong"
@@ -241,6 +511,16 @@ def child(args) -> None:
                 out = "wrong"
             elif kind == "keys":
                 tvm_dpu.load(cases["artifact"], trusted_keys=_bad_keys(item["case"]))
+                out = "wrong"
+            elif kind == "xmodel":
+                out = xmodel_case(item)
+            elif kind == "runner":
+                runner_case(item["case"])
+                out = "wrong"
+            elif kind == "trustfile":
+                out = trust_file_case(item["case"], cases["artifact"])
+            elif kind == "stream":
+                stream_case(item["case"], item["path"])
                 out = "wrong"
             elif kind == "array":
                 m = tvm_dpu.load(cases["artifact"])
@@ -251,12 +531,13 @@ def child(args) -> None:
                 raise ValueError(kind)
         except DPUError:
             out = "clean"
+        except MemoryError as e:
+            out, detail = "memory", f"MemoryError: {str(e)[:200]}"
         except Exception as e:  # noqa: BLE001 - counting foreign exceptions is the point
-            out = "other_exc"
-            print(f"# case {i}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            out, detail = "other_exc", f"{type(e).__name__}: {str(e)[:200]}"
         finally:
             quiet.__exit__(None, None, None)
-        print(json.dumps({"i": i, "outcome": out}), file=protocol, flush=True)
+        print(json.dumps({"i": i, "outcome": out, "detail": detail}), file=protocol, flush=True)
 
 
 def _bad_input(case: str, x: np.ndarray):
@@ -269,7 +550,8 @@ def _bad_input(case: str, x: np.ndarray):
 INPUT_CASES = ["nan", "inf", "bool", "complex", "object", "str", "extra", "missing", "shape", "rank", "list"]
 
 
-PLUGIN_CASES = ["partition", "float_reference", "compile", "nan_reference", "inf_runner", "broken_entry_point"]
+PLUGIN_CASES = ["partition", "float_reference", "compile", "nan_reference", "inf_runner", "broken_entry_point",
+                "bad_claims"]
 
 
 def _plugin_case(case: str, onnx_path: str, x: np.ndarray) -> None:
@@ -284,6 +566,8 @@ def _plugin_case(case: str, onnx_path: str, x: np.ndarray) -> None:
         def partition(self, graph):
             if case == "partition":
                 raise ZeroDivisionError("plugin bug")
+            if case == "bad_claims":
+                return [42, None, "x"]
             return graph.ops[-1:]
 
         def float_reference(self, subgraph, inputs):
@@ -396,7 +680,9 @@ def pipeline_cases(d: Path) -> tuple[list[dict], str]:
     np.save(d / "pipe_x.npy", x)
     priv, pub = generate_keypair(d / "pipekey")
     good, other = d / "pipe_good", d / "pipe_other"
-    PipelineModel.from_model(compiled, boards=3).save(good, sign=priv)
+    three = PipelineModel.from_model(compiled, boards=3)
+    three.save(good, sign=priv, release="2.0")
+    three.save(d / "pipe_release1", sign=priv, release="1.9")  # an older signed release of the same pipeline
     PipelineModel.from_model(compiled, boards=2).save(other, sign=priv)
     np.save(d / "pipe_expected.npy", compiled.run(x)[0])
     items = [{"kind": "pipeline", "path": str(good), "benign": True}]
@@ -426,6 +712,10 @@ def pipeline_cases(d: Path) -> tuple[list[dict], str]:
     variant("deep", lambda v: (v / "pipeline.json").write_bytes(b"[" * 100_000 + b"]" * 100_000))
     for it in items:
         it.update(trusted=[str(pub)], x=str(d / "pipe_x.npy"), expected=str(d / "pipe_expected.npy"))
+    # the edited fix point with no key at all and --allow-unsigned: the stages' own headers must refuse it
+    items.append({**items[1], "trusted": None, "trust": "unsigned"})
+    items.append({**items[0], "path": str(d / "pipe_release1"), "benign": False, "min_release": "2.0"})
+    items.append({**items[0], "min_release": "2.0"})  # the current release passes the same bar
     return items, str(pub)
 
 
@@ -469,14 +759,27 @@ print(json.dumps({{"loads": {loads}, "rss_growth_mib": round(rss() - r0, 1), "de
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: float) -> dict:
+def _memory_cap(gib: float):
+    """A preexec_fn capping the child's address space at `gib` GiB (so a blow-up is a MemoryError there)."""
+    def cap() -> None:
+        import resource
+
+        limit = int(gib * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return cap
+
+
+def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: float,
+                 memory_gib: float = MEMORY_CAP_GIB) -> dict:
     counts = {k: 0 for k in ("cases", "clean", "same", "changed") + BAD}
+    bad_cases: list[str] = []
     spec = d / f"{name}.json"
     spec.write_text(json.dumps({**common, "items": items}))
     start = 0
     while start < len(items):
         proc = subprocess.Popen([sys.executable, __file__, "--child", str(spec), "--start", str(start)],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                preexec_fn=_memory_cap(memory_gib))
         done = start
         t_case = time.monotonic()
         try:
@@ -488,6 +791,7 @@ def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: f
                 if not sel.select(timeout=max(0.0, timeout - (time.monotonic() - t_case))):
                     proc.kill()
                     counts["hang"] += 1
+                    bad_cases.append(f"{_case_name(items[done])}: hang")
                     done += 1
                     break
                 line = proc.stdout.readline()
@@ -495,12 +799,15 @@ def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: f
                     proc.wait()
                     if done < len(items):  # died in the middle of case `done`
                         counts["crash"] += 1
+                        bad_cases.append(f"{_case_name(items[done])}: crash (status {proc.returncode})")
                         done += 1
                     break
                 if not line.startswith('{"i"'):
                     continue  # anything else a case printed (the CLI's own output goes to stderr; be safe)
                 rec = json.loads(line)
                 counts[rec["outcome"]] += 1
+                if rec["outcome"] in BAD:
+                    bad_cases.append(_case_name(items[rec["i"]]) + (f": {rec['detail']}" if rec["detail"] else ""))
                 done = rec["i"] + 1
                 t_case = time.monotonic()
         finally:
@@ -509,7 +816,15 @@ def run_campaign(name: str, items: list[dict], common: dict, d: Path, timeout: f
             proc.wait()
         start = done
     counts["cases"] = len(items)
+    if bad_cases:
+        counts["bad_cases"] = bad_cases[:50]
+        for line in bad_cases[:20]:
+            print(f"  {name}: {line}")
     return counts
+
+
+def _case_name(item: dict) -> str:
+    return Path(item["path"]).name if "path" in item else str(item.get("case", item.get("argv", item["kind"])))
 
 
 def thread_campaign(art: Path, x: np.ndarray, expected: np.ndarray, threads: int = 8, runs: int = 20) -> dict:
@@ -522,32 +837,17 @@ def thread_campaign(art: Path, x: np.ndarray, expected: np.ndarray, threads: int
         results = list(pool.map(lambda _: m.run(x)[0], range(threads * runs)))
     wrong = sum(not np.array_equal(y, expected) for y in results)
     return {"cases": len(results), "clean": 0, "same": len(results) - wrong, "changed": 0, "other_exc": 0,
-            "crash": 0, "hang": 0, "wrong": wrong}
+            "memory": 0, "crash": 0, "hang": 0, "wrong": wrong}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=200, help="cases per mutation campaign (default 200)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take before it is a hang")
-    ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    ap.add_argument("--loads", type=int, default=2000, help="loads in the leak figure (default 2000)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        child(args)
-        return 0
+def artifact_campaigns(args, d: Path, only: set[str] | None) -> tuple[dict[str, dict], dict | None]:
+    """The campaigns on a compiled artifact (all but xmodel) and the leak figure."""
     import onnx
 
     import tvm_dpu
     from tvm_dpu import zoo
     from tvm_dpu.signing import generate_keypair
 
-    t0 = time.perf_counter()
-    d = Path(tempfile.mkdtemp(prefix="tvm_dpu_rel_"))
-    # The trust policy's records of artifacts built here go to this run's own config (children inherit it).
-    os.environ["TVM_DPU_CONFIG_DIR"] = str(d / "config")
     model = zoo.build_model("mixed_cnn")
     compiled = tvm_dpu.build(model, arch=ARCH, calibration=[zoo.random_input(model, seed=s) for s in range(2)],
                              progress=False)
@@ -575,6 +875,7 @@ def main() -> int:
         "binding": [{"kind": "artifact", "path": str(p)} for p in binding_cases(art, d)],
         "keys": [{"kind": "keys", "case": c} for c in ("short", "int", "dict")],
         "trust": [{"kind": "artifact", "path": str(p), "trust": "auto"} for p in forged],
+        "trust_files": [{"kind": "trustfile", "case": c} for c in TRUST_FILE_CASES],
     }
     pipe_items, _ = pipeline_cases(d)
     campaigns["pipeline"] = pipe_items
@@ -591,17 +892,55 @@ def main() -> int:
     campaigns["forged+signature"] = signed
     results = {}
     for name, items in campaigns.items():
-        results[name] = run_campaign(name, items, common, d, args.timeout)
-    results["threads"] = thread_campaign(art, x, expected)
+        if only is None or name in only:
+            results[name] = run_campaign(name, items, common, d, args.timeout)
+    if only is None or "threads" in only:
+        results["threads"] = thread_campaign(art, x, expected)
+    if only is not None and "leak" not in only:
+        return results, None
     leak = leak_figure(art, args.loads)
     print(f"leak: {leak['loads']} loads -> RSS +{leak['rss_growth_mib']} MiB, mappings of deleted files "
           f"{leak['deleted_mappings_before']} -> {leak['deleted_mappings_after']}")
     # A signed forged file that loaded would be a defect: count it as wrong; so would a forged file the trust
     # policy let through.
     for name in ("forged+signature", "trust"):
-        fs = results[name]
-        fs["wrong"] += fs["same"] + fs["changed"]
-        fs["same"] = fs["changed"] = 0
+        fs = results.get(name)
+        if fs is not None:
+            fs["wrong"] += fs["same"] + fs["changed"]
+            fs["same"] = fs["changed"] = 0
+    return results, leak
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=200, help="cases per mutation campaign (default 200)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take before it is a hang")
+    ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    ap.add_argument("--loads", type=int, default=2000, help="loads in the leak figure (default 2000)")
+    ap.add_argument("--only", help="comma-separated campaigns to run (e.g. xmodel); default all, with the leak figure")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    t0 = time.perf_counter()
+    d = Path(tempfile.mkdtemp(prefix="tvm_dpu_rel_"))
+    # The trust policy's records of artifacts built here go to this run's own config (children inherit it).
+    os.environ["TVM_DPU_CONFIG_DIR"] = str(d / "config")
+    only = set(args.only.split(",")) if args.only else None
+    n = args.cases
+    results: dict[str, dict] = {}
+    leak = None
+    standalone = {"xmodel": lambda: xmodel_cases(n, args.seed + 5, d),
+                  "runner_args": lambda: [{"kind": "runner", "case": c} for c in RUNNER_CASES],
+                  "streams": lambda: stream_items(d), "cli_args": lambda: cli_arg_items(d)}
+    if only is None or only - set(standalone):
+        results, leak = artifact_campaigns(args, d, only)
+    for name, items in standalone.items():
+        if only is None or name in only:
+            results[name] = run_campaign(name, items(), {}, d, args.timeout)
     cols = ("cases", "clean", "same", "changed") + BAD
     rows = [("campaign",) + cols] + [(k,) + tuple(str(v[c]) for c in cols) for k, v in results.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -22,8 +22,9 @@ PKG = "tvm_dpu"
 
 #: Leaf modules: plain data types, errors and file formats, importable by every layer (they import only leaves).
 LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.container", "tvm_dpu.schema", "tvm_dpu.program_blob",
-                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing", "tvm_dpu.trust",
-                    "tvm_dpu.protowire", "tvm_dpu.onnx_inputs", "tvm_dpu.import_hooks", "tvm_dpu.progress", "tvm_dpu.phase_times",
+                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing", "tvm_dpu.trust", "tvm_dpu.safe_io",
+                    "tvm_dpu.protowire", "tvm_dpu.onnx_inputs", "tvm_dpu.import_hooks", "tvm_dpu.progress",
+                    "tvm_dpu.phase_times",
                     # the op registry: data naming each stage's hook by module path; it imports only the errors,
                     # and a stage resolves only its own hooks (tests/test_ops_registry.py checks where they live)
                     "tvm_dpu.ops"})
@@ -51,6 +52,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.feeds": frozenset(),
     "tvm_dpu.signing": frozenset(),
     "tvm_dpu.trust": frozenset(),  # the trust policy: signing plus the user's config
+    "tvm_dpu.safe_io": frozenset(),  # regular files only, read up to a limit per kind
     "tvm_dpu.import_hooks": frozenset(),
     "tvm_dpu.progress": frozenset(),  # progress bars: only on a terminal  # post-import hooks: tvm-dpu registers with TVM once TVM is imported
     "tvm_dpu.phase_times": frozenset(),  # wall and process seconds per compile phase

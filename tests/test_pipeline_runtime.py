@@ -217,7 +217,9 @@ def test_save_load_round_trip_and_stage_artifacts_verify(saved, frames, referenc
     assert [r.mismatches for r in stage1.verify_results()] == [0]
 
 
-def test_save_is_deterministic(pipe3, tmp_path):
+def test_save_is_deterministic(pipe3, tmp_path, monkeypatch):
+    # pipeline.json records its build time (the release identity): fixed the reproducible-builds way
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764633600")
     a = pipe3.save(tmp_path / "a")
     b = pipe3.save(tmp_path / "b")
     assert a.read_bytes() == b.read_bytes()

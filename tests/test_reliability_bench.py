@@ -21,3 +21,7 @@ def test_reliability_campaigns_small(tmp_path):
     assert results["program"]["clean"] == results["program"]["cases"] == 4  # the header's digest catches each
     assert results["bytes"]["clean"] == 4 and results["npz"]["clean"] == results["npz"]["cases"]
     assert results["threads"]["same"] == results["threads"]["cases"] == 160
+    # round three (issue 40): each of these must be refused, none may run
+    for name in ("streams", "trust_files", "runner_args", "cli_args"):
+        assert results[name]["clean"] == results[name]["cases"] > 0, name
+    assert results["xmodel"]["cases"] == 4 * 3 and results["xmodel"]["wrong"] == 0

@@ -179,3 +179,56 @@ def test_deeply_nested_artifact_header_is_refused(signed, tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(ArtifactError, match=f"nests {hlen // 2} levels deep"):
         tvm_dpu.load(path, trust="unsigned")  # past the trust policy, to the header parser
+
+
+def _edit_fix_point(d):
+    doc = json.loads((d / "pipeline.json").read_text())
+    k = next(iter(doc["stages"][0]["wire_fix_points"]))
+    doc["stages"][0]["wire_fix_points"][k] += 2
+    (d / "pipeline.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def test_configured_trusted_keys_make_the_manifest_signature_mandatory(signed, keys, tmp_path, monkeypatch):
+    """With a trusted-keys file and no --require-signature, an edited pipeline.json is refused (it ran, with wrong
+    output, before); --allow-unsigned skips the manifest's signature, yet the edited wire fix point disagrees with
+    the stages' own artifacts and is refused too."""
+    import os
+
+    (_, pub), _ = keys
+    config = tmp_path / "config"
+    config.mkdir(mode=0o700)
+    (config / "trusted_keys").write_text(f"{pub}\n")
+    os.chmod(config / "trusted_keys", 0o600)
+    os.chmod(pub, 0o644)
+    monkeypatch.setenv("TVM_DPU_CONFIG_DIR", str(config))
+    (tmp_path / "p").mkdir()
+    d = _copy(signed, tmp_path / "p")
+    PipelineModel.load(d).close()  # intact: the configured key verifies manifest and stages
+    _edit_fix_point(d)
+    with pytest.raises(signing.SignatureError):
+        PipelineModel.load(d)
+    with pytest.raises(PipelineError, match=r"at fix point .* artifact records"):
+        PipelineModel.load(d, trust="unsigned")
+
+
+def test_release_identity_is_signed_and_a_downgrade_refused(single, keys, tmp_path, monkeypatch):
+    (priv, pub), _ = keys
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764633600")
+    pipe = PipelineModel.from_model(single, boards=2)
+    old, new, again = tmp_path / "old", tmp_path / "new", tmp_path / "again"
+    pipe.save(old, sign=priv, release="1.4")
+    pipe.save(new, sign=priv, release="1.10")
+    pipe.save(again, sign=priv, release="1.10")
+    doc = json.loads((new / "pipeline.json").read_text())
+    assert doc["release"] == {"version": "1.10", "built": "2025-12-02T00:00:00Z"}
+    assert (again / "pipeline.json").read_bytes() == (new / "pipeline.json").read_bytes()  # SOURCE_DATE_EPOCH
+    with PipelineModel.load(new, trusted_keys=[pub], min_release="1.9") as p:
+        assert p.release["version"] == "1.10"
+    with pytest.raises(PipelineError, match="release 1.4 is older than the required 1.9"):
+        PipelineModel.load(old, trusted_keys=[pub], min_release="1.9")
+    with pytest.raises(PipelineError, match="dotted whole numbers"):
+        PipelineModel.load(new, trusted_keys=[pub], min_release="latest")
+    doc["release"]["version"] = "99"  # raising one's own version breaks the signature
+    (new / "pipeline.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    with pytest.raises(signing.SignatureError):
+        PipelineModel.load(new, trusted_keys=[pub], min_release="1.9")

@@ -101,3 +101,36 @@ def test_an_unwritable_config_only_costs_the_local_record(compiled, tmp_path, mo
     path = compiled.export(tmp_path / "m.tvmdpu")  # no error: the record is a convenience
     with pytest.raises(signing.SignatureError, match="not built by this user"):
         tvm_dpu.load(path)
+
+
+def test_allow_unsigned_still_needs_a_tvm_library_checked_without_running_it(compiled, config, tmp_path):
+    """Under trust="unsigned" the artifact's library is still checked to be a TVM library with a VM executable
+    before it is loaded: one replaced by a library with a constructor (the original's bytes appended, so its DPU
+    programs are still found) is refused and the constructor never runs."""
+    import shutil
+    import subprocess
+
+    from tvm_dpu.container import pack, unpack
+    from tvm_dpu.errors import ArtifactError
+    from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC
+    from tvm_dpu.toolchains import host_machine
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the replacement library")
+    marker = tmp_path / "constructor_ran"
+    src = tmp_path / "evil.c"
+    src.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void run(void) {{ '
+                   f'FILE* f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
+    so = tmp_path / "evil.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
+    path = compiled.export(tmp_path / "m.tvmdpu")
+    c = unpack(path.read_bytes(), MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
+    sections = {n: c.section(n) for n in c.header["sections"]}
+    key = f"lib.{host_machine()}"
+    sections[key] = so.read_bytes() + sections[key]
+    bad = tmp_path / "replaced.tvmdpu"
+    bad.write_bytes(pack(MAGIC, FORMAT_VERSION, {k: v for k, v in c.header.items() if k != "sections"}, sections))
+    with pytest.raises(ArtifactError, match="not a TVM library: it exports no __tvm_ffi__library_bin"):
+        tvm_dpu.load(bad, trust="unsigned")
+    assert not marker.exists()
+    tvm_dpu.load(path, trust="unsigned").run(zoo.random_input("mixed_cnn", reduced=True))  # the real one loads

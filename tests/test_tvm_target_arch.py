@@ -183,3 +183,21 @@ def test_config_options_need_a_private_cache_and_a_compiler(tmp_path):
     assert _fresh_process({"TVM_DPU_CACHE_DIR": str(shared)}, _PROBE) == "False False"
     assert _fresh_process({"TVM_DPU_CACHE_DIR": str(tmp_path / "none"), "CXX": "/nonexistent/c++"},
                           _PROBE) == "False False"
+
+
+@pytest.mark.slow
+def test_damaged_or_fifo_cached_library_is_rebuilt(tmp_path):
+    """A truncated cached registration library is rebuilt (the options were silently missing before), and a FIFO
+    in its place neither hangs the import nor is loaded: it is replaced by a freshly built library."""
+    import os
+
+    cache = tmp_path / "cache"
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(cache)}, _PROBE) == "True True"
+    (lib,) = [p for p in cache.iterdir() if p.suffix == ".so"]
+    lib.write_bytes(lib.read_bytes()[:100])
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(cache)}, _PROBE) == "True True"
+    assert lib.stat().st_size > 100
+    lib.unlink()
+    os.mkfifo(lib)
+    assert _fresh_process({"TVM_DPU_CACHE_DIR": str(cache)}, _PROBE) == "True True"
+    assert lib.is_file()

@@ -65,7 +65,8 @@ def _input_file(text: str | None, flag: str = "") -> Path | None:
         return None
     path = Path(text)
     if not path.is_file():
-        raise FrontendError(f"{flag}{path}: {'is a directory' if path.is_dir() else 'no such file'}")
+        why = "is a directory" if path.is_dir() else "is not a regular file" if path.exists() else "no such file"
+        raise FrontendError(f"{flag}{path}: {why}")
     return path
 
 
@@ -109,14 +110,21 @@ def _run_partition(args: argparse.Namespace) -> int:
 VAI_C_OPTIONS = ("input_shape", "output_ops", "plugins")
 
 
+#: The largest count option accepted (--runs, --threads, --boards, ...): a million runs of the smallest model take
+#: hours; a larger number is a typo, not a plan.
+MAX_COUNT = 1_000_000
+
+
 def positive_int(text: str) -> int:
-    """argparse type of a count option (cores, runs, boards, ...): a whole number of at least 1."""
+    """argparse type of a count option (cores, runs, boards, ...): a whole number from 1 to MAX_COUNT."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{value} is more than {MAX_COUNT:,}")
     return value
 
 
@@ -462,7 +470,7 @@ def _run_pipeline_file(args: argparse.Namespace) -> int:
     device_options = {"bitfile": args.bitfile, "timeout_s": args.timeout} if args.device == "pynq" else {}
     pipe = PipelineModel.load(args.compiled[0], executor=args.executor, device=args.device,
                               device_options=device_options, trusted_keys=args.require_signature,
-                              trust=_trust(args))
+                              trust=_trust(args), min_release=args.min_release)
     path = (args.input or [None])[0]
     feeds = _feeds_for(pipe, path, "--input")
     if path is None:
@@ -484,14 +492,18 @@ def _is_xmodel(path: str) -> bool:
 def _run_run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise FrontendError(f"--runs {args.runs}: expected at least 1")
+    pipeline = len(args.compiled) == 1 and _is_pipeline(args.compiled[0])
+    if args.min_release is not None and not pipeline:
+        raise FrontendError("--min-release applies to a pipeline (pipeline.json records its release); an artifact "
+                            "or .xmodel has none")
     if len(args.compiled) == 1 and _is_xmodel(args.compiled[0]):
         from .xmodel.commands import run_run
 
         return run_run(args, _feeds_for, _print_outputs, _save_outputs)
+    if pipeline:
+        return _run_pipeline_file(args)
     if len(args.compiled) > 1:
         return _run_tenants(args)
-    if _is_pipeline(args.compiled[0]):
-        return _run_pipeline_file(args)
     return _run_one(args)
 
 
@@ -725,9 +737,11 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from .pipeline.model import PipelineModel, boards_for
+    from .pipeline.model import PipelineModel, boards_for, release_key
     from .pipeline.plan import default_link, load_link
     from .report_html import render_pipeline
+
+    release_key(args.release, "--release")
 
     path = _input_file(args.model)
     if args.boards < 1:
@@ -759,7 +773,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
             print(f"{b.name}: {part} -> {b.arch} (fastest single-core DPU that fits, design-space exploration)")
     pipe = PipelineModel.from_model(model, boards, link=args.link, fusion=args.fusion, executor=args.executor)
     outdir = Path(args.output)
-    doc_path = pipe.save(outdir, sign=args.sign)
+    doc_path = pipe.save(outdir, sign=args.sign, release=args.release)
     doc = json.loads(doc_path.read_text())
     (outdir / "pipeline.html").write_text(render_pipeline(doc, path.stem), encoding="utf-8")
     print(pipe.table())
@@ -787,6 +801,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------------
 def _run_dse(args: argparse.Namespace) -> int:
     import json
+    import math
 
     from .pipeline.dse import algorithm1, device_budget, explore, table_text
 
@@ -801,8 +816,19 @@ def _run_dse(args: argparse.Namespace) -> int:
         clocks = [float(c) for c in args.clock_mhz.split(",") if c.strip()]
     except ValueError:
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: expected numbers separated by commas") from None
-    if not clocks or any(c <= 0 for c in clocks):
+    if not clocks or any(not 0 < c < math.inf for c in clocks):
         raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
+    for flag, v in (("--dsp", args.dsp), ("--bram", args.bram), ("--lut", args.lut), ("--ddr-gbps", args.ddr_gbps)):
+        if v is not None and not 0 < v < math.inf:
+            raise FrontendError(f"{flag} {v}: expected a positive number")
+    if args.part and args.dsp is None and args.bram is None and args.lut is None:
+        ignored = [f for f, given in (("--ddr-gbps", args.ddr_gbps is not None),
+                                      ("--clock-mhz", args.clock_mhz != "300"),
+                                      ("--dsp-usage", args.dsp_usage != "high")) if given]
+        if ignored:
+            raise FrontendError(f"{', '.join(ignored)} with --part alone: the part is explored as its board builds it "
+                                "(its DDR bandwidth, clock and DSP usage); give --dsp/--bram (the part's budget "
+                                "otherwise) to choose them")
     model = _build_reporting_warnings(str(path), arch="B4096", calibration=args.calib,
                                       shapes=parse_input_shapes(args.input_shape), progress=not args.quiet)
     if args.part and args.dsp is None and args.bram is None and args.lut is None:
@@ -1033,6 +1059,9 @@ COMMAND_LIST: tuple[Command, ...] = (
          arg("--verify", action="store_true",
              help="compare every DPU subgraph with the golden reference; exit 1 on any mismatch"),
          arg("-o", "--output", metavar="OUT.npz", help="save the outputs under the model's output names"),
+         arg("--min-release", metavar="VERSION",
+             help="for a pipeline: refuse a release older than VERSION (pipeline.json's signed release version; "
+             "an older signed release would otherwise run)"),
          *LOADING)),
     Command(
         "benchmark", _run_benchmark,
@@ -1102,6 +1131,9 @@ COMMAND_LIST: tuple[Command, ...] = (
          FUSION, INPUT_SHAPE,
          arg("--sign", metavar="KEYFILE", help="sign every stage artifact and the manifest (pipeline.sig) with "
              "this Ed25519 private key"),
+         arg("--release", default="0", metavar="VERSION",
+             help="release version recorded (with the build time) in pipeline.json, under its signature; "
+             "'tvm-dpu run --min-release' refuses older ones (default 0)"),
          OUTDIR, QUIET)),
     Command(
         "dse", _run_dse,
@@ -1134,7 +1166,8 @@ COMMAND_LIST: tuple[Command, ...] = (
         "per-layer programs (debug mode), are compared layer by layer with tvm-dpu's golden reference.",
         (arg("xmodel", help="a vai_c-compiled .xmodel"),
          arg("--seed", type=int, default=0, help="seed of the random int8 inputs (default 0)"),
-         arg("--inputs", type=int, default=3, metavar="N", help="random int8 inputs per subgraph (default 3)"),
+         arg("--inputs", type=positive_int, default=3, metavar="N",
+             help="random int8 inputs per subgraph (default 3)"),
          arg("--json", metavar="FILE.json", help="also write the comparison (warnings and layers included) as "
              "JSON"))),
 )

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tvm_dpu.errors import InputError
+from tvm_dpu.safe_io import check_regular
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -78,6 +79,7 @@ def load_npz(path: str | Path, what: str = "input file", *, check: MemberCheck |
     huge array, or a huge one of the wrong shape, is refused without allocating it."""
     path = npz_file(path, what)
     limit = max_input_bytes() if max_bytes is None else int(max_bytes)
+    check_regular(path, what, InputError)
     try:
         with zipfile.ZipFile(path) as zf:
             members = _checked_members(zf, path, what, limit, check)

@@ -64,8 +64,9 @@ class Runner:
     """Runs a compiled model (CompiledModel or XModelRunner) the VART way; see the module docstring."""
 
     def __init__(self, model: Any, num_threads: int = 1):
-        if num_threads < 1:
-            raise DPUError(f"num_threads={num_threads}: a runner needs at least one thread")
+        if not _is_int(num_threads) or not 1 <= num_threads <= MAX_THREADS:
+            raise DPUError(f"num_threads={num_threads!r}: a whole number of worker threads from 1 to {MAX_THREADS}")
+        self._closed = False
         self.model = model
         fps = model.tensor_fix_points()
         self._inputs = [TensorInfo(s.name, tuple(int(d) for d in s.shape), str(s.dtype), fps.get(s.name))
@@ -89,6 +90,8 @@ class Runner:
         """Submit one execution. `inputs`: buffers in input order (a list, a dict by name, or one array);
         `outputs`: buffers to fill in output order (or a dict), None to have float32 ones allocated. Buffers are
         checked now (InputError naming the tensor); the run happens on a worker thread."""
+        if self._closed:
+            raise DPUError("execute_async on a closed runner: create a new one (tvm_dpu.create_runner)")
         feeds, n = self._feeds(inputs)
         outs = self._output_buffers(outputs, n)
         job_id = next(self._ids)
@@ -101,6 +104,11 @@ class Runner:
     def wait(self, job: Job | int, timeout: float | None = None) -> int:
         """Wait for `job` (a Job or its id); 0 once its outputs are filled. The job's error, if it failed, is
         raised here; a job is waited for once."""
+        if not isinstance(job, Job) and not _is_int(job):
+            raise DPUError(f"wait({job!r}): expected a Job from execute_async or its id (an int)")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                    or not 0 <= timeout < float("inf")):
+            raise DPUError(f"wait(timeout={timeout!r}): expected None (no limit) or seconds >= 0")
         job_id = job.id if isinstance(job, Job) else int(job)
         with self._lock:
             found = self._jobs.get(job_id)
@@ -127,6 +135,7 @@ class Runner:
         return job.outputs
 
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=True)
 
     def __enter__(self) -> Runner:
@@ -161,6 +170,9 @@ class Runner:
             if not b.flags.writeable:
                 raise InputError(f"output buffer {t.name!r} is read-only")
             _check_int8(t, b.dtype, "output")
+            if b.dtype not in (np.int8, np.float32):
+                raise InputError(f"output buffer {t.name!r} is {b.dtype}: outputs are written as float32, or as int8 "
+                                 "with the tensor's fix_point")
         return bufs
 
     # -- execution ------------------------------------------------------------------------------------------
@@ -187,6 +199,14 @@ class Runner:
         out = self.model.run(feeds, timer=lambda name, t0, t1: prof("dpu", name, t0, t1))
         prof("run", "", start, time.perf_counter())
         return out
+
+
+#: The most worker threads a runner starts (each holds a TVM VM; far past the cores of any board).
+MAX_THREADS = 256
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def _samples(t: TensorInfo, shape: tuple[int, ...], kind: str) -> int:

@@ -46,10 +46,9 @@ def _crypto():
 
 
 def _read_key_bytes(path: str | os.PathLike[str]) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise SignatureError(f"{path}: cannot read key: {e.strerror}") from None
+    from tvm_dpu.safe_io import read_regular
+
+    return read_regular(path, "key", SignatureError)
 
 
 def load_private_key(path: str | os.PathLike[str]):

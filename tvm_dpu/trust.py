@@ -12,6 +12,10 @@ An artifact carries a native library (the model's CPU part), and loading it runs
 3. explicitly allowed unsigned: `trust="unsigned"` / `tvm-dpu run --allow-unsigned`, for an artifact from a source
    the user vouches for.
 
+The trusted-keys file, the keys it lists and the build record are honoured only when they and their directory are
+owned by this user (or root) and writable by nobody else, as ssh treats its files: otherwise a SignatureError names
+the file and why, since anyone who can write there could vouch for any artifact.
+
 Anything else (an unsigned artifact from elsewhere, or one signed by a key nobody listed) is refused with a
 `SignatureError` saying how to trust it. `<config>` is `$TVM_DPU_CONFIG_DIR`, else `$XDG_CONFIG_HOME/tvm-dpu`, else
 `~/.config/tvm-dpu`. Reading an artifact's header (`inspect`, `report`) loads no native code and needs no trust.
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tvm_dpu.container import FIXED_SIZE
+from tvm_dpu.safe_io import read_regular, read_text
 from tvm_dpu.signing import SignatureError
 
 TRUST_MODES = ("auto", "unsigned")
@@ -55,16 +60,20 @@ def configured_keys() -> list[str] | None:
     """Key file paths from `<config>/trusted_keys` (None when the file does not exist: signatures optional)."""
     path = config_dir() / "trusted_keys"
     try:
-        text = path.read_text()
+        text = read_text(path, "trusted-keys file", SignatureError, private=True)
     except (FileNotFoundError, NotADirectoryError):  # no such file: signatures are optional
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SignatureError(f"{path}: cannot read the trusted-keys file ({e})") from None
     keys = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not keys:
         raise SignatureError(f"{path}: the trusted-keys file lists no key (one key file path per line); remove it "
                              "to make signatures optional")
-    return [str(config_dir() / k) if not os.path.isabs(k) else k for k in keys]
+    paths = [str(config_dir() / k) if not os.path.isabs(k) else k for k in keys]
+    for k in paths:  # a key another user can replace would let them sign anything: the same rule as the list
+        try:
+            read_regular(k, "key", SignatureError, private=True)
+        except FileNotFoundError:
+            raise SignatureError(f"{path}: lists key {k}, which does not exist") from None
+    return paths
 
 
 def artifact_id(fixed_part: bytes) -> str:
@@ -82,22 +91,33 @@ def record_build(path: str | os.PathLike[str]) -> None:
     built = config_dir() / "built"
     with _LOCK:
         try:
-            built.parent.mkdir(parents=True, exist_ok=True)
-            lines = built.read_text().split() if built.exists() else []
+            built.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                lines = _read_record(built).split()
+            except FileNotFoundError:
+                lines = []
             if digest in lines:
                 return
             lines.append(digest)
             tmp = built.with_name(f"built.tmp{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text("\n".join(lines[-MAX_BUILT:]) + "\n")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("\n".join(lines[-MAX_BUILT:]) + "\n")
             os.replace(tmp, built)
-        except OSError:
+        except (OSError, SignatureError):  # a record that is not honoured is not added to either
             pass
 
 
+def _read_record(built: Path) -> str:
+    return read_text(built, "build record", SignatureError, private=True)
+
+
 def built_here(digest: str) -> bool:
+    """Whether `<config>/built` records `digest`; SignatureError when the record exists but is not this user's
+    alone (not honoured: anyone who can write it could vouch for any artifact)."""
     try:
-        return digest in (config_dir() / "built").read_text().split()
-    except (OSError, UnicodeDecodeError):
+        return digest in _read_record(config_dir() / "built").split()
+    except (FileNotFoundError, NotADirectoryError):
         return False
 
 

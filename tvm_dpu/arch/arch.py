@@ -17,6 +17,7 @@ from typing import Any
 
 from tvm_dpu.errors import ArchError, did_you_mean
 from tvm_dpu.schema import SchemaError, parse_json
+from tvm_dpu.safe_io import read_regular
 
 #: An arch.json is a few hundred bytes; the bound keeps a wrong file (a model, an image) from being parsed.
 MAX_ARCH_JSON_BYTES = 1 << 20
@@ -281,10 +282,10 @@ def _from_arch_dict(spec: Mapping[str, Any], where: str) -> Arch:
 
 
 def _from_arch_json(path: Path) -> Arch:
-    if not path.is_file():
+    if not path.exists():
         raise ArchError(f"arch.json {str(path)!r} does not exist; known preset names: {_known_names()}")
     try:
-        spec = parse_json(path.read_bytes(), MAX_ARCH_JSON_BYTES)
+        spec = parse_json(read_regular(path, "JSON file", ArchError), MAX_ARCH_JSON_BYTES)
     except SchemaError as e:
         raise ArchError(f"{path}: {e}; {_ARCH_JSON_HINT}") from None
     except OSError as e:

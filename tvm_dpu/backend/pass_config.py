@@ -82,13 +82,27 @@ def _library_name() -> str:
     return f"passconfig-{hashlib.sha256(key.encode()).hexdigest()[:24]}.so"
 
 
-def _private(path: Path) -> bool:
-    """Owned by this user and writable by nobody else (else it could hold someone else's code)."""
+def _private(path: Path, regular: bool = False) -> bool:
+    """Owned by this user and writable by nobody else (else it could hold someone else's code); with `regular`, a
+    regular file too (not a link, and not a FIFO or device, which would block or never end the loader's read)."""
+    from tvm_dpu.safe_io import not_private
+
     try:
-        st = path.stat()
+        st = path.lstat() if regular else path.stat()
     except OSError:
         return False
-    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return st.st_uid == os.getuid() and not_private(st) is None and (not regular or stat.S_ISREG(st.st_mode))
+
+
+def _load(path: Path) -> bool:
+    """Load the cached library if it is this user's alone; whether the options are registered after it."""
+    if not (_private(path, regular=True) and _private(path.parent)):
+        return False
+    try:
+        ctypes.CDLL(str(path))  # its static initializer registers the options
+    except OSError:  # truncated or damaged: the caller rebuilds it
+        return False
+    return all(k in tvm.transform.PassContext.list_configs() for k in CONFIG_OPTIONS)
 
 
 def _compile(out: Path, cxx: str) -> None:
@@ -121,14 +135,13 @@ def register_pass_config() -> bool:
     ok = False
     try:
         path = cache_dir() / _library_name()
-        if not (path.exists() and _private(path) and _private(path.parent)):
+        ok = os.path.lexists(path) and _load(path)
+        if not ok:  # absent, not this user's alone, not a regular file, or damaged: build it anew (replaced)
             cxx = os.environ.get("CXX") or "g++"
             if shutil.which(cxx) is None:
                 raise OSError(f"no C++ compiler {cxx!r}")
             _compile(path, cxx)
-        if _private(path) and _private(path.parent):
-            ctypes.CDLL(str(path))  # its static initializer registers the options
-            ok = all(k in tvm.transform.PassContext.list_configs() for k in CONFIG_OPTIONS)
+            ok = _load(path)
     except OSError:
         ok = False
     _STATE["loaded"] = ok

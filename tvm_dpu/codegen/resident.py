@@ -28,7 +28,7 @@ timing model against the plan's groups (fusion.select).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -189,29 +189,60 @@ class Chain:
     maps: tuple[Resident, ...]
 
 
-def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None = None) -> Chain | None:
+def _memo_step(arch: Arch, graph: Graph, op: Op, steps: dict[str, Any]) -> _Step | None:
+    if op.name not in steps:
+        steps[op.name] = _step(arch, graph, op)
+    return steps[op.name]
+
+
+def interior_rows(arch: Arch, graph: Graph, op: Op, next_op: Op, steps: dict[str, Any]) -> int | None:
+    """Rows of a bank group that `op`'s output map takes in any resident chain in which `next_op` reads it: fixed
+    by the two ops wherever the chain starts (plan_chain lays it out with next_op's stride), so the sum over a
+    chain's inner maps only grows as the chain does, and a chain whose sum passes both groups' depth never fits.
+    None when either op cannot be in a resident chain at all. `steps` as for plan_chain."""
+    st, nx = _memo_step(arch, graph, op, steps), _memo_step(arch, graph, next_op, steps)
+    if st is None or nx is None:
+        return None
+    return Resident("", 0, 0, 0, 0, st.h_out, st.w_out, ceil_div(st.cout, arch.icp), nx.sh).footprint(arch.pp)
+
+
+def consumer_counts(graph: Graph) -> dict[str, int]:
+    """Tensor -> how many ops read it (plan_chain's linkage test; callers asking about many chains of one graph
+    count once and pass it in)."""
+    consumers: dict[str, int] = {}
+    for op in graph.ops:
+        for t in set(op.inputs):
+            consumers[t] = consumers.get(t, 0) + 1
+    return consumers
+
+
+def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None = None,
+               consumers: dict[str, int] | None = None, steps: dict[str, Any] | None = None) -> Chain | None:
     """The layout of the resident chain `ops`, or None when it is not one (linkage, op kinds, fields, banks).
-    `pixel_pitch`: the DDR pixel pitch of the chain's input (None: packed, = its channels)."""
+    `pixel_pitch`: the DDR pixel pitch of the chain's input (None: packed, = its channels). `consumers`
+    (consumer_counts of the graph) and `steps` (op name -> its chain step, filled here) spare a caller planning
+    many chains of one graph recomputing them per chain: with them, the cost per chain is its length, not the
+    graph's size."""
     if len(ops) < 2 or arch.icp != arch.ocp:  # a map's channel groups are the same rows for CONV in and out
         return None
     maps_4d = [graph.tensors[ops[0].inputs[0]].shape] + [graph.tensors[op.outputs[0]].shape for op in ops]
     if any(len(s) != 4 or s[0] != 1 for s in maps_4d):
         return None
     outputs = set(graph.outputs)
-    consumers: dict[str, int] = {}
-    for op in graph.ops:
-        for t in set(op.inputs):
-            consumers[t] = consumers.get(t, 0) + 1
+    if consumers is None:
+        consumers = consumer_counts(graph)
     for a, b in zip(ops, ops[1:]):
         feeds = [t for t in b.inputs if not graph.tensors[t].is_const]
         if feeds != [a.outputs[0]] or consumers.get(a.outputs[0]) != 1 or a.outputs[0] in outputs:
             return None
-    steps = []
+    memo = {} if steps is None else steps
+    chain_steps = []
     for op in ops:
-        st = _step(arch, graph, op)
+        st = _memo_step(arch, graph, op, memo)
         if st is None:
             return None
-        steps.append(st)
+        chain_steps.append(st)
+    steps = chain_steps
     _, c0, h0, w0 = graph.tensors[ops[0].inputs[0]].shape
     steps[0] = _augmented(arch, steps[0], c0 if pixel_pitch is None else pixel_pitch)
     pp, depth, half, icp = arch.pp, arch.bank_depth, arch.bank_depth // 2, arch.icp
@@ -260,10 +291,12 @@ def plan_chain(arch: Arch, graph: Graph, ops: list[Op], pixel_pitch: int | None 
     return Chain(tuple(out), tuple(maps))
 
 
-def resident_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+def resident_fits(arch: Arch, graph: Graph, ops: list[Op], consumers: dict[str, int] | None = None,
+                  steps: dict[str, Any] | None = None) -> bool:
     """Whether `ops` compile as one resident chain on `arch`, whatever the DDR layout of its input (with and
-    without channel augmentation of the first conv)."""
-    return plan_chain(arch, graph, ops) is not None and plan_chain(arch, graph, ops, pixel_pitch=0) is not None
+    without channel augmentation of the first conv); `consumers` / `steps` as for plan_chain."""
+    return (plan_chain(arch, graph, ops, None, consumers, steps) is not None
+            and plan_chain(arch, graph, ops, 0, consumers, steps) is not None)
 
 
 def _conv_job(arch: Arch, graph: Graph, st: _Step, params: ParamBlob) -> ConvJob:

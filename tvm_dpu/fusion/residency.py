@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.resident import RESIDENTS, resident_fits
+from tvm_dpu.codegen.resident import RESIDENTS, consumer_counts, interior_rows, resident_fits
 from tvm_dpu.fusion.cost import cost
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
@@ -72,17 +72,29 @@ def _best_cover(graph: Graph, arch: Arch, units: list[Group]) -> list[Group]:
     """The cheapest cover of `units` (consecutive plan groups of one chain) by themselves and resident chains of
     two or more ops (shortest path over the unit boundaries, candidates costed alone)."""
     k = len(units)
+    # one graph, many candidate chains: op lookups, consumer counts and chain steps computed once, so the cover
+    # costs the candidates' lengths, not the graph's size per candidate (a 300-conv chain took 20 minutes)
+    by_name = {op.name: op for op in graph.ops}
+    consumers = consumer_counts(graph)
+    steps: dict = {}
     best = [0.0] + [INF] * k
     choice: list[tuple[int, Group | None]] = [(0, None)] * (k + 1)
+    capacity = 2 * arch.bank_depth  # rows of the two image bank groups a chain's maps share
     for j in range(1, k + 1):
         c = best[j - 1] + cost(units[j - 1], graph, arch)
         if c < best[j]:
             best[j], choice[j] = c, (j - 1, None)
+        floor = 0  # rows the chain's inner maps need at least: a longer chain (smaller i) needs more
         for i in range(j - 1, -1, -1):
             ops = tuple(n for u in units[i:j] for n in u.ops)
+            for a, b in zip(ops[:len(units[i].ops)], ops[1:len(units[i].ops) + 1]):
+                rows = interior_rows(arch, graph, by_name[a], by_name[b], steps)
+                floor = capacity + 1 if rows is None else floor + rows
+            if floor > capacity:
+                break  # neither this chain nor any longer one fits (or one of its ops never can be resident)
             if len(ops) < 2 or (j - i == 1 and units[i].template in RESIDENTS):
                 continue
-            if not resident_fits(arch, graph, [graph.op(n) for n in ops]):
+            if not resident_fits(arch, graph, [by_name[n] for n in ops], consumers, steps):
                 continue
             for template in RESIDENTS:  # both emission orders; the first wins a tie
                 g = Group(template, ops)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -23,12 +25,36 @@ import numpy as np
 from tvm_dpu.pipeline.plan import (Board, Plan, PlanError, board_ddr_bytes, default_link, load_link, plan_model,
                                    stage_times_ms)
 from tvm_dpu.pipeline.stages import PipelineError, PipelineStage, StageSpec, compile_stages
+from tvm_dpu.safe_io import read_regular
 from tvm_dpu.types import InputSpec
 
 FORMAT = "tvm-dpu-pipeline"
 VERSION = 1
 #: Detached Ed25519 signature of pipeline.json (the artifact signature trailer over the manifest's bytes).
 SIGNATURE_FILE = "pipeline.sig"
+#: A release version: dotted whole numbers ("3", "1.4", "2.0.11"), compared number by number.
+RELEASE_VERSION = re.compile(r"\d{1,9}(\.\d{1,9}){0,3}")
+
+
+def release_key(version: str, where: str = "release version") -> tuple[int, ...]:
+    """The comparable form of a release version; PipelineError if it is not dotted whole numbers."""
+    if not isinstance(version, str) or not RELEASE_VERSION.fullmatch(version):
+        raise PipelineError(f"{where} {version!r:.40}: expected dotted whole numbers such as 3 or 1.4.2")
+    return tuple(int(p) for p in version.split("."))
+
+
+def release_of(version: str = "0") -> dict[str, str]:
+    """The release identity written into pipeline.json (under its signature): `version` and the build time (UTC,
+    from $SOURCE_DATE_EPOCH when set, so a reproducible build writes the same bytes)."""
+    import datetime
+
+    release_key(version)
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    try:
+        when = datetime.datetime.fromtimestamp(int(epoch) if epoch else time.time(), datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise PipelineError(f"SOURCE_DATE_EPOCH={epoch!r:.40} is not a time in seconds") from None
+    return {"version": version, "built": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
 MAX_MANIFEST_BYTES = 64 << 20
 EXECUTORS = ("local", "ray")
 
@@ -78,6 +104,8 @@ class PipelineModel:
         self.plan = plan or {}
         self.executor = executor
         self.executor_options = dict(executor_options or {})
+        #: {"version", "built"} of the release this pipeline was loaded from (None: built in this process)
+        self.release: dict[str, str] | None = None
         #: fix point of every tensor that crosses a link
         self.fix_points: dict[str, int] = {}
         for st in self.stages:
@@ -219,12 +247,15 @@ class PipelineModel:
                 "plan": self.plan, "stages": [st.spec.to_json() for st in self.stages]}
 
     # -- files ----------------------------------------------------------------------------------------------
-    def save(self, outdir: str | os.PathLike[str], sign: Any = None, verify_data: bool = True) -> Path:
+    def save(self, outdir: str | os.PathLike[str], sign: Any = None, verify_data: bool = True,
+             release: str = "0") -> Path:
         """Write one artifact per stage (`stage<i>.tvmdpu`) and `pipeline.json` (stages, their files' sha256,
-        the plan) into `outdir`; returns the path of pipeline.json."""
+        the plan, the release identity: `release` version and build time) into `outdir`; returns the path of
+        pipeline.json."""
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
         doc = self.to_json()
+        doc["release"] = release_of(release)
         for st, d in zip(self.stages, doc["stages"]):
             name = f"stage{st.spec.index}.tvmdpu"
             st.model.export(outdir / name, verify_data=verify_data, sign=sign)
@@ -247,7 +278,7 @@ class PipelineModel:
     @classmethod
     def load(cls, path: str | os.PathLike[str], executor: str = "local", device: Any = "emulator",
              device_options: dict | None = None, trusted_keys: Any = None, trust: str = "auto",
-             **executor_options: Any) -> "PipelineModel":
+             min_release: str | None = None, **executor_options: Any) -> "PipelineModel":
         """Load a pipeline written by `save` (pipeline.json, or the directory holding it). Every stage artifact
         is checked against the sha256 pipeline.json records before it is loaded (and loaded with the usual
         artifact checks, signatures with `trusted_keys`). `device` / `device_options`: what runs each stage
@@ -255,18 +286,28 @@ class PipelineModel:
         actor (on its board), the driver then keeping emulator copies only to check the files."""
         from tvm_dpu.runtime.artifact import load as load_artifact
 
+        from tvm_dpu.trust import configured_keys
+
         path = Path(path)
         if path.is_dir():
             path = path / "pipeline.json"
-        doc = read_pipeline_json(path, trusted_keys)
+        keys = trusted_keys
+        if keys is None and trust != "unsigned":  # a trusted-keys file makes the manifest's signature mandatory too
+            keys = configured_keys()
+        doc = read_pipeline_json(path, keys)
+        if min_release is not None:
+            release_key(min_release, "min_release")
+            have = doc.get("release", {}).get("version")
+            if have is None or release_key(have) < release_key(min_release):
+                raise PipelineError(f"{path}: release {have or '(none recorded)'} is older than the required "
+                                    f"{min_release}: refusing a downgrade")
         stages = []
         for d in doc["stages"]:
             file = path.parent / d["artifact"]
             try:
-                data = file.read_bytes()
-            except OSError:
-                raise PipelineError(f"{path}: stage {d['index']}: artifact {d['artifact']!r} is missing or "
-                                    "unreadable") from None
+                data = read_regular(file, "artifact", PipelineError)
+            except PipelineError as e:
+                raise PipelineError(f"{path}: stage {d['index']}: {e}") from None
             if hashlib.sha256(data).hexdigest() != d["sha256"]:
                 raise PipelineError(f"{path}: stage {d['index']}: {d['artifact']} does not match the sha256 "
                                     "pipeline.json records (modified or from another pipeline)")
@@ -280,10 +321,29 @@ class PipelineModel:
             local = load_artifact(file, device=device if executor == "local" else "emulator",
                                   trusted_keys=trusted_keys, data=data, trust=trust, **options)
             stages.append(PipelineStage(spec, local, file, artifact_bytes=data))
+        _check_wire_fix_points(path, stages)
         inputs = [InputSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in doc["inputs"]]
         if executor == "ray":
             executor_options.update(device=device, device_options=device_options or {}, trusted_keys=trusted_keys)
-        return cls(stages, inputs, doc["plan"], executor, executor_options)
+        pipe = cls(stages, inputs, doc["plan"], executor, executor_options)
+        pipe.release = doc.get("release")
+        return pipe
+
+
+def _check_wire_fix_points(path: Path, stages: list[PipelineStage]) -> None:
+    """PipelineError unless every wire fix point in pipeline.json is the one the sending stage's artifact and the
+    receiving stage's artifact record for that tensor (their headers are covered by their own checksums, so an
+    edited manifest cannot change how int8 on a link is read, signed or not)."""
+    for st, nxt in zip(stages, stages[1:] + [None]):
+        for who in (st, nxt):
+            if who is None:
+                continue
+            fps = who.model.tensor_fix_points()
+            for name, fp in st.spec.wire_fix_points.items():
+                if name in fps and fps[name] != fp:
+                    raise PipelineError(f"{path}: stage {st.spec.index} sends {name!r} at fix point {fp}, but stage "
+                                        f"{who.spec.index}'s artifact records {fps[name]}: pipeline.json was edited "
+                                        "or mixes pipelines")
 
 
 def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
@@ -292,21 +352,15 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
     and made by one of them; the bytes verified are the bytes parsed."""
     from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str, parse_json
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PipelineError(f"{path}: no such file") from None
-    except OSError as e:
-        raise PipelineError(f"{path}: cannot read: {e.strerror}") from None
+    raw = read_regular(path, "pipeline manifest", PipelineError)
     if trusted_keys is not None:
         from tvm_dpu import signing
 
         sig_path = path.parent / SIGNATURE_FILE
-        try:
-            trailer = sig_path.read_bytes()
-        except OSError:
+        if not os.path.lexists(sig_path):
             raise signing.SignatureError(f"{path}: the pipeline manifest is not signed ({SIGNATURE_FILE} is "
-                                         "missing), and a signature is required") from None
+                                         "missing), and a signature is required")
+        trailer = read_regular(sig_path, "signature", signing.SignatureError)
         raw = signing.verify(raw + trailer, trusted_keys, f"{path} (with {SIGNATURE_FILE})")
     try:
         doc = parse_json(raw, MAX_MANIFEST_BYTES)
@@ -354,6 +408,11 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
                 raise SchemaError(f"{where}.predicted_ms must be a number")
             need_int(d.get("send_bytes"), f"{where}.send_bytes", 0, 1 << 40)
         need_dict(doc.get("plan", {}), "plan")
+        if "release" in doc:
+            rel = need_dict(doc["release"], "release")
+            need_str(rel.get("built"), "release.built")
+            if not isinstance(rel.get("version"), str) or not RELEASE_VERSION.fullmatch(rel["version"]):
+                raise SchemaError(f"release.version must be dotted whole numbers, got {rel.get('version')!r:.40}")
     except SchemaError as e:
         raise PipelineError(f"{path}: {e}") from None
     return doc

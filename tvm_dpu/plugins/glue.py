@@ -93,12 +93,14 @@ def claimer(plugin: Plugin):
                     raise PluginError(f"plugin {plugin.name!r} claimed op {item!r}, which the model does not have "
                                       "(or an earlier plugin took)")
                 tags.add(by_name[item].tag)
-            else:
+            elif isinstance(item, (list, tuple, set, frozenset)):
                 for x in item:
                     take(x)
+            else:
+                raise PluginError(f"plugin {plugin.name!r}: partition returned {item!r:.60} (a {type(item).__name__}) "
+                                  "among its claims: expected ops (PluginOp), op names, or lists of them")
 
-        for item in call_plugin(plugin, "partition", plugin.partition, graph) or []:
-            take(item)
+        take(call_plugin(plugin, "partition", plugin.partition, graph) or [])
         return ExternalClaim(plugin.name, plugin.device, tags)
 
     return claim

@@ -34,11 +34,12 @@ from tvm_dpu import signing
 from tvm_dpu.container import unpack
 from tvm_dpu.errors import ArtifactError, DPUError
 from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.safe_io import read_regular
 # the writer's export, cross_compile and SUFFIX stay importable from here
 from tvm_dpu.runtime.artifact_export import FORMAT_VERSION, MAGIC, SUFFIX, cross_compile, export  # noqa: F401
 from tvm_dpu.runtime.compiled_model import CompiledModel
-from tvm_dpu.runtime.library_file import (LIBRARY_FORMAT, is_library, library_code, library_header,
-                                         library_programs, subgraph_fields)
+from tvm_dpu.runtime.library_file import (LIBRARY_FORMAT, check_tvm_library, is_library, library_code,
+                                         library_header, library_programs, subgraph_fields)
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 from tvm_dpu.toolchains import host_machine
@@ -162,10 +163,7 @@ def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None, trust
     them against a manifest); `path` then only names them in errors and the file is not read again. `trust`: set
     when the caller will load the native library: the trust policy (tvm_dpu.trust) then decides first."""
     if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+        data = read_regular(path, "artifact")
     if trust is not None:
         data = check_trust(data, str(path), trusted_keys, trust)
     elif trusted_keys is not None:
@@ -187,14 +185,16 @@ _LIBRARIES: dict[bytes, Any] = {}
 _LIBRARIES_LOCK = threading.Lock()
 
 
-def _load_library(lib_bytes: bytes) -> Any:
+def _load_library(lib_bytes: bytes, source: str) -> Any:
     """TVM's runtime module of a (verified) library section, loaded once per distinct content per process. The
     module is immutable (the device a DPU call runs on comes from the calling model's context), so models loaded
-    from equal bytes can share it."""
+    from equal bytes can share it. The bytes must be a TVM library with a VM executable (checked without loading
+    them: check_tvm_library)."""
     key = hashlib.sha256(lib_bytes).digest()
     with _LIBRARIES_LOCK:
         lib = _LIBRARIES.get(key)
         if lib is None:
+            check_tvm_library(lib_bytes, source)
             with tempfile.TemporaryDirectory() as tmp:
                 lib_path = Path(tmp) / "model.so"
                 lib_path.write_bytes(lib_bytes)
@@ -237,11 +237,7 @@ def programs(path: str | os.PathLike[str]) -> dict[str, Program]:
     none), or in TVM's exported library itself, without loading the library."""
     path = Path(path)
     if is_library(path):
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
-        return library_programs(data, str(path))
+        return library_programs(read_regular(path, "library"), str(path))
     return _programs_of(_open(path), path)
 
 
@@ -350,7 +346,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
-    lib = _load_library(lib_bytes)
+    lib = _load_library(lib_bytes, f"{path}: library section")
     return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs, partition_report=report,
                          subgraph_ids=ids, build_info=dict(h.get("build") or {}), outputs=outputs,
                          source_graph=source_graph, device=dev, plugin_subgraphs=plugin_subgraphs,
@@ -426,10 +422,7 @@ def load_library(path: str | os.PathLike[str], device: Any = "emulator", trusted
     from tvm_dpu.runtime.device import arch_of
 
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    raw = read_regular(path, "library")
     data = check_library_trust(raw, str(path), trusted_keys, trust)
     header, _ = library_header(path, data)
     progs = library_programs(data, str(path))
@@ -438,7 +431,7 @@ def load_library(path: str | os.PathLike[str], device: Any = "emulator", trusted
     cores = max((p.multicore.cores for p in progs.values() if p.multicore is not None), default=1)
     dev = _device_for(device, arch, fp, path, device_options, min(cores, arch.cores))
     runners = {s: SubgraphRunner(p.sg, dev, None, p.output_shapes, p.digest, p.multicore) for s, p in progs.items()}
-    lib = _load_library(data)
+    lib = _load_library(data, str(path))
     vm = relax.VirtualMachine(lib, tvm.cpu())
     shapes = _main_input_shapes(lib)
     inputs = []

@@ -23,6 +23,7 @@ from typing import Any
 
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.program_blob import Program, binding_json, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.safe_io import read_regular
 from tvm_dpu.toolchains import ELF_MACHINES, elf_machine
 
 ELF_MAGIC = b"\x7fELF"
@@ -34,18 +35,86 @@ LIBRARY_SECTION = "library"
 
 def is_library(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a shared library (an ELF file), e.g. TVM's export_library output."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == ELF_MAGIC
+    import stat
+
+    try:  # non-blocking and regular files only: a FIFO must not stall the check (the read refuses it clearly)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == ELF_MAGIC
+    finally:
+        os.close(fd)
+
+
+#: The symbol through which TVM's loader finds the modules a library carries (tvm-ffi's library_module), and the
+#: module kind that holds the Relax VM's executable (what `vm_load_executable` comes from).
+LIBRARY_BIN_SYMBOL = b"__tvm_ffi__library_bin"
+VM_EXECUTABLE_KIND = b"relax.VMExecutable"
+
+
+def _elf_symbol_bytes(data: bytes, name: bytes) -> bytes | None:
+    """The bytes of the defined dynamic symbol `name` of the ELF shared object `data` (None if it has none),
+    read from the section headers and .dynsym alone: nothing in the file is run. ValueError if the ELF
+    structures point outside the file."""
+    import struct
+
+    if data[:4] != ELF_MAGIC or len(data) < 64 or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise ValueError("not an ELF file")
+    is64, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    e_type = struct.unpack_from(end + "H", data, 16)[0]
+    if e_type != 3:
+        raise ValueError(f"ELF type {e_type}, not a shared object (ET_DYN)")
+    shoff, shentsize, shnum = (struct.unpack_from(end + "Q", data, 40)[0], *struct.unpack_from(end + "HH", data, 58)) \
+        if is64 else (struct.unpack_from(end + "I", data, 32)[0], *struct.unpack_from(end + "HH", data, 46))
+    sh_fmt = end + ("IIQQQQIIQQ" if is64 else "IIIIIIIIII")
+    if shentsize < struct.calcsize(sh_fmt) or shoff + shnum * shentsize > len(data):
+        raise ValueError("section headers outside the file")
+    sections = [struct.unpack_from(sh_fmt, data, shoff + i * shentsize) for i in range(shnum)]
+    # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
+    sym_fmt = end + ("IBBHQQ" if is64 else "IIIBBH")
+    for sh in sections:
+        if sh[1] != 11 or sh[6] >= shnum:  # SHT_DYNSYM, and its string table
+            continue
+        strtab = sections[sh[6]]
+        if sh[4] + sh[5] > len(data) or strtab[4] + strtab[5] > len(data):
+            raise ValueError(".dynsym or its strings outside the file")
+        strings = data[strtab[4]:strtab[4] + strtab[5]]
+        size = struct.calcsize(sym_fmt)
+        for off in range(sh[4], sh[4] + sh[5] - size + 1, size):
+            if is64:
+                st_name, _, _, shndx, value, st_size = struct.unpack_from(sym_fmt, data, off)
+            else:
+                st_name, value, st_size, _, _, shndx = struct.unpack_from(sym_fmt, data, off)
+            if strings[st_name:st_name + len(name) + 1] != name + b"\0" or not 0 < shndx < shnum:
+                continue
+            home = sections[shndx]
+            start = home[4] + value - home[3]
+            if home[1] == 8 or start < 0 or start + st_size > len(data):  # SHT_NOBITS: no bytes in the file
+                raise ValueError(f"symbol {name.decode()} lies outside the file")
+            return data[start:start + st_size]
+    return None
+
+
+def check_tvm_library(data: bytes, source: str) -> None:
+    """ArtifactError unless `data` is a shared library TVM's runtime can run as a Relax VM executable: an ELF
+    shared object exporting the module blob (LIBRARY_BIN_SYMBOL) that holds a relax.VMExecutable. Read from the
+    bytes only, before the library is loaded, so a replaced library is refused without running any of its code
+    (its constructors included), also under trust="unsigned"."""
+    try:
+        blob = _elf_symbol_bytes(data, LIBRARY_BIN_SYMBOL)
+    except (ValueError, IndexError) as e:  # struct.error is a ValueError
+        raise ArtifactError(f"{source}: not a TVM library ({e}); it was not loaded") from None
+    if blob is None:
+        raise ArtifactError(f"{source}: not a TVM library: it exports no {LIBRARY_BIN_SYMBOL.decode()} (the modules "
+                            "TVM's export_library embeds); it was not loaded")
+    if VM_EXECUTABLE_KIND not in blob:
+        raise ArtifactError(f"{source}: a TVM library without a Relax VM executable (no {VM_EXECUTABLE_KIND.decode()} "
+                            "module, so no vm_load_executable); it was not loaded")
 
 
 def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    return read_regular(path, "library")
 
 
 def library_programs(data: bytes, source: str) -> dict[str, Program]:

@@ -116,9 +116,6 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
 
 def load(path: str | os.PathLike[str]) -> Graph:
     """Read a graph written by `save`; ArtifactError on any defect."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ArtifactError(f"{os.fspath(path)}: cannot read XGraph file: {e.strerror}") from None
-    return loads(data, os.fspath(path))
+    from tvm_dpu.safe_io import read_regular
+
+    return loads(read_regular(path, "artifact"), os.fspath(path))

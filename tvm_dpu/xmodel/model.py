@@ -9,12 +9,18 @@ from typing import Any, Iterator
 from ..arch.arch import arch_from_fingerprint
 from ..codegen.isa import DEFAULT_ISA
 from ..errors import ArchError, XModelError
+from ..safe_io import read_regular
 from .reader import Attr, decode_graph
 
 #: XIR's DataType::Type numbering (xir/tensor/data_type.hpp): Tensor.data_type.
 DATA_TYPES = {0: "int", 1: "uint", 2: "xint", 3: "xuint", 4: "float", 5: "bfloat"}
-#: Refuse files larger than protobuf itself can hold (2 GiB) before reading them.
-MAX_FILE_BYTES = (1 << 31) - 1
+#: Limits checked before anything is allocated from a file's numbers: elements of one tensor (1 GiB of float32,
+#: far past any DPUCZDX8G feature map), bytes of one DPU subgraph's register regions together (the boards' DDR is
+#: 2-4 GiB, vai_c's largest models use tens of MiB), and the fix point's magnitude (int8 scales are 2**-16..2**16
+#: in practice; 2**+-64 still fits a float32 without overflow).
+MAX_TENSOR_ELEMENTS = 1 << 28
+MAX_REGION_BYTES = 1 << 30
+MAX_FIX_POINT = 64
 
 
 def _values(attrs: dict[str, Attr]) -> dict[str, Any]:
@@ -43,12 +49,36 @@ class XTensor:
     op: str = ""  # the op producing it
 
     @property
+    def size(self) -> int:
+        return prod_of(self.shape)
+
+    @property
     def nbytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
         bits = int("".join(c for c in self.dtype if c.isdigit()) or 8)
-        return n * bits // 8
+        return self.size * bits // 8
+
+    def byte_strides(self) -> tuple[int, ...]:
+        """`strides`, or the dense int8 layout's when the tensor carries none."""
+        if self.strides is not None:
+            return self.strides
+        return tuple(prod_of(self.shape[i + 1:]) for i in range(len(self.shape)))
+
+    def check_placement(self, region_size: int, where: str) -> None:
+        """XModelError unless every int8 element lies inside a region of `region_size` bytes at a distinct byte:
+        strides one per dimension, at least 1, not overlapping; ddr_addr and the last byte inside the region."""
+        strides = self.byte_strides()
+        what = f"{where}: tensor {self.name!r} (shape {list(self.shape)}, strides {list(strides)})"
+        if len(strides) != len(self.shape) or any(st < 1 for st in strides):
+            raise XModelError(f"{what}: needs one stride of at least 1 byte per dimension")
+        extent = 1
+        for st, d in sorted((st, d) for d, st in zip(self.shape, strides) if d > 1):
+            if st < extent:
+                raise XModelError(f"{what}: elements overlap (stride {st} inside a {extent}-byte span)")
+            extent = st * d
+        last = self.ddr_addr + sum((d - 1) * st for d, st in zip(self.shape, strides))
+        if self.ddr_addr < 0 or last >= region_size:
+            raise XModelError(f"{what} at ddr_addr {self.ddr_addr} ends at byte {last + 1}, past REG_{self.reg_id}'s "
+                              f"{region_size} bytes")
 
 
 @dataclass
@@ -130,6 +160,13 @@ def instruction_set_of(fingerprint: Any) -> str:
         return DEFAULT_ISA
 
 
+def prod_of(dims: Any) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
 def _reg_id(name: str, where: str) -> int:
     if not name.startswith("REG_") or not name[4:].isdigit():
         raise XModelError(f"{where}: register region {name!r} is not named REG_<n>")
@@ -148,6 +185,10 @@ class XModel:
 
     def __post_init__(self) -> None:
         self.op_by_name = {op.name: op for op in self.ops}
+        self._readers: dict[str, list[XOp]] = {}
+        for op in self.ops:
+            for n in dict.fromkeys(op.input_ops):
+                self._readers.setdefault(n, []).append(op)
 
     def op(self, name: str) -> XOp:
         try:
@@ -166,7 +207,7 @@ class XModel:
         return self.subgraphs("USER")
 
     def consumers(self, name: str) -> list[XOp]:
-        return [op for op in self.ops if name in op.input_ops]
+        return list(self._readers.get(name, ()))
 
     def dpu_subgraph(self, sg: XSubgraph) -> DpuSubgraph:
         """The runnable view of the DPU subgraph `sg` (see DpuSubgraph)."""
@@ -184,17 +225,25 @@ class XModel:
         kinds_v2 = a.get("reg_id_to_context_type_v2", {})
         params = a.get("reg_id_to_parameter_value", {})
         regions = {}
+        total = 0
         for name, size in a["reg_id_to_size"].items():
             rid = _reg_id(name, where)
             if not isinstance(size, int) or size < 0:
                 raise XModelError(f"{where}: region {name} has size {size!r}")
+            total += size
+            if total > MAX_REGION_BYTES:
+                raise XModelError(f"{where}: register regions of more than {MAX_REGION_BYTES} bytes together "
+                                  f"(reg_id_to_size {name} = {size}): past what tvm-dpu allocates for one subgraph")
             data = params.get(name)
             if data is not None and not isinstance(data, bytes):
                 raise XModelError(f"{where}: the parameters of region {name} are not bytes")
+            kind = str(a["reg_id_to_context_type"].get(name, ""))
             if data is not None and len(data) > size:
                 raise XModelError(f"{where}: region {name} holds {len(data)} parameter bytes in {size}")
-            regions[rid] = Region(rid, name, str(a["reg_id_to_context_type"].get(name, "")),
-                                  kinds_v2.get(name), size, data)
+            if kind == "CONST" and size and len(data or b"") != size:
+                raise XModelError(f"{where}: CONST region {name} of {size} bytes has {len(data or b'')} parameter "
+                                  "bytes (reg_id_to_parameter_value): its weights would be missing")
+            regions[rid] = Region(rid, name, kind, kinds_v2.get(name), size, data)
         ops = [self.op(n) for n in sg.all_ops()]
         inputs = [op.output for op in ops if op.type == "upload"]
         outputs = []
@@ -209,11 +258,37 @@ class XModel:
                 raise XModelError(f"{where}: I/O tensor {t.name!r} has no reg_id / ddr_addr")
             if t.reg_id not in regions:
                 raise XModelError(f"{where}: I/O tensor {t.name!r} is in REG_{t.reg_id}, which has no size")
-        return DpuSubgraph(sg.name, int(a["dpu_fingerprint"]), bytes(a["mc_code"]),
+            t.check_placement(regions[t.reg_id].size, where)
+        code = bytes(a["mc_code"])
+        _check_code(code, where)
+        return DpuSubgraph(sg.name, int(a["dpu_fingerprint"]), code,
                            bytes(a.get("mc_code_preload", b"")), regions, inputs, outputs, dict(a), sg)
 
     def dpu_subgraphs(self) -> list[DpuSubgraph]:
         return [self.dpu_subgraph(s) for s in self.subgraphs("DPU")]
+
+
+def _check_code(code: bytes, where: str) -> None:
+    """XModelError unless `code` is whole ISA1 instructions ending with END (a program without END never tells
+    its runner it finished: VART would wait for its interrupt forever)."""
+    import numpy as np
+
+    from ..codegen.isa import iter_program
+    from ..errors import ISAError
+
+    if len(code) % 4:
+        raise XModelError(f"{where}: mc_code has {len(code)} bytes, not whole 32-bit words")
+    last = None
+    try:
+        for pos, ins in iter_program(np.frombuffer(code, "<u4")):
+            if last is not None and last[1] == "END":
+                raise XModelError(f"{where}: mc_code goes on after END (word {pos})")
+            last = (pos, ins.name)
+    except ISAError as e:
+        raise XModelError(f"{where}: mc_code does not decode as ISA1: {e}") from None
+    if last is None or last[1] != "END":
+        raise XModelError(f"{where}: mc_code ({len(code) // 4} words) does not end with END"
+                          + ("" if last is None else f" (its last instruction, at word {last[0]}, is {last[1]})"))
 
 
 def _int_or_none(attrs: dict[str, Any], key: str) -> int | None:
@@ -241,6 +316,39 @@ def _subgraph(msg: dict[str, Any]) -> XSubgraph:
                      [_subgraph(c) for c in msg["subg_child"]], list(msg["op_name"]), _kinds(attrs))
 
 
+def _check_tensor(op: XOp, source: str) -> None:
+    """XModelError unless the op's output tensor has sizes tvm-dpu can allocate and a usable fix point."""
+    t = op.output
+    where = f"{source}: op {op.name!r}: output tensor {t.name!r}"
+    if any(d < 1 for d in t.shape):
+        raise XModelError(f"{where} has shape {list(t.shape)}: every dimension must be at least 1")
+    if t.size > MAX_TENSOR_ELEMENTS:
+        raise XModelError(f"{where} has shape {list(t.shape)} ({t.size} elements): more than the "
+                          f"{MAX_TENSOR_ELEMENTS} tvm-dpu allocates for one tensor")
+    if t.fix_point is not None and abs(t.fix_point) > MAX_FIX_POINT:
+        raise XModelError(f"{where} has fix_point {t.fix_point}: outside +-{MAX_FIX_POINT}")
+
+
+def _check_acyclic(ops: list[XOp], source: str) -> None:
+    """XModelError naming an op on a cycle of the op graph (Kahn's algorithm: linear in ops and edges)."""
+    waiting = {op.name: len(set(op.input_ops)) for op in ops}
+    readers: dict[str, list[str]] = {}
+    for op in ops:
+        for n in set(op.input_ops):
+            readers.setdefault(n, []).append(op.name)
+    ready = [n for n, k in waiting.items() if k == 0]
+    while ready:
+        n = ready.pop()
+        for r in readers.get(n, ()):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                ready.append(r)
+    stuck = [n for n, k in waiting.items() if k > 0]
+    if stuck:
+        raise XModelError(f"{source}: the op graph has a cycle ({len(stuck)} op(s) on or behind it never get their "
+                          f"inputs, e.g. {stuck[0]!r})")
+
+
 def read_xmodel(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> XModel:
     """Read an AMD .xmodel (a serialized XIR graph). A file that is not one, or is damaged, raises XModelError
     naming the field and file offset."""
@@ -248,14 +356,7 @@ def read_xmodel(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryvie
         data, source = bytes(path_or_bytes), "<bytes>"
     else:
         source = os.fspath(path_or_bytes)
-        try:
-            size = os.path.getsize(source)
-            if size > MAX_FILE_BYTES:
-                raise XModelError(f"{source}: {size} bytes, more than an XIR graph (protobuf) can hold")
-            with open(source, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise XModelError(f"{source}: cannot read: {e.strerror or e}") from None
+        data = read_regular(source, "xmodel", XModelError)
     g = decode_graph(data, source)
     ops = []
     for i, m in enumerate(g["op_node"]):
@@ -265,18 +366,31 @@ def read_xmodel(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryvie
                                                  "tensor_bit_width": 0, "tensor_attr": {}}, m["op_name"])
         ops.append(XOp(m["op_name"], m["op_type"], _values(m["op_attr"]),
                        {a["arg_name"]: list(a["arg_ops"]) for a in m["args"]}, tensor, _kinds(m["op_attr"])))
-    names = {op.name for op in ops}
-    if len(names) != len(ops):
+    by_name = {op.name: op for op in ops}
+    if len(by_name) != len(ops):
         raise XModelError(f"{source}: two ops share a name")
     for op in ops:
+        _check_tensor(op, source)
         for n in op.input_ops:
-            if n not in names:
+            if n not in by_name:
                 raise XModelError(f"{source}: op {op.name!r} reads {n!r}, which is not an op of the graph")
+            if n == op.name:
+                raise XModelError(f"{source}: op {op.name!r} reads its own output")
+        if op.type in ("upload", "download") and op.input_ops:
+            src = by_name[op.input_ops[0]].output
+            if len(op.input_ops) != 1 or src.size != op.output.size:
+                raise XModelError(f"{source}: {op.type} op {op.name!r} copies {op.input_ops} "
+                                  f"({list(src.shape)}) to a tensor of shape {list(op.output.shape)}")
+    _check_acyclic(ops, source)
     if g["subg_root"] is None:
         raise XModelError(f"{source}: the graph has no subgraph tree (subg_root): not compiled by vai_c")
     root = _subgraph(g["subg_root"])
+    holder: dict[str, str] = {}
     for sg in root.walk():
         for n in sg.ops:
-            if n not in names:
+            if n not in by_name:
                 raise XModelError(f"{source}: subgraph {sg.name!r} holds {n!r}, which is not an op of the graph")
+            if n in holder:
+                raise XModelError(f"{source}: op {n!r} is held by subgraphs {holder[n]!r} and {sg.name!r}")
+            holder[n] = sg.name
     return XModel(g["graph_name"], _values(g["graph_attr"]), ops, root, source, _kinds(g["graph_attr"]))

@@ -11,6 +11,7 @@ interpreted by name), so the trust policy for native libraries does not apply to
 """
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 import time
@@ -37,15 +38,8 @@ def _dtype_of(t: XTensor) -> str:
 def tensor_view(region: np.ndarray, t: XTensor, where: str) -> np.ndarray:
     """The bytes of tensor `t` inside its DDR `region` (an int8 view with `t.strides`, writeable), after checking
     that every element lies inside the region."""
-    shape = t.shape
-    strides = t.strides if t.strides is not None else tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
-    if len(strides) != len(shape) or any(s < 0 for s in strides):
-        raise XModelError(f"{where}: tensor {t.name!r} has strides {list(strides)} for shape {list(shape)}")
-    last = t.ddr_addr + sum((d - 1) * s for d, s in zip(shape, strides)) if all(shape) else t.ddr_addr - 1
-    if t.ddr_addr < 0 or last >= region.size:
-        raise XModelError(f"{where}: tensor {t.name!r} (shape {list(shape)}, strides {list(strides)}) at ddr_addr "
-                          f"{t.ddr_addr} ends at byte {last + 1}, past REG_{t.reg_id}'s {region.size} bytes")
-    return as_strided(region[t.ddr_addr:].view(np.int8), shape=shape, strides=strides)
+    t.check_placement(region.size, where)
+    return as_strided(region[t.ddr_addr:].view(np.int8), shape=t.shape, strides=t.byte_strides())
 
 
 @dataclass
@@ -62,8 +56,6 @@ class DpuProgram:
 
 def _program(model: XModel, sub: DpuSubgraph, arch_name: str) -> DpuProgram:
     where = f"{model.source}: DPU subgraph {sub.name!r}"
-    if len(sub.mc_code) % 4:
-        raise XModelError(f"{where}: mc_code has {len(sub.mc_code)} bytes, not whole 32-bit words")
     if sub.mc_code_preload:
         raise XModelError(f"{where}: mc_code_preload ({len(sub.mc_code_preload)} bytes) is not supported: "
                           "tvm-dpu runs programs without a preload stage")
@@ -104,20 +96,30 @@ def _topological(model: XModel, nodes: list[XSubgraph]) -> list[XSubgraph]:
 
 
 def _ops_in_order(model: XModel, names: list[str]) -> list[XOp]:
-    """The ops `names` in dependency order (inputs from outside the list count as available)."""
-    inside = set(names)
-    order, done = [], set()
-    pending = list(names)
-    while pending:
-        progressed = False
-        for n in list(pending):
-            if all(src in done or src not in inside for src in model.op(n).input_ops):
-                order.append(model.op(n))
-                done.add(n)
-                pending.remove(n)
-                progressed = True
-        if not progressed:
-            raise XModelError(f"{model.source}: the ops {pending} depend on each other in a cycle")
+    """The ops `names` in dependency order, file order among the ready ones (inputs from outside the list count as
+    available). Linear in ops and edges: a chain of thousands of ops is ordered in milliseconds."""
+    inside = {n: i for i, n in enumerate(names)}
+    waiting = [0] * len(names)
+    readers: list[list[int]] = [[] for _ in names]
+    for i, n in enumerate(names):
+        for src in set(model.op(n).input_ops):
+            j = inside.get(src)
+            if j is not None:
+                waiting[i] += 1
+                readers[j].append(i)
+    ready = [i for i in range(len(names)) if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(model.op(names[i]))
+        for r in readers[i]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    if len(order) < len(names):
+        pending = [n for i, n in enumerate(names) if waiting[i]]
+        raise XModelError(f"{model.source}: the ops {pending[:5]} depend on each other in a cycle")
     return order
 
 
@@ -222,8 +224,12 @@ class XModelRunner:
             self.device.execute(prog.sg, regions)
         except DPUError as e:
             raise type(e)(f"{where}: {e}") from None
+        stats = getattr(self.device, "last_stats", None)
+        if stats is not None and not stats.ended:
+            raise XModelError(f"{where}: the program stopped after {stats.instructions} instructions without "
+                              "reaching END: its outputs are not valid")
         with self._lock:
-            self.last_stats[prog.sub.name] = getattr(self.device, "last_stats", None)
+            self.last_stats[prog.sub.name] = stats
         q_out = []
         for t in prog.sub.outputs:
             out = tensor_view(regions[t.reg_id], t, where).copy()
