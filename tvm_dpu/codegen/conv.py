@@ -23,7 +23,10 @@ docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a networ
   first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles;
 * windowed tiles whose output is small beside their input alternate between the two image bank groups
   (`group_swap`): a tile's input takes most of one group and its output the top rows of the other, so a line may
-  use almost a whole group instead of half of one, where that means fewer column tiles.
+  use almost a whole group instead of half of one, where that means fewer column tiles;
+* a last row band of v <= PP/2 rows (14 rows on PP 4) runs as PieceTiles (`piece_band`): each of its rows cut
+  into PP // v column pieces, one per tile row, so its CONVs are that much shorter instead of computing PP - v
+  idle rows (VGG-16's 14x14 layers on ZU2: 7 columns instead of 14 for rows 12-13).
 """
 from __future__ import annotations
 
