@@ -9,8 +9,10 @@ import pytest
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen import compiler
 from tvm_dpu.codegen.compiler import compile_graph
-from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length, group_swap, input_ring
+from tvm_dpu.codegen.conv import ConvJob, augmentation, flat_length, group_swap, input_ring, piece_band
 from tvm_dpu.codegen.isa import decode_program
+from tvm_dpu.codegen.layout import ceil_div
+from tvm_dpu.fusion.select import plan_fusion
 from tvm_dpu.timing.simulate import simulate
 from test_codegen import ARCHS, _B, _check
 
@@ -139,15 +141,17 @@ def test_input_ring_only_where_it_gives_longer_lines():
 
 def test_group_swap_only_where_it_gives_fewer_column_tiles():
     """VGG-16's conv5 on ZU2 (B1152, 516 input channels, 14 columns): the halves allow lines of 9 output columns,
-    the ring 13, the swap 21: one column tile instead of two, so 4 row tiles x 43 groups = 172 CONVs of length 14;
-    a 112-column map of 11 channel groups gets 60 either way (two column tiles): no swap there."""
+    the ring 13, the swap 21: one column tile instead of two, so 4 row tiles x 43 groups = 172 CONVs, the last
+    row tile (rows 12-13) as four half-row pieces of 7 columns (PieceTile); a 112-column map of 11 channel groups
+    gets 60 either way (two column tiles): no swap there."""
     arch = load_arch("DPUCZDX8G_ISA1_B1152")
     job = ConvJob("c", 3, 3, 1, 1, (1,) * 4, 516, 512, 0, 0, 0, 0, 0)
     assert group_swap(arch, job, 4, 2) == 21
     b = _B(1)
     b.conv(b.input(516, 14, 14), 512, 3, 1, 1)
     convs = _convs(b.g, arch.name)
-    assert len(convs) == 4 * 43 and {c.fields["length"] for c in convs} == {14}
+    lengths = [c.fields["length"] for c in convs]
+    assert len(convs) == 4 * 43 and lengths.count(14) == 3 * 43 and lengths.count(7) == 43
     b = _B(2)
     b.conv(b.input(128, 8, 112), 24, 3, 1, 1)
     vb0 = arch.bank_group("VB0").base_id
@@ -278,3 +282,51 @@ def test_augmentation_limit_is_the_hardware_channel_count():
     assert not augmentable(arch, 3, 7, 2, (11, 11, 11, 11))  # pad_start 33 > 31
     assert augmentable(arch, 3, 7, 2)  # interior columns only: no masks
     assert augmentation(arch, 16, 64, 3, 3, 1, 1, (1, 1, 1, 1), 16) is None
+
+
+# (arch, cin, h, w, k, s, p, cout, groups): last row bands of 2 or 1 rows cut into pieces, padded (zeros loaded
+# from the conv's zero map) or not, strided, a 5x5 kernel, the halves and the group-swap placements, a grouped
+# conv (channel-slice maps: pixel pitch > channels)
+_PIECE_CASES = [("DPUCZDX8G_ISA1_B1152", 24, 14, 14, 3, 1, 1, 30, 1), ("DPUCZDX8G_ISA1_B1152", 40, 9, 11, 3, 1, 0, 20, 1),
+                ("DPUCZDX8G_ISA1_B1152", 16, 13, 17, 3, 2, 1, 24, 1), ("DPUCZDX8G_ISA1_B4096", 32, 10, 12, 5, 1, 2, 40, 1),
+                ("DPUCZDX8G_ISA1_B1152", 300, 6, 30, 3, 1, 1, 30, 1), ("DPUCZDX8G_ISA1_B1152", 48, 10, 10, 3, 1, 1, 48, 2)]
+
+
+@pytest.mark.parametrize("arch,cin,h,w,k,s,p,cout,groups", _PIECE_CASES)
+def test_piece_tiles_are_bit_exact_and_shorter(arch, cin, h, w, k, s, p, cout, groups):
+    """A conv whose output rows leave a last band of fewer than half the PP rows: that band runs as PieceTiles
+    (CONVINIT stride_h = kh, each tile row its own piece of an output row) and the CONVs of the program add up to
+    fewer columns than full-width row tiles would; the emulator equals the golden reference."""
+    a = load_arch(arch)
+    b = _B(cin + h + k)
+    x = b.input(cin, (h - 1) * s + k - 2 * p, (w - 1) * s + k - 2 * p)
+    if groups == 1:
+        b.conv(x, cout, k, s, p)
+    else:
+        wt = b.const((cout, cin // groups, k, k), 7)
+        b.op("conv2d", [x], (1, cout, h, w), 3, {"weights": wt, "bias": b.const((cout,), 4)},
+             strides=[s, s], pads=[p] * 4, groups=groups, act="relu")
+    _check(b.g, arch)
+    code = decode_program(compile_graph(b.g, a).code)
+    inits = [i for i in code if i.name == "CONVINIT"]
+    assert any(i.fields["stride_h"] == k != s for i in inits) or (k == s and inits)
+    convs = [i for i in code if i.name == "CONV"]
+    per_group = ceil_div(cout // groups, a.ocp) * groups
+    assert sum(c.fields["length"] for c in convs) < per_group * ceil_div(h, a.pp) * w
+    from tvm_dpu.runtime.dep_check import check_programs
+    rep = check_programs(compiler.compile_graph_fused(b.g, a, plan_fusion(b.g, a, "none")), arch=a)["program"]
+    assert rep.ok and rep.races_checked, (rep.problems[:3], rep.races[:3])
+
+
+def test_piece_band_only_where_it_saves_conv_columns():
+    """Two rows left on PP 4 (14 rows): 4 half rows of 7 in one tile; three rows left (7 rows): no pieces (4 // 3
+    = 1); a band whose pieces' windows need zeros and no zero map: none."""
+    from tvm_dpu.types import FMap
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    job = ConvJob("c", 3, 3, 1, 1, (1,) * 4, 64, 64, 0, 0, 0, 0, 0)
+    x, y = FMap.dense(0, 0, 14, 14, 64), FMap.dense(0, 0, 14, 14, 64)
+    band = piece_band(arch, job, x, y, 4, [(0, 14)], 1024, (0, 0))
+    assert [(ln, [pc[0] for pc in t]) for _, ln, t in band] == [(7, [12, 12, 13, 13])]
+    y7 = FMap.dense(0, 0, 7, 14, 64)
+    assert piece_band(arch, job, x, y7, 4, [(0, 14)], 1024, (0, 0)) is None
+    assert piece_band(arch, job, x, y, 4, [(0, 14)], 1024, None) is None

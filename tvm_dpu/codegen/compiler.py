@@ -22,7 +22,8 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import AluJob, alu_job, emit_alu
 from tvm_dpu.codegen import conv_variants
-from tvm_dpu.codegen.conv import AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv
+from tvm_dpu.codegen.conv import (AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv,
+                                  piece_zero_bytes)
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
 from tvm_dpu.codegen.layout import (ParamBlob, align, ceil_div, group_param, pack_channel_vector, pack_conv_weights,
@@ -497,8 +498,10 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
                       op.inputs[0], out)
         elif phases is None:
             win = xops.conv_window(op, graph)
-            emit_conv(prog, arch, job(wg, put(wg), (win.sh, win.sw), win.pads), xg, yg, op.inputs[0],
-                      out)
+            jb = job(wg, put(wg), (win.sh, win.sw), win.pads)
+            if piece_zero_bytes(arch, jb, yg):  # zeros for the padding of a last row band run as PieceTiles
+                jb = replace(jb, zero_offset=params.add(np.zeros(piece_zero_bytes(arch, jb, yg), np.int8)))
+            emit_conv(prog, arch, jb, xg, yg, op.inputs[0], out)
         else:
             _emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
 

@@ -23,7 +23,10 @@ docs/timing-model.md; `python benchmarks/bench_opcycles.py` shows where a networ
   first in a ring (`InputRing`), which allows longer lines where that means fewer column tiles;
 * windowed tiles whose output is small beside their input alternate between the two image bank groups
   (`group_swap`): a tile's input takes most of one group and its output the top rows of the other, so a line may
-  use almost a whole group instead of half of one, where that means fewer column tiles.
+  use almost a whole group instead of half of one, where that means fewer column tiles;
+* a last row band of v <= PP/2 rows (14 rows on PP 4) runs as PieceTiles (`piece_band`): each of its rows cut
+  into PP // v column pieces, one per tile row, so its CONVs are that much shorter instead of computing PP - v
+  idle rows (VGG-16's 14x14 layers on ZU2: 7 columns instead of 14 for rows 12-13).
 """
 from __future__ import annotations
 
@@ -35,8 +38,8 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
-from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, PAD5, CodegenError, RasterTile, RowPlacement, WindowTile,
-                                    augmentable, conv_tile, emit_raster_loads, raster_tiles, split_even)
+from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, PAD5, CodegenError, PieceTile, RasterTile, RowPlacement,
+                                    WindowTile, augmentable, conv_tile, emit_raster_loads, raster_tiles, split_even)
 from tvm_dpu.types import FMap
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class ConvJob:
     params_reg: int = 0
     variant: str = "wide"  # one of CONV_VARIANTS
     aug: "Augment | None" = None  # set: this job is the channel-augmented form of a conv (see Augment)
+    zero_offset: int | None = None  # params-region offset of piece_zero_bytes zero bytes (PieceTile padding)
 
     @property
     def geometry(self) -> tuple[int, int, int, int, int]:
@@ -423,6 +427,10 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
     col_tiles = split_even(y.w, lmax) if pool is None else [(2 * q, 2 * n) for q, n in split_even(y.w // 2, lmax // 2)]
     widest = max(length for _, length in col_tiles)
+    zero = None if job.zero_offset is None else (job.params_reg, job.zero_offset)
+    pieces = None if pool is not None or job.aug is not None or ring is not None or y.h % vpp == 0 else \
+        piece_band(arch, job, x, y, vpp, col_tiles, half if swap is None else arch.bank_depth - chunk * widest,
+                   zero)
     buf = 0
     first = True
     # Each windowed tile's SAVEs (and pool ALUs) are emitted after the next tile's CONVs: a pair's token counter
@@ -442,11 +450,17 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
                 buf ^= 1
             continue
         for p0, v in row_tiles:
-            for q0, length in col_tiles:
+            band = pieces if p0 + v == y.h else None
+            for q0, length, piece in ([(q, ln, None) for q, ln in col_tiles] if band is None else band):
+                if piece is not None:
+                    tile = PieceTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, piece, length, cg_in,
+                                        0 if swap is not None else buf * half, zero)
                 if swap is not None:
                     saves = _emit_swapped_tile(prog, arch, job, x, y, x_res, y_res, p0, v, q0, length, g0, n, cg_in,
                                                buf, arch.bank_depth - chunk * widest, first, wbase, w_res + b_res,
-                                               pool)
+                                               pool, tile if piece is not None else None)
+                elif piece is not None:
+                    in_res = conv_reads = (("vb0", buf),)
                 elif ring is None:
                     tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length,
                                          cg_in, buf * half)
@@ -465,6 +479,49 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
                 pending = saves
     if pending is not None:
         pending((("vb0",), ("vb1",)) if swap is not None else ())
+
+
+def piece_band(arch: Arch, job: ConvJob, x: FMap, y: FMap, vpp: int, col_tiles: list[tuple[int, int]],
+               in_rows: int, zero: tuple[int, int] | None) -> list[tuple[int, int, tuple]] | None:
+    """The last row band of a windowed conv (v = y.h % vpp rows) as PieceTiles: each of its rows cut into
+    vpp // v near-equal column pieces, vpp pieces per tile, as [(0, length, pieces)]; or None when that is not
+    fewer CONV columns in no more CONVs than its column tiles, or does not fit: the window within `in_rows` rows
+    of each bank and the 10-bit line field, the output within the widest column tile, kh within the CONV's
+    stride field, a zero map (`zero`) where a window leaves the map."""
+    v = y.h % vpp
+    k = vpp // v if v else 0
+    if k < 2 or job.kh > CONV_STRIDE_FIELD_MAX:
+        return None
+    p0 = y.h - v
+    row_pieces = [(p0 + i, q, c) for i in range(v) for q, c in split_even(y.w, ceil_div(y.w, k))]
+    tiles = [tuple(row_pieces[i:i + vpp]) for i in range(0, len(row_pieces), vpp)]
+    lengths = [max(c for _, _, c in t) for t in tiles]
+    if sum(lengths) >= sum(ln for _, ln in col_tiles) or len(tiles) > len(col_tiles) \
+            or max(lengths) > max(ln for _, ln in col_tiles):
+        return None
+    cg_in = ceil_div(job.cin, arch.icp)
+    out = []
+    for t, ln in zip(tiles, lengths):
+        tile = PieceTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, t, ln, cg_in, 0, zero)
+        if tile.place.endl > FIELD10 or tile.place.footprint(tile.n_rows) > in_rows \
+                or (zero is None and tile.needs_zeros(x)):
+            return None
+        out.append((0, ln, t))
+    return out
+
+
+def piece_zero_bytes(arch: Arch, job: ConvJob, y: FMap) -> int:
+    """Zero bytes the PieceTiles of `job` may load as padding (a window line of at most y.w outputs), 0 when the
+    conv has no padding or no last row band that piece_band could cut (v = y.h % vpp rows with vpp // v >= 2)."""
+    found = conv_tile_of(arch, job)
+    if not any(job.pads) or found is None or job.aug is not None:
+        return 0
+    v = y.h % found[0][0]
+    return ((y.w - 1) * job.sw + job.kw) * job.cin if v and found[0][0] // v >= 2 else 0
+
+
+#: Largest stride_h a CONVINIT takes (the conv stride white-list 1-8): a PieceTile runs with stride_h = kh.
+CONV_STRIDE_FIELD_MAX = 8
 
 
 @dataclass(frozen=True)
@@ -557,8 +614,8 @@ def _swap_chunk(arch: Arch, job: ConvJob, y: FMap, vpp: int, chunk: int, lim: in
 
 def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str, p0: int,
                        v: int, q0: int, length: int, g0: int, n: int, cg_in: int, parity: int, out_base: int,
-                       first: bool, wbase: int, params: tuple,
-                       pool: PoolOnSave | None = None) -> Callable[..., None]:
+                       first: bool, wbase: int, params: tuple, pool: PoolOnSave | None = None,
+                       piece: PieceTile | None = None) -> Callable[..., None]:
     """One tile of the group-swap placement (group_swap): input in rows [0, out_base) of image bank group
     `parity`, output from row out_base of the other group.
 
@@ -573,7 +630,7 @@ def _emit_swapped_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap
     out_end = out_base + n * length
     in_res = tuple((gin, h, "in") for h in range(2) if h * half < out_base)
     out_res = tuple((gout, h, "out") for h in range(2) if out_base < (h + 1) * half and h * half < out_end)
-    tile = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, 0)
+    tile = piece or WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, p0, v, q0, length, cg_in, 0)
     if tile.place.footprint(tile.n_rows) > out_base:
         raise CodegenError(f"op {job.name!r}: a group-swap tile's input ({tile.place.footprint(tile.n_rows)} rows) "
                            f"overlaps its output from row {out_base}")  # group_swap's rule makes this impossible
@@ -598,9 +655,16 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     else:
         _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, in_res)
         x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
-    emit_conv_groups(prog, arch, job, ConvIn.of(vb0, tile.place, arch.bank_depth), ConvOut(vb1, base, n), n, vpp,
-                     length, wbase, wbase, conv_reads + params, (out_res,), tile.pads(x))
+    # a piece tile's rows are independent (stride_h = kh: each reads its own kh fetched rows)
+    pieces = tile.pieces if isinstance(tile, PieceTile) else None
+    emit_conv_groups(prog, arch, job if pieces is None else replace(job, sh=job.kh),
+                     ConvIn.of(vb0, tile.place, arch.bank_depth), ConvOut(vb1, base, n), n,
+                     vpp if pieces is None else len(pieces), length, wbase, wbase, conv_reads + params, (out_res,),
+                     tile.pads(x))
     channels = min(n * arch.ocp, job.cout - g0 * arch.ocp)
+    # (output row, column, columns, first column in the tile row): a piece's columns end its tile row
+    rows = [(p0 + r, q0, length, 0) for r in range(vpp)] if pieces is None else \
+        [(oy, ox, cnt, length - cnt) for oy, ox, cnt in pieces]
 
     def saves(barrier: tuple = ()) -> None:
         """`barrier`: resources the last SAVE reads as well."""
@@ -608,11 +672,11 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
             _emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
                                barrier)
             return
-        for r in range(vpp):
-            prog.emit("SAVE", reads=(out_res,) + (barrier if r == vpp - 1 else ()), writes=(("ddr", y_res),),
-                      bank_id=vb1 + r, bank_addr=base,
-                      length=length, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
-                      ddr_addr=y.addr(p0 + r, q0, g0 * arch.ocp))
+        for r, (oy, ox, cnt, skip) in enumerate(rows):
+            prog.emit("SAVE", reads=(out_res,) + (barrier if r == len(rows) - 1 else ()), writes=(("ddr", y_res),),
+                      bank_id=vb1 + r, bank_addr=base + skip * n,
+                      length=cnt, channel=channels, jump_read=n, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                      ddr_addr=y.addr(oy, ox, g0 * arch.ocp))
     return saves
 
 

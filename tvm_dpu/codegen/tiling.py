@@ -255,3 +255,88 @@ def emit_raster_loads(prog, bank0: int, depth: int, tile: RasterTile, w: int, x:
             prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + r,
                       bank_addr=(base + j * pitch) % depth, length=n, channel=channels,
                       jump_read=sw * x.pixel_pitch, jump_write=pitch, reg_id=x.reg_id, ddr_addr=a)
+
+
+@dataclass(frozen=True)
+class PieceTile:
+    """A windowed tile whose tile rows are independent pieces of output rows: tile row r computes the `length`
+    columns of output row oy that end where piece pieces[r] = (oy, ox, count) ends (a shorter piece recomputes
+    the `length - count` columns before it, which its SAVE skips: no window reads past the map). Its CONVs run with stride_h = kh, so tile row r reads fetched rows r*kh .. r*kh + kh - 1 alone
+    (row-fetch rule with S = kh: all of them in bank r of the group, one wrap) and any piece may sit in any tile row.
+    A last row band of v < vpp rows then fills the PP rows of one tile with column pieces of its rows instead of
+    leaving vpp - v of them idle (VGG-16's 14x14 layers: rows 12-13 as four half rows, a CONV of 7 columns instead
+    of 14). The window's padding is loaded as zeros (the CONV's pad masks act on the whole window, not on each
+    piece), from `zero`, (reg_id, DDR address) of at least in_cols * channels zero bytes, None when no piece's
+    window leaves the map."""
+
+    pieces: tuple[tuple[int, int, int], ...]
+    length: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    top: int  # the conv's top / left padding: window row / column 0 of output (0, 0) is input (-top, -left)
+    left: int
+    place: RowPlacement
+    zero: tuple[int, int] | None
+
+    @staticmethod
+    def of(pp: int, kh: int, kw: int, sh: int, sw: int, pads: tuple[int, int, int, int],
+           pieces: tuple[tuple[int, int, int], ...], length: int, groups: int, base: int,
+           zero: tuple[int, int] | None) -> "PieceTile":
+        in_cols = (length - 1) * sw + kw
+        return PieceTile(pieces, length, kh, kw, sh, sw, pads[0], pads[1],
+                         RowPlacement(pp, kh, in_cols * groups, groups, base), zero)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.pieces) * self.kh
+
+    @property
+    def in_cols(self) -> int:
+        return (self.length - 1) * self.sw + self.kw
+
+    def pads(self, x: FMap) -> tuple[int, int, int, int]:
+        """No masks: the padding is in the banks (loaded zeros)."""
+        return 0, 0, 0, 0
+
+    def segments(self, x: FMap) -> list[tuple[int, int, int, int, int]]:
+        """[(fetched row h, first window column, image row or -1 for zeros, first image column, columns)]: what
+        the tile's LOADs write, the parts outside the map as zero runs."""
+        out = []
+        for r, (oy, ox, count) in enumerate(self.pieces):
+            x0 = (ox + count - self.length) * self.sw - self.left
+            for dy in range(self.kh):
+                yy = oy * self.sh - self.top + dy
+                xs, xe = (max(0, x0), min(x.w, x0 + self.in_cols)) if 0 <= yy < x.h else (x0, x0)
+                h = r * self.kh + dy
+                if xe <= xs:
+                    out.append((h, 0, -1, 0, self.in_cols))
+                    continue
+                if xs > x0:
+                    out.append((h, 0, -1, 0, xs - x0))
+                out.append((h, xs - x0, yy, xs, xe - xs))
+                if x0 + self.in_cols > xe:
+                    out.append((h, xe - x0, -1, 0, x0 + self.in_cols - xe))
+        return out
+
+    def needs_zeros(self, x: FMap) -> bool:
+        return any(yy < 0 for _, _, yy, _, _ in self.segments(x))
+
+    def emit_loads(self, prog, bank0: int, depth: int, x: FMap, x_res: str, c0: int, channels: int,
+                   buf_res: tuple) -> None:
+        """One LOAD per window line inside x, one per zero run (from `zero`, read as packed pixels)."""
+        pitch = self.place.pitch
+        for h, col, yy, xs, n in self.segments(x):
+            bank, row0 = self.place.where(h)
+            addr = (row0 + col * pitch) % depth
+            if yy < 0:
+                if self.zero is None:
+                    raise CodegenError("a piece tile's window leaves the map but the conv has no zero map")
+                prog.emit("LOAD", reads=(("ddr", "params"),), writes=(buf_res,), bank_id=bank0 + bank,
+                          bank_addr=addr, length=n, channel=channels, jump_read=channels, jump_write=pitch,
+                          reg_id=self.zero[0], ddr_addr=self.zero[1])
+            else:
+                prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+                          bank_addr=addr, length=n, channel=channels, jump_read=x.pixel_pitch, jump_write=pitch,
+                          reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
