@@ -53,6 +53,8 @@ def npz_file(path: str | Path, what: str = "input file", accepts: str = "") -> P
     takes = f"; {accepts}" if accepts else ""
     if path.is_dir():
         raise InputError(f"{what} {path}: is a directory{takes or '; expected an .npz file'}")
+    # before the open: a FIFO would block it, a device would never end
+    check_regular(path, what, InputError)
     try:
         with path.open("rb") as f:
             head = f.read(8)
@@ -79,7 +81,6 @@ def load_npz(path: str | Path, what: str = "input file", *, check: MemberCheck |
     huge array, or a huge one of the wrong shape, is refused without allocating it."""
     path = npz_file(path, what)
     limit = max_input_bytes() if max_bytes is None else int(max_bytes)
-    check_regular(path, what, InputError)
     try:
         with zipfile.ZipFile(path) as zf:
             members = _checked_members(zf, path, what, limit, check)
