@@ -260,7 +260,7 @@ class XModel:
                 raise XModelError(f"{where}: I/O tensor {t.name!r} is in REG_{t.reg_id}, which has no size")
             t.check_placement(regions[t.reg_id].size, where)
         code = bytes(a["mc_code"])
-        _check_code(code, where)
+        _check_code(code, where, instruction_set_of(a["dpu_fingerprint"]))
         return DpuSubgraph(sg.name, int(a["dpu_fingerprint"]), code,
                            bytes(a.get("mc_code_preload", b"")), regions, inputs, outputs, dict(a), sg)
 
@@ -268,8 +268,8 @@ class XModel:
         return [self.dpu_subgraph(s) for s in self.subgraphs("DPU")]
 
 
-def _check_code(code: bytes, where: str) -> None:
-    """XModelError unless `code` is whole ISA1 instructions ending with END (a program without END never tells
+def _check_code(code: bytes, where: str, isa: str = DEFAULT_ISA) -> None:
+    """XModelError unless `code` is whole instructions of `isa` (the set the fingerprint names) ending with END (a program without END never tells
     its runner it finished: VART would wait for its interrupt forever)."""
     import numpy as np
 
@@ -280,12 +280,12 @@ def _check_code(code: bytes, where: str) -> None:
         raise XModelError(f"{where}: mc_code has {len(code)} bytes, not whole 32-bit words")
     last = None
     try:
-        for pos, ins in iter_program(np.frombuffer(code, "<u4")):
+        for pos, ins in iter_program(np.frombuffer(code, "<u4"), isa=isa):
             if last is not None and last[1] == "END":
                 raise XModelError(f"{where}: mc_code goes on after END (word {pos})")
             last = (pos, ins.name)
     except ISAError as e:
-        raise XModelError(f"{where}: mc_code does not decode as ISA1: {e}") from None
+        raise XModelError(f"{where}: mc_code does not decode as {isa}: {e}") from None
     if last is None or last[1] != "END":
         raise XModelError(f"{where}: mc_code ({len(code) // 4} words) does not end with END"
                           + ("" if last is None else f" (its last instruction, at word {last[0]}, is {last[1]})"))
