@@ -54,7 +54,10 @@ def npz_file(path: str | Path, what: str = "input file", accepts: str = "") -> P
     if path.is_dir():
         raise InputError(f"{what} {path}: is a directory{takes or '; expected an .npz file'}")
     # before the open: a FIFO would block it, a device would never end
-    check_regular(path, what, InputError)
+    try:
+        check_regular(path, what, InputError)
+    except InputError as e:
+        raise InputError(f"{e}{takes}") from None
     try:
         with path.open("rb") as f:
             head = f.read(8)
