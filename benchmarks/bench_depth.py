@@ -9,13 +9,15 @@ default fusion, N = 50, 100, 150, 300 (issue 40: the fusion search grew about cu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "depth.json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +100,7 @@ def main() -> int:
         print(f"depth 300 / depth 100: {ratio}x (goal: under 4x)")
     chain = xmodel_chain_seconds()
     print(f"xmodel with a {chain['ops']}-op identity chain: read {chain['read_s']} s, ordered {chain['order_s']} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"rows": rows, "ratio_300_100": ratio, "xmodel_chain": chain}, indent=2) + "\n")
+    write_results(args.json, {"rows": rows, "ratio_300_100": ratio, "xmodel_chain": chain})
     print(f"wrote {args.json}")
     return 0 if ratio is None or ratio < 4 else 1
 
