@@ -2,6 +2,7 @@
 subgraph, what running it needs (machine code, regions, I/O tensors at their DDR addresses)."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -50,7 +51,7 @@ class XTensor:
 
     @property
     def size(self) -> int:
-        return prod_of(self.shape)
+        return math.prod(int(d) for d in self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -61,7 +62,7 @@ class XTensor:
         """`strides`, or the dense int8 layout's when the tensor carries none."""
         if self.strides is not None:
             return self.strides
-        return tuple(prod_of(self.shape[i + 1:]) for i in range(len(self.shape)))
+        return tuple(math.prod(int(d) for d in self.shape[i + 1:]) for i in range(len(self.shape)))
 
     def check_placement(self, region_size: int, where: str) -> None:
         """XModelError unless every int8 element lies inside a region of `region_size` bytes at a distinct byte:
@@ -158,13 +159,6 @@ def instruction_set_of(fingerprint: Any) -> str:
         return arch_from_fingerprint(fingerprint).instruction_set
     except ArchError:
         return DEFAULT_ISA
-
-
-def prod_of(dims: Any) -> int:
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n
 
 
 def _reg_id(name: str, where: str) -> int:
