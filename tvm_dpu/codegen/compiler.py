@@ -273,8 +273,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     for g in fused:
         if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
             on_chip.update(ops[g.ops[0]].outputs)
-        elif g.template == "pw_dw_pw":
-            on_chip.update(t for n in g.ops[:2] for t in ops[n].outputs)
+        elif g.template in ("pw_dw_pw", "pw_dw_pw_add"):
+            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
         elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
             on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
     # The liveness walk must follow the emission order.
@@ -300,7 +300,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
                               plan.variants.get(g.ops[0], "wide"))
             elif g in fused and g.template in RESIDENTS:
                 emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
-            elif g in fused and g.template == "pw_dw_pw":
+            elif g in fused and g.template in ("pw_dw_pw", "pw_dw_pw_add"):
                 relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
                                                                members=[ops[n] for n in g.ops], fmaps=fmaps,
                                                                variant=plan.variants.get(g.ops[0], "wide")), params)
@@ -350,8 +350,8 @@ _RELOCATED = {
 
 def _emit_pw_dw_pw(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, members: list[Op],
                    fmaps: dict[str, FMap], variant: str) -> None:
-    a, dw, pw = members
-    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant)
+    a, dw, pw, *add = members
+    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant, *add)
 
 
 def param_rows(prog: Program, arch: Arch) -> tuple[int, int]:

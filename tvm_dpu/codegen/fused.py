@@ -16,7 +16,8 @@ from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
 
 #: Templates with a fused emitter; the others run member by member.
-FUSED_EMITTERS = ("conv_add", "hconv2", "hconv3", "dw_pw", "conv_conv", "conv_pool", "pw_dw", "pw_dw_pw")
+FUSED_EMITTERS = ("conv_add", "hconv2", "hconv3", "dw_pw", "conv_conv", "conv_pool", "pw_dw", "pw_dw_pw",
+                  "pw_dw_pw_add")
 
 
 def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
@@ -32,7 +33,7 @@ def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
         return conv_conv_fits(arch, graph, ops[0], ops[1])
     if group.template in ("conv_pool", "pw_dw"):
         return conv_pool_fits(arch, graph, ops[0], ops[1])
-    if group.template == "pw_dw_pw":
+    if group.template in ("pw_dw_pw", "pw_dw_pw_add"):
         return pw_dw_pw_fits(arch, graph, *ops)
     if group.template in RESIDENTS:
         return resident_fits(arch, graph, ops)

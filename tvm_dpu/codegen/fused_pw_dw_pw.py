@@ -2,7 +2,12 @@
 MobileNet-style inverted bottlenecks and of YOLOX's CSP bottlenecks and head branches (vai_c keeps both maps in the
 banks there). The first two ops run as pw_dw does (fused_chain: the conv fills a circular buffer in VB1, one ALU
 per pass of the depthwise rows); each pass's depthwise output slot in VB0 is the input tile of the pointwise CONVs,
-which write their output beside it in the same slot; the SAVEs write only the pointwise conv's output."""
+which write their output beside it in the same slot; the SAVEs write only the pointwise conv's output.
+
+pw_dw_pw_add is the inverted-residual block whole: the same chain with the block's residual add, whose other
+operand (the block input, or any map already in DDR) is LOADed beside the pointwise output in the slot; one ELEW
+per ALU_PP rows adds it in place and the SAVEs write the add's output, so the pointwise output never touches DDR
+either (vai_c fuses the project conv with the add the same way)."""
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
@@ -26,10 +31,11 @@ from tvm_dpu.xgraph.graph import Graph, Op
 PW_DW_PW_VARIANTS = ("wide", "eager")
 
 
-def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op) -> ChainTile | None:
-    """Tile of a -> dw -> pw, or None: chain_tile of a -> dw with each pass's output slot holding the depthwise
-    output (cg_mid rows per pixel) and the pointwise output after it (cg_pw rows per pixel), the pointwise weights
-    resident after a's, its biases after the depthwise ones."""
+def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> ChainTile | None:
+    """Tile of a -> dw -> pw (-> add), or None: chain_tile of a -> dw with each pass's output slot holding the
+    depthwise output (cg_mid rows per pixel), the pointwise output after it (cg_pw rows per pixel) and, with `add`,
+    the add's other operand after that (cg_pw rows per pixel), the pointwise weights resident after a's, its biases
+    after the depthwise ones."""
     if dw.type != "depthwise_conv2d" or pw.type != "conv2d" or not is_pointwise(graph, pw):
         return None
     if not fusable(arch, graph, pw) or tuple(xops.attr(dw, "dilations")) != (1, 1):
@@ -39,32 +45,45 @@ def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op) -> ChainTile | None:
         return None
     cg_mid = ceil_div(c_mid, arch.ocp)
     cg_pw = ceil_div(graph.tensors[pw.outputs[0]].shape[1], arch.ocp)
-    win = window_of(graph, dw)
-    if win.kh * win.kw * cg_mid > arch.bank_depth or 2 * cg_mid + cg_pw > arch.bank_depth:
+    n_pw = 2 if add is not None else 1  # the add's operand sits after the pointwise output
+    if add is not None and not _residual(graph, pw, add):
         return None
-    return chain_tile(arch, graph, a, dw, arch.alu_pp, cg_mid + cg_pw, cg_mid * cg_pw)
+    win = window_of(graph, dw)
+    if win.kh * win.kw * cg_mid > arch.bank_depth or 2 * cg_mid + n_pw * cg_pw > arch.bank_depth:
+        return None
+    return chain_tile(arch, graph, a, dw, arch.alu_pp, cg_mid + n_pw * cg_pw, cg_mid * cg_pw)
 
 
-def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op) -> bool:
-    """Whether conv -> depthwise -> pointwise fits emit_pw_dw_pw."""
-    return _tile(arch, graph, a, dw, pw) is not None
+def _residual(graph: Graph, pw: Op, add: Op) -> bool:
+    """Whether `add` adds pw's output to another map of its shape (an ELEW reads both in the same layout)."""
+    if add.type != "eltwise_add" or len(add.inputs) != 2 or pw.outputs[0] not in add.inputs:
+        return False
+    other = add.inputs[1 - add.inputs.index(pw.outputs[0])]
+    return other != pw.outputs[0] and graph.tensors[other].shape == graph.tensors[pw.outputs[0]].shape
+
+
+def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> bool:
+    """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw."""
+    return _tile(arch, graph, a, dw, pw, add) is not None
 
 
 def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],
-                  params: ParamBlob, variant: str = "wide") -> None:
-    """a -> dw -> pw per strip of output columns (emit_chain): per pass, one ALU writes the depthwise rows into
-    the pass's VB0 output slot, the pointwise CONVs (every output group, weights resident) read them there and write
-    the slot's second part, and SAVEs write that to the pointwise conv's output, when `variant`
-    (PW_DW_PW_VARIANTS) says. Neither a's nor the depthwise output touches DDR."""
+                  params: ParamBlob, variant: str = "wide", add: Op | None = None) -> None:
+    """a -> dw -> pw (-> add) per strip of output columns (emit_chain): per pass, one ALU writes the depthwise rows
+    into the pass's VB0 output slot, the pointwise CONVs (every output group, weights resident) read them there and
+    write the slot's second part, and SAVEs write that to the pointwise conv's output (with `add`: to the add's,
+    after _emit_residual adds the other operand in place), when `variant` (PW_DW_PW_VARIANTS) says. Neither a's
+    nor the depthwise output touches DDR, nor, with `add`, the pointwise output."""
     from tvm_dpu.codegen.alu import ALU_MODES
 
     if variant not in PW_DW_PW_VARIANTS:
         raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
                            f"{', '.join(PW_DW_PW_VARIANTS)}")
 
-    tile = _tile(arch, graph, a, dw, pw)
+    tile = _tile(arch, graph, a, dw, pw, add)
     if tile is None:
-        raise CodegenError(f"ops {a.name!r}+{dw.name!r}+{pw.name!r}: conv+depthwise+pointwise fusion does not fit "
+        names = "+".join(repr(o.name) for o in (a, dw, pw, add) if o is not None)
+        raise CodegenError(f"ops {names}: conv+depthwise+pointwise{'+add' if add else ''} fusion does not fit "
                            f"{arch.name}")
     job = conv_job(arch, graph, a, params)
     jp = conv_job(arch, graph, pw, params)
@@ -77,11 +96,12 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid)
     load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
-    y = fmaps[pw.outputs[0]]
+    y = fmaps[(add or pw).outputs[0]]
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
     _, c_dw, h_dw, w_dw = graph.tensors[dw.outputs[0]].shape
     chain_maps = {**fmaps, dw.outputs[0]: FMap.dense(y.reg_id, 0, h_dw, w_dw, c_dw)}
     out_off = tile.lp * cg_mid  # the pointwise output's rows within a slot, after the depthwise output
+    y_name = (add or pw).outputs[0]
 
     half = arch.bank_depth // 2
     pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
@@ -113,8 +133,10 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
                              ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
                              (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
+            if add is not None:
+                _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + out_off, tile.lp * cg_pw, cg_pw, sl)
             for r in range(v):
-                prog.emit("SAVE", reads=(("vb0", sl, "pw"),), writes=(("ddr", pw.outputs[0]),), bank_id=vb0 + r,
+                prog.emit("SAVE", reads=(("vb0", sl, "pw"),), writes=(("ddr", y_name),), bank_id=vb0 + r,
                           bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
                           jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
 
@@ -155,3 +177,31 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     chain_done[0] = True
     close()
     flush()
+
+
+def _emit_residual(prog: Program, arch: Arch, graph: Graph, pw: Op, add: Op, fmaps: dict[str, FMap],
+                   passes: list[ChainPass], base: int, gap: int, cg: int, sl: int) -> None:
+    """The residual add of a full slot: the other operand's rows of the slot's pixels LOADed `gap` rows after the
+    pointwise output (at `base` in VB0 banks 0.., cg rows per pixel), then one ELEW per ALU_PP rows adding the two
+    in place (operand order and shifts as the add has them)."""
+    from tvm_dpu.codegen.isa import enum_code
+
+    vb0 = arch.bank_group("VB0").base_id
+    k = add.inputs.index(pw.outputs[0])
+    other = add.inputs[1 - k]
+    z, q = fmaps[other], xops.quant_params(add, graph)
+    first, v = passes[0], sum(p.v for p in passes)
+    c = graph.tensors[other].shape[1]
+    for r in range(v):
+        prog.emit("LOAD", reads=(("ddr", other),), writes=(("vb0", sl, "operand"),), bank_id=vb0 + r,
+                  bank_addr=base + gap, length=first.length, channel=c, jump_read=z.pixel_pitch, jump_write=cg,
+                  reg_id=z.reg_id, ddr_addr=z.addr(first.j0 + r, first.q0, 0))
+    addr = {k: base, 1 - k: base + gap}
+    for k0 in range(0, v, arch.alu_pp):
+        for i in range(2):
+            prog.emit("ELEWINIT", bank_id_in=vb0 + k0, share_pp=0, jump_bank=1, id=i, jump_read_endl=1,
+                      bank_addr_in=addr[i], shift_read=q.shift_read[i], jump_read=cg)
+        prog.emit("ELEW", reads=(("vb0", sl, "pw"), ("vb0", sl, "operand")), writes=(("vb0", sl, "pw"),),
+                  bank_id_out=vb0 + k0, elew_type=enum_code("elew_type", "add"), act_type=q.act_type,
+                  length=first.length, valid_pixel_parallel=min(arch.alu_pp, v - k0), num=2, jump_write_endl=1,
+                  bank_addr_out=base, channel_group=cg, shift_write=q.shift_write, jump_write=cg)

@@ -1,0 +1,66 @@
+"""pw_dw_pw_add: the inverted-residual block (1x1 expand -> 3x3 depthwise -> 1x1 project + residual add) as one
+chain, the expanded, depthwise and projected maps on chip, only the block input (read twice: by the expand conv and
+by the add) and the add's output in DDR. Bit-exact, clean under the dependency checker on every ISA1 preset, and
+taken by the search where it is faster (MobileNetV2's shapes)."""
+from __future__ import annotations
+
+import pytest
+
+from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import list_presets
+from tvm_dpu.codegen.compiler import compile_graph_fused
+from tvm_dpu.codegen.fused import emittable
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_VARIANTS
+from tvm_dpu.runtime.dep_check import check_programs
+from tvm_dpu.timing.simulate import simulate_subgraph
+from tvm_dpu.types import SINGLE, FusionPlan, Group
+from tvm_dpu.xgraph import Graph
+from tvm_dpu.xgraph.validate import validate_graph
+from conftest import emulator_vs_golden
+from test_codegen import _B
+
+
+def _block(c: int, h: int, w: int, t: int, seed: int, act: str = "none") -> Graph:
+    """MobileNetV2's inverted residual: 1x1 expand to t*c (relu) -> 3x3 depthwise (relu) -> 1x1 project to c
+    (linear) -> + the block input."""
+    b = _B(seed)
+    x = b.input(c, h, w)
+    e = b.conv(x, t * c, 1)
+    d = b.op("depthwise_conv2d", [e], (1, t * c, h, w), 4,
+             {"weights": b.const((t * c, 1, 3, 3), 6), "bias": b.const((t * c,), 4)},
+             strides=[1, 1], pads=[1, 1, 1, 1], groups=t * c, act="relu")
+    p = b.conv(d, c, 1, fp_out=3, act="none")
+    b.g.outputs = [b.op("eltwise_add", [p, x], (1, c, h, w), 3, act=act)]
+    validate_graph(b.g)
+    return b.g
+
+
+CASES = [  # (channels, h, w, expansion)
+    (16, 9, 11, 6),
+    (24, 14, 13, 6),  # MobileNetV2's block 3 shape, reduced
+    (12, 7, 20, 2),  # channels not a multiple of ICP
+]
+ISA1 = [n for n in list_presets() if n.startswith("DPUCZDX8G_ISA1_")]
+
+
+def _clean(compiled, arch) -> None:
+    for label, rep in check_programs(compiled, None, arch).items():
+        assert rep.ok and rep.races_checked, (label, rep.problems[:3], rep.races[:3])
+
+
+@pytest.mark.parametrize("arch_name", ISA1)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_pw_dw_pw_add_bit_exact_and_clean(arch_name, case):
+    g, arch = _block(*CASES[case], seed=case, act="relu" if case == 1 else "none"), load_arch(arch_name)
+    names = tuple(op.name for op in g.ops)
+    group = Group("pw_dw_pw_add", names)
+    assert emittable(group, g, arch)
+    variant = PW_DW_PW_VARIANTS[case % len(PW_DW_PW_VARIANTS)]
+    result = emulator_vs_golden(g, arch, FusionPlan("manual", [group], variants={names[0]: variant}), seed=case)
+    assert result.bad == 0, result.by_output
+    _clean(result.compiled, arch)
+    # only the add's output is written; the block input is read by the expand conv and again by the add
+    _, c, h, w = g.tensors[g.outputs[0]].shape
+    assert simulate_subgraph(result.compiled).ddr_write_bytes == c * h * w
+    alone = compile_graph_fused(g, arch, FusionPlan("manual", [Group("pw_dw_pw", names[:3]), Group(SINGLE, names[3:])]))
+    assert simulate_subgraph(alone).ddr_write_bytes == 2 * c * h * w
