@@ -337,7 +337,7 @@ def fallback_modes(plan, n_ops: int = 0) -> tuple[str, ...]:
 #: Templates whose plans compile_subgraph also compares with the same search without them: a pw_dw_pw chain keeps
 #: the next op's LOADs waiting for its last CONVs (fused_pw_dw_pw), which its piece costed alone does not show
 #: (ShuffleNetV2 stage2.0 on B1152: 8,751 cycles with the chain, 8,635 without).
-RECHECKED_TEMPLATES = ("pw_dw_pw",)
+RECHECKED_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
 #: A simpler plan (fallback_modes) whose program is within this fraction of the fastest one's cycles is compared
 #: with it after both get their conv variants (fusion.select.compile_with_variants): the variants shorten lone

@@ -58,7 +58,9 @@ class _Ctx:
         self.cache: dict[tuple[str, ...], float] = {}
         self.pieces: dict[tuple, tuple[float, Any]] = {}
         self.lone: dict[str, np.ndarray] = {}
-        self.variants: dict[str, str] = {}
+        #: (template, ops) of a group with variants -> its fastest variant costed alone (keyed by the whole group:
+        #: pw_dw_pw and pw_dw_pw_add share their first op, the key FusionPlan.variants uses)
+        self.variants: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
 _CTX: dict[tuple[int, str], _Ctx] = {}
@@ -125,7 +127,7 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
 
 #: Fused templates whose emitter has variants (the first is the default, "wide"), keyed in FusionPlan.variants by
 #: the group's first op: conv_add's tile chunking, pw_dw_pw's pointwise emission order.
-GROUP_VARIANTS = {"conv_add": CONV_ADD_VARIANTS, "pw_dw_pw": PW_DW_PW_VARIANTS}
+GROUP_VARIANTS = {"conv_add": CONV_ADD_VARIANTS, "pw_dw_pw": PW_DW_PW_VARIANTS, "pw_dw_pw_add": PW_DW_PW_VARIANTS}
 
 
 def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
@@ -137,7 +139,7 @@ def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
         variants = conv_add_variants(arch, graph, graph.op(first))
     timed = {v: piece_cycles(graph, arch, [group], {first: v}) for v in variants}
     best = min(variants, key=lambda v: (timed[v], variants.index(v)))
-    c.variants[first] = best
+    c.variants[(group.template, group.ops)] = best
     return timed[best]
 
 
@@ -145,8 +147,8 @@ def group_variants(graph: Graph, arch: Arch, groups: Sequence[Group]) -> dict[st
     """The variants (FusionPlan.variants) of the groups with variants among `groups` whose fastest variant, costed
     alone, is not the default "wide"."""
     chosen = _ctx(graph, arch).variants
-    return {g.ops[0]: chosen[g.ops[0]] for g in groups
-            if g.template in GROUP_VARIANTS and chosen.get(g.ops[0], "wide") != "wide"}
+    return {g.ops[0]: chosen[(g.template, g.ops)] for g in groups
+            if g.template in GROUP_VARIANTS and chosen.get((g.template, g.ops), "wide") != "wide"}
 
 
 #: Set to 1 to compile and simulate every piece even when one of the same geometry was (a debug check of
@@ -304,8 +306,10 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
     if template in ("conv_pool", "pw_dw"):
         if not conv_pool_fits(arch, graph, ops[0], ops[1]):
             return None
-    if template == "pw_dw_pw" and not pw_dw_pw_fits(arch, graph, *ops):
+    if template in ("pw_dw_pw", "pw_dw_pw_add") and not pw_dw_pw_fits(arch, graph, *ops):
         return None
+    if template == "pw_dw_pw_add":  # the add adds nothing to the chain's tile
+        layers = layers[:-1]
     _, _, w_out = layers[-1].outputs[0].chw
     best = None
     for tw in range(min(w_out, FIELD10), 0, -1):

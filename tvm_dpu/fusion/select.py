@@ -143,8 +143,11 @@ class _Search:
             paths.append(p)
         return paths
 
-    def path_cost(self, i: int, head: bool, tail: bool) -> tuple[float, list[Group]]:
-        """Shortest execution path of path i with its head / tail op taken by a barrier's special case."""
+    def path_cost(self, i: int, head: bool, tail: bool, whole: bool = False) -> tuple[float, list[Group]]:
+        """Shortest execution path of path i with its head / tail op (or, `whole`, all its ops) taken by a barrier's
+        special case."""
+        if whole:
+            return 0.0, []
         key = (i, head, tail)
         hit = self._pc.get(key)
         if hit is not None:
@@ -181,12 +184,21 @@ class _Search:
         return res
 
     def claims_of(self, c: Candidate) -> list[tuple[int, int]]:
-        """(path, end) pairs the special candidate takes: end 0 = head, 1 = tail."""
+        """(path, end) pairs the special candidate takes: end 0 = head, 1 = tail, 2 = every op of the path (a
+        chain ending at the barrier, pw_dw_pw_add's, must take its whole path: both ends and 2)."""
         out = []
+        on_path: dict[int, int] = {}
+        for n in c.group.ops:
+            on_path[self.path_of[n][0]] = on_path.get(self.path_of[n][0], 0) + 1
         for n in c.group.ops:
             i, k = self.path_of[n]
             last = len(self.paths[i]) - 1
-            if k == 0 and (c.group.template != "conv_add" or n == c.site):
+            if on_path[i] > 1:
+                if on_path[i] != last + 1:
+                    return []  # part of a path's middle: not a special case the search can take
+                if k == 0:
+                    out += [(i, 0), (i, 1), (i, 2)]
+            elif k == 0 and (c.group.template != "conv_add" or n == c.site):
                 out.append((i, 0))
             elif k == last:
                 out.append((i, 1))
@@ -215,14 +227,14 @@ class _Search:
                     tot = cost(opt.group, self.graph, self.arch) if opt is not None else 0.0
                     for p in affected:
                         ends = []
-                        for e in (0, 1):
+                        for e in (0, 1, 2):
                             other = claim.get((p, e))
                             if other == s:
                                 other = None
                             if other is not None and (p, e) in mine:
                                 return INF
                             ends.append(other is not None or (p, e) in mine)
-                        tot += self.path_cost(p, ends[0], ends[1])[0]
+                        tot += self.path_cost(p, *ends)[0]
                     return tot
 
                 best, best_c = total(cur), cur
@@ -242,7 +254,7 @@ class _Search:
                 break
         groups = [c.group for c in chosen.values() if c is not None]
         for i in range(len(self.paths)):
-            groups.extend(self.path_cost(i, (i, 0) in claim, (i, 1) in claim)[1])
+            groups.extend(self.path_cost(i, (i, 0) in claim, (i, 1) in claim, (i, 2) in claim)[1])
         return groups, sweeps
 
 

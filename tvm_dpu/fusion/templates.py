@@ -104,6 +104,13 @@ TEMPLATES: tuple[Template, ...] = (
              (_v("pw", _CONV, "pointwise", "single_consumer"),
               _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"), _v("pw2", _CONV, "pointwise")),
              (("pw", "dw"), ("dw", "pw2"))),
+    # the inverted-residual block whole: the chain above with the add its project conv feeds (a special case at the
+    # add's barrier, as conv_add is: its chain is the whole linear path into the add)
+    Template("pw_dw_pw_add", "eltwise",
+             (_v("pw", _CONV, "pointwise", "single_consumer"),
+              _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"),
+              _v("pw2", _CONV, "pointwise", "single_consumer"), _v("add", frozenset({"eltwise_add"}), "add2")),
+             (("pw", "dw"), ("dw", "pw2"), ("pw2", "add"))),
     Template("hconv2", "horizontal",
              (_v("src", _ANY, member=False), _v("a", _CONV, "conv_plain"), _v("b", _CONV, "conv_plain")),
              (("src", "a"), ("src", "b"))),
