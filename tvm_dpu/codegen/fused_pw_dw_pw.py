@@ -128,15 +128,19 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             # every VB0 row those read: the next op's tiles are named by VB0 half (or bank under it), not by this
             # kernel's regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the chain's.
             last = passes[-1].j0 + passes[-1].v == y.h and first.q0 + first.length == y.w
-            halves = (("vb0", 0), ("vb0", 1)) if (chain_done[0] or last) and not fenced[0] else ()
+            tail = chain_done[0] or last or fenced[0]
+            halves = (("vb0", 0), ("vb0", 1)) if tail and not fenced[0] else ()
             fenced[0] = fenced[0] or bool(halves)
+            # the chain's last SAVEs stand for its slots' rows the same way (the next kernel's slots and input
+            # windows lie elsewhere in the halves than this kernel's: its writes must wait for these reads)
+            save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
             emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
                              ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
                              (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
             if add is not None:
                 _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + out_off, tile.lp * cg_pw, cg_pw, sl)
             for r in range(v):
-                prog.emit("SAVE", reads=(("vb0", sl, "pw"),), writes=(("ddr", y_name),), bank_id=vb0 + r,
+                prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", y_name),), bank_id=vb0 + r,
                           bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
                           jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
 

@@ -101,13 +101,13 @@ TEMPLATES: tuple[Template, ...] = (
     # after pw_dw, so greedy groups as it did before this template existed and the search's in-context check
     # (select._in_context) compares the two in their program, where a following op can wait for the whole chain
     Template("pw_dw_pw", "vertical",
-             (_v("pw", _CONV, "pointwise", "single_consumer"),
+             (_v("pw", _CONV, "conv_plain", "single_consumer"),
               _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"), _v("pw2", _CONV, "pointwise")),
              (("pw", "dw"), ("dw", "pw2"))),
     # the inverted-residual block whole: the chain above with the add its project conv feeds (a special case at the
     # add's barrier, as conv_add is: its chain is the whole linear path into the add)
     Template("pw_dw_pw_add", "eltwise",
-             (_v("pw", _CONV, "pointwise", "single_consumer"),
+             (_v("pw", _CONV, "conv_plain", "single_consumer"),
               _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"),
               _v("pw2", _CONV, "pointwise", "single_consumer"), _v("add", frozenset({"eltwise_add"}), "add2")),
              (("pw", "dw"), ("dw", "pw2"), ("pw2", "add"))),
