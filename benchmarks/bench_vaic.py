@@ -3,13 +3,16 @@
 Each DPU subgraph of each ISA1 xmodel under tests/data/xmodel is rebuilt from its int8 numbers as QDQ ONNX and
 compiled by tvm-dpu (`tvm_dpu.xmodel.compare`, the `tvm-dpu compare` command); both programs run on the emulator
 on the same random int8 inputs. Per subgraph: whether the outputs are equal int8 for int8, both programs' cycles
-on the timing model, their instructions, SAVE-engine instructions (SAVEs and the END) and DDR bytes, the engines' overlap (busy cycles per cycle) and
-the ratio ours / vai_c's, with its goal (<= 1.00). Where we lose, the last column says what vai_c's program does
-that ours does not, computed from the two programs. Subgraphs that cannot be rebuilt are listed with the reason.
-JSON goes to benchmarks/results/vaic.json (benchmarks/readme_figures.py renders the README figure from it).
+on the timing model, their instructions, SAVE-engine instructions (SAVEs and the END) and DDR bytes, the engines'
+overlap (busy cycles per cycle), the ratio ours / vai_c's with its goal (<= RATIO_MAX, 0.95) and the DDR-bytes
+goal (ours, read + write, no more than vai_c's). Where a goal is missed, the row names the miss: the cycles lost against the goal and where, i.e. the
+layer groups (xmodel.groups: vai_c's groups beside our kernels, both timed in their whole programs) that lose the
+most, and what vai_c's program does that ours does not, computed from the two programs. The JSON holds every
+group row. Subgraphs that cannot be rebuilt are listed with the reason. JSON goes to
+benchmarks/results/vaic.json (benchmarks/readme_figures.py renders the README figure from it).
 
     python benchmarks/bench_vaic.py                      # the vendored xmodels
-    python benchmarks/bench_vaic.py --extra /work/scratch/xmodels --json /tmp/vaic.json
+    python benchmarks/bench_vaic.py --extra DIR --json benchmarks/results/vaic_extra.json   # and those in DIR
 """
 from __future__ import annotations
 
@@ -26,8 +29,11 @@ from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "xmodel"
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "vaic.json"
-#: The issue's bar: our program no slower than vai_c's on the timing model, on every network.
-RATIO_MAX = 1.00
+#: The issue's bar (issue 36): our program at most this fraction of vai_c's cycles on the timing model, on every
+#: network, or the miss named with the cycles it loses and where.
+RATIO_MAX = 0.95
+#: Group rows named per miss, the largest losses first.
+MISS_GROUPS = 5
 
 
 def xmodels(extra: list[Path]) -> list[Path]:
@@ -60,6 +66,33 @@ def why_behind(vai: dict, ours: dict) -> list[str]:
     return out
 
 
+def _short(names: list[str], n: int = 2) -> str:
+    """A group row's ops, shortened for a table cell: the last part of the first and last op name."""
+    tail = [x.rsplit("__", 1)[-1] for x in names]
+    return tail[0] if len(tail) == 1 else f"{tail[0]} .. {tail[-1]} ({len(tail)} ops)"
+
+
+def miss(vai: dict, ours: dict, groups: list[dict]) -> dict | None:
+    """The miss of a row whose ratio is above RATIO_MAX: the cycles it loses against the goal and where (the group
+    rows losing the most against RATIO_MAX x vai_c's cycles; what vai_c's program does that ours does not), or
+    None when the goal is met."""
+    if ours["cycles"] is None or not vai["cycles"] or ours["cycles"] <= RATIO_MAX * vai["cycles"]:
+        return None
+    lost = sorted(((g["ours"]["cycles"] - RATIO_MAX * g["vai_c"]["cycles"], g) for g in groups), key=lambda t: -t[0])
+    where = [{"ops": _short(g["ops"]), "groups": len(g["groups"]), "cycles_lost": round(c),
+              "vai_c_cycles": round(g["vai_c"]["cycles"]), "our_cycles": round(g["ours"]["cycles"])}
+             for c, g in lost[:MISS_GROUPS] if c > 0]
+    return {"cycles_lost": round(ours["cycles"] - RATIO_MAX * vai["cycles"]), "where": where,
+            "vai_c_does": why_behind(vai, ours)}
+
+
+def _miss_text(m: dict | None) -> str:
+    if m is None:
+        return "-"
+    where = ", ".join(f"{w['ops']} +{w['cycles_lost']}" for w in m["where"]) or "no one group"
+    return f"{m['cycles_lost']} cycles over the goal; most lost in: {where}; " + ("; ".join(m["vai_c_does"]) or "-")
+
+
 def _stats(p) -> dict:
     return {"instructions": dict(p.instructions), "ddr_read": p.ddr_read_bytes, "ddr_write": p.ddr_write_bytes,
             "cycles": p.cycles, "timing_error": p.timing_error, "programs": p.programs,
@@ -88,12 +121,15 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
         for s in c.subgraphs:
             vai, ours = _stats(s.vai_c), _stats(s.ours)
             ratio = s.cycle_ratio
+            ddr_ok = ours["ddr_read"] + ours["ddr_write"] <= vai["ddr_read"] + vai["ddr_write"]
             rows.append({"xmodel": rel, "arch": c.arch, "subgraph": s.name, "outputs_equal": s.outputs_equal,
                          "differing": s.differing, "elements": s.total, "inputs": s.inputs,
                          "warnings": s.warnings, "layers_equal": s.layers_equal, "layers": len(s.layers),
                          "vai_c": vai, "ours": ours,
                          "ratio": ratio, "ratio_goal_met": ratio is not None and ratio <= RATIO_MAX,
+                         "ddr_goal_met": ddr_ok,
                          "vai_c_does": why_behind(vai, ours) if ratio is not None and ratio > RATIO_MAX else [],
+                         "miss": miss(vai, ours, s.groups), "groups": s.groups, "groups_error": s.groups_error,
                          "notes": s.notes, "seconds": time.perf_counter() - t0})
         skipped += [{"xmodel": rel, "subgraph": n, "why": w} for n, w in c.not_compared.items()]
     return {"goal_ratio_max": RATIO_MAX, "seed": seed, "rows": rows, "not_compared": skipped}
@@ -106,10 +142,10 @@ def _goal(ok: bool, text: str) -> str:
 def table(data: dict) -> str:
     """The Markdown table of a bench result, the goal beside each ratio and equality."""
     lines = ["| xmodel | DPU subgraph | int8 outputs equal (goal: all) | cycles vai_c | cycles ours | "
-             "ratio ours/vai_c (goal <= 1.00) | instructions vai_c / ours | SAVE engine (SAVEs + END) vai_c / ours | "
-             "DDR read B vai_c / ours | DDR write B vai_c / ours | overlap vai_c / ours | what vai_c does that we "
-             "do not |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"ratio ours/vai_c (goal <= {RATIO_MAX:.2f}) | instructions vai_c / ours | SAVE engine (SAVEs + END) "
+             "vai_c / ours | DDR read B vai_c / ours | DDR write B vai_c / ours | DDR bytes read + write (goal: "
+             "ours <= vai_c's) | overlap vai_c / ours | the miss: cycles over the goal, where, what vai_c does |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cyc(p: dict) -> str:
         return f"{p['cycles']:.0f}" if p["cycles"] is not None else f"n/a ({p['timing_error']})"
@@ -119,7 +155,10 @@ def table(data: dict) -> str:
         ratio = r["ratio"]
         rt = _goal(r["ratio_goal_met"], f"{ratio:.3f}") if ratio is not None else "n/a MISSED"
         if ratio is not None and ratio > RATIO_MAX:
-            rt += f" (+{100 * (ratio - 1):.1f}%)"
+            rt += f" (+{100 * (ratio / RATIO_MAX - 1):.1f}%)"
+        ddr = (_goal(r["ddr_goal_met"], f"{v['ddr_read'] + v['ddr_write']} / {o['ddr_read'] + o['ddr_write']}")
+               if "ddr_goal_met" in r else "n/a")
+        why = _miss_text(r["miss"]) if "miss" in r else ("; ".join(r["vai_c_does"]) or "-")
         ov = lambda p: f"{p['overlap']:.2f}" if p["overlap"] is not None else "n/a"  # noqa: E731
         eq = _goal(r["outputs_equal"], f"{'yes' if r['outputs_equal'] else 'NO'} ({r['differing']} of "
                                        f"{r['elements']} differ)")
@@ -127,10 +166,24 @@ def table(data: dict) -> str:
             f"| {Path(r['xmodel']).name} | {r['subgraph']} | {eq} | {cyc(v)} | {cyc(o)} | {rt} | "
             f"{sum(v['instructions'].values())} / {sum(o['instructions'].values())} | "
             f"{v['instructions']['SAVE']} / {o['instructions']['SAVE']} | {v['ddr_read']} / {o['ddr_read']} | "
-            f"{v['ddr_write']} / {o['ddr_write']} | {ov(v)} / {ov(o)} | {'; '.join(r['vai_c_does']) or '-'} |")
+            f"{v['ddr_write']} / {o['ddr_write']} | {ddr} | {ov(v)} / {ov(o)} | {why} |")
     for s in data["not_compared"]:
         lines.append(f"| {Path(s['xmodel']).name} | {s['subgraph'] or '-'} | not compared: {s['why']} |"
-                     + " |" * 9)
+                     + " |" * 10)
+    return "\n".join(lines)
+
+
+def group_table(row: dict) -> str:
+    """The Markdown table of one subgraph's group rows (vai_c's layer groups beside our kernels)."""
+    lines = [f"{Path(row['xmodel']).name} {row['subgraph']}: per layer group (xmodel.groups)",
+             "| ops | vai_c groups / our kernels | cycles vai_c | cycles ours | ratio | SAVE engine vai_c / ours | "
+             "DDR read B vai_c / ours | DDR write B vai_c / ours |", "|---|---|---|---|---|---|---|---|"]
+    for g in row.get("groups", []):
+        v, o = g["vai_c"], g["ours"]
+        ratio = f"{g['ratio']:.3f}" if g["ratio"] is not None else "n/a"
+        lines.append(f"| {_short(g['ops'])} | {len(g['groups'])} / {len(g['kernels'])} | {v['cycles']:.0f} | "
+                     f"{o['cycles']:.0f} | {ratio} | {v['instructions']['SAVE']} / {o['instructions']['SAVE']} | "
+                     f"{v['ddr_read']} / {o['ddr_read']} | {v['ddr_write']} / {o['ddr_write']} |")
     return "\n".join(lines)
 
 
@@ -148,9 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         write_results(args.json, data, indent=1)
     print(table(data))
+    for r in data["rows"]:
+        if r.get("miss") and len(r.get("groups", [])) > 1:
+            print("\n" + group_table(r))
     missed = [r for r in data["rows"] if not (r["ratio_goal_met"] and r["outputs_equal"])]
-    print(f"\n{len(data['rows']) - len(missed)} of {len(data['rows'])} DPU subgraphs meet both goals; "
-          f"{len(data['not_compared'])} not compared")
+    ddr = sum(1 for r in data["rows"] if r.get("ddr_goal_met"))
+    print(f"\n{len(data['rows']) - len(missed)} of {len(data['rows'])} DPU subgraphs meet the cycle and equality "
+          f"goals, {ddr} the DDR-bytes goal; {len(data['not_compared'])} not compared")
     return 0
 
 

@@ -85,6 +85,10 @@ class SubgraphComparison:
     warnings: list[str] = field(default_factory=list)
     layers: list[LayerCheck] = field(default_factory=list)
     layers_not_compared: dict[str, str] = field(default_factory=dict)
+    #: per vai_c layer group (joined where one of our kernels spans several): xmodel.groups.GroupRow.to_dict()
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    #: why there are no group rows (the timing model failed on a program), or None
+    groups_error: str | None = None
 
     @property
     def layers_equal(self) -> bool:
@@ -586,8 +590,14 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = IN
     cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)
     mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, *moved[1], cyc, err,
                         programs=len(ours.runners), engine_busy=busy)
+    rows, rows_error = [], None
+    if len(ours.runners) == 1:
+        from .groups import try_group_rows
+
+        (r,) = ours.runners.values()
+        rows, rows_error = try_group_rows(xm, d, r.sg.code, r.sg.op_ranges, arch)
     return SubgraphComparison(d.name, differing, total, vai, mine, notes, inputs, _input_warnings(outs, seen),
-                              list(layers.checks.values()), layers.skipped)
+                              list(layers.checks.values()), layers.skipped, [g.to_dict() for g in rows], rows_error)
 
 
 def golden_checks(xm: XModel) -> dict[str, Callable[[list[np.ndarray], list[np.ndarray]], Any]]:

@@ -1,47 +1,52 @@
-"""vai_c's layer groups beside tvm-dpu's ops: where a DPU subgraph's cycles, SAVEs and DDR bytes go, per group.
+"""vai_c's layer groups beside tvm-dpu's kernels: where a DPU subgraph's cycles, SAVEs and DDR bytes go, per group.
 
-vai_c's xmodels hold, under each DPU subgraph, one child per layer group (the ops it runs together), most with
-their own machine code (`mc_code`). tvm-dpu's program names its ops' instruction ranges (CompiledSubgraph.op_ranges,
-fused kernels' ops joined by '+'; each name is the rebuilt network's node, i.e. vai_c's op name, plus a suffix).
-A row joins the vai_c groups that one of our kernels spans (our pw_dw_pw covers vai_c's expand+depthwise group and
-the next project group), so both sides of a row compute the same ops. vai_c's figures are its groups' own programs
-on the timing model (each alone: no overlap with the neighbours); ours are the timing model's per-op figures of our
-whole program (OpTiming.cycles: how far the op's last completion lies beyond every earlier op's).
+A vai_c DPU subgraph holds one child per layer group (the ops it runs together). Its one program is cut into
+consecutive instruction ranges, one per group: a group's range starts at its first LOAD of one of its constants
+(weights, biases; vai_c runs its groups one after another and keeps most maps on chip, so SAVEs cannot mark the
+groups: a group's weights LOADed ahead while the one before computes shift the cut a little early). A group with
+no constants (a lone pool, concat, upsample) is counted with the group before it.
+tvm-dpu's program names its kernels' instruction ranges (CompiledSubgraph.op_ranges; a fused kernel's ops joined
+by '+', each the rebuilt network's node, i.e. vai_c's op name, plus a suffix). A row joins the vai_c groups one of
+our kernels spans (our pw_dw_pw_add covers vai_c's expand+depthwise group and its project+add group), so both
+sides of a row compute the same ops. Both sides' figures come from the timing model on the whole program
+(OpTiming: a range's cycles are how far its last completion lies beyond every earlier range's, so the rows add up
+to the program's cycles), instructions per engine and the static DDR bytes of its LOADs and SAVEs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import DPUError
-from .model import DpuSubgraph, XModel
+from .model import DpuSubgraph, XModel, XSubgraph
 
-#: Instruction engines counted per group.
-_ENGINES = ("LOAD", "SAVE", "CONV", "MISC")
+#: Instruction engines counted per row.
+ENGINES = ("LOAD", "SAVE", "CONV", "MISC")
+_NOT_RUN = ("const-fix", "upload", "download")
 
 
 @dataclass
 class GroupFigures:
-    """One side's figures for a row: cycles on the timing model, instructions per engine, DDR bytes (static: the
-    LOADs' and SAVEs' sizes)."""
+    """One side's figures for a row."""
     cycles: float = 0.0
-    instructions: dict[str, int] = field(default_factory=lambda: {e: 0 for e in _ENGINES})
+    instructions: dict[str, int] = field(default_factory=lambda: {e: 0 for e in ENGINES})
     ddr_read: int = 0
     ddr_write: int = 0
 
-    def add(self, cycles: float, engines: np.ndarray, ddr_read: int, ddr_write: int) -> None:
-        self.cycles += float(cycles)
-        for i, e in enumerate(_ENGINES):
+    def add(self, op: Any, engines: np.ndarray) -> None:
+        """Add one timed range (simulate's OpTiming) whose instructions run on `engines` (indices into ENGINES)."""
+        self.cycles += float(op.cycles)
+        for i, e in enumerate(ENGINES):
             self.instructions[e] += int(np.sum(engines == i))
-        self.ddr_read += int(ddr_read)
-        self.ddr_write += int(ddr_write)
+        self.ddr_read += int(op.ddr_read)
+        self.ddr_write += int(op.ddr_write)
 
 
 @dataclass
 class GroupRow:
-    """vai_c layer groups (names) and our kernels (names) that compute the same ops."""
+    """vai_c layer groups and our kernels that compute the same `ops` (vai_c's op names)."""
     groups: list[str]
     ops: list[str]
     kernels: list[str]
@@ -53,18 +58,7 @@ class GroupRow:
         return self.ours.cycles / self.vai_c.cycles if self.vai_c.cycles else None
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {**asdict(self), "ratio": self.ratio}
-
-
-def _op_of(kernel_part: str, known: set[str]) -> str | None:
-    """vai_c's op name that one '+'-part of our op-range name was rebuilt from (the part minus its '__<op><n>'
-    suffix), or None."""
-    if kernel_part in known:
-        return kernel_part
-    head = kernel_part.rsplit("__", 1)[0]
-    return head if head in known else None
 
 
 class _Union:
@@ -81,46 +75,90 @@ class _Union:
         self.up[self.find(a)] = self.find(b)
 
 
-def _engine_index(engine_of: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    return np.asarray(engine_of[lo:hi])
+def _run_ops(xm: XModel, g: XSubgraph) -> list[str]:
+    return [o for o in g.all_ops() if xm.op(o).type not in _NOT_RUN]
+
+
+def _extent(t: Any) -> tuple[int, int]:
+    return t.ddr_addr, t.ddr_addr + sum((int(n) - 1) * st for n, st in zip(t.shape, t.byte_strides())) + 1
+
+
+def vai_c_ranges(xm: XModel, d: DpuSubgraph, groups: list[XSubgraph]) -> list[tuple[int, int]]:
+    """Per group, its [first, end) instruction range in vai_c's program (see the module docstring; (0, 0) for a
+    group that LOADs no constants of its own)."""
+    from ..codegen.isa import decode_program
+
+    places: list[tuple[int, int, int, int]] = []  # (reg_id, first byte, end byte, group) of each group's constants
+    for k, g in enumerate(groups):
+        for o in g.all_ops():
+            t = xm.op(o).output
+            if xm.op(o).type == "const-fix" and t.reg_id is not None and t.ddr_addr is not None:
+                places.append((t.reg_id, *_extent(t), k))
+    first = [-1] * len(groups)
+    code = decode_program(np.frombuffer(d.mc_code, "<u4"))
+    for i, ins in enumerate(code):
+        if ins.name == "LOAD":
+            for reg, lo, hi, k in places:
+                if first[k] < 0 and reg == ins["reg_id"] and lo <= ins["ddr_addr"] < hi:
+                    first[k] = i
+                    break
+    starts = sorted((first[k], k) for k in range(len(groups)) if first[k] >= 0)
+    out = [(0, 0)] * len(groups)
+    for j, (i, k) in enumerate(starts):
+        out[k] = (0 if j == 0 else i, starts[j + 1][0] if j + 1 < len(starts) else len(code))
+    return out
+
+
+def _op_of(part: str, known: set[str]) -> str | None:
+    """vai_c's op name one '+'-part of our kernel name was rebuilt from (the part minus its '__<op><n>' suffix)."""
+    if part in known:
+        return part
+    head = part.rsplit("__", 1)[0]
+    return head if head in known else None
 
 
 def group_rows(xm: XModel, d: DpuSubgraph, code: np.ndarray, op_ranges: list[tuple[str, int, int]],
                arch: Any) -> list[GroupRow]:
-    """Per-group rows of vai_c's DPU subgraph `d` against our program `code` with its `op_ranges` (one DPU
-    partition), or [] when `d` has no layer groups with machine code. Raises DPUError (from the timing model) when
-    either program cannot be timed."""
+    """Per-row figures of vai_c's DPU subgraph `d` against our program `code` with its kernels' `op_ranges` (one
+    DPU partition), or [] when `d` has no layer groups. Raises DPUError (from the timing model) when either program
+    cannot be timed."""
     from ..timing.simulate import simulate
 
-    groups = [c for c in d.subgraph.children if isinstance(c.attrs.get("mc_code"), (bytes, bytearray))
-              and c.attrs["mc_code"]]
+    groups = [g for g in d.subgraph.children if _run_ops(xm, g)]
     if not groups or not op_ranges:
         return []
-    owner = {op: i for i, g in enumerate(groups) for op in g.ops}
-    known = set(owner)
+    owner = {op: k for k, g in enumerate(groups) for op in _run_ops(xm, g)}
+    ranges = vai_c_ranges(xm, d, groups)
     uf = _Union(len(groups))
-    kernels: list[tuple[str, int, int, int | None]] = []  # (name, lo, hi, a group it computes)
+    for k in range(1, len(groups)):  # a group without constants of its own: counted with the one before
+        if ranges[k][0] == ranges[k][1]:
+            uf.join(k, k - 1)
+    mine = []
     for name, lo, hi in op_ranges:
-        gs = sorted({owner[o] for o in (_op_of(p, known) for p in name.split("+")) if o is not None})
-        for g in gs[1:]:
-            uf.join(gs[0], g)
-        kernels.append((name, lo, hi, gs[0] if gs else None))
+        ks = sorted({owner[o] for o in (_op_of(p, set(owner)) for p in name.split("+")) if o is not None})
+        for k in ks[1:]:
+            uf.join(ks[0], k)
+        mine.append(ks[0] if ks else None)
     rows: dict[int, GroupRow] = {}
-    for i, g in enumerate(groups):
-        r = rows.setdefault(uf.find(i), GroupRow([], [], [], GroupFigures(), GroupFigures()))
+    for k, g in enumerate(groups):
+        r = rows.setdefault(uf.find(k), GroupRow([], [], [], GroupFigures(), GroupFigures()))
         r.groups.append(g.name)
-        r.ops += [o for o in g.ops if xm.op(o).type != "const-fix"]
-        t = simulate(np.frombuffer(bytes(g.attrs["mc_code"]), "<u4"), arch)
-        r.vai_c.add(t.cycles, t.engine_of, t.ddr_read_bytes, t.ddr_write_bytes)
-    ours = simulate(code, arch, op_ranges=[(n, lo, hi) for n, lo, hi, _ in kernels])
-    orphan = GroupRow(["(none)"], [], [], GroupFigures(), GroupFigures())
-    for (name, lo, hi, g), op in zip(kernels, ours.ops):
-        r = rows[uf.find(g)] if g is not None else orphan
+        r.ops += _run_ops(xm, g)
+    _time(simulate(np.frombuffer(d.mc_code, "<u4"), arch, op_ranges=[(g.name, *rg) for g, rg in zip(groups, ranges)]),
+          [rows[uf.find(k)].vai_c for k in range(len(groups))])
+    orphan = GroupRow([], [], [], GroupFigures(), GroupFigures())  # kernels of no vai_c group (none expected)
+    targets = [rows[uf.find(k)] if k is not None else orphan for k in mine]
+    for r, (name, _, _) in zip(targets, op_ranges):
         r.kernels.append(name)
-        r.ours.add(op.cycles, _engine_index(ours.engine_of, lo, hi), op.ddr_read, op.ddr_write)
-    out = [rows[k] for k in sorted(rows, key=lambda k: min(groups.index(next(x for x in groups if x.name == n))
-                                                           for n in rows[k].groups))]
-    return out + ([orphan] if orphan.kernels else [])
+    _time(simulate(code, arch, op_ranges=op_ranges), [r.ours for r in targets])
+    return [rows[k] for k in dict.fromkeys(uf.find(k) for k in range(len(groups)))] + \
+        ([orphan] if orphan.kernels else [])
+
+
+def _time(result: Any, into: list[GroupFigures]) -> None:
+    engines = np.asarray(result.engine_of)
+    for op, fig in zip(result.ops, into):
+        fig.add(op, engines[op.first:op.end])
 
 
 def try_group_rows(xm: XModel, d: DpuSubgraph, code: np.ndarray, op_ranges: list[tuple[str, int, int]],
