@@ -108,8 +108,8 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
     for p in paths:
         try:
             rel = str(p.relative_to(ROOT))
-        except ValueError:
-            rel = str(p)
+        except ValueError:  # an --extra file: its name (the JSON is committed; the directory is the runner's)
+            rel = p.name
         t0 = time.perf_counter()
         try:
             with warnings.catch_warnings():

@@ -6,7 +6,8 @@
 tests/test_readme_figures.py fails when the README's block differs from what the committed JSON renders, so a
 figure cannot go stale without a test saying so. Sources: compile.json (bench_compile.py), e2e.json
 (bench_e2e.py; e2e_loaded.json: the same under a stated load), calibration.json (bench_calibration.py),
-fusion.json (bench_fusion.py), fc_split.json (bench_fc_split.py), vaic.json (bench_vaic.py).
+fusion.json (bench_fusion.py), fc_split.json (bench_fc_split.py), vaic.json (bench_vaic.py), vaic_extra.json
+(bench_vaic.py --extra).
 """
 from __future__ import annotations
 
@@ -164,26 +165,42 @@ def fusion_lines(data: list) -> list[str]:
             "beside the searched one and ships the faster (`benchmarks/results/fusion.json`)."]
 
 
-def vaic_lines(data: dict) -> list[str]:
+def _vaic_part(r: dict, cap: float) -> str:
+    """One compared subgraph: cycles and ratio against the goal, the DDR-bytes goal, equality and a named miss."""
+    name = f"{Path(r['xmodel']).stem} {r['subgraph'].split('(')[0]}"
+    if r["ratio"] is None:
+        return f"{name}: no prediction (goal missed)"
+    ratio = r["ratio"]
+    eq = "outputs equal" if r["outputs_equal"] else f"{r['differing']} int8 outputs DIFFER"
+    text = (f"{name} {r['ours']['cycles']:.0f} vs {r['vai_c']['cycles']:.0f} cycles, ratio {ratio:.3f} "
+            f"({_goal(ratio <= cap, f'{100 * (ratio / cap - 1):.1f}% over')}")
+    if "ddr_goal_met" in r:
+        v, o = (r[k]["ddr_read"] + r[k]["ddr_write"] for k in ("vai_c", "ours"))
+        text += f"; DDR bytes {o} vs {v}, {_goal(r['ddr_goal_met'], f'{100 * (o / v - 1):.1f}% more')}"
+    where = (r.get("miss") or {}).get("where") or []
+    if where:
+        text += f"; most lost in {where[0]['ops']} ({where[0]['cycles_lost']} cycles)"
+    return text + f"; {eq})"
+
+
+def vaic_lines(data: dict, source: str = "vaic.json", scope: str = "every vendored vai_c xmodel's") -> list[str]:
     rows = data["rows"]
     if not rows:
         return []
     cap = data["goal_ratio_max"]
-    parts = []
-    for r in rows:
-        ratio = r["ratio"]
-        name = f"{Path(r['xmodel']).stem} {r['subgraph'].split('(')[0]}"
-        if ratio is None:
-            parts.append(f"{name}: no prediction (goal missed)")
-            continue
-        eq = "outputs equal" if r["outputs_equal"] else f"{r['differing']} int8 outputs DIFFER"
-        parts.append(f"{name} {r['ours']['cycles']:.0f} vs {r['vai_c']['cycles']:.0f} cycles, ratio {ratio:.3f} "
-                     f"({_goal(ratio <= cap, f'{100 * (ratio / cap - 1):.1f}% over')}; {eq})")
-    text = (f"tvm-dpu vs vai_c on the same quantized networks (every vendored vai_c xmodel's DPU subgraphs rebuilt "
+    parts = [_vaic_part(r, cap) for r in rows]
+    text = (f"tvm-dpu vs vai_c on the same quantized networks ({scope} DPU subgraphs rebuilt "
             f"from their int8 numbers, timing model, goal ratio <= {cap:.2f}): " + "; ".join(parts))
     if data["not_compared"]:
         text += f"; {len(data['not_compared'])} subgraph(s) not compared"
-    return [text + " (`benchmarks/results/vaic.json`)."]
+    return [text + f" (`benchmarks/results/{source}`)."]
+
+
+def vaic_extra_lines(data: dict) -> list[str]:
+    """bench_vaic --extra: the larger public vai_c xmodels (not vendored), those the vendored rows do not cover."""
+    data = {**data, "rows": [r for r in data["rows"] if not r["xmodel"].startswith("tests/")],
+            "not_compared": [r for r in data["not_compared"] if not r["xmodel"].startswith("tests/")]}
+    return vaic_lines(data, "vaic_extra.json", "the larger public vai_c xmodels' (bench_vaic --extra, not vendored)")
 
 
 def render(results: Path = RESULTS) -> str:
@@ -191,7 +208,8 @@ def render(results: Path = RESULTS) -> str:
     for name, fn in (("compile.json", compile_lines), ("e2e.json", emulator_lines),
                      ("e2e_loaded.json", emulator_loaded_lines),
                      ("calibration.json", calibration_lines), ("fusion.json", fusion_lines),
-                     ("fc_split.json", fc_split_lines), ("vaic.json", vaic_lines)):
+                     ("fc_split.json", fc_split_lines), ("vaic.json", vaic_lines),
+                     ("vaic_extra.json", vaic_extra_lines)):
         data = _load(name, results)
         if data is not None:
             lines += fn(data)
