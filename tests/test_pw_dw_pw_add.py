@@ -97,3 +97,22 @@ def test_windowed_first_conv_chain_bit_exact_and_clean(arch_name, case):
     _clean(result.compiled, arch)
     _, c, h, w = g.tensors[g.outputs[0]].shape
     assert simulate_subgraph(result.compiled).ddr_write_bytes == c * h * w
+
+
+def test_search_takes_pw_dw_pw_add_where_it_gains():
+    """MobileNetV2's 28x28 residual block (32 -> 192 -> dw -> 32, + input; B4096): the search fuses the block with
+    its add, the program is faster than the search's best without the template, exact and clean."""
+    from tvm_dpu.codegen.fused import FUSED_EMITTERS
+    from tvm_dpu.fusion.cost import cost_source
+    from tvm_dpu.fusion.select import compile_with_fusion, plan_fusion
+
+    g, arch = _block(32, 28, 28, 6, seed=5), load_arch("DPUCZDX8G_ISA1_B4096")
+    compiled, plan = compile_with_fusion(g, arch, "optimal")
+    assert [gr.template for gr in plan.fused()] == ["pw_dw_pw_add"]
+    with cost_source("simulate"):
+        without = plan_fusion(g, arch, "optimal", tuple(t for t in FUSED_EMITTERS if t != "pw_dw_pw_add"), emittable)
+    assert [gr.template for gr in without.fused()] == ["pw_dw_pw"]
+    before = compile_graph_fused(g, arch, without)
+    assert simulate_subgraph(compiled).cycles < 0.97 * simulate_subgraph(before).cycles
+    assert emulator_vs_golden(g, arch, plan, seed=5).bad == 0
+    _clean(compiled, arch)
