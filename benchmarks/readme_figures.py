@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -167,7 +168,8 @@ def fusion_lines(data: list) -> list[str]:
 
 def _vaic_part(r: dict, cap: float) -> str:
     """One compared subgraph: cycles and ratio against the goal, the DDR-bytes goal, equality and a named miss."""
-    name = f"{Path(r['xmodel']).stem} {r['subgraph'].split('(')[0]}"
+    stem = re.sub(r"_[0-9a-f]{40}$", "", Path(r["xmodel"]).stem)  # a scratch copy's name ends with its git blob
+    name = f"{stem} {r['subgraph'].split('(')[0]}"
     if r["ratio"] is None:
         return f"{name}: no prediction (goal missed)"
     ratio = r["ratio"]
