@@ -34,18 +34,6 @@ ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6 = _ACT["none"], _ACT["relu"], _ACT["lea
 ENGINE_ACTS = frozenset({ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6})
 
 
-def fetch_window(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nbytes: int,
-                 stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
-                 used: np.ndarray | None = None) -> np.ndarray:
-    """Gather the (height, width, nbytes) int8 input window with the row-fetch rule (3.3), as a fresh array.
-    `used` (`window_use`) says which of its bank rows the result depends on (see `_window_gather_keys`)."""
-    nrow = -(-nbytes // emu.banks.width)
-    x = _window_gather_keys(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow, stride_h=stride_h,
-                            offset_in=offset_in, endl=endl, jump=jump, bases=bases, used=used)[0]()
-    x = x.reshape(height, width, nrow * emu.banks.width)
-    return (x if nrow * emu.banks.width == nbytes else x[..., :nbytes]).view(np.int8)
-
-
 def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
     """DPURound(act(v / 2**shift)) for integer v, exactly; act one of ENGINE_ACTS (none, relu, leaky, relu6)."""
     out = shift_round(v, shift)
@@ -129,7 +117,7 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     # thread), so the im2col view below is made once, not per run.
     xbuf = emu_gemm.aligned_empty((real_h, src_w, cg, banks.width), np.uint8)
     pads = pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
-    gather_x, window_keys = _window_gather_keys(
+    gather_x, window_keys = window_gather(
         emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh, offset_in=g["stride_offset_in"],
         endl=g["jump_read_endl"], jump=g["jump_read"],
         bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
@@ -453,7 +441,7 @@ def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
     return write_each
 
 
-def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
+def window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
                         stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
                         used: np.ndarray | None = None) -> tuple[Callable[..., np.ndarray], np.ndarray]:
     """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a

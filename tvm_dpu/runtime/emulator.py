@@ -332,7 +332,15 @@ class Emulator:
                 else:
                     interpreted(regions)
             return step
-        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew}
+        aluinit: list[Instr | None] = [None]  # the program's last ALUINIT so far
+
+        def plan_alu(emu: Emulator, ctx: Ctx) -> Step:
+            # An ALU before the program's first ALUINIT reads the state the program starts in: interpreted.
+            if aluinit[0] is None:
+                return _interpreted_step(emu, emu_alu.alu, ctx)
+            return emu_alu.plan_alu(emu, ctx, aluinit[0])
+        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew,
+                    "ALU": plan_alu}
         steps: list[Step] = []
         names: list[str] = []
         static: list[tuple[int, int, int]] = []
@@ -353,6 +361,8 @@ class Emulator:
                             convinit = ins
                         elif ins.name == "ELEWINIT":
                             fifo.append(ins)
+                        elif ins.name == "ALUINIT":
+                            aluinit[0] = ins
                         step = _interpreted_step(self, runners[ins.name], ctx)
                 except EmulatorError as e:
                     steps.append(_raise_step(e))
@@ -465,8 +475,8 @@ _NO_KEYS = np.zeros(0, np.int64)
 
 
 def _interpreted_step(emu: Emulator, handler: Callable[[Emulator, Ctx], None], ctx: Ctx) -> Step:
-    """An instruction interpreted when it runs: INIT/END (state changes), ISA0-only (errors), and ALU / ELEW,
-    which are rare and read INIT state bound at run time (ALUINIT, the ELEWINIT FIFO)."""
+    """An instruction interpreted when it runs: INIT/END (state changes), ISA0-only (errors), and an ALU or ELEW
+    whose INIT state (ALUINIT, the ELEWINIT FIFO) is the one the program starts in."""
     return lambda regions: handler(emu, ctx)
 
 
