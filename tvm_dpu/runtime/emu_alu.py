@@ -212,7 +212,8 @@ def _dwconv(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp:
         if n > 0:
             np.add(acc, dtype(1 << (n - 1)), out=acc)
             np.right_shift(acc, dtype(n), out=acc)
-        np.clip(acc, lo, hi, out=acc)
+        np.maximum(acc, lo, out=acc)
+        np.minimum(acc, hi, out=acc)
         np.copyto(out, acc, casting="unsafe")
         return out
     return dwconv
