@@ -153,6 +153,24 @@ def test_bench_e2e_quick(tmp_path):
     assert len(row["run_s"]["all"]) == 1 and row["emulator_s"]["median"] > 0
 
 
+def test_bench_e2e_times_a_vai_c_xmodel(tmp_path, capsys):
+    """--xmodel times a vai_c program's warm runs (the vendored MNIST classifier here: 230 instructions) and
+    records them under "xmodels", with the goal given and the counts of what ran."""
+    bench = _load_bench("bench_e2e")
+    xmodel = Path(__file__).resolve().parent / "data" / "xmodel" / "dpu_pynq" / "dpu_mnist_classifier.xmodel"
+    out = tmp_path / "e2e.json"
+    assert bench.main(["--xmodel", str(xmodel), "--xmodel-goal", "0.3", "--runs", "2", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["models"] == [] and "condition" not in doc and "host" in doc
+    (row,) = doc["xmodels"]
+    assert row["xmodel"] == xmodel.name and row["goals"] == {"run_s_median_max": 0.3}
+    assert len(row["run_s"]["all"]) == 2 and row["emulator_s"]["median"] > 0
+    assert row["instructions"] == sum(row["counts"].values()) and row["counts"]["END"] == 1 and row["macs"] > 0
+    assert xmodel.name[:43] in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--xmodel", str(tmp_path / "missing.xmodel")])
+
+
 def test_load_and_save_on_strided_regions():
     """DDR regions may be strided 1-D views; pitched LOAD / SAVE items must follow the view, not its buffer."""
     backing = np.arange(512, dtype=np.uint8)
