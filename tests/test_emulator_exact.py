@@ -382,11 +382,18 @@ def _dw_reference(x, w, bias, *, mode: str, kh: int, sh: int, vpp: int, L: int, 
     ("dwconv_nobias", 0, 3, 1, 2, 3, 1, 1, 0, 0, (0, 0, 2, 2), 0),  # no shift at all
     ("dwconv_w16", 0, 3, 1, 3, 4, 1, 2, 12, 0, (1, 1, 2, 2), 0),  # int16 weights, kernel_d 2
 ])
-def test_dwconv_against_definition(mode, act, kh, sh, vpp, L, cg, D, sc, sb, pads, choff):
-    """A depthwise ALU equals the definition, on its first run (compiled) and on a second run of the cached program
-    after input, weights and bias all changed; and when its ALUINIT came in an earlier program (interpreted)."""
+@pytest.mark.parametrize("gemm", ["float32", "int8"])
+def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L, cg, D, sc, sb, pads, choff):
+    """A depthwise ALU equals the definition, on numpy and on the compiled kernel (TVM_DPU_EMU_GEMM=int8), on its
+    first run (compiled) and on a second run of the cached program after input, weights and bias all changed; and
+    when its ALUINIT came in an earlier program (interpreted)."""
     from dataclasses import replace
 
+    from tvm_dpu.runtime import emu_gemm
+
+    monkeypatch.setenv(emu_gemm.ENV, gemm)
+    if gemm == "int8" and not emu_gemm.available():
+        pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
     arch = replace(ARCH, dw_leaky=True)
     w_pitch = cg * D * (2 if mode == "dwconv_w16" else 1)
     init = make_instr("ALUINIT", exec_mode=DW_MODES[mode], kernel_h=kh, kernel_w=kh, stride_h=sh, stride_w=sh,

@@ -9,6 +9,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tvm_dpu.codegen.isa import enum_codes, enum_name
 from tvm_dpu.quant.fixpoint import HSIGMOID_MUL, INT8_MAX, INT8_MIN, saturate_int8, shift_round
+from tvm_dpu.runtime import emu_gemm
 from tvm_dpu.runtime.banks import store_rows
 from tvm_dpu.runtime.emu_conv import (CLAMPS, ENGINE_ACTS, SHIFT_BIAS_MAX, window_gather, activate,
                                       pad_slices, window_use)
@@ -68,7 +69,7 @@ def plan_alu(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
         bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
         used=window_use(real_h, src_w, kh, kw, sh, sw, pads, cg, D, arch.icp, choff)
         if emu.banks.trace is not None else None)[0]
-    xbuf = np.empty((real_h, src_w, C * D // arch.icp, arch.icp), np.uint8)
+    xbuf = emu_gemm.aligned_empty((real_h, src_w, C * D // arch.icp, arch.icp), np.uint8)  # the kernel's input
     x = xbuf.view(np.int8).reshape(real_h, src_w, D, C)
     pad = INT8_MIN if mode == MAXPOOL else 0
     compute = _compute(emu, ctx, g, mode, x, vpp, L, D, C)
@@ -184,7 +185,12 @@ def _dwconv(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp:
     weights = _dw_weights(emu, ctx, g, mode, D, C)
     act, sb = g["act_type"], g["shift_bias"]
     n = g["shift_cut"] + 1 if mode == DWCONV else g["shift_cut"]
-    bound = kh * kw * D * 128 * (1 << 15 if mode == DWCONV_W16 else 128)
+    read_bias = emu.banks.row_reader(_param_keys(emu, "BIAS", ctx.ins.fields["bank_addr_bias"], C), C) \
+        if mode == DWCONV else None
+    bound = kh * kw * D * 128 * (1 << 15 if mode == DWCONV_W16 else 128)  # |ACC|
+    if act in CLAMPS and bound < 1 << 31 and n <= emu_gemm.SHIFT_MAX and C % emu_gemm.COLS == 0 \
+            and emu_gemm.available() and emu_gemm.dw_kernel() is not None:
+        return _dwconv_on_kernel(x, weights, read_bias, g, 2 if mode == DWCONV else 1, n, vpp, L)
     bound = 2 * bound + (128 << sb) if mode == DWCONV else bound
     fast = act in CLAMPS and n < 31 and bound + (1 << n) < 1 << 31
     dtype = np.int32 if fast else np.int64
@@ -192,8 +198,6 @@ def _dwconv(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp:
     acc, tmp = np.empty((vpp, L, C), dtype), np.empty((vpp, L, C), dtype)
     terms = [(xi[i:i + (vpp - 1) * sh + 1:sh, j:j + (L - 1) * sw + 1:sw, d], i * kw + j, d)
              for i in range(kh) for j in range(kw) for d in range(D)]
-    read_bias = emu.banks.row_reader(_param_keys(emu, "BIAS", ctx.ins.fields["bank_addr_bias"], C), C) \
-        if mode == DWCONV else None
     lo, hi = CLAMPS.get(act, (INT8_MIN, INT8_MAX))
     out = np.empty((vpp, L, C), np.int8)
 
@@ -215,5 +219,30 @@ def _dwconv(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp:
         np.maximum(acc, lo, out=acc)
         np.minimum(acc, hi, out=acc)
         np.copyto(out, acc, casting="unsafe")
+        return out
+    return dwconv
+
+
+def _dwconv_on_kernel(x: np.ndarray, weights: Callable[[], np.ndarray], read_bias: "Callable[[], np.ndarray] | None",
+                      g: dict, mul: int, n: int, vpp: int, L: int) -> Callable[[], np.ndarray]:
+    """The depthwise conv on emu_gemm's compiled kernel (int32 accumulator, int64 epilogue: the caller checked
+    that neither can overflow): out = clamp((ACC * mul + B * 2**sb + 2**(n-1)) >> n) for none / relu / relu6."""
+    kernel = emu_gemm.dw_kernel()
+    kh, kw, sh, sw, sb = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["shift_bias"]
+    D, C = x.shape[2], x.shape[3]
+    w32 = emu_gemm.aligned_empty((kh, kw, D, C), np.int32)
+    off = emu_gemm.aligned_empty((C,), np.int64)
+    out = emu_gemm.aligned_empty((vpp, L, C), np.int8)
+    args = [emu_gemm.to_tensor(v) for v in (x, w32, off, emu_gemm.aligned_empty((L, C), np.int32), out)]
+    args += [sh, sw, mul, n, *CLAMPS[g["act_type"]]]
+    half = 1 << (n - 1) if n > 0 else 0
+
+    def dwconv() -> np.ndarray:
+        np.copyto(w32, weights().reshape(w32.shape), casting="unsafe")  # int8, or dwconv_w16's int16 values
+        if read_bias is None:
+            off[...] = half
+        else:
+            np.add(read_bias().view(np.int8).astype(np.int64) << sb, half, out=off)
+        kernel(*args)
         return out
     return dwconv
