@@ -2,6 +2,7 @@
 (isa1-semantics.md 9)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -42,7 +43,7 @@ def alu(emu: "Emulator", ctx: "Ctx") -> None:
     plan_alu(emu, ctx, emu.aluinit)(emu.regions)
 
 
-def plan_alu(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
+def plan_alu(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "AluStep":
     """Check an ALU under ALUINIT `init` and precompute its window gather, parameter reads and output scatter;
     returns the step that performs it (reading the banks when it runs)."""
     f = ctx.ins.fields
@@ -63,12 +64,12 @@ def plan_alu(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     choff = min(g["channel_offset"], C) if masked else 0
     # What is overwritten with the pad value after each gather: padding, then the masked tail channels (6.3).
     fills = pads + ([(Ellipsis, slice(C - choff, None))] if choff else [])
-    gather = window_gather(
+    gather, window_keys = window_gather(
         emu, ctx, bank_id=emu.check_image_bank(ctx, "bank_id_in"), height=real_h, width=src_w, nrow=C * D // arch.icp,
         stride_h=sh, offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"],
         bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
         used=window_use(real_h, src_w, kh, kw, sh, sw, pads, cg, D, arch.icp, choff)
-        if emu.banks.trace is not None else None)[0]
+        if emu.banks.trace is not None else None)
     xbuf = emu_gemm.aligned_empty((real_h, src_w, C * D // arch.icp, arch.icp), np.uint8)  # the kernel's input
     x = xbuf.view(np.int8).reshape(real_h, src_w, D, C)
     pad = INT8_MIN if mode == MAXPOOL else 0
@@ -76,14 +77,28 @@ def plan_alu(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "Step":
     obanks, orows = store_rows(emu.check_image_bank(ctx, "bank_id_out"), arch.pp, vpp, g["stride_out"],
                                g["stride_offset_out"], g["jump_write_endl"], f["bank_addr_out"])
     rows = orows[:, None] + np.arange(L, dtype=np.int64)[None, :] * g["jump_write"]
-    write = emu.banks.row_writer(emu.banks.keys(obanks[:, None], rows, -(-C // arch.icp)), C)
+    out_keys = emu.banks.keys(obanks[:, None], rows, -(-C // arch.icp))
+    write = emu.banks.row_writer(out_keys, C)
 
-    def step(regions: object) -> None:
+    def step() -> None:
         gather(xbuf)
         for region in fills:
             x[region] = pad
         write(compute().view(np.uint8))
-    return step
+    return AluStep(step, window_keys.reshape(-1), out_keys.reshape(-1))
+
+
+@dataclass(eq=False)
+class AluStep:
+    """A planned ALU: callable as its step, with the image-bank rows it reads and writes (the emulator's CONV
+    grouping checks them; its parameter rows are in DWCONVW / BIAS, which no CONV writes)."""
+
+    run: Callable[[], None]
+    reads: np.ndarray  # bank row keys of the window
+    writes: np.ndarray  # bank row keys written
+
+    def __call__(self, regions: object) -> None:
+        self.run()
 
 
 def _check(emu: "Emulator", ctx: "Ctx", g: dict, mode: int) -> None:
