@@ -83,6 +83,16 @@ def emulator_lines(data: dict, source: str = "e2e.json") -> list[str]:
         if condition:
             text += f"; {condition}"
         out.append(text + f" (`benchmarks/results/{source}`).")
+    for x in data.get("xmodels", []):  # bench_e2e --xmodel: a vai_c program's warm runs
+        med = x["run_s"]["median"]
+        cap_s = x.get("goals", {}).get("run_s_median_max")
+        text = (f"Emulator, vai_c's program {x['xmodel']} ({x['instructions']:,} instructions, {x['arch']}): "
+                f"{med:.3f} s warm per image median of {len(x['run_s']['all'])} runs, CONV GEMMs on {x['conv_gemm']}")
+        if cap_s is not None:
+            text += f" (<= {cap_s:g} s: {_goal(med <= cap_s, f'{med - cap_s:.3f} s over')})"
+        if condition:
+            text += f"; {condition}"
+        out.append(text + f" (`benchmarks/results/{source}`).")
     return out
 
 
