@@ -14,9 +14,9 @@ from typing import Any
 import tvm
 
 from tvm_dpu.errors import DPUError
-from tvm_dpu.phase_times import PhaseClock
+from tvm_dpu.util.phase_times import PhaseClock
 from tvm_dpu.backend.relax_pipeline import dpu_pipeline, dpu_target_tags, register
-from tvm_dpu.program_blob import digest_of
+from tvm_dpu.security.program_blob import digest_of
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 

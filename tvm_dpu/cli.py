@@ -311,7 +311,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     import json
 
     from .arch import load_arch
-    from .phase_times import PhaseClock
+    from .util.phase_times import PhaseClock
     from .runtime.artifact import read_header
 
     arch = load_arch(args.arch)
@@ -322,7 +322,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
     calib = Path(args.calib) if args.calib else None  # checked by `preflight`
     if args.cross:  # a missing cross compiler is said now, not after the whole compile
-        from .toolchains import CROSS_TARGETS, c_compiler
+        from .util.toolchains import CROSS_TARGETS, c_compiler
 
         c_compiler(CROSS_TARGETS[args.cross][0])
     clock = PhaseClock()
@@ -536,7 +536,7 @@ def _feeds_for(model, path: str | None, what: str) -> dict:
     """Input arrays for `model` from an .npz file, or random normal input (seed 0) when `path` is None."""
     import numpy as np
 
-    from .feeds import input_shape_check, load_npz
+    from .serving.feeds import input_shape_check, load_npz
 
     if path:
         feeds = load_npz(path, what, check=input_shape_check(model.inputs))
@@ -637,7 +637,7 @@ def _run_tenants(args: argparse.Namespace) -> int:
 # keygen
 # ---------------------------------------------------------------------------------------------------------
 def _run_keygen(args: argparse.Namespace) -> int:
-    from .signing import generate_keypair
+    from .security.signing import generate_keypair
 
     priv, pub = generate_keypair(args.prefix, overwrite=args.force)
     print(f"wrote {priv} (private: sign with 'tvm-dpu compile --sign {priv}') and {pub} (public: check with "
@@ -910,7 +910,7 @@ def _load_to_run(path: str, args: argparse.Namespace):
 def _run_benchmark(args: argparse.Namespace) -> int:
     import json
 
-    from .benchmark import benchmark
+    from .serving.benchmark import benchmark
 
     if args.warmup < 0:
         raise FrontendError(f"--warmup {args.warmup}: expected 0 or more")
@@ -1086,7 +1086,7 @@ COMMAND_LIST: tuple[Command, ...] = (
         "benchmark", _run_benchmark,
         "measure throughput and latency of a compiled model (like xdputil benchmark), beside the timing model",
         "Load MODEL (a .tvmdpu artifact or a vai_c .xmodel), run it --runs times from each of --threads threads "
-        "through the VART-style runner (tvm_dpu.runner) and print throughput, latency percentiles (p50/p90/p99) "
+        "through the VART-style runner (tvm_dpu.serving.runner) and print throughput, latency percentiles (p50/p90/p99) "
         "and the time spent per DPU subgraph and per CPU part, beside the timing model's predicted DPU latency.",
         (arg("model", metavar="MODEL", help="a .tvmdpu artifact or a vai_c-compiled .xmodel"),
          arg("--threads", type=positive_int, default=1, metavar="N", help="threads submitting jobs (default 1)"),
@@ -1269,7 +1269,7 @@ def preflight(args: argparse.Namespace) -> None:
     """The checks of a command's arguments that need no heavy import (TVM, onnx: seconds each), made before the
     command runs so that a mistake is reported at once: files that must exist, .npz files, the arch name, and a
     compile's input names and shapes against the ONNX file's declared inputs."""
-    from .feeds import npz_file
+    from .serving.feeds import npz_file
 
     cmd = args.command
     for attr in ("compiled", "artifact", "xmodel") + (("model",) if cmd == "benchmark" else ()):
@@ -1291,7 +1291,7 @@ def preflight(args: argparse.Namespace) -> None:
 
         load_arch(args.arch)
     if cmd in ("compile", "pipeline"):  # the export links with it: said now, not after the whole build
-        from .toolchains import c_compiler, host_machine
+        from .util.toolchains import c_compiler, host_machine
 
         c_compiler(host_machine())
     shapes = parse_input_shapes(getattr(args, "input_shape", None)) or {}

@@ -23,10 +23,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_dpu.arch.arch import Arch, require_support
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
-from tvm_dpu.container import section_span
-from tvm_dpu.phase_times import PhaseClock
-from tvm_dpu.progress import progress_bar
-from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
+from tvm_dpu.security.container import section_span
+from tvm_dpu.util.phase_times import PhaseClock
+from tvm_dpu.util.progress import progress_bar
+from tvm_dpu.security.program_blob import plugin_summary, program_parts, unpack_plugin_program
 from tvm_dpu.types import InputSpec, unique_name
 
 CALIBRATION_FUNC = "tvm_dpu.calibration"

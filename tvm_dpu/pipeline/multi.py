@@ -307,7 +307,7 @@ class _Stage:
 
         from tvm_dpu.backend.dpu_compile import compile_subgraph
         from tvm_dpu.pipeline.stages import dpu_function, tensor_ty
-        from tvm_dpu.program_blob import digest_of, pack_program
+        from tvm_dpu.security.program_blob import digest_of, pack_program
         from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
         from tvm_dpu.timing.simulate import cycles as program_cycles
 

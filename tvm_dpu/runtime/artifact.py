@@ -31,11 +31,11 @@ from typing import Any, Iterator
 import numpy as np
 import tvm
 
-from tvm_dpu import signing
-from tvm_dpu.container import unpack
+from tvm_dpu.security import signing
+from tvm_dpu.security.container import unpack
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
-from tvm_dpu.safe_io import read_regular
+from tvm_dpu.security.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.security.safe_io import read_regular
 # the writer's export, cross_compile and SUFFIX stay importable from here
 from tvm_dpu.runtime.artifact_export import FORMAT_VERSION, MAGIC, SUFFIX, cross_compile, export  # noqa: F401
 from tvm_dpu.runtime.compiled_model import CompiledModel
@@ -43,8 +43,8 @@ from tvm_dpu.runtime.library_file import (LIBRARY_FORMAT, check_tvm_library, is_
                                          library_header, library_programs, subgraph_fields)
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
-from tvm_dpu.toolchains import host_machine
-from tvm_dpu.trust import check_library_trust, check_trust
+from tvm_dpu.util.toolchains import host_machine
+from tvm_dpu.security.trust import check_library_trust, check_trust
 from tvm_dpu.types import InputSpec, PartitionReport
 from tvm_dpu.xgraph import serialize
 
@@ -162,7 +162,7 @@ def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None, trust
     """The verified container of an artifact: the signature (required, by one of `trusted_keys`, when they are
     given), checksums, then every header value. `data`: the file's bytes, already read by the caller (who checked
     them against a manifest); `path` then only names them in errors and the file is not read again. `trust`: set
-    when the caller will load the native library: the trust policy (tvm_dpu.trust) then decides first."""
+    when the caller will load the native library: the trust policy (tvm_dpu.security.trust) then decides first."""
     if data is None:
         data = read_regular(path, "artifact")
     if trust is not None:
@@ -321,7 +321,7 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
          data: bytes | None = None, trust: str = "auto", **device_options: Any) -> CompiledModel:
     """Load an artifact in this process and return a runnable `CompiledModel`.
 
-    Its native library is loaded only under the trust policy (tvm_dpu.trust): signed by a trusted key (the
+    Its native library is loaded only under the trust policy (tvm_dpu.security.trust): signed by a trusted key (the
     `trusted_keys` given, else the user's trusted-keys file), or built by this user on this machine, or
     `trust="unsigned"` (the caller vouches for the file). Anything else is a SignatureError saying how to trust it.
 
