@@ -1,6 +1,7 @@
 """The second DPU family as data: DPUCAHX8H (Alveo U50/U50LV/U280) targets from AMD's target factory, its "DPUV3E"
 instruction set as a field table served by the one encoder/decoder, and vai_c's U50LV programs (tests/data/xmodel/
-dpucahx8h, see PROVENANCE.md there) decoded instruction by instruction; running them is refused naming what is
+dpucahx8h, see PROVENANCE.md there) decoded instruction by instruction, run on the DPUV3E emulator and checked
+against the ISA1 build of the same network and tvm-dpu's golden reference; compiling is refused naming what is
 missing."""
 from __future__ import annotations
 
@@ -122,10 +123,10 @@ def test_every_family_of_the_factory_is_known_and_only_dpuczdx8g_compiles():
     assert all(iset in ISA_FILES for f in fams.values() for iset in f.instruction_sets.values() if iset)
     require_support(load_arch("B4096"), "compile")
     require_support(load_arch("B4096"), "run")
-    for cap, verb in (("compile", "generate code for"), ("run", "run programs of")):
-        with pytest.raises(ArchError, match=f"DPUCAHX8H_ISA2: tvm-dpu cannot {verb} DPUCAHX8H ISA2 "
-                                            r"\(instruction set DPUV3E\) yet: .*emulator"):
-            require_support(load_arch("DPUCAHX8H_ISA2"), cap)
+    require_support(load_arch("DPUCAHX8H_ISA2"), "run")  # the DPUV3E emulator runs vai_c's programs
+    with pytest.raises(ArchError, match=r"DPUCAHX8H_ISA2: tvm-dpu cannot generate code for DPUCAHX8H ISA2 "
+                                        r"\(instruction set DPUV3E\) yet: .*no DPUV3E code generator"):
+        require_support(load_arch("DPUCAHX8H_ISA2"), "compile")
 
 
 def test_compile_refuses_the_family_naming_what_is_missing(tmp_path, capsys):
@@ -200,11 +201,65 @@ def test_weights_are_split_over_two_hbm_regions():
     assert [(f.rule, "outside REG_2" in f.message) for f in findings] == [("tensor-region", True)] * 2
 
 
+ISA1_BUILD = DATA.parent / "tf2_custom_op_vai2.5_isa1.xmodel"
+
+
 @pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
-def test_run_refuses_naming_the_family_and_what_is_missing(path, target, fingerprint):
-    with pytest.raises(XModelError, match=f"{target}: tvm-dpu cannot run programs of DPUCAHX8H ISA2 "
-                                          r"\(instruction set DPUV3E\) yet: .*emulator"):
-        load_xmodel(path)
+def test_vai_c_u50lv_programs_run_to_the_end_as_the_isa1_build_does(path, target, fingerprint):
+    """The U50LV programs run on the DPUV3E emulator (the hard sigmoid vai_c left on the CPU for this family on the
+    host) and give, input for input, the outputs of vai_c 2.5's DPUCZDX8G ISA1 build of the same quantized
+    network, which the DPUV2 emulator runs."""
+    ours, isa1 = load_xmodel(path), load_xmodel(ISA1_BUILD)
+    assert ours.arch.dpu_name == target
+    for seed in range(2):
+        x = np.random.default_rng(seed).uniform(-40, 40, (1, 28, 28, 1)).astype(np.float32)
+        (got,), (want,) = ours.run(x), isa1.run(x)
+        assert got.std() > 0
+        np.testing.assert_array_equal(got, want)
+    assert {n: (st.instructions, st.ended) for n, st in ours.last_stats.items()} == {
+        "subgraph_quant_conv2d": (71, True), "subgraph_quant_dense(TransferMatMulToConv2d)": (7, True)}
+
+
+def test_split_weights_read_back_as_the_isa1_build_holds_them():
+    """W0/W1 joined back (DpuSubgraph.const_values) are the weights the ISA1 build keeps in one region."""
+    u50, isa1 = read_xmodel(FILES[2][0]), read_xmodel(ISA1_BUILD)  # vai_c 2.5 both: the same op names
+    owner = {n: d for d in isa1.dpu_subgraphs() for n in d.subgraph.all_ops()}
+    checked = 0
+    for d in u50.dpu_subgraphs():
+        assert d.weight_split() == (2, 3, 16)
+        for n in d.subgraph.all_ops():
+            if u50.op(n).type == "const-fix":
+                want = owner[n].const_values(isa1.op(n).output)
+                np.testing.assert_array_equal(d.const_values(u50.op(n).output), want)
+                checked += u50.op(n).output.reg_id == 2
+    assert checked == 4  # three conv weights and the dense layer's
+
+
+def test_compare_checks_vai_c_against_the_golden_reference(capsys):
+    """No DPUCAHX8H code generator yet: compare runs vai_c's program against tvm-dpu's golden reference of the
+    same quantized ops, says why tvm-dpu's column is empty, and reports the missing timing model."""
+    from tvm_dpu.cli import main
+    from tvm_dpu.xmodel.compare import compare
+
+    res = compare(FILES[2][0])
+    assert not res.not_compared and len(res.subgraphs) == 2
+    for s in res.subgraphs:
+        assert s.outputs_equal and s.total > 0 and s.against == "tvm-dpu's golden reference" and s.ours.programs == 0
+        assert "no timing model for the DPUCAHX8H family" in s.vai_c.timing_error
+        assert any("tvm-dpu compiles no program for DPUCAHX8H_ISA2 yet" in n for n in s.notes)
+    conv = res.subgraphs[0]
+    assert [c.op for c in conv.layers] == ["quant_conv2d", "quant_max_pooling2d"] and conv.layers_equal
+    assert main(["compare", str(FILES[2][0])]) == 0
+    assert "n/a" in capsys.readouterr().out
+
+
+def test_report_says_there_is_no_timing_model(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    assert main(["report", str(U50LV_DWC), "-o", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("DPUCAHX8H_ISA2_DWC: no timing model for the DPUCAHX8H family yet") == 2
+    assert (tmp_path / "r.html").stat().st_size > 0
 
 
 # ---- AMD's simulator's own assembler (tests/data/dpuv3e_conformance, see README.md there) ---------------------

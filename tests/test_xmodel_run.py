@@ -125,7 +125,7 @@ def test_isa0_and_foreign_devices_are_refused():
     model = read_xmodel(V25)
     for sg in model.subgraphs("DPU"):
         sg.attrs["dpu_fingerprint"] = 0x01000020F6014407  # Vitis AI 1.4's ISA0 build of the same example
-    with pytest.raises(XModelError, match="ISA1 programs only"):
+    with pytest.raises(XModelError, match="DPUCZDX8G_ISA0_B4096: tvm-dpu has no instruction table for DPUCZDX8G ISA0"):
         load_xmodel(model)
     from tvm_dpu.arch import load_arch
     from tvm_dpu.runtime.device import EmulatorDevice

@@ -102,8 +102,13 @@ class V3EBanks:
 
 @dataclass
 class V3EStats:
+    """What one `DpuV3EEmulator.run` executed (the fields the xmodel runner and `compare` read)."""
+
     instructions: int = 0
     by_name: dict[str, int] = field(default_factory=dict)
+    ended: bool = False
+    load_bytes: int = 0
+    save_bytes: int = 0
 
 
 class DpuV3EEmulator:
@@ -130,6 +135,7 @@ class DpuV3EEmulator:
         self.stats = V3EStats()
         for index, (_, ins) in enumerate(iter_program(np.asarray(code, np.uint32), isa=ISA)):
             if ins.name == "END":
+                self.stats.ended = True
                 break
             self.stats.instructions += 1
             self.stats.by_name[ins.name] = self.stats.by_name.get(ins.name, 0) + 1
@@ -185,6 +191,7 @@ class DpuV3EEmulator:
             items = items * keep
         for i in range(n):
             self.banks.write(f["bank_id"], f["bank_addr"] + i * f["jump_write"], items[i])
+        self.stats.load_bytes += int(keep.sum()) if keep is not None else n * ch
 
     def _load_pad_mask(self, ctx: Ctx, width: int) -> np.ndarray | None:
         """Load<T>::gen_PadMask: channel-augmentation padding of overlapping items, or None when nothing is masked."""
@@ -221,6 +228,7 @@ class DpuV3EEmulator:
             for i in range(n):
                 off = start + i * f["jump_read"]
                 self.banks.write(bank, f["bank_addr"] + i * f["jump_write"], reg[off:off + ch])
+            self.stats.load_bytes += n * ch
 
     def _save(self, ctx: Ctx) -> None:
         f = ctx.ins.fields
@@ -232,6 +240,7 @@ class DpuV3EEmulator:
         for i in range(n):
             a = f["ddr_addr"] + i * jw
             reg[a:a + ch] = self.banks.read(bank, f["bank_addr"] + i * f["jump_read"], ch)
+        self.stats.save_bytes += n * ch
 
     # ---- window engines: CONV, POOL, DPTWISE -------------------------------------------------------------------
     def _window(self, ctx: Ctx, *, height: int, width: int, nbytes: int, stride_h: int, offset_in: int,
@@ -406,3 +415,21 @@ class DpuV3EEmulator:
             bank, wrap = self._elew_bank(bank_out, k)
             for w in range(length):
                 self.banks.write(bank, f["bank_addr_out"] + w * f["jump_write"] + wrap * f["jump_write_endl"], out[k, w])
+
+
+class DpuV3EDevice:
+    """A DPUV3E core for the xmodel runner and `compare` (the `execute(sg, regions)` interface of
+    runtime.device.EmulatorDevice). Each call runs on a fresh emulator (zeroed banks): vai_c's programs load all
+    they read, and calls from several threads then share nothing."""
+
+    name = "emulator"
+
+    def __init__(self, arch: Arch):
+        self.arch = arch
+        self.last_stats: V3EStats | None = None
+
+    def execute(self, sg, regions: dict[int, np.ndarray]) -> None:
+        full = dict(regions)
+        for rid, size in sg.region_sizes.items():
+            full.setdefault(rid, np.zeros(size, np.uint8))
+        self.last_stats = DpuV3EEmulator(self.arch).run(sg.code, full)

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
+
 from ..arch.arch import arch_from_fingerprint
 from ..codegen.isa import DEFAULT_ISA
 from ..errors import ArchError, XModelError
@@ -150,6 +152,45 @@ class DpuSubgraph:
     @property
     def instruction_set(self) -> str:
         return instruction_set_of(self.fingerprint)
+
+    def weight_split(self) -> tuple[int, int, int] | None:
+        """vai_c's HBM weight split (DPUCAHX8H): (W0 reg_id, W1 reg_id, OCP) when `reg_id_to_hw_segment` names
+        segments W0 and W1, else None. A weight tensor placed in W0 holds, of every OCP output channels, the first
+        OCP/2 there and the others at the same offsets in W1 (a last half short of OCP/2 is zero-padded), as one
+        LOAD with bank_id 0x3F reads them through both DDR ports (AMD's simulator, Load<DPUV3E>::Exec)."""
+        segments = {str(seg): _reg_id(str(name), self.name)
+                    for name, seg in (self.attrs.get("reg_id_to_hw_segment") or {}).items()}
+        if "W0" not in segments or "W1" not in segments:
+            return None
+        return segments["W0"], segments["W1"], arch_from_fingerprint(self.fingerprint).ocp
+
+    def split_extent(self, t: XTensor) -> int | None:
+        """Bytes a weight tensor in W0 takes in each of W0 and W1 (`weight_split`); None for any other tensor."""
+        split = self.weight_split()
+        if split is None or t.reg_id != split[0] or not t.shape:
+            return None
+        half = split[2] // 2
+        return -(-int(t.shape[0]) // split[2]) * half * (math.prod(int(x) for x in t.shape[1:]))
+
+    def const_values(self, t: XTensor) -> np.ndarray | None:
+        """The int8 values of constant tensor `t` from its CONST region(s), in its own layout (output channels
+        first, joined back from W0 and W1 for a split weight); None when the region holds no bytes for it."""
+        n = math.prod(int(x) for x in t.shape)
+        region = self.regions.get(t.reg_id) if t.reg_id is not None else None
+        if region is None or region.data is None or t.ddr_addr is None:
+            return None
+        extent = self.split_extent(t)
+        if extent is None:
+            return None if t.ddr_addr + n > len(region.data) else \
+                np.frombuffer(region.data, np.int8, n, t.ddr_addr).reshape(t.shape)
+        w0, w1, ocp = self.weight_split()  # type: ignore[misc]
+        other = self.regions.get(w1)
+        parts = [region.data, None if other is None else other.data]
+        if parts[1] is None or t.ddr_addr + extent > min(len(parts[0]), len(parts[1])):
+            return None
+        half, k = ocp // 2, n // int(t.shape[0])
+        halves = [np.frombuffer(p, np.int8, extent, t.ddr_addr).reshape(-1, half, k) for p in parts]
+        return np.concatenate(halves, axis=1).reshape(-1, k)[:int(t.shape[0])].reshape(t.shape)
 
 
 def instruction_set_of(fingerprint: Any) -> str:
