@@ -176,14 +176,15 @@ def test_inspect_lists_the_u50lv_programs_with_their_table():
     assert [d["instructions"]["LOAD"] for d in inspect_json(model)["dpu_subgraphs"]] == [39, 4]
 
 
-def test_weights_are_split_over_two_hbm_regions():
-    """vai_c's U50 convention (not yet modelled by the VART-rule checker): a conv's weights are split over REG_2 (HBM
-    segment W0) and REG_3 (W1) at the same offset, and one LOAD reads both parts (reg_id/ddr_addr and
-    reg_id_1/ddr_addr_1) into bank 63; the XIR tensor names REG_2 and the whole size, so `--check-vart`'s
-    tensor-region rule, written for DPUCZDX8G, reports the larger layers as outside REG_2."""
+@pytest.mark.parametrize("path", [p for p, *_ in FILES], ids=lambda p: p.name)
+def test_weights_are_split_over_two_hbm_regions(path):
+    """vai_c's U50 convention: a conv's weights are split over REG_2 (HBM segment W0) and REG_3 (W1) at the same
+    offset, and one LOAD reads both parts (reg_id/ddr_addr and reg_id_1/ddr_addr_1) into bank 63; the XIR tensor
+    names REG_2 and the whole size. `--check-vart`'s tensor-region rule knows the split (each part in its region),
+    and names a W1 region too small for it."""
     from tvm_dpu.xmodel.vart_check import check_vart
 
-    model = read_xmodel(U50LV)
+    model = read_xmodel(path)
     for s in model.dpu_subgraphs():
         assert (s.attrs["reg_id_to_hw_segment"]["REG_2"], s.attrs["reg_id_to_hw_segment"]["REG_3"]) == ("W0", "W1")
         assert s.regions[2].size == s.regions[3].size
@@ -197,8 +198,12 @@ def test_weights_are_split_over_two_hbm_regions():
                         if i.name == "LOAD" and i["reg_id"] == 2]
         assert weight_loads and all((i["reg_id_1"], i["ddr_addr_1"], i["bank_id"]) == (3, i["ddr_addr"], 63)
                                     for i in weight_loads)
-    findings = check_vart(model)
-    assert [(f.rule, "outside REG_2" in f.message) for f in findings] == [("tensor-region", True)] * 2
+    assert check_vart(model) == []
+    conv = model.dpu_subgraphs()[0].subgraph
+    conv.attrs["reg_id_to_size"]["REG_3"] = 25872  # W1 too small for the last conv's half (from 25872)
+    conv.attrs["reg_id_to_parameter_value"]["REG_3"] = conv.attrs["reg_id_to_parameter_value"]["REG_3"][:25872]
+    (finding,) = check_vart(model)
+    assert finding.rule == "tensor-region" and "split to REG_3 (W1) need bytes [25872, 51472)" in finding.message
 
 
 ISA1_BUILD = DATA.parent / "tf2_custom_op_vai2.5_isa1.xmodel"

@@ -158,19 +158,11 @@ class DpuSubgraph:
         segments W0 and W1, else None. A weight tensor placed in W0 holds, of every OCP output channels, the first
         OCP/2 there and the others at the same offsets in W1 (a last half short of OCP/2 is zero-padded), as one
         LOAD with bank_id 0x3F reads them through both DDR ports (AMD's simulator, Load<DPUV3E>::Exec)."""
-        segments = {str(seg): _reg_id(str(name), self.name)
-                    for name, seg in (self.attrs.get("reg_id_to_hw_segment") or {}).items()}
-        if "W0" not in segments or "W1" not in segments:
-            return None
-        return segments["W0"], segments["W1"], arch_from_fingerprint(self.fingerprint).ocp
+        return weight_split(self.attrs, self.fingerprint)
 
     def split_extent(self, t: XTensor) -> int | None:
         """Bytes a weight tensor in W0 takes in each of W0 and W1 (`weight_split`); None for any other tensor."""
-        split = self.weight_split()
-        if split is None or t.reg_id != split[0] or not t.shape:
-            return None
-        half = split[2] // 2
-        return -(-int(t.shape[0]) // split[2]) * half * (math.prod(int(x) for x in t.shape[1:]))
+        return split_extent(self.weight_split(), t)
 
     def const_values(self, t: XTensor) -> np.ndarray | None:
         """The int8 values of constant tensor `t` from its CONST region(s), in its own layout (output channels
@@ -191,6 +183,29 @@ class DpuSubgraph:
         half, k = ocp // 2, n // int(t.shape[0])
         halves = [np.frombuffer(p, np.int8, extent, t.ddr_addr).reshape(-1, half, k) for p in parts]
         return np.concatenate(halves, axis=1).reshape(-1, k)[:int(t.shape[0])].reshape(t.shape)
+
+
+def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int] | None:
+    """(W0 reg_id, W1 reg_id, OCP) of a DPU subgraph whose `reg_id_to_hw_segment` names HBM segments W0 and W1
+    (`DpuSubgraph.weight_split`); None without them or for a fingerprint no known core has."""
+    segs = attrs.get("reg_id_to_hw_segment")
+    segments = {str(seg): int(str(name)[4:]) for name, seg in (segs if isinstance(segs, dict) else {}).items()
+                if str(name).startswith("REG_") and str(name)[4:].isdigit()}  # other names: the reader refuses them
+    if "W0" not in segments or "W1" not in segments:
+        return None
+    try:
+        ocp = arch_from_fingerprint(fingerprint).ocp
+    except (ArchError, TypeError):
+        return None
+    return segments["W0"], segments["W1"], ocp
+
+
+def split_extent(split: tuple[int, int, int] | None, t: XTensor) -> int | None:
+    """Bytes weight tensor `t` takes in each of W0 and W1 under `split` (ceil(oc / OCP) * OCP/2 output channels);
+    None when `t` is not in W0 or there is no split."""
+    if split is None or t.reg_id != split[0] or not t.shape:
+        return None
+    return -(-int(t.shape[0]) // split[2]) * (split[2] // 2) * math.prod(int(x) for x in t.shape[1:])
 
 
 def instruction_set_of(fingerprint: Any) -> str:
