@@ -304,3 +304,45 @@ def test_simulator_program_vectors_decode_and_save_only_where_they_say(case):
         before, after = z[f"reg{rid}_in"], z[f"reg{rid}_out"]
         assert np.array_equal(before[~mask], after[~mask]), (case["name"], rid)
         assert mask.any() == (rid != 0) and set(after[mask].tolist()) <= loaded, (case["name"], rid)
+
+
+# ---- the dependency protocol as vai_c's U50 programs use it (docs/dependency-protocol.md, "DPUCAHX8H") --------
+def _programs(path):
+    """(label, decoded DPUV3E instructions) of every DPU subgraph and every per-layer child program of a file."""
+    model = read_xmodel(path)
+    for d in model.dpu_subgraphs():
+        yield d.name, decode_program(np.frombuffer(d.mc_code, "<u4"), "DPUV3E")
+        for c in d.subgraph.children:
+            if isinstance(c.attrs.get("mc_code"), bytes):
+                yield c.name, decode_program(np.frombuffer(c.attrs["mc_code"], "<u4"), "DPUV3E")
+
+
+@pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_u50_programs_balance_their_tokens(path, target, fingerprint):
+    """Every program balances its tokens pair by pair and ends `SAVE ..by=S; END on=S`; vai_c 2.0 sets each
+    instruction's own-engine bits as on DPUCZDX8G, vai_c 2.5 clears them all but the last SAVE's post to END (and,
+    in two of the per-layer programs, one LOAD's post to a later LOAD)."""
+    from tvm_dpu.timing.depcheck import check, engine_of
+
+    vai2_0 = "vai2.0" in path.name
+    for label, ins in _programs(path):
+        r = check(ins, isa="DPUV3E")
+        assert r.ok and (r.posts == r.waits).all(), (label, r.problems)
+        assert (ins[-1].name, ins[-1].dpdon, ins[-1].dpdby) == ("END", 0b0010, 0b0010 if vai2_0 else 0), label
+        own = [i for i, x in enumerate(ins) if (x.dpdon | x.dpdby) >> engine_of(x, "DPUV3E") & 1]
+        if vai2_0:
+            assert own == list(range(len(ins))), label
+        else:  # the SAVE -> END token, and in some per-layer programs one LOAD -> LOAD token
+            assert own[-2:] == [len(ins) - 2, len(ins) - 1] and {ins[i].name for i in own[:-2]} <= {"LOAD"}, label
+
+
+def test_vai_c_2_5_only_cleared_the_own_bits():
+    """Vitis AI 2.0's and 2.5's U50LV programs are the same instructions with the same cross-engine tokens."""
+    from tvm_dpu.timing.depcheck import engine_of
+
+    for old, new in ((U50LV, FILES[2][0]), (U50LV_DWC, FILES[3][0])):
+        for (_, a), (_, b) in zip(_programs(old), _programs(new), strict=True):
+            assert [(x.name, x.fields) for x in a] == [(y.name, y.fields) for y in b]
+            cross = [~(1 << engine_of(x, "DPUV3E")) & 0xF for x in a]
+            assert [(x.dpdon & m, x.dpdby & m) for x, m in zip(a, cross)] == \
+                [(y.dpdon & m, y.dpdby & m) for y, m in zip(b, cross)]
