@@ -117,7 +117,8 @@ class DpuV3EEmulator:
 
     def __init__(self, arch: Arch):
         if arch.instruction_set != ISA:
-            raise EmulatorError(f"{arch.target_label}: instruction set {arch.instruction_set}, this emulator runs {ISA}")
+            raise EmulatorError(f"{arch.target_label}: instruction set {arch.instruction_set}, this emulator runs "
+                                f"{ISA}")
         self.arch = arch
         self.engines = engine_specs(arch)
         self.banks = V3EBanks(arch)
@@ -413,8 +414,9 @@ class DpuV3EEmulator:
         bank_out = self._image_bank(ctx, "bank_id_out")
         for k in range(vpp):
             bank, wrap = self._elew_bank(bank_out, k)
+            base = f["bank_addr_out"] + wrap * f["jump_write_endl"]
             for w in range(length):
-                self.banks.write(bank, f["bank_addr_out"] + w * f["jump_write"] + wrap * f["jump_write_endl"], out[k, w])
+                self.banks.write(bank, base + w * f["jump_write"], out[k, w])
 
 
 class DpuV3EDevice:
