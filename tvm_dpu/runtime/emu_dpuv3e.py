@@ -23,7 +23,7 @@ from tvm_dpu.codegen.isa import Instr, enum_codes, iter_program
 from tvm_dpu.errors import EmulatorError
 from tvm_dpu.quant.fixpoint import INT8_MIN, avgpool_factor, dpu_round
 from tvm_dpu.runtime.banks import fetch_rows, store_rows
-from tvm_dpu.runtime.emu_conv import activate
+from tvm_dpu.runtime.emu_conv import activate, exact_matmul_t
 from tvm_dpu.runtime.emulator import Ctx
 
 ISA = "DPUV3E"
@@ -90,6 +90,11 @@ class V3EBanks:
 
     def read(self, bank: int, addr: int, n: int) -> np.ndarray:
         return self.mem[bank][self._span(bank, addr, 0, n)]
+
+    def read_many(self, bank: int, addrs: np.ndarray, n: int) -> np.ndarray:
+        """`read` at each address of `addrs`: shape (len(addrs), n)."""
+        start = (np.asarray(addrs, np.int64) % self.depth[bank]) * self.width[bank]
+        return self.mem[bank][(start[:, None] + np.arange(n)) % self.mem[bank].size]
 
     def write(self, bank: int, addr: int, data: np.ndarray) -> None:
         data = np.asarray(data).view(np.uint8) if np.asarray(data).dtype == np.int8 else np.asarray(data, np.uint8)
@@ -256,9 +261,9 @@ class DpuV3EEmulator:
         ctx.check(int(rm.groups.max(initial=0)) < ADDR_GROUPS, None,
                   f"the input rows need {int(rm.groups.max()) + 1} base addresses, the instruction has {ADDR_GROUPS}")
         out = np.empty((height, width, nbytes), np.uint8)
+        cols = np.arange(width) * jump
         for h in range(height):
-            for w in range(width):
-                out[h, w] = self.banks.read(int(rm.banks[h]), int(rm.rows[h]) + w * jump, nbytes)
+            out[h] = self.banks.read_many(int(rm.banks[h]), int(rm.rows[h]) + cols, nbytes)
         return out.view(np.int8)
 
     def _store(self, ctx: Ctx, result: np.ndarray, *, stride_out: int, offset_out: int, endl: int, jump: int) -> None:
@@ -312,8 +317,10 @@ class DpuV3EEmulator:
                 for k in range(kw):
                     wts[oc, j, k] = self.banks.read(bank, f["bank_addr_weights"] + (j * kw + k) * cg, cin)
         bias = self.banks.read(self.banks.group_bank(conv.bias_bank, 0), f["bank_addr_bias"], self.arch.ocp)
-        win = sliding_window_view(x.astype(np.int64), (kh, kw), axis=(0, 1))[::sh, ::sw]  # (vpp, L, cin, kh, kw)
-        acc = np.einsum("hwcij,oijc->hwo", win, wts.view(np.int8).astype(np.int64))
+        win = sliding_window_view(x.astype(np.float32), (kh, kw), axis=(0, 1))[::sh, ::sw]  # (vpp, L, cin, kh, kw)
+        rows = win.reshape(-1, cin * kh * kw)
+        w = wts.view(np.int8).astype(np.float32).transpose(0, 3, 1, 2).reshape(self.arch.ocp, -1)
+        acc = exact_matmul_t(rows, w).reshape(win.shape[0], win.shape[1], self.arch.ocp)  # exact int64
         out = self._bias_and_round(ctx, acc, bias.view(np.int8), init)
         self._store(ctx, out, stride_out=g["stride_out"], offset_out=g["stride_offset_out"],
                     endl=g["jump_write_endl"], jump=g["jump_write"])
