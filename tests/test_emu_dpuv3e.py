@@ -82,3 +82,13 @@ def test_banks_persist_across_runs_and_end_stops():
     save = dict(bank_id=3, bank_addr=5, jump_read=1, jump_write=16, length=2, channel=16, reg_id=1, ddr_addr=0)
     stats = emu.run(_program(("SAVE", save), ("END", {}), ("SAVE", dict(save, ddr_addr=8))), {1: out})
     assert np.array_equal(out, data) and stats.instructions == 1
+
+
+def test_overlapping_items_are_written_in_order():
+    """Bank::Write item by item: a later item overwrites the rows it shares with an earlier one, and each write
+    zero-fills the rest of its last row."""
+    banks = V3EBanks(load_arch("DPUCAHX8H_ISA2"))
+    items = np.stack([np.full(20, 1, np.uint8), np.full(20, 2, np.uint8)])
+    banks.write_many(0, np.array([8191, 0]), items)  # item 0 wraps to row 0, which item 1 then starts at
+    assert banks.read(0, 8191, 16).tolist() == [1] * 16
+    assert banks.read(0, 0, 32).tolist() == [2] * 20 + [0] * 12

@@ -84,12 +84,8 @@ class V3EBanks:
     def group_bank(self, group: str, index: int) -> int:
         return self.groups[group].base_id + index
 
-    def _span(self, bank: int, addr: int, offset: int, n: int) -> np.ndarray:
-        start = (addr % self.depth[bank]) * self.width[bank] + offset
-        return (start + np.arange(n)) % self.mem[bank].size
-
     def read(self, bank: int, addr: int, n: int) -> np.ndarray:
-        return self.mem[bank][self._span(bank, addr, 0, n)]
+        return self.read_many(bank, np.array([addr]), n)[0]
 
     def read_many(self, bank: int, addrs: np.ndarray, n: int) -> np.ndarray:
         """`read` at each address of `addrs`: shape (len(addrs), n)."""
@@ -97,12 +93,21 @@ class V3EBanks:
         return self.mem[bank][(start[:, None] + np.arange(n)) % self.mem[bank].size]
 
     def write(self, bank: int, addr: int, data: np.ndarray) -> None:
-        data = np.asarray(data).view(np.uint8) if np.asarray(data).dtype == np.int8 else np.asarray(data, np.uint8)
-        w = self.width[bank]
-        n = data.size + (-data.size) % w
-        buf = np.zeros(n, np.uint8)
-        buf[:data.size] = data
-        self.mem[bank][self._span(bank, addr, 0, n)] = buf
+        self.write_many(bank, np.array([addr]), np.asarray(data).reshape(1, -1))
+
+    def write_many(self, bank: int, addrs: np.ndarray, data: np.ndarray) -> None:
+        """`write` of data[i] at addrs[i], in order: where two writes touch the same byte the later one wins."""
+        data = data.view(np.uint8) if data.dtype == np.int8 else data.astype(np.uint8, copy=False)
+        n = data.shape[1] + (-data.shape[1]) % self.width[bank]
+        buf = np.zeros((data.shape[0], n), np.uint8)
+        buf[:, :data.shape[1]] = data
+        start = (np.asarray(addrs, np.int64) % self.depth[bank]) * self.width[bank]
+        idx = (start[:, None] + np.arange(n)) % self.mem[bank].size
+        if np.unique(idx).size == idx.size:
+            self.mem[bank][idx] = buf
+        else:  # overlapping items: one at a time, as the simulator writes them
+            for i in range(idx.shape[0]):
+                self.mem[bank][idx[i]] = buf[i]
 
 
 @dataclass
@@ -195,8 +200,7 @@ class DpuV3EEmulator:
         items = np.where(inside, reg[np.minimum(idx, reg.size - 1)], 0).astype(np.uint8)
         if keep is not None:
             items = items * keep
-        for i in range(n):
-            self.banks.write(f["bank_id"], f["bank_addr"] + i * f["jump_write"], items[i])
+        self.banks.write_many(f["bank_id"], f["bank_addr"] + np.arange(n) * f["jump_write"], items)
         self.stats.load_bytes += int(keep.sum()) if keep is not None else n * ch
 
     def _load_pad_mask(self, ctx: Ctx, width: int) -> np.ndarray | None:
@@ -231,9 +235,8 @@ class DpuV3EEmulator:
             ctx.check(end <= reg.size, "ddr_addr" if oc < half else "ddr_addr_1",
                       f"output channel {oc} reads up to byte {end} of a {reg.size}-byte region")
             bank = self.banks.group_bank(conv.weight_bank, oc)
-            for i in range(n):
-                off = start + i * f["jump_read"]
-                self.banks.write(bank, f["bank_addr"] + i * f["jump_write"], reg[off:off + ch])
+            src = reg[start + np.arange(n)[:, None] * f["jump_read"] + np.arange(ch)]
+            self.banks.write_many(bank, f["bank_addr"] + np.arange(n) * f["jump_write"], src)
             self.stats.load_bytes += n * ch
 
     def _save(self, ctx: Ctx) -> None:
@@ -243,9 +246,12 @@ class DpuV3EEmulator:
         n, ch, jw = f["length"], f["channel"], f["jump_write"]
         end = f["ddr_addr"] + (n - 1) * jw + ch
         ctx.check(end <= reg.size, "ddr_addr", f"writes up to byte {end} of a {reg.size}-byte region")
-        for i in range(n):
-            a = f["ddr_addr"] + i * jw
-            reg[a:a + ch] = self.banks.read(bank, f["bank_addr"] + i * f["jump_read"], ch)
+        data = self.banks.read_many(bank, f["bank_addr"] + np.arange(n) * f["jump_read"], ch)
+        if jw >= ch or n == 1:  # items do not overlap in DDR
+            reg[f["ddr_addr"] + np.arange(n)[:, None] * jw + np.arange(ch)] = data
+        else:  # overlapping items: in order, the later one wins
+            for i in range(n):
+                reg[f["ddr_addr"] + i * jw:f["ddr_addr"] + i * jw + ch] = data[i]
         self.stats.save_bytes += n * ch
 
     # ---- window engines: CONV, POOL, DPTWISE -------------------------------------------------------------------
@@ -271,9 +277,9 @@ class DpuV3EEmulator:
         bank_out = self._image_bank(ctx, "bank_id_out")
         banks, rows = store_rows(bank_out, self.arch.pp, result.shape[0], stride_out, offset_out, endl,
                                  ctx.ins.fields["bank_addr_out"])
+        cols = np.arange(result.shape[1]) * jump
         for r in range(result.shape[0]):
-            for w in range(result.shape[1]):
-                self.banks.write(int(banks[r]), int(rows[r]) + w * jump, result[r, w])
+            self.banks.write_many(int(banks[r]), int(rows[r]) + cols, result[r])
 
     @staticmethod
     def _pad(x: np.ndarray, f: dict, kh: int, kw: int, value: int) -> None:
@@ -411,9 +417,8 @@ class DpuV3EEmulator:
             x = np.empty((vpp, length, cin), np.uint8)
             for k in range(vpp):
                 bank, wrap = self._elew_bank(g["bank_id_in"], k)
-                for w in range(length):
-                    x[k, w] = self.banks.read(bank, g["bank_addr_in"] + w * g["jump_read"] + wrap * g["jump_read_endl"],
-                                              cin)
+                base = g["bank_addr_in"] + wrap * g["jump_read_endl"]
+                x[k] = self.banks.read_many(bank, base + np.arange(length) * g["jump_read"], cin)
             total += (x.view(np.int8).astype(np.int64) << ELEW_SCALE_BITS) >> g["shift_read"]
         sw = f["shift_write"]
         e = sw if sw < ELEW_SHIFT_SPLIT else ELEW_SHIFT_SPLIT - sw
@@ -422,8 +427,7 @@ class DpuV3EEmulator:
         for k in range(vpp):
             bank, wrap = self._elew_bank(bank_out, k)
             base = f["bank_addr_out"] + wrap * f["jump_write_endl"]
-            for w in range(length):
-                self.banks.write(bank, base + w * f["jump_write"], out[k, w])
+            self.banks.write_many(bank, base + np.arange(length) * f["jump_write"], out[k])
 
 
 class DpuV3EDevice:
