@@ -101,9 +101,10 @@ class V3EBanks:
         n = data.shape[1] + (-data.shape[1]) % self.width[bank]
         buf = np.zeros((data.shape[0], n), np.uint8)
         buf[:, :data.shape[1]] = data
-        start = (np.asarray(addrs, np.int64) % self.depth[bank]) * self.width[bank]
-        idx = (start[:, None] + np.arange(n)) % self.mem[bank].size
-        if np.unique(idx).size == idx.size:
+        rows = np.asarray(addrs, np.int64) % self.depth[bank]
+        idx = (rows[:, None] * self.width[bank] + np.arange(n)) % self.mem[bank].size
+        ordered = np.sort(rows)  # items of n / width rows each are disjoint when consecutive starts are that far apart
+        if np.diff(ordered, append=ordered[0] + self.depth[bank]).min() >= n // self.width[bank]:
             self.mem[bank][idx] = buf
         else:  # overlapping items: one at a time, as the simulator writes them
             for i in range(idx.shape[0]):
@@ -316,12 +317,9 @@ class DpuV3EEmulator:
                          offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"])
         self._pad(x, f, kh, kw, 0)
         x[..., cin - f["channel_offset"]:] = 0
-        wts = np.empty((self.arch.ocp, kh, kw, cin), np.uint8)
-        for oc in range(self.arch.ocp):
-            bank = self.banks.group_bank(conv.weight_bank, oc)
-            for j in range(kh):
-                for k in range(kw):
-                    wts[oc, j, k] = self.banks.read(bank, f["bank_addr_weights"] + (j * kw + k) * cg, cin)
+        taps = f["bank_addr_weights"] + np.arange(kh * kw) * cg  # tap (j, k) at (j * kw + k) * cg rows
+        wts = np.stack([self.banks.read_many(self.banks.group_bank(conv.weight_bank, oc), taps, cin)
+                        for oc in range(self.arch.ocp)]).reshape(self.arch.ocp, kh, kw, cin)
         bias = self.banks.read(self.banks.group_bank(conv.bias_bank, 0), f["bank_addr_bias"], self.arch.ocp)
         win = sliding_window_view(x.astype(np.float32), (kh, kw), axis=(0, 1))[::sh, ::sw]  # (vpp, L, cin, kh, kw)
         rows = win.reshape(-1, cin * kh * kw)
@@ -380,8 +378,8 @@ class DpuV3EEmulator:
         x[..., cin - f["channel_offset"]:] = 0
         wbank = self.banks.group_bank(dw.weight_bank, 0)
         rows_per_pixel = cg * (dw.cp // self.banks.width[wbank])
-        wts = np.stack([self.banks.read(wbank, f["bank_addr_weights"] + t * rows_per_pixel, cin)
-                        for t in range(kh * kw)]).reshape(kh, kw, cin).view(np.int8)
+        taps = f["bank_addr_weights"] + np.arange(kh * kw) * rows_per_pixel
+        wts = self.banks.read_many(wbank, taps, cin).reshape(kh, kw, cin).view(np.int8)
         bias = self.banks.read(self.banks.group_bank(dw.bias_bank, 0), f["bank_addr_bias"], cin).view(np.int8)
         win = sliding_window_view(x.astype(np.int64), (kh, kw), axis=(0, 1))[::sh, ::sw]
         acc = np.einsum("hwcij,ijc->hwc", win, wts.astype(np.int64))
