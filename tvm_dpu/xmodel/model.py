@@ -187,23 +187,29 @@ class DpuSubgraph:
 
 def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int] | None:
     """(W0 reg_id, W1 reg_id, OCP) of a DPU subgraph whose `reg_id_to_hw_segment` names HBM segments W0 and W1
-    (`DpuSubgraph.weight_split`); None without them or for a fingerprint no known core has."""
-    segs = attrs.get("reg_id_to_hw_segment")
-    segments = {str(seg): int(str(name)[4:]) for name, seg in (segs if isinstance(segs, dict) else {}).items()
-                if str(name).startswith("REG_") and str(name)[4:].isdigit()}  # other names: the reader refuses them
-    if "W0" not in segments or "W1" not in segments:
+    (`DpuSubgraph.weight_split`); None without them or for a fingerprint no known core has. vai_c may map more than
+    one region to W0 (PointPillars: the biases' REG_0 and the weights' REG_2): the split one is the W0 region as
+    large as the W1 region, its other half (vai_c sizes them alike); None when that does not single one out."""
+    segs, sizes = attrs.get("reg_id_to_hw_segment"), attrs.get("reg_id_to_size")
+    if not isinstance(segs, dict) or not isinstance(sizes, dict):
+        return None
+    named = [(str(seg), name) for name, seg in segs.items()
+             if str(name).startswith("REG_") and str(name)[4:].isdigit()]  # other names: the reader refuses them
+    w1 = [name for seg, name in named if seg == "W1"]
+    w0 = [name for seg, name in named if seg == "W0" and len(w1) == 1 and sizes.get(name) == sizes.get(w1[0])]
+    if len(w0) != 1:
         return None
     try:
         ocp = arch_from_fingerprint(fingerprint).ocp
     except (ArchError, TypeError):
         return None
-    return segments["W0"], segments["W1"], ocp
+    return int(w0[0][4:]), int(w1[0][4:]), ocp
 
 
 def split_extent(split: tuple[int, int, int] | None, t: XTensor) -> int | None:
     """Bytes weight tensor `t` takes in each of W0 and W1 under `split` (ceil(oc / OCP) * OCP/2 output channels);
     None when `t` is not in W0 or there is no split."""
-    if split is None or t.reg_id != split[0] or not t.shape:
+    if split is None or t.reg_id != split[0] or len(t.shape) < 2:  # a bias (1-D) is never split
         return None
     return -(-int(t.shape[0]) // split[2]) * (split[2] // 2) * math.prod(int(x) for x in t.shape[1:])
 
