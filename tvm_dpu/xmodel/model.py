@@ -11,7 +11,7 @@ import numpy as np
 
 from ..arch.arch import arch_from_fingerprint
 from ..codegen.isa import DEFAULT_ISA
-from ..errors import ArchError, XModelError
+from ..errors import ArchError, ISAError, XModelError
 from ..safe_io import read_regular
 from .reader import Attr, decode_graph
 
@@ -154,11 +154,13 @@ class DpuSubgraph:
         return instruction_set_of(self.fingerprint)
 
     def weight_split(self) -> tuple[int, int, int] | None:
-        """vai_c's HBM weight split (DPUCAHX8H): (W0 reg_id, W1 reg_id, OCP) when `reg_id_to_hw_segment` names
-        segments W0 and W1, else None. A weight tensor placed in W0 holds, of every OCP output channels, the first
+        """vai_c's HBM weight split (DPUCAHX8H): (W0 reg_id, W1 reg_id, OCP) as its weight LOADs name them
+        (`weight_split`), else None. A weight tensor placed in W0 holds, of every OCP output channels, the first
         OCP/2 there and the others at the same offsets in W1 (a last half short of OCP/2 is zero-padded), as one
         LOAD with bank_id 0x3F reads them through both DDR ports (AMD's simulator, Load<DPUV3E>::Exec)."""
-        return weight_split(self.attrs, self.fingerprint)
+        if "_weight_split" not in self.__dict__:  # read from the code once per subgraph
+            self.__dict__["_weight_split"] = weight_split(self.attrs, self.fingerprint)
+        return self.__dict__["_weight_split"]
 
     def split_extent(self, t: XTensor) -> int | None:
         """Bytes a weight tensor in W0 takes in each of W0 and W1 (`weight_split`); None for any other tensor."""
@@ -186,24 +188,24 @@ class DpuSubgraph:
 
 
 def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int] | None:
-    """(W0 reg_id, W1 reg_id, OCP) of a DPU subgraph whose `reg_id_to_hw_segment` names HBM segments W0 and W1
-    (`DpuSubgraph.weight_split`); None without them or for a fingerprint no known core has. vai_c may map more than
-    one region to W0 (PointPillars: the biases' REG_0 and the weights' REG_2): the split one is the W0 region as
-    large as the W1 region, its other half (vai_c sizes them alike); None when that does not single one out."""
-    segs, sizes = attrs.get("reg_id_to_hw_segment"), attrs.get("reg_id_to_size")
-    if not isinstance(segs, dict) or not isinstance(sizes, dict):
-        return None
-    named = [(str(seg), name) for name, seg in segs.items()
-             if str(name).startswith("REG_") and str(name)[4:].isdigit()]  # other names: the reader refuses them
-    w1 = [name for seg, name in named if seg == "W1"]
-    w0 = [name for seg, name in named if seg == "W0" and len(w1) == 1 and sizes.get(name) == sizes.get(w1[0])]
-    if len(w0) != 1:
-        return None
+    """(W0 reg_id, W1 reg_id, OCP) of a DPUCAHX8H subgraph (`DpuSubgraph.weight_split`), read where the hardware
+    reads it: the regions its first weight LOAD (bank_id 0x3F) names through `reg_id` and `reg_id_1`. None without
+    such a LOAD, for another instruction set, or for code or a fingerprint that does not decode. (The region maps
+    do not single the pair out: vai_c maps the biases' region to segment W0 as well.)"""
+    from ..codegen.isa import iter_program
+    from ..runtime.emu_dpuv3e import ISA, WEIGHT_LOAD_BANK
+
+    code = attrs.get("mc_code")
     try:
-        ocp = arch_from_fingerprint(fingerprint).ocp
-    except (ArchError, TypeError):
+        arch = arch_from_fingerprint(fingerprint)
+        if not isinstance(code, bytes) or arch.instruction_set != ISA:
+            return None
+        for _, ins in iter_program(np.frombuffer(code, "<u4", len(code) // 4), shared=True, isa=ISA):
+            if ins.name == "LOAD" and ins.fields["bank_id"] == WEIGHT_LOAD_BANK:
+                return int(ins.fields["reg_id"]), int(ins.fields["reg_id_1"]), arch.ocp
+    except (ArchError, ISAError, TypeError):
         return None
-    return int(w0[0][4:]), int(w1[0][4:]), ocp
+    return None
 
 
 def split_extent(split: tuple[int, int, int] | None, t: XTensor) -> int | None:
