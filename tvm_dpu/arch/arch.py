@@ -17,7 +17,7 @@ from typing import Any
 
 from tvm_dpu.errors import ArchError, did_you_mean
 from tvm_dpu.schema import SchemaError, parse_json
-from tvm_dpu.safe_io import read_regular
+from tvm_dpu.security.safe_io import read_regular
 
 #: An arch.json is a few hundred bytes; the bound keeps a wrong file (a model, an image) from being parsed.
 MAX_ARCH_JSON_BYTES = 1 << 20

@@ -12,7 +12,7 @@ import numpy as np
 from ..arch.arch import arch_from_fingerprint
 from ..codegen.isa import DEFAULT_ISA
 from ..errors import ArchError, ISAError, XModelError
-from ..safe_io import read_regular
+from ..security.safe_io import read_regular
 from .reader import Attr, decode_graph
 
 #: XIR's DataType::Type numbering (xir/tensor/data_type.hpp): Tensor.data_type.

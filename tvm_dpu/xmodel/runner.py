@@ -22,7 +22,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DPUError, XModelError
-from ..feeds import arrays_by_name, check_array
+from ..serving.feeds import arrays_by_name, check_array
 from ..types import CompiledSubgraph, InputSpec
 from .cpu_ops import CPU_OPS, quantize, run_cpu_op
 from .model import DpuSubgraph, XModel, XOp, XSubgraph, XTensor, read_xmodel
