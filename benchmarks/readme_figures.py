@@ -191,6 +191,10 @@ def vaic_lines(data: dict) -> list[str]:
                      f"({_goal(ratio <= cap, f'{100 * (ratio / cap - 1):.1f}% over')}; {eq})")
     text = (f"tvm-dpu vs vai_c on the same quantized networks (every vendored vai_c xmodel's DPU subgraphs rebuilt "
             f"from their int8 numbers, timing model, goal ratio <= {cap:.2f}): " + "; ".join(parts))
+    ref = data.get("reference_rows", [])
+    if ref:
+        text += (f"; vai_c's DPUCAHX8H (U50LV) programs on the DPUV3E emulator against the golden reference: "
+                 f"{sum(r['outputs_equal'] for r in ref)} of {len(ref)} subgraphs equal")
     if data["not_compared"]:
         text += f"; {len(data['not_compared'])} subgraph(s) not compared"
     return [text + " (`benchmarks/results/vaic.json`)."]

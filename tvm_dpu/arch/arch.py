@@ -178,6 +178,8 @@ def _arch_from_fields(name: str, fields: Mapping[str, Any]) -> Arch:
     extra = {}
     if "fingerprint_aliases" in values:
         extra["fingerprint_aliases"] = tuple(int(a, 16) for a in values.pop("fingerprint_aliases"))
+    if "engines" in values:  # per-engine parallelism and parameter banks of a registered target (emu_dpuv3e)
+        extra["engines"] = values.pop("engines")
     try:
         if "banks" in values:
             values["banks"] = tuple(BankGroup(*g) for g in values["banks"])
