@@ -74,8 +74,6 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     write the slot's second part, and SAVEs write that to the pointwise conv's output (with `add`: to the add's,
     after _emit_residual adds the other operand in place), when `variant` (PW_DW_PW_VARIANTS) says. Neither a's
     nor the depthwise output touches DDR, nor, with `add`, the pointwise output."""
-    from tvm_dpu.codegen.alu import ALU_MODES
-
     if variant not in PW_DW_PW_VARIANTS:
         raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
                            f"{', '.join(PW_DW_PW_VARIANTS)}")
@@ -87,15 +85,12 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
                            f"{arch.name}")
     job = conv_job(arch, graph, a, params)
     jp = conv_job(arch, graph, pw, params)
-    cp = arch.icp
     cg_mid, cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
     ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params)
     # depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise biases after those
-    qd = xops.quant_params(dw, graph)
-    win = window_of(graph, dw)
     load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid)
     load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid)
-    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    vb0 = arch.bank_group("VB0").base_id
     y = fmaps[(add or pw).outputs[0]]
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
     _, c_dw, h_dw, w_dw = graph.tensors[dw.outputs[0]].shape
@@ -157,18 +152,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             close()  # a slot holds consecutive rows of one strip
         if ready and ready[0][1] == slot:
             flush(len(ready) - 1)
-        ob, row = slot * half + tile.a_slot, sum(p.v for p in held)
-        prog.emit("ALUINIT", exec_mode=ALU_MODES["dwconv"], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
-                  stride_w=win.sw, stride_offset_in=ps.s0, stride_offset_out=0, stride_out=1, channel_group=cg_mid,
-                  channel_offset=cg_mid * cp - job.cout, length=ps.length, shift_prelu_p=0, shift_prelu_n=0,
-                  jump_read=cg_mid, jump_read_endl=ps.e, jump_read_weights=cg_mid, jump_write=cg_mid,
-                  jump_write_endl=1, act_type=qd.act_type, shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut,
-                  multi_factor=0)
-        prog.emit("ALU", reads=ps.reads + (("dwconvw",), ("bias",)), writes=(("vb0", slot, "out"),),
-                  bank_id_out=vb0 + row, bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom,
-                  valid_pixel_parallel=ps.v, bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top,
-                  pad_left=ps.p_left, pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1,
-                  bank_addr_weights=0, bank_addr_in_2=ps.a[2], bank_addr_bias=cg_mid, bank_addr_in_3=ps.a[3])
+        _emit_dw_pass(prog, arch, graph, dw, job.cout, ps, slot, slot * half + tile.a_slot, sum(p.v for p in held))
         held.append(ps)
         if not pair or len(held) == 2 or ps.v < arch.alu_pp:
             close()
@@ -181,6 +165,27 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     chain_done[0] = True
     close()
     flush()
+
+
+def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: ChainPass, slot: int, ob: int,
+                  row: int) -> None:
+    """The depthwise ALU of one chain pass over the `c` channels of the circular buffer in VB1, writing VB0 rows
+    from bank `row` at `ob` (slot `slot`): weights in DWCONVW from row 0, biases after the chain conv's."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+
+    cg = ceil_div(c, arch.ocp)
+    qd, win = xops.quant_params(dw, graph), window_of(graph, dw)
+    vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    prog.emit("ALUINIT", exec_mode=ALU_MODES["dwconv"], kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
+              stride_w=win.sw, stride_offset_in=ps.s0, stride_offset_out=0, stride_out=1, channel_group=cg,
+              channel_offset=cg * arch.icp - c, length=ps.length, shift_prelu_p=0, shift_prelu_n=0, jump_read=cg,
+              jump_read_endl=ps.e, jump_read_weights=cg, jump_write=cg, jump_write_endl=1, act_type=qd.act_type,
+              shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut, multi_factor=0)
+    prog.emit("ALU", reads=ps.reads + (("dwconvw",), ("bias",)), writes=(("vb0", slot, "out"),),
+              bank_id_out=vb0 + row, bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
+              bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
+              pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,
+              bank_addr_in_2=ps.a[2], bank_addr_bias=cg, bank_addr_in_3=ps.a[3])
 
 
 def _emit_residual(prog: Program, arch: Arch, graph: Graph, pw: Op, add: Op, fmaps: dict[str, FMap],
