@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -133,6 +134,35 @@ class _WorkerPool:
 WORKERS = _WorkerPool()
 
 
+_GRAPHS: dict[int, tuple[Any, tuple]] = {}
+_GRAPHS_LOCK = threading.Lock()
+
+
+def _segment_graph(multicore: Multicore) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], int]:
+    """(how many segments each segment waits for, which segments each one's end frees, threads the schedule's
+    cores need) of `multicore`: a segment waits for the segments it reads from and for its core's previous one.
+    Worked out once per program (it costs about 3 us per segment, a call's whole dispatch budget otherwise) and
+    dropped with it."""
+    key = id(multicore)
+    with _GRAPHS_LOCK:
+        hit = _GRAPHS.get(key)
+        if hit is not None and hit[0]() is multicore:
+            return hit[1]
+    waits = [set(g.after) for g in multicore.segments]
+    orders = [o for o in multicore.core_order() if o]
+    for order in orders:
+        for prev, nxt in zip(order, order[1:]):
+            waits[nxt].add(prev)
+    frees: list[list[int]] = [[] for _ in waits]
+    for i, w in enumerate(waits):
+        for d in sorted(w):
+            frees[d].append(i)
+    graph = (tuple(len(w) for w in waits), tuple(tuple(f) for f in frees), len(orders))
+    with _GRAPHS_LOCK:
+        _GRAPHS[key] = (weakref.ref(multicore, lambda _, k=key: _GRAPHS.pop(k, None)), graph)
+    return graph
+
+
 class _SegmentRun:
     """One call's segments on its cores, driven by whichever thread frees them. A segment may start once the
     segments it reads from and its core's previous segment (the schedule's order per core) have ended; the thread
@@ -147,21 +177,13 @@ class _SegmentRun:
 
     def __init__(self, multicore: Multicore, cores: Sequence[Any], shared: dict):
         self.segments, self.cores, self.shared = multicore.segments, cores, shared
-        waits = [set(g.after) for g in self.segments]
-        orders = [o for o in multicore.core_order() if o]
-        for order in orders:
-            for prev, nxt in zip(order, order[1:]):
-                waits[nxt].add(prev)
-        self.remaining = [len(w) for w in waits]
-        self.frees: list[list[int]] = [[] for _ in self.segments]
-        for i, w in enumerate(waits):
-            for d in sorted(w):
-                self.frees[d].append(i)
+        waits, self.frees, threads = _segment_graph(multicore)
+        self.remaining = list(waits)
         self.left = len(self.segments)
         self.failed: list[BaseException] = []
         self.lock = threading.Lock()
         self.mine: queue.SimpleQueue = queue.SimpleQueue()  # the calling thread's segments; None once all ended
-        self.workers = WORKERS.take(len(orders) - 1)
+        self.workers = WORKERS.take(threads - 1)
         self.idle: list[Any] = [*self.workers, self.mine]
 
     def run(self) -> None:
