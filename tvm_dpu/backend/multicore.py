@@ -211,6 +211,10 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     for split in _split_candidates(graph, whole, plan, arch, cores):
         g2 = split_convs(graph, split, arch.ocp)
         candidates.append((g2, _split_plan(plan, split, g2), split))
+    # each segment costs the host a dispatch (the host cost model, timing/host.py; the dispatches add up: one host
+    # thread runs Python at a time), so candidates compete on their schedule with that charged: a finer cut must
+    # save more DPU time than its extra segments cost
+    charge = load_host_cost().segment_seconds() * arch.freq_mhz * 1e6
     best = None
     for g, p, split in candidates:
         members = segment_members(g, p)
@@ -230,7 +234,7 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
             compiled, deps, cycles = _compile_segments(symbol, g, members, arch, cores, fusion, compile_fn,
                                                        {i: cache[k] for i, k in enumerate(keys) if k in cache})
         sched = list_schedule(cycles, deps, cores)
-        if best is None or sched.makespan < best[0].makespan:
+        if best is None or sched.makespan + len(members) * charge < best[0].makespan + len(best[1]) * charge:
             best = (sched, members, compiled, deps, cycles, split)
     if best is None:
         return None, MulticoreInfo(cores, False, "one segment (after merging segments that gain nothing from "
@@ -247,9 +251,7 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     # lost to dispatch. The dispatches add up (one host thread runs Python at a time), as bench_vdpu predicts
     # them: charged per segment inside the schedule, full GoogLeNet kept 36 segments predicted 0.5% faster and
     # measured 25% slower end to end.
-    host = load_host_cost()
     hz = arch.freq_mhz * 1e6
-    charge = host.segment_seconds() * hz
     charged = sched.makespan + len(members) * charge
     single_charged = single + charge
     faster = sched.makespan < single and charged < single_charged
