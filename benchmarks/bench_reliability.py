@@ -62,7 +62,7 @@ MEMORY_CAP_GIB = 5
 
 # ------------------------------------------------------------------------------------------ building the cases
 def _container(path: Path):
-    from tvm_dpu.container import unpack
+    from tvm_dpu.security.container import unpack
     from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC
 
     c = unpack(path.read_bytes(), MAGIC, FORMAT_VERSION, str(path), "tvm-dpu artifact", "tvm-dpu-artifact")
@@ -70,7 +70,7 @@ def _container(path: Path):
 
 
 def _pack(header, sections) -> bytes:
-    from tvm_dpu.container import pack
+    from tvm_dpu.security.container import pack
     from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC
 
     return pack(MAGIC, FORMAT_VERSION, header, sections)
@@ -111,8 +111,8 @@ def header_cases(art: Path, n: int, seed: int, d: Path) -> list[Path]:
 
 
 def _program_mutant(header, sections, rng: random.Random, forge: bool) -> bytes:
-    from tvm_dpu.program_blob import MAGIC as BLOB_MAGIC
-    from tvm_dpu.toolchains import host_machine
+    from tvm_dpu.security.program_blob import MAGIC as BLOB_MAGIC
+    from tvm_dpu.util.toolchains import host_machine
 
     key = f"lib.{host_machine()}"
     lib = bytearray(sections[key])
@@ -347,7 +347,7 @@ STREAM_KINDS = ["artifact", "xmodel", "key", "manifest", "signature", "npz"]
 
 def runner_case(case: str) -> None:
     """One misuse of the VART-style runner on the vendored MNIST xmodel; raises what the project raises."""
-    from tvm_dpu.runner import create_runner
+    from tvm_dpu.serving.runner import create_runner
 
     mnist = str(XMODELS[0])
     if case.startswith("threads_"):
@@ -370,7 +370,7 @@ def runner_case(case: str) -> None:
 def trust_file_case(case: str, artifact: str) -> str:
     """Load an artifact built elsewhere whose identity is vouched for by a build record (or signed by a key listed
     in a trusted-keys file) that another user could write: it must be refused."""
-    from tvm_dpu import signing, trust
+    from tvm_dpu.security import signing, trust
 
     import tvm_dpu
 
@@ -410,7 +410,7 @@ def stream_case(kind: str, path: str) -> None:
 
         read_xmodel(path)
     elif kind == "key":
-        from tvm_dpu.signing import public_key_bytes
+        from tvm_dpu.security.signing import public_key_bytes
 
         public_key_bytes(path)
     elif kind in ("manifest", "signature"):
@@ -425,7 +425,7 @@ def stream_case(kind: str, path: str) -> None:
             os.symlink(path, d / "pipeline.json")
             read_pipeline_json(d / "pipeline.json")
     elif kind == "npz":
-        from tvm_dpu.feeds import load_npz
+        from tvm_dpu.serving.feeds import load_npz
 
         load_npz(path)
     else:
@@ -673,7 +673,7 @@ def pipeline_cases(d: Path) -> tuple[list[dict], str]:
     import tvm_dpu
     from tvm_dpu import zoo
     from tvm_dpu.pipeline import PipelineModel
-    from tvm_dpu.signing import generate_keypair
+    from tvm_dpu.security.signing import generate_keypair
 
     x = zoo.random_input("resnet18", reduced=True, seed=3)
     compiled = tvm_dpu.build(zoo.build_model("resnet18", reduced=True), arch=ARCH, calibration=[x], progress=False)
@@ -721,8 +721,8 @@ def pipeline_cases(d: Path) -> tuple[list[dict], str]:
 
 def binding_cases(art: Path, d: Path) -> list[Path]:
     """The duplicate-program forgery: a second copy of a subgraph's program appended to the library."""
-    from tvm_dpu.program_blob import MAGIC as BLOB_MAGIC
-    from tvm_dpu.toolchains import host_machine
+    from tvm_dpu.security.program_blob import MAGIC as BLOB_MAGIC
+    from tvm_dpu.util.toolchains import host_machine
 
     header, sections = _container(art)
     key = f"lib.{host_machine()}"
@@ -846,7 +846,7 @@ def artifact_campaigns(args, d: Path, only: set[str] | None) -> tuple[dict[str, 
 
     import tvm_dpu
     from tvm_dpu import zoo
-    from tvm_dpu.signing import generate_keypair
+    from tvm_dpu.security.signing import generate_keypair
 
     model = zoo.build_model("mixed_cnn")
     compiled = tvm_dpu.build(model, arch=ARCH, calibration=[zoo.random_input(model, seed=s) for s in range(2)],
@@ -881,7 +881,7 @@ def artifact_campaigns(args, d: Path, only: set[str] | None) -> tuple[dict[str, 
     campaigns["pipeline"] = pipe_items
     # Forged files carrying the trailer of the original's signature: with the key trusted, every one must be
     # refused (the signature covers every byte).
-    from tvm_dpu.signing import TRAILER_SIZE, sign
+    from tvm_dpu.security.signing import TRAILER_SIZE, sign
 
     trailer = sign(art.read_bytes(), priv)[-TRAILER_SIZE:]
     signed = []

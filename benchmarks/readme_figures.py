@@ -83,6 +83,16 @@ def emulator_lines(data: dict, source: str = "e2e.json") -> list[str]:
         if condition:
             text += f"; {condition}"
         out.append(text + f" (`benchmarks/results/{source}`).")
+    for x in data.get("xmodels", []):  # bench_e2e --xmodel: a vai_c program's warm runs
+        med = x["run_s"]["median"]
+        cap_s = x.get("goals", {}).get("run_s_median_max")
+        text = (f"Emulator, vai_c's program {x['xmodel']} ({x['instructions']:,} instructions, {x['arch']}): "
+                f"{med:.3f} s warm per image median of {len(x['run_s']['all'])} runs, CONV GEMMs on {x['conv_gemm']}")
+        if cap_s is not None:
+            text += f" (<= {cap_s:g} s: {_goal(med <= cap_s, f'{med - cap_s:.3f} s over')})"
+        if condition:
+            text += f"; {condition}"
+        out.append(text + f" (`benchmarks/results/{source}`).")
     return out
 
 
@@ -181,6 +191,10 @@ def vaic_lines(data: dict) -> list[str]:
                      f"({_goal(ratio <= cap, f'{100 * (ratio / cap - 1):.1f}% over')}; {eq})")
     text = (f"tvm-dpu vs vai_c on the same quantized networks (every vendored vai_c xmodel's DPU subgraphs rebuilt "
             f"from their int8 numbers, timing model, goal ratio <= {cap:.2f}): " + "; ".join(parts))
+    ref = data.get("reference_rows", [])
+    if ref:
+        text += (f"; vai_c's DPUCAHX8H (U50LV) programs on the DPUV3E emulator against the golden reference: "
+                 f"{sum(r['outputs_equal'] for r in ref)} of {len(ref)} subgraphs equal")
     if data["not_compared"]:
         text += f"; {len(data['not_compared'])} subgraph(s) not compared"
     return [text + " (`benchmarks/results/vaic.json`)."]

@@ -14,7 +14,7 @@ import pytest
 from tvm_dpu import zoo
 from tvm_dpu.arch import load_arch
 from tvm_dpu.builder import build
-from tvm_dpu.container import FIXED_SIZE, pack, unpack
+from tvm_dpu.security.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.runtime import artifact
 import functools
@@ -26,7 +26,7 @@ from tvm_dpu.runtime.artifact import load as _load
 # trust policy, so they load with trust="unsigned"; the policy itself is tested in test_trust_policy.py.
 load = functools.partial(_load, trust="unsigned")
 from tvm_dpu.runtime.device import EmulatorDevice
-from tvm_dpu.toolchains import ELF_MACHINES, elf_machine
+from tvm_dpu.util.toolchains import ELF_MACHINES, elf_machine
 
 ARCH = "zcu102"
 
@@ -152,7 +152,7 @@ def test_consistent_but_wrong_content(built, tmp_path):
 
 
 def test_loading_executes_nothing_but_the_checked_cpu_library():
-    src = open(artifact.__file__).read() + open(sys.modules["tvm_dpu.container"].__file__).read()
+    src = open(artifact.__file__).read() + open(sys.modules["tvm_dpu.security.container"].__file__).read()
     for forbidden in ("pickle", "eval(", "exec(", "marshal", "importlib"):
         assert forbidden not in src
 
@@ -182,7 +182,7 @@ def test_cross_compiled_cpu_library_is_aarch64(built, tmp_path):
     host = artifact.host_machine()
     assert elf_machine(c.section(f"lib.{host}")) == ELF_MACHINES[host]
     # The board's library carries the same DPU programs as the host's.
-    from tvm_dpu.program_blob import find_blobs
+    from tvm_dpu.security.program_blob import find_blobs
 
     board = {p.symbol: p.digest for p in find_blobs(c.section("lib.aarch64"), "aarch64")}
     assert board == {p.symbol: p.digest for p in find_blobs(c.section(f"lib.{host}"), host)} and board
@@ -198,7 +198,7 @@ def test_cross_compile_errors(built, tmp_path, monkeypatch):
     if shutil.which("aarch64-linux-gnu-gcc") is not None:
         with pytest.raises(ArtifactError, match="Relax module"):
             loaded.export(tmp_path / "y.tvmdpu", cross="aarch64")
-    monkeypatch.setattr("tvm_dpu.toolchains.shutil.which", lambda name: None)
+    monkeypatch.setattr("tvm_dpu.util.toolchains.shutil.which", lambda name: None)
     with pytest.raises(ArtifactError, match="apt-get install gcc-aarch64-linux-gnu"):
         compiled.export(tmp_path / "z.tvmdpu", cross="aarch64")
 

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import tvm_dpu
 from tvm_dpu import zoo
-from tvm_dpu.container import FIXED_SIZE, pack, unpack
+from tvm_dpu.security.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import MAGIC as BLOB_MAGIC
-from tvm_dpu.program_blob import unpack_program
+from tvm_dpu.security.program_blob import MAGIC as BLOB_MAGIC
+from tvm_dpu.security.program_blob import unpack_program
 import functools
 
 from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC, read_header
@@ -26,8 +26,8 @@ from tvm_dpu.runtime.artifact import load as _load
 # These tests forge artifacts (edited, then re-packed with checksums recomputed) to reach the checks behind the
 # trust policy, so they load with trust="unsigned"; the policy itself is tested in test_trust_policy.py.
 load = functools.partial(_load, trust="unsigned")
-from tvm_dpu.signing import SignatureError, generate_keypair
-from tvm_dpu.toolchains import host_machine
+from tvm_dpu.security.signing import SignatureError, generate_keypair
+from tvm_dpu.util.toolchains import host_machine
 
 ARCH = "zcu102"
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

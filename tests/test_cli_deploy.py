@@ -109,7 +109,7 @@ def test_inspect_text_json_and_disasm(compiled, capsys):
     for sg in data["subgraphs"]:
         assert len(sg["listing"]) == sg["instructions"]
         assert sg["listing"][-1].split()[2] == "END"
-    from tvm_dpu.toolchains import host_machine
+    from tvm_dpu.util.toolchains import host_machine
 
     assert data["format_sections"][f"lib.{host_machine()}"] > 0
     assert main(["inspect", art, "--disasm"]) == 0

@@ -17,7 +17,7 @@ import tvm
 
 import tvm_dpu
 from tvm_dpu import zoo
-from tvm_dpu.container import pack, section_span, unpack
+from tvm_dpu.security.container import pack, section_span, unpack
 from tvm_dpu.errors import FrontendError
 from tvm_dpu.frontend import from_onnx
 from tvm_dpu.frontend.onnx_import import NamedModel
@@ -156,7 +156,7 @@ def test_float_xgraph_weights_are_not_cached_beyond_the_graph(model):
 # -- the packed program ---------------------------------------------------------------------------------------
 def test_compiled_params_are_a_view_of_the_program(model):
     from tvm_dpu.backend.relax_pipeline import prepare_and_compile
-    from tvm_dpu.program_blob import unpack_program
+    from tvm_dpu.security.program_blob import unpack_program
 
     result = prepare_and_compile(from_onnx(model), arch=ARCH, calibration=_calib(model))
     assert result.partitions

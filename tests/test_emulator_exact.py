@@ -326,3 +326,91 @@ def test_merged_transfers_equal_one_by_one(monkeypatch, seed):
             assert any(step is emu_mod._skip for step in next(iter(emu._programs.values())).steps)
     (mem_a, ddr_a, *st_a), (mem_b, ddr_b, *st_b) = results
     assert np.array_equal(mem_a, mem_b) and np.array_equal(ddr_a, ddr_b) and st_a == st_b
+
+
+# ---- depthwise conv (ALU modes 0, 6, 8), planned when the program compiles -----------------------------------
+DWCONVW = ARCH.bank_group("DWCONVW").base_id
+DW_MODES = {"dwconv": 0, "dwconv_nobias": 6, "dwconv_w16": 8}
+
+
+def _dw_setup(emu: Emulator, rng: np.random.Generator, *, mode: str, kh: int, sh: int, vpp: int, L: int, cg: int,
+              D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random input (image row h in bank h from row 100, pixel pitch cg*D rows), depthwise weights (DWCONVW from
+    row 10, tap pitch cg*D rows, int16 pairs for dwconv_w16) and bias (BIAS row 5) in the banks of `emu`; returns
+    them as x (real_h, src_w, D, C), w (taps, D, C) and bias (C,)."""
+    C = 16 * cg
+    real_h, src_w = (vpp - 1) * sh + kh, (L - 1) * sh + kh
+    x = rng.integers(-128, 128, (real_h, src_w, D, C), dtype=np.int8)
+    for h in range(real_h):
+        emu.banks.bank(h)[100:100 + src_w * cg * D] = x[h].view(np.uint8).reshape(-1, 16)
+    if mode == "dwconv_w16":
+        w = rng.integers(-2**15, 2**15, (kh * kh, D, C), dtype=np.int16)
+        w = np.repeat(w[..., ::16], 16, axis=-1)  # one weight per channel group (its first element is used)
+        emu.banks.bank(DWCONVW)[10:10 + kh * kh * D * 2 * cg] = w.view(np.uint8).reshape(-1, 16)
+    else:
+        w = rng.integers(-128, 128, (kh * kh, D, C), dtype=np.int8)
+        emu.banks.bank(DWCONVW)[10:10 + kh * kh * D * cg] = w.view(np.uint8).reshape(-1, 16)
+    bias = rng.integers(-128, 128, C, dtype=np.int8)
+    emu.banks.bank(BIAS)[5:5 + cg] = bias.view(np.uint8).reshape(-1, 16)
+    return x, w, bias
+
+
+def _dw_reference(x, w, bias, *, mode: str, kh: int, sh: int, vpp: int, L: int, sc: int, sb: int, act: int,
+                  pads: tuple[int, int, int, int], choff: int) -> np.ndarray:
+    """Depthwise conv by definition (isa1-semantics.md 9.1): pads and masked channels read as 0, an exact int64
+    sum over taps and depth, then the CONV requantisation (dwconv_nobias / w16: no bias and shift sc)."""
+    x = x.astype(np.int64)
+    for region in emu_conv.pad_slices(x.shape[0], x.shape[1], kh, kh, *pads):
+        x[region] = 0
+    if choff:
+        x[..., x.shape[-1] - choff:] = 0
+    acc = np.zeros((vpp, L, x.shape[-1]), np.int64)
+    for i in range(kh):
+        for j in range(kh):
+            acc += (x[i:i + (vpp - 1) * sh + 1:sh, j:j + (L - 1) * sh + 1:sh] * w[i * kh + j].astype(np.int64)).sum(2)
+    if mode == "dwconv":
+        return _conv_out(acc, bias, sb, sc, act)
+    return _conv_out(acc, np.zeros_like(bias), 0, sc, act)  # DPURound(acc / 2**sc) = DPURound(2*acc / 2**(sc+1))
+
+
+@pytest.mark.parametrize("mode, act, kh, sh, vpp, L, cg, D, sc, sb, pads, choff", [
+    ("dwconv", 1, 3, 1, 4, 7, 2, 1, 7, 3, (1, 1, 1, 1), 0),  # int32 accumulator, relu, padding all round
+    ("dwconv", 3, 3, 1, 3, 5, 1, 1, 6, 2, (0, 1, 2, 1), 0),  # leaky (integer path)
+    ("dwconv", 0, 3, 2, 2, 6, 1, 1, 40, 20, (1, 0, 2, 2), 5),  # shift too wide for int32: int64 path; masked channels
+    ("dwconv", 4, 5, 1, 4, 4, 1, 1, 9, 4, (2, 2, 4, 4), 0),  # relu6, 5x5
+    ("dwconv_nobias", 4, 3, 1, 4, 6, 2, 2, 5, 0, (1, 1, 2, 2), 3),  # kernel_d 2, masked channels
+    ("dwconv_nobias", 0, 3, 1, 2, 3, 1, 1, 0, 0, (0, 0, 2, 2), 0),  # no shift at all
+    ("dwconv_w16", 0, 3, 1, 3, 4, 1, 2, 12, 0, (1, 1, 2, 2), 0),  # int16 weights, kernel_d 2
+])
+@pytest.mark.parametrize("gemm", ["float32", "int8"])
+def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L, cg, D, sc, sb, pads, choff):
+    """A depthwise ALU equals the definition, on numpy and on the compiled kernel (TVM_DPU_EMU_GEMM=int8), on its
+    first run (compiled) and on a second run of the cached program after input, weights and bias all changed; and
+    when its ALUINIT came in an earlier program (interpreted)."""
+    from dataclasses import replace
+
+    from tvm_dpu.runtime import emu_gemm
+
+    monkeypatch.setenv(emu_gemm.ENV, gemm)
+    if gemm == "int8" and not emu_gemm.available():
+        pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
+    arch = replace(ARCH, dw_leaky=True)
+    w_pitch = cg * D * (2 if mode == "dwconv_w16" else 1)
+    init = make_instr("ALUINIT", exec_mode=DW_MODES[mode], kernel_h=kh, kernel_w=kh, stride_h=sh, stride_w=sh,
+                      length=L, channel_group=cg, channel_offset=choff, jump_read=cg * D, jump_write=cg,
+                      jump_read_weights=w_pitch, shift_cut=sc, shift_bias=sb, act_type=act)
+    alu = make_instr("ALU", valid_pixel_parallel=vpp, kernel_d=D, bank_id_in=0, bank_addr_in=100, bank_id_out=8,
+                     bank_addr_out=300, bank_addr_weights=10, bank_addr_bias=5, pad_top=pads[0], pad_left=pads[1],
+                     pad_bottom=pads[2], pad_right=pads[3])
+    rng = np.random.default_rng(sc * 31 + kh)
+    emu = Emulator(arch)
+    geometry = dict(mode=mode, kh=kh, sh=sh, vpp=vpp, L=L)
+    for code in ([init, alu], [init, alu], [init], [alu]):
+        x, w, bias = _dw_setup(emu, rng, cg=cg, D=D, **geometry)
+        stats = emu.run(encode_program(code + [make_instr("END")]), {})
+        if code[-1].name != "ALU":
+            continue
+        want = _dw_reference(x, w, bias, sc=sc, sb=sb, act=act, pads=pads, choff=choff, **geometry)
+        got = np.stack([emu.banks.bank(8 + r)[300:300 + L * cg].view(np.int8).reshape(L, -1) for r in range(vpp)])
+        assert np.array_equal(got, want), f"{mode} program {[i.name for i in code]}"
+        assert stats.macs == vpp * L * 16 * cg * kh * kh * D

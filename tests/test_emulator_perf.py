@@ -153,6 +153,24 @@ def test_bench_e2e_quick(tmp_path):
     assert len(row["run_s"]["all"]) == 1 and row["emulator_s"]["median"] > 0
 
 
+def test_bench_e2e_times_a_vai_c_xmodel(tmp_path, capsys):
+    """--xmodel times a vai_c program's warm runs (the vendored MNIST classifier here: 230 instructions) and
+    records them under "xmodels", with the goal given and the counts of what ran."""
+    bench = _load_bench("bench_e2e")
+    xmodel = Path(__file__).resolve().parent / "data" / "xmodel" / "dpu_pynq" / "dpu_mnist_classifier.xmodel"
+    out = tmp_path / "e2e.json"
+    assert bench.main(["--xmodel", str(xmodel), "--xmodel-goal", "0.3", "--runs", "2", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["models"] == [] and "condition" not in doc and "host" in doc
+    (row,) = doc["xmodels"]
+    assert row["xmodel"] == xmodel.name and row["goals"] == {"run_s_median_max": 0.3}
+    assert len(row["run_s"]["all"]) == 2 and row["emulator_s"]["median"] > 0
+    assert row["instructions"] == sum(row["counts"].values()) and row["counts"]["END"] == 1 and row["macs"] > 0
+    assert xmodel.name[:43] in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--xmodel", str(tmp_path / "missing.xmodel")])
+
+
 def test_load_and_save_on_strided_regions():
     """DDR regions may be strided 1-D views; pitched LOAD / SAVE items must follow the view, not its buffer."""
     backing = np.arange(512, dtype=np.uint8)
@@ -174,6 +192,10 @@ def test_load_and_save_on_strided_regions():
 def _conv_run_program(outs: list[tuple[int, int]], weights_rows: list[int]) -> np.ndarray:
     """CONVINIT then adjacent 3x3 CONVs over one window of bank 0, CONV k reading weights at row
     `weights_rows[k]` and writing (bank, row) `outs[k]`."""
+    return encode_program(_conv_run_instrs(outs, weights_rows))
+
+
+def _conv_run_instrs(outs: list[tuple[int, int]], weights_rows: list[int]) -> list:
     init = make_instr("CONVINIT", kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, stride_out=1,
                       valid_pixel_parallel=4, jump_read=2, jump_read_endl=20, jump_write=1, jump_write_endl=8,
                       shift_cut=6, shift_bias=1, act_type=1)
@@ -181,7 +203,7 @@ def _conv_run_program(outs: list[tuple[int, int]], weights_rows: list[int]) -> n
                         bank_addr_weights=wr, bank_addr_bias=k, pad_top=1, pad_left=1, pad_bottom=2,
                         pad_right=2, channel_offset=3)
              for k, ((bo, ro), wr) in enumerate(zip(outs, weights_rows))]
-    return encode_program([init] + convs)
+    return [init] + convs
 
 
 def _fill_banks(emu: Emulator, seed: int) -> None:
@@ -202,7 +224,7 @@ def test_batched_conv_run_equals_one_by_one(monkeypatch, outs, wrows, batched):
     results = []
     for batch in (True, False):
         if not batch:
-            monkeypatch.setattr(emu_mod, "_batch_conv_runs", lambda steps: list(steps))
+            monkeypatch.setattr(emu_mod, "_batch_conv_runs", lambda steps, names: list(steps))
         emu = Emulator(ARCH)
         _fill_banks(emu, 7)
         stats = emu.run(code, {})
@@ -213,6 +235,58 @@ def test_batched_conv_run_equals_one_by_one(monkeypatch, outs, wrows, batched):
     (mem_b, counts_b, macs_b), (mem_s, counts_s, macs_s) = results
     assert np.array_equal(mem_b, mem_s) and counts_b == counts_s and macs_b == macs_s
     assert counts_b["CONV"] == len(outs)
+
+
+def _load(bank: int, row: int) -> object:
+    return make_instr("LOAD", bank_id=bank, bank_addr=row, length=2, channel=16, jump_read=16, jump_write=1,
+                      reg_id=0, ddr_addr=64)
+
+
+def _save(bank: int, row: int) -> object:
+    return make_instr("SAVE", bank_id=bank, bank_addr=row, length=2, channel=16, jump_read=1, jump_write=16,
+                      reg_id=1, ddr_addr=32)
+
+
+def _alu(bank_in: int, row_in: int, bank_out: int, row_out: int) -> list:
+    """ALUINIT + a 1x1 maxpool ALU (a copy) of 2 rows x 2 pixels."""
+    return [make_instr("ALUINIT", exec_mode=3, channel_group=1, length=2, jump_read=1, jump_write=1),
+            make_instr("ALU", valid_pixel_parallel=2, bank_id_in=bank_in, bank_addr_in=row_in, bank_id_out=bank_out,
+                       bank_addr_out=row_out)]
+
+
+CONVW0 = ARCH.bank_group("CONVW").base_id
+
+
+@pytest.mark.parametrize("between, batched", [
+    ([_load(CONVW0, 100)], True),  # the next group's weights, loaded beside this one's (vai_c's order)
+    ([_load(CONVW0 + 3, 5)], False),  # overwrites CONV 0's weights: it must run first
+    ([_load(2, 1)], False),  # overwrites the window
+    ([_save(12, 500)], True),
+    ([_save(8, 1)], False),  # saves CONV 0's output
+    (_alu(4, 300, 12, 400), True),  # another layer's ALU
+    (_alu(9, 0, 12, 400), False),  # reads CONV 0's output
+    (_alu(4, 300, 8, 2), False),  # overwrites CONV 0's output
+])
+def test_conv_group_across_other_instructions_equals_one_by_one(monkeypatch, between, batched):
+    """CONVs over one window separated by LOADs, SAVEs and ALUs run as one GEMM at the last CONV's place only when
+    none of those touches what the earlier CONV reads or writes; either way banks and DDR end as executing the
+    program in order leaves them."""
+    init, conv0, conv1 = _conv_run_instrs([(8, 0), (8, 64)], [0, 18])
+    prog = encode_program([init, conv0, *between, conv1])
+    results = []
+    for batch in (True, False):
+        if not batch:
+            monkeypatch.setattr(emu_mod, "_batch_conv_runs", lambda steps, names: list(steps))
+        emu = Emulator(ARCH)
+        _fill_banks(emu, 5)
+        regions = {0: np.random.default_rng(1).integers(0, 256, 256, dtype=np.uint8), 1: np.zeros(256, np.uint8)}
+        stats = emu.run(prog, regions)
+        program = next(iter(emu._programs.values()))
+        results.append((emu.banks.mem.copy(), regions[1].copy(), stats.counts))
+        if batch:
+            assert (emu_mod._skip in program.steps) == batched
+    (mem_b, ddr_b, counts_b), (mem_s, ddr_s, counts_s) = results
+    assert np.array_equal(mem_b, mem_s) and np.array_equal(ddr_b, ddr_s) and counts_b == counts_s
 
 
 def _elewinit(i: int, bank: int, row: int, shift: int):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tvm_dpu.errors import InputError
-from tvm_dpu.feeds import check_array, input_shape_check, load_npz
+from tvm_dpu.serving.feeds import check_array, input_shape_check, load_npz
 from tvm_dpu.types import InputSpec
 
 SPEC = [InputSpec("x", (1, 3, 32, 32), "float32")]

@@ -15,7 +15,7 @@ import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.cli import main
 from tvm_dpu.errors import ArchError, DPUError, FrontendError, InputError
-from tvm_dpu.feeds import check_array, load_npz
+from tvm_dpu.serving.feeds import check_array, load_npz
 from tvm_dpu.quant.fixpoint import avgpool_factor
 
 ARCH = "zcu102"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tvm_dpu.errors import ArtifactError, DPUError, InputError
-from tvm_dpu.signing import SignatureError, generate_keypair
+from tvm_dpu.security.signing import SignatureError, generate_keypair
 
 MNIST = Path(__file__).resolve().parent / "data" / "xmodel" / "dpu_pynq" / "dpu_mnist_classifier.xmodel"
 DIGEST = "ab" * 32
@@ -25,7 +25,7 @@ def config(tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------------------------- trust files
 def test_own_build_record_vouches(config):
-    from tvm_dpu.trust import built_here
+    from tvm_dpu.security.trust import built_here
 
     (config / "built").write_text(DIGEST + "\n")
     os.chmod(config / "built", 0o600)
@@ -34,7 +34,7 @@ def test_own_build_record_vouches(config):
 
 @pytest.mark.parametrize("how", ["record_0666", "record_0620", "dir_0777", "other_owner"])
 def test_build_record_others_can_write_is_not_honoured(config, how):
-    from tvm_dpu.trust import built_here
+    from tvm_dpu.security.trust import built_here
 
     record = config / "built"
     record.write_text(DIGEST + "\n")
@@ -55,7 +55,7 @@ def test_build_record_others_can_write_is_not_honoured(config, how):
 
 
 def test_trusted_keys_file_and_listed_keys_must_be_private(config):
-    from tvm_dpu.trust import configured_keys
+    from tvm_dpu.security.trust import configured_keys
 
     _, pub = generate_keypair(config / "k")
     listing = config / "trusted_keys"
@@ -73,7 +73,7 @@ def test_trusted_keys_file_and_listed_keys_must_be_private(config):
 
 
 def test_unsafe_record_is_not_written_to(config):
-    from tvm_dpu.trust import record_build
+    from tvm_dpu.security.trust import record_build
 
     record = config / "built"
     record.write_text(DIGEST + "\n")
@@ -97,10 +97,10 @@ def test_endless_streams_and_fifos_are_refused(tmp_path, fifo):
     clear error each, no read until memory runs out and no wait for a writer."""
     import tvm_dpu
     from tvm_dpu.errors import XModelError
-    from tvm_dpu.feeds import load_npz
+    from tvm_dpu.serving.feeds import load_npz
     from tvm_dpu.pipeline.model import read_pipeline_json
     from tvm_dpu.pipeline.stages import PipelineError
-    from tvm_dpu.signing import public_key_bytes
+    from tvm_dpu.security.signing import public_key_bytes
     from tvm_dpu.xmodel.model import read_xmodel
 
     for path in ("/dev/zero", fifo):
@@ -117,7 +117,7 @@ def test_endless_streams_and_fifos_are_refused(tmp_path, fifo):
 
 
 def test_size_limit_per_kind(tmp_path, monkeypatch):
-    from tvm_dpu import safe_io
+    from tvm_dpu.security import safe_io
 
     big = tmp_path / "big.pub"
     big.write_bytes(b"x" * 100)
@@ -129,7 +129,7 @@ def test_size_limit_per_kind(tmp_path, monkeypatch):
 # -------------------------------------------------------------------------------------------- runner arguments
 @pytest.fixture(scope="module")
 def runner():
-    from tvm_dpu.runner import create_runner
+    from tvm_dpu.serving.runner import create_runner
 
     r = create_runner(str(MNIST))
     yield r
@@ -175,14 +175,14 @@ def test_wait_timeout_must_be_seconds(runner, timeout):
 
 @pytest.mark.parametrize("n", ["2", 2.5, 0, -1, True, 10 ** 6])
 def test_num_threads_checked(n):
-    from tvm_dpu.runner import create_runner
+    from tvm_dpu.serving.runner import create_runner
 
     with pytest.raises(DPUError, match="num_threads"):
         create_runner(str(MNIST), num_threads=n)
 
 
 def test_use_after_close_is_a_clear_error():
-    from tvm_dpu.runner import create_runner
+    from tvm_dpu.serving.runner import create_runner
 
     r = create_runner(str(MNIST))
     r.close()

@@ -1,6 +1,7 @@
 """The second DPU family as data: DPUCAHX8H (Alveo U50/U50LV/U280) targets from AMD's target factory, its "DPUV3E"
 instruction set as a field table served by the one encoder/decoder, and vai_c's U50LV programs (tests/data/xmodel/
-dpucahx8h, see PROVENANCE.md there) decoded instruction by instruction; running them is refused naming what is
+dpucahx8h, see PROVENANCE.md there) decoded instruction by instruction, run on the DPUV3E emulator and checked
+against the ISA1 build of the same network and tvm-dpu's golden reference; compiling is refused naming what is
 missing."""
 from __future__ import annotations
 
@@ -122,10 +123,10 @@ def test_every_family_of_the_factory_is_known_and_only_dpuczdx8g_compiles():
     assert all(iset in ISA_FILES for f in fams.values() for iset in f.instruction_sets.values() if iset)
     require_support(load_arch("B4096"), "compile")
     require_support(load_arch("B4096"), "run")
-    for cap, verb in (("compile", "generate code for"), ("run", "run programs of")):
-        with pytest.raises(ArchError, match=f"DPUCAHX8H_ISA2: tvm-dpu cannot {verb} DPUCAHX8H ISA2 "
-                                            r"\(instruction set DPUV3E\) yet: .*emulator"):
-            require_support(load_arch("DPUCAHX8H_ISA2"), cap)
+    require_support(load_arch("DPUCAHX8H_ISA2"), "run")  # the DPUV3E emulator runs vai_c's programs
+    with pytest.raises(ArchError, match=r"DPUCAHX8H_ISA2: tvm-dpu cannot generate code for DPUCAHX8H ISA2 "
+                                        r"\(instruction set DPUV3E\) yet: .*no DPUV3E code generator"):
+        require_support(load_arch("DPUCAHX8H_ISA2"), "compile")
 
 
 def test_compile_refuses_the_family_naming_what_is_missing(tmp_path, capsys):
@@ -175,14 +176,15 @@ def test_inspect_lists_the_u50lv_programs_with_their_table():
     assert [d["instructions"]["LOAD"] for d in inspect_json(model)["dpu_subgraphs"]] == [39, 4]
 
 
-def test_weights_are_split_over_two_hbm_regions():
-    """vai_c's U50 convention (not yet modelled by the VART-rule checker): a conv's weights are split over REG_2 (HBM
-    segment W0) and REG_3 (W1) at the same offset, and one LOAD reads both parts (reg_id/ddr_addr and
-    reg_id_1/ddr_addr_1) into bank 63; the XIR tensor names REG_2 and the whole size, so `--check-vart`'s
-    tensor-region rule, written for DPUCZDX8G, reports the larger layers as outside REG_2."""
+@pytest.mark.parametrize("path", [p for p, *_ in FILES], ids=lambda p: p.name)
+def test_weights_are_split_over_two_hbm_regions(path):
+    """vai_c's U50 convention: a conv's weights are split over REG_2 (HBM segment W0) and REG_3 (W1) at the same
+    offset, and one LOAD reads both parts (reg_id/ddr_addr and reg_id_1/ddr_addr_1) into bank 63; the XIR tensor
+    names REG_2 and the whole size. `--check-vart`'s tensor-region rule knows the split (each part in its region),
+    and names a W1 region too small for it."""
     from tvm_dpu.xmodel.vart_check import check_vart
 
-    model = read_xmodel(U50LV)
+    model = read_xmodel(path)
     for s in model.dpu_subgraphs():
         assert (s.attrs["reg_id_to_hw_segment"]["REG_2"], s.attrs["reg_id_to_hw_segment"]["REG_3"]) == ("W0", "W1")
         assert s.regions[2].size == s.regions[3].size
@@ -196,15 +198,73 @@ def test_weights_are_split_over_two_hbm_regions():
                         if i.name == "LOAD" and i["reg_id"] == 2]
         assert weight_loads and all((i["reg_id_1"], i["ddr_addr_1"], i["bank_id"]) == (3, i["ddr_addr"], 63)
                                     for i in weight_loads)
-    findings = check_vart(model)
-    assert [(f.rule, "outside REG_2" in f.message) for f in findings] == [("tensor-region", True)] * 2
+    assert check_vart(model) == []
+    conv = model.dpu_subgraphs()[0].subgraph
+    conv.attrs["reg_id_to_size"]["REG_3"] = 25872  # W1 too small for the last conv's half (from 25872)
+    conv.attrs["reg_id_to_parameter_value"]["REG_3"] = conv.attrs["reg_id_to_parameter_value"]["REG_3"][:25872]
+    (finding,) = check_vart(model)
+    assert finding.rule == "tensor-region" and "split to REG_3 (W1) need bytes [25872, 51472)" in finding.message
+
+
+ISA1_BUILD = DATA.parent / "tf2_custom_op_vai2.5_isa1.xmodel"
 
 
 @pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
-def test_run_refuses_naming_the_family_and_what_is_missing(path, target, fingerprint):
-    with pytest.raises(XModelError, match=f"{target}: tvm-dpu cannot run programs of DPUCAHX8H ISA2 "
-                                          r"\(instruction set DPUV3E\) yet: .*emulator"):
-        load_xmodel(path)
+def test_vai_c_u50lv_programs_run_to_the_end_as_the_isa1_build_does(path, target, fingerprint):
+    """The U50LV programs run on the DPUV3E emulator (the hard sigmoid vai_c left on the CPU for this family on the
+    host) and give, input for input, the outputs of vai_c 2.5's DPUCZDX8G ISA1 build of the same quantized
+    network, which the DPUV2 emulator runs."""
+    ours, isa1 = load_xmodel(path), load_xmodel(ISA1_BUILD)
+    assert ours.arch.dpu_name == target
+    for seed in range(2):
+        x = np.random.default_rng(seed).uniform(-40, 40, (1, 28, 28, 1)).astype(np.float32)
+        (got,), (want,) = ours.run(x), isa1.run(x)
+        assert got.std() > 0
+        np.testing.assert_array_equal(got, want)
+    assert {n: (st.instructions, st.ended) for n, st in ours.last_stats.items()} == {
+        "subgraph_quant_conv2d": (71, True), "subgraph_quant_dense(TransferMatMulToConv2d)": (7, True)}
+
+
+def test_split_weights_read_back_as_the_isa1_build_holds_them():
+    """W0/W1 joined back (DpuSubgraph.const_values) are the weights the ISA1 build keeps in one region."""
+    u50, isa1 = read_xmodel(FILES[2][0]), read_xmodel(ISA1_BUILD)  # vai_c 2.5 both: the same op names
+    owner = {n: d for d in isa1.dpu_subgraphs() for n in d.subgraph.all_ops()}
+    checked = 0
+    for d in u50.dpu_subgraphs():
+        assert d.weight_split() == (2, 3, 16)
+        for n in d.subgraph.all_ops():
+            if u50.op(n).type == "const-fix":
+                want = owner[n].const_values(isa1.op(n).output)
+                np.testing.assert_array_equal(d.const_values(u50.op(n).output), want)
+                checked += u50.op(n).output.reg_id == 2
+    assert checked == 4  # three conv weights and the dense layer's
+
+
+def test_compare_checks_vai_c_against_the_golden_reference(capsys):
+    """No DPUCAHX8H code generator yet: compare runs vai_c's program against tvm-dpu's golden reference of the
+    same quantized ops, says why tvm-dpu's column is empty, and reports the missing timing model."""
+    from tvm_dpu.cli import main
+    from tvm_dpu.xmodel.compare import compare
+
+    res = compare(FILES[2][0])
+    assert not res.not_compared and len(res.subgraphs) == 2
+    for s in res.subgraphs:
+        assert s.outputs_equal and s.total > 0 and s.against == "tvm-dpu's golden reference" and s.ours.programs == 0
+        assert "no timing model for the DPUCAHX8H family" in s.vai_c.timing_error
+        assert any("tvm-dpu compiles no program for DPUCAHX8H_ISA2 yet" in n for n in s.notes)
+    conv = res.subgraphs[0]
+    assert [c.op for c in conv.layers] == ["quant_conv2d", "quant_max_pooling2d"] and conv.layers_equal
+    assert main(["compare", str(FILES[2][0])]) == 0
+    assert "n/a" in capsys.readouterr().out
+
+
+def test_report_says_there_is_no_timing_model(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    assert main(["report", str(U50LV_DWC), "-o", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("DPUCAHX8H_ISA2_DWC: no timing model for the DPUCAHX8H family yet") == 2
+    assert (tmp_path / "r.html").stat().st_size > 0
 
 
 # ---- AMD's simulator's own assembler (tests/data/dpuv3e_conformance, see README.md there) ---------------------
@@ -220,7 +280,9 @@ def test_simulator_encoding_vectors():
         assert decode(v["words"], 0, "DPUV3E") == (ins, len(v["words"])), (i, v["instr"])
 
 
-PROGRAMS = json.loads((ENCODING.parent / "cases.json").read_text())
+#: the LOAD/SAVE-only programs (the compute ones are run by tests/test_emu_dpuv3e.py)
+PROGRAMS = [c for c in json.loads((ENCODING.parent / "cases.json").read_text())
+            if set(c["instructions"]) <= {"LOAD", "SAVE", "END"}]
 
 
 @pytest.mark.parametrize("case", PROGRAMS, ids=lambda c: c["name"])
@@ -242,3 +304,55 @@ def test_simulator_program_vectors_decode_and_save_only_where_they_say(case):
         before, after = z[f"reg{rid}_in"], z[f"reg{rid}_out"]
         assert np.array_equal(before[~mask], after[~mask]), (case["name"], rid)
         assert mask.any() == (rid != 0) and set(after[mask].tolist()) <= loaded, (case["name"], rid)
+
+
+# ---- the dependency protocol as vai_c's U50 programs use it (docs/dependency-protocol.md, "DPUCAHX8H") --------
+def _programs(path):
+    """(label, decoded DPUV3E instructions) of every DPU subgraph and every per-layer child program of a file."""
+    model = read_xmodel(path)
+    for d in model.dpu_subgraphs():
+        yield d.name, decode_program(np.frombuffer(d.mc_code, "<u4"), "DPUV3E")
+        for c in d.subgraph.children:
+            if isinstance(c.attrs.get("mc_code"), bytes):
+                yield c.name, decode_program(np.frombuffer(c.attrs["mc_code"], "<u4"), "DPUV3E")
+
+
+@pytest.mark.parametrize("path,target,fingerprint", FILES, ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_u50_programs_balance_their_tokens(path, target, fingerprint):
+    """Every program balances its tokens pair by pair and ends `SAVE ..by=S; END on=S`; vai_c 2.0 sets each
+    instruction's own-engine bits as on DPUCZDX8G, vai_c 2.5 clears them all but the last SAVE's post to END (and,
+    in two of the per-layer programs, one LOAD's post to a later LOAD)."""
+    from tvm_dpu.timing.depcheck import check, engine_of
+
+    vai2_0 = "vai2.0" in path.name
+    for label, ins in _programs(path):
+        r = check(ins, isa="DPUV3E")
+        assert r.ok and (r.posts == r.waits).all(), (label, r.problems)
+        assert (ins[-1].name, ins[-1].dpdon, ins[-1].dpdby) == ("END", 0b0010, 0b0010 if vai2_0 else 0), label
+        own = [i for i, x in enumerate(ins) if (x.dpdon | x.dpdby) >> engine_of(x, "DPUV3E") & 1]
+        if vai2_0:
+            assert own == list(range(len(ins))), label
+        else:  # the SAVE -> END token, and in some per-layer programs one LOAD -> LOAD token
+            assert own[-2:] == [len(ins) - 2, len(ins) - 1] and {ins[i].name for i in own[:-2]} <= {"LOAD"}, label
+
+
+def test_vai_c_2_5_only_cleared_the_own_bits():
+    """Vitis AI 2.0's and 2.5's U50LV programs are the same instructions with the same cross-engine tokens."""
+    from tvm_dpu.timing.depcheck import engine_of
+
+    for old, new in ((U50LV, FILES[2][0]), (U50LV_DWC, FILES[3][0])):
+        for (_, a), (_, b) in zip(_programs(old), _programs(new), strict=True):
+            assert [(x.name, x.fields) for x in a] == [(y.name, y.fields) for y in b]
+            cross = [~(1 << engine_of(x, "DPUV3E")) & 0xF for x in a]
+            assert [(x.dpdon & m, x.dpdby & m) for x, m in zip(a, cross)] == \
+                [(y.dpdon & m, y.dpdby & m) for y, m in zip(b, cross)]
+
+
+def test_inspect_check_deps_counts_the_tokens_of_a_u50_file(capsys):
+    """`inspect --check-deps` decodes with the file's instruction set and checks the tokens; races need the access
+    sets only the DPUCZDX8G emulator records, so it says they were not checked."""
+    from tvm_dpu.cli import main
+
+    assert main(["inspect", str(FILES[2][0]), "--check-deps"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("races not checked: ok") == 2 and "load->conv:10/10(1) save->save:1/1(2)" in out

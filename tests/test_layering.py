@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = "tvm_dpu"
 
 #: Leaf modules: plain data types, errors and file formats, importable by every layer (they import only leaves).
-LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.container", "tvm_dpu.schema", "tvm_dpu.program_blob",
-                    "tvm_dpu.toolchains", "tvm_dpu.feeds", "tvm_dpu.signing", "tvm_dpu.trust", "tvm_dpu.safe_io",
-                    "tvm_dpu.protowire", "tvm_dpu.onnx_inputs", "tvm_dpu.import_hooks", "tvm_dpu.progress",
-                    "tvm_dpu.phase_times",
+LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.schema", "tvm_dpu.onnx_inputs",
+                    # what a user loads and whether to trust it; utilities (whole packages of leaves)
+                    "tvm_dpu.security", "tvm_dpu.util",
+                    "tvm_dpu.serving.feeds",
                     # the op registry: data naming each stage's hook by module path; it imports only the errors,
                     # and a stage resolves only its own hooks (tests/test_ops_registry.py checks where they live)
                     "tvm_dpu.ops"})
@@ -38,25 +38,23 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.builder": None,
     "tvm_dpu.cli": None,
     # the VART-style runner and the benchmark run .tvmdpu artifacts and .xmodels alike (entry points)
-    "tvm_dpu.runner": None,
-    "tvm_dpu.benchmark": None,
+    "tvm_dpu.serving.runner": None,
+    "tvm_dpu.serving.benchmark": None,
     "tvm_dpu.report_html": None,
     "tvm_dpu.zoo": None,
     # leaves: nothing of the project but the errors
+    "tvm_dpu.serving": frozenset(),  # the serving front's package itself (its modules have layers of their own)
     "tvm_dpu.errors": frozenset(),
     "tvm_dpu.types": frozenset(),
-    "tvm_dpu.container": frozenset(),
     "tvm_dpu.schema": frozenset(),
-    "tvm_dpu.program_blob": frozenset(),  # the bytes of a compiled subgraph: written by passes, read by runtime
-    "tvm_dpu.toolchains": frozenset(),
-    "tvm_dpu.feeds": frozenset(),
-    "tvm_dpu.signing": frozenset(),
-    "tvm_dpu.trust": frozenset(),  # the trust policy: signing plus the user's config
-    "tvm_dpu.safe_io": frozenset(),  # regular files only, read up to a limit per kind
-    "tvm_dpu.import_hooks": frozenset(),
-    "tvm_dpu.progress": frozenset(),  # progress bars: only on a terminal  # post-import hooks: tvm-dpu registers with TVM once TVM is imported
-    "tvm_dpu.phase_times": frozenset(),  # wall and process seconds per compile phase
-    "tvm_dpu.protowire": frozenset(),  # protobuf wire framing: ONNX (frontend) and XIR (xmodel) files
+    # what a user loads and whether to trust it: the artifact container, the bytes of a compiled subgraph (written by
+    # passes, read by runtime), bounded reads of regular files, signing and the trust policy (signing plus the user's
+    # config)
+    "tvm_dpu.security": frozenset(),
+    "tvm_dpu.serving.feeds": frozenset(),
+    # utilities: toolchains, post-import hooks (tvm-dpu registers with TVM once TVM is imported), progress bars
+    # (only on a terminal), wall and process seconds per compile phase, protobuf wire framing (ONNX and XIR files)
+    "tvm_dpu.util": frozenset(),
     "tvm_dpu.onnx_inputs": frozenset(),  # an ONNX file's graph inputs over protowire: the CLI's checks, frontend
     "tvm_dpu.ops": frozenset(),
     # arch imports nothing of the project

@@ -15,7 +15,7 @@ import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.cli import EXIT_USER_ERROR, main
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import Multicore, Segment, pack_program, unpack_program
+from tvm_dpu.security.program_blob import Multicore, Segment, pack_program, unpack_program
 from tvm_dpu.runtime.cores import CoreGroup, VirtualDPU, core_group
 from tvm_dpu.runtime.device import DeviceError, EmulatorDevice
 from tvm_dpu.timing.multicore import coalesce, contention_cycles, critical_path, list_schedule

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from tvm_dpu import zoo
-from tvm_dpu.container import FIXED_SIZE, pack, unpack
+from tvm_dpu.security.container import FIXED_SIZE, pack, unpack
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import MAGIC as BLOB_MAGIC
+from tvm_dpu.security.program_blob import MAGIC as BLOB_MAGIC
 import functools
 
 from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC, programs
 from tvm_dpu.runtime.artifact import load as _load
 from tvm_dpu.runtime.dispatch import use_device
-from tvm_dpu.toolchains import host_machine
+from tvm_dpu.util.toolchains import host_machine
 
 # Forged libraries: loaded with trust="unsigned" to reach the checks behind the trust policy.
 load = functools.partial(_load, trust="unsigned")

@@ -10,7 +10,7 @@ import pytest
 
 import tvm_dpu
 from tvm_dpu.cli import main
-from tvm_dpu.progress import progress_wanted
+from tvm_dpu.util.progress import progress_wanted
 from tvm_dpu.types import TABLE_WIDTH, NodeReport, PartitionReport
 
 from test_runner import conv_model
@@ -51,7 +51,7 @@ def test_long_reasons_are_wrapped():
 def test_missing_cross_compiler_is_said_before_compiling(tmp_path, capsys, monkeypatch):
     import onnx
 
-    import tvm_dpu.toolchains as toolchains
+    import tvm_dpu.util.toolchains as toolchains
 
     which = toolchains.shutil.which
     monkeypatch.setattr(toolchains.shutil, "which",

@@ -1,4 +1,4 @@
-"""The VART-style runner (tvm_dpu.runner) and `tvm-dpu benchmark`: tensor descriptions with fix_points,
+"""The VART-style runner (tvm_dpu.serving.runner) and `tvm-dpu benchmark`: tensor descriptions with fix_points,
 execute_async / wait, int8 and float buffers, VART's batch handling, threads, and the same for .xmodel files."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_dpu
 from tvm_dpu.cli import main
 from tvm_dpu.errors import DPUError, InputError
-from tvm_dpu.runner import TensorInfo, create_runner
+from tvm_dpu.serving.runner import TensorInfo, create_runner
 
 XMODEL = Path(__file__).resolve().parent / "data" / "xmodel" / "dpu_pynq" / "dpu_mnist_classifier.xmodel"
 

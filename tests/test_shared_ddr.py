@@ -19,7 +19,7 @@ from tvm_dpu import zoo
 from tvm_dpu.codegen.isa import encode_program, iter_program, make_instr
 from tvm_dpu.codegen.relocate import link_segments, relocate, shared_layout
 from tvm_dpu.codegen.tiling import CodegenError
-from tvm_dpu.program_blob import Multicore, Segment
+from tvm_dpu.security.program_blob import Multicore, Segment
 from tvm_dpu.runtime.cores import CoreGroup, VirtualDPU
 from tvm_dpu.runtime.device import EmulatorDevice
 from tvm_dpu.runtime.pynq_driver import PynqDevice

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import tvm_dpu
-from tvm_dpu import signing, zoo
-from tvm_dpu.container import FIXED_SIZE
+from tvm_dpu import zoo
+from tvm_dpu.security import signing
+from tvm_dpu.security.container import FIXED_SIZE
 from tvm_dpu.errors import ArchError, ArtifactError
 from tvm_dpu.pipeline.model import SIGNATURE_FILE, PipelineError, PipelineModel
 

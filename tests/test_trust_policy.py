@@ -8,7 +8,8 @@ import warnings
 import pytest
 
 import tvm_dpu
-from tvm_dpu import signing, trust, zoo
+from tvm_dpu import zoo
+from tvm_dpu.security import signing, trust
 from tvm_dpu.cli import main
 from tvm_dpu.runtime.artifact import read_header
 
@@ -44,7 +45,7 @@ def test_an_artifact_built_here_loads_and_a_foreign_one_is_refused(compiled, con
 def test_a_changed_local_build_is_refused(compiled, config, tmp_path):
     import hashlib
 
-    from tvm_dpu.container import FIXED_SIZE
+    from tvm_dpu.security.container import FIXED_SIZE
     from tvm_dpu.errors import ArtifactError
 
     path = compiled.export(tmp_path / "m.tvmdpu")
@@ -110,10 +111,10 @@ def test_allow_unsigned_still_needs_a_tvm_library_checked_without_running_it(com
     import shutil
     import subprocess
 
-    from tvm_dpu.container import pack, unpack
+    from tvm_dpu.security.container import pack, unpack
     from tvm_dpu.errors import ArtifactError
     from tvm_dpu.runtime.artifact import FORMAT_VERSION, MAGIC
-    from tvm_dpu.toolchains import host_machine
+    from tvm_dpu.util.toolchains import host_machine
 
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc to build the replacement library")

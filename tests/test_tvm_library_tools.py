@@ -113,7 +113,7 @@ def test_run_needs_trust_then_matches_tvms_own_load(built, tmp_path, capsys):
 
 
 def test_a_signed_library_runs_with_its_key_and_a_changed_one_does_not(built, tmp_path, capsys):
-    from tvm_dpu.signing import generate_keypair, sign
+    from tvm_dpu.security.signing import generate_keypair, sign
 
     _, _, path, _ = built
     key, pub = generate_keypair(str(tmp_path / "k"))

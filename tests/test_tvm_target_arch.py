@@ -17,7 +17,7 @@ from tvm_dpu import zoo
 from tvm_dpu.arch import list_presets
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.pass_config import CONFIG_OPTIONS, registered
-from tvm_dpu.toolchains import elf_machine
+from tvm_dpu.util.toolchains import elf_machine
 
 AARCH64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}
 needs_cross = pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None,
@@ -144,7 +144,7 @@ def test_host_form_links_like_the_llvm_mtriple_form(model, tmp_path):
 
 
 def test_missing_cross_compiler_is_a_clear_error(model, monkeypatch):
-    import tvm_dpu.toolchains as toolchains
+    import tvm_dpu.util.toolchains as toolchains
 
     real = toolchains.shutil.which
     monkeypatch.setattr(toolchains.shutil, "which", lambda cmd, *a, **k: None if "aarch64" in cmd else real(cmd))

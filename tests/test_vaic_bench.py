@@ -22,11 +22,14 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
     assert {"tf2_custom_op_vai2.5_isa1.xmodel", "tf2_custom_op_vai3.0_isa1.xmodel",
             "dpu_mnist_classifier.xmodel"} <= names
     assert len(data["rows"]) == 5  # the TF2 dense subgraphs rebuild too
-    # the DPUCAHX8H (U50LV) programs are listed as not compared, naming what is missing (no DPUV3E emulator yet)
-    assert sorted(Path(r["xmodel"]).name for r in data["not_compared"]) == sorted(
+    # the DPUCAHX8H (U50LV) programs run on the DPUV3E emulator against tvm-dpu's golden reference (no DPUCAHX8H
+    # code generator yet): both subgraphs of each file, equal, their per-layer maps too
+    assert not data["not_compared"]
+    ref = data["reference_rows"]
+    assert sorted({Path(r["xmodel"]).name for r in ref}) == sorted(
         p.name for p in (Path(__file__).parent / "data" / "xmodel" / "dpucahx8h").glob("*.xmodel"))
-    assert all("tvm-dpu cannot run programs of DPUCAHX8H ISA2 (instruction set DPUV3E) yet" in r["why"]
-               for r in data["not_compared"])
+    assert len(ref) == 8 and all(r["outputs_equal"] and r["layers_equal"] and r["elements"] > 0 for r in ref)
+    assert all("no timing model for the DPUCAHX8H family" in r["vai_c"]["timing_error"] for r in ref)
     for r in data["rows"]:
         assert r["outputs_equal"], r["subgraph"]
         assert r["ratio"] is not None and r["ratio"] <= bench.RATIO_MAX, (r["xmodel"], r["subgraph"], r["ratio"])
@@ -37,6 +40,7 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
         assert r["ours"]["ddr_write"] <= r["vai_c"]["ddr_write"], r["xmodel"]
     table = capsys.readouterr().out
     assert "ratio ours/vai_c (goal <= 1.00)" in table and "5 of 5 DPU subgraphs meet both goals" in table
+    assert "8 of 8 checked against the golden reference only equal it" in table
 
 
 def test_the_table_says_what_vai_c_does_where_we_lose():

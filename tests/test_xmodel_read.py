@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tvm_dpu.errors import ArtifactError, XModelError
-from tvm_dpu.protowire import encode_varint
+from tvm_dpu.util.protowire import encode_varint
 from tvm_dpu.xmodel import read_xmodel
 
 DATA = Path(__file__).parent / "data" / "xmodel"
@@ -213,7 +213,7 @@ def test_fuzz_mutated_bytes(edits):
 @given(st.integers(0, 2000), st.sampled_from([1 << 31, 1 << 40, (1 << 63) - 1, 0xFFFFFFFF]))
 def test_fuzz_oversized_length_fields(start, length):
     # find the next length-delimited tag at or after `start` by re-walking the top level, and blow its length up
-    from tvm_dpu.protowire import fields
+    from tvm_dpu.util.protowire import fields
     for number, wire, tag, v_start, v_end in fields(_BASE, 0, len(_BASE)):
         if wire == 2 and tag >= start:
             key_end = tag + len(encode_varint(number << 3 | 2))

@@ -125,7 +125,7 @@ def test_isa0_and_foreign_devices_are_refused():
     model = read_xmodel(V25)
     for sg in model.subgraphs("DPU"):
         sg.attrs["dpu_fingerprint"] = 0x01000020F6014407  # Vitis AI 1.4's ISA0 build of the same example
-    with pytest.raises(XModelError, match="ISA1 programs only"):
+    with pytest.raises(XModelError, match="DPUCZDX8G_ISA0_B4096: tvm-dpu has no instruction table for DPUCZDX8G ISA0"):
         load_xmodel(model)
     from tvm_dpu.arch import load_arch
     from tvm_dpu.runtime.device import EmulatorDevice
@@ -148,6 +148,28 @@ def test_tensor_view_checks_the_region_bounds():
 def _op(type_: str, shape, attrs=None, fix_point=None) -> XOp:
     return XOp("op", type_, attrs or {}, {"input": []}, XTensor("t", tuple(shape), "float32", fix_point, None, None,
                                                                   None, None))
+
+
+def test_hard_sigmoid_fix_on_the_host_is_the_dpus():
+    """XIR's hard-sigmoid-fix (vai_c leaves it on the CPU for DPUCAHX8H): min(2**32, max(0, 2731 x + 3 * 2731 *
+    2**hsigmoid_in)) / 2**shift_hsigmoid, rounded in quant_out_round_mode; with DPU_ROUND (1) it is the golden
+    reference's ALU hard sigmoid for every int8 input."""
+    from tvm_dpu.quant.rules import HSigmoidQuant
+    from tvm_dpu.xgraph.golden_misc import hsigmoid
+
+    model = read_xmodel(V25)
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    attrs = {"hsigmoid_in": 2, "shift_hsigmoid": 9, "quant_out_round_mode": 1}
+    got = run_cpu_op(_op("hard-sigmoid-fix", (1, 256), attrs), [x], model)
+    np.testing.assert_array_equal(got, hsigmoid(x, HSigmoidQuant(2, 9)))
+    assert got.dtype == np.int8 and got.min() == 0 and got.max() == 127 and got[0, 128] == 64  # x = 0: 0.5 * 128
+    # x = -11 (-2.75): 2731 * 1 / 512 = 5.33 -> 5; x = 25 (6.25): saturates at 127
+    assert got[0, 128 - 11] == 5 and got[0, 128 + 25] == 127
+    odd = {"hsigmoid_in": 0, "shift_hsigmoid": 13, "quant_out_round_mode": 2}  # 3 * 2731 / 8192 = 1.0001 -> 1
+    assert run_cpu_op(_op("hard-sigmoid-fix", (1, 1), odd), [np.zeros((1, 1), np.int8)], model).item() == 1
+    with pytest.raises(XModelError, match="quant_out_round_mode 7 is not one of"):
+        run_cpu_op(_op("hard-sigmoid-fix", (1, 1), {**odd, "quant_out_round_mode": 7}),
+                   [np.zeros((1, 1), np.int8)], model)
 
 
 def test_cpu_ops_against_hand_values():

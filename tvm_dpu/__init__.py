@@ -49,7 +49,7 @@ _EXPORTS = {
     "PipelineModel": ("tvm_dpu.pipeline.model", "PipelineModel"),
     "describe": ("tvm_dpu.runtime.describe", "describe"),
     "core_group": ("tvm_dpu.runtime.cores", "core_group"),
-    "create_runner": ("tvm_dpu.runner", "create_runner"),
+    "create_runner": ("tvm_dpu.serving.runner", "create_runner"),
 }
 
 __all__ = sorted([*_EXPORTS, "load"]) + ["__version__"]
@@ -93,7 +93,7 @@ def _register_plugin() -> None:
 
 # With TVM: the plugin is registered right after `import tvm` (or now, if TVM is already imported), so that
 # importing tvm_dpu alone (the CLI) does not pay for TVM.
-from tvm_dpu.import_hooks import when_imported as _when_imported  # noqa: E402
+from tvm_dpu.util.import_hooks import when_imported as _when_imported  # noqa: E402
 
 
 

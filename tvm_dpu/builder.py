@@ -14,9 +14,9 @@ from typing import Any
 import tvm
 
 from tvm_dpu.errors import DPUError
-from tvm_dpu.phase_times import PhaseClock
+from tvm_dpu.util.phase_times import PhaseClock
 from tvm_dpu.backend.relax_pipeline import dpu_pipeline, dpu_target_tags, register
-from tvm_dpu.program_blob import digest_of
+from tvm_dpu.security.program_blob import digest_of
 from tvm_dpu.runtime.compiled_model import CompiledModel
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 
@@ -148,6 +148,14 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
     ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     clock.lap("pipeline")
     (result,) = record
+    model = _compiled_model(ex, result, device, cores, clock)
+    model.outputs = _named_outputs(model, names)
+    return model
+
+
+def _compiled_model(ex: Any, result: Any, device: Any, cores: int, clock: PhaseClock) -> CompiledModel:
+    """The CompiledModel of a finished pipeline run `result` (its partitions, report and build info): the DPU
+    subgraphs run on `device`, else on `cores` emulated cores."""
     if device is None and cores > 1:
         from tvm_dpu.runtime.cores import core_group
 
@@ -166,11 +174,9 @@ def build(mod: Any, target: str = "dpu", *, arch: Any = None, calibration: Any =
         times.update({"import_normalize": laps["import_normalize"],
                       "partition_and_cpu_compile": laps["pipeline"] - sum(times.values())})
         info[key] = times
-    model = CompiledModel(executable=ex, arch=result.arch, runners=runners, inputs=result.inputs,
-                          partition_report=result.report, subgraph_ids=result.subgraph_ids, build_info=info,
-                          relax_module=result.module, device=device, plugin_subgraphs=plugin_subgraphs)
-    model.outputs = _named_outputs(model, names)
-    return model
+    return CompiledModel(executable=ex, arch=result.arch, runners=runners, inputs=result.inputs,
+                         partition_report=result.report, subgraph_ids=result.subgraph_ids, build_info=info,
+                         relax_module=result.module, device=device, plugin_subgraphs=plugin_subgraphs)
 
 
 def _named_outputs(model: CompiledModel, names: list[str] | None) -> list:

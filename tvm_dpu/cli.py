@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import __version__
 from .errors import DPUError, FrontendError, did_you_mean
@@ -235,30 +235,13 @@ def _build_reporting_warnings(source, **options):
     return _reporting_warnings(build, source, **options)
 
 
-def _run_compile(args: argparse.Namespace) -> int:
-    import json
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .arch import load_arch
+def _compile_source(args: argparse.Namespace, path: Path, shapes: dict, clock: Any) -> tuple[Any, Any]:
+    """The model to build (read lazily, cut at the options' outputs) and its ONNX node graph for the report;
+    `shapes` gains the options' input shapes."""
     from .frontend.onnx_import import NamedModel
-    from .phase_times import PhaseClock
-    from .report_html import onnx_node_graph
-    from .runtime.artifact import SUFFIX, export, read_header
-
-    arch = load_arch(args.arch)
-    shapes = parse_input_shapes(args.input_shape) or {}
-    path = _input_file(args.model)
-    name = args.name or path.stem
-    if not name or "/" in name or name.startswith("."):
-        raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
-    calib = Path(args.calib) if args.calib else None  # checked by `preflight`
-    if args.cross:  # a missing cross compiler is said now, not after the whole compile
-        from .toolchains import CROSS_TARGETS, c_compiler
-
-        c_compiler(CROSS_TARGETS[args.cross][0])
     from .frontend.onnx_lazy import load_lazy, with_weights
+    from .report_html import onnx_node_graph
 
-    clock = PhaseClock()
     try:
         proto = load_lazy(str(path))  # the large weights stay in the file until the import reads them
     except Exception as e:  # onnx raises DecodeError / ValueError variously on a malformed file
@@ -271,19 +254,19 @@ def _run_compile(args: argparse.Namespace) -> int:
         shapes.setdefault(k, v)
     if output_ops:  # cutting copies initializers and checks the cut model: with their values
         proto = _cut_model(with_weights(proto), output_ops)
-    outdir = Path(args.output)
-    outdir.mkdir(parents=True, exist_ok=True)
     # Errors name the file (and the cut); the import reuses the model parsed here.
     source_graph = onnx_node_graph(proto)
     # Handed over: the import takes the parsed model out of it, so nothing here keeps the model (a VGG-16 is
     # 0.5 GB) alive once it is imported.
-    source = NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path))
-    del proto
-    model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
-                                      progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),
-                                      cores=args.cores, segments=args.segments, requantize=args.requantize)
-    clock.lap("build")
-    model.source_graph = source_graph
+    return NamedModel(proto, f"{path} (cut at {', '.join(output_ops)})" if output_ops else str(path)), source_graph
+
+
+def _export_timed(model: Any, args: argparse.Namespace, outdir: Path, name: str, clock: Any) -> tuple[Path, Any, list]:
+    """Export the artifact (and the xmodel) while the timing model and the timelines run: (artifact, timing,
+    timeline files)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .runtime.artifact import SUFFIX, export
 
     def export_all() -> Path:
         written = export(model, outdir / f"{name}{SUFFIX}", cross=args.cross, verify_data=not args.no_verify_data,
@@ -303,6 +286,56 @@ def _run_compile(args: argparse.Namespace) -> int:
         clock.lap("timelines")
         artifact = exporting.result()
     clock.lap("export")
+    return artifact, timing, timelines
+
+
+def _print_compiled(args: argparse.Namespace, report: dict, placement: str, artifact: Path, outdir: Path,
+                    timelines: list, times: dict) -> None:
+    import textwrap
+
+    if not args.quiet:
+        print(placement)
+        print()
+    print(_subgraph_table(report))
+    if args.cores > 1:
+        print(_multicore_summary(report, args.cores))
+    print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
+    if timelines:
+        print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
+    print(textwrap.fill(f"compile time {times['total_after_imports']:.1f} s (" +
+                        ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items()
+                                  if k != "total_after_imports") + ")", 120, subsequent_indent="  "))
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    import json
+
+    from .arch import load_arch
+    from .util.phase_times import PhaseClock
+    from .runtime.artifact import read_header
+
+    arch = load_arch(args.arch)
+    shapes = parse_input_shapes(args.input_shape) or {}
+    path = _input_file(args.model)
+    name = args.name or path.stem
+    if not name or "/" in name or name.startswith("."):
+        raise FrontendError(f"-n {name!r}: the artifact name must be a plain file name")
+    calib = Path(args.calib) if args.calib else None  # checked by `preflight`
+    if args.cross:  # a missing cross compiler is said now, not after the whole compile
+        from .util.toolchains import CROSS_TARGETS, c_compiler
+
+        c_compiler(CROSS_TARGETS[args.cross][0])
+    clock = PhaseClock()
+    source, source_graph = _compile_source(args, path, shapes, clock)
+    outdir = Path(args.output)
+    outdir.mkdir(parents=True, exist_ok=True)
+    model = _build_reporting_warnings(source, arch=arch, calibration=calib, shapes=shapes or None,
+                                      progress=not args.quiet, fusion=args.fusion, plugins=vai_plugins(args.options),
+                                      cores=args.cores, segments=args.segments, requantize=args.requantize)
+    del source
+    clock.lap("build")
+    model.source_graph = source_graph
+    artifact, timing, timelines = _export_timed(model, args, outdir, name, clock)
     # Where a compile's time goes, end to end (the build's own phases plus what the CLI does after it), in wall and
     # in process seconds.
     times = model.build_info.setdefault("times_s", {})
@@ -314,26 +347,12 @@ def _run_compile(args: argparse.Namespace) -> int:
     del model, timing  # the compiled model (weights, VM) is not needed to describe the written artifact
     gc.collect()
     header, sizes = read_header(artifact)
-    meta = artifact_meta(header, sizes, artifact)
-    (outdir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (outdir / "meta.json").write_text(json.dumps(artifact_meta(header, sizes, artifact), indent=2) + "\n")
     times["total_after_imports"], cpu_times["total_after_imports"] = clock.since_start()
     report["build"]["times_s"] = times
     report["build"]["cpu_times_s"] = cpu_times
     (outdir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    if not args.quiet:
-        print(placement)
-        print()
-    print(_subgraph_table(report))
-    if args.cores > 1:
-        print(_multicore_summary(report, args.cores))
-    print(f"wrote {artifact} ({artifact.stat().st_size} bytes), {outdir / 'meta.json'} and {outdir / 'report.json'}")
-    if timelines:
-        print(f"wrote engine timelines: {', '.join(str(p) for p in timelines)}")
-    import textwrap
-
-    print(textwrap.fill(f"compile time {times['total_after_imports']:.1f} s (" +
-                        ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in times.items()
-                                  if k != "total_after_imports") + ")", 120, subsequent_indent="  "))
+    _print_compiled(args, report, placement, artifact, outdir, timelines, times)
     return EXIT_OK
 
 
@@ -517,7 +536,7 @@ def _feeds_for(model, path: str | None, what: str) -> dict:
     """Input arrays for `model` from an .npz file, or random normal input (seed 0) when `path` is None."""
     import numpy as np
 
-    from .feeds import input_shape_check, load_npz
+    from .serving.feeds import input_shape_check, load_npz
 
     if path:
         feeds = load_npz(path, what, check=input_shape_check(model.inputs))
@@ -618,7 +637,7 @@ def _run_tenants(args: argparse.Namespace) -> int:
 # keygen
 # ---------------------------------------------------------------------------------------------------------
 def _run_keygen(args: argparse.Namespace) -> int:
-    from .signing import generate_keypair
+    from .security.signing import generate_keypair
 
     priv, pub = generate_keypair(args.prefix, overwrite=args.force)
     print(f"wrote {priv} (private: sign with 'tvm-dpu compile --sign {priv}') and {pub} (public: check with "
@@ -891,7 +910,7 @@ def _load_to_run(path: str, args: argparse.Namespace):
 def _run_benchmark(args: argparse.Namespace) -> int:
     import json
 
-    from .benchmark import benchmark
+    from .serving.benchmark import benchmark
 
     if args.warmup < 0:
         raise FrontendError(f"--warmup {args.warmup}: expected 0 or more")
@@ -1067,7 +1086,7 @@ COMMAND_LIST: tuple[Command, ...] = (
         "benchmark", _run_benchmark,
         "measure throughput and latency of a compiled model (like xdputil benchmark), beside the timing model",
         "Load MODEL (a .tvmdpu artifact or a vai_c .xmodel), run it --runs times from each of --threads threads "
-        "through the VART-style runner (tvm_dpu.runner) and print throughput, latency percentiles (p50/p90/p99) "
+        "through the VART-style runner (tvm_dpu.serving.runner) and print throughput, latency percentiles (p50/p90/p99) "
         "and the time spent per DPU subgraph and per CPU part, beside the timing model's predicted DPU latency.",
         (arg("model", metavar="MODEL", help="a .tvmdpu artifact or a vai_c-compiled .xmodel"),
          arg("--threads", type=positive_int, default=1, metavar="N", help="threads submitting jobs (default 1)"),
@@ -1250,7 +1269,7 @@ def preflight(args: argparse.Namespace) -> None:
     """The checks of a command's arguments that need no heavy import (TVM, onnx: seconds each), made before the
     command runs so that a mistake is reported at once: files that must exist, .npz files, the arch name, and a
     compile's input names and shapes against the ONNX file's declared inputs."""
-    from .feeds import npz_file
+    from .serving.feeds import npz_file
 
     cmd = args.command
     for attr in ("compiled", "artifact", "xmodel") + (("model",) if cmd == "benchmark" else ()):
@@ -1272,7 +1291,7 @@ def preflight(args: argparse.Namespace) -> None:
 
         load_arch(args.arch)
     if cmd in ("compile", "pipeline"):  # the export links with it: said now, not after the whole build
-        from .toolchains import c_compiler, host_machine
+        from .util.toolchains import c_compiler, host_machine
 
         c_compiler(host_machine())
     shapes = parse_input_shapes(getattr(args, "input_shape", None)) or {}

@@ -7,7 +7,7 @@ def _register_with_tvm_ffi(cls: type) -> None:
     DPU runtime function the VM calls) reaches the caller as this class instead of a RuntimeError."""
     # Registered when tvm_ffi is imported (importing it here would cost seconds to every tvm-dpu process,
     # the CLI's --help included); a process without TVM has no FFI to cross.
-    from tvm_dpu.import_hooks import when_imported
+    from tvm_dpu.util.import_hooks import when_imported
 
     when_imported("tvm_ffi", lambda ffi: ffi.register_error(f"tvm_dpu.{cls.__name__}", cls))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .errors import FrontendError
-from .protowire import LENGTH_DELIMITED, VARINT, WireError, fields, varint
+from .util.protowire import LENGTH_DELIMITED, VARINT, WireError, fields, varint
 
 # Field numbers of onnx.proto3 (ModelProto.graph, GraphProto.initializer/input, TensorProto.name, ValueInfoProto,
 # TypeProto.tensor_type, TypeProto.Tensor.shape, TensorShapeProto.dim, Dimension.dim_value/dim_param).

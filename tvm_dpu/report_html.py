@@ -275,57 +275,58 @@ def _placement_table(nodes: list[dict]) -> str:
             f"<th class='num'>subgraph</th><th>reason</th></tr>{rows}</table></details>")
 
 
-def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing | str], title: str,
-                  artifact_bytes: int) -> str:
-    """The HTML page for an artifact `header` (see artifact.py) and per-subgraph-key timings."""
+def _summary_section(header: dict, sizes: dict[str, int], timings: dict[str, Timing | str], part: dict,
+                     artifact_bytes: int) -> str:
     arch = header["arch"]
-    part = header.get("partition") or {"nodes": [], "subgraphs": 0}
-    placement = {n["name"]: n for n in part["nodes"]}
-    nodes = header.get("graph") or [{"name": n["name"], "op": n["op"], "inputs": [part["nodes"][i - 1]["name"]]
-                                     if i else []} for i, n in enumerate(part["nodes"])]
     n_dpu = sum(1 for n in part["nodes"] if n["device"] == "dpu")
-    out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)} - tvm-dpu report"
-           f"</title><style>{_CSS}</style></head><body>",
-           f"<header><h1>{_esc(title)}</h1><p>tvm-dpu compiled model for {_esc(arch['name'])} "
-           f"(fingerprint {_esc(arch['fingerprint'])})</p></header><main>"]
     io = "".join(f"<b>{k}</b><span>{_esc(t['name'])} {_esc(tuple(t['shape']))} {_esc(t['dtype'])}"
                  + (f", fix_point {_esc(t['fix_point'])}" if t.get("fix_point") is not None else "") + "</span>"
                  for k, key in (("input", "inputs"), ("output", "outputs")) for t in header.get(key) or [])
-    out.append("<section><h2>Summary</h2><div class='kv'>"
-               f"<b>DPU</b><span>{_esc(arch['name'])}</span>"
-               f"<b>nodes</b><span>{len(part['nodes'])} ({n_dpu} on the DPU in {len(header['subgraphs'])} "
-               f"subgraph(s), {len(part['nodes']) - n_dpu} on the CPU)</span>{io}"
-               f"{_dpu_time(timings)}"
-               f"<b>artifact</b><span>{artifact_bytes:,} bytes (TVM library with the DPU programs: "
-               + ", ".join(f"{_esc(m)} {sizes.get(str(sec), 0):,} B"
-                           for m, sec in sorted((header.get('cpu_libs') or {}).items())) + ")"
-               "</span></div></section>")
+    return ("<section><h2>Summary</h2><div class='kv'>"
+            f"<b>DPU</b><span>{_esc(arch['name'])}</span>"
+            f"<b>nodes</b><span>{len(part['nodes'])} ({n_dpu} on the DPU in {len(header['subgraphs'])} "
+            f"subgraph(s), {len(part['nodes']) - n_dpu} on the CPU)</span>{io}"
+            f"{_dpu_time(timings)}"
+            f"<b>artifact</b><span>{artifact_bytes:,} bytes (TVM library with the DPU programs: "
+            + ", ".join(f"{_esc(m)} {sizes.get(str(sec), 0):,} B"
+                        for m, sec in sorted((header.get('cpu_libs') or {}).items())) + ")"
+            "</span></div></section>")
+
+
+def _graph_section(header: dict, part: dict) -> str:
+    placement = {n["name"]: n for n in part["nodes"]}
+    nodes = header.get("graph") or [{"name": n["name"], "op": n["op"], "inputs": [part["nodes"][i - 1]["name"]]
+                                     if i else []} for i, n in enumerate(part["nodes"])]
     ids = sorted({n["subgraph"] for n in part["nodes"] if n["device"] == "dpu" and n["subgraph"] is not None})
     legend = "".join(f"<span class='sw' style='background:{_DPU_FILLS[i % len(_DPU_FILLS)]};border-color:"
                      f"{_DPU_STROKES[i % len(_DPU_STROKES)]}'></span>DPU subgraph {i}" for i in ids)
-    out.append("<section><h2>Partitioned graph</h2><p class='legend'>" + legend +
-               "<span class='sw' style='background:#eceff3'></span>CPU (the table below gives the reason)</p>"
-               f"<div class='graphbox'>{graph_svg(nodes, placement)}</div>" + _placement_table(part["nodes"])
-               + "</section>")
-    rows = []
-    for s in _by_id(header["subgraphs"]):
-        t = timings.get(s["key"])
-        n_ins = sum(s["instr_counts"].values())
-        if isinstance(t, Timing):
-            cyc = f"{t.cycles:,}"
-            lat = f"{t.latency_s * 1e3:.3f}" if t.latency_s else "-"
-        else:
-            cyc = lat = "-"
-        rows.append(f"<tr><td>{_esc(s.get('id'))}</td><td>{_esc(_op_span(s))}</td>"
-                    f"<td class='num'>{len(s['op_ranges'])}</td><td class='num'>{n_ins:,}</td>"
-                    f"<td class='num'>{s.get('code_bytes', 0):,}</td>"
-                    f"<td class='num'>{s.get('param_bytes', 0):,}</td>"
-                    f"<td class='num'>{sum(int(v) for v in s['region_sizes'].values()):,}</td>"
-                    f"<td class='num'>{cyc}</td><td class='num'>{lat}</td></tr>")
-    out.append("<section><h2>DPU subgraphs</h2><table><tr><th>id</th><th>first op \u2192 last op</th><th class='num'>ops</th>"
-               "<th class='num'>instructions</th><th class='num'>code B</th><th class='num'>params B</th>"
-               "<th class='num'>DDR B</th><th class='num'>cycles</th><th class='num'>latency ms</th></tr>" +
-               "".join(rows) + "</table>")
+    return ("<section><h2>Partitioned graph</h2><p class='legend'>" + legend +
+            "<span class='sw' style='background:#eceff3'></span>CPU (the table below gives the reason)</p>"
+            f"<div class='graphbox'>{graph_svg(nodes, placement)}</div>" + _placement_table(part["nodes"])
+            + "</section>")
+
+
+def _subgraph_row(s: dict, t: Timing | str | None) -> str:
+    n_ins = sum(s["instr_counts"].values())
+    if isinstance(t, Timing):
+        cyc = f"{t.cycles:,}"
+        lat = f"{t.latency_s * 1e3:.3f}" if t.latency_s else "-"
+    else:
+        cyc = lat = "-"
+    return (f"<tr><td>{_esc(s.get('id'))}</td><td>{_esc(_op_span(s))}</td>"
+            f"<td class='num'>{len(s['op_ranges'])}</td><td class='num'>{n_ins:,}</td>"
+            f"<td class='num'>{s.get('code_bytes', 0):,}</td>"
+            f"<td class='num'>{s.get('param_bytes', 0):,}</td>"
+            f"<td class='num'>{sum(int(v) for v in s['region_sizes'].values()):,}</td>"
+            f"<td class='num'>{cyc}</td><td class='num'>{lat}</td></tr>")
+
+
+def _subgraphs_section(header: dict, timings: dict[str, Timing | str]) -> str:
+    rows = [_subgraph_row(s, timings.get(s["key"])) for s in _by_id(header["subgraphs"])]
+    out = ["<section><h2>DPU subgraphs</h2><table><tr><th>id</th><th>first op \u2192 last op</th><th class='num'>ops</th>"
+           "<th class='num'>instructions</th><th class='num'>code B</th><th class='num'>params B</th>"
+           "<th class='num'>DDR B</th><th class='num'>cycles</th><th class='num'>latency ms</th></tr>" +
+           "".join(rows) + "</table>"]
     plugin_rows = "".join(f"<tr><td>{_esc(p['symbol'])}</td><td>{_esc(p['device'])}</td><td>{_esc(p['plugin'])} "
                           f"{_esc(p['version'])}</td><td>{_esc(', '.join(p['nodes']))}</td></tr>"
                           for p in header.get("plugin_subgraphs") or [])
@@ -336,35 +337,53 @@ def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing
     for m in sorted(missing):
         out.append(f"<p class='note'>Cycles and timeline: {_esc(m)}.</p>")
     out.append("</section>")
-    for s in _by_id(header["subgraphs"]):
-        t = timings.get(s["key"])
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
-        tensors = "".join(f"<tr><td>{kind}</td><td>{_esc(b['name'])}</td><td>{_esc(tuple(b['shape']))}</td>"
-                          f"<td class='num'>{b['fix_point']}</td><td class='num'>{b['fmap']['reg_id']}</td>"
-                          f"<td class='num'>{b['fmap']['offset']:,}</td></tr>"
-                          for kind in ("input", "output") for b in s[kind + "s"])
-        body = (f"<section><h2>DPU subgraph {_esc(s.get('id'))}: {_esc(_op_span(s))}</h2>"
-                f"<p class='sym' title='{_esc(s['symbol'])}'>Relax function <code>{_esc(_short(s['symbol']))}"
-                "</code></p>"
-                f"<p style='font-size:13px'>instructions: {_esc(counts)}</p><table><tr><th>tensor</th><th>name</th><th>shape</th>"
-                "<th class='num'>fix_point</th><th class='num'>DDR reg</th><th class='num'>offset</th></tr>"
-                f"{tensors}</table><h3>Engine timeline</h3>")
-        if isinstance(t, Timing) and t.events:
-            busy = ", ".join(f"{k} {v / max(t.cycles, 1):.0%}" for k, v in t.engine_busy.items())
-            body += timeline_svg(t) + (f"<p style='font-size:12px'>engine busy share: {_esc(busy)}</p>"
-                                       if busy else "")
-            if t.ops:
-                top = sorted(t.ops, key=lambda o: -o[1])[:8]
-                body += ("<h3>Slowest ops</h3><table><tr><th>op</th><th class='num'>cycles</th>"
-                         "<th class='num'>share</th></tr>" +
-                         "".join(f"<tr><td>{_esc(n)}</td><td class='num'>{c:,.0f}</td>"
-                                 f"<td class='num'>{c / max(t.cycles, 1):.1%}</td></tr>" for n, c in top) +
-                         "</table>")
-        elif isinstance(t, Timing):
-            body += f"<p class='note'>{t.cycles:,} cycles; the timing model gave no per-instruction schedule.</p>"
-        else:
-            body += f"<p class='note'>{_esc(t)}.</p>"
-        out.append(body + "</section>")
+    return "".join(out)
+
+
+def _timeline_part(t: Timing | str | None) -> str:
+    if isinstance(t, Timing) and t.events:
+        busy = ", ".join(f"{k} {v / max(t.cycles, 1):.0%}" for k, v in t.engine_busy.items())
+        body = timeline_svg(t) + (f"<p style='font-size:12px'>engine busy share: {_esc(busy)}</p>"
+                                  if busy else "")
+        if t.ops:
+            top = sorted(t.ops, key=lambda o: -o[1])[:8]
+            body += ("<h3>Slowest ops</h3><table><tr><th>op</th><th class='num'>cycles</th>"
+                     "<th class='num'>share</th></tr>" +
+                     "".join(f"<tr><td>{_esc(n)}</td><td class='num'>{c:,.0f}</td>"
+                             f"<td class='num'>{c / max(t.cycles, 1):.1%}</td></tr>" for n, c in top) +
+                     "</table>")
+        return body
+    if isinstance(t, Timing):
+        return f"<p class='note'>{t.cycles:,} cycles; the timing model gave no per-instruction schedule.</p>"
+    return f"<p class='note'>{_esc(t)}.</p>"
+
+
+def _subgraph_section(s: dict, t: Timing | str | None) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(s["instr_counts"].items()))
+    tensors = "".join(f"<tr><td>{kind}</td><td>{_esc(b['name'])}</td><td>{_esc(tuple(b['shape']))}</td>"
+                      f"<td class='num'>{b['fix_point']}</td><td class='num'>{b['fmap']['reg_id']}</td>"
+                      f"<td class='num'>{b['fmap']['offset']:,}</td></tr>"
+                      for kind in ("input", "output") for b in s[kind + "s"])
+    return (f"<section><h2>DPU subgraph {_esc(s.get('id'))}: {_esc(_op_span(s))}</h2>"
+            f"<p class='sym' title='{_esc(s['symbol'])}'>Relax function <code>{_esc(_short(s['symbol']))}"
+            "</code></p>"
+            f"<p style='font-size:13px'>instructions: {_esc(counts)}</p><table><tr><th>tensor</th><th>name</th><th>shape</th>"
+            "<th class='num'>fix_point</th><th class='num'>DDR reg</th><th class='num'>offset</th></tr>"
+            f"{tensors}</table><h3>Engine timeline</h3>" + _timeline_part(t) + "</section>")
+
+
+def render_report(header: dict, sizes: dict[str, int], timings: dict[str, Timing | str], title: str,
+                  artifact_bytes: int) -> str:
+    """The HTML page for an artifact `header` (see artifact.py) and per-subgraph-key timings."""
+    arch = header["arch"]
+    part = header.get("partition") or {"nodes": [], "subgraphs": 0}
+    out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)} - tvm-dpu report"
+           f"</title><style>{_CSS}</style></head><body>",
+           f"<header><h1>{_esc(title)}</h1><p>tvm-dpu compiled model for {_esc(arch['name'])} "
+           f"(fingerprint {_esc(arch['fingerprint'])})</p></header><main>",
+           _summary_section(header, sizes, timings, part, artifact_bytes), _graph_section(header, part),
+           _subgraphs_section(header, timings)]
+    out += [_subgraph_section(s, timings.get(s["key"])) for s in _by_id(header["subgraphs"])]
     out.append("</main></body></html>\n")
     return "".join(out)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from tvm_dpu.errors import ArchError, did_you_mean
 from tvm_dpu.schema import SchemaError, parse_json
-from tvm_dpu.safe_io import read_regular
+from tvm_dpu.security.safe_io import read_regular
 
 #: An arch.json is a few hundred bytes; the bound keeps a wrong file (a model, an image) from being parsed.
 MAX_ARCH_JSON_BYTES = 1 << 20
@@ -178,6 +178,8 @@ def _arch_from_fields(name: str, fields: Mapping[str, Any]) -> Arch:
     extra = {}
     if "fingerprint_aliases" in values:
         extra["fingerprint_aliases"] = tuple(int(a, 16) for a in values.pop("fingerprint_aliases"))
+    if "engines" in values:  # per-engine parallelism and parameter banks of a registered target (emu_dpuv3e)
+        extra["engines"] = values.pop("engines")
     try:
         if "banks" in values:
             values["banks"] = tuple(BankGroup(*g) for g in values["banks"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -255,6 +255,131 @@ def _validate(op: OpDesc) -> None:
         raise ValueError(f"{who}: kernel/stride/dilation need 2 values and pad 4 (top, left, bottom, right)")
 
 
+@dataclass(frozen=True)
+class _Check:
+    """One op against one rule set: what every rule family of check_op reads."""
+    arch: Arch
+    op: OpDesc
+    rules: dict
+    rules_by_kind: dict
+    target: str
+    kind: str
+    groups: int
+    split: bool
+    ic: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+
+
+def _window_rules(c: _Check) -> list[str]:
+    """kernel, stride, kernel/stride and dilation."""
+    rules, target, reasons = c.rules, c.target, []
+    if "kernel" in rules:
+        reasons += _pair("kernel", (c.kh, c.kw), rules["kernel"], target)
+    if rules.get("kernel_square") and c.kh != c.kw:
+        reasons.append(f"kernel {c.kh}x{c.kw} is not square (w == h required) on {target}")
+    if "stride" in rules:
+        reasons += _pair("stride", (c.sh, c.sw), rules["stride"], target)
+    if "kernel_over_stride" in rules:
+        lo, hi = rules["kernel_over_stride"]
+        for axis, k, s in (("h", c.kh, c.sh), ("w", c.kw, c.sw)):
+            if s < 1:
+                reasons.append(f"stride_{axis} {s} is below 1 on {target}")
+            else:
+                reasons += _range(f"kernel_{axis}/stride_{axis} =", k / s, f"{k}/{s}", lo, hi, target)
+    if "dilation" in rules:
+        reasons += _pair("dilation", (c.dh, c.dw), rules["dilation"], target)
+    return reasons
+
+
+def _reduction_rules(c: _Check, reasons: list[str]) -> dict[str, list[str]]:
+    """The reduction limits' reasons by rule; none when the conv splits over input-channel slices instead (partial
+    convs summed by ELEW adds, backend/split_conv.py), whose activation the ELEW add must then support (appended
+    to `reasons`)."""
+    reduction = _reduction_reasons(c.arch, c.rules, c.ic, c.kh, c.kw, max(c.dh, c.dw), c.target)
+    if any(reduction.values()) and c.split and input_channel_chunks(c.arch, c.op):
+        elew = _allowed_activations(c.arch, "elew")
+        if c.op.activation is not None and c.op.activation not in elew:
+            reasons.append(f"activation {c.op.activation} of a conv split over input channels (too many for one "
+                           f"CONV) is applied by the ELEW add summing the partial convs, which supports "
+                           f"{', '.join(elew) or 'none'} on {c.target}")
+        return {}
+    return reduction
+
+
+def _pad_rules(c: _Check) -> list[str]:
+    """pad, the ALU pad field and the wraps of an ALU window."""
+    rules, target, op, reasons = c.rules, c.target, c.op, []
+    if "pad" in rules:
+        lo = rules["pad"]["min"]
+        fn, text = _PAD_MAX[rules["pad"]["max"]]
+        dims = {"h": (c.kh, c.dh), "w": (c.kw, c.dw)}
+        for (side, axis), p in zip(_SIDES, op.pad):
+            hi = fn(*dims[axis])
+            if p > hi:
+                reasons.append(f"pad_{side} {p} exceeds [{lo},{hi}] ({text.format(a=axis)}) on {target}")
+            elif p < lo:
+                reasons.append(f"pad_{side} {p} is below [{lo},{hi}] on {target}")
+    if "engine_pad_max" in rules:
+        for (side, _), p in zip(_SIDES, op.pad):
+            hi = rules["engine_pad_max"][side]
+            if p > hi:
+                reasons.append(f"pad_{side} {p} exceeds the ALU pad field [0,{hi}] on {target}")
+    if "window_wraps_max" in rules and c.sh >= 1:
+        n, pp = rules["window_wraps_max"], c.arch.pp
+        wraps = ((c.kh - 1) // c.sh) // pp + 1  # of the rows one output row fetches (codegen.tiling.max_valid_rows)
+        if wraps > n:
+            reasons.append(f"kernel_h {c.kh} with stride_h {c.sh}: one output row's window spans {wraps} wraps of "
+                           f"the PP={pp} image banks, more than the {n} base addresses of an ALU fetch on {target}")
+    return reasons
+
+
+def _channel_rules(c: _Check) -> list[str]:
+    """Weights of one output phase in a bank, and the channel counts."""
+    rules, target, cp, ic, reasons = c.rules, c.target, c.arch.channel_parallel, c.ic, []
+    if rules.get("in_size_phase"):
+        sub_h, sub_w = math.ceil(c.kh / max(c.sh, 1)), math.ceil(c.kw / max(c.sw, 1))
+        rows = sub_h * sub_w * math.ceil(ic / cp)
+        if rows > c.arch.bank_depth:
+            reasons.append(
+                f"ceil(kh/sh)*ceil(kw/sw)*ceil(ic/cp) = {sub_h}*{sub_w}*ceil({ic}/{cp}) = {rows} (weights of one "
+                f"output phase) exceeds bank_depth {c.arch.bank_depth} on {target}"
+            )
+    if "out_channels_max_per_cp" in rules and not c.split:  # split: several CONV chunks of output channels
+        n = rules["out_channels_max_per_cp"]
+        if c.op.out_channels > n * cp:
+            reasons.append(f"output channels {c.op.out_channels} exceed {n}*{cp}={n * cp} on {target}")
+    if "in_channels_max_per_cp" in rules:
+        n = rules["in_channels_max_per_cp"]
+        if ic > n * cp:
+            reasons.append(f"input channels {ic} exceed {n}*{cp}={n * cp} on {target}")
+    return reasons
+
+
+def _operand_rules(c: _Check) -> list[str]:
+    """Operand shapes, input counts, upsample scales and the fused activation."""
+    rules, target, op, reasons = c.rules, c.target, c.op, []
+    if op.in_shape2 is not None and tuple(op.in_shape2) != tuple(op.in_shape):
+        gate = (*op.in_shape[:2], 1, 1)
+        if not (rules.get("broadcast") == "channel_gate" and tuple(op.in_shape2) == gate):
+            allowed = f"equal shapes or a channel gate {_shape(gate)}" if rules.get("broadcast") else "equal shapes"
+            reasons.append(f"operand shapes {_shape(op.in_shape)} and {_shape(op.in_shape2)}: {op.kind} takes "
+                           f"{allowed} on {target}")
+    if "inputs" in rules:
+        lo, hi = rules["inputs"]
+        reasons += _range("num_inputs", op.num_inputs, str(op.num_inputs), lo, hi, target)
+    if "scale" in rules:
+        scale, bad = _upsample_scale(op, target)
+        reasons += bad or _pair("upsample scale", scale, rules["scale"], target)
+    if "activations" in rules:
+        reasons += _check_activation(c.arch, op, c.kind, rules, target)
+    return reasons
+
+
 def check_op(arch: Arch, op: OpDesc) -> list[str]:
     """The reasons `arch` cannot run `op`, in a fixed rule order; [] means supported.
 
@@ -279,91 +404,16 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
         rules = rules_by_kind[rules["as"]]
     if rules.get("supported", True) is False:
         return reasons + [f"{op.kind} not supported on {target}"]
-
-    cp = arch.channel_parallel
-    ic = math.prod(int(d) for d in op.in_shape[1:]) if op.kind == "dense" else op.in_channels
-    oc = op.out_channels
-    kh, kw = (1, 1) if op.kind == "dense" else op.kernel
-    sh, sw = op.stride
-    dh, dw = op.dilation
-
-    if "kernel" in rules:
-        reasons += _pair("kernel", (kh, kw), rules["kernel"], target)
-    if rules.get("kernel_square") and kh != kw:
-        reasons.append(f"kernel {kh}x{kw} is not square (w == h required) on {target}")
-    if "stride" in rules:
-        reasons += _pair("stride", (sh, sw), rules["stride"], target)
-    if "kernel_over_stride" in rules:
-        lo, hi = rules["kernel_over_stride"]
-        for axis, k, s in (("h", kh, sh), ("w", kw, sw)):
-            if s < 1:
-                reasons.append(f"stride_{axis} {s} is below 1 on {target}")
-            else:
-                reasons += _range(f"kernel_{axis}/stride_{axis} =", k / s, f"{k}/{s}", lo, hi, target)
-    if "dilation" in rules:
-        reasons += _pair("dilation", (dh, dw), rules["dilation"], target)
-    reduction = _reduction_reasons(arch, rules, ic, kh, kw, max(dh, dw), target)
-    split = not groups and _splits(op, rules_by_kind)
-    if any(reduction.values()) and split and input_channel_chunks(arch, op):
-        reduction = {}  # partial convs over input-channel slices, summed by ELEW adds (backend/split_conv.py)
-        elew = _allowed_activations(arch, "elew")
-        if op.activation is not None and op.activation not in elew:
-            reasons.append(f"activation {op.activation} of a conv split over input channels (too many for one "
-                           f"CONV) is applied by the ELEW add summing the partial convs, which supports "
-                           f"{', '.join(elew) or 'none'} on {target}")
+    dense = op.kind == "dense"
+    c = _Check(arch, op, rules, rules_by_kind, target, kind, groups, not groups and _splits(op, rules_by_kind),
+               math.prod(int(d) for d in op.in_shape[1:]) if dense else op.in_channels,
+               *((1, 1) if dense else op.kernel), *op.stride, *op.dilation)
+    reasons += _window_rules(c)
+    reduction = _reduction_rules(c, reasons)
     reasons += reduction.get("dilation", [])
-    if "pad" in rules:
-        lo = rules["pad"]["min"]
-        fn, text = _PAD_MAX[rules["pad"]["max"]]
-        dims = {"h": (kh, dh), "w": (kw, dw)}
-        for (side, axis), p in zip(_SIDES, op.pad):
-            hi = fn(*dims[axis])
-            if p > hi:
-                reasons.append(f"pad_{side} {p} exceeds [{lo},{hi}] ({text.format(a=axis)}) on {target}")
-            elif p < lo:
-                reasons.append(f"pad_{side} {p} is below [{lo},{hi}] on {target}")
-    if "engine_pad_max" in rules:
-        for (side, _), p in zip(_SIDES, op.pad):
-            hi = rules["engine_pad_max"][side]
-            if p > hi:
-                reasons.append(f"pad_{side} {p} exceeds the ALU pad field [0,{hi}] on {target}")
-    if "window_wraps_max" in rules and sh >= 1:
-        n, pp = rules["window_wraps_max"], arch.pp
-        wraps = ((kh - 1) // sh) // pp + 1  # of the rows one output row fetches (codegen.tiling.max_valid_rows)
-        if wraps > n:
-            reasons.append(f"kernel_h {kh} with stride_h {sh}: one output row's window spans {wraps} wraps of the "
-                           f"PP={pp} image banks, more than the {n} base addresses of an ALU fetch on {target}")
+    reasons += _pad_rules(c)
     reasons += reduction.get("in_size", [])
-    if rules.get("in_size_phase"):
-        sub_h, sub_w = math.ceil(kh / max(sh, 1)), math.ceil(kw / max(sw, 1))
-        rows = sub_h * sub_w * math.ceil(ic / cp)
-        if rows > arch.bank_depth:
-            reasons.append(
-                f"ceil(kh/sh)*ceil(kw/sw)*ceil(ic/cp) = {sub_h}*{sub_w}*ceil({ic}/{cp}) = {rows} (weights of one "
-                f"output phase) exceeds bank_depth {arch.bank_depth} on {target}"
-            )
-    if "out_channels_max_per_cp" in rules and not split:  # split: several CONV chunks of output channels
-        n = rules["out_channels_max_per_cp"]
-        if oc > n * cp:
-            reasons.append(f"output channels {oc} exceed {n}*{cp}={n * cp} on {target}")
-    if "in_channels_max_per_cp" in rules:
-        n = rules["in_channels_max_per_cp"]
-        if ic > n * cp:
-            reasons.append(f"input channels {ic} exceed {n}*{cp}={n * cp} on {target}")
-    if op.in_shape2 is not None and tuple(op.in_shape2) != tuple(op.in_shape):
-        gate = (*op.in_shape[:2], 1, 1)
-        if not (rules.get("broadcast") == "channel_gate" and tuple(op.in_shape2) == gate):
-            allowed = f"equal shapes or a channel gate {_shape(gate)}" if rules.get("broadcast") else "equal shapes"
-            reasons.append(f"operand shapes {_shape(op.in_shape)} and {_shape(op.in_shape2)}: {op.kind} takes "
-                           f"{allowed} on {target}")
-    if "inputs" in rules:
-        lo, hi = rules["inputs"]
-        reasons += _range("num_inputs", op.num_inputs, str(op.num_inputs), lo, hi, target)
-    if "scale" in rules:
-        scale, bad = _upsample_scale(op, target)
-        reasons += bad or _pair("upsample scale", scale, rules["scale"], target)
-    if "activations" in rules:
-        reasons += _check_activation(arch, op, kind, rules, target)
+    reasons += _channel_rules(c) + _operand_rules(c)
     if groups and reasons:  # the numbers above are those of one group conv
         reasons = [f"each of the {groups} group convs: {r}" if not r.startswith("activation") else r
                    for r in reasons]

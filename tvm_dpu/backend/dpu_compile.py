@@ -23,10 +23,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_dpu.arch.arch import Arch, require_support
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
-from tvm_dpu.container import section_span
-from tvm_dpu.phase_times import PhaseClock
-from tvm_dpu.progress import progress_bar
-from tvm_dpu.program_blob import plugin_summary, program_parts, unpack_plugin_program
+from tvm_dpu.security.container import section_span
+from tvm_dpu.util.phase_times import PhaseClock
+from tvm_dpu.util.progress import progress_bar
+from tvm_dpu.security.program_blob import plugin_summary, program_parts, unpack_plugin_program
 from tvm_dpu.types import InputSpec, unique_name
 
 CALIBRATION_FUNC = "tvm_dpu.calibration"
@@ -472,6 +472,140 @@ def _uncovered_summary(float_graphs: Mapping[str, Any], uncovered: Mapping[str, 
             f"these are calibrated, {data}; the others keep the file's scales")
 
 
+def _compile_arch(arch: Any, fusion: str, cores: int, segments: str) -> Arch:
+    """The Arch to compile for, after checking the arguments that do not depend on the model."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.backend.multicore import SEGMENT_POLICIES, check_cores
+    from tvm_dpu.fusion.select import MODES as FUSION_MODES
+
+    if fusion not in FUSION_MODES:
+        raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
+    arch_obj: Arch = load_arch(arch)
+    require_support(arch_obj, "compile")
+    if arch_obj.isa != 1:
+        from tvm_dpu.errors import ArchError
+
+        raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
+                        "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
+    check_cores(cores, arch_obj)
+    if segments not in SEGMENT_POLICIES:
+        raise DPUError(f"segments={segments!r}: choose one of {', '.join(SEGMENT_POLICIES)}")
+    return arch_obj
+
+
+def _float_graphs(pmod: tvm.IRModule, functions: Mapping[str, relax.Function], arch: Arch,
+                  call_names: Mapping[str, list[list[str]]] | None, source_mod: tvm.IRModule | None) -> dict:
+    """Each DPU function's float XGraph, large convs split, inputs and graph named for people."""
+    from tvm_dpu.backend.split_conv import split_large_convs
+    from tvm_dpu.frontend.provenance import source_nodes
+    from tvm_dpu.passes.from_relax import build_float_xgraph
+
+    float_graphs = {sym: build_float_xgraph(fn, sym, (call_names or {}).get(sym)) for sym, fn in functions.items()}
+    for fs in float_graphs.values():  # before calibration: the partial sums get fix_points of their own
+        split_large_convs(fs.graph, arch)
+    _name_inputs(pmod, float_graphs)
+    order = {n["name"]: i for i, n in enumerate(source_nodes(source_mod if source_mod is not None else pmod))}
+    for sym, name in readable_names(float_graphs, order).items():  # the symbol stays the key; people read the name
+        float_graphs[sym].graph.name = name
+    return float_graphs
+
+
+@dataclass
+class _Calibrated:
+    """What calibration left for quantization: per symbol the fix_point overrides from the model's own scales
+    and the statistics collector (symbols calibrated), the plugins' recorded inputs, the batches run."""
+    overrides: dict[str, Any]
+    collectors: dict[str, Any]
+    need_stats: set[str]
+    recorded: list[list]
+    batches: list
+
+
+def _calibrate(pmod: tvm.IRModule, float_graphs: dict, symbols: list[str], ext_functions: dict, inputs: list,
+               calibration: Any, fix_points: Mapping[str, int] | None, is_qdq: bool, source_mod: Any,
+               progress: bool, clock: PhaseClock) -> _Calibrated:
+    from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
+    from tvm_dpu.quant.calib_data import RANDOM, calibration_batches
+    from tvm_dpu.quant.calibration import StatsCollector
+
+    names: dict[str, dict[str, str]] = {}
+    if fix_points:
+        names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)
+        overrides = {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in float_graphs.items()}
+    else:
+        overrides = {sym: None for sym in symbols}
+    # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data); where some
+    # lack a scale, only those are calibrated (the quantizer's overrides keep the file's for the others).
+    uncovered = {sym: uncovered_feature_maps(fs, overrides.get(sym) or {}) for sym, fs in float_graphs.items()
+                 } if is_qdq else {}
+    need_stats = {sym for sym in symbols if uncovered[sym]} if is_qdq else set(symbols)
+    clock.lap("xgraph")
+    if is_qdq and need_stats:
+        warnings.warn(_uncovered_summary(float_graphs, uncovered, names, calibration), stacklevel=4)
+    batches = (calibration_batches(RANDOM if is_qdq and calibration is None else calibration, inputs)
+               if need_stats or ext_functions else [])
+    recorded: list[list] = [[] for _ in range(len(symbols) + len(ext_functions))]
+    collectors = {s: StatsCollector(float_graphs[s].graph) for s in symbols if s in need_stats}
+    evaluators = [_dpu_evaluator(float_graphs[s], collectors.get(s)) for s in symbols]
+    evaluators += [_external_evaluator(ext, fn, sym, recorded[len(symbols) + j])
+                   for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
+    run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
+    clock.lap("calibration")
+    return _Calibrated(overrides, collectors, need_stats, recorded, batches)
+
+
+def _compile_partition(sym: str, fs: Any, functions: dict[str, relax.Function], cal: _Calibrated, arch: Arch,
+                       method: str, fusion: str, cores: int, segments: str, modules: Sequence[tvm.IRModule],
+                       phase: Callable[[str], None]) -> tuple[DPUPartition, dict]:
+    """Quantize and compile DPU partition `sym` (taken out of `functions`, so its float body is freed here); its
+    float body in `modules` (the result first) becomes the program function. (The partition, its fusion
+    summary.)"""
+    from tvm_dpu.backend.multicore import compile_multicore
+    from tvm_dpu.quant.quantize import quantize_graph
+
+    stats = cal.collectors[sym].result() if sym in cal.need_stats else None
+    phase(f"{len(fs.graph.ops)} ops: quantizing")
+    qg = quantize_graph(fs.graph, stats, method=method, overrides=cal.overrides.get(sym))
+    # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them: the
+    # views go, and the partition's float body in every module this compile may rewrite (the result, and the
+    # modules handed over), so the constants are freed now rather than after code generation.
+    for t in fs.graph.tensors.values():
+        t.data = None
+    fn = functions.pop(sym)
+    params, attrs = list(fn.params), {str(k): fn.attrs[k] for k in fn.attrs.keys()}
+    del fn
+    stub = program_function(params, fs.output_shapes, attrs)
+    for m in modules:
+        m[m.get_global_var(sym)] = stub
+    phase(f"{len(fs.graph.ops)} ops: fusion, code generation, timing")
+    csg, plan = compile_subgraph(qg, arch, fusion)
+    if cores > 1:
+        phase(f"{len(fs.graph.ops)} ops: scheduling on {cores} cores")
+    multicore, mc_info = (compile_multicore(sym, qg, csg, plan, arch, cores, fusion, compile_subgraph, segments)
+                          if cores > 1 else (None, None))
+    program = program_tensor(*program_parts(sym, csg, [tuple(s) for s in fs.output_shapes], multicore))
+    # The partition keeps a read-only view of the module's own copy: the program (VGG-16: 140 MB) is held once.
+    blob = np.from_dlpack(program)
+    blob.flags.writeable = False
+    blob = memoryview(blob)
+    _params_in_program(csg, blob)
+    module = modules[0]
+    module[module.get_global_var(sym)] = program_function(params, fs.output_shapes, {**attrs, PROGRAM_ATTR: program})
+    info = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
+            "cost_cycles": plan.cost, **plan.stats}
+    return DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore), info
+
+
+def _compile_plugins(module: tvm.IRModule, ext_functions: dict, recorded: list[list], first: int) -> list:
+    """Compile the plugins' partitions with their own compilers (on the inputs recorded in calibration)."""
+    plugin_subgraphs = []
+    for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
+        blob = ext.compile(fn, sym, recorded[first + j])
+        plugin_subgraphs.append(plugin_summary(unpack_plugin_program(blob, sym)[0]))
+        module[module.get_global_var(sym)] = fn.with_attr(PROGRAM_ATTR, program_tensor(blob))
+    return plugin_subgraphs
+
+
 def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = None, method: str = "mse",
                            fusion: str = "optimal", fix_points: Mapping[str, int] | None = None,
                            is_qdq: bool = False, call_names: Mapping[str, list[list[str]]] | None = None,
@@ -492,67 +626,16 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     `handed_over`: modules the caller gives up that hold the partitions' float weights (`pmod` itself, the module
     it was partitioned from). They are rewritten in place into `pmod`'s functions and each partition's float body
     is replaced as soon as it is quantized, which frees its weights before code generation."""
-    from tvm_dpu.arch import load_arch
-    from tvm_dpu.fusion.select import MODES as FUSION_MODES
-    from tvm_dpu.quant.calib_data import RANDOM, calibration_batches
-    from tvm_dpu.passes.from_relax import build_float_xgraph
-    from tvm_dpu.passes.qdq_names import overrides_for, uncovered_feature_maps, xgraph_to_onnx
-    from tvm_dpu.backend.split_conv import split_large_convs
-    from tvm_dpu.quant.calibration import StatsCollector
-    from tvm_dpu.quant.quantize import quantize_graph
-
-    if fusion not in FUSION_MODES:
-        raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
-    arch_obj: Arch = load_arch(arch)
-    require_support(arch_obj, "compile")
-    if arch_obj.isa != 1:
-        from tvm_dpu.errors import ArchError
-
-        raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
-                        "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
-    from tvm_dpu.backend.multicore import SEGMENT_POLICIES, check_cores, compile_multicore
-
-    check_cores(cores, arch_obj)
-    if segments not in SEGMENT_POLICIES:
-        raise DPUError(f"segments={segments!r}: choose one of {', '.join(SEGMENT_POLICIES)}")
+    arch_obj = _compile_arch(arch, fusion, cores, segments)
     clock = PhaseClock()
     inputs = input_specs(pmod)
     check_memory(pmod, inputs)
     functions = dpu_functions(pmod)
     symbols = list(functions)
-    float_graphs = {sym: build_float_xgraph(fn, sym, (call_names or {}).get(sym)) for sym, fn in functions.items()}
-    for fs in float_graphs.values():  # before calibration: the partial sums get fix_points of their own
-        split_large_convs(fs.graph, arch_obj)
-    _name_inputs(pmod, float_graphs)
-    from tvm_dpu.frontend.provenance import source_nodes
-
-    order = {n["name"]: i for i, n in enumerate(source_nodes(source_mod if source_mod is not None else pmod))}
-    for sym, name in readable_names(float_graphs, order).items():  # the symbol stays the key; people read the name
-        float_graphs[sym].graph.name = name
-    names: dict[str, dict[str, str]] = {}
-    if fix_points:
-        names = xgraph_to_onnx(source_mod if source_mod is not None else pmod, pmod, float_graphs)
-        overrides = {sym: overrides_for(fs, names[sym], fix_points) or None for sym, fs in float_graphs.items()}
-    else:
-        overrides = {sym: None for sym in symbols}
-    # A QDQ model whose annotations cover every DPU feature map needs no calibration run (nor data); where some
-    # lack a scale, only those are calibrated (the quantizer's overrides keep the file's for the others).
-    uncovered = {sym: uncovered_feature_maps(fs, overrides.get(sym) or {}) for sym, fs in float_graphs.items()
-                 } if is_qdq else {}
-    need_stats = {sym for sym in symbols if uncovered[sym]} if is_qdq else set(symbols)
+    float_graphs = _float_graphs(pmod, functions, arch_obj, call_names, source_mod)
     ext_functions = {sym: (fn, ext) for ext in external for sym, fn in codegen_functions(pmod, ext.codegen).items()}
-    clock.lap("xgraph")
-    if is_qdq and need_stats:
-        warnings.warn(_uncovered_summary(float_graphs, uncovered, names, calibration), stacklevel=3)
-    batches = (calibration_batches(RANDOM if is_qdq and calibration is None else calibration, inputs)
-               if need_stats or ext_functions else [])
-    recorded: list[list] = [[] for _ in range(len(symbols) + len(ext_functions))]
-    collectors = {s: StatsCollector(float_graphs[s].graph) for s in symbols if s in need_stats}
-    evaluators = [_dpu_evaluator(float_graphs[s], collectors.get(s)) for s in symbols]
-    evaluators += [_external_evaluator(ext, fn, sym, recorded[len(symbols) + j])
-                   for j, (sym, (fn, ext)) in enumerate(ext_functions.items())]
-    run_calibration(pmod, symbols + list(ext_functions), evaluators, batches, progress)
-    clock.lap("calibration")
+    cal = _calibrate(pmod, float_graphs, symbols, ext_functions, inputs, calibration, fix_points, is_qdq, source_mod,
+                     progress, clock)
     releasing = [m for m in handed_over if _adopt(m, pmod)]
     partitions: dict[str, DPUPartition] = {}
     fusion_info = {}
@@ -560,53 +643,19 @@ def compile_dpu_partitions(pmod: tvm.IRModule, arch: Any, *, calibration: Any = 
     # Quantization and code generation dominate long compiles: the bar shows where they are.
     steps = progress_bar(enumerate(symbols), progress and bool(symbols), total=len(symbols), desc="DPU subgraphs",
                          unit="subgraph", leave=False)
+
     def phase(text: str) -> None:  # which step a long compile of one subgraph is in, on the progress bar
         if hasattr(steps, "set_postfix_str"):
             steps.set_postfix_str(text)
 
-    for i, sym in steps:
-        fs = float_graphs[sym]
-        stats = collectors[sym].result() if sym in need_stats else None
-        phase(f"{len(fs.graph.ops)} ops: quantizing")
-        qg = quantize_graph(fs.graph, stats, method=method, overrides=overrides.get(sym))
-        # The float weights are views of the Relax constants (from_relax); once quantized nothing reads them: the
-        # views go, and the partition's float body in every module this compile may rewrite (the result, and the
-        # modules handed over), so the constants are freed now rather than after code generation.
-        for t in fs.graph.tensors.values():
-            t.data = None
-        fn = functions.pop(sym)
-        params, attrs = list(fn.params), {str(k): fn.attrs[k] for k in fn.attrs.keys()}
-        del fn
-        stub = program_function(params, fs.output_shapes, attrs)
-        for m in (module, *releasing):
-            m[m.get_global_var(sym)] = stub
-        phase(f"{len(fs.graph.ops)} ops: fusion, code generation, timing")
-        csg, plan = compile_subgraph(qg, arch_obj, fusion)
-        if cores > 1:
-            phase(f"{len(fs.graph.ops)} ops: scheduling on {cores} cores")
-        multicore, mc_info = (compile_multicore(sym, qg, csg, plan, arch_obj, cores, fusion, compile_subgraph,
-                                                        segments)
-                              if cores > 1 else (None, None))
-        program = program_tensor(*program_parts(sym, csg, [tuple(s) for s in fs.output_shapes], multicore))
-        # The partition keeps a read-only view of the module's own copy: the program (VGG-16: 140 MB) is held once.
-        blob = np.from_dlpack(program)
-        blob.flags.writeable = False
-        blob = memoryview(blob)
-        _params_in_program(csg, blob)
-        partitions[sym] = DPUPartition(sym, fs, qg, csg, plan, blob, mc_info, multicore)
-        fusion_info[sym] = {"mode": fusion, "plan": plan.mode, "groups": [[g.template, list(g.ops)] for g in plan.fused()],
-                            "cost_cycles": plan.cost, **plan.stats}
-        module[module.get_global_var(sym)] = program_function(params, fs.output_shapes,
-                                                              {**attrs, PROGRAM_ATTR: program})
-    plugin_subgraphs = []
-    for j, (sym, (fn, ext)) in enumerate(ext_functions.items()):
-        blob = ext.compile(fn, sym, recorded[len(symbols) + j])
-        plugin_subgraphs.append(plugin_summary(unpack_plugin_program(blob, sym)[0]))
-        module[module.get_global_var(sym)] = fn.with_attr(
-            PROGRAM_ATTR, program_tensor(blob))
+    for _, sym in steps:
+        partitions[sym], fusion_info[sym] = _compile_partition(
+            sym, float_graphs[sym], functions, cal, arch_obj, method, fusion, cores, segments,
+            (module, *releasing), phase)
+    plugin_subgraphs = _compile_plugins(module, ext_functions, cal.recorded, len(symbols))
     clock.lap("quantize_codegen")
     info = {"times_s": clock.wall, "cpu_times_s": clock.cpu,
-            "calibration_batches": len(batches), "fusion": fusion_info, "qdq": is_qdq, "cores": cores,
+            "calibration_batches": len(cal.batches), "fusion": fusion_info, "qdq": is_qdq, "cores": cores,
             "multicore": {sym: p.multicore.to_json() for sym, p in partitions.items() if p.multicore is not None},
             "plugin_subgraphs": plugin_subgraphs}
     return DPUCompileResult(module, arch_obj, inputs, partitions, info=info)

@@ -25,8 +25,8 @@ import tvm
 import tvm_ffi
 
 from tvm_dpu.errors import DPUError
-from tvm_dpu.program_blob import DISPATCH_FUNC
-from tvm_dpu.toolchains import c_compiler, machine_of_triple
+from tvm_dpu.security.program_blob import DISPATCH_FUNC
+from tvm_dpu.util.toolchains import c_compiler, machine_of_triple
 
 #: Function attribute holding a partition's compiled program (a uint8 tvm.runtime.Tensor of program_blob bytes).
 PROGRAM_ATTR = "tvm_dpu.program"
@@ -139,7 +139,7 @@ def describing_module(text: str, parts: list, symbols: list[str]) -> tvm.runtime
 
 
 def _describe_dpu_programs(blobs: list[tuple[str, memoryview]]) -> str:
-    from tvm_dpu.program_blob import program_summary, summary_text, unpack_program
+    from tvm_dpu.security.program_blob import program_summary, summary_text, unpack_program
 
     return summary_text([program_summary(unpack_program(blob, f"DPU partition {symbol}")) for symbol, blob in blobs])
 

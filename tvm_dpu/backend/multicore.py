@@ -22,7 +22,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import group_dependencies
 from tvm_dpu.codegen.relocate import link_segments
 from tvm_dpu.errors import DPUError
-from tvm_dpu.program_blob import Multicore, Segment
+from tvm_dpu.security.program_blob import Multicore, Segment
 from tvm_dpu.timing.multicore import (HOST_DISPATCH_S, coalesce, contention_cycles, list_schedule,
                                       topological_order)
 from tvm_dpu.timing.host import load_host_cost

@@ -60,8 +60,9 @@ _STATE: dict = {"loaded": None}
 
 
 def cache_dir() -> Path:
-    """`$TVM_DPU_CACHE_DIR`, else `$XDG_CACHE_HOME/tvm-dpu`, else `~/.cache/tvm-dpu` (tvm_dpu.trust.cache_dir)."""
-    from tvm_dpu.trust import cache_dir as user_cache_dir
+    """`$TVM_DPU_CACHE_DIR`, else `$XDG_CACHE_HOME/tvm-dpu`, else `~/.cache/tvm-dpu`
+    (tvm_dpu.security.trust.cache_dir)."""
+    from tvm_dpu.security.trust import cache_dir as user_cache_dir
 
     return user_cache_dir()
 
@@ -85,7 +86,7 @@ def _library_name() -> str:
 def _private(path: Path, regular: bool = False) -> bool:
     """Owned by this user and writable by nobody else (else it could hold someone else's code); with `regular`, a
     regular file too (not a link, and not a FIFO or device, which would block or never end the loader's read)."""
-    from tvm_dpu.safe_io import not_private
+    from tvm_dpu.security.safe_io import not_private
 
     try:
         st = path.lstat() if regular else path.stat()

@@ -420,11 +420,10 @@ def _out_vars(e: Any) -> list[relax.Var]:
     return []
 
 
-def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[str],
-                       table: dict[str, Any]) -> tvm.IRModule:
-    gv = mod.get_global_var("main")
-    func = mod[gv]
-    binds = bindings(func)
+def _binding_owners(binds: list, graph: onnx.GraphProto, names: list[str], table: dict[str, Any]
+                    ) -> tuple[list[list[str] | None], dict[relax.Var, str], list[bool]]:
+    """Per binding, the ONNX node it was imported for (the bindings up to a node's last output belong to it);
+    per Relax var, that node's name; per node, whether it produced any binding."""
     pos = {b.var: i for i, (_, b) in enumerate(binds)}
     owner: list[list[str] | None] = [None] * len(binds)
     var_node: dict[relax.Var, str] = {}
@@ -441,48 +440,60 @@ def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[st
             has_calls.append(True)
         else:
             has_calls.append(False)
+    return owner, var_node, has_calls
 
-    producer_of = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    consumers: dict[str, list[int]] = {}
-    for i, n in enumerate(graph.node):
-        for t in n.input:
-            if t:
-                consumers.setdefault(t, []).append(i)
 
-    def first_consumer(i: int) -> str | None:
+class _Absorption:
+    """Which node a node without bindings was absorbed into: the earlier node whose value it passes through, else
+    its data input's producer when it returns that value, else its first consumer (breadth first) with
+    bindings."""
+
+    def __init__(self, graph: onnx.GraphProto, names: list[str], table: dict[str, Any],
+                 var_node: dict[relax.Var, str], has_calls: list[bool]) -> None:
+        self.graph, self.names, self.table, self.var_node, self.has_calls = graph, names, table, var_node, has_calls
+        self.producer_of = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+        self.consumers: dict[str, list[int]] = {}
+        for i, n in enumerate(graph.node):
+            for t in n.input:
+                if t:
+                    self.consumers.setdefault(t, []).append(i)
+
+    def first_consumer(self, i: int) -> str | None:
         todo, seen = [i], {i}
         while todo:
             j = todo.pop(0)
-            for o in graph.node[j].output:
-                for k in consumers.get(o, []):
+            for o in self.graph.node[j].output:
+                for k in self.consumers.get(o, []):
                     if k in seen:
                         continue
-                    if has_calls[k]:
-                        return names[k]
+                    if self.has_calls[k]:
+                        return self.names[k]
                     seen.add(k)
                     todo.append(k)
         return None
 
+    def target(self, i: int) -> str | None:
+        node, table = self.graph.node[i], self.table
+        outs = [v for o in node.output if o in table for v in _out_vars(table[o])]
+        for v in outs:  # pass-through: the output is an earlier node's value
+            if v in self.var_node:
+                return self.var_node[v]
+        srcs = [self.producer_of[t] for t in node.input if t in self.producer_of]
+        if outs and srcs and any(v.same_as(table.get(t)) for v in outs for t in node.input):
+            k = srcs[0]
+            if self.has_calls[k]:
+                return self.names[k]
+        return self.first_consumer(i)
+
+
+def _source_nodes(graph: onnx.GraphProto, names: list[str], absorption: _Absorption) -> list[dict]:
     nodes = []
     for i, (node, name) in enumerate(zip(graph.node, names)):
         entry = {"name": name, "op": node.op_type, "inputs": list(node.input), "outputs": list(node.output)}
         if node.domain not in ("", "ai.onnx"):
             entry["domain"] = node.domain
-        if not has_calls[i]:
-            target = None
-            outs = [v for o in node.output if o in table for v in _out_vars(table[o])]
-            for v in outs:  # pass-through: the output is an earlier node's value
-                if v in var_node:
-                    target = var_node[v]
-                    break
-            if target is None:
-                srcs = [producer_of[t] for t in node.input if t in producer_of]
-                if outs and srcs and any(v.same_as(table.get(t)) for v in outs for t in node.input):
-                    k = srcs[0]
-                    target = names[k] if has_calls[k] else None
-            if target is None:
-                target = first_consumer(i)
-            entry["absorbed_into"] = target
+        if not absorption.has_calls[i]:
+            entry["absorbed_into"] = absorption.target(i)
         nodes.append(entry)
     # A pass-through chain (Identity -> Identity) must end at a node that has Calls.
     by_name = {n["name"]: n for n in nodes}
@@ -492,7 +503,16 @@ def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[st
             t, hops = by_name[t]["absorbed_into"], hops + 1
         if "absorbed_into" in n:
             n["absorbed_into"] = t
+    return nodes
 
+
+def _attach_provenance(mod: tvm.IRModule, graph: onnx.GraphProto, names: list[str],
+                       table: dict[str, Any]) -> tvm.IRModule:
+    gv = mod.get_global_var("main")
+    func = mod[gv]
+    binds = bindings(func)
+    owner, var_node, has_calls = _binding_owners(binds, graph, names, table)
+    nodes = _source_nodes(graph, names, _Absorption(graph, names, table, var_node, has_calls))
     names_by_var = {binds[i][1].var: owner[i] for i in range(len(binds)) if owner[i]}
 
     def stamp(rw: Rewriter, var: relax.Var, value: relax.Expr):

@@ -21,11 +21,11 @@ import onnx
 import tvm
 
 from ..errors import FrontendError
-from ..protowire import LENGTH_DELIMITED as _LENGTH_DELIMITED
-from ..protowire import WireError as _WireError
-from ..protowire import encode_varint as _encode_varint
-from ..protowire import fields as _fields
-from ..protowire import varint as _varint
+from ..util.protowire import LENGTH_DELIMITED as _LENGTH_DELIMITED
+from ..util.protowire import WireError as _WireError
+from ..util.protowire import encode_varint as _encode_varint
+from ..util.protowire import fields as _fields
+from ..util.protowire import varint as _varint
 
 #: Initializers at least this large are left in the file (small ones, e.g. shapes, stay in the proto).
 MIN_LAZY_BYTES = 1 << 16

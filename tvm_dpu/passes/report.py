@@ -88,88 +88,94 @@ def _note(result: "PartitionResult", tags: list[int]) -> str | None:
     return next((notes[t] for t in tags if t in notes), None)
 
 
+def _relax_node_reports(result: "PartitionResult") -> list[NodeReport]:
+    """One row per Relax binding, for a module without source (ONNX) nodes."""
+    placement, rows = result.placement, []
+    for info in result.infos:
+        label = _short(info.op)
+        dev = placement.device[info.tag]
+        rows.append(NodeReport(name=str(info.var.name), op=label, device=dev,
+                               subgraph=placement.subgraph.get(info.tag) if dev != "cpu" else None,
+                               reason=None if dev != "cpu" else _binding_reason(result, info.tag, label),
+                               note=_note(result, [info.tag]) if dev == "dpu" else None))
+    return rows
+
+
+class _SourcePlacement:
+    """Where each source (ONNX) node ended up: the placement of the Relax bindings it became, or, for a node that
+    became none, that of the node it was absorbed into or of a neighbour."""
+
+    def __init__(self, result: "PartitionResult", nodes: list[dict]) -> None:
+        self.result = result
+        self.tags_of_node: dict[str, list[int]] = {}
+        for info in result.infos:
+            for n in result.session.names.get(info.tag, []):
+                self.tags_of_node.setdefault(n, []).append(info.tag)
+        self.by_name = {str(n["name"]): n for n in nodes}
+        self.producer = {str(o): str(n["name"]) for n in nodes for o in n.get("outputs", [])}
+        self.consumers: dict[str, list[str]] = {}
+        for n in nodes:
+            for i in n.get("inputs", []):
+                self.consumers.setdefault(str(i), []).append(str(n["name"]))
+        self.decided: dict[str, tuple[str, int | None, str | None]] = {}
+
+    def neighbour(self, node: dict) -> str | None:
+        """A no-op node the frontend did not attribute (e.g. Dropout): the producer of its data input,
+        else the first consumer of its output (e.g. a Constant)."""
+        inputs = [str(i) for i in node.get("inputs", []) if str(i) in self.producer]
+        if inputs:
+            return self.producer[inputs[0]]
+        for o in node.get("outputs", []):
+            if self.consumers.get(str(o)):
+                return self.consumers[str(o)][0]
+        return None
+
+    def of_tags(self, tags: list[int], op_label: str) -> tuple[str, int | None, str | None]:
+        result, placement = self.result, self.result.placement
+        compute = [t for t in tags if _short(result.infos[t].op) not in _LAYOUT_OPS] or tags
+        cpu = [t for t in compute if placement.device[t] == "cpu"]
+        plugin = [t for t in compute if placement.device[t] not in ("cpu", "dpu")]
+        if plugin:  # a custom-IP plugin claimed the node
+            return placement.device[plugin[0]], placement.subgraph[plugin[0]], None
+        if not cpu:
+            return "dpu", placement.subgraph[compute[0]], None
+        # the first op of the node left on the CPU explains it (e.g. the conv of a conv+bias)
+        return "cpu", None, _binding_reason(result, cpu[0], op_label)
+
+    def decide(self, name: str, seen: tuple = ()) -> tuple[str, int | None, str | None]:
+        if name in self.decided:
+            return self.decided[name]
+        node = self.by_name.get(name, {"name": name, "op": "?"})
+        op_label = str(node.get("op", "?"))
+        tags = self.tags_of_node.get(name, [])
+        if tags:
+            res = self.of_tags(tags, op_label)
+        else:
+            target = node.get("absorbed_into") or self.neighbour(node)
+            if target and target != name and target not in seen and target in self.by_name:
+                res = self.decide(str(target), seen + (name,))
+            else:
+                res = ("cpu", None, f"{op_label} left no computation after import (folded away)")
+        self.decided[name] = res
+        return res
+
+
 def build_report(mod, result: "PartitionResult") -> PartitionReport:
     """The report of `result` (from `partition_detailed`) for the original module `mod`."""
     arch = result.session.arch
-    arch_name = getattr(arch, "name", str(arch))
-    placement = result.placement
-    infos = result.infos
-    report = PartitionReport(arch=arch_name, subgraphs=len(placement.subgraphs))
-
+    report = PartitionReport(arch=getattr(arch, "name", str(arch)), subgraphs=len(result.placement.subgraphs))
     nodes = source_nodes_of(mod)
     if nodes is None:
-        for info in infos:
-            label = _short(info.op)
-            dev = placement.device[info.tag]
-            report.nodes.append(
-                NodeReport(
-                    name=str(info.var.name),
-                    op=label,
-                    device=dev,
-                    subgraph=placement.subgraph.get(info.tag) if dev != "cpu" else None,
-                    reason=None if dev != "cpu" else _binding_reason(result, info.tag, label),
-                    note=_note(result, [info.tag]) if dev == "dpu" else None,
-                )
-            )
+        report.nodes.extend(_relax_node_reports(result))
         return report
-
-    session_names = result.session.names
-    tags_of_node: dict[str, list[int]] = {}
-    for info in infos:
-        for n in session_names.get(info.tag, []):
-            tags_of_node.setdefault(n, []).append(info.tag)
-
     for n in nodes:  # a module without ONNX provenance lists its Relax ops (normalize's ensure_provenance)
         if str(n.get("op", "")).startswith("relax."):
             n["op"] = _short(str(n["op"]))
-    by_name = {str(n["name"]): n for n in nodes}
-    producer = {str(o): str(n["name"]) for n in nodes for o in n.get("outputs", [])}
-    consumers: dict[str, list[str]] = {}
-    for n in nodes:
-        for i in n.get("inputs", []):
-            consumers.setdefault(str(i), []).append(str(n["name"]))
-
-    def _neighbour(node: dict) -> str | None:
-        """A no-op node the frontend did not attribute (e.g. Dropout): the producer of its data input,
-        else the first consumer of its output (e.g. a Constant)."""
-        inputs = [str(i) for i in node.get("inputs", []) if str(i) in producer]
-        if inputs:
-            return producer[inputs[0]]
-        for o in node.get("outputs", []):
-            if consumers.get(str(o)):
-                return consumers[str(o)][0]
-        return None
-    decided: dict[str, tuple[str, int | None, str | None]] = {}
-
-    def decide(name: str, seen: tuple = ()) -> tuple[str, int | None, str | None]:
-        if name in decided:
-            return decided[name]
-        node = by_name.get(name, {"name": name, "op": "?"})
-        op_label = str(node.get("op", "?"))
-        tags = tags_of_node.get(name, [])
-        if tags:
-            compute = [t for t in tags if _short(infos[t].op) not in _LAYOUT_OPS] or tags
-            cpu = [t for t in compute if placement.device[t] == "cpu"]
-            plugin = [t for t in compute if placement.device[t] not in ("cpu", "dpu")]
-            if plugin:  # a custom-IP plugin claimed the node
-                res = (placement.device[plugin[0]], placement.subgraph[plugin[0]], None)
-            elif not cpu:
-                res = ("dpu", placement.subgraph[compute[0]], None)
-            else:  # the first op of the node left on the CPU explains it (e.g. the conv of a conv+bias)
-                res = ("cpu", None, _binding_reason(result, cpu[0], op_label))
-        else:
-            target = node.get("absorbed_into") or _neighbour(node)
-            if target and target != name and target not in seen and target in by_name:
-                res = decide(str(target), seen + (name,))
-            else:
-                res = ("cpu", None, f"{op_label} left no computation after import (folded away)")
-        decided[name] = res
-        return res
-
+    where = _SourcePlacement(result, nodes)
     for node in nodes:
         name = str(node["name"])
-        dev, sg, reason = decide(name)
-        note = _note(result, tags_of_node.get(name, [])) if dev == "dpu" else None
+        dev, sg, reason = where.decide(name)
+        note = _note(result, where.tags_of_node.get(name, [])) if dev == "dpu" else None
         report.nodes.append(NodeReport(name=name, op=str(node.get("op", "?")), device=dev, subgraph=sg, reason=reason,
                                        note=note))
     return report

@@ -25,7 +25,7 @@ import numpy as np
 from tvm_dpu.pipeline.plan import (Board, Plan, PlanError, board_ddr_bytes, default_link, load_link, plan_model,
                                    stage_times_ms)
 from tvm_dpu.pipeline.stages import PipelineError, PipelineStage, StageSpec, compile_stages
-from tvm_dpu.safe_io import read_regular
+from tvm_dpu.security.safe_io import read_regular
 from tvm_dpu.types import InputSpec
 
 FORMAT = "tvm-dpu-pipeline"
@@ -179,7 +179,7 @@ class PipelineModel:
             return self._engine
 
     def _first_payload(self, frame: Any) -> dict[str, np.ndarray]:
-        from tvm_dpu.feeds import arrays_by_name, check_array
+        from tvm_dpu.serving.feeds import arrays_by_name, check_array
 
         names = [s.name for s in self.inputs]
         arrays = arrays_by_name(frame, names, "pipeline inputs")
@@ -268,7 +268,7 @@ class PipelineModel:
         if sign is not None:
             # The manifest (stage order, wire fix points, each stage's sha256) is signed as one unit, so no stage
             # can be swapped, reordered or given other fix points without breaking the signature.
-            from tvm_dpu import signing
+            from tvm_dpu.security import signing
 
             sig_path.write_bytes(signing.sign(manifest, sign)[len(manifest):])
         elif sig_path.exists():
@@ -286,7 +286,7 @@ class PipelineModel:
         actor (on its board), the driver then keeping emulator copies only to check the files."""
         from tvm_dpu.runtime.artifact import load as load_artifact
 
-        from tvm_dpu.trust import configured_keys
+        from tvm_dpu.security.trust import configured_keys
 
         path = Path(path)
         if path.is_dir():
@@ -354,7 +354,7 @@ def read_pipeline_json(path: Path, trusted_keys: Any = None) -> dict:
 
     raw = read_regular(path, "pipeline manifest", PipelineError)
     if trusted_keys is not None:
-        from tvm_dpu import signing
+        from tvm_dpu.security import signing
 
         sig_path = path.parent / SIGNATURE_FILE
         if not os.path.lexists(sig_path):

@@ -253,18 +253,143 @@ def plan_steps(model: Any, boards: Sequence[Board], link: Link, cpu_cost: Callab
     return plan_chain(step_chain(model, boards, cpu_cost), boards, link, host)
 
 
+class _Stage:
+    """One stage of a step plan being built: its Relax bindings (CPU steps of the model, DPU pieces compiled for
+    the stage's board), the environment of tensor keys to Relax values, its runners and predicted time."""
+
+    def __init__(self, steps: Any, s: int, arch: Any, fusion: str) -> None:
+        from tvm import relax
+
+        self.steps, self.s, self.arch, self.fusion = steps, s, arch, fusion
+        self.bb = relax.BlockBuilder()
+        self.bindings: list = []
+        self.env: dict[str, Any] = {}
+        self.params: list = []
+        self.runners: dict[str, Any] = {}
+        self.predicted_s = 0.0
+
+    def take_inputs(self, inputs: list[str]) -> None:
+        from tvm import relax
+
+        from tvm_dpu.pipeline.stages import tensor_ty
+
+        steps = self.steps
+        for key in inputs:
+            if steps.shape_of.get(key) is None:
+                raise PlanError(f"stage {self.s} would receive {key!r}, which is not a tensor")
+            p = relax.Var(key.replace(":", "_"), tensor_ty(steps.shape_of[key]))
+            self.params.append(p)
+            if key in steps.var_of:  # the stage's bindings read the original variable
+                self.bindings.append(relax.VarBinding(steps.var_of[key], p))
+            self.env[key] = steps.var_of.get(key, p)
+
+    def add_steps(self, first: int, end: int, cpu_cost: Callable[[Any], float]) -> None:
+        """The model's steps [first, end): CPU bindings as they are, each run of one DPU subgraph's steps as one
+        compiled piece."""
+        steps, i = self.steps, first
+        while i < end:
+            step = steps.steps[i]
+            if step.graph_index is None:
+                self.bindings.append(step.binding)
+                self.env[step.defines[0]] = step.binding.var
+                self.predicted_s += float(cpu_cost(step.binding))
+                i += 1
+                continue
+            j = i
+            while j < end and steps.steps[j].graph_index == step.graph_index:
+                j += 1
+            self.add_piece(step.graph_index, steps.steps[i:j])
+            i = j
+
+    def add_piece(self, g: int, piece: list) -> None:
+        """The ops of DPU subgraph `g` in `piece`, extracted, compiled for the stage's board and called."""
+        from tvm import relax
+
+        from tvm_dpu.backend.dpu_compile import compile_subgraph
+        from tvm_dpu.pipeline.stages import dpu_function, tensor_ty
+        from tvm_dpu.security.program_blob import digest_of, pack_program
+        from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
+        from tvm_dpu.timing.simulate import cycles as program_cycles
+
+        steps, s, arch, env = self.steps, self.s, self.arch, self.env
+        graph = steps.runners[g].graph
+        sub = graph.extract([op.name for p_ in piece for op in p_.unit.ops], name=f"{graph.name}:stage{s}")
+        csg, _ = compile_subgraph(sub, arch, self.fusion)
+        self.predicted_s += program_cycles(csg.code, arch) / (arch.freq_mhz * 1e6)
+        symbol = f"tvm_dpu_stage{s}_sg{g}"
+        out_shapes = [steps.shape_of[f"sg{g}:{t}"] for t in sub.outputs]
+        in_keys = [steps.tensor_key(g, t) for t in sub.inputs]
+        blob = pack_program(symbol, csg, out_shapes)
+        gv = self.bb.add_func(dpu_function(symbol, blob, [steps.shape_of[key] for key in in_keys], out_shapes), symbol)
+        call = relax.Var(f"stage_sg{g}", tensor_ty(out_shapes[0]) if len(out_shapes) == 1 else
+                         relax.TupleType([tensor_ty(x) for x in out_shapes]))
+        self.bindings.append(relax.VarBinding(call, relax.Call(gv, [env[key] for key in in_keys])))
+        for n, t in enumerate(sub.outputs):
+            if len(sub.outputs) == 1:
+                env[f"sg{g}:{t}"] = call
+            else:
+                item = relax.Var(f"stage_sg{g}_{n}", tensor_ty(out_shapes[n]))
+                self.bindings.append(relax.VarBinding(item, relax.TupleGetItem(call, n)))
+                env[f"sg{g}:{t}"] = item
+        self.runners[symbol] = SubgraphRunner(csg, None, sub, out_shapes, digest_of(blob))
+        if piece[-1].closes_call:  # the model's own call variable, as its CPU ops read it
+            outs = [env[f"sg{g}:{t}"] for t in graph.outputs]
+            var = steps.calls[g].var
+            self.bindings.append(relax.VarBinding(var, outs[0] if len(outs) == 1 else relax.Tuple(outs)))
+            env[steps.key_of[var]] = var
+
+    def module(self, model: Any, outputs: list[str] | None) -> Any:
+        """The stage's IRModule: main returns `outputs` (None: the model's own result, the last stage), with the
+        model's CPU functions its bindings call."""
+        from tvm import relax
+
+        bindings, steps = self.bindings, self.steps
+        cpu_funcs: dict = {}
+        for b in bindings:  # CPU functions of the model the stage's bindings call
+            for gv in relax.analysis.all_global_vars(b.value):
+                if gv.name_hint not in model.runners and not gv.name_hint.startswith("tvm_dpu_stage"):
+                    cpu_funcs[gv] = model.relax_module[gv]
+        if outputs is None:
+            ret, ret_ty = steps.ret, steps.ret_ty
+        else:
+            missing = [key for key in outputs if key not in self.env]
+            if missing:
+                raise PlanError(f"stage {self.s} cannot send {missing}")
+            values = [self.env[key] for key in outputs]
+            ret_ty = values[0].ty if len(values) == 1 else relax.TupleType([v.ty for v in values])
+            ret = relax.Var("stage_result", ret_ty)
+            bindings.append(relax.VarBinding(ret, values[0] if len(values) == 1 else relax.Tuple(values)))
+        body = relax.SeqExpr([relax.DataflowBlock(bindings)], ret)
+        main = relax.Function(self.params, body, ret_ty, True).with_attrs({"num_input": len(self.params),
+                                                                          "global_symbol": "main"})
+        self.bb.add_func(main, "main")
+        mod = self.bb.get()
+        for gv, fn in cpu_funcs.items():
+            mod[gv] = fn
+        return relax.transform.Normalize()(mod)
+
+
+def _stage_io(model: Any, steps: Any, s: int, k: int, first: int, end: int, produced: dict, last_use: dict
+              ) -> tuple[list[str], list[str]]:
+    """The tensor keys stage `s` of `k` (steps [first, end)) receives and sends."""
+    live = sorted(produced.items(), key=lambda kv: (kv[1], kv[0]))
+    inputs = [key for key, p in live if p < first <= last_use.get(key, -1)]
+    if s == 0:  # the first stage takes the model's inputs as the model does
+        inputs = [i.name for i in model.inputs if i.name in inputs]
+    if s < k - 1:
+        outputs = [key for key, p in live if p < end <= last_use.get(key, -1)]
+    else:
+        outputs = [o.name for o in model.output_specs()]
+    return inputs, outputs
+
+
 def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
                         cpu_cost: Callable[[Any], float] | None = None) -> list[tuple]:
     """One (StageSpec, CompiledModel) per stage of `plan` (made by `plan_steps` for this model)."""
     import tvm
-    from tvm import relax
 
-    from tvm_dpu.backend.dpu_compile import compile_subgraph
-    from tvm_dpu.pipeline.stages import StageSpec, dpu_function, record_int8_io, tensor_ty
-    from tvm_dpu.program_blob import digest_of, pack_program
+    from tvm_dpu.pipeline.stages import StageSpec, record_int8_io
     from tvm_dpu.runtime.compiled_model import CompiledModel
-    from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
-    from tvm_dpu.timing.simulate import cycles as program_cycles
     from tvm_dpu.types import InputSpec
 
     steps = model_steps(model)
@@ -278,108 +403,25 @@ def compile_step_stages(model: Any, plan: Plan, fusion: str = "optimal",
     for s, st in enumerate(plan.stages):
         arch = st.board.load()
         first, end = st.first, st.end
-        inputs = [key for key, p in sorted(produced.items(), key=lambda kv: (kv[1], kv[0]))
-                  if p < first <= last_use.get(key, -1)]
-        if s == 0:  # the first stage takes the model's inputs as the model does
-            inputs = [i.name for i in model.inputs if i.name in inputs]
-        if s < k - 1:
-            outputs = [key for key, p in sorted(produced.items(), key=lambda kv: (kv[1], kv[0]))
-                       if p < end <= last_use.get(key, -1)]
-        else:
-            outputs = [o.name for o in model.output_specs()]
-        bb = relax.BlockBuilder()
-        cpu_funcs: dict = {}
-        bindings: list = []
-        env: dict[str, Any] = {}
-        params = []
-        for key in inputs:
-            if steps.shape_of.get(key) is None:
-                raise PlanError(f"stage {s} would receive {key!r}, which is not a tensor")
-            p = relax.Var(key.replace(":", "_"), tensor_ty(steps.shape_of[key]))
-            params.append(p)
-            if key in steps.var_of:  # the stage's bindings read the original variable
-                bindings.append(relax.VarBinding(steps.var_of[key], p))
-            env[key] = steps.var_of.get(key, p)
-        runners: dict[str, Any] = {}
-        predicted_s = 0.0
-        i = first
-        while i < end:
-            step = steps.steps[i]
-            if step.graph_index is None:
-                bindings.append(step.binding)
-                env[step.defines[0]] = step.binding.var
-                predicted_s += float(cpu_cost(step.binding))
-                i += 1
-                continue
-            g = step.graph_index
-            j = i
-            while j < end and steps.steps[j].graph_index == g:
-                j += 1
-            piece = steps.steps[i:j]
-            runner = steps.runners[g]
-            graph = runner.graph
-            sub = graph.extract([op.name for p_ in piece for op in p_.unit.ops],
-                                name=f"{graph.name}:stage{s}")
-            csg, _ = compile_subgraph(sub, arch, fusion)
-            predicted_s += program_cycles(csg.code, arch) / (arch.freq_mhz * 1e6)
-            symbol = f"tvm_dpu_stage{s}_sg{g}"
-            out_shapes = [steps.shape_of[f"sg{g}:{t}"] for t in sub.outputs]
-            in_keys = [steps.tensor_key(g, t) for t in sub.inputs]
-            blob = pack_program(symbol, csg, out_shapes)
-            gv = bb.add_func(dpu_function(symbol, blob, [steps.shape_of[key] for key in in_keys], out_shapes), symbol)
-            call = relax.Var(f"stage_sg{g}", tensor_ty(out_shapes[0]) if len(out_shapes) == 1 else
-                             relax.TupleType([tensor_ty(x) for x in out_shapes]))
-            bindings.append(relax.VarBinding(call, relax.Call(gv, [env[key] for key in in_keys])))
-            for n, t in enumerate(sub.outputs):
-                if len(sub.outputs) == 1:
-                    env[f"sg{g}:{t}"] = call
-                else:
-                    item = relax.Var(f"stage_sg{g}_{n}", tensor_ty(out_shapes[n]))
-                    bindings.append(relax.VarBinding(item, relax.TupleGetItem(call, n)))
-                    env[f"sg{g}:{t}"] = item
-            runners[symbol] = SubgraphRunner(csg, None, sub, out_shapes, digest_of(blob))
-            if piece[-1].closes_call:  # the model's own call variable, as its CPU ops read it
-                outs = [env[f"sg{g}:{t}"] for t in graph.outputs]
-                var = steps.calls[g].var
-                bindings.append(relax.VarBinding(var, outs[0] if len(outs) == 1 else relax.Tuple(outs)))
-                env[steps.key_of[var]] = var
-            i = j
-        for b in bindings:  # CPU functions of the model the stage's bindings call
-            for gv in relax.analysis.all_global_vars(b.value):
-                if gv.name_hint not in model.runners and not gv.name_hint.startswith("tvm_dpu_stage"):
-                    cpu_funcs[gv] = model.relax_module[gv]
-        if s == k - 1:
-            ret, ret_ty = steps.ret, steps.ret_ty
-        else:
-            missing = [key for key in outputs if key not in env]
-            if missing:
-                raise PlanError(f"stage {s} cannot send {missing}")
-            values = [env[key] for key in outputs]
-            ret_ty = values[0].ty if len(values) == 1 else relax.TupleType([v.ty for v in values])
-            ret = relax.Var("stage_result", ret_ty)
-            bindings.append(relax.VarBinding(ret, values[0] if len(values) == 1 else relax.Tuple(values)))
-        body = relax.SeqExpr([relax.DataflowBlock(bindings)], ret)
-        main = relax.Function(params, body, ret_ty, True).with_attrs({"num_input": len(params),
-                                                                    "global_symbol": "main"})
-        bb.add_func(main, "main")
-        mod = bb.get()
-        for gv, fn in cpu_funcs.items():
-            mod[gv] = fn
-        mod = relax.transform.Normalize()(mod)
+        inputs, outputs = _stage_io(model, steps, s, k, first, end, produced, last_use)
+        stage = _Stage(steps, s, arch, fusion)
+        stage.take_inputs(inputs)
+        stage.add_steps(first, end, cpu_cost)
+        mod = stage.module(model, outputs if s < k - 1 else None)
         ex = tvm.compile(mod, target="llvm", relax_pipeline="dpu_lowering")
         spec = StageSpec(
             index=s, board=st.board.name, arch=st.board.arch, part=st.board.part,
             ops=[x.name for x in steps.steps[first:end]], inputs=inputs, outputs=outputs,
             wire_fix_points={key: steps.fix_point_of[key] for key in outputs
                              if key in steps.fix_point_of and s < k - 1},
-            predicted_ms=predicted_s * 1e3,
+            predicted_ms=stage.predicted_s * 1e3,
             send_bytes=sum(steps.bytes_of[key] for key in outputs) if s < k - 1 else 0)
         in_specs = [model_inputs[key] if key in model_inputs and s == 0 else
                     InputSpec(key, steps.shape_of[key], "float32") for key in inputs]
         out_specs = model.output_specs() if s == k - 1 else \
             [InputSpec(key, steps.shape_of[key], "float32") for key in outputs]
-        cm = CompiledModel(executable=ex, arch=arch, runners=runners, inputs=in_specs,
-                           subgraph_ids={sym: n for n, sym in enumerate(runners)},
+        cm = CompiledModel(executable=ex, arch=arch, runners=stage.runners, inputs=in_specs,
+                           subgraph_ids={sym: n for n, sym in enumerate(stage.runners)},
                            build_info={}, relax_module=mod, outputs=out_specs)
         record_int8_io(spec, cm)
         out.append((spec, cm))

@@ -570,7 +570,7 @@ def compile_stages(model: Any, plan: Plan, fusion: str = "optimal") -> list[tupl
     from tvm import relax
 
     from tvm_dpu.backend.dpu_compile import compile_subgraph
-    from tvm_dpu.program_blob import digest_of, pack_program
+    from tvm_dpu.security.program_blob import digest_of, pack_program
     from tvm_dpu.runtime.compiled_model import CompiledModel
     from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
     from tvm_dpu.timing.simulate import cycles as program_cycles

@@ -13,7 +13,7 @@ from tvm import relax
 
 from tvm_dpu.plugins.api import (Plugin, PluginError, PluginGraph, PluginOp, PluginSubgraph, SubgraphOp, call_plugin,
                                  checked_outputs)
-from tvm_dpu.program_blob import PLUGIN_DISPATCH_FUNC, pack_plugin_program
+from tvm_dpu.security.program_blob import PLUGIN_DISPATCH_FUNC, pack_plugin_program
 
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from tvm_dpu.plugins.api import PluginError, call_plugin, checked_outputs
 from tvm_dpu.plugins.registry import get_plugin
-from tvm_dpu.program_blob import PLUGIN_DISPATCH_FUNC, unpack_plugin_program
+from tvm_dpu.security.program_blob import PLUGIN_DISPATCH_FUNC, unpack_plugin_program
 from tvm_dpu.runtime.dispatch import cached_blob
 
 _MODES = ("ref", "sim", "run")

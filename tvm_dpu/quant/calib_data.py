@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tvm_dpu.errors import DPUError, InputError
-from tvm_dpu.feeds import arrays_by_name, check_array, input_shape_check, load_npz
+from tvm_dpu.serving.feeds import arrays_by_name, check_array, input_shape_check, load_npz
 from tvm_dpu.types import InputSpec
 
 #: Random calibration batches used when the caller gives no data (with a warning: fix_points will be poor).

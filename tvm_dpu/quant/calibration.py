@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tvm_dpu.errors import QuantizationError
-from tvm_dpu.progress import progress_bar
+from tvm_dpu.util.progress import progress_bar
 from tvm_dpu.quant.fixpoint import INT8_MAX, INT8_MIN
 from tvm_dpu.quant.threads import map_threads
 from tvm_dpu.xgraph.validate import validate_graph

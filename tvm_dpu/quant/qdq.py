@@ -141,6 +141,182 @@ def _int_type(node: onnx.NodeProto, tensor: str, consts: dict[str, np.ndarray], 
     return int(out_dtype) if out_dtype else TensorProto.UINT8  # ONNX default without a zero point
 
 
+class _Stripper:
+    """The state of one `strip_qdq`: the copy being rewritten and what each DequantizeLinear became."""
+
+    def __init__(self, out: onnx.ModelProto, rounding: list[ScaleRounding] | None, floating: bool) -> None:
+        self.g = out.graph
+        self.rounding, self.floating = rounding, floating
+        self.consts = _constants(self.g)
+        self.producer = {o: n for n in self.g.node for o in n.output}
+        self.graph_outputs = {o.name for o in self.g.output}
+        self.fix_points: dict[str, int] = {}
+        self.alias: dict[str, str] = {}  # DequantizeLinear output -> the float tensor it stands for
+        self.folded: dict[str, np.ndarray] = {}  # DequantizeLinear output -> float constant
+        self.drop: set[int] = set()  # ids of nodes to remove
+        self.identities: dict[int, onnx.NodeProto] = {}  # id(DQ node) -> Identity replacing it
+
+    def record(self, name: str, fp: int, node: onnx.NodeProto) -> None:
+        old = self.fix_points.get(name)
+        if old is not None and old != fp:
+            raise QuantizationError(f"{_where(name, node)}: annotated with fix_point {fp} here and {old} elsewhere; "
+                                    f"one tensor has one scale on the DPU; {_ADVICE}")
+        self.fix_points[name] = fp
+
+    def resolve(self, name: str) -> str:
+        seen = set()
+        while name in self.alias and name not in seen:
+            seen.add(name)
+            name = self.alias[name]
+        return name
+
+    def alias_float(self, node: onnx.NodeProto, y: str, x: str) -> bool:
+        """DQ output `y` stands for float tensor `x`: the DQ goes, or becomes an Identity when `y` is a graph
+        output. True when it became an Identity."""
+        self.alias[y] = x
+        if y in self.graph_outputs:
+            self.identities[id(node)] = helper.make_node("Identity", [x], [y], name=node.name or f"{y}_identity")
+            return True
+        self.drop.add(id(node))
+        return False
+
+    def fold(self, node: onnx.NodeProto, y: str, value: np.ndarray) -> None:
+        self.folded[y] = value
+        self.drop.add(id(node))
+
+    def not_a_pair(self, xq: str, node: onnx.NodeProto) -> QuantizationError:
+        return QuantizationError(f"{_where(xq, node)}: DequantizeLinear input is neither a constant nor the output "
+                                 "of a QuantizeLinear; only QDQ pairs around float tensors can be stripped")
+
+    def dequantize_float(self, node: onnx.NodeProto) -> None:
+        """scales="float": a DQ becomes the float value it stands for (no fix_points)."""
+        xq, y = node.input[0], node.output[0]
+        q, consts = self.producer.get(xq), self.consts
+        if xq in consts:
+            return self.fold(node, y, _dequantize(node, consts[xq], consts))
+        if q is None or q.op_type != "QuantizeLinear":
+            raise self.not_a_pair(xq, node)
+        x = self.resolve(q.input[0])
+        if x in consts:  # fake-quantized float constant: its quantized value, in float
+            return self.fold(node, y, _dequantize(node, _quantize(q, consts[x], consts), consts))
+        self.alias_float(node, y, x)
+
+    def dequantize_constant(self, node: onnx.NodeProto) -> None:
+        """A DQ of an integer constant (weight / bias): folded to float, an int8 one annotated."""
+        xq, y = node.input[0], node.output[0]
+        data = self.consts[xq]
+        dtype = _int_type(node, xq, self.consts, helper.np_dtype_to_tensor_dtype(data.dtype))
+        if dtype not in _INT_TYPES:
+            raise QuantizationError(f"{_where(xq, node)}: constant of type {TensorProto.DataType.Name(dtype)}; "
+                                    f"expected int8 (or int16 / int32 for a bias); {_ADVICE}")
+        # A wider constant (an int32 bias) gets no fix_point: its scale's rounding is not reported.
+        rounding = self.rounding if dtype == TensorProto.INT8 or self.rounding is None else []
+        fp = _scale_fix_point(node, xq, self.consts, rounding)
+        self.fold(node, y, (data.astype(np.float64) * _scale_of(node, self.consts)).astype(np.float32))
+        if dtype == TensorProto.INT8:
+            self.record(y, fp, node)
+            _note_constant_error(self.rounding, xq, node, self.folded[y], fp)
+
+    def dequantize_pair(self, node: onnx.NodeProto, q: onnx.NodeProto | None) -> None:
+        """A DQ of a QuantizeLinear's output: the pair goes, the float tensor it wraps gets its fix_point."""
+        xq, y = node.input[0], node.output[0]
+        consts, rounding = self.consts, self.rounding
+        fp = _scale_fix_point(node, xq, consts, rounding)
+        if q is None or q.op_type != "QuantizeLinear":
+            raise self.not_a_pair(xq, node)
+        x = self.resolve(q.input[0])  # a chain DQ -> Q -> DQ annotates the first float tensor
+        fp_q = _scale_fix_point(q, x, consts, rounding)
+        dtype_q = _int_type(q, x, consts, None)
+        _int_type(node, xq, consts, dtype_q)
+        if fp_q != fp:
+            raise QuantizationError(f"{_where(x, q)}: QuantizeLinear scale 2**-{fp_q} and DequantizeLinear "
+                                    f"{node.name!r} scale 2**-{fp} differ; a QDQ pair must use one scale")
+        if dtype_q != TensorProto.INT8:
+            raise QuantizationError(f"{_where(x, q)}: quantized to {TensorProto.DataType.Name(dtype_q)}; the DPU "
+                                    f"runs int8 (give an int8 zero point); {_ADVICE}")
+        if x in consts:  # fake-quantized float constant: fold DQ(Q(w))
+            step = _scale_of(node, consts)
+            qv = np.clip(np.rint(np.asarray(consts[x], dtype=np.float64) / step), -128, 127)  # rounds half to even
+            self.fold(node, y, (qv * step).astype(np.float32))
+            self.record(y, fp, node)
+            _note_constant_error(rounding, y, node, self.folded[y], fp)
+            return
+        self.record(x, fp, q)
+        if self.alias_float(node, y, x):
+            self.record(y, fp, node)
+
+    def dequantize(self, node: onnx.NodeProto) -> None:
+        if self.floating:
+            return self.dequantize_float(node)
+        q = self.producer.get(node.input[0])
+        if q is not None and q.op_type == "QuantizeLinear":
+            _scale_fix_point(q, q.input[0], self.consts, self.rounding)  # a bad pair: under the float tensor's name
+        if node.input[0] in self.consts:
+            return self.dequantize_constant(node)
+        self.dequantize_pair(node, q)
+
+    def rewrite_nodes(self) -> list[onnx.NodeProto]:
+        """The graph's nodes without the dropped DQs (Identities for those that were outputs), inputs resolved."""
+        kept: list[onnx.NodeProto] = []
+        for node in self.g.node:
+            if id(node) in self.identities:
+                ident = self.identities[id(node)]
+                ident.input[0] = self.resolve(ident.input[0])
+                kept.append(ident)
+                continue
+            if id(node) in self.drop:
+                continue
+            for i, name in enumerate(node.input):
+                if name in self.alias:
+                    node.input[i] = self.resolve(name)
+            kept.append(node)
+        # QuantizeLinear nodes and scale / zero-point Constants nobody reads any more go too (reverse topological
+        # order: every consumer is seen before its producer).
+        used = {o.name for o in self.g.output}
+        final: list[onnx.NodeProto] = []
+        for node in reversed(kept):
+            if node.op_type in ("QuantizeLinear", "Constant") and not any(o in used for o in node.output):
+                continue
+            if node.op_type == "QuantizeLinear":
+                raise QuantizationError(f"{_where(node.output[0], node)}: QuantizeLinear output is used by something "
+                                        "other than a DequantizeLinear; the model computes on integers and is not a "
+                                        "QDQ model")
+            final.append(node)
+            used.update(i for i in node.input if i)
+        final.reverse()
+        return final
+
+    def prune(self, final: list[onnx.NodeProto]) -> set[str]:
+        """Replace the graph's nodes by `final`; drop the inputs, initializers and value infos nothing uses any
+        more, add the folded constants. The names still used."""
+        g, folded = self.g, self.folded
+        del g.node[:]
+        g.node.extend(final)
+        used = _used_names(final, g.output)
+        inits = [i for i in g.initializer if i.name in used and i.name not in folded]
+        gone = {i.name for i in g.initializer} - {i.name for i in inits}
+        ins = [i for i in g.input if i.name not in gone]  # old IRs list initializers among the inputs
+        del g.input[:]
+        g.input.extend(ins)
+        del g.initializer[:]
+        g.initializer.extend(inits)
+        g.initializer.extend(numpy_helper.from_array(v, name) for name, v in folded.items() if name in used)
+        vi = [v for v in g.value_info if v.name in used and v.name not in folded]
+        del g.value_info[:]
+        g.value_info.extend(vi)
+        return used
+
+    def propagated_fix_points(self, final: list[onnx.NodeProto], used: set[str]) -> dict[str, int]:
+        fix_points = self.fix_points
+        for node in final:  # in topological order: a chain of value-keeping ops passes the fix_point along
+            fp = _kept_fix_point(node, fix_points, self.consts)
+            if fp is not None:
+                for out_name in node.output[:len(node.output) if node.op_type == "Split" else 1]:
+                    fix_points.setdefault(out_name, fp)
+        inputs = {i.name for i in self.g.input}
+        return {k: v for k, v in fix_points.items() if k in used or k in inputs}
+
+
 def strip_qdq(model: onnx.ModelProto | str, scales: str = "exact",
               rounded: list[ScaleRounding] | None = None) -> tuple[onnx.ModelProto, dict[str, int]]:
     """(float model, fix_points) of a QDQ ONNX model (or a path to one); see the module docstring.
@@ -153,157 +329,16 @@ def strip_qdq(model: onnx.ModelProto | str, scales: str = "exact",
     """
     if scales not in SCALE_MODES:
         raise QuantizationError(f"scales={scales!r}: expected one of {SCALE_MODES}")
-    floating = scales == "float"
     rounding: list[ScaleRounding] | None = (rounded if rounded is not None else []) if scales == "round" else None
     src = onnx.load(model) if isinstance(model, str) else model
     out = onnx.ModelProto()
     out.CopyFrom(src)
-    g = out.graph
-    consts = _constants(g)
-    producer = {o: n for n in g.node for o in n.output}
-    graph_outputs = {o.name for o in g.output}
-
-    fix_points: dict[str, int] = {}
-    alias: dict[str, str] = {}  # DequantizeLinear output -> the float tensor it stands for
-    folded: dict[str, np.ndarray] = {}  # DequantizeLinear output -> float constant
-    drop: set[int] = set()  # ids of nodes to remove
-    identities: dict[int, onnx.NodeProto] = {}  # id(DQ node) -> Identity replacing it
-
-    def record(name: str, fp: int, node: onnx.NodeProto) -> None:
-        old = fix_points.get(name)
-        if old is not None and old != fp:
-            raise QuantizationError(f"{_where(name, node)}: annotated with fix_point {fp} here and {old} elsewhere; "
-                                    f"one tensor has one scale on the DPU; {_ADVICE}")
-        fix_points[name] = fp
-
-    def resolve(name: str) -> str:
-        seen = set()
-        while name in alias and name not in seen:
-            seen.add(name)
-            name = alias[name]
-        return name
-
-    for node in g.node:
-        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
-            continue
-        xq, y = node.input[0], node.output[0]
-        q = producer.get(xq)
-        if floating:
-            if xq in consts:
-                folded[y] = _dequantize(node, consts[xq], consts)
-                drop.add(id(node))
-                continue
-            if q is None or q.op_type != "QuantizeLinear":
-                raise QuantizationError(f"{_where(xq, node)}: DequantizeLinear input is neither a constant nor the "
-                                        "output of a QuantizeLinear; only QDQ pairs around float tensors can be "
-                                        "stripped")
-            x = resolve(q.input[0])
-            if x in consts:  # fake-quantized float constant: its quantized value, in float
-                folded[y] = _dequantize(node, _quantize(q, consts[x], consts), consts)
-                drop.add(id(node))
-                continue
-            alias[y] = x
-            if y in graph_outputs:
-                identities[id(node)] = helper.make_node("Identity", [x], [y], name=node.name or f"{y}_identity")
-            else:
-                drop.add(id(node))
-            continue
-        if q is not None and q.op_type == "QuantizeLinear":
-            _scale_fix_point(q, q.input[0], consts, rounding)  # report a bad pair under the float tensor's name first
-        if xq in consts:  # constant weight / bias
-            data = consts[xq]
-            dtype = _int_type(node, xq, consts, helper.np_dtype_to_tensor_dtype(data.dtype))
-            if dtype not in _INT_TYPES:
-                raise QuantizationError(f"{_where(xq, node)}: constant of type {TensorProto.DataType.Name(dtype)}; "
-                                        f"expected int8 (or int16 / int32 for a bias); {_ADVICE}")
-            # A wider constant (an int32 bias) gets no fix_point: its scale's rounding is not reported.
-            fp = _scale_fix_point(node, xq, consts, rounding if dtype == TensorProto.INT8 or rounding is None
-                                  else [])
-            folded[y] = (data.astype(np.float64) * _scale_of(node, consts)).astype(np.float32)
-            if dtype == TensorProto.INT8:
-                record(y, fp, node)
-                _note_constant_error(rounding, xq, node, folded[y], fp)
-            drop.add(id(node))
-            continue
-        fp = _scale_fix_point(node, xq, consts, rounding)
-        if q is None or q.op_type != "QuantizeLinear":
-            raise QuantizationError(f"{_where(xq, node)}: DequantizeLinear input is neither a constant nor the "
-                                    "output of a QuantizeLinear; only QDQ pairs around float tensors can be stripped")
-        x = resolve(q.input[0])  # a chain DQ -> Q -> DQ annotates the first float tensor
-        fp_q = _scale_fix_point(q, x, consts, rounding)
-        dtype_q = _int_type(q, x, consts, None)
-        _int_type(node, xq, consts, dtype_q)
-        if fp_q != fp:
-            raise QuantizationError(f"{_where(x, q)}: QuantizeLinear scale 2**-{fp_q} and DequantizeLinear "
-                                    f"{node.name!r} scale 2**-{fp} differ; a QDQ pair must use one scale")
-        if dtype_q != TensorProto.INT8:
-            raise QuantizationError(f"{_where(x, q)}: quantized to {TensorProto.DataType.Name(dtype_q)}; the DPU "
-                                    f"runs int8 (give an int8 zero point); {_ADVICE}")
-        if x in consts:  # fake-quantized float constant: fold DQ(Q(w))
-            w = np.asarray(consts[x], dtype=np.float64)
-            step = _scale_of(node, consts)
-            qv = np.clip(np.rint(w / step), -128, 127)  # QuantizeLinear rounds half to even
-            folded[y] = (qv * step).astype(np.float32)
-            record(y, fp, node)
-            _note_constant_error(rounding, y, node, folded[y], fp)
-            drop.add(id(node))
-            continue
-        record(x, fp, q)
-        alias[y] = x
-        if y in graph_outputs:
-            identities[id(node)] = helper.make_node("Identity", [x], [y], name=node.name or f"{y}_identity")
-            record(y, fp, node)
-        else:
-            drop.add(id(node))
-
-    kept: list[onnx.NodeProto] = []
-    for node in g.node:
-        if id(node) in identities:
-            ident = identities[id(node)]
-            ident.input[0] = resolve(ident.input[0])
-            kept.append(ident)
-            continue
-        if id(node) in drop:
-            continue
-        for i, name in enumerate(node.input):
-            if name in alias:
-                node.input[i] = resolve(name)
-        kept.append(node)
-    # QuantizeLinear nodes and scale / zero-point Constants nobody reads any more go too (reverse topological
-    # order: every consumer is seen before its producer).
-    used = {o.name for o in g.output}
-    final: list[onnx.NodeProto] = []
-    for node in reversed(kept):
-        if node.op_type in ("QuantizeLinear", "Constant") and not any(o in used for o in node.output):
-            continue
-        if node.op_type == "QuantizeLinear":
-            raise QuantizationError(f"{_where(node.output[0], node)}: QuantizeLinear output is used by something other "
-                                    "than a DequantizeLinear; the model computes on integers and is not a QDQ model")
-        final.append(node)
-        used.update(i for i in node.input if i)
-    final.reverse()
-    del g.node[:]
-    g.node.extend(final)
-
-    used = _used_names(final, g.output)
-    inits = [i for i in g.initializer if i.name in used and i.name not in folded]
-    gone = {i.name for i in g.initializer} - {i.name for i in inits}
-    ins = [i for i in g.input if i.name not in gone]  # old IRs list initializers among the inputs
-    del g.input[:]
-    g.input.extend(ins)
-    del g.initializer[:]
-    g.initializer.extend(inits)
-    g.initializer.extend(numpy_helper.from_array(v, name) for name, v in folded.items() if name in used)
-    vi = [v for v in g.value_info if v.name in used and v.name not in folded]
-    del g.value_info[:]
-    g.value_info.extend(vi)
-    for node in final:  # in topological order: a chain of value-keeping ops passes the fix_point along
-        fp = _kept_fix_point(node, fix_points, consts)
-        if fp is not None:
-            for out_name in node.output[:len(node.output) if node.op_type == "Split" else 1]:
-                fix_points.setdefault(out_name, fp)
-    fix_points = {k: v for k, v in fix_points.items() if k in used or k in {i.name for i in g.input}}
-    return out, fix_points
+    st = _Stripper(out, rounding, scales == "float")
+    for node in st.g.node:
+        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+            st.dequantize(node)
+    final = st.rewrite_nodes()
+    return out, st.propagated_fix_points(final, st.prune(final))
 
 
 def _kept_fix_point(node: onnx.NodeProto, fix_points: dict[str, int], consts: dict[str, np.ndarray]) -> int | None:

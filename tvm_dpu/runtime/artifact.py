@@ -19,22 +19,23 @@ This module reads the file; artifact_export.py writes it.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import tvm
 
-from tvm_dpu import signing
-from tvm_dpu.container import unpack
+from tvm_dpu.security import signing
+from tvm_dpu.security.container import unpack
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
-from tvm_dpu.safe_io import read_regular
+from tvm_dpu.security.program_blob import MAX_ELEMENTS, Program, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.security.safe_io import read_regular
 # the writer's export, cross_compile and SUFFIX stay importable from here
 from tvm_dpu.runtime.artifact_export import FORMAT_VERSION, MAGIC, SUFFIX, cross_compile, export  # noqa: F401
 from tvm_dpu.runtime.compiled_model import CompiledModel
@@ -42,8 +43,8 @@ from tvm_dpu.runtime.library_file import (LIBRARY_FORMAT, check_tvm_library, is_
                                          library_header, library_programs, subgraph_fields)
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
-from tvm_dpu.toolchains import host_machine
-from tvm_dpu.trust import check_library_trust, check_trust
+from tvm_dpu.util.toolchains import host_machine
+from tvm_dpu.security.trust import check_library_trust, check_trust
 from tvm_dpu.types import InputSpec, PartitionReport
 from tvm_dpu.xgraph import serialize
 
@@ -161,7 +162,7 @@ def _open(path: Path, trusted_keys: Any = None, data: bytes | None = None, trust
     """The verified container of an artifact: the signature (required, by one of `trusted_keys`, when they are
     given), checksums, then every header value. `data`: the file's bytes, already read by the caller (who checked
     them against a manifest); `path` then only names them in errors and the file is not read again. `trust`: set
-    when the caller will load the native library: the trust policy (tvm_dpu.trust) then decides first."""
+    when the caller will load the native library: the trust policy (tvm_dpu.security.trust) then decides first."""
     if data is None:
         data = read_regular(path, "artifact")
     if trust is not None:
@@ -268,11 +269,59 @@ def _check_plugins_installed(plugin_subgraphs: list[dict], path: Path) -> None:
                                 "or recompile")
 
 
+@contextlib.contextmanager
+def _header_errors(path: Path) -> Iterator[None]:
+    """A header that lacks a key or holds a value of the wrong kind, or names an unknown DPU, is one
+    ArtifactError naming the file."""
+    try:
+        yield
+    except ArtifactError:
+        raise
+    except DPUError as e:
+        raise ArtifactError(f"{path}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
+
+
+def _runners(c: Any, h: dict, found: dict, dev: Any, fp: int, path: Path) -> tuple[dict, dict]:
+    """A SubgraphRunner per subgraph the header lists, each with the library's program the header names
+    (digest and fingerprint checked), and the subgraphs' ids."""
+    runners, ids = {}, {}
+    for s in h["subgraphs"]:
+        symbol = str(s["symbol"])
+        prog = found.get(symbol)
+        if prog is None:
+            raise ArtifactError(f"{path}: subgraph {symbol} is listed in the header but its library has no "
+                                f"program for it (has {sorted(found)})")
+        if prog.digest.hex() != s["program_sha256"]:
+            raise ArtifactError(f"{path}: the DPU program of subgraph {symbol} in the library is not the one the "
+                                "header names (program_sha256 differs): the library was changed")
+        if prog.fingerprint != fp:
+            raise ArtifactError(f"{path}: subgraph {symbol} was compiled for fingerprint {prog.fingerprint:#x}, "
+                                f"the artifact says {fp:#x}")
+        key = str(s["key"])
+        graph = serialize.loads(c.section(key + ".xgraph"), f"{path}:{key}.xgraph") \
+            if c.has(key + ".xgraph") else None
+        runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest, prog.multicore)
+        if s.get("id") is not None:
+            ids[symbol] = int(s["id"])
+    return runners, ids
+
+
+def _io_specs(h: dict) -> tuple[list[InputSpec], list[InputSpec], dict[str, int]]:
+    inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]
+    outputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"]))
+               for i in h.get("outputs") or []]
+    io_fix_points = {str(i["name"]): int(i["fix_point"]) for i in [*h["inputs"], *(h.get("outputs") or [])]
+                     if "fix_point" in i}
+    return inputs, outputs, io_fix_points
+
+
 def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: Any = None, *,
          data: bytes | None = None, trust: str = "auto", **device_options: Any) -> CompiledModel:
     """Load an artifact in this process and return a runnable `CompiledModel`.
 
-    Its native library is loaded only under the trust policy (tvm_dpu.trust): signed by a trusted key (the
+    Its native library is loaded only under the trust policy (tvm_dpu.security.trust): signed by a trusted key (the
     `trusted_keys` given, else the user's trusted-keys file), or built by this user on this machine, or
     `trust="unsigned"` (the caller vouches for the file). Anything else is a SignatureError saying how to trust it.
 
@@ -296,15 +345,9 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     path = Path(path)
     c = _open(path, trusted_keys, data, trust)
     h = c.header
-    try:
+    with _header_errors(path):
         fp = int(h["arch"]["fingerprint"], 16)
         arch = arch_of(str(h["arch"]["name"]), fp, "the artifact")
-    except ArtifactError:
-        raise
-    except DPUError as e:
-        raise ArtifactError(f"{path}: {e}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
     machine, lib_bytes = _library_section(c, path)
     found = _programs_by_symbol(find_blobs(lib_bytes, f"{path}:lib.{machine}"), h, path)
     plugin_subgraphs = [plugin_summary(hd) for hd, _ in find_plugin_blobs(lib_bytes, f"{path}:lib.{machine}")]
@@ -312,40 +355,11 @@ def load(path: str | os.PathLike[str], device: Any = "emulator", trusted_keys: A
     # Programs compiled for several cores run their segments on that many emulated cores unless told otherwise.
     cores = max((p.multicore.cores for p in found.values() if p.multicore is not None), default=1)
     dev = _device_for(device, arch, fp, path, device_options, min(cores, arch.cores))
-    try:
-        runners = {}
-        ids = {}
-        for s in h["subgraphs"]:
-            symbol = str(s["symbol"])
-            prog = found.get(symbol)
-            if prog is None:
-                raise ArtifactError(f"{path}: subgraph {symbol} is listed in the header but its library has no "
-                                    f"program for it (has {sorted(found)})")
-            if prog.digest.hex() != s["program_sha256"]:
-                raise ArtifactError(f"{path}: the DPU program of subgraph {symbol} in the library is not the one the "
-                                    "header names (program_sha256 differs): the library was changed")
-            if prog.fingerprint != fp:
-                raise ArtifactError(f"{path}: subgraph {symbol} was compiled for fingerprint {prog.fingerprint:#x}, "
-                                    f"the artifact says {fp:#x}")
-            key = str(s["key"])
-            graph = serialize.loads(c.section(key + ".xgraph"), f"{path}:{key}.xgraph") \
-                if c.has(key + ".xgraph") else None
-            runners[symbol] = SubgraphRunner(prog.sg, dev, graph, prog.output_shapes, prog.digest, prog.multicore)
-            if s.get("id") is not None:
-                ids[symbol] = int(s["id"])
-        inputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"])) for i in h["inputs"]]
-        outputs = [InputSpec(str(i["name"]), tuple(int(x) for x in i["shape"]), str(i["dtype"]))
-                   for i in h.get("outputs") or []]
-        io_fix_points = {str(i["name"]): int(i["fix_point"]) for i in [*h["inputs"], *(h.get("outputs") or [])]
-                         if "fix_point" in i}
+    with _header_errors(path):
+        runners, ids = _runners(c, h, found, dev, fp, path)
+        inputs, outputs, io_fix_points = _io_specs(h)
         source_graph = h.get("graph")
-        report = None
-        if h.get("partition") is not None:
-            report = PartitionReport.from_json(h["partition"])
-    except ArtifactError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ArtifactError(f"{path}: malformed artifact header: {type(e).__name__}: {e}") from None
+        report = PartitionReport.from_json(h["partition"]) if h.get("partition") is not None else None
     lib = _load_library(lib_bytes, f"{path}: library section")
     return CompiledModel(executable=lib, arch=arch, runners=runners, inputs=inputs, partition_report=report,
                          subgraph_ids=ids, build_info=dict(h.get("build") or {}), outputs=outputs,

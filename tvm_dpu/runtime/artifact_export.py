@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import tvm
 from tvm import relax
 
-from tvm_dpu import signing
-from tvm_dpu.container import pack
-from tvm_dpu.container import write as write_container
+from tvm_dpu.security import signing
+from tvm_dpu.security.container import pack
+from tvm_dpu.security.container import write as write_container
 from tvm_dpu.errors import ArtifactError, DPUError
-from tvm_dpu.program_blob import find_plugin_blobs, plugin_summary
-from tvm_dpu.toolchains import CROSS_TARGETS, ELF_MACHINES, elf_machine, host_machine
-from tvm_dpu.trust import record_build
+from tvm_dpu.security.program_blob import find_plugin_blobs, plugin_summary
+from tvm_dpu.util.toolchains import CROSS_TARGETS, ELF_MACHINES, elf_machine, host_machine
+from tvm_dpu.security.trust import record_build
 from tvm_dpu.xgraph import serialize
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def export(model: CompiledModel, path: str | os.PathLike[str], cross: str | None
     (the Zynq UltraScale+ boards) beside the build machine's, with the cross toolchain aarch64-linux-gnu-gcc
     (ArtifactError if absent). `verify_data=False` leaves out the quantized XGraphs that only golden-reference
     verification needs (they hold a second copy of the weights: about half the file). `sign` (an Ed25519 private
-    key file) appends a signature over every byte (tvm_dpu.signing)."""
+    key file) appends a signature over every byte (tvm_dpu.security.signing)."""
     path = Path(path)
     sections: dict[str, bytes] = {}
     cpu_libs = {}

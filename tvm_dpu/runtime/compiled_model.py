@@ -13,7 +13,7 @@ from tvm import relax
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.errors import DPUError, RunError
-from tvm_dpu.feeds import arrays_by_name, check_array
+from tvm_dpu.serving.feeds import arrays_by_name, check_array
 from tvm_dpu.runtime.dispatch import use_device
 from tvm_dpu.runtime.subgraph_runner import SubgraphRunner, VerifyResult
 from tvm_dpu.types import InputSpec

@@ -12,8 +12,8 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.isa import decode_program
-from tvm_dpu.program_blob import Multicore
+from tvm_dpu.codegen.isa import DEFAULT_ISA, decode_program
+from tvm_dpu.security.program_blob import Multicore
 from tvm_dpu.runtime.emulator import Emulator
 from tvm_dpu.timing.depcheck import DepReport, check
 from tvm_dpu.types import CompiledSubgraph
@@ -22,12 +22,14 @@ from tvm_dpu.types import CompiledSubgraph
 def check_code(code: np.ndarray, arch: Arch | str | int, regions: Mapping[int, np.ndarray],
                races: bool = True) -> DepReport:
     """Check machine code `code` for `arch`; `regions` ({reg_id: uint8 array}, modified) are the DDR it runs on
-    when `races` asks for the emulator's access sets."""
+    when `races` asks for the emulator's access sets (recorded by the DPUCZDX8G emulator only: another family's
+    program gets its tokens checked, races not)."""
     a = load_arch(arch)
     code = np.asarray(code, dtype=np.uint32)
-    instrs = decode_program(code)
-    if not races:
-        return check(instrs)
+    isa = a.instruction_set
+    instrs = decode_program(code, isa)
+    if not races or isa != DEFAULT_ISA:
+        return check(instrs, isa=isa)
     accesses = Emulator(a).record_accesses(code, dict(regions))
     # The emulator stops at the first END: instructions after it never run on hardware either.
     return check(instrs[:len(accesses)], accesses, bank_depth=a.bank_depth)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tvm_dpu.errors import ArtifactError
-from tvm_dpu.program_blob import Program, program_summary
+from tvm_dpu.security.program_blob import Program, program_summary
 from tvm_dpu.runtime.artifact import programs
 from tvm_dpu.runtime.library_file import library_programs
 

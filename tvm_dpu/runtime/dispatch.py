@@ -24,9 +24,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tvm_dpu.container import FIXED_SIZE
+from tvm_dpu.security.container import FIXED_SIZE
 from tvm_dpu.errors import DPUError
-from tvm_dpu.program_blob import DISPATCH_FUNC, Program, digest_of, unpack_program
+from tvm_dpu.security.program_blob import DISPATCH_FUNC, Program, digest_of, unpack_program
 from tvm_dpu.runtime.subgraph_runner import execute_float
 
 #: Parsed programs kept (each is small: its code and parameters are views of the calling module's memory).

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -32,18 +31,6 @@ ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6 = _ACT["none"], _ACT["relu"], _ACT["lea
 #: The act_type codes the CONV and ALU engines compute (6.4: prelu, hard_sigmoid, hard_swish need parameters DPUV2
 #: does not encode).
 ENGINE_ACTS = frozenset({ACT_NONE, ACT_RELU, ACT_LEAKY, ACT_RELU6})
-
-
-def fetch_window(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nbytes: int,
-                 stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
-                 used: np.ndarray | None = None) -> np.ndarray:
-    """Gather the (height, width, nbytes) int8 input window with the row-fetch rule (3.3), as a fresh array.
-    `used` (`window_use`) says which of its bank rows the result depends on (see `_window_gather_keys`)."""
-    nrow = -(-nbytes // emu.banks.width)
-    x = _window_gather_keys(emu, ctx, bank_id=bank_id, height=height, width=width, nrow=nrow, stride_h=stride_h,
-                            offset_in=offset_in, endl=endl, jump=jump, bases=bases, used=used)[0]()
-    x = x.reshape(height, width, nrow * emu.banks.width)
-    return (x if nrow * emu.banks.width == nbytes else x[..., :nbytes]).view(np.int8)
 
 
 def activate(v: np.ndarray, shift: int, act: int) -> np.ndarray:
@@ -129,7 +116,7 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     # thread), so the im2col view below is made once, not per run.
     xbuf = emu_gemm.aligned_empty((real_h, src_w, cg, banks.width), np.uint8)
     pads = pad_slices(real_h, src_w, kh, kw, f["pad_top"], f["pad_left"], f["pad_bottom"], f["pad_right"])
-    gather_x, window_keys = _window_gather_keys(
+    gather_x, window_keys = window_gather(
         emu, ctx, bank_id=bank_in, height=real_h, width=src_w, nrow=cg, stride_h=sh, offset_in=g["stride_offset_in"],
         endl=g["jump_read_endl"], jump=g["jump_read"],
         bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
@@ -280,12 +267,12 @@ class ConvBatch:
         wkeys = np.stack([c.wkeys for c in run], axis=1).reshape(ocp, -1)
         self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
         self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
-        self.wsnap: np.ndarray | None = None  # the bank bytes `wt` was made from, as words
+        self.wsnap: bytes | None = None  # the bank bytes `wt` was made from
         # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest (left untouched, so
         # never paged in, when the int8 kernel runs the GEMM).
         self.wt = np.zeros((K, n * ocp), np.float32)
         self.read_bias = banks.row_reader(np.stack([c.bias_keys for c in run]), ocp)
-        self.bsnap: np.ndarray | None = None  # the biases `c` was made from
+        self.bsnap: bytes | None = None  # the biases `c` was made from
         self.c = np.zeros(0)
         max_v = 2 * K * (1 << INT8_PRODUCT_BITS) - INT8_MIN * (1 << self.sb)  # |2*ACC + B*2**sb|
         self.float_path = self.act in CLAMPS and float_shift_round_exact(max_v, N)
@@ -296,7 +283,6 @@ class ConvBatch:
         # the blocks when the step is shared between threads, and the one block it is otherwise (thread_count is
         # decided run by run; cutting a GEMM costs a single thread ~25% more)
         self.parts = _split(first.vpp, first.out_keys.shape[0] // first.vpp, n * ocp, K, ocp)
-        self.parts_alone = [(slice(0, first.vpp), None)]
         self.write = _batch_writer(run)
         if first.int8:
             self._init_int8(n * ocp)
@@ -318,10 +304,12 @@ class ConvBatch:
     def weights(self) -> np.ndarray:
         """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
         raw = self.read_w()
-        words = _as_words(raw)
-        if self.wsnap is not None and np.array_equal(words, self.wsnap):
+        # Comparing the bytes (one copy, one memcmp) costs a few microseconds less per CONV than np.array_equal,
+        # which vai_c's programs (a thousand small CONVs, weights reloaded each run) feel.
+        snap = raw.tobytes()
+        if snap == self.wsnap:
             return self.wt
-        self.wsnap = words.copy()
+        self.wsnap = snap
         self.bsnap = None  # the int8 kernel's offsets depend on the weights too
         first = self.run[0]
         w = raw.view(np.int8).reshape(self.wshape)[..., :first.cuse].transpose(2, 3, 1, 0)  # (taps, cuse, n, OCP)
@@ -339,8 +327,9 @@ class ConvBatch:
         """c = (B*2**sb + 2**(N-1)) * 2**-N per output column (float64), remade when the biases change. Each is an
         integer below 2**53 times a power of two: exact."""
         b = self.bias()
-        if self.bsnap is None or not np.array_equal(b, self.bsnap):
-            self.bsnap = b.copy()
+        snap = b.tobytes()
+        if snap != self.bsnap:
+            self.bsnap = snap
             if self.run[0].int8:
                 self.off[...] = emu_gemm.offsets(self.wsum, b, self.sb, self.N)
                 return self.off
@@ -367,7 +356,13 @@ class ConvBatch:
         length = first.out_keys.shape[0] // first.vpp
         out = self.emu.scratch("conv_out", (first.vpp * length, wt.shape[1]), np.int8)
         c = self.offsets()
-        parts = self.parts if len(self.parts) > 1 and thread_count() > 1 else self.parts_alone
+        if len(self.parts) == 1 or thread_count() == 1:
+            # On this thread, whose BLAS threads `Emulator.run` has set: no job list, no thread hand-over.
+            self._requant(first.im2col(0, first.vpp), wt, c, out, self.emu.scratch("conv_y0", out.shape, np.float64),
+                          self.emu.scratch("conv_part0", out.shape, np.float32))
+            self.write(out.view(np.uint8))
+            return
+        parts = self.parts
         a = None if parts[0][1] is None else first.im2col(0, first.vpp)  # column parts share all rows
         jobs = []
         for i, (vrows, cols) in enumerate(parts):
@@ -387,22 +382,25 @@ class ConvBatch:
         `a` is the block's GEMM input rows or the function making them; y and part are float64 / float32 work
         arrays of out's shape."""
         with blas_threads():
-            if callable(a):
-                a = a()
-            k = a.shape[1]
-            if self.float32_requant:
-                np.matmul(a, wt, out=part)
-                np.add(part, c, out=part)
-                y = part
-            elif k <= GEMM_CHUNK:
-                np.matmul(a, wt, out=part)
-                np.add(part, c, out=y)
-            else:
-                y[...] = c
-                for s in range(0, k, GEMM_CHUNK):
-                    np.matmul(a[:, s:s + GEMM_CHUNK], wt[s:s + GEMM_CHUNK], out=part)
-                    y += part
-            floor_clamp_int8(y, *CLAMPS[self.act], out)
+            self._requant(a() if callable(a) else a, wt, c, out, y, part)
+
+    def _requant(self, a: np.ndarray, wt: np.ndarray, c: np.ndarray, out: np.ndarray, y: np.ndarray,
+                 part: np.ndarray) -> None:
+        """`_gemm_requant` on the GEMM input rows `a`, with BLAS as the calling thread has it."""
+        k = a.shape[1]
+        if self.float32_requant:
+            np.matmul(a, wt, out=part)
+            np.add(part, c, out=part)
+            y = part
+        elif k <= GEMM_CHUNK:
+            np.matmul(a, wt, out=part)
+            np.add(part, c, out=y)
+        else:
+            y[...] = c
+            for s in range(0, k, GEMM_CHUNK):
+                np.matmul(a[:, s:s + GEMM_CHUNK], wt[s:s + GEMM_CHUNK], out=part)
+                y += part
+        floor_clamp_int8(y, *CLAMPS[self.act], out)
 
 
 def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice, slice | None]]:
@@ -422,15 +420,6 @@ def _split(vpp: int, length: int, n: int, k: int, ocp: int) -> list[tuple[slice,
     parts = min(parts, groups)
     cuts = [groups * i // parts * ocp for i in range(parts + 1)]
     return [(slice(0, vpp), slice(a, b)) for a, b in zip(cuts, cuts[1:])]
-
-
-def _as_words(raw: np.ndarray) -> np.ndarray:
-    """The (rows, bytes) uint8 array `raw` as the widest unsigned words its rows split into (fewer elements to
-    compare)."""
-    item = math.gcd(raw.shape[-1], 8)
-    if raw.strides[-1] != 1 or item == 1:
-        return raw
-    return raw.view(np.dtype(f"u{item}"))
 
 
 def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
@@ -453,7 +442,7 @@ def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
     return write_each
 
 
-def _window_gather_keys(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
+def window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
                         stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
                         used: np.ndarray | None = None) -> tuple[Callable[..., np.ndarray], np.ndarray]:
     """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a

@@ -71,8 +71,21 @@ def _read_items(rid: int, addr: int, n: int, ch: int, jr: int,
 
 def _items(reg: np.ndarray, addr: int, n: int, width: int, pitch: int, writeable: bool) -> np.ndarray:
     """(n, width) view of DDR bytes addr + i * pitch + j (range already checked; the region may be strided)."""
-    step = reg.strides[0]
-    return as_strided(reg[addr:], shape=(n, width), strides=(pitch * step, step), writeable=writeable)
+    return _ddr_view(reg, addr, (n, width), (pitch, 1), writeable)
+
+
+def _ddr_view(reg: np.ndarray, addr: int, shape: tuple[int, ...], steps: tuple[int, ...],
+              writeable: bool) -> np.ndarray:
+    """The view of DDR region `reg` whose item [i, j, ...] is byte addr + i * steps[0] + j * steps[1] + ... (range
+    already checked). A contiguous region is viewed through its buffer, which numpy bounds-checks and which costs
+    a microsecond against as_strided's several (a thousand transfers per run of vai_c's MobileNetV2)."""
+    if reg.flags.c_contiguous and reg.flags.writeable:
+        view = np.ndarray(shape, np.uint8, buffer=reg, offset=addr, strides=steps)
+        if not writeable:
+            view.flags.writeable = False
+        return view
+    st = reg.strides[0]
+    return as_strided(reg[addr:], shape=shape, strides=tuple(k * st for k in steps), writeable=writeable)
 
 
 def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
@@ -253,9 +266,7 @@ def _merged(run: list[Transfer], delta: int) -> "Step | None":
     banks = first.banks
 
     def ddr(regions: Mapping[int, np.ndarray], writeable: bool) -> np.ndarray:
-        reg = regions[rid]
-        st = reg.strides[0]
-        return as_strided(reg[a0:], (m, n, ch), (delta * st, pitch * st, st), writeable=writeable)
+        return _ddr_view(regions[rid], a0, (m, n, ch), (delta, pitch, 1), writeable)
     if not first.save:
         write = banks.row_writer(keys, ch)
         return lambda regions: write(ddr(regions, False))

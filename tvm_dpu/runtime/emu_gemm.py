@@ -144,6 +144,68 @@ def _tir():
     return dpu_conv_gemm
 
 
+@functools.lru_cache(maxsize=1)
+def dw_kernel() -> "Callable | None":
+    """The depthwise kernel (`_dw_tir`), built beside the GEMM kernel when that one is `available()`."""
+    import tvm
+    from tvm.target import codegen
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    try:
+        return tvm.compile(_dw_tir(), target=target)["dpu_dwconv"]
+    except Exception as e:  # noqa: BLE001 - as for _kernel: numpy's depthwise path is exact too
+        warnings.warn(f"tvm-dpu emulator: depthwise kernel did not build ({type(e).__name__}); the ALU uses numpy",
+                      RuntimeWarning)
+        return None
+
+
+def _dw_tir():
+    """Depthwise conv of an ALU (isa1-semantics.md 9.2) on one gathered, padded window: for each output row v,
+    A[l, c] = sum_{i, j, k} X[v*sh + i, l*sw + j, k, c] * W[i, j, k, c] in int32 (the caller checks it cannot
+    wrap), then Y[v, l, c] = clamp((A * mul + off[c]) >> shift, lo, hi) in int64. Channels in vectors of COLS (C
+    is a multiple of it)."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def dpu_dwconv(x: T.handle, w: T.handle, o: T.handle, a: T.handle, y: T.handle, sh: T.int32, sw: T.int32,
+                   mul: T.int32, shift: T.int32, lo: T.int32, hi: T.int32):
+        T.func_attr({"global_symbol": "dpu_dwconv", "tirx.noalias": True})
+        h = T.int32()
+        wd = T.int32()
+        d = T.int32()
+        cc = T.int32()
+        kh = T.int32()
+        kw = T.int32()
+        vpp = T.int32()
+        length = T.int32()
+        X = T.match_buffer(x, (h, wd, d, cc), "int8")
+        W = T.match_buffer(w, (kh, kw, d, cc), "int32")
+        Off = T.match_buffer(o, (cc,), "int64")
+        A = T.match_buffer(a, (length, cc), "int32")
+        Y = T.match_buffer(y, (vpp, length, cc), "int8")
+        for v in range(vpp):
+            for l0 in range(length):
+                for c0 in range(cc // 16):
+                    for c1 in T.vectorized(16):
+                        A[l0, c0 * 16 + c1] = 0
+            for i in range(kh):
+                for j in range(kw):
+                    for k in range(d):
+                        for l0 in range(length):
+                            for c0 in range(cc // 16):
+                                for c1 in T.vectorized(16):
+                                    A[l0, c0 * 16 + c1] = A[l0, c0 * 16 + c1] + T.Cast(
+                                        "int32", X[v * sh + i, l0 * sw + j, k, c0 * 16 + c1]) * W[i, j, k, c0 * 16 + c1]
+            for l0 in range(length):
+                for c0 in range(cc // 16):
+                    for c1 in T.vectorized(16):
+                        Y[v, l0, c0 * 16 + c1] = T.Cast("int8", T.max(T.min(T.shift_right(
+                            T.Cast("int64", A[l0, c0 * 16 + c1]) * T.Cast("int64", mul) + Off[c0 * 16 + c1],
+                            T.Cast("int64", shift)), T.Cast("int64", hi)), T.Cast("int64", lo)))
+
+    return dpu_dwconv
+
+
 def padded(k: int, n: int) -> tuple[int, int]:
     """(K, N) rounded up to the kernel's KSTEP and COLS."""
     return -(-k // KSTEP) * KSTEP, -(-n // COLS) * COLS

@@ -18,7 +18,7 @@ import math
 import hashlib
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -79,6 +79,7 @@ class Program:
     #: What `run` executes: each step that does something, with the number of instructions it performs (a
     #: batched or merged step stands for the `_skip` steps after it).
     plan: list[tuple[Step, int]] = field(default_factory=list)
+    _complete: EmuStats | None = None  # the statistics of a complete run, once counted
 
     def __post_init__(self) -> None:
         for step in self.steps:
@@ -89,6 +90,15 @@ class Program:
 
     def stats(self, executed: int) -> EmuStats:
         """Statistics of the first `executed` steps (all of them after a complete run)."""
+        if executed == len(self.steps):
+            # A complete run (the usual case) counts what every complete run counts: summed once (13k
+            # instructions take ~7 ms to count), copied per run.
+            if self._complete is None:
+                self._complete = self._count(executed)
+            return replace(self._complete, counts=Counter(self._complete.counts))
+        return self._count(executed)
+
+    def _count(self, executed: int) -> EmuStats:
         st = EmuStats(counts=Counter(self.names[:executed]))
         for lb, sb, macs in self.static[:executed]:
             st.load_bytes += lb
@@ -332,7 +342,15 @@ class Emulator:
                 else:
                     interpreted(regions)
             return step
-        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew}
+        aluinit: list[Instr | None] = [None]  # the program's last ALUINIT so far
+
+        def plan_alu(emu: Emulator, ctx: Ctx) -> Step:
+            # An ALU before the program's first ALUINIT reads the state the program starts in: interpreted.
+            if aluinit[0] is None:
+                return _interpreted_step(emu, emu_alu.alu, ctx)
+            return emu_alu.plan_alu(emu, ctx, aluinit[0])
+        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew,
+                    "ALU": plan_alu}
         steps: list[Step] = []
         names: list[str] = []
         static: list[tuple[int, int, int]] = []
@@ -353,6 +371,8 @@ class Emulator:
                             convinit = ins
                         elif ins.name == "ELEWINIT":
                             fifo.append(ins)
+                        elif ins.name == "ALUINIT":
+                            aluinit[0] = ins
                         step = _interpreted_step(self, runners[ins.name], ctx)
                 except EmulatorError as e:
                     steps.append(_raise_step(e))
@@ -370,7 +390,9 @@ class Emulator:
         finally:
             self.stats = saved_stats
             self.banks.trace = None
-        return Program(_batch_conv_runs(emu_ddr.merge_transfers(steps, _skip)), names, _init_key(self.convinit), uses_initial[0], static, skipped)
+        # CONVs first: grouping them looks at the bank rows of the LOADs between them, which merging drops.
+        return Program(emu_ddr.merge_transfers(_batch_conv_runs(steps, names), _skip), names, _init_key(self.convinit),
+                       uses_initial[0], static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
@@ -433,40 +455,76 @@ def _skip(regions: Mapping[int, np.ndarray]) -> None:
     """A CONV computed by the batched step of its run (it still counts as executed)."""
 
 
-def _batch_conv_runs(steps: list[Step]) -> list[Step]:
-    """`steps` with each run of adjacent CONVs that read the same window (a conv layer's output-channel groups)
-    replaced by one step computing them all (emu_conv.batch_conv_run) followed by no-op steps, when
-    emu_conv.can_batch finds nothing in the run that one CONV writes and another reads. The results, the
-    statistics and the instruction an error names stay those of executing the CONVs one by one."""
+def _batch_conv_runs(steps: list[Step], names: list[str]) -> list[Step]:
+    """`steps` with each group of CONVs that read the same window (a conv layer's output-channel groups) replaced
+    by one step computing them all (emu_conv.batch_conv_run) at the place of the group's last CONV, the others
+    becoming no-op steps. A group's CONVs are adjacent or separated only by instructions that running the earlier
+    CONVs later cannot change (see `_conv_group`: vai_c loads each output group's weights right before its CONV and
+    interleaves ALUs of another layer); and emu_conv.can_batch finds nothing one CONV of the group writes and
+    another reads. The results, the statistics and the instruction an error names stay those of executing
+    the CONVs one by one."""
     out = list(steps)
     i = 0
     while i < len(out):
-        first = out[i]
-        if not isinstance(first, emu_conv.ConvStep):
+        if not isinstance(out[i], emu_conv.ConvStep):
             i += 1
             continue
-        j = i + 1
-        while j < len(out) and isinstance(out[j], emu_conv.ConvStep) and out[j].window_id == first.window_id \
-                and out[j].init_id == first.init_id:
-            j += 1
-        run = out[i:j]
+        members = _conv_group(out, names, i)
+        run = [out[k] for k in members]
         if len(run) > 1 and emu_conv.can_batch(run):
-            out[i:j] = [emu_conv.batch_conv_run(run)] + [_skip] * (len(run) - 1)
+            for k in members[:-1]:
+                out[k] = _skip
+            out[members[-1]] = emu_conv.batch_conv_run(run)
         else:
-            out[i:j] = [emu_conv.batch_conv_run([c]) for c in run]
-        i = j
-    for step in steps:  # the bank keys were only needed for the hazard check
+            out[i] = emu_conv.batch_conv_run(run[:1])
+        i += 1
+    for step in steps:  # the bank keys were only needed for the hazard checks
         if isinstance(step, emu_conv.ConvStep):
             step.reads = step.param_reads = step.writes = _NO_KEYS
     return out
+
+
+def _conv_group(steps: list[Step], names: list[str], i: int) -> list[int]:
+    """Indices of the CONVs from steps[i] on that may run together at the place of the last (`_batch_conv_runs`):
+    same window and CONVINIT, with only these between them: plain LOADs writing no bank row the CONVs before them
+    read or write, plain SAVEs reading no row those CONVs write, planned ALUs doing neither, and INITs (a planned
+    CONV carries its CONVINIT; ALUINIT and ELEWINIT touch no bank)."""
+    first = steps[i]
+    members = [i]
+    touched = np.sort(np.concatenate([first.reads, first.param_reads, first.writes]))
+    written = np.sort(first.writes)
+    for j in range(i + 1, len(steps)):
+        step = steps[j]
+        if isinstance(step, emu_conv.ConvStep):
+            if step.window_id != first.window_id or step.init_id != first.init_id:
+                break
+            members.append(j)
+            touched = np.sort(np.concatenate([touched, step.param_reads, step.writes]))
+            written = np.sort(np.concatenate([written, step.writes]))
+        elif isinstance(step, emu_ddr.Transfer):
+            if _hits(written if step.save else touched, step.keys):  # a plain SAVE reads its rows, a LOAD writes
+                break
+        elif isinstance(step, emu_alu.AluStep):
+            if _hits(touched, step.writes) or _hits(written, step.reads):
+                break
+        elif names[j] not in ("CONVINIT", "ALUINIT", "ELEWINIT"):
+            break
+    return members
+
+
+def _hits(sorted_keys: np.ndarray, keys: np.ndarray) -> bool:
+    """Whether any of `keys` is in the sorted array `sorted_keys`."""
+    keys = keys.reshape(-1)
+    at = np.searchsorted(sorted_keys, keys)
+    return bool(np.any(sorted_keys[np.minimum(at, sorted_keys.size - 1)] == keys)) if sorted_keys.size else False
 
 
 _NO_KEYS = np.zeros(0, np.int64)
 
 
 def _interpreted_step(emu: Emulator, handler: Callable[[Emulator, Ctx], None], ctx: Ctx) -> Step:
-    """An instruction interpreted when it runs: INIT/END (state changes), ISA0-only (errors), and ALU / ELEW,
-    which are rare and read INIT state bound at run time (ALUINIT, the ELEWINIT FIFO)."""
+    """An instruction interpreted when it runs: INIT/END (state changes), ISA0-only (errors), and an ALU or ELEW
+    whose INIT state (ALUINIT, the ELEWINIT FIFO) is the one the program starts in."""
     return lambda regions: handler(emu, ctx)
 
 

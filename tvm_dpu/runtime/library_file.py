@@ -9,10 +9,9 @@ tools print is put together from the programs (arch, per subgraph its symbol, te
 instruction counts); what only a .tvmdpu artifact records (the partition report, model output names, the
 verification XGraphs) is absent.
 
-Running it loads native code, so the trust policy applies (tvm_dpu.trust): a library runs only when it carries a
-valid signature by a trusted key (the trailer `tvm_dpu.signing.sign` appends; ELF loaders ignore
-trailing bytes) or the caller
-vouches for it (`trust="unsigned"`, `tvm-dpu run --allow-unsigned`). "Built by this user" does not apply: TVM's
+Running it loads native code, so the trust policy applies (tvm_dpu.security.trust): a library runs only when it
+carries a valid signature by a trusted key (the trailer `tvm_dpu.security.signing.sign` appends; ELF loaders ignore
+trailing bytes) or the caller vouches for it (`trust="unsigned"`, `tvm-dpu run --allow-unsigned`). "Built by this user" does not apply: TVM's
 export_library, not tvm-dpu, wrote the file. The bytes that were checked are the bytes loaded.
 """
 from __future__ import annotations
@@ -22,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tvm_dpu.errors import ArtifactError
-from tvm_dpu.program_blob import Program, binding_json, find_blobs, find_plugin_blobs, plugin_summary
-from tvm_dpu.safe_io import read_regular
-from tvm_dpu.toolchains import ELF_MACHINES, elf_machine
+from tvm_dpu.security.program_blob import Program, binding_json, find_blobs, find_plugin_blobs, plugin_summary
+from tvm_dpu.security.safe_io import read_regular
+from tvm_dpu.util.toolchains import ELF_MACHINES, elf_machine
 
 ELF_MAGIC = b"\x7fELF"
 #: The "format" of the header `library_header` puts together (an artifact's header has none).

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tvm_dpu.program_blob import Multicore
+from tvm_dpu.security.program_blob import Multicore
 from tvm_dpu.types import REG_SHARED, CompiledSubgraph
 from tvm_dpu.quant.fixpoint import dpu_round, dpu_round_scaled_f32
 from tvm_dpu.xgraph.graph import Graph

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tvm_dpu.codegen.isa import Instr, decode_program, instr_spec
+from tvm_dpu.codegen.isa import DEFAULT_ISA, Instr, decode_program, instr_spec
 from tvm_dpu.timing.cost import ENGINES
 from tvm_dpu.timing.params import TimingError
 
@@ -42,9 +42,9 @@ COUNTER_DEPTH = 28
 CODEGEN_COUNTER_DEPTH = 2
 
 
-def engine_of(ins: Instr) -> int:
-    """Engine index (0 LOAD, 1 SAVE, 2 CONV, 3 MISC) of an instruction's category."""
-    return ENGINES.index(instr_spec(ins.name).category)
+def engine_of(ins: Instr, isa: str = DEFAULT_ISA) -> int:
+    """Engine index (0 LOAD, 1 SAVE, 2 CONV, 3 MISC) of an instruction's category in instruction set `isa`."""
+    return ENGINES.index(instr_spec(ins.name, isa).category)
 
 
 def initial_tokens() -> list[list[int]]:
@@ -160,10 +160,10 @@ class DepReport:
                           + (f" (and {more} more)" if more > 0 else ""))
 
 
-def _decode(code: Any) -> list[Instr]:
+def _decode(code: Any, isa: str) -> list[Instr]:
     if isinstance(code, list) and (not code or isinstance(code[0], Instr)):
         return code
-    return decode_program(np.asarray(code, dtype=np.uint32))
+    return decode_program(np.asarray(code, dtype=np.uint32), isa)
 
 
 def describe(i: int, names: Sequence[str], engine: Sequence[int]) -> str:
@@ -171,12 +171,13 @@ def describe(i: int, names: Sequence[str], engine: Sequence[int]) -> str:
 
 
 def check(code: Any, accesses: Sequence[Access] | None = None, bank_depth: int = 0,
-          counter_depth: int = COUNTER_DEPTH) -> DepReport:
+          counter_depth: int = COUNTER_DEPTH, isa: str = DEFAULT_ISA) -> DepReport:
     """Check machine code (or decoded instructions) against the protocol; with `accesses` (one per instruction,
-    from runtime.access_trace) also for races. `bank_depth` (rows per bank) only makes race reports readable."""
-    instrs = _decode(code)
+    from runtime.access_trace) also for races. `bank_depth` (rows per bank) only makes race reports readable; `isa`:
+    the instruction set of `code` (which engine each instruction belongs to)."""
+    instrs = _decode(code, isa)
     n = len(instrs)
-    engine = [engine_of(x) for x in instrs]
+    engine = [engine_of(x, isa) for x in instrs]
     names = [x.name for x in instrs]
     dpdon = [x.dpdon for x in instrs]
     dpdby = [x.dpdby for x in instrs]

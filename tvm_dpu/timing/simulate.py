@@ -291,62 +291,68 @@ def _nested(tok: list[int]) -> list[list[int]]:
     return [tok[s * 4:s * 4 + 4] for s in range(4)]
 
 
-def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
-             op_ranges: Sequence[tuple[str, int, int]] | None = None, model_ops: float | None = None) -> TimingResult:
-    """Simulate machine code `code` (uint32 words) on one core of `arch`.
+class _Engines:
+    """The four engines' state while `simulate` replays one program: queues, running instructions, tokens, DMA
+    rates and the heap of completions still to post. One `step` is one event: start what can start, advance to
+    the next event, finish what ends there, post what completes. The steps bind attributes to locals because
+    the fusion search simulates thousands of candidate programs."""
 
-    `op_ranges` [(op name, first instr, end instr)] (CompiledSubgraph.op_ranges) adds per-op timings; `model_ops`
-    (the network's real 2*MACs) makes GOPS count real work instead of the instructions' padded MACs.
-    Raises TimingError if the tokens deadlock (naming the blocked instructions) or an instruction has no formula.
-    """
-    a = load_arch(arch)
-    m = machine(a, params)
-    names, dpdon, dpdby, costs, fetch = _costs(code, m)
-    n = len(names)
-    # per instruction: its cost as plain lists, its engine, and the token counters (tok[src * 4 + dst]) it takes
-    # from (dpdon, on its own engine) and posts to (dpdby, from its own engine)
-    cyc = [c.cycles for c in costs]
-    beats = [c.beats for c in costs]
-    latency = [c.latency for c in costs]
-    engine = [c.engine for c in costs]
-    queues: list[list[int]] = [[] for _ in ENGINES]
-    for i, e in enumerate(engine):
-        queues[e].append(i)
-    qlen = [len(q) for q in queues]
-    head = [0] * 4
-    running: list[int | None] = [None] * 4
-    free_at = [0.0] * 4  # compute engines: when the running instruction ends
-    remaining = [0.0] * 4  # DMA engines: beats left
-    min_end = [0.0] * 4  # DMA engines: earliest end (issue + bank side)
-    rate = [0.0] * 4
-    tok = [v for row in initial_tokens() for v in row]
-    poster = [-1] * 16  # per counter, the instruction that posted last
-    # per engine: its next instruction lacks a token; only a post to the engine can change that
-    wants_token = [False] * 4
-    posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
-    nan = float("nan")
-    start, end, done = [nan] * n, [nan] * n, [nan] * n
-    needs = [_NEEDS[on][e] for on, e in zip(dpdon, engine)]
-    posts_to = [_POSTS[by][e] for by, e in zip(dpdby, engine)]
-    is_dma = [b > 0 for b in beats]
-    # dma_own_token "transfer_end": a LOAD/SAVE posts its own engine's token when its last beat has moved (its DDR
-    # latency then delays only the tokens to other engines); early_own marks those already posted
-    own_early = m.params.dma_own_token == "transfer_end"
-    early_own = [False] * n
-    busy = [0.0] * 4
-    capacity = m.dma_beats_per_cycle
-    t = 0.0
-    finished = 0
-    inf = math.inf
-    heappush, heappop = heapq.heappush, heapq.heappop
+    def __init__(self, costs: list[InstrCost], fetch: list[float], dpdon: list[int], dpdby: list[int],
+                 m: MachineModel) -> None:
+        n = len(costs)
+        self.n = n
+        self.fetch = fetch
+        self.cyc = [c.cycles for c in costs]
+        self.beats = [c.beats for c in costs]
+        self.latency = [c.latency for c in costs]
+        self.engine = [c.engine for c in costs]
+        self.queues: list[list[int]] = [[] for _ in ENGINES]
+        for i, e in enumerate(self.engine):
+            self.queues[e].append(i)
+        self.qlen = [len(q) for q in self.queues]
+        self.head = [0] * 4
+        self.running: list[int | None] = [None] * 4
+        self.free_at = [0.0] * 4  # compute engines: when the running instruction ends
+        self.remaining = [0.0] * 4  # DMA engines: beats left
+        self.min_end = [0.0] * 4  # DMA engines: earliest end (issue + bank side)
+        self.rate = [0.0] * 4
+        # token counters tok[src * 4 + dst]: an instruction takes from `needs` (its dpdon, on its own engine) and
+        # posts to `posts_to` (its dpdby, from its own engine)
+        self.tok = [v for row in initial_tokens() for v in row]
+        self.poster = [-1] * 16  # per counter, the instruction that posted last
+        self.wants_token = [False] * 4  # the engine's next instruction lacks a token: only a post can change that
+        self.posts: list[tuple[float, int]] = []  # heap of (time, instruction) completions to post
+        nan = float("nan")
+        self.start, self.end, self.done = [nan] * n, [nan] * n, [nan] * n
+        self.needs = [_NEEDS[on][e] for on, e in zip(dpdon, self.engine)]
+        self.posts_to = [_POSTS[by][e] for by, e in zip(dpdby, self.engine)]
+        self.is_dma = [b > 0 for b in self.beats]
+        # dma_own_token "transfer_end": a LOAD/SAVE posts its own engine's token when its last beat has moved (its
+        # DDR latency then delays only the tokens to other engines); early_own marks those already posted
+        self.own_early = m.params.dma_own_token == "transfer_end"
+        self.early_own = [False] * n
+        self.busy = [0.0] * 4
+        self.capacity = m.dma_beats_per_cycle
+        ports = float(m.params.axi_data_ports)
+        # the bank side caps each instruction's beat rate
+        self.own_cap = [min(c.beats / max(c.cycles, _EPS), ports) if c.beats > 0 else 0.0 for c in costs]
+        self.t = 0.0
+        self.finished = 0
+        # the lists each step reads, bundled: one attribute load and an unpack per event instead of one per list
+        self._for_start = (self.running, self.wants_token, self.head, self.qlen, self.queues, self.fetch, self.needs,
+                           self.tok, self.cyc, self.start, self.min_end, self.is_dma, self.remaining, self.beats,
+                           self.free_at)
+        self._for_next = (self.running, self.head, self.qlen, self.queues, self.fetch, self.is_dma, self.remaining,
+                          self.rate, self.min_end, self.free_at, self.posts)
+        self._for_complete = (self.running, self.remaining, self.rate, self.beats, self.is_dma, self.posts, self.tok,
+                              self.poster, self.wants_token, self.posts_to, self.min_end, self.free_at, self.end,
+                              self.busy, self.start, self.latency, self.done, self.engine, self.early_own)
 
-    ports = float(m.params.axi_data_ports)
-    # the bank side caps each instruction's beat rate
-    own_cap = [min(c.beats / max(c.cycles, _EPS), ports) if c.beats > 0 else 0.0 for c in costs]
-
-    def rerate() -> None:
-        # max-min fair split of the AXI capacity between the two DMA engines, each capped by its own rate (the
-        # smaller cap first; on a tie LOAD)
+    def rerate(self) -> None:
+        """Max-min fair split of the AXI capacity between the two DMA engines, each capped by its own rate (the
+        smaller cap first; on a tie LOAD)."""
+        running, remaining, rate, own_cap, capacity = self.running, self.remaining, self.rate, self.own_cap, \
+            self.capacity
         il, is_ = running[_LOAD], running[_SAVE]
         load_on = il is not None and remaining[_LOAD] > 0.0
         save_on = is_ is not None and remaining[_SAVE] > 0.0
@@ -363,10 +369,13 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
         else:
             rate[_LOAD] = rate[_SAVE] = 0.0
 
-    while finished < n:
-        # -- start every instruction that can start at t
-        started = False
+    def start_ready(self) -> None:
+        """Start every instruction that can start at t (engine idle, words fetched, tokens there)."""
+        t = self.t
         t_eps = t + _EPS
+        (running, wants_token, head, qlen, queues, fetch, needs, tok, cyc, start, min_end, is_dma, remaining, beats,
+         free_at) = self._for_start
+        started = False
         for e in range(4):
             if running[e] is not None or wants_token[e] or head[e] >= qlen[e]:
                 continue
@@ -396,9 +405,15 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                 remaining[e] = 0.0
                 free_at[e] = t + cyc[i]
         if started:
-            rerate()
-        # -- next event
-        t_next = inf
+            self.rerate()
+
+    def next_event(self, names: list[str], dpdon: list[int]) -> float:
+        """The time of the next event: an engine's instruction ending, a fetch completing or a post falling due.
+        Raises TimingError when nothing can ever happen again (a deadlock)."""
+        t = self.t
+        t_eps = t + _EPS
+        running, head, qlen, queues, fetch, is_dma, remaining, rate, min_end, free_at, posts = self._for_next
+        t_next = math.inf
         waiting = False
         for e in range(4):
             i = running[e]
@@ -412,7 +427,7 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                 continue
             waiting = True
             if is_dma[i] and remaining[e] > 0.0:
-                c = t + remaining[e] / rate[e] if rate[e] > 0 else inf
+                c = t + remaining[e] / rate[e] if rate[e] > 0 else math.inf
             else:
                 c = min_end[e] if is_dma[i] else free_at[e]
                 if c < t:
@@ -424,10 +439,19 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             if posts[0][0] < t_next:
                 t_next = posts[0][0]
         if not waiting:
-            _deadlock(t, names, queues, head, dpdon, _nested(tok))
-        if t_next == inf:
+            _deadlock(t, names, queues, head, dpdon, _nested(self.tok))
+        if t_next == math.inf:
             raise TimingError("DMA engines have no bandwidth (check ddr_bytes_per_s / axi parameters)")
-        dt = t_next - t
+        return t_next
+
+    def complete(self, t_next: float) -> None:
+        """Move on to t_next: the DMA engines' beats advance, the engines whose work is over are freed (their
+        completions post after their latency) and every completion due at t_next posts its tokens."""
+        dt = t_next - self.t
+        self.t = t = t_next
+        t_eps = t + _EPS
+        (running, remaining, rate, beats, is_dma, posts, tok, poster, wants_token, posts_to, min_end, free_at, end, busy,
+         start, latency, done, engine, early_own) = self._for_complete
         changed = False
         for e in (_LOAD, _SAVE):
             i = running[e]
@@ -436,9 +460,6 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                 if remaining[e] <= 1e-6 * max(1.0, beats[i]):
                     remaining[e] = 0.0  # beats done: its share of the AXI rate goes to the other engine
                     changed = True
-        t = t_next
-        t_eps = t + _EPS
-        # -- finish instructions whose engine work is over at t
         for e in range(4):
             i = running[e]
             if i is None:
@@ -452,20 +473,20 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
             end[i] = t
             busy[e] += t - start[i]
             running[e] = None
-            if own_early and is_dma[i]:
+            if self.own_early and is_dma[i]:
                 k = e * 5  # the own counter, e * 4 + e
                 if k in posts_to[i]:
                     tok[k] += 1
                     poster[k] = i
                     wants_token[e] = False
                     early_own[i] = True
-            heappush(posts, (t + latency[i], i))
+            heapq.heappush(posts, (t + latency[i], i))
         if changed:
-            rerate()
+            self.rerate()
         while posts and posts[0][0] <= t_eps:
-            tp, i = heappop(posts)
+            tp, i = heapq.heappop(posts)
             done[i] = tp
-            finished += 1
+            self.finished += 1
             own = engine[i] * 5 if early_own[i] else -1  # counter e * 4 + e, posted at the transfer's end
             for k in posts_to[i]:
                 if k == own:
@@ -473,25 +494,43 @@ def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
                 tok[k] += 1
                 poster[k] = i
                 wants_token[k & 3] = False
-    tokens = _nested(tok)
-    last_post = {(k // 4, k % 4): i for k, i in enumerate(poster) if i >= 0}
-    _check_balance(tokens, last_post, names, costs)
-    start, end, done = np.array(start), np.array(end), np.array(done)
-    total = float(np.nanmax(done)) if n else 0.0
+
+    def run(self, names: list[str], dpdon: list[int]) -> None:
+        start_ready, next_event, complete, n = self.start_ready, self.next_event, self.complete, self.n
+        while self.finished < n:
+            start_ready()
+            complete(next_event(names, dpdon))
+
+
+def simulate(code: Any, arch: Arch | str, params: TimingParams | None = None,
+             op_ranges: Sequence[tuple[str, int, int]] | None = None, model_ops: float | None = None) -> TimingResult:
+    """Simulate machine code `code` (uint32 words) on one core of `arch`.
+
+    `op_ranges` [(op name, first instr, end instr)] (CompiledSubgraph.op_ranges) adds per-op timings; `model_ops`
+    (the network's real 2*MACs) makes GOPS count real work instead of the instructions' padded MACs.
+    Raises TimingError if the tokens deadlock (naming the blocked instructions) or an instruction has no formula.
+    """
+    a = load_arch(arch)
+    m = machine(a, params)
+    names, dpdon, dpdby, costs, fetch = _costs(code, m)
+    eng = _Engines(costs, fetch, dpdon, dpdby, m)
+    eng.run(names, dpdon)
+    _check_balance(_nested(eng.tok), {(k // 4, k % 4): i for k, i in enumerate(eng.poster) if i >= 0}, names, costs)
+    start, end, done = np.array(eng.start), np.array(eng.end), np.array(eng.done)
+    total = float(np.nanmax(done)) if eng.n else 0.0
     result = TimingResult(arch=a.name, freq_hz=m.freq_hz, cycles=total,
-                          engine_busy={ENGINES[e]: busy[e] for e in range(4)},
+                          engine_busy={ENGINES[e]: eng.busy[e] for e in range(4)},
                           ddr_read_bytes=sum(c.ddr_read for c in costs),
                           ddr_write_bytes=sum(c.ddr_write for c in costs), macs=sum(c.macs for c in costs),
                           peak_ops_per_s=m.peak_ops_per_s, names=names,
                           engine_of=np.array([c.engine for c in costs], dtype=np.int8), start=start, end=end,
                           done=done, model_ops=model_ops,
                           ddr_bus_bytes=sum(c.beats for c in costs) * m.axi_bytes)
-    if op_ranges:
-        frontier = 0.0
-        for name, lo, hi in op_ranges:
-            ot = _op_timing(result, costs, name, lo, hi, frontier)
-            frontier = max(frontier, ot.end_cycle)
-            result.ops.append(ot)
+    frontier = 0.0
+    for name, lo, hi in op_ranges or ():
+        ot = _op_timing(result, costs, name, lo, hi, frontier)
+        frontier = max(frontier, ot.end_cycle)
+        result.ops.append(ot)
     return result
 
 

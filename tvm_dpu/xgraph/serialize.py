@@ -1,6 +1,6 @@
 """Safe, versioned binary format for an XGraph (no pickle; loading never executes anything from the file).
 
-A `tvm_dpu.container` (magic b"DPUXGRPH", version 1): the JSON header holds the graph structure and tensor
+A `tvm_dpu.security.container` (magic b"DPUXGRPH", version 1): the JSON header holds the graph structure and tensor
 metadata (name, shape, dtype, fix_point); each constant's raw little-endian C-order array is a section named by its
 tensor, with its own sha256. Equal graphs give identical bytes: tensors are written in name order and the JSON is
 canonical. Every defect (wrong magic, unknown version, truncation, trailing bytes, a flipped byte, a malformed
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tvm_dpu import container
+from tvm_dpu.security import container
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.xgraph.graph import Graph, GraphError, Op, Subgraph, Tensor
 from tvm_dpu.xgraph.validate import validate_graph
@@ -116,6 +116,6 @@ def save(graph: Graph, path: str | os.PathLike[str]) -> None:
 
 def load(path: str | os.PathLike[str]) -> Graph:
     """Read a graph written by `save`; ArtifactError on any defect."""
-    from tvm_dpu.safe_io import read_regular
+    from tvm_dpu.security.safe_io import read_regular
 
     return loads(read_regular(path, "artifact"), os.fspath(path))

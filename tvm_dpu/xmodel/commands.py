@@ -293,9 +293,19 @@ def run_report(args: Any) -> int:
 
     model = read_xmodel(args.artifact)
     header, codes = xmodel_report_header(model)
+    from ..timing.params import TimingError, machine
+
     arch = load_arch(model.dpu_subgraphs()[0].fingerprint)
+    try:
+        machine(arch)
+        untimed = None
+    except TimingError as e:  # a family with no timing model: say so once per subgraph, with nothing to add
+        untimed = str(e)
     timings = {}
     for s in header["subgraphs"]:
+        if untimed is not None:
+            timings[s["key"]] = f"{s['symbol']}: {untimed}"
+            continue
         t = subgraph_timing(np.frombuffer(codes[s["key"]], "<u4").astype(np.uint32), arch)
         if isinstance(t, str):
             t = (f"{s['symbol']}: {t} (the timing model follows the dependency tokens as tvm-dpu's own code "

@@ -36,6 +36,8 @@ _ENGINES = ("LOAD", "SAVE", "CONV", "MISC")
 LEAKY_ALPHA = 26 / 256
 #: Random int8 inputs each subgraph runs on: enough to see an output that does not depend on its input.
 INPUTS = 3
+#: What vai_c's outputs are compared with when tvm-dpu compiles for the subgraph's DPU.
+OURS = "tvm-dpu's program"
 #: Byte the data regions are filled with to find which bytes of DDR a program writes (_Layers.unwritten).
 CANARY = 0xA5
 
@@ -85,6 +87,9 @@ class SubgraphComparison:
     warnings: list[str] = field(default_factory=list)
     layers: list[LayerCheck] = field(default_factory=list)
     layers_not_compared: dict[str, str] = field(default_factory=dict)
+    #: what vai_c's outputs were compared with: tvm-dpu's program, or (a family tvm-dpu cannot compile for yet)
+    #: tvm-dpu's golden reference of the same quantized ops
+    against: str = OURS
 
     @property
     def layers_equal(self) -> bool:
@@ -115,17 +120,19 @@ class Comparison:
         lines = [f"{self.path} ({self.arch})"]
         for s in self.subgraphs:
             lines.append(f"DPU subgraph {s.name}: int8 outputs {'equal' if s.outputs_equal else 'DIFFER'} "
-                         f"({s.differing} of {s.total} elements differ over {s.inputs} random inputs)")
+                         f"({s.differing} of {s.total} elements differ over {s.inputs} random inputs)"
+                         + ("" if s.against == OURS else f": vai_c's against {s.against}"))
             lines += [f"  WARNING: {w}" for w in s.warnings]
             for c in s.layers:
                 lines.append(f"  layer {c.op}: {'equal' if c.differing == 0 else 'DIFFERS'} ({c.differing} of "
                              f"{c.total} elements differ; vai_c's map read {c.read})")
             lines += [f"  layer {op}: not compared: {why}" for op, why in s.layers_not_compared.items()]
             lines.append(f"  {'':10}{'vai_c':>14}{'tvm-dpu':>14}")
-            for e in _ENGINES:
-                lines.append(f"  {e:10}{s.vai_c.instructions.get(e, 0):>14}{s.ours.instructions.get(e, 0):>14}")
-            lines.append(f"  {'DDR read':10}{s.vai_c.ddr_read_bytes:>14}{s.ours.ddr_read_bytes:>14}")
-            lines.append(f"  {'DDR write':10}{s.vai_c.ddr_write_bytes:>14}{s.ours.ddr_write_bytes:>14}")
+            rows = [(e, s.vai_c.instructions.get(e, 0), s.ours.instructions.get(e, 0)) for e in _ENGINES]
+            rows += [("DDR read", s.vai_c.ddr_read_bytes, s.ours.ddr_read_bytes),
+                     ("DDR write", s.vai_c.ddr_write_bytes, s.ours.ddr_write_bytes)]
+            for label, theirs, ours in rows:  # no program of ours (a DPU tvm-dpu cannot compile for): n/a
+                lines.append(f"  {label:10}{theirs:>14}{ours if s.ours.programs else 'n/a':>14}")
             cyc = [f"{p.cycles:.0f}" if p.cycles is not None else "n/a" for p in (s.vai_c, s.ours)]
             lines.append(f"  {'cycles':10}{cyc[0]:>14}{cyc[1]:>14}")
             r = s.cycle_ratio
@@ -175,10 +182,10 @@ def _const_data(xm: XModel, d: DpuSubgraph, op: XOp) -> np.ndarray:
     data = op.attrs.get("data")
     if isinstance(data, bytes) and len(data) == n:
         return np.frombuffer(data, np.int8).reshape(t.shape)
-    region = d.regions.get(t.reg_id) if t.reg_id is not None else None
-    if region is None or region.data is None or t.ddr_addr is None or t.ddr_addr + n > len(region.data):
+    values = d.const_values(t)
+    if values is None:
         raise XModelError(f"{xm.source}: const op {op.name!r} has neither data nor bytes in a CONST region")
-    return np.frombuffer(region.data, np.int8, n, t.ddr_addr).reshape(t.shape)
+    return values
 
 
 class _Rebuild:
@@ -362,12 +369,10 @@ def _to_nhwc(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
 
 
-def _engines(code: np.ndarray) -> dict[str, int]:
-    from ..codegen.isa import decode_program
+def _engines(code: np.ndarray, isa: str = "DPUV2") -> dict[str, int]:
+    from ..codegen.isa import decode_program, instr_spec
 
-    from ..codegen.isa import instr_spec
-
-    c = Counter(instr_spec(ins.name).category.upper() for ins in decode_program(code))
+    c = Counter(instr_spec(ins.name, isa).category.upper() for ins in decode_program(code, isa))
     return {e: int(c.get(e, 0)) for e in _ENGINES}
 
 
@@ -389,10 +394,10 @@ class _CountingDevice:
     """The emulator, adding up what every program it runs moves over DDR."""
 
     def __init__(self, arch: Any):
-        from ..runtime.device import EmulatorDevice
+        from .runner import emulator_device
 
         self.arch = arch
-        self.inner = EmulatorDevice(arch)
+        self.inner = emulator_device(arch)
         self.read = self.written = 0
 
     def execute(self, sg: CompiledSubgraph, regions: dict[int, np.ndarray]) -> None:
@@ -534,9 +539,62 @@ def _input_warnings(outs: list[XTensor], seen: list[list[np.ndarray]]) -> list[s
     return warnings
 
 
+def reference_arch(arch: Any) -> Any:
+    """The core tvm-dpu builds a subgraph's golden reference for: `arch` itself, or, for a family tvm-dpu runs but
+    cannot compile for yet (DPUCAHX8H), the DPUCZDX8G ISA1 core of the same PP, ICP and OCP. The core only decides
+    which ops the DPU takes (its limits); the XGraph's integer semantics (xgraph.golden) are the DPU's arithmetic,
+    which AMD's simulator shares between the two families (Calc::DPURound, CONV's bias and shift, the average
+    pool's reciprocal table for square kernels, ELEW's read and write shifts)."""
+    from ..arch import load_arch
+    from ..arch.arch import require_support
+
+    try:
+        require_support(arch, "compile")
+        return arch
+    except DPUError as e:
+        why = str(e)
+    try:
+        ref = load_arch(f"DPUCZDX8G_ISA1_B{arch.ops_per_clock}")
+    except DPUError:
+        ref = None
+    if ref is None or (ref.pp, ref.icp, ref.ocp) != (arch.pp, arch.icp, arch.ocp):
+        raise XModelError(f"{why}; and no DPUCZDX8G ISA1 core has its PP {arch.pp}, ICP {arch.icp}, OCP {arch.ocp} "
+                          "to build the golden reference for")
+    return ref
+
+
+def _golden_outputs(graph: Any, ins: list[XTensor], outs: list[XTensor], q_in: list[np.ndarray]) -> list[np.ndarray]:
+    """tvm-dpu's golden reference (xgraph.golden) of the rebuilt subgraph on int8 inputs in the DPU's layout, as
+    int8 outputs in the DPU's layout."""
+    from ..xgraph.golden import run_graph
+
+    golden = run_graph(graph, {f"{t.op}__in": _to_nchw(q) for t, q in zip(ins, q_in)})
+    return [_to_nhwc(golden[name]).reshape(t.shape) for t, name in zip(outs, graph.outputs)]
+
+
+def _reference_graph(xm: XModel, d: DpuSubgraph, build: Any, outs: list[XTensor]) -> Any:
+    """The one XGraph of tvm-dpu's build of the rebuilt subgraph, its outputs' fix points checked against the
+    file's (XModelError when there is no such graph: no golden reference for the subgraph)."""
+    runners = list(build.runners.values())
+    graph = runners[0].graph if len(runners) == 1 else None
+    if graph is None or len(graph.outputs) != len(outs):
+        raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: its ops rebuilt did not compile to one DPU "
+                          f"partition with its {len(outs)} output(s), so there is no golden reference for it")
+    for t, name in zip(outs, graph.outputs):
+        if graph.tensors[name].fix_point != t.fix_point:
+            raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: output {t.name!r} has fix_point "
+                              f"{t.fix_point}, the rebuilt network's {graph.tensors[name].fix_point}")
+    return graph
+
+
+def _count_differing(outs: list[XTensor], got: list[np.ndarray], want: list[np.ndarray]) -> int:
+    return sum(int(np.sum(g.reshape(w.shape) != w)) for t, g, w in zip(outs, got, want))
+
+
 def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = INPUTS) -> SubgraphComparison:
     """Rebuild, compile and run one DPU subgraph of vai_c's against tvm-dpu's on `inputs` random int8 inputs (see
-    the module docstring)."""
+    the module docstring). For a DPU tvm-dpu cannot compile for yet, vai_c's outputs are compared with tvm-dpu's
+    golden reference of the same quantized ops (`reference_arch`), and tvm-dpu's column stays empty."""
     import tvm_dpu
 
     from ..arch.arch import arch_from_fingerprint
@@ -545,16 +603,22 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = IN
     if inputs < 1:
         raise XModelError(f"compare: {inputs} inputs: at least one is needed")
     arch = arch_from_fingerprint(d.fingerprint)
-    if arch.isa != 1:
-        raise XModelError(f"{xm.source}: DPU subgraph {d.name!r} is for {arch.dpu_name}; the emulator runs ISA1 only")
+    try:
+        arch.instruction_set  # noqa: B018 - no instruction table (DPUCZDX8G ISA0): nothing to decode or emulate
+    except DPUError as e:
+        raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: {e}") from None
+    ref = reference_arch(arch)
+    own = ref is arch
     where = f"{xm.source}: DPU subgraph {d.name!r}"
     theirs = load_xmodel(xm).programs[d.name]  # regions initialised as the xmodel runner does
     onnx_model, ins, outs, notes = rebuild_qdq(xm, d)
-    ours = tvm_dpu.build(onnx_model, arch=arch, progress=False)
+    ours = tvm_dpu.build(onnx_model, arch=ref, progress=False)
+    graph = None if own else _reference_graph(xm, d, ours, outs)
     layers = _Layers(xm, d, theirs, ours, where)
     rng = np.random.default_rng(seed)
-    dev, odev = _CountingDevice(arch), _CountingDevice(arch)
-    ours.pin(odev)
+    dev, odev = _CountingDevice(arch), _CountingDevice(ref)
+    if own:
+        ours.pin(odev)
     differing = total = 0
     seen: list[list[np.ndarray]] = []
     moved: list[tuple[int, int]] = []  # (read, written) DDR bytes of the first run: vai_c's, ours
@@ -566,27 +630,50 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = IN
         dev.execute(theirs.sg, regions)
         q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
         seen.append(q_theirs)
-        floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
-                           for t, q in zip(ins, q_in)})
+        if own:
+            floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
+                               for t, q in zip(ins, q_in)})
+            want = [_to_nhwc(np.clip(np.rint(np.asarray(f, np.float64) * 2.0 ** t.fix_point), -128, 127)
+                             .astype(np.int8)) for t, f in zip(outs, floats)]
+        else:
+            want = _golden_outputs(graph, ins, outs, q_in)
         if not moved:
             moved = [(dev.read, dev.written), (odev.read, odev.written)]
-        for t, got, want in zip(outs, floats, q_theirs):
-            q = np.clip(np.rint(np.asarray(got, np.float64) * 2.0 ** t.fix_point), -128, 127).astype(np.int8)
-            q = _to_nhwc(q).reshape(want.shape)
-            differing += int(np.sum(q != want))
-            total += int(q.size)
+        differing += _count_differing(outs, q_theirs, want)
+        total += sum(int(q.size) for q in q_theirs)
         layers.run(dev.inner, ins, q_in, regions)
     cyc, err, busy = _timing([(theirs.sg.code, None)], arch)
-    vai = ProgramStats(_engines(theirs.sg.code), *moved[0], cyc, err, engine_busy=busy)
+    vai = ProgramStats(_engines(theirs.sg.code, arch.instruction_set), *moved[0], cyc, err, engine_busy=busy)
+    if not own:
+        notes.append(f"tvm-dpu compiles no program for {arch.dpu_name} yet ({reference_missing(arch)}): vai_c's "
+                     f"outputs are compared with tvm-dpu's golden reference of the subgraph's own quantized ops, "
+                     f"built for {ref.dpu_name} (the same PP x ICP x OCP and integer arithmetic)")
+        return SubgraphComparison(d.name, differing, total, vai, ProgramStats({}, 0, 0, None, programs=0), notes,
+                                  inputs, _input_warnings(outs, seen), list(layers.checks.values()), layers.skipped,
+                                  against="tvm-dpu's golden reference")
+    return _with_ours(d, differing, total, vai, ours, arch, moved[1], notes, inputs, _input_warnings(outs, seen),
+                      layers)
+
+
+def reference_missing(arch: Any) -> str:
+    """What tvm-dpu lacks to compile for `arch`'s family (families.json `missing`)."""
+    from ..arch.arch import families
+
+    return families()[arch.family].missing or "not supported"
+
+
+def _with_ours(d: DpuSubgraph, differing: int, total: int, vai: ProgramStats, ours: Any, arch: Any,
+               moved: tuple[int, int], notes: list[str], inputs: int, warnings: list[str],
+               layers: "_Layers") -> SubgraphComparison:
     counts: Counter = Counter()
     for r in ours.runners.values():
         counts.update(_engines(r.sg.code))
     if len(ours.runners) != 1:
         notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
     cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)
-    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, *moved[1], cyc, err,
+    mine = ProgramStats({e: int(counts.get(e, 0)) for e in _ENGINES}, *moved, cyc, err,
                         programs=len(ours.runners), engine_busy=busy)
-    return SubgraphComparison(d.name, differing, total, vai, mine, notes, inputs, _input_warnings(outs, seen),
+    return SubgraphComparison(d.name, differing, total, vai, mine, notes, inputs, warnings,
                               list(layers.checks.values()), layers.skipped)
 
 
@@ -594,33 +681,24 @@ def golden_checks(xm: XModel) -> dict[str, Callable[[list[np.ndarray], list[np.n
     """For an xmodel tvm-dpu wrote (its DPU ops carry their int8 constants, fix points and attributes): per DPU
     subgraph, a check(int8 inputs, int8 outputs) -> VerifyResult of the program's outputs against tvm-dpu's golden
     reference (xgraph.golden) of the quantized network rebuilt from the file's ops (rebuild_qdq, compiled back by
-    tvm-dpu to get its quantized XGraph). The reference reads nothing of the file's machine code."""
+    tvm-dpu, for `reference_arch` of the subgraph's DPU, to get its quantized XGraph). The reference reads nothing
+    of the file's machine code."""
     import tvm_dpu
 
     from ..arch.arch import arch_from_fingerprint
     from ..runtime.subgraph_runner import VerifyResult
-    from ..xgraph.golden import run_graph
 
     out: dict[str, Callable[[list[np.ndarray], list[np.ndarray]], Any]] = {}
     for d in xm.dpu_subgraphs():
         onnx_model, ins, outs, _ = rebuild_qdq(xm, d)
-        runners = list(tvm_dpu.build(onnx_model, arch=arch_from_fingerprint(d.fingerprint), progress=False)
-                       .runners.values())
-        graph = runners[0].graph if len(runners) == 1 else None
-        if graph is None or len(graph.outputs) != len(outs):
-            raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: its ops rebuilt did not compile to one DPU "
-                              f"partition with its {len(outs)} output(s), so there is no golden reference for it")
-        for t, name in zip(outs, graph.outputs):
-            if graph.tensors[name].fix_point != t.fix_point:
-                raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: output {t.name!r} has fix_point "
-                                  f"{t.fix_point}, the rebuilt network's {graph.tensors[name].fix_point}")
+        build = tvm_dpu.build(onnx_model, arch=reference_arch(arch_from_fingerprint(d.fingerprint)), progress=False)
+        graph = _reference_graph(xm, d, build, outs)
 
         def check(q_in: list[np.ndarray], q_out: list[np.ndarray], d: DpuSubgraph = d, ins: list = ins,
                   outs: list = outs, graph: Any = graph) -> VerifyResult:
-            golden = run_graph(graph, {f"{t.op}__in": _to_nchw(q) for t, q in zip(ins, q_in)})
             bad, total, notes = 0, 0, []
-            for t, name, q in zip(outs, graph.outputs, q_out):
-                diff = int(np.sum(_to_nhwc(golden[name]).reshape(q.shape) != q))
+            for t, want, q in zip(outs, _golden_outputs(graph, ins, outs, q_in), q_out):
+                diff = int(np.sum(want.reshape(q.shape) != q))
                 bad, total = bad + diff, total + q.size
                 if diff:
                     notes.append(f"output {t.name!r}: {diff} of {q.size} elements differ")

@@ -11,10 +11,15 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import XModelError
-from ..quant.fixpoint import saturate_int8
+from ..quant.fixpoint import HSIGMOID_MUL, saturate_int8
 from ..runtime.subgraph_runner import dequantize_tensor as dequantize
 from ..runtime.subgraph_runner import quantize_tensor
 from .model import XModel, XOp
+
+#: XIR's quant_out_round_mode codes (Vitis AI's rounding_mode enum: 0 STD_ROUND, 1 DPU_ROUND, 2 PY3_ROUND).
+_ROUND_MODES = {0: "STD_ROUND", 1: "DPU_ROUND", 2: "PY3_ROUND"}
+#: The hard sigmoid's integer form saturates at 2**32 before its shift (VART cpu-runner hsigmoid_fix.cpp).
+_HSIGMOID_CLAMP = float(1 << 32)
 
 #: XIR float dtypes of `const` ops' data attribute.
 _CONST_DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "XINT8": np.int8,
@@ -145,6 +150,20 @@ def _leaky_relu(op, inputs, model):
     return np.where(x >= 0, x, np.float32(op.attrs["alpha"]) * x)
 
 
+def _hard_sigmoid_fix(op, inputs, model):
+    """XIR's hard-sigmoid-fix on int8 x (VART's cpu-runner): min(2**32, max(0, x * 2731 + 3 * 2731 *
+    2**hsigmoid_in)) / 2**shift_hsigmoid, rounded in quant_out_round_mode (the DPU's hard sigmoid, run on the host
+    where the target has none, as vai_c places it for DPUCAHX8H)."""
+    a = op.attrs
+    x = np.asarray(_one(op, inputs), np.float64)  # exact: int8 values times small integers
+    t = np.clip(x * HSIGMOID_MUL + 3 * HSIGMOID_MUL * 2.0 ** int(a["hsigmoid_in"]), 0.0, _HSIGMOID_CLAMP)
+    mode = _ROUND_MODES.get(int(a.get("quant_out_round_mode", 1)))
+    if mode is None:
+        raise XModelError(f"{model.source}: hard-sigmoid-fix op {op.name!r}: quant_out_round_mode "
+                          f"{a['quant_out_round_mode']!r} is not one of {sorted(_ROUND_MODES)}")
+    return quantize(t / 2.0 ** int(a["shift_hsigmoid"]), 0, mode)
+
+
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> "CpuOp":
     return lambda op, inputs, model: fn(np.asarray(_one(op, inputs), np.float32)).astype(np.float32)
 
@@ -160,7 +179,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "add": _elementwise(np.add), "sub": _elementwise(np.subtract), "mul": _elementwise(np.multiply),
     "div": _elementwise(np.divide), "relu": _unary(lambda x: np.maximum(x, 0)),
     "sigmoid": _unary(lambda x: 1 / (1 + np.exp(-x))), "tanh": _unary(np.tanh), "leaky-relu": _leaky_relu,
-    "strided_slice": _strided_slice,
+    "strided_slice": _strided_slice, "hard-sigmoid-fix": _hard_sigmoid_fix,
 }
 
 

@@ -10,7 +10,7 @@ import struct
 from typing import Any
 
 from ..errors import XModelError
-from ..protowire import FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, encode_varint
+from ..util.protowire import FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, encode_varint
 from .reader import Attr
 from .schema import MESSAGES, WIRE_OF_KIND, WRAPPERS, Field
 

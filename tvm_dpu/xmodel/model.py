@@ -7,10 +7,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
+
 from ..arch.arch import arch_from_fingerprint
 from ..codegen.isa import DEFAULT_ISA
-from ..errors import ArchError, XModelError
-from ..safe_io import read_regular
+from ..errors import ArchError, ISAError, XModelError
+from ..security.safe_io import read_regular
 from .reader import Attr, decode_graph
 
 #: XIR's DataType::Type numbering (xir/tensor/data_type.hpp): Tensor.data_type.
@@ -150,6 +152,68 @@ class DpuSubgraph:
     @property
     def instruction_set(self) -> str:
         return instruction_set_of(self.fingerprint)
+
+    def weight_split(self) -> tuple[int, int, int] | None:
+        """vai_c's HBM weight split (DPUCAHX8H): (W0 reg_id, W1 reg_id, OCP) as its weight LOADs name them
+        (`weight_split`), else None. A weight tensor placed in W0 holds, of every OCP output channels, the first
+        OCP/2 there and the others at the same offsets in W1 (a last half short of OCP/2 is zero-padded), as one
+        LOAD with bank_id 0x3F reads them through both DDR ports (AMD's simulator, Load<DPUV3E>::Exec)."""
+        if "_weight_split" not in self.__dict__:  # read from the code once per subgraph
+            self.__dict__["_weight_split"] = weight_split(self.attrs, self.fingerprint)
+        return self.__dict__["_weight_split"]
+
+    def split_extent(self, t: XTensor) -> int | None:
+        """Bytes a weight tensor in W0 takes in each of W0 and W1 (`weight_split`); None for any other tensor."""
+        return split_extent(self.weight_split(), t)
+
+    def const_values(self, t: XTensor) -> np.ndarray | None:
+        """The int8 values of constant tensor `t` from its CONST region(s), in its own layout (output channels
+        first, joined back from W0 and W1 for a split weight); None when the region holds no bytes for it."""
+        n = math.prod(int(x) for x in t.shape)
+        region = self.regions.get(t.reg_id) if t.reg_id is not None else None
+        if region is None or region.data is None or t.ddr_addr is None:
+            return None
+        extent = self.split_extent(t)
+        if extent is None:
+            return None if t.ddr_addr + n > len(region.data) else \
+                np.frombuffer(region.data, np.int8, n, t.ddr_addr).reshape(t.shape)
+        w0, w1, ocp = self.weight_split()  # type: ignore[misc]
+        other = self.regions.get(w1)
+        parts = [region.data, None if other is None else other.data]
+        if parts[1] is None or t.ddr_addr + extent > min(len(parts[0]), len(parts[1])):
+            return None
+        half, k = ocp // 2, n // int(t.shape[0])
+        halves = [np.frombuffer(p, np.int8, extent, t.ddr_addr).reshape(-1, half, k) for p in parts]
+        return np.concatenate(halves, axis=1).reshape(-1, k)[:int(t.shape[0])].reshape(t.shape)
+
+
+def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int] | None:
+    """(W0 reg_id, W1 reg_id, OCP) of a DPUCAHX8H subgraph (`DpuSubgraph.weight_split`), read where the hardware
+    reads it: the regions its first weight LOAD (bank_id 0x3F) names through `reg_id` and `reg_id_1`. None without
+    such a LOAD, for another instruction set, or for code or a fingerprint that does not decode. (The region maps
+    do not single the pair out: vai_c maps the biases' region to segment W0 as well.)"""
+    from ..codegen.isa import iter_program
+    from ..runtime.emu_dpuv3e import ISA, WEIGHT_LOAD_BANK
+
+    code = attrs.get("mc_code")
+    try:
+        arch = arch_from_fingerprint(fingerprint)
+        if not isinstance(code, bytes) or arch.instruction_set != ISA:
+            return None
+        for _, ins in iter_program(np.frombuffer(code, "<u4", len(code) // 4), shared=True, isa=ISA):
+            if ins.name == "LOAD" and ins.fields["bank_id"] == WEIGHT_LOAD_BANK:
+                return int(ins.fields["reg_id"]), int(ins.fields["reg_id_1"]), arch.ocp
+    except (ArchError, ISAError, TypeError):
+        return None
+    return None
+
+
+def split_extent(split: tuple[int, int, int] | None, t: XTensor) -> int | None:
+    """Bytes weight tensor `t` takes in each of W0 and W1 under `split` (ceil(oc / OCP) * OCP/2 output channels);
+    None when `t` is not in W0 or there is no split."""
+    if split is None or t.reg_id != split[0] or len(t.shape) < 2:  # a bias (1-D) is never split
+        return None
+    return -(-int(t.shape[0]) // split[2]) * (split[2] // 2) * math.prod(int(x) for x in t.shape[1:])
 
 
 def instruction_set_of(fingerprint: Any) -> str:

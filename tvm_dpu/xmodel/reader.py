@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import XModelError
-from ..protowire import FIXED32, LENGTH_DELIMITED, VARINT, WireError, fields, varint
+from ..util.protowire import FIXED32, LENGTH_DELIMITED, VARINT, WireError, fields, varint
 from .schema import MESSAGES, WIRE_OF_KIND, WRAPPERS, Field
 
 #: SubGraph nests itself; vai_c's trees are 3 deep. Deeper input is refused rather than recursed into.

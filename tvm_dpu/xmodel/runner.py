@@ -22,7 +22,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DPUError, XModelError
-from ..feeds import arrays_by_name, check_array
+from ..serving.feeds import arrays_by_name, check_array
 from ..types import CompiledSubgraph, InputSpec
 from .cpu_ops import CPU_OPS, quantize, run_cpu_op
 from .model import DpuSubgraph, XModel, XOp, XSubgraph, XTensor, read_xmodel
@@ -267,13 +267,23 @@ def _checked_plugin_call(plugin: Any) -> Any:
     return call
 
 
-def _device(device: Any, arch: Any, options: dict, source: str) -> Any:
+def emulator_device(arch: Any) -> Any:
+    """The emulator of `arch`'s instruction set as a device (DPUV2: runtime.device.EmulatorDevice, DPUV3E:
+    runtime.emu_dpuv3e.DpuV3EDevice)."""
+    if arch.instruction_set == "DPUV3E":
+        from ..runtime.emu_dpuv3e import DpuV3EDevice
+
+        return DpuV3EDevice(arch)
     from ..runtime.device import EmulatorDevice
 
+    return EmulatorDevice(arch)
+
+
+def _device(device: Any, arch: Any, options: dict, source: str) -> Any:
     if device == "emulator":
         if options:
             raise XModelError(f"device='emulator' takes no options (got {sorted(options)})")
-        return EmulatorDevice(arch)
+        return emulator_device(arch)
     if device == "pynq":
         from ..runtime.pynq_driver import PynqDevice
 
@@ -309,11 +319,9 @@ def load_xmodel(path_or_model: str | os.PathLike | bytes | XModel, device: Any =
             raise XModelError(f"{model.source}: DPU fingerprint {subs[0].fingerprint:#x}: {e}") from None
         try:
             require_support(arch, "run")
+            arch.instruction_set  # noqa: B018 - a core with no instruction table (DPUCZDX8G ISA0) is refused here
         except DPUError as e:
             raise XModelError(f"{model.source}: {e}") from None
-        if not arch.name.startswith("DPUCZDX8G_ISA1"):
-            raise XModelError(f"{model.source}: compiled for {arch.name} (fingerprint {subs[0].fingerprint:#x}); "
-                              "tvm-dpu runs DPUCZDX8G ISA1 programs only")
     dev = _device(device, arch, device_options, model.source) if arch is not None else None
     programs = {s.name: _program(model, s, arch.name) for s in subs}
     order = _topological(model, [c for c in model.root.children if c.device in ("USER", "DPU", "CPU")])
@@ -326,4 +334,4 @@ def load_xmodel(path_or_model: str | os.PathLike | bytes | XModel, device: Any =
     return XModelRunner(model, dev, programs, order, inputs, outputs)
 
 
-__all__ = ["DpuProgram", "XModelRunner", "load_xmodel", "tensor_view"]
+__all__ = ["DpuProgram", "XModelRunner", "emulator_device", "load_xmodel", "tensor_view"]

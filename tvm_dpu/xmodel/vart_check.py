@@ -38,7 +38,7 @@ import numpy as np
 
 from ..codegen.isa import iter_program
 from ..errors import ArchError, ISAError
-from .model import XModel, XOp, XSubgraph, XTensor, instruction_set_of
+from .model import XModel, XOp, XSubgraph, XTensor, instruction_set_of, split_extent, weight_split
 
 #: Largest region number + 1 (util/include/vart/zero_copy_helper.hpp MAX_REG_ID_SIZE).
 MAX_REG_ID = 256
@@ -72,7 +72,8 @@ RULES: dict[str, tuple[str, str]] = {
                  "its own, a download's input's, or the one upload it feeds"),
     "tensor-region": ("collect_reg_info (runner-assistant/src/tensor_buffer_allocator_imp.cpp)",
                       "a tensor with location 1 is in a region of the subgraph, [ddr_addr, ddr_addr + size) "
-                      "inside it; location is 0 (on chip) or 1 (DDR)"),
+                      "inside it (a DPUCAHX8H weight in HBM segment W0: half of each OCP output channels there, "
+                      "the others at the same offsets in W1); location is 0 (on chip) or 1 (DDR)"),
     "fix-point": ("operator<<(my_tensor_t) / vart::get_input_scale (runner helpers)",
                   "every tensor of the DPU subgraph has an int32 `fix_point`"),
     "io-stride": ("is_normal_stride in DpuSessionBaseImp::init_tensors (check_stride for inputs/outputs)",
@@ -303,6 +304,8 @@ class _Subgraph:
         params = self.sg.attrs.get("reg_id_to_parameter_value")
         params = params if isinstance(params, dict) else {}
         consts: list[tuple[XOp, XTensor]] = []
+        # DPUCAHX8H's HBM weights: a const in W0 holds half of each OCP output channels, the rest is in W1
+        split = weight_split(self.sg.attrs, self.sg.attrs.get("dpu_fingerprint"))
         for op in self.ops:  # init_tensors(get_all_tensor_names): every op output of the subgraph
             t = self.ddr_tensor(op)
             if t is None:
@@ -318,10 +321,15 @@ class _Subgraph:
                          f"(regions {sorted(regions)}): \"cannot find reg_info\"")
                 continue
             kind, size = regions[t.reg_id]
-            end = t.ddr_addr + t.nbytes
+            extent = split_extent(split, t) if op.type == "const-fix" else None
+            end = t.ddr_addr + (t.nbytes if extent is None else extent)
             if t.ddr_addr < 0 or end > size:
                 self.add("tensor-region", f"tensor {t.name!r}", f"bytes [{t.ddr_addr}, {end}) outside REG_{t.reg_id} "
                          f"({kind}, {size} bytes)")
+            if extent is not None and end > regions.get(split[1], ("", 0))[1]:
+                self.add("tensor-region", f"tensor {t.name!r}", f"its output channels split to REG_{split[1]} (W1) "
+                         f"need bytes [{t.ddr_addr}, {end}) there, which REG_{split[1]} "
+                         f"({regions.get(split[1], ('', 0))[1]} bytes) does not hold")
             elif kind == "CONST" and op.type == "const-fix" and op.attrs.get("data"):
                 consts.append((op, t))
         self.check_const_bytes(consts, regions, params)

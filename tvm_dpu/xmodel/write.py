@@ -510,11 +510,77 @@ def _xir_op(xop: Any, graph: Any) -> tuple[str, dict]:
     raise XModelError(f"DPU op {xop.name!r} ({t}) has no XIR op type this writer knows")
 
 
-def xmodel_graph(model: Any) -> dict:
-    """The XIR `Graph` message (as xir_schema dicts) of a CompiledModel built in this process."""
-    import tvm
+def _shape_of(e: Any) -> list[Any]:
+    """The static shape of Relax value `e`, a list of them for a tuple, [] when unknown."""
     from tvm import relax
 
+    if isinstance(e.ty, relax.TupleType):
+        return [[int(d) for d in f.shape.values] for f in e.ty.fields]
+    try:
+        return [int(d) for d in e.ty.shape.values]
+    except (AttributeError, TypeError):
+        return []
+
+
+class _MainWalk:
+    """The bindings of a CompiledModel's Relax `main`, each turned into the writer's DPU subgraph or host op
+    (`vals`: what each Relax value became)."""
+
+    def __init__(self, w: "_Writer", model: Any) -> None:
+        self.w, self.runners = w, model.runners
+        self.fn = model.relax_module["main"]
+        self.vals: dict[Any, Any] = {p: str(p.name) for p in self.fn.params}  # model inputs, placed where first used
+
+    def val(self, e: Any) -> Any:
+        import tvm
+        from tvm import relax
+
+        if isinstance(e, relax.Tuple):
+            return [self.val(f) for f in e.fields]
+        if isinstance(e, tvm.ir.Constant) and hasattr(e.value, "numpy"):  # a tensor constant (GenericConst)
+            return _Const(e.value.numpy())
+        if isinstance(e, relax.ShapeExpr):  # reshape's target: the op's output shape says it
+            return _Const(np.asarray([int(v) for v in e.values], np.int64))
+        if e in self.vals:
+            return self.vals[e]
+        raise XModelError(f"main: value {e} is neither an input nor an earlier binding")
+
+    def float_of(self, v: Any, where: str) -> Any:
+        if isinstance(v, str):  # a model input read by a host op
+            self.w.unsupported.append(f"{where} (host op reading model input {v!r} directly)")
+            return _Val(v, list(self.w.inputs[v]), False)
+        return v
+
+    def host_call(self, name: str, e: Any, var: Any) -> Any:
+        from tvm import relax
+
+        args = [self.val(a) for a in e.args]
+        args = [[self.float_of(x, name) for x in a] if isinstance(a, list) else self.float_of(a, name) for a in args]
+        shapes = [[_shape_of(f) for f in a.fields] if isinstance(a, relax.Tuple) else _shape_of(a) for a in e.args]
+        return self.w.host(name, e, args, shapes, _shape_of(var))
+
+    def bind(self, b: Any) -> None:
+        import tvm
+        from tvm import relax
+
+        e, name = b.value, str(b.var.name)
+        if isinstance(e, relax.Call) and isinstance(e.op, relax.GlobalVar) and e.op.name_hint in self.runners:
+            outs = self.w.dpu(e.op.name_hint, self.runners[e.op.name_hint], [self.val(a) for a in e.args])
+            self.vals[b.var] = outs[0] if len(outs) == 1 else outs
+        elif isinstance(e, relax.TupleGetItem):
+            self.vals[b.var] = self.val(e.tuple_value)[e.index]
+        elif isinstance(e, (relax.Tuple, relax.Var)):
+            self.vals[b.var] = self.val(e)
+        elif isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+            self.vals[b.var] = self.host_call(name, e, b.var)
+        else:
+            what = e.op.name_hint if isinstance(e, relax.Call) and hasattr(e.op, "name_hint") else type(e).__name__
+            self.w.unsupported.append(f"{name} ({what})")
+            self.vals[b.var] = _Val(name, _shape_of(b.var), False)
+
+
+def xmodel_graph(model: Any) -> dict:
+    """The XIR `Graph` message (as xir_schema dicts) of a CompiledModel built in this process."""
     from tvm_dpu import __version__
 
     if model.relax_module is None:
@@ -522,66 +588,14 @@ def xmodel_graph(model: Any) -> dict:
                           "op graph, so it cannot be written as an xmodel; export the model right after "
                           "tvm_dpu.build")
     w = _Writer(model)
-    fn = model.relax_module["main"]
-    vals: dict[Any, Any] = {}
-    for p in fn.params:
-        vals[p] = str(p.name)  # a model input, placed where first used
-    runners = model.runners
-
-    def val(e: Any) -> Any:
-        if isinstance(e, relax.Tuple):
-            return [val(f) for f in e.fields]
-        if isinstance(e, tvm.ir.Constant) and hasattr(e.value, "numpy"):  # a tensor constant (GenericConst)
-            return _Const(e.value.numpy())
-        if isinstance(e, relax.ShapeExpr):  # reshape's target: the op's output shape says it
-            return _Const(np.asarray([int(v) for v in e.values], np.int64))
-        if e in vals:
-            return vals[e]
-        raise XModelError(f"main: value {e} is neither an input nor an earlier binding")
-
-    def float_of(v: Any, where: str) -> Any:
-        if isinstance(v, str):  # a model input read by a host op
-            w.unsupported.append(f"{where} (host op reading model input {v!r} directly)")
-            return _Val(v, list(w.inputs[v]), False)
-        return v
-
-    def shape_of(e: Any) -> list[Any]:
-        """The static shape of `e`, a list of them for a tuple, [] when unknown."""
-        if isinstance(e.ty, relax.TupleType):
-            return [[int(d) for d in f.shape.values] for f in e.ty.fields]
-        try:
-            return [int(d) for d in e.ty.shape.values]
-        except (AttributeError, TypeError):
-            return []
-
-    body = fn.body
+    walk = _MainWalk(w, model)
+    body = walk.fn.body
     for block in body.blocks:
         for b in block.bindings:
-            e = b.value
-            name = str(b.var.name)
-            if isinstance(e, relax.Call) and isinstance(e.op, relax.GlobalVar) and e.op.name_hint in runners:
-                outs = w.dpu(e.op.name_hint, runners[e.op.name_hint], [val(a) for a in e.args])
-                vals[b.var] = outs[0] if len(outs) == 1 else outs
-            elif isinstance(e, relax.TupleGetItem):
-                vals[b.var] = val(e.tuple_value)[e.index]
-            elif isinstance(e, relax.Tuple):
-                vals[b.var] = val(e)
-            elif isinstance(e, relax.Var):
-                vals[b.var] = val(e)
-            elif isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
-                args = [val(a) for a in e.args]
-                args = [[float_of(x, name) for x in a] if isinstance(a, list) else float_of(a, name) for a in args]
-                shapes = [[shape_of(f) for f in a.fields] if isinstance(a, relax.Tuple) else shape_of(a)
-                          for a in e.args]
-                vals[b.var] = w.host(name, e, args, shapes, shape_of(b.var))
-            else:
-                what = e.op.name_hint if isinstance(e, relax.Call) and hasattr(e.op, "name_hint") else type(e).__name__
-                w.unsupported.append(f"{name} ({what})")
-                vals[b.var] = _Val(name, shape_of(b.var), False)
-    outs = val(body.body)
+            walk.bind(b)
+    outs = walk.val(body.body)
     outs = outs if isinstance(outs, list) else [outs]
-    specs = model.output_specs()
-    for v, spec in zip(outs, specs):
+    for v, spec in zip(outs, model.output_specs()):
         if isinstance(v, str):
             w.unsupported.append(f"output {spec.name} (a model input returned unchanged)")
         else:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..trust import cache_dir
+from ..security.trust import cache_dir
 
 SOURCE = Path(__file__).with_name("xir_check.cpp")
 #: What the checker needs besides a C++17 compiler (Debian's libxir-dev and libunilog-dev).

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tvm_dpu.runner import Runner
+from tvm_dpu.serving.runner import Runner
 
 #: Latency percentiles reported (xdputil prints the mean; board users ask for the tail).
 PERCENTILES = (50, 90, 99)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tvm_dpu.errors import DPUError, InputError
-from tvm_dpu.feeds import arrays_by_name
+from tvm_dpu.serving.feeds import arrays_by_name
 
 
 @dataclass(frozen=True)

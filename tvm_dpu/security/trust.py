@@ -28,9 +28,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tvm_dpu.container import FIXED_SIZE
-from tvm_dpu.safe_io import read_regular, read_text
-from tvm_dpu.signing import SignatureError
+from tvm_dpu.security.container import FIXED_SIZE
+from tvm_dpu.security.safe_io import read_regular, read_text
+from tvm_dpu.security.signing import SignatureError
 
 TRUST_MODES = ("auto", "unsigned")
 #: Records kept in `<config>/built` (65 bytes each: a sha256 and a newline).
@@ -77,7 +77,7 @@ def configured_keys() -> list[str] | None:
 
 
 def artifact_id(fixed_part: bytes) -> str:
-    """The identity recorded for an artifact: sha256 of its fixed-size container header (tvm_dpu.container),
+    """The identity recorded for an artifact: sha256 of its fixed-size container header (tvm_dpu.security.container),
     which holds the sha256 of everything after it. So it names every byte of the unsigned artifact at the cost
     of hashing FIXED_SIZE bytes; the loader verifies that stored digest before anything in the file is used."""
     return hashlib.sha256(bytes(fixed_part[:FIXED_SIZE])).hexdigest()
@@ -124,7 +124,7 @@ def built_here(digest: str) -> bool:
 def _by_key_or_choice(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes | None:
     """The policy's rules 1 and 3: the verified bytes when keys apply (given, or the trusted-keys file), the
     unsigned bytes under `trust="unsigned"`, None when neither decides."""
-    from tvm_dpu import signing
+    from tvm_dpu.security import signing
 
     if trust not in TRUST_MODES:
         raise SignatureError(f"trust={trust!r}: choose one of {', '.join(TRUST_MODES)}")
@@ -139,7 +139,7 @@ def _by_key_or_choice(data: bytes, source: str, trusted_keys: Any, trust: str) -
 def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
     """The artifact bytes to parse (signature trailer removed) if the policy allows loading its native code;
     SignatureError saying how to trust it otherwise."""
-    from tvm_dpu import signing
+    from tvm_dpu.security import signing
 
     decided = _by_key_or_choice(data, source, trusted_keys, trust)
     if decided is not None:
@@ -156,14 +156,14 @@ def check_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> byte
 
 def check_library_trust(data: bytes, source: str, trusted_keys: Any, trust: str) -> bytes:
     """The bytes of a plain shared library (TVM's export_library output) to load, if the policy allows it: a valid
-    signature by a trusted key (the trailer `tvm_dpu.signing.sign` appends), or `trust="unsigned"`. "Built by this user"
-    does not apply (tvm-dpu did not write the file); SignatureError saying how to trust it otherwise."""
+    signature by a trusted key (the trailer `tvm_dpu.security.signing.sign` appends), or `trust="unsigned"`. "Built by
+    this user" does not apply (tvm-dpu did not write the file); SignatureError saying how to trust it otherwise."""
     decided = _by_key_or_choice(data, source, trusted_keys, trust)
     if decided is not None:
         return decided
     raise SignatureError(
         f"{source}: a shared library is native code, and this one is not signed by a trusted key, so it is not "
-        "loaded. Trust it with a signature (the file with tvm_dpu.signing.sign(data, KEY.key) appended, then tvm-dpu "
-        "run --require-signature KEY.pub), or "
+        "loaded. Trust it with a signature (the file with tvm_dpu.security.signing.sign(data, KEY.key) appended, then "
+        "tvm-dpu run --require-signature KEY.pub), or "
         "explicitly: tvm-dpu run --allow-unsigned / tvm_dpu.load(..., trust='unsigned'). inspect and report read "
         "it without loading it")

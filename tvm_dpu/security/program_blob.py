@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tvm_dpu.container import FIXED_SIZE, pack, parts, unpack
+from tvm_dpu.security.container import FIXED_SIZE, pack, parts, unpack
 from tvm_dpu.errors import ArtifactError
 from tvm_dpu.schema import SchemaError, need_dict, need_int, need_list, need_str
 from tvm_dpu.types import REG_PARAMS, CompiledSubgraph, FMap, TensorBinding

@@ -46,7 +46,7 @@ def _crypto():
 
 
 def _read_key_bytes(path: str | os.PathLike[str]) -> bytes:
-    from tvm_dpu.safe_io import read_regular
+    from tvm_dpu.security.safe_io import read_regular
 
     return read_regular(path, "key", SignatureError)
 

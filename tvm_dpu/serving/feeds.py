@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tvm_dpu.errors import InputError
-from tvm_dpu.safe_io import check_regular
+from tvm_dpu.security.safe_io import check_regular
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
