@@ -1,8 +1,8 @@
 """Bit-exact functional emulator of DPUCZDX8G ISA1 machine code (docs/isa1-emulator.md, isa1-semantics.md).
 
 It executes instructions strictly in program order and ignores dpdon/dpdby, like AMD's `sim-runner` (the source of
-the conformance vectors). Each instruction is one vectorised numpy step (engine modules emu_ddr, emu_conv, emu_alu,
-emu_elew). Every bank id, DDR access and field combination the simulator checks is checked here, with an
+the conformance vectors). Each instruction is one vectorised numpy step (engine modules ddr, conv, alu,
+elew). Every bank id, DDR access and field combination the simulator checks is checked here, with an
 EmulatorError naming the instruction index, the instruction and the field.
 
 A program has no branches, so everything but the data is known before it runs: `run` first compiles the code into
@@ -26,44 +26,16 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import Instr, enum_code, iter_program
 from tvm_dpu.errors import EmulatorError, ISAError
-from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
-from tvm_dpu.runtime.banks import Banks
-from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, blas_threads  # noqa: F401 (re-exported)
+from tvm_dpu.emulator import alu as emu_alu, conv as emu_conv, ddr as emu_ddr, elew as emu_elew
+from tvm_dpu.emulator.context import NUM_REGIONS, Ctx, EmuStats, Step  # noqa: F401 (NUM_REGIONS re-exported)
+from tvm_dpu.emulator.banks import Banks
+from tvm_dpu.emulator.threads import DEFAULT_BLAS_THREADS, blas_threads  # noqa: F401 (re-exported)
 from tvm_dpu.timing.depcheck import Access
 
-#: Number of DDR base-address registers reachable by reg_id (3-bit field).
-NUM_REGIONS = 8
 
 #: Compiled programs kept per Emulator, counted in instructions (least recently used dropped first; the newest is
 #: always kept). A compiled ResNet-50 (13k instructions) holds about 35 MB of index arrays.
 PROGRAM_CACHE_INSTRUCTIONS = 100_000
-
-#: One compiled instruction: performs it against the DDR regions of the current run.
-Step = Callable[[Mapping[int, np.ndarray]], None]
-
-
-
-
-@dataclass
-class EmuStats:
-    """What one `Emulator.run` executed."""
-
-    counts: Counter = field(default_factory=Counter)  # instructions executed, per name
-    load_bytes: int = 0  # DDR bytes read by LOAD (const-fill LOADs count their item bytes)
-    save_bytes: int = 0  # DDR bytes written by SAVE
-    macs: int = 0  # multiply-accumulates of CONV and ALU dwconv modes (vpp rows only)
-    ended: bool = False  # an END was reached
-    skipped_after_end: int = 0  # instructions after END that were not executed (stop_at_end=True)
-    seconds: float = 0.0
-
-    @property
-    def instructions(self) -> int:
-        return sum(self.counts.values())
-
-    def as_dict(self) -> dict:
-        return {"counts": dict(self.counts), "instructions": self.instructions, "load_bytes": self.load_bytes,
-                "save_bytes": self.save_bytes, "macs": self.macs, "ended": self.ended,
-                "skipped_after_end": self.skipped_after_end, "seconds": self.seconds}
 
 
 @dataclass
@@ -108,25 +80,6 @@ class Program:
         if executed == len(self.steps):
             st.skipped_after_end = self.skipped_after_end
         return st
-
-
-class Ctx:
-    """The instruction being executed, for error messages."""
-
-    def __init__(self, index: int, ins: Instr, arch: Arch):
-        self.index = index
-        self.ins = ins
-        self.arch = arch
-
-    def error(self, field_name: str | None, msg: str) -> EmulatorError:
-        where = f"instruction {self.index} ({self.ins.name})"
-        if field_name is not None:
-            where += f" field {field_name}={self.ins.fields.get(field_name, '?')}"
-        return EmulatorError(f"{where}: {msg}")
-
-    def check(self, ok: bool, field_name: str | None, msg: str) -> None:
-        if not ok:
-            raise self.error(field_name, msg)
 
 
 class Emulator:

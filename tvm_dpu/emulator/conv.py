@@ -12,13 +12,13 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
-from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
-from tvm_dpu.runtime import emu_gemm
-from tvm_dpu.runtime.emu_threads import blas_threads, max_threads, run_parts, thread_count
+from tvm_dpu.emulator.banks import all_distinct, fetch_rows, store_rows
+from tvm_dpu.emulator import gemm as emu_gemm
+from tvm_dpu.emulator.threads import blas_threads, max_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
-    from tvm_dpu.runtime.emulator import Ctx, Emulator, Step
+    from tvm_dpu.emulator.context import Core, Ctx, Step
 
 #: CONV kernel / stride white-lists of conv_limit (defaults "1-16" / "1-8").
 CONV_KERNEL_MAX = 16
@@ -76,7 +76,7 @@ def exact_matmul_t(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return acc.astype(np.int64)
 
 
-def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
+def plan_conv(emu: "Core", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     """Check a CONV under CONVINIT `init` and precompute its gathers; returns the step that performs it."""
     f = ctx.ins.fields
     ctx.check(init is not None, None, "no CONVINIT before this CONV")
@@ -188,7 +188,7 @@ _PER_CONV_FIELDS = frozenset({"bank_addr_weights", "bank_addr_bias", "bank_addr_
 class ConvStep:
     """A planned CONV: callable as its own step, and the parts `batch_conv_run` combines."""
 
-    emu: "Emulator"
+    emu: "Core"
     window_id: tuple  # the fields that fix the input window, padding and masking
     init_id: tuple  # the CONVINIT in force
     gather: Callable[[], None]  # fetch and pad the input window
@@ -442,7 +442,7 @@ def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
     return write_each
 
 
-def window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
+def window_gather(emu: "Core", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
                         stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
                         used: np.ndarray | None = None) -> tuple[Callable[..., np.ndarray], np.ndarray]:
     """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a
