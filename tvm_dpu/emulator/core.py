@@ -260,50 +260,7 @@ class Emulator:
             decoded = [ins for _, ins in iter_program(code)]
         except ISAError as e:
             raise EmulatorError(f"cannot decode program: {e}") from None
-        runners = {"ALU": emu_alu.alu, "ELEW": emu_elew.elew, "END": Emulator._end,
-                   "CONVINIT": Emulator._convinit, "ALUINIT": Emulator._aluinit, "ELEWINIT": Emulator._elewinit,
-                   "POOLINIT": Emulator._isa0_only, "POOL": Emulator._isa0_only,
-                   "DWINIT": Emulator._isa0_only, "DPTWISE": Emulator._isa0_only}
-        convinit = self.convinit
-        uses_initial = [False]  # a CONV before the program's first CONVINIT depends on the state it starts in
-
-        def plan_conv(emu: Emulator, ctx: Ctx) -> Step:
-            if convinit is self.convinit:
-                uses_initial[0] = True
-            return emu_conv.plan_conv(emu, ctx, convinit)
-        # The ELEWINIT FIFO as the program leaves it, assuming it starts as it is now: an ELEW whose operands were
-        # all pushed by this program is planned ahead; at run time it checks that the FIFO's front holds exactly
-        # those ELEWINITs (else, e.g. entries left by an earlier program, it is interpreted).
-        fifo: list[Instr | None] = [None] * len(self.elew_fifo)  # None: pushed before this program
-
-        def plan_elew(emu: Emulator, ctx: Ctx) -> Step:
-            num = int(ctx.ins.fields["num"])
-            interpreted = _interpreted_step(emu, emu_elew.elew, ctx)
-            inits = fifo[:num]
-            del fifo[:num]
-            if len(inits) < num or any(i is None for i in inits):
-                return interpreted
-            try:
-                fast = emu_elew.plan_elew(emu, ctx, inits)
-            except EmulatorError:
-                return interpreted  # raises (with the same message) when it runs
-
-            def step(regions: Mapping[int, np.ndarray]) -> None:
-                front = emu.elew_fifo[:num]
-                if len(front) == num and all(a is b for a, b in zip(front, inits)):
-                    fast()
-                else:
-                    interpreted(regions)
-            return step
-        aluinit: list[Instr | None] = [None]  # the program's last ALUINIT so far
-
-        def plan_alu(emu: Emulator, ctx: Ctx) -> Step:
-            # An ALU before the program's first ALUINIT reads the state the program starts in: interpreted.
-            if aluinit[0] is None:
-                return _interpreted_step(emu, emu_alu.alu, ctx)
-            return emu_alu.plan_alu(emu, ctx, aluinit[0])
-        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew,
-                    "ALU": plan_alu}
+        planner = _Planner(self)
         steps: list[Step] = []
         names: list[str] = []
         static: list[tuple[int, int, int]] = []
@@ -313,20 +270,10 @@ class Emulator:
             for index, ins in enumerate(decoded):
                 ctx = Ctx(index, ins, self.arch)
                 self.stats = scratch = EmuStats()
-                plan = planners.get(ins.name)
                 if self._accesses is not None:
                     self.banks.trace = _record(self._accesses, ins)
                 try:
-                    if plan is not None:
-                        step = plan(self, ctx)
-                    else:
-                        if ins.name == "CONVINIT":
-                            convinit = ins
-                        elif ins.name == "ELEWINIT":
-                            fifo.append(ins)
-                        elif ins.name == "ALUINIT":
-                            aluinit[0] = ins
-                        step = _interpreted_step(self, runners[ins.name], ctx)
+                    step = planner.plan(ctx)
                 except EmulatorError as e:
                     steps.append(_raise_step(e))
                     names.append(ins.name)
@@ -345,7 +292,7 @@ class Emulator:
             self.banks.trace = None
         # CONVs first: grouping them looks at the bank rows of the LOADs between them, which merging drops.
         return Program(emu_ddr.merge_transfers(_batch_conv_runs(steps, names), _skip), names, _init_key(self.convinit),
-                       uses_initial[0], static, skipped)
+                       planner.uses_initial, static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
@@ -364,6 +311,77 @@ class Emulator:
         engine = "pool_engine" if ctx.ins.name.startswith("POOL") else "dwconv_engine"
         raise ctx.error(None, f"{self.arch.name} (ISA1) has no {engine}; use ALUINIT/ALU "
                               f"(isa1-semantics.md 0, 12.10)")
+
+
+class _Planner:
+    """Plans one program's instructions in order for `Emulator._compile`, following the INIT state the program
+    sets up: the CONVINIT in force (a CONV before the program's first CONVINIT depends on the state the program
+    starts in: `uses_initial`), the ELEWINIT FIFO and the last ALUINIT. Instructions without a planner become
+    interpreted steps."""
+
+    def __init__(self, emu: Emulator) -> None:
+        self.emu = emu
+        self.convinit = emu.convinit
+        self.uses_initial = False
+        # The ELEWINIT FIFO as the program leaves it, assuming it starts as it is now: an ELEW whose operands were
+        # all pushed by this program is planned ahead; at run time it checks that the FIFO's front holds exactly
+        # those ELEWINITs (else, e.g. entries left by an earlier program, it is interpreted).
+        self.fifo: list[Instr | None] = [None] * len(emu.elew_fifo)  # None: pushed before this program
+        self.aluinit: Instr | None = None  # the program's last ALUINIT so far
+        self.planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": self.plan_conv,
+                         "ELEW": self.plan_elew, "ALU": self.plan_alu}
+
+    def plan(self, ctx: Ctx) -> Step:
+        ins = ctx.ins
+        plan = self.planners.get(ins.name)
+        if plan is not None:
+            return plan(self.emu, ctx)
+        if ins.name == "CONVINIT":
+            self.convinit = ins
+        elif ins.name == "ELEWINIT":
+            self.fifo.append(ins)
+        elif ins.name == "ALUINIT":
+            self.aluinit = ins
+        return _interpreted_step(self.emu, _RUNNERS[ins.name], ctx)
+
+    def plan_conv(self, emu: Emulator, ctx: Ctx) -> Step:
+        if self.convinit is emu.convinit:
+            self.uses_initial = True
+        return emu_conv.plan_conv(emu, ctx, self.convinit)
+
+    def plan_elew(self, emu: Emulator, ctx: Ctx) -> Step:
+        num = int(ctx.ins.fields["num"])
+        interpreted = _interpreted_step(emu, emu_elew.elew, ctx)
+        inits = self.fifo[:num]
+        del self.fifo[:num]
+        if len(inits) < num or any(i is None for i in inits):
+            return interpreted
+        try:
+            fast = emu_elew.plan_elew(emu, ctx, inits)
+        except EmulatorError:
+            return interpreted  # raises (with the same message) when it runs
+
+        def step(regions: Mapping[int, np.ndarray]) -> None:
+            front = emu.elew_fifo[:num]
+            if len(front) == num and all(a is b for a, b in zip(front, inits)):
+                fast()
+            else:
+                interpreted(regions)
+        return step
+
+    def plan_alu(self, emu: Emulator, ctx: Ctx) -> Step:
+        # An ALU before the program's first ALUINIT reads the state the program starts in: interpreted.
+        if self.aluinit is None:
+            return _interpreted_step(emu, emu_alu.alu, ctx)
+        return emu_alu.plan_alu(emu, ctx, self.aluinit)
+
+
+#: What executes an instruction that has no planner, at run time.
+_RUNNERS: dict[str, Callable[[Emulator, Ctx], None]] = {
+    "ALU": emu_alu.alu, "ELEW": emu_elew.elew, "END": Emulator._end,
+    "CONVINIT": Emulator._convinit, "ALUINIT": Emulator._aluinit, "ELEWINIT": Emulator._elewinit,
+    "POOLINIT": Emulator._isa0_only, "POOL": Emulator._isa0_only,
+    "DWINIT": Emulator._isa0_only, "DPTWISE": Emulator._isa0_only}
 
 
 def _record(accesses: list[Access], ins: Instr) -> Access:
