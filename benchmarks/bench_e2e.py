@@ -114,7 +114,7 @@ def _spread(times: list[float]) -> dict:
 
 def bench_xmodel(path: str, runs: int, goal_s: float | None) -> dict:
     """Time `runs` warm runs of a vai_c .xmodel on the emulator (after one first run, which compiles it)."""
-    from tvm_dpu.runtime import emu_gemm
+    from tvm_dpu.emulator import gemm as emu_gemm
     from tvm_dpu.xmodel.runner import load_xmodel
 
     model = load_xmodel(path)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(rows)
     if xrows:
         print_xmodel_table(xrows)
-    from tvm_dpu.runtime import emu_gemm
+    from tvm_dpu.emulator import gemm as emu_gemm
 
     doc = {"runs": runs, "blas_threads": os.environ.get("TVM_DPU_EMU_BLAS_THREADS", "default"),
            "conv_gemm": "int8 (AVX-512 VNNI kernel)" if emu_gemm.available() else "float32 BLAS",

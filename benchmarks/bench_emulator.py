@@ -21,7 +21,7 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator.core import Emulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import write_results  # noqa: E402  (benchmarks/results_io.py)

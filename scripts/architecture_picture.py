@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("arch", "ops", "security", "util", "errors", "types", "schema", "onnx_inputs")),
     ("compiler", ("frontend", "quant", "passes", "xgraph", "fusion", "codegen", "timing")),
-    ("backend / runtime", ("backend", "runtime")),
+    ("backend / runtime", ("backend", "runtime", "emulator")),
     ("above the runtime", ("pipeline", "plugins", "xmodel")),
     ("entry points", ("tvm_dpu", "builder", "cli", "serving", "report_html", "zoo")),
 )

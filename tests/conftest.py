@@ -35,7 +35,7 @@ def emulator_vs_golden(graph: Any, arch: Any, plan: Any = None, seed: int = 0) -
     with the golden reference's (the shapes must agree). The test harness of codegen and fusion."""
     from tvm_dpu.arch import load_arch
     from tvm_dpu.codegen.compiler import compile_graph, compile_graph_fused
-    from tvm_dpu.runtime.emulator import Emulator
+    from tvm_dpu.emulator.core import Emulator
     from tvm_dpu.xgraph import run_graph
 
     arch = load_arch(arch)

@@ -14,7 +14,7 @@ import tvm_dpu
 from tvm_dpu import zoo
 from tvm_dpu.codegen.isa import ENGINE_BITS, LOAD, SAVE, decode_program, encode_program, make_instr
 from tvm_dpu.runtime.dep_check import check_code, check_programs
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator.core import Emulator
 from tvm_dpu.arch import load_arch
 from tvm_dpu.timing.depcheck import CODEGEN_COUNTER_DEPTH, COUNTER_DEPTH, check, min_capacity
 from tvm_dpu.timing.params import TimingError

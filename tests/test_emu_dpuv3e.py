@@ -1,4 +1,4 @@
-"""The DPUV3E emulator (tvm_dpu/runtime/emu_dpuv3e.py) against AMD's simulator: every program of
+"""The DPUV3E emulator (tvm_dpu/emulator/dpuv3e.py) against AMD's simulator: every program of
 tests/data/dpuv3e_conformance (LOAD/SAVE, CONV with the two-port weight LOAD, POOL, ELEW, DPTWISE on three
 DPUCAHX8H targets) gives the simulator's DDR regions byte for byte; bad programs are refused naming the instruction."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.errors import EmulatorError
-from tvm_dpu.runtime.emu_dpuv3e import DpuV3EEmulator, V3EBanks, engine_specs
+from tvm_dpu.emulator.dpuv3e import DpuV3EEmulator, V3EBanks, engine_specs
 
 DATA = Path(__file__).parent / "data" / "dpuv3e_conformance"
 CASES = json.loads((DATA / "cases.json").read_text())

@@ -1,4 +1,4 @@
-"""The int8 CONV GEMM kernel (runtime/emu_gemm.py) against exact integer references and against the float32 BLAS
+"""The int8 CONV GEMM kernel (emulator/gemm.py) against exact integer references and against the float32 BLAS
 path it replaces: the kernel alone (random shapes, extreme operands, the largest K whose int32 lanes cannot
 wrap), and whole CONV instructions run on both paths. The float32 path stays in the product for hosts without
 AVX-512 VNNI; here it is the reference. No test looks at the clock."""
@@ -13,8 +13,8 @@ from tvm_dpu.arch.arch import find_preset
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.errors import EmulatorError
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
-from tvm_dpu.runtime import emu_conv, emu_gemm
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator import conv as emu_conv, gemm as emu_gemm
+from tvm_dpu.emulator.core import Emulator
 
 # "auto" uses the kernel only where TVM is already imported (emu_gemm's cold-start rule): these tests want it.
 import tvm  # noqa: E402,F401 isort: skip

@@ -13,10 +13,10 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, find_preset
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.quant.fixpoint import (float32_shift_round_exact, float_shift_round_exact, floor_clamp_int8,
                                     saturate_int8, shift_round)
-from tvm_dpu.runtime import emu_conv, emu_ddr
-from tvm_dpu.runtime import emulator as emu_mod
-from tvm_dpu.runtime.emu_conv import GEMM_CHUNK, INT8_PRODUCT_BITS
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator import conv as emu_conv, ddr as emu_ddr
+from tvm_dpu.emulator import core as emu_mod
+from tvm_dpu.emulator.conv import GEMM_CHUNK, INT8_PRODUCT_BITS
+from tvm_dpu.emulator.core import Emulator
 
 ARCH = find_preset("DPUCZDX8G_ISA1_B4096")
 CONVW = ARCH.bank_group("CONVW").base_id
@@ -389,7 +389,7 @@ def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L,
     when its ALUINIT came in an earlier program (interpreted)."""
     from dataclasses import replace
 
-    from tvm_dpu.runtime import emu_gemm
+    from tvm_dpu.emulator import gemm as emu_gemm
 
     monkeypatch.setenv(emu_gemm.ENV, gemm)
     if gemm == "int8" and not emu_gemm.available():

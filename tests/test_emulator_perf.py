@@ -12,10 +12,10 @@ from tvm_dpu.arch.arch import find_preset
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.errors import EmulatorError
 from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
-from tvm_dpu.runtime import emu_threads
-from tvm_dpu.runtime import emulator as emu_mod
-from tvm_dpu.runtime.emu_conv import GEMM_CHUNK, exact_matmul_t
-from tvm_dpu.runtime.emulator import Emulator, blas_threads
+from tvm_dpu.emulator import threads as emu_threads
+from tvm_dpu.emulator import core as emu_mod
+from tvm_dpu.emulator.conv import GEMM_CHUNK, exact_matmul_t
+from tvm_dpu.emulator.core import Emulator, blas_threads
 
 ARCH = find_preset("DPUCZDX8G_ISA1_B4096")
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -10,7 +10,7 @@ import pytest
 from tvm_dpu.arch.arch import find_preset
 from tvm_dpu.codegen.isa import encode_program, make_instr
 from tvm_dpu.errors import EmulatorError
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator.core import Emulator
 
 ARCH = find_preset("DPUCZDX8G_ISA1_B4096")
 ICP = ARCH.icp

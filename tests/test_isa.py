@@ -19,7 +19,7 @@ from tvm_dpu.codegen.isa import (CONV, LOAD, MISC, SAVE, Instr, decode, decode_p
                                  mask_to_str)
 from tvm_dpu.errors import EmulatorError, ISAError
 from tvm_dpu.quant.fixpoint import saturate_int8
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator.core import Emulator
 
 XML = Path(__file__).resolve().parent / "data" / "dpuv2-isa.xml"  # copy of shared/docs/dpuv2-isa.xml
 NAMES = ["LOAD", "SAVE", "CONVINIT", "CONV", "POOLINIT", "POOL", "ALUINIT", "ALU", "DWINIT", "DPTWISE", "ELEWINIT",
@@ -443,7 +443,7 @@ def test_isa_enumerations_are_data_with_one_spelling():
     quantizer, the code generator and the emulator read the same table."""
     from tvm_dpu.codegen import alu
     from tvm_dpu.codegen.isa import enum_code, enum_codes, enum_name
-    from tvm_dpu.runtime import emu_alu, emu_elew
+    from tvm_dpu.emulator import alu as emu_alu, elew as emu_elew
 
     acts = enum_codes("act_type")
     assert dict(acts) == {"none": 0, "relu": 1, "prelu": 2, "leaky_relu": 3, "relu6": 4, "hard_sigmoid": 5,

@@ -14,7 +14,7 @@ import pytest
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.asm import assemble
 from tvm_dpu.codegen.isa import Instr, decode, encode, encode_program, mask_from_str
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator.core import Emulator
 
 CONF_DIR = Path(__file__).resolve().parent / "data" / "isa1_conformance"
 

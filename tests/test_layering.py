@@ -86,8 +86,10 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.timing": frozenset({"tvm_dpu.arch", "tvm_dpu.codegen.isa", "tvm_dpu.codegen.tiling"}),
     # runtime never imports frontend, passes, the builder or the CLI (nor the compiler: it runs what codegen
     # produced, decoding it with the ISA table)
-    "tvm_dpu.runtime": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.codegen.isa", "tvm_dpu.timing"})
-    | QUANT_ARITH,
+    "tvm_dpu.runtime": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.codegen.isa", "tvm_dpu.timing",
+                                  "tvm_dpu.emulator"}) | QUANT_ARITH,
+    # the instruction emulators: they decode with the ISA table and record accesses for the dependency checker
+    "tvm_dpu.emulator": frozenset({"tvm_dpu.arch", "tvm_dpu.codegen.isa", "tvm_dpu.timing.depcheck"}) | QUANT_ARITH,
     # multi-board pipelines and custom-IP plugins sit above runtime (below the builder and the CLI)
     "tvm_dpu.pipeline": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
                                    "tvm_dpu.passes", "tvm_dpu.backend", "tvm_dpu.fusion", "tvm_dpu.codegen",
@@ -99,7 +101,8 @@ LAYERS: dict[str, frozenset[str] | None] = {
     # plugins' CPU runners, inspected with the disassembler and the timing model; written from a CompiledModel
     # (xmodel.commands is the CLI's code for .xmodel files: it renders with report_html)
     "tvm_dpu.xmodel": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.codegen", "tvm_dpu.timing",
-                                 "tvm_dpu.runtime", "tvm_dpu.plugins", "tvm_dpu.report_html"}) | QUANT_ARITH,
+                                 "tvm_dpu.runtime", "tvm_dpu.emulator", "tvm_dpu.plugins", "tvm_dpu.report_html"})
+    | QUANT_ARITH,
 }
 
 #: Arrows allowed against LAYERS and left out of the cycle check, each with its reason (all lazy imports).
@@ -332,3 +335,15 @@ def test_type_checking_imports_are_marked(monkeypatch, tmp_path):
     monkeypatch.setitem(MODULES, "tvm_dpu.probe", (f, False))
     assert [(t, typing_only) for t, _, _, typing_only in _imports("tvm_dpu.probe")] == \
         [("tvm_dpu.errors", True), ("tvm_dpu.types", False)]
+
+
+#: Packages used from outside only through their package (their __init__ is the entry point).
+ENTRY_ONLY = ("tvm_dpu.emulator",)
+
+
+def test_entry_only_packages_are_imported_through_their_entry_point():
+    bad = [f"{MODULES[m][0].relative_to(ROOT)}:{line}: {m} -> {target}"
+           for m, imports in IMPORTS.items() for target, _name, line, _typing in imports
+           for pkg in ENTRY_ONLY
+           if target.startswith(pkg + ".") and not (m == pkg or m.startswith(pkg + "."))]
+    assert not bad, "import these packages themselves, not their modules:\n" + "\n".join(bad)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -270,6 +271,61 @@ def test_segments_run_on_persistent_workers_not_new_threads(googlenet_models):
     assert started >= 1  # the segments did run on workers (the model is cut over several cores)
 
 
+class _Recording:
+    """A core that runs no DPU work but holds the caller a little (as a core's done wait does) and records which
+    segment ran when and on which thread."""
+
+    def __init__(self, arch, log, lock):
+        self.arch, self.log, self.lock = arch, log, lock
+
+    def execute(self, sg, regions):
+        t0 = time.perf_counter()
+        time.sleep(0.0005)
+        with self.lock:
+            self.log.append((sg.name, t0, time.perf_counter(), threading.get_ident()))
+
+
+def _recorded_calls(googlenet_models, callers: int):
+    """Each caller's log of one run_segments call of the 3-core GoogLeNet partition, all callers at once."""
+    from tvm_dpu.runtime.subgraph_runner import quantize_tensor, run_segments
+
+    (r,) = [r for r in googlenet_models[3].runners.values() if r.multicore is not None]
+    qin = [quantize_tensor(np.zeros(b.shape, np.float32), b.fix_point) for b in r.sg.inputs]
+    logs = [[] for _ in range(callers)]
+    lock = threading.Lock()
+
+    def call(log):
+        cores = [VirtualDPU(_Recording(googlenet_models[3].arch, log, lock), c) for c in range(3)]
+        run_segments(r.sg, r.multicore, cores, qin)
+
+    threads = [threading.Thread(target=call, args=(log,)) for log in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return r.multicore, logs
+
+
+def test_segments_start_after_their_producers_and_their_cores_previous(googlenet_models):
+    """Each segment starts after every segment it reads from and its core's previous segment in the schedule
+    have ended, on at most one thread per core; several callers at once each get their own threads."""
+    from tvm_dpu.runtime.subgraph_runner import WORKERS
+
+    mc, logs = _recorded_calls(googlenet_models, 1)  # warm: the workers exist
+    started = WORKERS.started
+    mc, logs = _recorded_calls(googlenet_models, 3)
+    assert WORKERS.started <= started + 2 * (len([o for o in mc.core_order() if o]) - 1)
+    index = {g.sg.name: i for i, g in enumerate(mc.segments)}
+    prev = {nxt: p for order in mc.core_order() for p, nxt in zip(order, order[1:])}
+    for log in logs:
+        assert sorted(index[n] for n, *_ in log) == list(range(len(mc.segments)))  # each segment once
+        when = {index[n]: (t0, t1) for n, t0, t1, _ in log}
+        for i, g in enumerate(mc.segments):
+            for d in [*g.after, *([prev[i]] if i in prev else [])]:
+                assert when[i][0] >= when[d][1], f"segment {i} started before {d} ended"
+        assert len({tid for *_, tid in log}) <= len([o for o in mc.core_order() if o])
+
+
 class _Failing(EmulatorDevice):
     def execute(self, sg, regions):
         raise DeviceError("core 1 is broken")
@@ -280,8 +336,17 @@ def test_a_failing_core_raises_in_the_caller(googlenet_models, tmp_path):
     arch = m.arch
     group = CoreGroup([VirtualDPU(EmulatorDevice(arch), 0), VirtualDPU(_Failing(arch), 1)])
     m2 = tvm_dpu.load(m.export(tmp_path / "g2.tvmdpu"), device=group)
+    x = zoo.random_input(zoo.build_model("googlenet", reduced=True), seed=1)
     with pytest.raises(DeviceError, match="core 1 is broken"):
-        m2.run(zoo.random_input(zoo.build_model("googlenet", reduced=True), seed=1))
+        m2.run(x)
+    # the failed call gave its workers back: the next calls start no thread and compute the right bytes
+    from tvm_dpu.runtime.subgraph_runner import WORKERS
+
+    m2.pin(core_group(ARCH, 2))
+    np.testing.assert_array_equal(m2.run(x)[0], googlenet_models[1].run(x)[0])
+    started = WORKERS.started
+    m2.run(x)
+    assert WORKERS.started == started
 
 
 # -- CLI ---------------------------------------------------------------------------------------------------------
@@ -408,3 +473,53 @@ def test_exported_tvm_library_runs_segments_on_a_core_group(googlenet_models, tm
     out = out[0] if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" else out
     np.testing.assert_array_equal(out.numpy(), ref)
     assert all(c.runs > 0 for c in group.cores)
+
+
+def _classifier_chain():
+    """A quantized classifier of three 1x1 convs over a 1x1 map (2048 -> 2048 -> 2048 -> 256 channels): its time is
+    the weights' streaming (8.5 MB)."""
+    from tvm_dpu.xgraph import Graph, Op, Tensor
+
+    rng = np.random.default_rng(11)
+    g = Graph("fc")
+    g.add_tensor(Tensor("x", (1, 2048, 1, 1), "int8", 4))
+    chans = [2048, 2048, 2048, 256]
+    for i, (ci, co) in enumerate(zip(chans, chans[1:])):
+        g.add_tensor(Tensor(f"w{i}", (co, ci, 1, 1), "int8", 9, rng.integers(-128, 128, (co, ci, 1, 1)).astype(np.int8)))
+        g.add_tensor(Tensor(f"b{i}", (co,), "int8", 5, rng.integers(-128, 128, co).astype(np.int8)))
+        g.add_tensor(Tensor(f"y{i}", (1, co, 1, 1), "int8", 3))
+        g.add_op(Op(f"fc{i}", "conv2d", ["x" if i == 0 else f"y{i - 1}"], [f"y{i}"],
+                    {"strides": [1, 1], "pads": [0, 0, 0, 0], "act": "relu" if i < 2 else "none"},
+                    {"weights": f"w{i}", "bias": f"b{i}"}))
+    g.inputs, g.outputs = ["x"], ["y2"]
+    return g
+
+
+def test_a_classifier_chain_split_over_cores_is_bit_identical():
+    """Every conv of a group made only of convs is a split candidate, not only lone convs (AlexNet's fc6-fc8 are
+    one resident group): the group is dissolved into its parts; the weights stream a third per core, predicted
+    faster, and the segments compute the one program's bytes."""
+    from tvm_dpu.arch import load_arch
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
+    from tvm_dpu.backend.multicore import _split_candidates, _split_plan, compile_multicore, split_convs
+    from tvm_dpu.runtime.subgraph_runner import run_int8, run_segments
+    from tvm_dpu.types import FusionPlan, Group
+
+    arch = load_arch(ARCH)
+    g = _classifier_chain()
+    whole, plan = compile_subgraph(g, arch)
+    resident = FusionPlan(plan.mode, [Group("resident", ("fc0", "fc1", "fc2"))])
+    cands = _split_candidates(g, whole, resident, arch, 3)
+    assert {"fc0": 3, "fc1": 3, "fc2": 3} in cands
+    g2 = split_convs(g, {"fc0": 3, "fc1": 3, "fc2": 3}, arch.ocp)
+    dissolved = _split_plan(resident, {"fc0": 3, "fc1": 3, "fc2": 3}, g2)
+    assert sorted(n for grp in dissolved.groups for n in grp.ops) == sorted(op.name for op in g2.ops)
+    assert all(len(grp.ops) == 1 for grp in dissolved.groups)
+    mc, info = compile_multicore("fc", g, whole, plan, arch, 3, "optimal", compile_subgraph)
+    assert mc is not None and info.used and {"fc0", "fc1"} <= set(info.split_convs), info.reason
+    assert info.multi_cycles < info.single_cycles
+    prog = unpack_program(pack_program("fc", whole, [(1, 256, 1, 1)], mc), "test")
+    x = np.random.default_rng(2).integers(-128, 128, (1, 2048, 1, 1)).astype(np.int8)
+    ref = run_int8(whole, EmulatorDevice(arch), [x])
+    got = run_segments(whole, prog.multicore, core_group(ARCH, 3).cores, [x])
+    np.testing.assert_array_equal(ref[0], got[0])

@@ -12,7 +12,7 @@ from tvm_dpu.errors import QuantizationError
 from tvm_dpu.quant.calibration import choose_fix_point, collect_stats, quantize_values
 from tvm_dpu.quant.fixpoint import LEAKY_ALPHA
 from tvm_dpu.quant.quantize import quantize_graph, quantize_with_report
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator.core import Emulator
 from tvm_dpu.xgraph import Graph, Op, Tensor, quant_params, run_graph
 from tvm_dpu.xgraph.float_ref import run_graph_float
 from tvm_dpu.xgraph.validate import validate_graph

@@ -355,7 +355,7 @@ def test_workspace_places_are_where_the_program_writes_the_maps(outdir, key):
     """The program run on the emulator leaves, at the REG_1 place the xmodel gives a feature map (reg_id, ddr_addr,
     stride), that map's golden int8 values: checked on every workspace map no later map of the program overwrites
     (the workspace is reused along the liveness of the maps)."""
-    from tvm_dpu.runtime.emulator import Emulator
+    from tvm_dpu.emulator.core import Emulator
     from tvm_dpu.types import FMap
     from tvm_dpu.xgraph import run_graph
 

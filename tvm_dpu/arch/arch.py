@@ -178,7 +178,7 @@ def _arch_from_fields(name: str, fields: Mapping[str, Any]) -> Arch:
     extra = {}
     if "fingerprint_aliases" in values:
         extra["fingerprint_aliases"] = tuple(int(a, 16) for a in values.pop("fingerprint_aliases"))
-    if "engines" in values:  # per-engine parallelism and parameter banks of a registered target (emu_dpuv3e)
+    if "engines" in values:  # per-engine parallelism and parameter banks of a registered target (emulator.dpuv3e)
         extra["engines"] = values.pop("engines")
     try:
         if "banks" in values:

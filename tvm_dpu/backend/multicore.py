@@ -140,20 +140,25 @@ def split_convs(graph: Any, names: dict[str, int], ocp: int) -> Any:
 
 
 def _split_candidates(graph: Any, whole: Any, plan: Any, arch: Arch, cores: int) -> list[dict[str, int]]:
-    """Sets of convs to split into `cores` parts (op name -> parts), one per share of SPLIT_SHARES: the lone
-    conv2d ops (not depthwise, one group, at least `cores` output-channel groups) whose cycles on the timing
-    model take at least that share of the partition's one-core cycles. Distinct, non-empty sets only."""
-    from tvm_dpu.types import SINGLE
+    """Sets of convs to split into `cores` parts (op name -> parts), one per share of SPLIT_SHARES: the convs
+    (conv2d of one group or dense, at least `cores` output-channel groups) of the plan's groups that are a lone
+    conv or a chain of nothing but convs (a resident classifier such as AlexNet's fc6-fc8), whose group's cycles on
+    the timing model take at least that share of the partition's one-core cycles. Distinct, non-empty sets only.
+
+    A classifier's weights, streamed once per call, are often the longest serial stretch of a network (fGrain
+    splits AlexNet's fc layers over its virtual FPGAs): split over the cores, each streams a third of them."""
     from tvm_dpu.xgraph import ops as xops
 
     timing = simulate(whole.code, arch, op_ranges=whole.op_ranges)
-    cycles = {o.name: o.cycles for o in timing.ops}
-    lone = {g.ops[0] for g in plan.groups if g.template == SINGLE}
-    ok = []
-    for op in graph.ops:
-        if op.name in lone and op.type == "conv2d" and not xops.is_depthwise(op, graph) and \
-                xops.attr(op, "groups") == 1 and graph.tensors[op.outputs[0]].shape[1] >= cores * arch.ocp:
-            ok.append(op.name)
+    # the timing model names a fused group's range by its members joined with "+": each member takes its group's
+    cycles = {n: o.cycles for o in timing.ops for n in o.name.split("+")}
+
+    def splittable(name: str) -> bool:
+        op = graph.op(name)
+        whole_conv = op.type == "dense" or (op.type == "conv2d" and xops.attr(op, "groups") == 1)
+        return whole_conv and graph.tensors[op.outputs[0]].shape[1] >= cores * arch.ocp
+
+    ok = [n for g in plan.groups if all(splittable(n) for n in g.ops) for n in g.ops]
     out: list[dict[str, int]] = []
     for share in SPLIT_SHARES:
         chosen = {n: cores for n in ok if cycles.get(n, 0.0) >= share * timing.cycles}
@@ -163,10 +168,12 @@ def _split_candidates(graph: Any, whole: Any, plan: Any, arch: Arch, cores: int)
 
 
 def _split_plan(plan: Any, split: dict[str, int], graph: Any) -> Any:
-    """`plan` for the graph after `split_convs`: every new op (the parts and their concat) a group of its own."""
+    """`plan` for the graph after `split_convs`: a group with a split member is dissolved (its parts no longer form
+    its chain), and every op no group keeps (the parts, their concats, a dissolved group's others) is a group of its
+    own."""
     from tvm_dpu.types import SINGLE, FusionPlan, Group
 
-    groups = [g for g in plan.groups if not (len(g.ops) == 1 and g.ops[0] in split)]
+    groups = [g for g in plan.groups if not any(n in split for n in g.ops)]
     known = {n for g in groups for n in g.ops}
     groups += [Group(SINGLE, (op.name,)) for op in graph.ops if op.name not in known]
     return FusionPlan(plan.mode, groups)
@@ -204,6 +211,10 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     for split in _split_candidates(graph, whole, plan, arch, cores):
         g2 = split_convs(graph, split, arch.ocp)
         candidates.append((g2, _split_plan(plan, split, g2), split))
+    # each segment costs the host a dispatch (the host cost model, timing/host.py; the dispatches add up: one host
+    # thread runs Python at a time), so candidates compete on their schedule with that charged: a finer cut must
+    # save more DPU time than its extra segments cost
+    charge = load_host_cost().segment_seconds() * arch.freq_mhz * 1e6
     best = None
     for g, p, split in candidates:
         members = segment_members(g, p)
@@ -223,7 +234,7 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
             compiled, deps, cycles = _compile_segments(symbol, g, members, arch, cores, fusion, compile_fn,
                                                        {i: cache[k] for i, k in enumerate(keys) if k in cache})
         sched = list_schedule(cycles, deps, cores)
-        if best is None or sched.makespan < best[0].makespan:
+        if best is None or sched.makespan + len(members) * charge < best[0].makespan + len(best[1]) * charge:
             best = (sched, members, compiled, deps, cycles, split)
     if best is None:
         return None, MulticoreInfo(cores, False, "one segment (after merging segments that gain nothing from "
@@ -240,9 +251,7 @@ def compile_multicore(symbol: str, graph: Any, whole: Any, plan: Any, arch: Arch
     # lost to dispatch. The dispatches add up (one host thread runs Python at a time), as bench_vdpu predicts
     # them: charged per segment inside the schedule, full GoogLeNet kept 36 segments predicted 0.5% faster and
     # measured 25% slower end to end.
-    host = load_host_cost()
     hz = arch.freq_mhz * 1e6
-    charge = host.segment_seconds() * hz
     charged = sched.makespan + len(members) * charge
     single_charged = single + charge
     faster = sched.makespan < single and charged < single_charged

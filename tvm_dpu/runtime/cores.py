@@ -7,9 +7,9 @@ long, so throughput per model and per core can be reported.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -19,6 +19,7 @@ from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.runtime.device import DeviceError
 from tvm_dpu.runtime.device_kinds import check_options, device_kind
+from tvm_dpu.runtime.subgraph_runner import WORKERS, shared_region
 from tvm_dpu.types import CompiledSubgraph
 
 
@@ -47,8 +48,6 @@ class VirtualDPU:
     def shared_region(self, nbytes: int) -> Any:
         """A region every core of the wrapped device addresses, for one call's segments (its `shared_region`;
         runtime.subgraph_runner.shared_region)."""
-        from tvm_dpu.runtime.subgraph_runner import shared_region
-
         return shared_region(self.device, nbytes)
 
     @property
@@ -142,15 +141,18 @@ class TenantReport:
     def table(self) -> str:
         lines = [f"{'model':<12} {'core':>4} {'runs':>5} {'runs/s':>8}"]
         lines += [f"{m['name']:<12} {m['core']:>4} {m['runs']:>5} {m['runs_per_s']:>8.2f}" for m in self.models]
-        lines += [f"core {c['core']}: {c['runs']} DPU programs ({c['runs'] / self.seconds if self.seconds else 0:.2f}/s), "
-                  f"busy {100 * c['busy_share']:.0f}% of {self.seconds:.2f} s" for c in self.cores]
+        per_s = [c["runs"] / self.seconds if self.seconds else 0.0 for c in self.cores]
+        lines += [f"core {c['core']}: {c['runs']} DPU programs ({r:.2f}/s), "
+                  f"busy {100 * c['busy_share']:.0f}% of {self.seconds:.2f} s" for c, r in zip(self.cores, per_s)]
         return "\n".join(lines)
 
 
 def serve(models: Sequence[Any], inputs: Sequence[Any], runs: int, names: Sequence[str] | None = None
           ) -> tuple[TenantReport, list[list[np.ndarray]]]:
     """Run each of `models` (CompiledModels, each pinned to a VirtualDPU through its `device`) `runs` times on its
-    input, all models at once from their own threads. Returns the report and each model's last outputs."""
+    input, all models at once, each from its own persistent worker thread (`subgraph_runner.WORKERS`). The first
+    failure of any model is raised here once every model has stopped. Returns the report and each model's last
+    outputs."""
     names = list(names or [f"model{i}" for i in range(len(models))])
     cores = {id(m.device): m.device for m in models}
     for d in cores.values():
@@ -158,17 +160,35 @@ def serve(models: Sequence[Any], inputs: Sequence[Any], runs: int, names: Sequen
             raise DeviceError(f"serve: give each model a device from tvm_dpu.devices(...), not {d!r}")
     base = {k: (d.runs, d.busy_s) for k, d in cores.items()}
 
-    def loop(i: int) -> tuple[float, list[np.ndarray]]:
-        t0 = time.perf_counter()
-        out = None
-        for _ in range(runs):
-            out = models[i].run(inputs[i])
-        return time.perf_counter() - t0, out
+    results: list[Any] = [None] * len(models)
+    ended = queue.SimpleQueue()
 
+    def loop(i: int) -> None:
+        try:
+            t0 = time.perf_counter()
+            out = None
+            for _ in range(runs):
+                out = models[i].run(inputs[i])
+            results[i] = (time.perf_counter() - t0, out)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller below
+            results[i] = e
+        finally:
+            ended.put(i)
+
+    # the tenants' loops run on the segment runtime's persistent workers (no thread started per serve call)
+    workers = WORKERS.take(len(models))
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(models)) as pool:
-        results = list(pool.map(loop, range(len(models))))
+    try:
+        for i, w in enumerate(workers):
+            w.submit(lambda i=i: loop(i))
+        for _ in models:
+            ended.get()
+    finally:
+        WORKERS.give(workers)
     total = time.perf_counter() - t0
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
     report = TenantReport(total)
     for name, m, (secs, _) in zip(names, models, results):
         report.models.append({"name": name, "core": m.device.core, "runs": runs, "seconds": secs,

@@ -14,7 +14,7 @@ from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import DEFAULT_ISA, decode_program
 from tvm_dpu.security.program_blob import Multicore
-from tvm_dpu.runtime.emulator import Emulator
+from tvm_dpu.emulator import Emulator
 from tvm_dpu.timing.depcheck import DepReport, check
 from tvm_dpu.types import CompiledSubgraph
 

@@ -33,7 +33,7 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.types import REG_PARAMS, REG_SHARED, CompiledSubgraph
 from tvm_dpu.errors import DPUError
-from tvm_dpu.runtime.emulator import NUM_REGIONS, EmuStats, Emulator
+from tvm_dpu.emulator import NUM_REGIONS, EmuStats, Emulator
 
 #: The DPU runtime rounds every DDR register and the code buffer up to whole 4 KiB pages (isa1-semantics.md 4).
 DDR_PAGE = 4096

@@ -26,7 +26,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import decode
 from tvm_dpu.errors import DPUError
 from tvm_dpu.runtime import pynq_driver as regs
-from tvm_dpu.runtime.emulator import NUM_REGIONS, Emulator
+from tvm_dpu.emulator import NUM_REGIONS, Emulator
 
 #: Simulated physical addresses: the DPU's AXI-lite window and the first contiguous buffer.
 SIM_DPU_BASE = 0x8000_0000

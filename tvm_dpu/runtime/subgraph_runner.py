@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -95,25 +96,21 @@ class _Worker:
 
     def _loop(self) -> None:
         while True:
-            job, finished = self._jobs.get()
+            job = self._jobs.get()
             try:
                 job()
             except BaseException:  # noqa: BLE001 - the job reports its own failure; the worker lives on
                 pass
-            finally:
-                finished.set()
 
-    def submit(self, job: Any) -> threading.Event:
-        finished = threading.Event()
-        self._jobs.put((job, finished))
-        return finished
+    def submit(self, job: Any) -> None:
+        self._jobs.put(job)
 
 
 class _WorkerPool:
-    """Persistent threads that run the other cores' segment orders of `run_segments`: a call takes idle workers
-    (a new one only when none is idle) and gives them back, so a model's steady state starts no thread per call
-    (a start costs about 0.1 ms, as much as a small segment's DPU time), and concurrent calls never share a worker
-    (a worker waiting on one call's segment cannot hold up another call's)."""
+    """Persistent threads that run segments for `run_segments`: a call takes idle workers (a new one only when
+    none is idle) and gives them back, so a model's steady state starts no thread per call (a start costs about
+    0.1 ms, as much as a small segment's DPU time), and concurrent calls never share a worker (a worker busy with
+    one call's segment cannot hold up another call's)."""
 
     def __init__(self):
         self._idle: list[_Worker] = []
@@ -137,59 +134,134 @@ class _WorkerPool:
 WORKERS = _WorkerPool()
 
 
+_GRAPHS: dict[int, tuple[Any, tuple]] = {}
+_GRAPHS_LOCK = threading.Lock()
+
+
+def _segment_graph(multicore: Multicore) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], int]:
+    """(how many segments each segment waits for, which segments each one's end frees, threads the schedule's
+    cores need) of `multicore`: a segment waits for the segments it reads from and for its core's previous one.
+    Worked out once per program (it costs about 3 us per segment, a call's whole dispatch budget otherwise) and
+    dropped with it."""
+    key = id(multicore)
+    with _GRAPHS_LOCK:
+        hit = _GRAPHS.get(key)
+        if hit is not None and hit[0]() is multicore:
+            return hit[1]
+    waits = [set(g.after) for g in multicore.segments]
+    orders = [o for o in multicore.core_order() if o]
+    for order in orders:
+        for prev, nxt in zip(order, order[1:]):
+            waits[nxt].add(prev)
+    frees: list[list[int]] = [[] for _ in waits]
+    for i, w in enumerate(waits):
+        for d in sorted(w):
+            frees[d].append(i)
+    graph = (tuple(len(w) for w in waits), tuple(tuple(f) for f in frees), len(orders))
+    with _GRAPHS_LOCK:
+        _GRAPHS[key] = (weakref.ref(multicore, lambda _, k=key: _GRAPHS.pop(k, None)), graph)
+    return graph
+
+
+class _SegmentRun:
+    """One call's segments on its cores, driven by whichever thread frees them. A segment may start once the
+    segments it reads from and its core's previous segment (the schedule's order per core) have ended; the thread
+    that ends the last of those runs it next, so a join costs no hand-off, and only a fork (one segment freeing
+    several) hands the others to idle threads: the calling thread and persistent workers (`WORKERS`), one thread
+    per core the schedule uses. At most one segment per core is ready or running, so an idle thread is always
+    there for it.
+
+    Why not one thread per core, each waiting for its next segment's producers: every dependency between cores
+    was then a sleeping thread's wake-up on the critical path (tens of us each, milliseconds on a loaded host),
+    where a driver that polls the cores' done flags needs none."""
+
+    def __init__(self, multicore: Multicore, cores: Sequence[Any], shared: dict):
+        self.segments, self.cores, self.shared = multicore.segments, cores, shared
+        waits, self.frees, threads = _segment_graph(multicore)
+        self.remaining = list(waits)
+        self.left = len(self.segments)
+        self.failed: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.mine: queue.SimpleQueue = queue.SimpleQueue()  # the calling thread's segments; None once all ended
+        self.workers = WORKERS.take(threads - 1)
+        self.idle: list[Any] = [*self.workers, self.mine]
+
+    def run(self) -> None:
+        """Run every segment (the calling thread takes part); the first failure is raised here once all ended."""
+        try:
+            with self.lock:
+                ready = [i for i, n in enumerate(self.remaining) if not n]
+                self.idle.remove(self.mine)
+                for j in ready[1:]:
+                    self._hand(j)
+            i = ready[0]
+            while i is not None:
+                self._chain(i, self.mine)
+                i = self.mine.get()
+        finally:
+            WORKERS.give(self.workers)
+        if self.failed:
+            raise self.failed[0]
+
+    def _hand(self, i: int) -> None:
+        """Segment `i` to an idle thread (the lock held)."""
+        t = self.idle.pop()
+        if t is self.mine:
+            t.put(i)
+        else:
+            t.submit(lambda: self._chain(i, t))
+
+    def _chain(self, i: int | None, me: Any) -> None:
+        """Run segment `i`, then one segment it frees (the same core's next if that is one), while any is freed;
+        the others go to idle threads. `me`: this thread (the caller's queue or a worker), idle again after."""
+        while i is not None:
+            seg = self.segments[i]
+            try:
+                if not self.failed:  # after a failure elsewhere, only release whoever waits on this segment
+                    self.cores[seg.core % len(self.cores)].execute(seg.sg, self.shared)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread by run()
+                self.failed.append(e)
+            with self.lock:
+                self.left -= 1
+                ready = []
+                for j in self.frees[i]:
+                    self.remaining[j] -= 1
+                    if not self.remaining[j]:
+                        ready.append(j)
+                ready.sort(key=lambda j: self.segments[j].core != seg.core)
+                i = ready[0] if ready else None
+                for j in ready[1:]:
+                    self._hand(j)
+                if i is None:
+                    self.idle.append(me)
+                    if not self.left:
+                        self.mine.put(None)
+
+
 def run_segments(sg: CompiledSubgraph, multicore: Multicore, cores: Sequence[Any],
                  inputs: list[np.ndarray]) -> list[np.ndarray]:
     """int8 inputs -> int8 outputs of `sg` computed by its segments on `cores` (devices of one DPU; segment core c
-    runs on cores[c % len(cores)]), concurrently: one thread per core runs that core's segments in schedule
-    order (the calling thread and persistent workers, `WORKERS`: no thread is started per call), each segment
-    starting once the segments it reads from have ended (the host's wait for a core's done
-    is the only synchronisation the DPUCZDX8G's cores have).
+    runs on cores[c % len(cores)]), concurrently: each segment starts once the segments it reads from and its
+    core's previous segment have ended (`_SegmentRun`: the thread that frees a segment runs it, forks go to
+    persistent workers, no thread is started per call; the host's wait for a core's done is the only
+    synchronisation the DPUCZDX8G's cores have).
 
     The segments address one shared feature-map region (REG_SHARED, laid out at compile time by
     codegen/relocate.py), taken for this call from the first core's device: the host writes the partition's
     inputs into it, each segment reads its inputs from and writes its outputs to it in place, the host reads the
     outputs back. Nothing passes between segments through host memory. Segments of a program compiled before
     that layout existed (their own input and output regions) run as the partition's one program on the first
-    core instead. The first failure (in any thread) is raised here after every thread has stopped."""
+    core instead. The first failure (in any thread) is raised here after every segment has ended."""
     segments = [g.sg for g in multicore.segments]
     if not all(REG_SHARED in s.region_sizes for s in segments):
         return run_int8(sg, cores[0], inputs)
     fmaps = {b.name: b.fmap for s in segments for b in (*s.inputs, *s.outputs)}
-    done = [threading.Event() for _ in segments]
-    failed: list[BaseException] = []
-    lock = threading.Lock()
     with shared_region(cores[0], segments[0].region_sizes[REG_SHARED]) as region:
         host = np.asarray(region).reshape(-1)
         for b, x in zip(sg.inputs, inputs):
             fmaps[b.name].to_ddr(host, np.asarray(x).reshape(b.shape))
         _sync(region, "flush")
-        shared = {REG_SHARED: region}
-
-        def work(order: list[int]) -> None:
-            for i in order:
-                seg = multicore.segments[i]
-                for d in seg.after:
-                    done[d].wait()
-                try:
-                    if not failed:  # after a failure elsewhere, only release whoever waits on this segment
-                        cores[seg.core % len(cores)].execute(seg.sg, shared)
-                except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread below
-                    with lock:
-                        failed.append(e)
-                finally:
-                    done[i].set()
-
-        orders = [o for o in multicore.core_order() if o]
-        workers = WORKERS.take(len(orders) - 1)
-        try:
-            finished = [w.submit(lambda o=o: work(o)) for w, o in zip(workers, orders[1:])]
-            work(orders[0])  # the calling thread serves the first core
-            for f in finished:
-                f.wait()
-        finally:
-            WORKERS.give(workers)
-        if failed:
-            raise failed[0]
+        _SegmentRun(multicore, cores, {REG_SHARED: region}).run()
         _sync(region, "invalidate")
         return [fmaps[b.name].from_ddr(host) for b in sg.outputs]
 

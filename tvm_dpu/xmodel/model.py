@@ -193,7 +193,7 @@ def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int
     such a LOAD, for another instruction set, or for code or a fingerprint that does not decode. (The region maps
     do not single the pair out: vai_c maps the biases' region to segment W0 as well.)"""
     from ..codegen.isa import iter_program
-    from ..runtime.emu_dpuv3e import ISA, WEIGHT_LOAD_BANK
+    from ..emulator import DPUV3E_ISA as ISA, DPUV3E_WEIGHT_LOAD_BANK as WEIGHT_LOAD_BANK
 
     code = attrs.get("mc_code")
     try:

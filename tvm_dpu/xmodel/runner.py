@@ -269,9 +269,9 @@ def _checked_plugin_call(plugin: Any) -> Any:
 
 def emulator_device(arch: Any) -> Any:
     """The emulator of `arch`'s instruction set as a device (DPUV2: runtime.device.EmulatorDevice, DPUV3E:
-    runtime.emu_dpuv3e.DpuV3EDevice)."""
+    emulator.DpuV3EDevice)."""
     if arch.instruction_set == "DPUV3E":
-        from ..runtime.emu_dpuv3e import DpuV3EDevice
+        from ..emulator import DpuV3EDevice
 
         return DpuV3EDevice(arch)
     from ..runtime.device import EmulatorDevice

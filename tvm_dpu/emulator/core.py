@@ -1,8 +1,8 @@
 """Bit-exact functional emulator of DPUCZDX8G ISA1 machine code (docs/isa1-emulator.md, isa1-semantics.md).
 
 It executes instructions strictly in program order and ignores dpdon/dpdby, like AMD's `sim-runner` (the source of
-the conformance vectors). Each instruction is one vectorised numpy step (engine modules emu_ddr, emu_conv, emu_alu,
-emu_elew). Every bank id, DDR access and field combination the simulator checks is checked here, with an
+the conformance vectors). Each instruction is one vectorised numpy step (engine modules ddr, conv, alu,
+elew). Every bank id, DDR access and field combination the simulator checks is checked here, with an
 EmulatorError naming the instruction index, the instruction and the field.
 
 A program has no branches, so everything but the data is known before it runs: `run` first compiles the code into
@@ -26,44 +26,16 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import Instr, enum_code, iter_program
 from tvm_dpu.errors import EmulatorError, ISAError
-from tvm_dpu.runtime import emu_alu, emu_conv, emu_ddr, emu_elew
-from tvm_dpu.runtime.banks import Banks
-from tvm_dpu.runtime.emu_threads import DEFAULT_BLAS_THREADS, blas_threads  # noqa: F401 (re-exported)
+from tvm_dpu.emulator import alu as emu_alu, conv as emu_conv, ddr as emu_ddr, elew as emu_elew
+from tvm_dpu.emulator.context import NUM_REGIONS, Ctx, EmuStats, Step  # noqa: F401 (NUM_REGIONS re-exported)
+from tvm_dpu.emulator.banks import Banks
+from tvm_dpu.emulator.threads import DEFAULT_BLAS_THREADS, blas_threads  # noqa: F401 (re-exported)
 from tvm_dpu.timing.depcheck import Access
 
-#: Number of DDR base-address registers reachable by reg_id (3-bit field).
-NUM_REGIONS = 8
 
 #: Compiled programs kept per Emulator, counted in instructions (least recently used dropped first; the newest is
 #: always kept). A compiled ResNet-50 (13k instructions) holds about 35 MB of index arrays.
 PROGRAM_CACHE_INSTRUCTIONS = 100_000
-
-#: One compiled instruction: performs it against the DDR regions of the current run.
-Step = Callable[[Mapping[int, np.ndarray]], None]
-
-
-
-
-@dataclass
-class EmuStats:
-    """What one `Emulator.run` executed."""
-
-    counts: Counter = field(default_factory=Counter)  # instructions executed, per name
-    load_bytes: int = 0  # DDR bytes read by LOAD (const-fill LOADs count their item bytes)
-    save_bytes: int = 0  # DDR bytes written by SAVE
-    macs: int = 0  # multiply-accumulates of CONV and ALU dwconv modes (vpp rows only)
-    ended: bool = False  # an END was reached
-    skipped_after_end: int = 0  # instructions after END that were not executed (stop_at_end=True)
-    seconds: float = 0.0
-
-    @property
-    def instructions(self) -> int:
-        return sum(self.counts.values())
-
-    def as_dict(self) -> dict:
-        return {"counts": dict(self.counts), "instructions": self.instructions, "load_bytes": self.load_bytes,
-                "save_bytes": self.save_bytes, "macs": self.macs, "ended": self.ended,
-                "skipped_after_end": self.skipped_after_end, "seconds": self.seconds}
 
 
 @dataclass
@@ -108,25 +80,6 @@ class Program:
         if executed == len(self.steps):
             st.skipped_after_end = self.skipped_after_end
         return st
-
-
-class Ctx:
-    """The instruction being executed, for error messages."""
-
-    def __init__(self, index: int, ins: Instr, arch: Arch):
-        self.index = index
-        self.ins = ins
-        self.arch = arch
-
-    def error(self, field_name: str | None, msg: str) -> EmulatorError:
-        where = f"instruction {self.index} ({self.ins.name})"
-        if field_name is not None:
-            where += f" field {field_name}={self.ins.fields.get(field_name, '?')}"
-        return EmulatorError(f"{where}: {msg}")
-
-    def check(self, ok: bool, field_name: str | None, msg: str) -> None:
-        if not ok:
-            raise self.error(field_name, msg)
 
 
 class Emulator:
@@ -307,50 +260,7 @@ class Emulator:
             decoded = [ins for _, ins in iter_program(code)]
         except ISAError as e:
             raise EmulatorError(f"cannot decode program: {e}") from None
-        runners = {"ALU": emu_alu.alu, "ELEW": emu_elew.elew, "END": Emulator._end,
-                   "CONVINIT": Emulator._convinit, "ALUINIT": Emulator._aluinit, "ELEWINIT": Emulator._elewinit,
-                   "POOLINIT": Emulator._isa0_only, "POOL": Emulator._isa0_only,
-                   "DWINIT": Emulator._isa0_only, "DPTWISE": Emulator._isa0_only}
-        convinit = self.convinit
-        uses_initial = [False]  # a CONV before the program's first CONVINIT depends on the state it starts in
-
-        def plan_conv(emu: Emulator, ctx: Ctx) -> Step:
-            if convinit is self.convinit:
-                uses_initial[0] = True
-            return emu_conv.plan_conv(emu, ctx, convinit)
-        # The ELEWINIT FIFO as the program leaves it, assuming it starts as it is now: an ELEW whose operands were
-        # all pushed by this program is planned ahead; at run time it checks that the FIFO's front holds exactly
-        # those ELEWINITs (else, e.g. entries left by an earlier program, it is interpreted).
-        fifo: list[Instr | None] = [None] * len(self.elew_fifo)  # None: pushed before this program
-
-        def plan_elew(emu: Emulator, ctx: Ctx) -> Step:
-            num = int(ctx.ins.fields["num"])
-            interpreted = _interpreted_step(emu, emu_elew.elew, ctx)
-            inits = fifo[:num]
-            del fifo[:num]
-            if len(inits) < num or any(i is None for i in inits):
-                return interpreted
-            try:
-                fast = emu_elew.plan_elew(emu, ctx, inits)
-            except EmulatorError:
-                return interpreted  # raises (with the same message) when it runs
-
-            def step(regions: Mapping[int, np.ndarray]) -> None:
-                front = emu.elew_fifo[:num]
-                if len(front) == num and all(a is b for a, b in zip(front, inits)):
-                    fast()
-                else:
-                    interpreted(regions)
-            return step
-        aluinit: list[Instr | None] = [None]  # the program's last ALUINIT so far
-
-        def plan_alu(emu: Emulator, ctx: Ctx) -> Step:
-            # An ALU before the program's first ALUINIT reads the state the program starts in: interpreted.
-            if aluinit[0] is None:
-                return _interpreted_step(emu, emu_alu.alu, ctx)
-            return emu_alu.plan_alu(emu, ctx, aluinit[0])
-        planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": plan_conv, "ELEW": plan_elew,
-                    "ALU": plan_alu}
+        planner = _Planner(self)
         steps: list[Step] = []
         names: list[str] = []
         static: list[tuple[int, int, int]] = []
@@ -360,20 +270,10 @@ class Emulator:
             for index, ins in enumerate(decoded):
                 ctx = Ctx(index, ins, self.arch)
                 self.stats = scratch = EmuStats()
-                plan = planners.get(ins.name)
                 if self._accesses is not None:
                     self.banks.trace = _record(self._accesses, ins)
                 try:
-                    if plan is not None:
-                        step = plan(self, ctx)
-                    else:
-                        if ins.name == "CONVINIT":
-                            convinit = ins
-                        elif ins.name == "ELEWINIT":
-                            fifo.append(ins)
-                        elif ins.name == "ALUINIT":
-                            aluinit[0] = ins
-                        step = _interpreted_step(self, runners[ins.name], ctx)
+                    step = planner.plan(ctx)
                 except EmulatorError as e:
                     steps.append(_raise_step(e))
                     names.append(ins.name)
@@ -392,7 +292,7 @@ class Emulator:
             self.banks.trace = None
         # CONVs first: grouping them looks at the bank rows of the LOADs between them, which merging drops.
         return Program(emu_ddr.merge_transfers(_batch_conv_runs(steps, names), _skip), names, _init_key(self.convinit),
-                       uses_initial[0], static, skipped)
+                       planner.uses_initial, static, skipped)
 
     # ---- instructions that only change state --------------------------------------------------
     def _convinit(self, ctx: Ctx) -> None:
@@ -411,6 +311,77 @@ class Emulator:
         engine = "pool_engine" if ctx.ins.name.startswith("POOL") else "dwconv_engine"
         raise ctx.error(None, f"{self.arch.name} (ISA1) has no {engine}; use ALUINIT/ALU "
                               f"(isa1-semantics.md 0, 12.10)")
+
+
+class _Planner:
+    """Plans one program's instructions in order for `Emulator._compile`, following the INIT state the program
+    sets up: the CONVINIT in force (a CONV before the program's first CONVINIT depends on the state the program
+    starts in: `uses_initial`), the ELEWINIT FIFO and the last ALUINIT. Instructions without a planner become
+    interpreted steps."""
+
+    def __init__(self, emu: Emulator) -> None:
+        self.emu = emu
+        self.convinit = emu.convinit
+        self.uses_initial = False
+        # The ELEWINIT FIFO as the program leaves it, assuming it starts as it is now: an ELEW whose operands were
+        # all pushed by this program is planned ahead; at run time it checks that the FIFO's front holds exactly
+        # those ELEWINITs (else, e.g. entries left by an earlier program, it is interpreted).
+        self.fifo: list[Instr | None] = [None] * len(emu.elew_fifo)  # None: pushed before this program
+        self.aluinit: Instr | None = None  # the program's last ALUINIT so far
+        self.planners = {"LOAD": emu_ddr.plan_load, "SAVE": emu_ddr.plan_save, "CONV": self.plan_conv,
+                         "ELEW": self.plan_elew, "ALU": self.plan_alu}
+
+    def plan(self, ctx: Ctx) -> Step:
+        ins = ctx.ins
+        plan = self.planners.get(ins.name)
+        if plan is not None:
+            return plan(self.emu, ctx)
+        if ins.name == "CONVINIT":
+            self.convinit = ins
+        elif ins.name == "ELEWINIT":
+            self.fifo.append(ins)
+        elif ins.name == "ALUINIT":
+            self.aluinit = ins
+        return _interpreted_step(self.emu, _RUNNERS[ins.name], ctx)
+
+    def plan_conv(self, emu: Emulator, ctx: Ctx) -> Step:
+        if self.convinit is emu.convinit:
+            self.uses_initial = True
+        return emu_conv.plan_conv(emu, ctx, self.convinit)
+
+    def plan_elew(self, emu: Emulator, ctx: Ctx) -> Step:
+        num = int(ctx.ins.fields["num"])
+        interpreted = _interpreted_step(emu, emu_elew.elew, ctx)
+        inits = self.fifo[:num]
+        del self.fifo[:num]
+        if len(inits) < num or any(i is None for i in inits):
+            return interpreted
+        try:
+            fast = emu_elew.plan_elew(emu, ctx, inits)
+        except EmulatorError:
+            return interpreted  # raises (with the same message) when it runs
+
+        def step(regions: Mapping[int, np.ndarray]) -> None:
+            front = emu.elew_fifo[:num]
+            if len(front) == num and all(a is b for a, b in zip(front, inits)):
+                fast()
+            else:
+                interpreted(regions)
+        return step
+
+    def plan_alu(self, emu: Emulator, ctx: Ctx) -> Step:
+        # An ALU before the program's first ALUINIT reads the state the program starts in: interpreted.
+        if self.aluinit is None:
+            return _interpreted_step(emu, emu_alu.alu, ctx)
+        return emu_alu.plan_alu(emu, ctx, self.aluinit)
+
+
+#: What executes an instruction that has no planner, at run time.
+_RUNNERS: dict[str, Callable[[Emulator, Ctx], None]] = {
+    "ALU": emu_alu.alu, "ELEW": emu_elew.elew, "END": Emulator._end,
+    "CONVINIT": Emulator._convinit, "ALUINIT": Emulator._aluinit, "ELEWINIT": Emulator._elewinit,
+    "POOLINIT": Emulator._isa0_only, "POOL": Emulator._isa0_only,
+    "DWINIT": Emulator._isa0_only, "DPTWISE": Emulator._isa0_only}
 
 
 def _record(accesses: list[Access], ins: Instr) -> Access:

@@ -11,7 +11,7 @@ from tvm_dpu.quant.fixpoint import saturate_int8, shift_round
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
-    from tvm_dpu.runtime.emulator import Ctx, Emulator
+    from tvm_dpu.emulator.context import Core, Ctx
 
 ELEW_ADD, ELEW_MUL = enum_code("elew_type", "add"), enum_code("elew_type", "mul")
 #: The ELEW act_type field is 1 bit: none or relu (8.3).
@@ -22,18 +22,18 @@ TABLE_MAX_INPUTS = 2
 SHIFT_WRITE_RIGHT = 16
 
 
-def elew(emu: "Emulator", ctx: "Ctx") -> None:
+def elew(emu: "Core", ctx: "Ctx") -> None:
     """Execute the ELEW of `ctx` with the operands its pending ELEWINITs describe (interpreted)."""
     _plan(emu, ctx, list(emu.elew_fifo))()
 
 
-def plan_elew(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None]:
+def plan_elew(emu: "Core", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None]:
     """Check the ELEW of `ctx` against the pending ELEWINITs `fifo` (front first) and precompute its bank reads
     and writes; the returned function pops its ELEWINITs from `emu.elew_fifo` and performs it."""
     return _plan(emu, ctx, fifo)
 
 
-def _plan(emu: "Emulator", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None]:
+def _plan(emu: "Core", ctx: "Ctx", fifo: "list[Instr]") -> Callable[[], None]:
     f = ctx.ins.fields
     arch = emu.arch
     pp, cp = arch.pp, arch.icp

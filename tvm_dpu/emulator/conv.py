@@ -12,13 +12,14 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
-from tvm_dpu.runtime.banks import all_distinct, fetch_rows, store_rows
-from tvm_dpu.runtime import emu_gemm
-from tvm_dpu.runtime.emu_threads import blas_threads, max_threads, run_parts, thread_count
+from tvm_dpu.emulator.banks import all_distinct, fetch_rows, store_rows
+from tvm_dpu.emulator import gemm as emu_gemm
+from tvm_dpu.emulator.threads import blas_threads, max_threads, run_parts, thread_count
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
-    from tvm_dpu.runtime.emulator import Ctx, Emulator, Step
+    from tvm_dpu.emulator.banks import Banks
+    from tvm_dpu.emulator.context import Core, Ctx, Step
 
 #: CONV kernel / stride white-lists of conv_limit (defaults "1-16" / "1-8").
 CONV_KERNEL_MAX = 16
@@ -76,7 +77,61 @@ def exact_matmul_t(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return acc.astype(np.int64)
 
 
-def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
+def _check_conv(emu: "Core", ctx: "Ctx", g: dict, f: dict) -> None:
+    """The CONVINIT / CONV field checks of the simulator (white-lists, PP, offsets, activation, channel mask)."""
+    kh, kw, sh, sw = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"]
+    ctx.check(kh <= CONV_KERNEL_MAX and kw <= CONV_KERNEL_MAX, None,
+              f"CONVINIT kernel {kh}x{kw} outside the conv kernel_size white-list 1-{CONV_KERNEL_MAX}")
+    ctx.check(sh <= CONV_STRIDE_MAX and sw <= CONV_STRIDE_MAX, None,
+              f"CONVINIT stride {sh}x{sw} outside the conv stride white-list 1-{CONV_STRIDE_MAX}")
+    vpp, pp = g["valid_pixel_parallel"], emu.arch.pp
+    ctx.check(vpp <= pp, None, f"CONVINIT valid_pixel_parallel={vpp} > PP={pp}")
+    ctx.check(g["stride_offset_in"] < sh, None,
+              f"CONVINIT stride_offset_in={g['stride_offset_in']} must be < stride_h={sh}")
+    ctx.check(g["shift_bias"] <= SHIFT_BIAS_MAX, None,
+              f"CONVINIT shift_bias={g['shift_bias']} > {SHIFT_BIAS_MAX}")
+    act = g["act_type"]
+    ctx.check(act in emu.allowed_acts("conv") and act in ENGINE_ACTS, None,
+              f"CONVINIT act_type={act} not allowed on {emu.arch.name} CONV "
+              f"(allowed {sorted(emu.allowed_acts('conv'))})")
+    cin = f["channel_group"] * emu.arch.icp
+    ctx.check(f["channel_offset"] <= cin, "channel_offset", f"masks more than the {cin} input channels")
+
+
+def _param_keys(banks: "Banks", f: dict, ntap: int, cg: int, ocp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bank row keys of a CONV's weights, (ocp, ntap * cg): CONVW bank o, tap t at row bank_addr_weights + t*cg,
+    Cin bytes (6.4); and of its bias: OCP bytes of BIAS."""
+    taps = f["bank_addr_weights"] + np.arange(ntap, dtype=np.int64) * cg
+    wbanks = banks.base_id["CONVW"] + np.arange(ocp, dtype=np.int64)
+    wkeys = banks.keys(wbanks[:, None], taps[None, :], cg).reshape(ocp, -1)
+    bias_keys = banks.keys(np.int64(banks.base_id["BIAS"]), np.int64(f["bank_addr_bias"]), -(-ocp // banks.width))
+    return wkeys, bias_keys
+
+
+def _out_keys(banks: "Banks", bank_out: int, pp: int, g: dict, f: dict, ocp: int) -> np.ndarray:
+    """Bank row keys a CONV writes, (vpp * L, rows of OCP bytes): the row-store rule (3.3) per output pixel."""
+    vpp, L = g["valid_pixel_parallel"], f["length"]
+    obanks, orows = store_rows(bank_out, pp, vpp, g["stride_out"], g["stride_offset_out"], g["jump_write_endl"],
+                               f["bank_addr_out"])
+    rows = orows[:, None] + np.arange(L, dtype=np.int64)[None, :] * g["jump_write"]
+    return banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(vpp * L, -1)
+
+
+def _gemm_input(xbuf: np.ndarray, shape: tuple, M: int, K: int, direct: bool, int8: bool
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The (M, K) GEMM input of a CONV and the window-shaped buffer im2col copies into (None when the gathered
+    window itself is the input)."""
+    if direct:
+        return xbuf.reshape(M, K), None  # the gathered window is the GEMM input
+    if int8:
+        # K padded to the kernel's step: the pad columns meet zero weights.
+        a = emu_gemm.aligned_zeros((M, emu_gemm.padded(K, 1)[0]), np.uint8)
+        return a, a[:, :K].reshape(shape)
+    abuf = np.empty(shape, np.float32)
+    return abuf.reshape(M, K), abuf
+
+
+def plan_conv(emu: "Core", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     """Check a CONV under CONVINIT `init` and precompute its gathers; returns the step that performs it."""
     f = ctx.ins.fields
     ctx.check(init is not None, None, "no CONVINIT before this CONV")
@@ -86,23 +141,12 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     pp, icp, ocp = arch.pp, arch.icp, arch.ocp
     bank_in = emu.check_image_bank(ctx, "bank_id_in")
     bank_out = emu.check_image_bank(ctx, "bank_id_out")
+    _check_conv(emu, ctx, g, f)
     kh, kw, sh, sw = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"]
     vpp, cg, L = g["valid_pixel_parallel"], f["channel_group"], f["length"]
-    ctx.check(kh <= CONV_KERNEL_MAX and kw <= CONV_KERNEL_MAX, None,
-              f"CONVINIT kernel {kh}x{kw} outside the conv kernel_size white-list 1-{CONV_KERNEL_MAX}")
-    ctx.check(sh <= CONV_STRIDE_MAX and sw <= CONV_STRIDE_MAX, None,
-              f"CONVINIT stride {sh}x{sw} outside the conv stride white-list 1-{CONV_STRIDE_MAX}")
-    ctx.check(vpp <= pp, None, f"CONVINIT valid_pixel_parallel={vpp} > PP={pp}")
-    ctx.check(g["stride_offset_in"] < sh, None,
-              f"CONVINIT stride_offset_in={g['stride_offset_in']} must be < stride_h={sh}")
-    ctx.check(g["shift_bias"] <= SHIFT_BIAS_MAX, None,
-              f"CONVINIT shift_bias={g['shift_bias']} > {SHIFT_BIAS_MAX}")
     act = g["act_type"]
-    ctx.check(act in emu.allowed_acts("conv") and act in ENGINE_ACTS, None,
-              f"CONVINIT act_type={act} not allowed on {arch.name} CONV (allowed {sorted(emu.allowed_acts('conv'))})")
     cin = cg * icp
     choff = f["channel_offset"]
-    ctx.check(choff <= cin, "channel_offset", f"masks more than the {cin} input channels")
     # The masked tail channels read as zero (6.3), so their products are zero: the GEMM leaves them out.
     cuse = cin - choff
     real_h = (vpp - 1) * sh + kh
@@ -122,19 +166,12 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
         bases=(f["bank_addr_in"], f["bank_addr_in_1"], f["bank_addr_in_2"], f["bank_addr_in_3"]),
         used=window_use(real_h, src_w, kh, kw, sh, sw, pads, cg, 1, icp, choff) if banks.trace is not None else None)
     ntap = kh * kw
-    # Weights: CONVW bank o, tap t at row bank_addr_weights + t*cg, Cin bytes (6.4); bias: OCP bytes of BIAS.
-    taps = f["bank_addr_weights"] + np.arange(ntap, dtype=np.int64) * cg
-    wbanks = banks.base_id["CONVW"] + np.arange(ocp, dtype=np.int64)
-    wkeys = banks.keys(wbanks[:, None], taps[None, :], cg).reshape(ocp, -1)
-    bias_keys = banks.keys(np.int64(banks.base_id["BIAS"]), np.int64(f["bank_addr_bias"]), -(-ocp // banks.width))
+    wkeys, bias_keys = _param_keys(banks, f, ntap, cg, ocp)
     # (vpp, L, kh, kw, Cin) windows of the (real_h, src_w, Cin) input, as strides of its C-contiguous copy.
     win_shape = (vpp, L, kh, kw, cin)
     win_strides = (sh * src_w * cin, sw * cin, src_w * cin, cin, 1)
     plain = kh == kw == sh == sw == 1
-    obanks, orows = store_rows(bank_out, pp, vpp, g["stride_out"], g["stride_offset_out"], g["jump_write_endl"],
-                               f["bank_addr_out"])
-    rows = orows[:, None] + np.arange(L, dtype=np.int64)[None, :] * g["jump_write"]
-    out_keys = banks.keys(obanks[:, None], rows, -(-ocp // banks.width)).reshape(M, -1)
+    out_keys = _out_keys(banks, bank_out, pp, g, f, ocp)
     emu.stats.macs += M * ocp * ntap * cin
 
     # The int8 kernel reads x + 128 (the byte xor 0x80, emu_gemm): the gathered window is flipped in place.
@@ -144,15 +181,7 @@ def plan_conv(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     window = x if plain else as_strided(x, win_shape, win_strides, writeable=False)
     window = window[..., :cuse]
     direct = int8 and plain and emu_gemm.padded(K, 1)[0] == K == cin
-    if direct:
-        a = xbuf.reshape(M, K)  # the gathered window is the GEMM input
-    elif int8:
-        # K padded to the kernel's step: the pad columns meet zero weights.
-        a = emu_gemm.aligned_zeros((M, emu_gemm.padded(K, 1)[0]), np.uint8)
-        abuf = a[:, :K].reshape(window.shape)
-    else:
-        abuf = np.empty(window.shape, np.float32)
-        a = abuf.reshape(M, K)
+    a, abuf = _gemm_input(xbuf, window.shape, M, K, direct, int8)
 
     def gather() -> None:
         """Gather the window into this step's buffer and pad it."""
@@ -188,7 +217,7 @@ _PER_CONV_FIELDS = frozenset({"bank_addr_weights", "bank_addr_bias", "bank_addr_
 class ConvStep:
     """A planned CONV: callable as its own step, and the parts `batch_conv_run` combines."""
 
-    emu: "Emulator"
+    emu: "Core"
     window_id: tuple  # the fields that fix the input window, padding and masking
     init_id: tuple  # the CONVINIT in force
     gather: Callable[[], None]  # fetch and pad the input window
@@ -442,7 +471,7 @@ def _batch_writer(run: list[ConvStep]) -> Callable[[np.ndarray], None]:
     return write_each
 
 
-def window_gather(emu: "Emulator", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
+def window_gather(emu: "Core", ctx: "Ctx", *, bank_id: int, height: int, width: int, nrow: int,
                         stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
                         used: np.ndarray | None = None) -> tuple[Callable[..., np.ndarray], np.ndarray]:
     """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a

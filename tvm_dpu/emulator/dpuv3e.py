@@ -22,9 +22,9 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import Instr, enum_codes, iter_program
 from tvm_dpu.errors import EmulatorError
 from tvm_dpu.quant.fixpoint import INT8_MIN, avgpool_factor, dpu_round
-from tvm_dpu.runtime.banks import fetch_rows, store_rows
-from tvm_dpu.runtime.emu_conv import activate, exact_matmul_t
-from tvm_dpu.runtime.emulator import Ctx
+from tvm_dpu.emulator.banks import fetch_rows, store_rows
+from tvm_dpu.emulator.conv import activate, exact_matmul_t
+from tvm_dpu.emulator.context import Ctx
 
 ISA = "DPUV3E"
 #: LOAD bank_id of a weight load (Load<DPUV3E>::Exec): both DDR ports, one CONVW bank per output channel.

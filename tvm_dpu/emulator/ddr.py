@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tvm_dpu.runtime.banks import all_distinct, last_wins_index
+from tvm_dpu.emulator.banks import all_distinct, last_wins_index
 
 if TYPE_CHECKING:
-    from tvm_dpu.runtime.banks import Banks
-    from tvm_dpu.runtime.emulator import Ctx, Emulator, Step
+    from tvm_dpu.emulator.banks import Banks
+    from tvm_dpu.emulator.context import Core, Ctx, Step
 
 #: LOAD broadcast code that replaces every (unmasked) byte by const_value; other codes have no effect in the
 #: simulator (5.1).
@@ -88,7 +88,7 @@ def _ddr_view(reg: np.ndarray, addr: int, shape: tuple[int, ...], steps: tuple[i
     return as_strided(reg[addr:], shape=shape, strides=tuple(k * st for k in steps), writeable=writeable)
 
 
-def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
+def plan_load(emu: "Core", ctx: "Ctx") -> "Step":
     """Check a LOAD and precompute its transfer; returns the step that performs it."""
     f = ctx.ins.fields
     banks = emu.banks
@@ -149,7 +149,7 @@ def plan_load(emu: "Emulator", ctx: "Ctx") -> "Step":
     return lambda regions: write(source(regions) * keep)
 
 
-def plan_save(emu: "Emulator", ctx: "Ctx") -> "Step":
+def plan_save(emu: "Core", ctx: "Ctx") -> "Step":
     """Check a SAVE and precompute its transfer; returns the step that performs it."""
     f = ctx.ins.fields
     banks = emu.banks

@@ -10,14 +10,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tvm_dpu.codegen.isa import enum_codes, enum_name
 from tvm_dpu.quant.fixpoint import HSIGMOID_MUL, INT8_MAX, INT8_MIN, saturate_int8, shift_round
-from tvm_dpu.runtime import emu_gemm
-from tvm_dpu.runtime.banks import store_rows
-from tvm_dpu.runtime.emu_conv import (CLAMPS, ENGINE_ACTS, SHIFT_BIAS_MAX, window_gather, activate,
+from tvm_dpu.emulator import gemm as emu_gemm
+from tvm_dpu.emulator.banks import store_rows
+from tvm_dpu.emulator.conv import (CLAMPS, ENGINE_ACTS, SHIFT_BIAS_MAX, window_gather, activate,
                                       pad_slices, window_use)
 
 if TYPE_CHECKING:
     from tvm_dpu.codegen.isa import Instr
-    from tvm_dpu.runtime.emulator import Ctx, Emulator, Step
+    from tvm_dpu.emulator.context import Core, Ctx, Step
 
 _MODE = enum_codes("alu_exec_mode")
 DWCONV, PRELU, AVGPOOL, MAXPOOL = _MODE["dwconv"], _MODE["prelu"], _MODE["avgpool"], _MODE["maxpool"]
@@ -38,12 +38,12 @@ def _shp(v: int) -> int:
     return v - 32 if v >= 32 else -v
 
 
-def alu(emu: "Emulator", ctx: "Ctx") -> None:
+def alu(emu: "Core", ctx: "Ctx") -> None:
     """Interpret one ALU under the ALUINIT in force now (an ALU whose ALUINIT the compiled program cannot know)."""
     plan_alu(emu, ctx, emu.aluinit)(emu.regions)
 
 
-def plan_alu(emu: "Emulator", ctx: "Ctx", init: "Instr | None") -> "AluStep":
+def plan_alu(emu: "Core", ctx: "Ctx", init: "Instr | None") -> "AluStep":
     """Check an ALU under ALUINIT `init` and precompute its window gather, parameter reads and output scatter;
     returns the step that performs it (reading the banks when it runs)."""
     f = ctx.ins.fields
@@ -101,7 +101,7 @@ class AluStep:
         self.run()
 
 
-def _check(emu: "Emulator", ctx: "Ctx", g: dict, mode: int) -> None:
+def _check(emu: "Core", ctx: "Ctx", g: dict, mode: int) -> None:
     """The ALUINIT / ALU field checks of the simulator."""
     f = ctx.ins.fields
     arch = emu.arch
@@ -124,7 +124,7 @@ def _check(emu: "Emulator", ctx: "Ctx", g: dict, mode: int) -> None:
                   f"(kernel {kh}x{kw}, stride {sh}x{sw}, kernel_d {D})")
 
 
-def _compute(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp: int, L: int, D: int,
+def _compute(emu: "Core", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp: int, L: int, D: int,
              C: int) -> Callable[[], np.ndarray]:
     """The function computing the (vpp, L, C) int8 output of the ALU from its padded window `x` (real_h, src_w,
     D, C), reading its parameters from the banks when called."""
@@ -162,13 +162,13 @@ def _compute(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp
     return hard_sigmoid
 
 
-def _param_keys(emu: "Emulator", group: str, rows: "np.ndarray | int", nbytes: int) -> np.ndarray:
+def _param_keys(emu: "Core", group: str, rows: "np.ndarray | int", nbytes: int) -> np.ndarray:
     """Row keys of `nbytes` bytes at each of `rows` of the first bank of parameter group `group`."""
     banks = emu.banks
     return banks.keys(np.int64(banks.base_id[group]), np.asarray(rows, dtype=np.int64), -(-nbytes // banks.width))
 
 
-def _dw_weights(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, D: int, C: int) -> Callable[[], np.ndarray]:
+def _dw_weights(emu: "Core", ctx: "Ctx", g: dict, mode: int, D: int, C: int) -> Callable[[], np.ndarray]:
     """The function reading the (taps, D, C) depthwise weights from the DWCONVW bank (int8, or the int16 of
     dwconv_w16 as int64)."""
     f = ctx.ins.fields
@@ -190,7 +190,7 @@ def _dw_weights(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, D: int, C: int)
     return weights16
 
 
-def _dwconv(emu: "Emulator", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp: int,
+def _dwconv(emu: "Core", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp: int,
             L: int) -> Callable[[], np.ndarray]:
     """Depthwise conv: one multiply-add per tap and depth slice over all (vpp, L, C) outputs, in int32 where the
     accumulator, bias and rounding cannot overflow it (else int64), then the shift, activation and clamp."""
