@@ -247,6 +247,39 @@ def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
     return compile_graph_fused(graph, arch, plan)
 
 
+def _on_chip_maps(fused: set[Group], ops: dict[str, Op]) -> set[str]:
+    """The feature maps the fused groups keep in the banks (never given a DDR place)."""
+    on_chip: set[str] = set()
+    for g in fused:
+        if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
+            on_chip.update(ops[g.ops[0]].outputs)
+        elif g.template in ("pw_dw_pw", "pw_dw_pw_add"):
+            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
+        elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
+            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
+    return on_chip
+
+
+def _emit_fused(prog: Program, arch: Arch, graph: Graph, g: Group, ops: dict[str, Op], fmaps: dict[str, FMap],
+                params: ParamBlob, plan: FusionPlan) -> None:
+    """Emit fused group `g` with its template's kernel."""
+    if g.template == "conv_add":
+        emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
+                      plan.variants.get(g.ops[0], "wide"))
+    elif g.template in RESIDENTS:
+        emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
+    elif g.template in ("pw_dw_pw", "pw_dw_pw_add"):
+        relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
+                                                       members=[ops[n] for n in g.ops], fmaps=fmaps,
+                                                       variant=plan.variants.get(g.ops[0], "wide")), params)
+    elif g.template in _RELOCATED:
+        emit = functools.partial(_RELOCATED[g.template], arch=arch, graph=graph, a=ops[g.ops[0]],
+                                 b=ops[g.ops[1]], fmaps=fmaps)
+        relocated_params(prog, arch, emit, params)
+    else:
+        emit_hconv(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
+
+
 def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params: bool = True) -> CompiledSubgraph:
     """Compile `graph` for `arch` following `plan` (a fusion plan, e.g. fusion.plan_fusion's). `keep_params=False`
     gives the same code with zeroed parameters, for a program that is only timed.
@@ -269,14 +302,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
     ops = {op.name: op for op in graph.ops}
     fused = {g for g in groups if g.template != SINGLE and emittable(g, graph, arch)}
-    on_chip: set[str] = set()
-    for g in fused:
-        if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
-            on_chip.update(ops[g.ops[0]].outputs)
-        elif g.template in ("pw_dw_pw", "pw_dw_pw_add"):
-            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
-        elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
-            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
+    on_chip = _on_chip_maps(fused, ops)
     # The liveness walk must follow the emission order.
     order = [ops[n] for g in groups for n in g.ops]
     emit_graph = Graph(graph.name, graph.tensors, order, graph.inputs, graph.outputs)
@@ -295,21 +321,8 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         start = len(prog)
         param_start = params.size
         try:
-            if g in fused and g.template == "conv_add":
-                emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
-                              plan.variants.get(g.ops[0], "wide"))
-            elif g in fused and g.template in RESIDENTS:
-                emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
-            elif g in fused and g.template in ("pw_dw_pw", "pw_dw_pw_add"):
-                relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
-                                                               members=[ops[n] for n in g.ops], fmaps=fmaps,
-                                                               variant=plan.variants.get(g.ops[0], "wide")), params)
-            elif g in fused and g.template in _RELOCATED:
-                emit = functools.partial(_RELOCATED[g.template], arch=arch, graph=graph, a=ops[g.ops[0]],
-                                         b=ops[g.ops[1]], fmaps=fmaps)
-                relocated_params(prog, arch, emit, params)
-            elif g in fused:
-                emit_hconv(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
+            if g in fused:
+                _emit_fused(prog, arch, graph, g, ops, fmaps, params, plan)
             else:
                 for n in g.ops:
                     s = len(prog)

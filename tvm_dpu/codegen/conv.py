@@ -382,19 +382,11 @@ def param_resources(slot: int | None, tag: str | None = None) -> tuple[tuple, tu
     return (("convw", slot),), (("bias", slot),)
 
 
-def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
-              pool: PoolOnSave | None = None) -> None:
-    """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
-    name the DDR tensors for the dependency tracker. With `pool`, y only gives the conv output's size: the pooled
-    map pool.y (named y_res) is what is saved (PoolOnSave)."""
-    icp, ocp = arch.icp, arch.ocp
+def _conv_tiling(arch: Arch, job: ConvJob, y: FMap, pool: PoolOnSave | None) -> tuple:
+    """The tiling emit_conv runs: (vpp, lmax, chunk, halved, flat, ring, swap): rows and columns per tile,
+    output-channel groups per weight load and whether weights are double-buffered (conv_tile_of), the flat
+    raster length when the conv runs flat, the input ring or the group swap when they need fewer column tiles."""
     half = arch.bank_depth // 2
-    cg_in = ceil_div(job.cin, icp)
-    cg_out = ceil_div(job.cout, ocp)
-    wrows = job.kh * job.kw * cg_in
-    if wrows > arch.bank_depth:
-        raise CodegenError(f"op {job.name!r}: weights need kh*kw*ceil(ic/icp) = {wrows} rows per CONVW bank, "
-                           f"more than bank_depth {arch.bank_depth}")
     found = conv_tile_of(arch, job)
     if found is None:
         raise CodegenError(f"op {job.name!r}: no tile of kernel {job.kh}x{job.kw}, {job.cin} input channels fits "
@@ -405,8 +397,6 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
         if vpp < 2 or lmax < 2 or y.h % 2 or y.w % 2 or job.aug is not None:
             raise CodegenError(f"op {job.name!r}: the pool cannot run on this conv's tiles (PoolOnSave needs even "
                                f"tiles of at least 2 x 2 and an even {y.h}x{y.w} output)")
-    vb0 = arch.bank_group("VB0").base_id
-    vb1 = arch.bank_group("VB1").base_id
     flat = flat_length(arch, job, y, chunk) if pool is None else None
     ring = None
     found_ring = input_ring(arch, job, vpp, chunk) if flat is None else None
@@ -424,6 +414,25 @@ def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: 
             ring, lmax, chunk = None, swap_l, swap_chunk
         else:
             swap = None
+    return vpp, lmax, chunk, halved, flat, ring, swap
+
+
+def emit_conv(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x_res: str, y_res: str,
+              pool: PoolOnSave | None = None) -> None:
+    """Emit the instructions computing y = conv(x) (x, y in DDR) with the tiles of `job.variant`. x_res / y_res
+    name the DDR tensors for the dependency tracker. With `pool`, y only gives the conv output's size: the pooled
+    map pool.y (named y_res) is what is saved (PoolOnSave)."""
+    icp, ocp = arch.icp, arch.ocp
+    half = arch.bank_depth // 2
+    cg_in = ceil_div(job.cin, icp)
+    cg_out = ceil_div(job.cout, ocp)
+    wrows = job.kh * job.kw * cg_in
+    if wrows > arch.bank_depth:
+        raise CodegenError(f"op {job.name!r}: weights need kh*kw*ceil(ic/icp) = {wrows} rows per CONVW bank, "
+                           f"more than bank_depth {arch.bank_depth}")
+    vpp, lmax, chunk, halved, flat, ring, swap = _conv_tiling(arch, job, y, pool)
+    vb0 = arch.bank_group("VB0").base_id
+    vb1 = arch.bank_group("VB1").base_id
     row_tiles = [(p, min(vpp, y.h - p)) for p in range(0, y.h, vpp)]
     col_tiles = split_even(y.w, lmax) if pool is None else [(2 * q, 2 * n) for q, n in split_even(y.w // 2, lmax // 2)]
     widest = max(length for _, length in col_tiles)
