@@ -315,7 +315,7 @@ class _Rebuild:
         if t == "hard-sigmoid-fix":
             return self.node("HardSigmoid", ins, op.name, alpha=1.0 / 6, beta=0.5)
         raise XModelError(f"{self.xm.source}: DPU op {op.name!r} of type {t!r} cannot be rebuilt as ONNX "
-                          f"(compare rebuilds {', '.join(REBUILDS)})")
+                          f"(the rebuild behind compare and run --verify handles {', '.join(REBUILDS)})")
 
 
 def _topological(xm: XModel, names: list[str]) -> list[XOp]:
