@@ -33,7 +33,7 @@ from tvm_dpu.codegen.fused import emittable
 from tvm_dpu.codegen.fused_conv_add import emit_conv_add
 from tvm_dpu.codegen.fused_conv_conv import emit_conv_conv
 from tvm_dpu.codegen.fused_conv_pool import emit_conv_pool
-from tvm_dpu.codegen.fused_pw_dw_pw import emit_pw_dw_pw
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, emit_pw_dw_pw
 from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
 from tvm_dpu.codegen.fused_hconv import emit_hconv
 from tvm_dpu.codegen.resident import RESIDENTS, emit_resident
@@ -253,7 +253,7 @@ def _on_chip_maps(fused: set[Group], ops: dict[str, Op]) -> set[str]:
     for g in fused:
         if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
             on_chip.update(ops[g.ops[0]].outputs)
-        elif g.template in ("pw_dw_pw", "pw_dw_pw_add"):
+        elif g.template in PW_DW_PW_TEMPLATES:
             on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
         elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
             on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
@@ -268,7 +268,7 @@ def _emit_fused(prog: Program, arch: Arch, graph: Graph, g: Group, ops: dict[str
                       plan.variants.get(g.ops[0], "wide"))
     elif g.template in RESIDENTS:
         emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
-    elif g.template in ("pw_dw_pw", "pw_dw_pw_add"):
+    elif g.template in PW_DW_PW_TEMPLATES:
         relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
                                                        members=[ops[n] for n in g.ops], fmaps=fmaps,
                                                        variant=plan.variants.get(g.ops[0], "wide")), params)

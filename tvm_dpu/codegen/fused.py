@@ -10,7 +10,7 @@ from tvm_dpu.codegen.fused_conv_conv import conv_conv_fits
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
-from tvm_dpu.codegen.fused_pw_dw_pw import pw_dw_pw_fits
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, pw_dw_pw_fits
 from tvm_dpu.codegen.resident import RESIDENTS, resident_fits
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
@@ -33,7 +33,7 @@ def emittable(group: Group, graph: Graph, arch: Arch) -> bool:
         return conv_conv_fits(arch, graph, ops[0], ops[1])
     if group.template in ("conv_pool", "pw_dw"):
         return conv_pool_fits(arch, graph, ops[0], ops[1])
-    if group.template in ("pw_dw_pw", "pw_dw_pw_add"):
+    if group.template in PW_DW_PW_TEMPLATES:
         return pw_dw_pw_fits(arch, graph, *ops)
     if group.template in RESIDENTS:
         return resident_fits(arch, graph, ops)

@@ -29,6 +29,8 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: The fusion search times both per group (fusion.cost.simulated_cost); the plan records the choice
 #: (FusionPlan.variants, keyed by the group's first conv).
 PW_DW_PW_VARIANTS = ("wide", "eager")
+#: The templates this module emits: the chain alone, and the inverted-residual block with its add.
+PW_DW_PW_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
 
 def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> ChainTile | None:

@@ -29,7 +29,7 @@ from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits, con
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
-from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_VARIANTS, pw_dw_pw_fits
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, PW_DW_PW_VARIANTS, pw_dw_pw_fits
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENTS
 from tvm_dpu.codegen.tiling import FIELD10
@@ -306,7 +306,7 @@ def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch
     if template in ("conv_pool", "pw_dw"):
         if not conv_pool_fits(arch, graph, ops[0], ops[1]):
             return None
-    if template in ("pw_dw_pw", "pw_dw_pw_add") and not pw_dw_pw_fits(arch, graph, *ops):
+    if template in PW_DW_PW_TEMPLATES and not pw_dw_pw_fits(arch, graph, *ops):
         return None
     if template == "pw_dw_pw_add":  # the add adds nothing to the chain's tile
         layers = layers[:-1]
