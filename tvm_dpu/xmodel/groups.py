@@ -15,7 +15,7 @@ to the program's cycles), instructions per engine and the static DDR bytes of it
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Container
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def _run_ops(xm: XModel, g: XSubgraph) -> list[str]:
 
 
 def _extent(t: Any) -> tuple[int, int]:
-    return t.ddr_addr, t.ddr_addr + sum((int(n) - 1) * st for n, st in zip(t.shape, t.byte_strides())) + 1
+    return t.ddr_addr, t.last_byte() + 1
 
 
 def vai_c_ranges(xm: XModel, d: DpuSubgraph, groups: list[XSubgraph]) -> list[tuple[int, int]]:
@@ -109,7 +109,7 @@ def vai_c_ranges(xm: XModel, d: DpuSubgraph, groups: list[XSubgraph]) -> list[tu
     return out
 
 
-def _op_of(part: str, known: set[str]) -> str | None:
+def _op_of(part: str, known: Container[str]) -> str | None:
     """vai_c's op name one '+'-part of our kernel name was rebuilt from (the part minus its '__<op><n>' suffix)."""
     if part in known:
         return part
@@ -135,7 +135,7 @@ def group_rows(xm: XModel, d: DpuSubgraph, code: np.ndarray, op_ranges: list[tup
             uf.join(k, k - 1)
     mine = []
     for name, lo, hi in op_ranges:
-        ks = sorted({owner[o] for o in (_op_of(p, set(owner)) for p in name.split("+")) if o is not None})
+        ks = sorted({owner[o] for o in (_op_of(p, owner) for p in name.split("+")) if o is not None})
         for k in ks[1:]:
             uf.join(ks[0], k)
         mine.append(ks[0] if ks else None)

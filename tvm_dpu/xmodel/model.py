@@ -66,6 +66,10 @@ class XTensor:
             return self.strides
         return tuple(math.prod(int(d) for d in self.shape[i + 1:]) for i in range(len(self.shape)))
 
+    def last_byte(self) -> int:
+        """The DDR offset of the tensor's last int8 element under `byte_strides` (ddr_addr when it has one)."""
+        return self.ddr_addr + sum((int(d) - 1) * st for d, st in zip(self.shape, self.byte_strides()))
+
     def check_placement(self, region_size: int, where: str) -> None:
         """XModelError unless every int8 element lies inside a region of `region_size` bytes at a distinct byte:
         strides one per dimension, at least 1, not overlapping; ddr_addr and the last byte inside the region."""
@@ -78,7 +82,7 @@ class XTensor:
             if st < extent:
                 raise XModelError(f"{what}: elements overlap (stride {st} inside a {extent}-byte span)")
             extent = st * d
-        last = self.ddr_addr + sum((d - 1) * st for d, st in zip(self.shape, strides))
+        last = self.last_byte()
         if self.ddr_addr < 0 or last >= region_size:
             raise XModelError(f"{what} at ddr_addr {self.ddr_addr} ends at byte {last + 1}, past REG_{self.reg_id}'s "
                               f"{region_size} bytes")
