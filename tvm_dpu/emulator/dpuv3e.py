@@ -291,6 +291,17 @@ class DpuV3EEmulator:
         x[:, max(0, w - kw + f["pad_right"] + 1):] = value
         x[max(0, h - kh + f["pad_bottom"] + 1):] = value
 
+    def _padded_window(self, ctx: Ctx, g: dict, cin: int, endl: int, pad_value: int) -> np.ndarray:
+        """The padded input window of a CONV / POOL / DPTWISE under its INIT's fields `g`: (vpp - 1) * sh + kh rows
+        of (length - 1) * sw + kw pixels of `cin` bytes (`endl`: the jump_read_endl the engine reads, the INIT's or
+        the instruction's)."""
+        f = ctx.ins.fields
+        kh, kw, sh, sw, vpp = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["valid_pixel_parallel"]
+        x = self._window(ctx, height=(vpp - 1) * sh + kh, width=(f["length"] - 1) * sw + kw, nbytes=cin,
+                         stride_h=sh, offset_in=g["stride_offset_in"], endl=endl, jump=g["jump_read"])
+        self._pad(x, f, kh, kw, pad_value)
+        return x
+
     def _bias_and_round(self, ctx: Ctx, acc: np.ndarray, bias: np.ndarray, init: Instr) -> np.ndarray:
         """Conv::bias + transform: 2 * acc + floor(bias * 2**(shift_bias + 1)), then act and DPURound of
         / 2**(shift_cut + 1)."""
@@ -311,11 +322,9 @@ class DpuV3EEmulator:
         self._check_act(ctx, g["act_type"], self.arch.conv_activations, "conv")
         kh, kw, sh, sw, vpp = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["valid_pixel_parallel"]
         ctx.check(vpp <= self.arch.pp, None, f"CONVINIT valid_pixel_parallel={vpp} > PP={self.arch.pp}")
-        cg, length = f["channel_group"], f["length"]
+        cg = f["channel_group"]
         cin = cg * self.arch.icp
-        x = self._window(ctx, height=(vpp - 1) * sh + kh, width=(length - 1) * sw + kw, nbytes=cin, stride_h=sh,
-                         offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"])
-        self._pad(x, f, kh, kw, 0)
+        x = self._padded_window(ctx, g, cin, g["jump_read_endl"], 0)
         x[..., cin - f["channel_offset"]:] = 0
         taps = f["bank_addr_weights"] + np.arange(kh * kw) * cg  # tap (j, k) at (j * kw + k) * cg rows
         wts = np.stack([self.banks.read_many(self.banks.group_bank(conv.weight_bank, oc), taps, cin)
@@ -338,11 +347,9 @@ class DpuV3EEmulator:
                   f"POOLINIT pool_type={kind}: {self.arch.target_label} pools by max (0) or average (1)")
         kh, kw, sh, sw, vpp = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["valid_pixel_parallel"]
         ctx.check(vpp <= pool.pp, None, f"POOLINIT valid_pixel_parallel={vpp} > the pool engine's PP={pool.pp}")
-        length, cin = f["length"], f["channel_group"] * pool.cp
-        x = self._window(ctx, height=(vpp - 1) * sh + kh, width=(length - 1) * sw + kw, nbytes=cin, stride_h=sh,
-                         offset_in=g["stride_offset_in"], endl=f["jump_read_endl"], jump=g["jump_read"])
+        cin = f["channel_group"] * pool.cp
         is_max = kind == POOL["maxpool"]
-        self._pad(x, f, kh, kw, INT8_MIN if is_max else 0)
+        x = self._padded_window(ctx, g, cin, f["jump_read_endl"], INT8_MIN if is_max else 0)
         win = sliding_window_view(x, (kh, kw), axis=(0, 1))[::sh, ::sw]  # (vpp, L, cin, kh, kw)
         if is_max:
             v = win.max(axis=(-2, -1)).astype(np.float64)
@@ -370,11 +377,9 @@ class DpuV3EEmulator:
         self._check_act(ctx, g["act_type"], self.arch.alu_activations, "depthwise")
         kh, kw, sh, sw, vpp = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["valid_pixel_parallel"]
         ctx.check(vpp <= dw.pp, None, f"DWINIT valid_pixel_parallel={vpp} > the depthwise engine's PP={dw.pp}")
-        cg, length = f["channel_group"], f["length"]
+        cg = f["channel_group"]
         cin = cg * dw.cp
-        x = self._window(ctx, height=(vpp - 1) * sh + kh, width=(length - 1) * sw + kw, nbytes=cin, stride_h=sh,
-                         offset_in=g["stride_offset_in"], endl=g["jump_read_endl"], jump=g["jump_read"])
-        self._pad(x, f, kh, kw, 0)
+        x = self._padded_window(ctx, g, cin, g["jump_read_endl"], 0)
         x[..., cin - f["channel_offset"]:] = 0
         wbank = self.banks.group_bank(dw.weight_bank, 0)
         rows_per_pixel = cg * (dw.cp // self.banks.width[wbank])
