@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import importlib
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -26,6 +27,7 @@ from tvm_dpu.codegen.conv import (AUG_MARGIN, Augment, ConvJob, augmentation, au
                                   piece_zero_bytes)
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
+from tvm_dpu.codegen.isa import DEFAULT_ISA
 from tvm_dpu.codegen.layout import (ParamBlob, align, ceil_div, group_param, pack_channel_vector, pack_conv_weights,
                                     pack_dw_weights)
 from tvm_dpu.codegen.program import Program
@@ -298,6 +300,9 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
       conv's CONVs). Fused groups that do not fit the banks are emitted member by member with the unfused
       emitters (same values).
     """
+    other = _isa_compiler(arch)
+    if other is not None:
+        return other(graph, arch, plan, keep_params)
     validate_graph(graph)
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
     ops = {op.name: op for op in graph.ops}
@@ -341,6 +346,12 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         for n in g.ops:  # constants an emitter did not name: the start of their group's parameters
             for t in ops[n].params.values():
                 params.offsets.setdefault(t, param_start)
+    return finish_subgraph(graph, arch, prog, params, fmaps, sizes, op_ranges)
+
+
+def finish_subgraph(graph: Graph, arch: Arch, prog: Program, params: ParamBlob, fmaps: dict[str, FMap],
+                    sizes: dict[int, int], op_ranges: list) -> CompiledSubgraph:
+    """END the program and package it with its parameters, region sizes and tensor places."""
     prog.end()
     sizes[REG_PARAMS] = params.size
     region_sizes = {reg: align(max(size, 1), 4096) for reg, size in sizes.items()}
@@ -350,6 +361,23 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         region_sizes=region_sizes, inputs=[binding(n) for n in graph.inputs],
         outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges,
         places=dict(fmaps), param_offsets=dict(params.offsets))
+
+
+#: The compiler of each instruction set other than DPUV2 (codegen.isa.ISA_FILES names): module and function,
+#: imported on first use (they build on this module's DDR plan and packaging).
+ISA_COMPILERS = {"DPUV3E": ("tvm_dpu.codegen.dpuv3e_compiler", "compile_graph_v3e")}
+
+
+def _isa_compiler(arch: Arch) -> Callable[..., CompiledSubgraph] | None:
+    """The compiler of `arch`'s instruction set when it is not DPUV2 (the ISA1 path of this module); CodegenError
+    naming the set when there is none."""
+    isa = arch.instruction_set
+    if isa == DEFAULT_ISA:
+        return None
+    if isa not in ISA_COMPILERS:
+        raise CodegenError(f"{arch.target_label}: no code generator for instruction set {isa}")
+    module, fn = ISA_COMPILERS[isa]
+    return getattr(importlib.import_module(module), fn)
 
 
 #: Fused kernels written with their parameters from row 0 of the CONVW / BIAS banks, which relocated_params moves.
