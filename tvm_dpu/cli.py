@@ -280,13 +280,24 @@ def _export_timed(model: Any, args: argparse.Namespace, outdir: Path, name: str,
     # export took beyond them.
     with ThreadPoolExecutor(1, thread_name_prefix="tvm-dpu-export") as pool:
         exporting = pool.submit(export_all)
-        timing = model.timing()
+        timing = _timing_or_none(model)
         clock.lap("timing_model")
-        timelines = _write_timelines(model, timing, outdir, name, png=args.png)
+        timelines = _write_timelines(model, timing, outdir, name, png=args.png) if timing is not None else []
         clock.lap("timelines")
         artifact = exporting.result()
     clock.lap("export")
     return artifact, timing, timelines
+
+
+def _timing_or_none(model):
+    """The model's timing, or None (said on stderr) for a family with no timing model yet (families.json)."""
+    from .timing.params import TimingError
+
+    try:
+        return model.timing()
+    except TimingError as e:
+        print(f"{PROG}: note: {_one_line(e)}: nothing is timed", file=sys.stderr)
+        return None
 
 
 def _print_compiled(args: argparse.Namespace, report: dict, placement: str, artifact: Path, outdir: Path,

@@ -380,6 +380,9 @@ class Family:
     compile: bool
     run: bool
     missing: str = ""
+    #: whether the code generator has fused pipelines (fusion templates) for the family; without, every op is
+    #: emitted alone whatever fusion mode is asked for
+    fusion: bool = True
 
 
 @lru_cache(maxsize=1)
@@ -387,7 +390,8 @@ def families() -> dict[str, Family]:
     """Every DPU family of AMD's target factory, by name (families.json)."""
     data = _public(json.loads(FAMILIES_FILE.read_text())["families"])
     return {name: Family(name, int(e["code"]), {int(k): v for k, v in e["instruction_sets"].items()},
-                         e["fingerprint"], bool(e["compile"]), bool(e["run"]), e.get("missing", ""))
+                         e["fingerprint"], bool(e["compile"]), bool(e["run"]), e.get("missing", ""),
+                         bool(e.get("fusion", e["compile"])))
             for name, e in data.items()}
 
 
@@ -407,6 +411,13 @@ def require_support(arch: Arch, capability: str) -> None:
         iset = fam.instruction_sets.get(arch.isa)
         what = f"{fam.name} ISA{arch.isa}" + (f" (instruction set {iset})" if iset else "")
         raise ArchError(f"{arch.target_label}: tvm-dpu cannot {_CAPABILITIES[capability]} {what} yet: {fam.missing}")
+def family_supports(arch: Arch, capability: str) -> bool:
+    """Whether tvm-dpu can `capability` ("compile", "run", "fusion": a Family flag) for `arch`'s family (False for
+    an unknown family): what a stage asks instead of which family it is given."""
+    fam = families().get(arch.family)
+    return bool(fam is not None and getattr(fam, capability))
+
+
 SUPPORTED_ISAS = (0, 1)
 
 # Bits an Arch field represents, per ISA (arch index, bits 11:8, bank groups, augmentation, conv leaky; plus,

@@ -162,13 +162,18 @@ def _reduction_reasons(arch: Arch, rules: dict[str, Any], ic: int, kh: int, kw: 
                 f"dilation*input_channels = {d}*{ic} = {d * ic} exceeds {n}*{cp}={n * cp} on {target}"
             )
     if rules.get("in_size"):
-        rows = kw * kh * math.ceil(ic / cp)
-        if rows > arch.bank_depth:
+        rows, depth = kw * kh * math.ceil(ic / cp), in_size_depth(arch, rules)
+        if rows > depth:
             reasons["in_size"].append(
-                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {arch.bank_depth} "
-                f"on {target}"
+                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {depth} on {target}"
             )
     return reasons
+
+
+def in_size_depth(arch: Arch, rules: dict[str, Any]) -> int:
+    """The bank depth the in_size rule bounds the weight rows by: the image banks' (true) or a named group's."""
+    name = rules.get("in_size")
+    return arch.bank_group(name).depth if isinstance(name, str) else arch.bank_depth
 
 
 def input_channel_chunks(arch: Arch, op: OpDesc) -> list[tuple[int, int]]:
@@ -184,7 +189,7 @@ def input_channel_chunks(arch: Arch, op: OpDesc) -> list[tuple[int, int]]:
     if not _splits(op, rules_by_kind):
         return []
     cp = arch.channel_parallel
-    cap = arch.bank_depth // (kh * kw) if rules.get("in_size") else 1 << 30
+    cap = in_size_depth(arch, rules) // (kh * kw) if rules.get("in_size") else 1 << 30
     if "dilation_x_ic_max_per_cp" in rules:
         cap = min(cap, rules["dilation_x_ic_max_per_cp"] // d)
     if cap < 1:
@@ -280,6 +285,12 @@ def _window_rules(c: _Check) -> list[str]:
     rules, target, reasons = c.rules, c.target, []
     if "kernel" in rules:
         reasons += _pair("kernel", (c.kh, c.kw), rules["kernel"], target)
+    if "kernel_in" in rules:
+        reasons += [f"kernel_{axis} {k} is not one of {rules['kernel_in']} on {target}"
+                    for axis, k in (("h", c.kh), ("w", c.kw)) if k not in rules["kernel_in"]]
+    if "kernel_fits" in rules:  # a dense's CONV kernel is its input's H x W
+        reasons += [f"input {axis} {n} exceeds the {rules['kernel_fits']} a CONV kernel covers on {target}"
+                    for axis, n in zip("HW", c.op.in_shape[2:4]) if n > rules["kernel_fits"]]
     if rules.get("kernel_square") and c.kh != c.kw:
         reasons.append(f"kernel {c.kh}x{c.kw} is not square (w == h required) on {target}")
     if "stride" in rules:

@@ -245,8 +245,12 @@ def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
 def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
     """Compile a validated, quantized XGraph for `arch` op by op: the fused compiler with a plan of single ops
     whose legal concat inputs are saved straight into their slice."""
-    plan = FusionPlan("none", [Group(SINGLE, (op.name,)) for op in graph.ops], concat_fusions(graph))
-    return compile_graph_fused(graph, arch, plan)
+    return compile_graph_fused(graph, arch, single_op_plan(graph))
+
+
+def single_op_plan(graph: Graph) -> FusionPlan:
+    """The fusion plan of no fusion: every op alone, its legal concat inputs saved straight into their slice."""
+    return FusionPlan("none", [Group(SINGLE, (op.name,)) for op in graph.ops], concat_fusions(graph))
 
 
 def _on_chip_maps(fused: set[Group], ops: dict[str, Op]) -> set[str]:
@@ -366,6 +370,8 @@ def finish_subgraph(graph: Graph, arch: Arch, prog: Program, params: ParamBlob, 
 #: The compiler of each instruction set other than DPUV2 (codegen.isa.ISA_FILES names): module and function,
 #: imported on first use (they build on this module's DDR plan and packaging).
 ISA_COMPILERS = {"DPUV3E": ("tvm_dpu.codegen.dpuv3e_compiler", "compile_graph_v3e")}
+#: Every instruction set tvm-dpu generates code for.
+CODEGEN_ISAS = (DEFAULT_ISA, *ISA_COMPILERS)
 
 
 def _isa_compiler(arch: Arch) -> Callable[..., CompiledSubgraph] | None:

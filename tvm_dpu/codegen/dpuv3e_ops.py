@@ -231,12 +231,15 @@ def _emit_dptwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
     win = _window(xops.conv_window(op, graph))
     q = xops.quant_params(op, graph)
     rows_w = win.kh * win.kw * cg
-    if rows_w > wb.depth // 2 or cg > bb.depth // 2:
-        raise CodegenError(f"op {op.name!r}: {c} channels of a {win.kh}x{win.kw} depthwise kernel do not fit half "
-                           f"the {wb.name} / {bb.name} banks of {arch.target_label}")
-    w_slot, b_slot = prog.next_slot("dwconvw"), prog.next_slot("dwconvb")
-    w_row, b_row = w_slot * (wb.depth // 2), b_slot * (bb.depth // 2)
-    prog.emit("LOAD", reads=[("ddr", "params")], writes=[("dww", w_slot)], comment=f"{op.name} weights",
+    if rows_w > wb.depth or cg > bb.depth // 2:
+        raise CodegenError(f"op {op.name!r}: {c} channels of a {win.kh}x{win.kw} depthwise kernel do not fit the "
+                           f"{wb.name} / {bb.name} banks of {arch.target_label}")
+    # weights in alternating halves of DWCONVW while they fit one (the next op's load overlaps this one's work)
+    w_slot = prog.next_slot("dwconvw") if rows_w <= wb.depth // 2 else None
+    b_slot = prog.next_slot("dwconvb")
+    w_row, b_row = (w_slot or 0) * (wb.depth // 2), b_slot * (bb.depth // 2)
+    w_res = ("dww",) if w_slot is None else ("dww", w_slot)
+    prog.emit("LOAD", reads=[("ddr", "params")], writes=[w_res], comment=f"{op.name} weights",
               bank_id=wb.base_id, bank_addr=w_row, length=win.kh * win.kw, channel=cg * cp, jump_read=cg * cp,
               jump_write=cg, pad_idx=1, ddr_addr=params.add(pack_dw_weights(w, cp), op.params["weights"]),
               reg_id=REG_PARAMS)
@@ -252,7 +255,7 @@ def _emit_dptwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
                       stride_out=1, kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh, stride_w=win.sw,
                       valid_pixel_parallel=v, shift_cut=q.shift_cut, shift_bias=shift_bias_field(q.shift_bias),
                       act_type=q.act_type)
-            prog.emit("DPTWISE", reads=[("vb_in", t.in_half), ("dww", w_slot), ("dwb", b_slot)],
+            prog.emit("DPTWISE", reads=[("vb_in", t.in_half), w_res, ("dwb", b_slot)],
                       writes=[("vb_out", t.out_half)], comment=op.name, **addr_fields(banks, iw, a),
                       bank_id_out=banks.vb_out + a, bank_addr_out=banks.out_base(t), channel_group=cg,
                       length=t.cols, channel_offset=cg * cp - c, bank_addr_weights=w_row, bank_addr_bias=b_row,

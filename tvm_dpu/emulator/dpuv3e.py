@@ -21,6 +21,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import Instr, enum_codes, iter_program
 from tvm_dpu.errors import EmulatorError
+from tvm_dpu.types import REG_PARAMS
 from tvm_dpu.quant.fixpoint import INT8_MIN, avgpool_factor, dpu_round
 from tvm_dpu.emulator.banks import fetch_rows, store_rows
 from tvm_dpu.emulator.conv import activate, exact_matmul_t
@@ -445,7 +446,13 @@ class DpuV3EDevice:
         self.last_stats: V3EStats | None = None
 
     def execute(self, sg, regions: dict[int, np.ndarray]) -> None:
+        """Run `sg` over `regions` (modified in place); a region not given is zeroed, except a program's parameter
+        region (a CompiledSubgraph's `params`), which is its parameter bytes."""
         full = dict(regions)
         for rid, size in sg.region_sizes.items():
-            full.setdefault(rid, np.zeros(size, np.uint8))
+            if rid not in full:
+                full[rid] = np.zeros(size, np.uint8)
+                params = getattr(sg, "params", None) if rid == REG_PARAMS else None
+                if isinstance(params, np.ndarray):
+                    full[rid][:params.size] = params.view(np.uint8).reshape(-1)
         self.last_stats = DpuV3EEmulator(self.arch).run(sg.code, full)
