@@ -545,16 +545,21 @@ def _decode_registered(fp: int, where: str) -> dict[str, Any]:
     fam = families()[name]
     if fam.fingerprint != "registered":
         raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); tvm-dpu decodes no "
-                        f"{name} fingerprint yet ({fam.missing}); it compiles for 0x01 {SUPPORTED_FAMILY}")
+                        f"{name} fingerprint yet ({fam.missing}); it compiles for {_compiled_families()}")
     target = _registered_target(fp)
     if target is None:
         known = ", ".join(f"{t.dpu_name} 0x{t.fingerprint:016X}" for t in _family_targets().values()
                           if t.family == name)
         raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); AMD's target factory "
                         f"knows {name} by its registered targets only, and this is none of them (known: {known}); "
-                        f"tvm-dpu compiles for 0x01 {SUPPORTED_FAMILY}")
+                        f"tvm-dpu compiles for {_compiled_families()}")
     return {"fingerprint": target.fingerprint, "family_code": family_code, "family": name, "isa": target.isa,
             "feature_code": fp & _FEATURE_MASK, "target": target.dpu_name, "instruction_set": target.instruction_set}
+
+
+def _compiled_families() -> str:
+    """The families tvm-dpu generates code for, as the messages name them: "0x01 DPUCZDX8G, 0x02 DPUCAHX8H"."""
+    return ", ".join(f"0x{f.code:02X} {f.name}" for f in families().values() if f.compile)
 
 
 def _activations(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
