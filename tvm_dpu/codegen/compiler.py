@@ -324,7 +324,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     margin = {op.inputs[0] for op in graph.ops if _augment(arch, graph, op) is not None}
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span, margin)
     params = ParamBlob(keep=keep_params)
-    prog = Program(ddr_roots={n: _alias_root(alias, n)[0] for n in alias})
+    prog = Program(ddr_roots=alias_roots(alias))
     op_ranges = []
     for g in groups:
         start = len(prog)
@@ -442,6 +442,11 @@ def relocated_params(prog: Program, arch: Arch, emit: Callable[..., None], param
 def _bias_of(graph: Graph, op: Op, n: int) -> np.ndarray:
     b = graph.param(op, "bias", required=False)
     return b.data if b is not None else np.zeros(n, np.int8)
+
+
+def alias_roots(alias: dict[str, tuple[str, int]]) -> dict[str, str]:
+    """Each aliased tensor -> the tensor whose DDR memory it is a slice of (Program.ddr_roots)."""
+    return {n: _alias_root(alias, n)[0] for n in alias}
 
 
 def _alias_root(alias: dict[str, tuple[str, int]], name: str) -> tuple[str, int]:

@@ -10,7 +10,7 @@ protocol (codegen.program), which vai_c's U50 programs also satisfy (docs/depend
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.compiler import _alias_root, finish_subgraph, order_groups, plan_ddr
+from tvm_dpu.codegen.compiler import alias_roots, finish_subgraph, order_groups, plan_ddr
 from tvm_dpu.codegen.layout import ParamBlob
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
@@ -31,7 +31,7 @@ def compile_graph_v3e(graph: Graph, arch: Arch, plan: FusionPlan, keep_params: b
     emit_graph = Graph(graph.name, graph.tensors, order, graph.inputs, graph.outputs)
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused)
     params = ParamBlob(keep=keep_params)
-    prog = Program(ddr_roots={n: _alias_root(alias, n)[0] for n in alias}, isa=ISA)
+    prog = Program(ddr_roots=alias_roots(alias), isa=ISA)
     op_ranges = []
     for op in order:
         start, param_start = len(prog), params.size
