@@ -414,7 +414,8 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
     if "as" in rules:
         rules = rules_by_kind[rules["as"]]
     if rules.get("supported", True) is False:
-        return reasons + [f"{op.kind} not supported on {target}"]
+        why = rules.get("why")
+        return reasons + [f"{op.kind} not supported on {target}" + (f": {why}" if why else "")]
     dense = op.kind == "dense"
     c = _Check(arch, op, rules, rules_by_kind, target, kind, groups, not groups and _splits(op, rules_by_kind),
                math.prod(int(d) for d in op.in_shape[1:]) if dense else op.in_channels,
