@@ -17,6 +17,7 @@ from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.limits import check_op
 from tvm_dpu.arch.opdesc import OpDesc
 from tvm_dpu.codegen.compiler import compile_graph
+from tvm_dpu.codegen.dpuv3e_fields import scale_exponent, shift_bias_exponent
 from tvm_dpu.codegen.dpuv3e_ops import pack_ohwi, scale_field, shift_bias_field
 from tvm_dpu.codegen.isa import decode_program
 from tvm_dpu.codegen.tiling import CodegenError
@@ -148,6 +149,9 @@ def test_field_encodings_follow_the_simulator():
     with pytest.raises(CodegenError, match="scale 2\\*\\*8 is outside"):
         scale_field(8, "op 'p'")
     assert shift_bias_field(3) == 3 and shift_bias_field(-1) == 33
+    # and the emulator reads back what the code generator writes
+    assert all(scale_exponent(scale_field(e, "x")) == e for e in range(-7, 8))
+    assert all(shift_bias_exponent(shift_bias_field(s)) == s for s in range(-31, 21))
     # 20 output channels, 3 input channels, 1x1: two OCP groups, channels padded to one ICP group, OHWI order
     w = np.arange(20 * 3, dtype=np.int8).reshape(20, 3, 1, 1)
     packed = pack_ohwi(w, 16, 16).reshape(32, 16)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.dpuv3e_fields import SHIFT_BIAS_NEGATIVE, SHIFT_SPLIT, WEIGHT_LOAD_BANK, avg_table_exact
 from tvm_dpu.codegen.dpuv3e_tiles import (MAX_ELEW_LENGTH, MAX_LENGTH, Banks, Window, addr_fields, cgroups,
                                           in_window, load_rows, load_window, pads_of, plan_tiles, save_tile)
 from tvm_dpu.codegen.isa import enum_code
@@ -28,19 +29,9 @@ from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
-#: LOAD bank_id of a weight load: both DDR ports, one CONV weight bank per output channel (Load<DPUV3E>::Exec).
-WEIGHT_LOAD_BANK = 0x3F
-#: CONVINIT / DWINIT shift_bias: a negative shift s is the field 32 - s (Conv::bias).
-SHIFT_BIAS_NEGATIVE = 32
-#: POOLINIT shift_cut and ELEW shift_write (4 bits): a scale 2**e is e for 0 <= e < 8, 8 - e for -8 < e < 0.
-SHIFT_SPLIT = 8
-#: Average-pool widths the simulator divides by through the DPU's reciprocal table (Pool<T>::pool_one); other
-#: widths are divided by kh * kw in floating point, which equals the table only where kh * kw is a power of two.
-AVG_TABLE_WIDTHS = frozenset({3, 5, 6, 7})
-
 
 def scale_field(e: int, what: str) -> int:
-    """The 4-bit POOL shift_cut / ELEW shift_write of a scale 2**e."""
+    """The 4-bit POOL shift_cut / ELEW shift_write of a scale 2**e; CodegenError naming `what` beyond 2**+-7."""
     if 0 <= e < SHIFT_SPLIT:
         return e
     if -SHIFT_SPLIT < e < 0:
@@ -51,12 +42,6 @@ def scale_field(e: int, what: str) -> int:
 def shift_bias_field(shift_bias: int) -> int:
     """CONVINIT / DWINIT shift_bias of a bias weighing 2**shift_bias accumulator units."""
     return shift_bias if shift_bias >= 0 else SHIFT_BIAS_NEGATIVE - shift_bias
-
-
-def avg_table_exact(kh: int, kw: int) -> bool:
-    """Whether the DPUV3E average pool divides exactly as the golden reference's fixpoint.avgpool_factor does."""
-    k = kh * kw
-    return (kh == kw and kw in AVG_TABLE_WIDTHS) or k & (k - 1) == 0
 
 
 def _engine(arch: Arch, name: str, what: str) -> dict:
