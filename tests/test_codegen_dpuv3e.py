@@ -93,6 +93,10 @@ def test_the_readme_example_compiles_and_verifies_for_dpucahx8h(tmp_path, capsys
                  "--verify"]) == 0
     assert "verify: 2 subgraphs, 1 run(s), 2 subgraph calls, 0 mismatching elements" in capsys.readouterr().out
     assert main(["inspect", "--check-deps", str(out / "mixed_cnn.tvmdpu")]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "--disasm", str(out / "mixed_cnn.tvmdpu")]) == 0  # decoded as DPUV3E
+    listing = capsys.readouterr().out
+    assert " CONVINIT " in listing and " POOLINIT " in listing and " ELEWINIT " in listing
 
 
 def _op(kind: str, **kw) -> OpDesc:

@@ -686,10 +686,12 @@ def _run_inspect(args: argparse.Namespace) -> int:
     listings = {}
     if args.disasm:
         from .codegen.asm import disassemble
+        from .runtime.device import arch_of
 
         codes = read_code(path)
+        isa = arch_of(str(header["arch"]["name"]), int(header["arch"]["fingerprint"], 16), str(path)).instruction_set
         for s in header["subgraphs"]:
-            listings[s["key"]] = disassemble(codes[s["key"]])
+            listings[s["key"]] = disassemble(codes[s["key"]], isa)
     if args.json:
         if args.disasm:
             for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
