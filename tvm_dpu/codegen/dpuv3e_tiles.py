@@ -129,7 +129,9 @@ class InWindow:
 def in_window(banks: Banks, win: Window, t: Tile, cg_in: int) -> InWindow:
     cols = window_cols(win, t.cols)
     endl = cols * cg_in
-    bases = tuple(banks.in_base(t) + g * win.sh * endl for g in range(ADDR_SLOTS))
+    wraps = (window_rows(win, t.rows) - 1) // win.sh // banks.pp  # the last slot the window uses
+    # a slot the window never reaches repeats the first (its own address could lie beyond the bank)
+    bases = tuple(banks.in_base(t) + (g * win.sh * endl if g <= wraps else 0) for g in range(ADDR_SLOTS))
     return InWindow(t.r0 * win.sh - win.pads[0], t.c0 * win.sw - win.pads[1], cols, endl, bases)
 
 
