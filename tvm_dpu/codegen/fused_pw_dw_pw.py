@@ -29,8 +29,6 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: The fusion search times both per group (fusion.cost.simulated_cost); the plan records the choice
 #: (FusionPlan.variants, keyed by the group's first conv).
 PW_DW_PW_VARIANTS = ("wide", "eager")
-#: The templates this module emits: the chain alone, and the inverted-residual block with its add.
-PW_DW_PW_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
 
 def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> ChainTile | None:
@@ -67,6 +65,23 @@ def _residual(graph: Graph, pw: Op, add: Op) -> bool:
 def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> bool:
     """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw."""
     return _tile(arch, graph, a, dw, pw, add) is not None
+
+
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
+    return pw_dw_pw_fits(arch, graph, *ops)
+
+
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a pw_dw_pw / pw_dw_pw_add group: every order (PW_DW_PW_VARIANTS)."""
+    return PW_DW_PW_VARIANTS
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
+    a, dw, pw, *add = ops
+    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant, *add)
 
 
 def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
 from tvm_dpu.codegen.conv import (ConvIn, ConvJob, ConvOut, augmentation, augmented_weights, emit_conv_groups, load_biases,
@@ -43,18 +44,15 @@ from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
-#: The fusion template name of a resident chain (a Group of any length >= 2; not an isomorphism template: the
-#: search finds the chains itself, fusion.select).
-RESIDENT = "resident"
-#: The same chain emitted conv after conv: every unit of an op before the next conv's (the chain's input LOADs still
-#: go just ahead of the CONVs that read them, the ALUs of a pool / activation and the SAVEs as soon as their rows
-#: are done, so they overlap the producer's CONVs), the order of vai_c's programs.
+#: The templates of resident chains (tvm_dpu/templates/resident.py), by their emission order: RESIDENT emits each
+#: unit as soon as the rows it reads are; RESIDENT_SEQ conv after conv (every unit of an op before the next conv's;
+#: the chain's input LOADs still go just ahead of the CONVs that read them, the ALUs of a pool / activation and the
+#: SAVEs as soon as their rows are done, so they overlap the producer's CONVs), the order of vai_c's programs.
 #: Where the LOAD engine bounds the chain's start (the input and every op's weights to load), the producer's last
 #: tiles then overlap the next op's weight LOADs instead of waiting behind the consumer's first tiles; the fusion
 #: search costs both orders (fusion.residency) and keeps the faster.
-RESIDENT_SEQ = "resident_seq"
-#: The templates of resident chains, by their emission order.
-RESIDENTS = (RESIDENT, RESIDENT_SEQ)
+RESIDENTS = tpl.residents()
+RESIDENT, RESIDENT_SEQ = RESIDENTS
 
 #: ALU modes a resident chain runs (those without parameters in DWCONVW).
 _ALU_ACTS = ("hard_sigmoid", "leaky_relu")
@@ -525,19 +523,28 @@ def _alu_units(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y
     return out
 
 
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a RESIDENT chain."""
+    emit_resident(prog, arch, graph, ops, fmaps, params)
+
+
+def emit_group_seq(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op],
+                   fmaps: dict[str, FMap], variant: str) -> None:
+    """The template registry's emitter of a RESIDENT_SEQ chain."""
+    emit_resident(prog, arch, graph, ops, fmaps, params, seq=True)
+
+
 def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
-                  params: ParamBlob, template: str = RESIDENT) -> None:
+                  params: ParamBlob, seq: bool = False) -> None:
     """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring).
 
     Program order follows the data: each unit (a LOAD run, a tile of CONVs, an ALU, a SAVE run) is emitted as soon
     as the rows it reads have been emitted, consumers first, so every wait names a post just before it (the
     code generator keeps each token counter at one token along program order, program.Program) and an op starts
-    on the first rows of its input while its producer computes the rest (`template` RESIDENT_SEQ: a conv only once
-    every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no unfinished
+    on the first rows of its input while its producer computes the rest (`seq`, template RESIDENT_SEQ: a conv only
+    once every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no unfinished
     earlier step uses the CONVW / BIAS half they go to."""
-    if template not in RESIDENTS:
-        raise CodegenError(f"ops {[op.name for op in ops]}: {template!r} is not a resident chain template")
-    seq = template == RESIDENT_SEQ
     x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
     x, y = fmaps[x_res], fmaps[y_res]
     chain = plan_chain(arch, graph, ops, x.pixel_pitch)

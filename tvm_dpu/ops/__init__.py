@@ -146,11 +146,15 @@ def resolve(ref: str, user: str) -> Any:
         raise OpRegistryError(f"hook {ref!r} (in {target}) does not resolve: {e}") from None
 
 
-def hook_module(name: str, ref: str) -> str:
-    """The module hook `name`'s reference `ref` lives in."""
-    user = HOOK_USERS[name]
+def ref_module(ref: str, user: str) -> str:
+    """The module hook reference `ref`, resolved for module `user` (`resolve`), lives in."""
     module = ref.rpartition(":")[0]
     return f"{user.rpartition('.')[0]}.{module}" if module else user
+
+
+def hook_module(name: str, ref: str) -> str:
+    """The module hook `name`'s reference `ref` lives in."""
+    return ref_module(ref, HOOK_USERS[name])
 
 
 def hook(kind: str, name: str) -> Any:
