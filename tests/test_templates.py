@@ -83,7 +83,8 @@ def test_stage_views_come_from_the_registry():
 def test_a_new_registration_is_all_a_template_needs(monkeypatch):
     """Registered under another name with conv_pool's hooks and policies, a template is matched, costed, fitted
     and compiled like conv_pool, to the same bytes: no stage dispatches on the name."""
-    g, arch = _conv_pool_graph(16, 20, 18, 16, 3, 1, 1, "max_pool2d", 2, 2, 0, seed=1), load_arch("DPUCZDX8G_ISA1_B1152")
+    g = _conv_pool_graph(16, 20, 18, 16, 3, 1, 1, "max_pool2d", 2, 2, 0, seed=1)
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
     members = tuple(op.name for op in g.ops)
     monkeypatch.setitem(tpl._registry(), "my_conv_pool", replace(tpl.get("conv_pool"), name="my_conv_pool",
                                                                  priority=55))

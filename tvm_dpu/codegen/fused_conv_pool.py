@@ -63,7 +63,8 @@ def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
 
 def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
                variant: str) -> None:
-    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer] (one emission: `variant` is "wide")."""
+    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer] (one emission: `variant` is
+    "wide")."""
     emit_conv_pool(prog, arch, graph, *ops, fmaps, params)
 
 

@@ -567,8 +567,8 @@ def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps:
     as the rows it reads have been emitted, consumers first, so every wait names a post just before it (the
     code generator keeps each token counter at one token along program order, program.Program) and an op starts
     on the first rows of its input while its producer computes the rest (`seq`, template RESIDENT_SEQ: a conv only
-    once every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no unfinished
-    earlier step uses the CONVW / BIAS half they go to."""
+    once every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no
+    unfinished earlier step uses the CONVW / BIAS half they go to."""
     x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
     x, y = fmaps[x_res], fmaps[y_res]
     chain = plan_chain(arch, graph, ops, x.pixel_pitch)

@@ -16,14 +16,12 @@ none); tests/test_layering.py counts each hook as an import of its module by its
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Mapping
 
 from tvm_dpu.errors import DPUError
-from tvm_dpu.ops import OpRegistryError, ref_module, resolve
+from tvm_dpu.ops import OpRegistryError, collect_defs, lookup, ref_module, resolve
 from tvm_dpu.types import SINGLE
 
 #: Hook -> the one module that resolves it (its package holds the hook's module).
@@ -155,15 +153,7 @@ def problems(d: TemplateDef) -> list[str]:
 
 @cache
 def _registry() -> dict[str, TemplateDef]:
-    out: dict[str, TemplateDef] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(mod).values():
-            if isinstance(value, TemplateDef):
-                if value.name in out and out[value.name] is not value:
-                    raise TemplateRegistryError(f"fusion template {value.name!r} is defined twice ({info.name} and "
-                                                "another module)")
-                out[value.name] = value
+    out = collect_defs(__path__, __name__, TemplateDef, "name", TemplateRegistryError, "fusion template")
     return dict(sorted(out.items(), key=lambda kv: (kv[1].priority, kv[0])))
 
 
@@ -174,10 +164,7 @@ def registry() -> dict[str, TemplateDef]:
 
 def get(name: str) -> TemplateDef:
     """The TemplateDef of `name`; TemplateRegistryError naming the known templates otherwise."""
-    try:
-        return _registry()[name]
-    except KeyError:
-        raise TemplateRegistryError(f"unknown fusion template {name!r} (known: {', '.join(_registry())})") from None
+    return lookup(_registry(), name, TemplateRegistryError, "fusion template")
 
 
 def matched() -> tuple[TemplateDef, ...]:
