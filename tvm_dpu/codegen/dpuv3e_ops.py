@@ -21,7 +21,7 @@ from tvm_dpu.codegen.dpuv3e_fields import SHIFT_BIAS_NEGATIVE, SHIFT_SPLIT, WEIG
 from tvm_dpu.codegen.dpuv3e_tiles import (MAX_ELEW_LENGTH, MAX_LENGTH, Banks, Window, addr_fields, cgroups,
                                           in_window, load_rows, load_window, pads_of, plan_tiles, save_tile)
 from tvm_dpu.codegen.isa import enum_code
-from tvm_dpu.codegen.layout import ParamBlob, pack_channel_vector, pack_dw_weights
+from tvm_dpu.codegen.layout import ParamBlob, group_param, pack_channel_vector, pack_dw_weights
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.quant.fixpoint import avgpool_factor
@@ -183,6 +183,10 @@ def emit_conv(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, 
         xg, yg = (x, y) if groups == 1 else (x.channels(g * icg, icg), y.channels(g * ocg, ocg))
         sl = slice(g * ocg, (g + 1) * ocg)
         spec = _conv_spec(op, graph, params, arch, w[sl], bias[sl], win, "" if groups == 1 else f"/g{g}")
+        if groups != 1:  # for the xmodel writer: each group's slices (the whole tensors have no one place)
+            params.offsets[group_param(op.params["weights"], g)] = spec.w_off
+            if "bias" in op.params:
+                params.offsets[group_param(op.params["bias"], g)] = spec.b_off
         emit_conv_v3e(prog, arch, spec, xg, yg, op.inputs[0], op.outputs[0])
 
 
