@@ -114,7 +114,9 @@ def test_limits_profile_keeps_what_dpuv3e_cannot_do_on_the_cpu():
     arch = load_arch("DPUCAHX8H_ISA2")
     t = "DPUCAHX8H_ISA2"
     assert check_op(arch, _op("conv2d")) == []
-    assert check_op(arch, _op("conv2d", dilation=(2, 2), pad=(2, 2, 2, 2))) == [f"dilation 2x2 exceeds [1,1] on {t}"]
+    assert check_op(arch, _op("conv2d", dilation=(2, 2), pad=(2, 2, 2, 2))) == []  # as stride phases
+    assert check_op(arch, _op("depthwise_conv2d", dilation=(2, 2), pad=(2, 2, 2, 2), groups=32)) == \
+        [f"dilation 2x2 exceeds [1,1] on {t}"]
     assert check_op(arch, _op("conv2d", stride=(8, 8))) == [f"stride 8x8 exceeds [1,4] on {t}"]
     # the weights of one output-channel group fill the 2048-row CONVW bank, not the 8192-row image bank
     big = _op("conv2d", in_shape=(1, 4096, 8, 8), kernel=(3, 3))
@@ -123,8 +125,7 @@ def test_limits_profile_keeps_what_dpuv3e_cannot_do_on_the_cpu():
         [f"kernel_h 4 is not one of [1, 2, 3, 5, 7] on {t}", f"kernel_w 4 is not one of [1, 2, 3, 5, 7] on {t}"]
     assert check_op(arch, _op("max_pool2d", kernel=(9, 9), pad=(0, 0, 0, 0))) == [f"kernel 9x9 exceeds [1,8] on {t}"]
     assert check_op(arch, _op("avg_pool2d", kernel=(2, 3), pad=(0, 0, 0, 0)))[0].startswith("kernel 2x3 is not square")
-    for kind, why in (("eltwise_mul", "eltwise engine adds only"), ("conv2d_transpose", "no transposed-conv lowering"),
-                      ("activation", "has no ALU")):
+    for kind, why in (("eltwise_mul", "eltwise engine adds only"), ("activation", "has no ALU")):
         (reason,) = check_op(arch, _op(kind))
         assert reason.startswith(f"{kind} not supported on {t}: ") and why in reason, kind
     dense = OpDesc("dense", in_shape=(1, 8, 32, 32), out_shape=(1, 10))
@@ -134,8 +135,8 @@ def test_limits_profile_keeps_what_dpuv3e_cannot_do_on_the_cpu():
 
 def test_each_dpuv3e_lowering_hook_resolves_in_codegen():
     hooked = {k for k, d in registry().items() if dict(d.isa_emitters).get("DPUV3E")}
-    assert hooked == {"conv2d", "dense", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "eltwise_add", "concat",
-                      "upsample_nearest"}
+    assert hooked == {"conv2d", "dense", "depthwise_conv2d", "conv2d_transpose", "max_pool2d", "avg_pool2d",
+                      "eltwise_add", "concat", "upsample_nearest"}
     for kind in hooked - {"upsample_nearest"}:
         assert isa_emitter(kind, "DPUV3E").__module__ == "tvm_dpu.codegen.dpuv3e_ops"
     # LOAD / SAVE only: the DPUCZDX8G emitter, whose fields DPUV3E's LOAD and SAVE have too
@@ -182,3 +183,26 @@ def test_the_xmodel_export_loads_in_xir_and_passes_the_vart_checker(tmp_path, ca
         pytest.skip(xir_unavailable())
     assert main(["inspect", "--check-xir", str(path)]) == 0
     assert "XIR's shape inference agrees on every op" in capsys.readouterr().out
+
+
+# ---- ops the DPUV3E CONV runs as stride phases (transposed, dilated) and grouped convs ---------------------------
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("k,s,p,op_pad", [(4, 2, 1, 0), (3, 2, 0, 1), (2, 3, 1, 2)])
+def test_transposed_conv_as_phases(arch_name, k, s, p, op_pad):
+    """(3, 2, 0, 1) and (2, 3, 1, 2) have outputs whose window holds only padding (act(bias) fills them)."""
+    from test_coverage_ops import _B, _tconv
+
+    b = _B(k * 10 + s)
+    _tconv(b, b.input(20, 7, 6), 24, k, s, p, op_pad)
+    assert emulator_vs_golden(b.g, load_arch(arch_name))[1] == 0
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+@pytest.mark.parametrize("cin,cout,groups,k,s,p,d", [(18, 20, 1, 3, 1, 2, 2), (18, 20, 1, 3, 2, 2, 2),
+                                                     (48, 96, 4, 3, 2, 1, 1), (24, 36, 3, 3, 1, 2, 2)])
+def test_dilated_and_grouped_convs(arch_name, cin, cout, groups, k, s, p, d):
+    from test_coverage_ops import _B, _gconv
+
+    b = _B(cin + cout + groups)
+    _gconv(b, b.input(cin, 13, 11), cout, k, groups, s, p, d)
+    assert emulator_vs_golden(b.g, load_arch(arch_name))[1] == 0

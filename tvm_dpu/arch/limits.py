@@ -170,9 +170,10 @@ def _reduction_reasons(arch: Arch, rules: dict[str, Any], ic: int, kh: int, kw: 
     return reasons
 
 
-def in_size_depth(arch: Arch, rules: dict[str, Any]) -> int:
-    """The bank depth the in_size rule bounds the weight rows by: the image banks' (true) or a named group's."""
-    name = rules.get("in_size")
+def in_size_depth(arch: Arch, rules: dict[str, Any], rule: str = "in_size") -> int:
+    """The bank depth the in_size (or in_size_phase) rule bounds the weight rows by: the image banks' (true) or a
+    named group's."""
+    name = rules.get(rule)
     return arch.bank_group(name).depth if isinstance(name, str) else arch.bank_depth
 
 
@@ -354,11 +355,11 @@ def _channel_rules(c: _Check) -> list[str]:
     rules, target, cp, ic, reasons = c.rules, c.target, c.arch.channel_parallel, c.ic, []
     if rules.get("in_size_phase"):
         sub_h, sub_w = math.ceil(c.kh / max(c.sh, 1)), math.ceil(c.kw / max(c.sw, 1))
-        rows = sub_h * sub_w * math.ceil(ic / cp)
-        if rows > c.arch.bank_depth:
+        rows, depth = sub_h * sub_w * math.ceil(ic / cp), in_size_depth(c.arch, rules, "in_size_phase")
+        if rows > depth:
             reasons.append(
                 f"ceil(kh/sh)*ceil(kw/sw)*ceil(ic/cp) = {sub_h}*{sub_w}*ceil({ic}/{cp}) = {rows} (weights of one "
-                f"output phase) exceeds bank_depth {c.arch.bank_depth} on {target}"
+                f"output phase) exceeds bank_depth {depth} on {target}"
             )
     if "out_channels_max_per_cp" in rules and not c.split:  # split: several CONV chunks of output channels
         n = rules["out_channels_max_per_cp"]

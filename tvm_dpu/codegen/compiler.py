@@ -441,7 +441,7 @@ def _augment(arch: Arch, graph: Graph, op: Op) -> Augment | None:
     return augmentation(arch, cin, cout, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), cin)
 
 
-def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
+def phase_split(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
     """The polyphase split of a transposed or dilated conv (w in correlation layout (O, I, kh, kw) or
     (C, 1, kh, kw), unflipped), or None for an ordinary conv."""
     what = f"op {op.name!r} ({op.type})"
@@ -508,7 +508,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
         if t == "dense":
             emit_conv(prog, arch, job(wg, put(wg), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
             continue
-        phases = _phases(op, graph, xg, yg, wg)
+        phases = phase_split(op, graph, xg, yg, wg)
         aug = _augment(arch, graph, op) if groups == 1 else None
         if aug is not None:
             win = xops.conv_window(op, graph)
@@ -523,7 +523,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
                 jb = replace(jb, zero_offset=params.add(np.zeros(piece_zero_bytes(arch, jb, yg), np.int8)))
             emit_conv(prog, arch, jb, xg, yg, op.inputs[0], out)
         else:
-            _emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
+            emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
 
 
 def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
@@ -541,17 +541,17 @@ def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict
                       shift_bias=q.shift_bias_isa, w_offset=w_off, b_offset=b_off, params_reg=REG_PARAMS)
 
     pack = lambda wt: pack_dw_weights(wt, arch.icp)  # noqa: E731
-    phases = _phases(op, graph, x, y, w)
+    phases = phase_split(op, graph, x, y, w)
     if phases is None:
         win = xops.conv_window(op, graph)
         emit_alu(prog, arch, job(w, params.add(pack(w), op.params["weights"]), (win.sh, win.sw), win.pads), x, y,
                  op.inputs[0], out)
         return
-    _emit_phases(prog, arch, op, phases, w, params, pack, job, emit_alu, zero_channels=w.shape[0])
+    emit_phases(prog, arch, op, phases, w, params, pack, job, emit_alu, zero_channels=w.shape[0])
 
 
-def _emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomposition, w: np.ndarray,
-                 params: ParamBlob, pack, job, emit, zero_channels: int) -> None:
+def emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomposition, w: np.ndarray,
+                params: ParamBlob, pack, job, emit, zero_channels: int) -> None:
     """Emit every phase conv of a decomposed op (`job(weights, w_offset, strides, pads)` builds the engine job,
     `emit` is emit_conv / emit_alu), then the outputs that only see padding."""
     out = op.outputs[0]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.compiler import emit_phases, phase_split
 from tvm_dpu.codegen.dpuv3e_fields import SHIFT_BIAS_NEGATIVE, SHIFT_SPLIT, WEIGHT_LOAD_BANK, avg_table_exact
 from tvm_dpu.codegen.dpuv3e_tiles import (MAX_ELEW_LENGTH, MAX_LENGTH, Banks, Window, addr_fields, cgroups,
                                           in_window, load_rows, load_window, pads_of, plan_tiles, save_tile)
@@ -154,7 +155,7 @@ def _bias(graph: Graph, op: Op, n: int) -> np.ndarray:
 
 def _window(win) -> Window:
     if (win.dh, win.dw) != (1, 1):
-        raise CodegenError("dilated convolution is not supported by the DPUV3E code generator")
+        raise CodegenError("dilated depthwise convolution is not supported by the DPUV3E code generator")
     return Window(win.kh, win.kw, win.sh, win.sw, tuple(win.pads))
 
 
@@ -166,8 +167,8 @@ def emit_conv(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, 
         if "dwconv" in arch.extra.get("engines", {}):
             return _emit_dptwise(prog, arch, graph, op, fmaps, params)
         return _emit_dw_as_conv(prog, arch, graph, op, fmaps, params)
-    if op.type not in ("conv2d", "dense"):
-        raise CodegenError(f"{op.type} is not supported by the DPUV3E code generator yet")
+    if op.type == "conv2d_transpose" and int(xops.attr(op, "groups")) != 1:
+        raise CodegenError("grouped transposed conv is not supported by the DPUV3E code generator")
     x, y = fmaps[op.inputs[0]], fmaps[op.outputs[0]]
     part = xops.conv_input_slice(op, graph)
     if part is not None:
@@ -175,19 +176,41 @@ def emit_conv(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, 
     w = graph.param(op, "weights").data
     if op.type == "dense":
         w = w.reshape(xops.dense_weights_shape(op, graph))
+    elif op.type == "conv2d_transpose":
+        w = w.transpose(1, 0, 2, 3)  # (I, O, kh, kw) -> (O, I, kh, kw)
     groups = int(xops.attr(op, "groups")) if op.type != "dense" else 1
-    win = _window(xops.conv_window(op, graph))
     bias = _bias(graph, op, w.shape[0])
     icg, ocg = w.shape[1], w.shape[0] // groups
     for g in range(groups):
         xg, yg = (x, y) if groups == 1 else (x.channels(g * icg, icg), y.channels(g * ocg, ocg))
         sl = slice(g * ocg, (g + 1) * ocg)
+        phases = None if op.type == "dense" else phase_split(op, graph, xg, yg, w[sl])
+        if phases is not None:  # transposed or dilated: stride phases of ordinary convs (as on DPUCZDX8G)
+            _emit_conv_phases(prog, arch, graph, op, phases, w[sl], bias[sl], params)
+            continue
+        win = _window(xops.conv_window(op, graph))
         spec = _conv_spec(op, graph, params, arch, w[sl], bias[sl], win, "" if groups == 1 else f"/g{g}")
         if groups != 1:  # for the xmodel writer: each group's slices (the whole tensors have no one place)
             params.offsets[group_param(op.params["weights"], g)] = spec.w_off
             if "bias" in op.params:
                 params.offsets[group_param(op.params["bias"], g)] = spec.b_off
         emit_conv_v3e(prog, arch, spec, xg, yg, op.inputs[0], op.outputs[0])
+
+
+def _emit_conv_phases(prog: Program, arch: Arch, graph: Graph, op: Op, phases, w: np.ndarray, bias: np.ndarray,
+                      params: ParamBlob) -> None:
+    """The phase convs of a transposed or dilated conv (compiler.emit_phases: the DPUCZDX8G decomposition) on
+    CONV, with the op's bias and requantization."""
+    q = xops.quant_params(op, graph)
+    b_off = params.add(pack_channel_vector(bias, arch.ocp), op.params.get("bias", ""))
+
+    def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pads: tuple[int, int, int, int]) -> ConvSpec:
+        win = Window(wt.shape[2], wt.shape[3], strides[0], strides[1], tuple(pads))
+        return ConvSpec(op.name, win, wt.shape[1], wt.shape[0], w_off, b_off, q.act_type, q.shift_cut,
+                        shift_bias_field(q.shift_bias))
+
+    emit_phases(prog, arch, op, phases, w, params, lambda wt: pack_ohwi(wt, arch.icp, arch.ocp), job, emit_conv_v3e,
+                zero_channels=1)
 
 
 def _emit_dw_as_conv(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],

@@ -23,7 +23,7 @@ CONV2D_TRANSPOSE = OpDef(
     "conv2d_transpose", OpSpec(dict(CONV_DEFAULTS, output_padding=[0, 0]), **_WEIGHTS),
     golden="golden_conv:eval_conv2d_transpose", float_ref="eval_conv2d_transpose", quant="quant_conv",
     fix_points="fp_conv", cost="alu_layer", work="conv_work", emitter="emit_conv_class",
-    limit_kinds=("depthwise_conv2d_transpose",),
+    limit_kinds=("depthwise_conv2d_transpose",), isa_emitters=(("DPUV3E", "dpuv3e_ops:emit_conv"),),
     patterns=("dpu.conv2d_transpose",), relax_ops=("relax.nn.conv2d_transpose",),
     doc="transposed conv as a stride-1 conv over the zero-inserted input; depthwise when groups == C")
 
