@@ -212,9 +212,11 @@ def _hook_imports() -> None:
                 ref = getattr(d, hook)
                 if ref is not None:
                     IMPORTS[user].append((_resolve(reg.hook_module(hook, ref)), ref.rpartition(":")[2], 0, False))
+    from tvm_dpu.codegen.compiler import ISA_COMPILERS
+
     for d in ops.registry().values():
-        for _, ref in d.isa_emitters:  # the emitters of further instruction sets, resolved like `emitter`
-            user = ops.HOOK_USERS["emitter"]
+        for isa, ref in d.isa_emitters:  # the emitters of further instruction sets: their set's compiler uses them
+            user = ISA_COMPILERS[isa][0]
             IMPORTS[user].append((_resolve(ops.hook_module("emitter", ref)), ref.rpartition(":")[2], 0, False))
 
 

@@ -95,9 +95,25 @@ def _load_vector(prog: Program, bank: int, row: int, off: int, nbytes: int, res:
               length=1, channel=nbytes, jump_read=nbytes, jump_write=1, pad_idx=1, ddr_addr=off, reg_id=REG_PARAMS)
 
 
-def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_name: str, y_name: str) -> None:
+@dataclass(frozen=True)
+class PoolAfter:
+    """A max / average pool whose windows tile the conv's output (kernel == stride, no padding), run on each conv
+    tile in the banks (vai_c's conv + pool kernel): the conv stores its rows S to a bank (CONVINIT stride_out),
+    the pool reads them there and only its output is saved."""
+
+    name: str
+    win: Window
+    pool_type: int
+    shift_cut: int
+    y: FMap
+    y_name: str
+
+
+def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_name: str, y_name: str,
+                  pool: PoolAfter | None = None) -> None:
     """Tile by tile: LOAD the input window, then per group of OCP output channels (weights resident for the op
-    when all fit half the weight banks, else loaded per tile into alternating halves) one CONV of PP rows."""
+    when all fit half the weight banks, else loaded per tile into alternating halves) one CONV of PP rows; SAVE
+    the tile, or pool it first (`pool`) and SAVE the pool's rows."""
     conv = _engine(arch, "conv", s.name)
     wb, bb = arch.bank_group(conv["weight_bank"]), arch.bank_group(conv["bias_bank"])
     banks = Banks.of(arch)
@@ -117,11 +133,14 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
         for k in range(cg_out):
             _load_weights(prog, arch, s, k, w_slot * half + k * rows_w, w_slot)
     what = f"op {s.name!r}"
-    for t in plan_tiles(banks, s.win, y.h, y.w, cg_in, cg_out, arch.pp, MAX_LENGTH, what):
+    sh, sw = (pool.win.sh, pool.win.sw) if pool else (1, 1)
+    # with a pool: whole pool windows per tile, the conv rows S to a bank and the pool's rows after them
+    rows, out_rows = (arch.pp // sh * sh, cg_out * (sh + 1)) if pool else (arch.pp, cg_out)
+    for t in plan_tiles(banks, s.win, y.h, y.w, cg_in, out_rows, rows, MAX_LENGTH, what, col_align=sw):
         iw = in_window(banks, s.win, t, cg_in)
         load_window(prog, banks, s.win, t, iw, x, x_name, cg_in, s.name)
         prog.emit("CONVINIT", jump_read=cg_in, jump_read_endl=iw.endl, jump_write=cg_out,
-                  jump_write_endl=t.cols * cg_out, stride_out=1, kernel_h=s.win.kh, kernel_w=s.win.kw,
+                  jump_write_endl=t.cols * cg_out, stride_out=sh, kernel_h=s.win.kh, kernel_w=s.win.kw,
                   stride_h=s.win.sh, stride_w=s.win.sw, valid_pixel_parallel=t.rows, shift_cut=s.shift_cut,
                   shift_bias=s.shift_bias, act_type=s.act_type)
         for k in range(cg_out):
@@ -136,7 +155,58 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
                       **addr_fields(banks, iw, 0), bank_id_out=banks.vb_out, bank_addr_out=banks.out_base(t) + k,
                       channel_group=cg_in, length=t.cols, channel_offset=cg_in * arch.icp - s.cin,
                       bank_addr_weights=w_row, bank_addr_bias=b_row + k, **pads_of(s.win, iw, x, 0, t.rows))
-        save_tile(prog, banks, t, y, y_name, cg_out, s.name)
+        if pool is None:
+            save_tile(prog, banks, t, y, y_name, cg_out, s.name)
+        else:
+            _pool_tile(prog, banks, pool, t, cg_out)
+
+
+def _pool_tile(prog: Program, banks: Banks, p: PoolAfter, t, cg: int) -> None:
+    """POOL a conv tile in VB1 (its rows S to a bank, `t.cols * cg` rows each) into the rows after it, one pool
+    row per bank, and SAVE those: the pool rows and columns whose windows the tile holds whole."""
+    sh, sw = p.win.sh, p.win.sw
+    endl = t.cols * cg
+    base, dst = banks.out_base(t), banks.out_base(t) + sh * endl
+    rows, cols = min(t.rows // sh, p.y.h - t.r0 // sh), min(t.cols // sw, p.y.w - t.c0 // sw)
+    prog.emit("POOLINIT", jump_read=cg, jump_write=cg, kernel_h=p.win.kh, kernel_w=p.win.kw, stride_h=sh,
+              stride_w=sw, shift_cut=p.shift_cut, pool_type=p.pool_type, valid_pixel_parallel=1, stride_out=1)
+    res = ("vb_out", t.out_half)
+    for j in range(rows):
+        prog.emit("POOL", reads=[res], writes=[res + ("pool",)], comment=p.name, bank_id_in=banks.vb_out + j,
+                  bank_addr_in=base, bank_addr_in_1=base, bank_addr_in_2=base, bank_addr_in_3=base,
+                  bank_id_out=banks.vb_out + j, bank_addr_out=dst, jump_read_endl=endl, jump_write_endl=1,
+                  length=cols, channel_group=cg, pad_top=0, pad_left=0, pad_bottom=p.win.kh - 1,
+                  pad_right=p.win.kw - 1)
+    for j in range(rows):
+        prog.emit("SAVE", reads=[res + ("pool",)], writes=[("ddr", p.y_name)], comment=p.name,
+                  bank_id=banks.vb_out + j, bank_addr=dst, length=cols, channel=p.y.c, jump_read=cg,
+                  jump_write=p.y.pixel_pitch, ddr_addr=p.y.addr(t.r0 // sh + j, t.c0 // sw), reg_id=p.y.reg_id)
+
+
+def fusable_pool(conv: Op, pool: Op, graph: Graph) -> bool:
+    """Whether `pool` can run on `conv`'s tiles in the banks (emit_conv_pool): an ordinary conv2d whose output only
+    `pool` reads, a max pool (or an exactly dividing average pool) whose windows tile it, at most PP rows tall."""
+    if conv.type != "conv2d" or int(xops.attr(conv, "groups")) != 1 or xops.conv_input_slice(conv, graph) \
+            or pool.type not in ("max_pool2d", "avg_pool2d") or pool.inputs != [conv.outputs[0]]:
+        return False
+    cw, pw = xops.conv_window(conv, graph), xops.pool_window(pool, graph)
+    return (cw.dh, cw.dw) == (1, 1) and (pw.kh, pw.kw) == (pw.sh, pw.sw) and not any(pw.pads) and pw.kh <= 8 \
+        and (pool.type == "max_pool2d" or avg_table_exact(pw.kh, pw.kw))
+
+
+def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
+                   params: ParamBlob) -> None:
+    """conv2d then a pool that `fusable_pool` accepts, the conv's output never leaving the banks."""
+    w = graph.param(conv, "weights").data
+    spec = _conv_spec(conv, graph, params, arch, w, _bias(graph, conv, w.shape[0]),
+                      _window(xops.conv_window(conv, graph)))
+    pw = xops.pool_window(pool, graph)
+    kind, e = _pool_scale(pool, graph, pw)
+    y = graph.tensors[conv.outputs[0]].shape  # the conv's output: only its geometry (it gets no DDR place)
+    after = PoolAfter(pool.name, Window(pw.kh, pw.kw, pw.sh, pw.sw), kind, scale_field(e, f"op {pool.name!r}"),
+                      fmaps[pool.outputs[0]], pool.outputs[0])
+    emit_conv_v3e(prog, arch, spec, fmaps[conv.inputs[0]], FMap.dense(0, 0, y[2], y[3], y[1]), conv.inputs[0],
+                  conv.outputs[0], after)
 
 
 def _conv_spec(op: Op, graph: Graph, params: ParamBlob, arch: Arch, w: np.ndarray, bias: np.ndarray,
@@ -299,17 +369,20 @@ def emit_pool(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, 
     """max_pool2d / avg_pool2d on the pool engine."""
     pw = xops.pool_window(op, graph)
     win = Window(pw.kh, pw.kw, pw.sh, pw.sw, tuple(pw.pads))
-    q = xops.quant_params(op, graph)
-    what = f"op {op.name!r}"
-    if op.type == "max_pool2d":
-        kind, e = enum_code("pool_type", "maxpool"), q.exponent
-    else:
-        if not avg_table_exact(win.kh, win.kw):
-            raise CodegenError(f"{what}: a {win.kh}x{win.kw} average pool divides by another factor on DPUV3E "
-                               f"than the DPU's reciprocal table (square 3, 5, 6, 7 or a power-of-two window)")
-        kind, e = enum_code("pool_type", "avgpool"), q.exponent + avgpool_factor(win.kh, win.kw)[1]
-    emit_window_pool(prog, arch, op.name, win, kind, scale_field(e, what), fmaps[op.inputs[0]],
+    kind, e = _pool_scale(op, graph, pw)
+    emit_window_pool(prog, arch, op.name, win, kind, scale_field(e, f"op {op.name!r}"), fmaps[op.inputs[0]],
                      fmaps[op.outputs[0]], op.inputs[0], op.outputs[0])
+
+
+def _pool_scale(op: Op, graph: Graph, win) -> tuple[int, int]:
+    """(POOLINIT pool_type, the exponent e of the 2**e scale) of a max / average pool."""
+    q = xops.quant_params(op, graph)
+    if op.type == "max_pool2d":
+        return enum_code("pool_type", "maxpool"), q.exponent
+    if not avg_table_exact(win.kh, win.kw):
+        raise CodegenError(f"op {op.name!r}: a {win.kh}x{win.kw} average pool divides by another factor on DPUV3E "
+                           f"than the DPU's reciprocal table (square 3, 5, 6, 7 or a power-of-two window)")
+    return enum_code("pool_type", "avgpool"), q.exponent + avgpool_factor(win.kh, win.kw)[1]
 
 
 def emit_eltwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],

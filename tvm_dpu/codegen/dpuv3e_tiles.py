@@ -90,10 +90,10 @@ def window_cols(win: Window, cols: int) -> int:
 
 
 def plan_tiles(banks: Banks, win: Window, out_h: int, out_w: int, cg_in: int, cg_out: int, rows: int,
-               max_length: int, what: str) -> list[Tile]:
+               max_length: int, what: str, col_align: int = 1) -> list[Tile]:
     """The op's tiles: bands of `rows` output rows (the engine's pixel parallelism, at most PP), each cut into
-    column strips as wide as an input window of `cg_in` rows per pixel and an output of `cg_out` fit half a
-    bank."""
+    column strips (a multiple of `col_align` wide) as wide as an input window of `cg_in` rows per pixel and an
+    output of `cg_out` rows per pixel fit half a bank."""
     rows = max(1, min(rows, banks.pp, out_h))
     groups = (window_rows(win, rows) - 1) // win.sh
     if groups >= ADDR_SLOTS * banks.pp:
@@ -101,8 +101,9 @@ def plan_tiles(banks: Banks, win: Window, out_h: int, out_w: int, cg_in: int, cg
                            f"more than {ADDR_SLOTS} times")
     per_row = (groups // banks.pp + 1) * win.sh * cg_in  # bank rows per input pixel column
     cols = min(out_w, max_length)
-    while cols > 0 and (per_row * window_cols(win, cols) > banks.half or cols * cg_out > banks.half):
-        cols -= max(1, cols // 8)
+    while cols > 0 and (per_row * window_cols(win, cols) > banks.half or cols * cg_out > banks.half
+                        or (cols % col_align and cols < out_w)):
+        cols -= max(1, cols // 8) if cols % col_align == 0 else 1
     if cols <= 0:
         raise CodegenError(f"{what}: one output column of {cg_out} channel groups with a {win.kh}x{win.kw} window "
                            f"of {cg_in} channel groups does not fit half an image bank ({banks.half} rows)")
