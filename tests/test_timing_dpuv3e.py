@@ -109,3 +109,36 @@ def test_vai_c_u50lv_programs_are_timed():
             assert r.cycles > 0 and r.macs > 0 and r.ddr_read_bytes > 0 and r.ddr_write_bytes > 0
             assert r.cycles >= max(r.engine_busy.values())  # engines overlap, never exceed the whole
             assert r.freq_hz == arch.freq_mhz * 1e6
+
+
+@pytest.mark.parametrize("board,engines,mhz,peak_gops", [("u50", 6, 300, 7373), ("u50lv", 10, 275, 11264),
+                                                          ("u280", 14, 300, 17203)])
+def test_alveo_boards_match_pg367_peak(board, engines, mhz, peak_gops):
+    """PG367 Table 1's peak GOPS is engines x PP*ICP*OCP*2 x clock: the presets reproduce it, and stay out of the
+    compile targets while DPUCAHX8H has no code generator."""
+    from tvm_dpu.arch import list_presets
+    from tvm_dpu.arch.arch import family_boards
+
+    a = load_arch(board)
+    assert (a.cores, a.freq_mhz, a.instruction_set) == (engines, mhz, ISA)
+    assert round(a.peak_gops * a.cores) == peak_gops
+    assert board not in list_presets() and a in family_boards()
+    assert machine(a).freq_hz == mhz * 1e6
+
+
+def test_report_times_on_a_board_and_refuses_another_family(tmp_path, capsys):
+    from tvm_dpu.cli import main
+
+    f = U50LV / "tf2_custom_op_vai2.5_u50lv.xmodel"
+    assert main(["report", str(f), "--board", "u50lv", "-o", str(tmp_path / "r.html")]) == 0
+    assert "timing for 2/2 subgraph(s)" in capsys.readouterr().out
+    assert main(["report", str(f), "--board", "zcu102", "-o", str(tmp_path / "r.html")]) != 0
+    assert "carries DPUCZDX8G_ISA1_B4096, the xmodel's programs are for DPUCAHX8H_ISA2" in capsys.readouterr().err
+
+
+def test_dse_names_the_alveo_card_it_cannot_explore():
+    from tvm_dpu.arch.parts import part_info
+    from tvm_dpu.errors import ArchError
+
+    with pytest.raises(ArchError, match="u50lv is an Alveo card carrying 10 x DPUCAHX8H_ISA2 engines at 275 MHz"):
+        part_info("u50lv")
