@@ -79,6 +79,12 @@ def test_weight_load_moves_every_output_channel_over_both_weight_ports():
     assert fmap.ddr_read_bytes == 64 * 16  # a feature-map LOAD into an image bank: one item per row
 
 
+def test_weight_load_bank_is_the_emulators():
+    from tvm_dpu.emulator import DPUV3E_WEIGHT_LOAD_BANK
+
+    assert load_params(TARGET).weight_load_bank == DPUV3E_WEIGHT_LOAD_BANK
+
+
 def test_pool_and_depthwise_cost_their_kernel_from_their_init():
     arch = load_arch(TARGET)
     fill = load_params(arch).alu_fill_cycles
