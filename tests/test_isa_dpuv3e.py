@@ -351,10 +351,10 @@ def test_vai_c_2_5_only_cleared_the_own_bits():
 
 
 def test_inspect_check_deps_counts_the_tokens_of_a_u50_file(capsys):
-    """`inspect --check-deps` decodes with the file's instruction set and checks the tokens; races need the access
-    sets only the DPUCZDX8G emulator records, so it says they were not checked."""
+    """`inspect --check-deps` decodes with the file's instruction set and checks the tokens, and the races with the
+    access sets the DPUV3E emulator records."""
     from tvm_dpu.cli import main
 
     assert main(["inspect", str(FILES[2][0]), "--check-deps"]) == 0
     out = capsys.readouterr().out
-    assert out.count("races not checked: ok") == 2 and "load->conv:10/10(1) save->save:1/1(2)" in out
+    assert out.count("races checked: ok") == 2 and "load->conv:10/10(1) save->save:1/1(2)" in out
