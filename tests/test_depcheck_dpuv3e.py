@@ -73,3 +73,22 @@ def test_a_dropped_load_to_conv_token_is_a_race():
     assert not rep.problems and rep.races
     assert any(r.kind == "RAW" and r.second == conv and r.first < conv for r in rep.races)
     assert "bank" in str(rep.races[0])
+
+
+def test_padded_pixels_are_not_recorded_as_reads():
+    """A CONV's padding replaces window pixels the hardware never fetches: only the real ones are reads (else a
+    LOAD refilling the rows past a padded edge, as PointPillars' RPN does, would be a false WAR race)."""
+    from tvm_dpu.codegen.isa import make_instr
+
+    arch = load_arch("DPUCAHX8H_ISA2")
+    prog = [make_instr("CONVINIT", isa="DPUV3E", kernel_h=3, kernel_w=3, valid_pixel_parallel=1, stride_h=1,
+                       stride_w=1, jump_read=1, jump_read_endl=64, jump_write=1, jump_write_endl=1, stride_out=1),
+            make_instr("CONV", isa="DPUV3E", bank_id_in=0, bank_id_out=8, channel_group=1, length=2, pad_top=1,
+                       pad_left=1, pad_right=2, pad_bottom=2),
+            make_instr("END", isa="DPUV3E")]
+    acc = DpuV3EEmulator(arch).record_accesses(encode_program(prog, "DPUV3E"), {})
+    depth = DpuV3EEmulator(arch).banks.key_depth
+    image = arch.bank_group("VB1").base_id + arch.bank_group("VB1").count
+    reads = np.unique(np.concatenate(acc[1].bank_reads))
+    # a 3 x 4 window: rows 1-2 and columns 1-3 are real (pad_top / pad_left 1, right / bottom edges unpadded)
+    assert (reads[reads < image * depth]).size == 2 * 3

@@ -295,9 +295,10 @@ class DpuV3EEmulator:
 
     # ---- window engines: CONV, POOL, DPTWISE -------------------------------------------------------------------
     def _window(self, ctx: Ctx, *, height: int, width: int, nbytes: int, stride_h: int, offset_in: int,
-                endl: int, jump: int) -> np.ndarray:
+                endl: int, jump: int, real: tuple[slice, slice] | None = None) -> np.ndarray:
         """The (height, width, nbytes) int8 input rows of a window engine by the row-fetch rule (bank wrap at the
-        CONV's PP, base address slot per wrap)."""
+        CONV's PP, base address slot per wrap). An access record (`record_accesses`) gets only the `real` rows and
+        columns (those the padding does not replace: the hardware never fetches a padded pixel)."""
         f = ctx.ins.fields
         bank_in = self._image_bank(ctx, "bank_id_in")
         ctx.check(offset_in < stride_h, None, f"stride_offset_in={offset_in} must be < stride_h={stride_h}")
@@ -307,8 +308,16 @@ class DpuV3EEmulator:
                   f"the input rows need {int(rm.groups.max()) + 1} base addresses, the instruction has {ADDR_GROUPS}")
         out = np.empty((height, width, nbytes), np.uint8)
         cols = np.arange(width) * jump
-        for h in range(height):
-            out[h] = self.banks.read_many(int(rm.banks[h]), int(rm.rows[h]) + cols, nbytes)
+        trace, self.banks.trace = self.banks.trace, None
+        try:
+            for h in range(height):
+                out[h] = self.banks.read_many(int(rm.banks[h]), int(rm.rows[h]) + cols, nbytes)
+        finally:
+            self.banks.trace = trace
+        if trace is not None:
+            rows, keep = (real if real is not None else (slice(None), slice(None)))
+            for h in range(height)[rows]:
+                self.banks._note(int(rm.banks[h]), int(rm.rows[h]) + cols[keep], nbytes, False)
         return out.view(np.int8)
 
     def _store(self, ctx: Ctx, result: np.ndarray, *, stride_out: int, offset_out: int, endl: int, jump: int) -> None:
@@ -321,13 +330,20 @@ class DpuV3EEmulator:
             self.banks.write_many(int(banks[r]), int(rows[r]) + cols, result[r])
 
     @staticmethod
-    def _pad(x: np.ndarray, f: dict, kh: int, kw: int, value: int) -> None:
-        """Conv/Pool/DptWise::pad on the real input rows: left/top counts, right/bottom as 'last valid index'."""
-        h, w = x.shape[:2]
-        x[:, :f["pad_left"]] = value
-        x[:f["pad_top"]] = value
-        x[:, max(0, w - kw + f["pad_right"] + 1):] = value
-        x[max(0, h - kh + f["pad_bottom"] + 1):] = value
+    def _real(f: dict, h: int, w: int, kh: int, kw: int) -> tuple[slice, slice]:
+        """The window rows and columns Conv/Pool/DptWise::pad leaves: left/top counts, right/bottom as 'last valid
+        index'."""
+        return (slice(f["pad_top"], max(0, h - kh + f["pad_bottom"] + 1)),
+                slice(f["pad_left"], max(0, w - kw + f["pad_right"] + 1)))
+
+    @classmethod
+    def _pad(cls, x: np.ndarray, f: dict, kh: int, kw: int, value: int) -> None:
+        """Conv/Pool/DptWise::pad on the real input rows (`_real`): the rest becomes `value`."""
+        rows, cols = cls._real(f, x.shape[0], x.shape[1], kh, kw)
+        x[:, :cols.start] = value
+        x[:rows.start] = value
+        x[:, cols.stop:] = value
+        x[rows.stop:] = value
 
     def _padded_window(self, ctx: Ctx, g: dict, cin: int, endl: int, pad_value: int) -> np.ndarray:
         """The padded input window of a CONV / POOL / DPTWISE under its INIT's fields `g`: (vpp - 1) * sh + kh rows
@@ -335,8 +351,9 @@ class DpuV3EEmulator:
         the instruction's)."""
         f = ctx.ins.fields
         kh, kw, sh, sw, vpp = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["valid_pixel_parallel"]
-        x = self._window(ctx, height=(vpp - 1) * sh + kh, width=(f["length"] - 1) * sw + kw, nbytes=cin,
-                         stride_h=sh, offset_in=g["stride_offset_in"], endl=endl, jump=g["jump_read"])
+        height, width = (vpp - 1) * sh + kh, (f["length"] - 1) * sw + kw
+        x = self._window(ctx, height=height, width=width, nbytes=cin, stride_h=sh, offset_in=g["stride_offset_in"],
+                         endl=endl, jump=g["jump_read"], real=self._real(f, height, width, kh, kw))
         self._pad(x, f, kh, kw, pad_value)
         return x
 
