@@ -3,9 +3,11 @@ bytes (timing.depcheck.Access) as the DPUCZDX8G emulator does, the checker finds
 names the race a dropped token opens."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.codegen.isa import Instr, decode_program, encode_program
@@ -92,3 +94,19 @@ def test_padded_pixels_are_not_recorded_as_reads():
     reads = np.unique(np.concatenate(acc[1].bank_reads))
     # a 3 x 4 window: rows 1-2 and columns 1-3 are real (pad_top / pad_left 1, right / bottom edges unpadded)
     assert (reads[reads < image * depth]).size == 2 * 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["pointpillars_custom_op_u50lv_cd437d4143a38734bb3aba509dc6b4cc5111ddd9.xmodel",
+                                  "pointpillars_custom_op_u50lv-dwc_59a2ba1f015add2c7539062c5bf0d6742c0c2e00.xmodel"])
+def test_pointpillars_u50lv_is_race_free(name):
+    """vai_c's PointPillars for U50LV / U50LV-DWC (2 MB, not vendored: tests/data/xmodel/dpucahx8h/PROVENANCE.md):
+    both DPU subgraphs (PFN 30,007 and RPN 8,094 instructions) balance their tokens and have no race."""
+    path = Path(os.environ.get("TVM_DPU_XMODELS", "xmodels-not-vendored")) / name
+    if not path.is_file():
+        pytest.skip("set TVM_DPU_XMODELS to a directory holding vai_c's PointPillars U50LV xmodels")
+    subgraphs = read_xmodel(path).dpu_subgraphs()
+    assert len(subgraphs) == 2
+    for d in subgraphs:
+        rep = check_code(_code(d), load_arch(d.fingerprint), _regions(d))
+        assert rep.races_checked and rep.ok, (d.name, rep.problems[:3], [str(r) for r in rep.races[:3]])
