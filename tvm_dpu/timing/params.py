@@ -47,7 +47,9 @@ class TimingParams:
     active_cores: int = 1
     host_pre_post_ms: float = 0.0
     dma_own_token: str = "completion"
+    # A memory port of the core's own (an HBM pseudo channel), bytes/s; 0: the board's DDR split over active_cores
     mem_port_bytes_per_s: float = 0.0
+    # The LOAD bank_id that loads weights through the weight ports (-1: none) and how many such ports there are
     weight_load_bank: int = -1
     weight_ports: int = 1
 
