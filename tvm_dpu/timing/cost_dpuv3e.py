@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from tvm_dpu.codegen.isa import Instr
 from tvm_dpu.timing.cost import ENGINE_INDEX, CostModel, InstrCost, dma_beats
+from tvm_dpu.timing.params import MachineModel
 
 #: DPUV3E's fields the cost reads (as cost.TIMED_FIELDS for DPUV2; tests/test_timing_dpuv3e.py holds the cost
 #: model to it).
@@ -40,7 +41,7 @@ class V3ECostModel(CostModel):
     INITS = {"CONVINIT": "CONV", "POOLINIT": "POOL", "DWINIT": "DPTWISE"}
     INIT_ATTR = {"CONV": "convinit", "POOL": "poolinit", "DPTWISE": "dwinit"}
 
-    def __init__(self, m) -> None:
+    def __init__(self, m: MachineModel) -> None:
         super().__init__(m)
         self.poolinit: Instr | None = None
         self.dwinit: Instr | None = None
@@ -57,6 +58,7 @@ class V3ECostModel(CostModel):
         return super().cost(idx, ins)
 
     def _weight_load(self, ins: Instr) -> InstrCost:
+        """A LOAD into every CONV weight bank: its bytes split over the weight ports, which move them side by side."""
         m, p, f = self.m, self.m.params, ins.fields
         n, ch, oc = f["length"], f["channel"], f["output_channel_num"]
         beats = oc * dma_beats(m, n, ch, f["jump_read"]) / max(1, p.weight_ports)
