@@ -10,8 +10,10 @@ per ALU_PP rows adds it in place and the SAVEs write the add's output, so the po
 either (vai_c fuses the project conv with the add the same way)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups, load_params
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, load_dw_params,
                                          plain_rows, window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
@@ -29,8 +31,6 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: The fusion search times both per group (fusion.cost.simulated_cost); the plan records the choice
 #: (FusionPlan.variants, keyed by the group's first conv).
 PW_DW_PW_VARIANTS = ("wide", "eager")
-#: The templates this module emits: the chain alone, and the inverted-residual block with its add.
-PW_DW_PW_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
 
 def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> ChainTile | None:
@@ -69,13 +69,46 @@ def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | Non
     return _tile(arch, graph, a, dw, pw, add) is not None
 
 
-def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],
-                  params: ParamBlob, variant: str = "wide", add: Op | None = None) -> None:
-    """a -> dw -> pw (-> add) per strip of output columns (emit_chain): per pass, one ALU writes the depthwise rows
-    into the pass's VB0 output slot, the pointwise CONVs (every output group, weights resident) read them there and
-    write the slot's second part, and SAVEs write that to the pointwise conv's output (with `add`: to the add's,
-    after _emit_residual adds the other operand in place), when `variant` (PW_DW_PW_VARIANTS) says. Neither a's
-    nor the depthwise output touches DDR, nor, with `add`, the pointwise output."""
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
+    return pw_dw_pw_fits(arch, graph, *ops)
+
+
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a pw_dw_pw / pw_dw_pw_add group: every order (PW_DW_PW_VARIANTS)."""
+    return PW_DW_PW_VARIANTS
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
+    a, dw, pw, *add = ops
+    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant, *add)
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """What every pass and slot of one pw_dw_pw kernel shares (`_setup`)."""
+
+    tile: ChainTile
+    job: ConvJob  # the chain conv's
+    jp: ConvJob  # the pointwise conv's
+    ja: ConvJob | None  # the chain conv's augmented weights (load_chain_conv)
+    wrow_pw: int  # the pointwise weights' first CONVW row
+    cg_mid: int  # output-channel groups of the chain conv (and of the depthwise conv)
+    cg_pw: int  # output-channel groups of the pointwise conv
+    y_name: str  # the kernel's output: the pointwise conv's, or with an add the add's
+    y: FMap
+
+    @property
+    def out_off(self) -> int:
+        """The pointwise output's rows within a slot, after the depthwise output."""
+        return self.tile.lp * self.cg_mid
+
+
+def _setup(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None, fmaps: dict[str, FMap],
+           params: ParamBlob, variant: str) -> _Kernel:
+    """Check the variant and the tile, and LOAD every parameter of the kernel."""
     if variant not in PW_DW_PW_VARIANTS:
         raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
                            f"{', '.join(PW_DW_PW_VARIANTS)}")
@@ -92,13 +125,22 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     # depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise biases after those
     load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid)
     load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid)
-    vb0 = arch.bank_group("VB0").base_id
-    y = fmaps[(add or pw).outputs[0]]
+    y_name = (add or pw).outputs[0]
+    return _Kernel(tile, job, jp, ja, wrow_pw, cg_mid, cg_pw, y_name, fmaps[y_name])
+
+
+def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],
+                  params: ParamBlob, variant: str = "wide", add: Op | None = None) -> None:
+    """a -> dw -> pw (-> add) per strip of output columns (emit_chain): per pass, one ALU writes the depthwise rows
+    into the pass's VB0 output slot, the pointwise CONVs (every output group, weights resident) read them there and
+    write the slot's second part, and SAVEs write that to the pointwise conv's output (with `add`: to the add's,
+    after _emit_residual adds the other operand in place), when `variant` (PW_DW_PW_VARIANTS) says. Neither a's
+    nor the depthwise output touches DDR, nor, with `add`, the pointwise output."""
+    k = _setup(prog, arch, graph, a, dw, pw, add, fmaps, params, variant)
+    tile, job, y = k.tile, k.job, k.y
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
     _, c_dw, h_dw, w_dw = graph.tensors[dw.outputs[0]].shape
     chain_maps = {**fmaps, dw.outputs[0]: FMap.dense(y.reg_id, 0, h_dw, w_dw, c_dw)}
-    out_off = tile.lp * cg_mid  # the pointwise output's rows within a slot, after the depthwise output
-    y_name = (add or pw).outputs[0]
 
     half = arch.bank_depth // 2
     pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
@@ -119,8 +161,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
         0) and their SAVEs."""
         while len(ready) > keep:
             passes, sl = ready.pop(0)
-            ob, v, first = sl * half + tile.a_slot, sum(p.v for p in passes), passes[0]
-            place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
+            first = passes[0]
             # The first pointwise CONVs after the chain conv's last CONVs (in the CONV engine's order) stand for
             # every VB0 row those read: the next op's tiles are named by VB0 half (or bank under it), not by this
             # kernel's regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the chain's.
@@ -128,18 +169,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             tail = chain_done[0] or last or fenced[0]
             halves = (("vb0", 0), ("vb0", 1)) if tail and not fenced[0] else ()
             fenced[0] = fenced[0] or bool(halves)
-            # the chain's last SAVEs stand for its slots' rows the same way (the next kernel's slots and input
-            # windows lie elsewhere in the halves than this kernel's: its writes must wait for these reads)
-            save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
-            emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
-                             ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
-                             (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
-            if add is not None:
-                _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + out_off, tile.lp * cg_pw, cg_pw, sl)
-            for r in range(v):
-                prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", y_name),), bank_id=vb0 + r,
-                          bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
-                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
+            _emit_slot(prog, arch, graph, pw, add, fmaps, k, passes, sl, halves, tail)
 
     emitted = [0]  # program length after the last pass: more means emit_chain has emitted conv CONVs since
     chain_done, fenced = [False], [False]  # emit_chain has returned; a flush has read both VB0 halves
@@ -162,11 +192,31 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
                 flush()
         emitted[0] = len(prog)
 
-    emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, emit_pass,
-               ja and (ja, plain_rows(arch, job)))
+    emit_chain(prog, arch, graph, a, dw, tile, job, k.cg_mid + k.cg_pw, chain_maps, emit_pass,
+               k.ja and (k.ja, plain_rows(arch, job)))
     chain_done[0] = True
     close()
     flush()
+
+
+def _emit_slot(prog: Program, arch: Arch, graph: Graph, pw: Op, add: Op | None, fmaps: dict[str, FMap], k: _Kernel,
+               passes: list[ChainPass], sl: int, halves: tuple, tail: bool) -> None:
+    """The pointwise CONVs over the full slot `sl` of `passes`, the residual add and the SAVEs. `halves`: the VB0
+    halves the CONVs stand for; `tail`: the SAVEs stand for the slots' rows the same way (the next kernel's slots
+    and input windows lie elsewhere in the halves than this kernel's: its writes must wait for these reads)."""
+    vb0, cg_mid, cg_pw, y = arch.bank_group("VB0").base_id, k.cg_mid, k.cg_pw, k.y
+    ob, v, first = sl * (arch.bank_depth // 2) + k.tile.a_slot, sum(p.v for p in passes), passes[0]
+    place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
+    save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
+    emit_conv_groups(prog, arch, k.jp, ConvIn.of(vb0, place, arch.bank_depth),
+                     ConvOut(vb0, ob + k.out_off, cg_pw), cg_pw, v, first.length, k.wrow_pw, 2 * cg_mid,
+                     (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
+    if add is not None:
+        _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + k.out_off, k.tile.lp * cg_pw, cg_pw, sl)
+    for r in range(v):
+        prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", k.y_name),), bank_id=vb0 + r,
+                  bank_addr=ob + k.out_off, length=first.length, channel=k.jp.cout, jump_read=cg_pw,
+                  jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
 
 
 def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: ChainPass, slot: int, ob: int,
