@@ -79,6 +79,24 @@ def test_weight_load_moves_every_output_channel_over_both_weight_ports():
     assert fmap.ddr_read_bytes == 64 * 16  # a feature-map LOAD into an image bank: one item per row
 
 
+def test_a_save_beside_a_weight_load_keeps_the_data_port():
+    """A weight LOAD goes through the weight ports: a SAVE running at the same time keeps the engine's data port,
+    while beside a feature-map LOAD of the same bytes it shares it."""
+    arch = load_arch(TARGET)
+    bank = load_params(arch).weight_load_bank
+
+    def save_cycles(load_bank: int, oc: int) -> float:
+        load = make_instr("LOAD", isa=ISA, bank_id=load_bank, length=512, channel=64, jump_read=64,
+                          output_channel_num=oc)
+        save = make_instr("SAVE", isa=ISA, bank_id=8, length=512, channel=64, jump_write=64)
+        r = sim.simulate(encode_program([load, save, make_instr("END", isa=ISA)], ISA), arch)
+        assert r.ddr_read_bytes == 512 * 64 * oc
+        return float(r.end[1] - r.start[1])
+
+    alone_port, shared_port = save_cycles(bank, 1), save_cycles(0, 1)
+    assert shared_port > 1.5 * alone_port
+
+
 def test_weight_load_bank_is_the_emulators():
     from tvm_dpu.emulator import DPUV3E_WEIGHT_LOAD_BANK
 

@@ -63,6 +63,8 @@ class InstrCost:
     ddr_read: int = 0
     ddr_write: int = 0
     macs: int = 0
+    #: beats per cycle of ports of its own (a DPUCAHX8H weight LOAD's weight ports); 0: the shared data ports
+    own_ports: float = 0.0
 
 
 def _ceil(a: int, b: int) -> int:

@@ -5,7 +5,8 @@ The formulas are DPUCZDX8G's (cost.py) where the instruction does the same work;
 
 * A weight LOAD (`bank_id` = the family's `weight_load_bank`, 0x3F) fills `output_channel_num` CONV weight banks
   of `length` x `channel` bytes each through the core's weight ports (PG367: DPU_AXI_W0 / W1, half the output
-  channels each), not the engine's feature-map port: its beats are shared over `weight_ports` ports.
+  channels each), not the engine's feature-map port: it moves at `weight_ports` ports' rate (`own_ports`) and a
+  SAVE running beside it keeps the whole data port.
 * POOL, DWINIT/DPTWISE have engines of their own (AMD's target prototxts: pool_engine PP 1, dwconv_engine PP 2,
   CP 16), each output pixel reading kernel_h x kernel_w input pixels of CP channels per channel group per cycle,
   the engine's valid_pixel_parallel rows in parallel; their INITs hold the kernel. They post and take tokens as
@@ -58,13 +59,15 @@ class V3ECostModel(CostModel):
         return super().cost(idx, ins)
 
     def _weight_load(self, ins: Instr) -> InstrCost:
-        """A LOAD into every CONV weight bank: its bytes split over the weight ports, which move them side by side."""
+        """A LOAD into every CONV weight bank through the weight ports, which move its halves side by side and leave
+        the engine's data port to its SAVEs."""
         m, p, f = self.m, self.m.params, ins.fields
         n, ch, oc = f["length"], f["channel"], f["output_channel_num"]
-        beats = oc * dma_beats(m, n, ch, f["jump_read"]) / max(1, p.weight_ports)
-        rows = n * -(-ch // m.arch.icp) * oc / max(1, p.weight_ports)
-        return InstrCost(ENGINE_INDEX["load"], p.dma_issue_cycles + rows / p.dma_bank_rows_per_cycle, beats,
-                         m.ddr_latency_cycles, ddr_read=n * ch * oc)
+        ports = max(1, p.weight_ports)
+        rows = n * -(-ch // m.arch.icp) * oc / ports
+        return InstrCost(ENGINE_INDEX["load"], p.dma_issue_cycles + rows / p.dma_bank_rows_per_cycle,
+                         oc * dma_beats(m, n, ch, f["jump_read"]), m.ddr_latency_cycles, ddr_read=n * ch * oc,
+                         own_ports=ports * m.port_beats_per_cycle)
 
     def _window(self, idx: int, ins: Instr) -> InstrCost:
         """POOL / DPTWISE: kh*kw*cg*length cycles (vpp rows in parallel) plus the ALU-class fill."""

@@ -81,12 +81,21 @@ class MachineModel:
         return self.params.axi_data_bits // 8
 
     @property
-    def dma_beats_per_cycle(self) -> float:
-        """Beats per cycle all LOAD/SAVE traffic of the core can move: the AXI ports, capped by the core's DDR share
-        (or, where each core has a memory port of its own, `mem_port_bytes_per_s`: an HBM pseudo channel)."""
+    def memory_beats_per_cycle(self) -> float:
+        """Beats per cycle the core's memory delivers: its DDR share or, where each core has a memory port of its
+        own, `mem_port_bytes_per_s` (an HBM pseudo channel), at `ddr_efficiency`."""
         share = self.params.mem_port_bytes_per_s or self.arch.ddr_bytes_per_s / max(1, self.params.active_cores)
-        ddr = share * self.params.ddr_efficiency / self.freq_hz / self.axi_bytes
-        return min(float(self.params.axi_data_ports), ddr)
+        return share * self.params.ddr_efficiency / self.freq_hz / self.axi_bytes
+
+    @property
+    def dma_beats_per_cycle(self) -> float:
+        """Beats per cycle all LOAD/SAVE traffic of the core can move: the AXI data ports, capped by its memory."""
+        return min(float(self.params.axi_data_ports), self.memory_beats_per_cycle)
+
+    @property
+    def port_beats_per_cycle(self) -> float:
+        """Beats per cycle one AXI port of its own memory moves (a DPUCAHX8H weight port: its own pseudo channel)."""
+        return min(1.0, self.memory_beats_per_cycle)
 
     @property
     def ddr_latency_cycles(self) -> float:

@@ -345,8 +345,11 @@ class _Engines:
         self.busy = [0.0] * 4
         self.capacity = m.dma_beats_per_cycle
         ports = float(m.params.axi_data_ports)
-        # the bank side caps each instruction's beat rate
-        self.own_cap = [min(c.beats / max(c.cycles, _EPS), ports) if c.beats > 0 else 0.0 for c in costs]
+        # the bank side caps each instruction's beat rate, and so do its ports: the shared data ports, or ports of its
+        # own (own_ports: a weight LOAD through the weight ports, which leaves the data ports to the other engine)
+        self.own_port = [c.own_ports > 0 for c in costs]
+        self.own_cap = [min(c.beats / max(c.cycles, _EPS), c.own_ports or ports) if c.beats > 0 else 0.0
+                        for c in costs]
         self.t = 0.0
         self.finished = 0
         # the lists each step reads, bundled: one attribute load and an unpack per event instead of one per list
@@ -367,6 +370,8 @@ class _Engines:
         il, is_ = running[_LOAD], running[_SAVE]
         load_on = il is not None and remaining[_LOAD] > 0.0
         save_on = is_ is not None and remaining[_SAVE] > 0.0
+        if load_on and self.own_port[il] or save_on and self.own_port[is_]:
+            return self._rerate_own_ports(load_on, save_on)
         if load_on and save_on:
             cl, cs = own_cap[il], own_cap[is_]
             first, second, c1, c2 = (_SAVE, _LOAD, cs, cl) if cs < cl else (_LOAD, _SAVE, cl, cs)
@@ -379,6 +384,14 @@ class _Engines:
             rate[_LOAD], rate[_SAVE] = 0.0, min(own_cap[is_], capacity / 1)
         else:
             rate[_LOAD] = rate[_SAVE] = 0.0
+
+    def _rerate_own_ports(self, load_on: bool, save_on: bool) -> None:
+        """`rerate` when a running transfer has ports of its own: it moves at its own cap, the other engine's transfer
+        has the whole shared capacity."""
+        running, rate, own_cap = self.running, self.rate, self.own_cap
+        for e, on in ((_LOAD, load_on), (_SAVE, save_on)):
+            i = running[e]
+            rate[e] = 0.0 if not on else own_cap[i] if self.own_port[i] else min(own_cap[i], self.capacity)
 
     def start_ready(self) -> None:
         """Start every instruction that can start at t (engine idle, words fetched, tokens there)."""
