@@ -205,9 +205,9 @@ def vaic_lines(data: dict, source: str = "vaic.json", scope: str = "every vendor
             f"from their int8 numbers, timing model, goal ratio <= {cap:.2f}): " + "; ".join(parts))
     ref = data.get("reference_rows", [])
     if ref:
-        text += (f"; not timed (no timing model for their DPU yet), vai_c's programs on the emulator against "
-                 f"tvm-dpu's for the same ops (else the golden reference): {sum(r['outputs_equal'] for r in ref)} "
-                 f"of {len(ref)} subgraphs equal")
+        text += (f"; not compared on cycles (no program of ours or no timing model for its DPU), vai_c's "
+                 f"programs on the emulator against tvm-dpu's for the same ops (else the golden reference): "
+                 f"{sum(r['outputs_equal'] for r in ref)} of {len(ref)} subgraphs equal")
     if data["not_compared"]:
         text += f"; {len(data['not_compared'])} subgraph(s) not compared"
     return [text + f" (`benchmarks/results/{source}`)."]

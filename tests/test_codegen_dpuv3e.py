@@ -91,8 +91,7 @@ def test_the_readme_example_compiles_and_verifies_for_dpucahx8h(tmp_path, capsys
     out = tmp_path / "out"
     assert main(["compile", str(REPO / "examples" / "mixed_cnn.onnx"), "--arch", "DPUCAHX8H_ISA2", "--calib",
                  str(REPO / "examples" / "mixed_cnn_calib.npz"), "-o", str(out), "-q"]) == 0
-    err = capsys.readouterr().err
-    assert "no timing model for the DPUCAHX8H family yet" in err  # said, not failed
+    capsys.readouterr()
     assert main(["run", str(out / "mixed_cnn.tvmdpu"), "--input", str(REPO / "examples" / "mixed_cnn_input.npz"),
                  "--verify"]) == 0
     assert "verify: 2 subgraphs, 1 run(s), 2 subgraph calls, 0 mismatching elements" in capsys.readouterr().out

@@ -6,6 +6,7 @@ missing."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -244,7 +245,7 @@ def test_split_weights_read_back_as_the_isa1_build_holds_them():
 
 def test_compare_puts_vai_c_beside_tvm_dpus_program(capsys):
     """compare runs vai_c's U50LV program and tvm-dpu's own DPUV3E program for the same network (rebuilt from the
-    file's quantized ops) side by side: outputs and per-layer maps equal; no timing model yet for the family."""
+    file's quantized ops) side by side: outputs and per-layer maps equal, both timed on the DPUCAHX8H model."""
     from tvm_dpu.cli import main
     from tvm_dpu.xmodel.compare import compare
 
@@ -252,7 +253,7 @@ def test_compare_puts_vai_c_beside_tvm_dpus_program(capsys):
     assert not res.not_compared and len(res.subgraphs) == 2
     for s in res.subgraphs:
         assert s.outputs_equal and s.total > 0 and s.against == "tvm-dpu's program" and s.ours.programs == 1
-        assert "no timing model for the DPUCAHX8H family" in s.vai_c.timing_error
+        assert s.vai_c.timing_error is None and s.vai_c.cycles > 0 and s.ours.cycles > 0
         assert sum(s.ours.instructions.values()) > 0 and s.ours.instructions["CONV"] == s.vai_c.instructions["CONV"]
     conv = res.subgraphs[0]
     assert [c.op for c in conv.layers] == ["quant_conv2d", "quant_max_pooling2d"] and conv.layers_equal
@@ -260,12 +261,13 @@ def test_compare_puts_vai_c_beside_tvm_dpus_program(capsys):
     assert "n/a" in capsys.readouterr().out
 
 
-def test_report_says_there_is_no_timing_model(tmp_path, capsys):
+def test_report_times_the_u50lv_programs(tmp_path, capsys):
     from tvm_dpu.cli import main
 
     assert main(["report", str(U50LV_DWC), "-o", str(tmp_path / "r.html")]) == 0
     out = capsys.readouterr().out
-    assert out.count("DPUCAHX8H_ISA2_DWC: no timing model for the DPUCAHX8H family yet") == 2
+    assert "timing for 2/2 subgraph(s)" in out and "no timing model" not in out
+    assert re.search(r"subgraph_quant_conv2d: [0-9,]+ cycles", out)
     assert (tmp_path / "r.html").stat().st_size > 0
 
 
@@ -351,10 +353,10 @@ def test_vai_c_2_5_only_cleared_the_own_bits():
 
 
 def test_inspect_check_deps_counts_the_tokens_of_a_u50_file(capsys):
-    """`inspect --check-deps` decodes with the file's instruction set and checks the tokens; races need the access
-    sets only the DPUCZDX8G emulator records, so it says they were not checked."""
+    """`inspect --check-deps` decodes with the file's instruction set and checks the tokens, and the races with the
+    access sets the DPUV3E emulator records."""
     from tvm_dpu.cli import main
 
     assert main(["inspect", str(FILES[2][0]), "--check-deps"]) == 0
     out = capsys.readouterr().out
-    assert out.count("races not checked: ok") == 2 and "load->conv:10/10(1) save->save:1/1(2)" in out
+    assert out.count("races checked: ok") == 2 and "load->conv:10/10(1) save->save:1/1(2)" in out

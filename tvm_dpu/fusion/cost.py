@@ -170,7 +170,7 @@ def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group], variants: di
     if len(sub.ops) == 1 and not variants:
         c.lone[sub.ops[0].name] = code
     value = program_cycles(code, arch)
-    timed = timing_key(code) if check else None
+    timed = timing_key(code, arch.instruction_set) if check else None
     if hit is not None and hit[1] is not None and (timed != hit[1] or value != hit[0]):
         raise FusionError(f"piece key: groups {[list(g.ops) for g in groups]} share a geometry key with a piece "
                           f"compiled before but their timed programs differ ({value:.0f} vs {hit[0]:.0f} cycles)")
