@@ -126,9 +126,9 @@ def test_every_family_of_the_factory_is_known_and_dpuczdx8g_and_dpucahx8h_compil
     for name in ("B4096", "DPUCAHX8H_ISA2", "DPUCAHX8H_ISA2_DWC"):
         require_support(load_arch(name), "compile")
         require_support(load_arch(name), "run")
-    # what is still missing for DPUCAHX8H is said where it matters (no fused pipelines, no timing model)
+    # what is still missing for DPUCAHX8H is said where it matters (no fusion templates, an unfitted timing model)
     assert not fams["DPUCAHX8H"].fusion and fams["DPUCZDX8G"].fusion
-    assert "no DPUCAHX8H timing model" in fams["DPUCAHX8H"].missing
+    assert "not yet validated" in fams["DPUCAHX8H"].missing and "fusion templates" in fams["DPUCAHX8H"].missing
 
 
 def test_an_unsupported_family_is_refused_naming_it_and_what_is_missing(tmp_path, capsys):
@@ -258,7 +258,7 @@ def test_compare_puts_vai_c_beside_tvm_dpus_program(capsys):
     conv = res.subgraphs[0]
     assert [c.op for c in conv.layers] == ["quant_conv2d", "quant_max_pooling2d"] and conv.layers_equal
     assert main(["compare", str(FILES[2][0])]) == 0
-    assert "n/a" in capsys.readouterr().out
+    assert "ratio ours/vai_c: 1.000" in capsys.readouterr().out  # the dense subgraph: the same program
 
 
 def test_report_times_the_u50lv_programs(tmp_path, capsys):
