@@ -833,25 +833,63 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------------
 # dse
 # ---------------------------------------------------------------------------------------------------------
+def _numbers(text: str, flag: str, kind: type = float) -> list:
+    """A comma-separated list of positive numbers given to `flag`, or one clear error."""
+    try:
+        vals = [kind(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise FrontendError(f"{flag} {text!r}: expected numbers separated by commas") from None
+    if not vals or any(not 0 < v < float("inf") for v in vals):
+        raise FrontendError(f"{flag} {text!r}: expected positive numbers")
+    return vals
+
+
+def _run_dse_card(args: argparse.Namespace, path: Path) -> int:
+    """dse on a fixed-bitstream Alveo card: its overlays x engines x batch (pipeline/dse_card.py)."""
+    import json
+
+    from .pipeline.dse_card import card_summary, card_table, explore_card
+
+    given = [f for f, v in (("--dsp", args.dsp), ("--bram", args.bram), ("--lut", args.lut),
+                            ("--ddr-gbps", args.ddr_gbps)) if v is not None]
+    if given or args.dsp_usage != "high":
+        raise FrontendError(f"{', '.join(given) or '--dsp-usage'} with --part {args.part}: an Alveo card's DPU is a "
+                            "fixed overlay (no budget to fit), dse chooses its overlay, engines and batch")
+    clocks = None if args.clock_mhz == "300" else _numbers(args.clock_mhz, "--clock-mhz")
+    batches = _numbers(args.batch, "--batch", int) if args.batch else None
+    shapes = parse_input_shapes(args.input_shape)
+    cands, skipped = explore_card(args.part, lambda ov: _build_reporting_warnings(
+        str(path), arch=ov, calibration=args.calib, shapes=shapes and dict(shapes), progress=not args.quiet), batches, clocks)
+    print(card_summary(args.part))
+    for ov, why in skipped.items():
+        print(f"{ov}: not ranked ({why})")
+    print(card_table(cands, args.top))
+    if args.json:
+        Path(args.json).write_text(json.dumps([c.to_json() for c in cands], indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return EXIT_OK
+
+
 def _run_dse(args: argparse.Namespace) -> int:
     import json
     import math
 
     from .pipeline.dse import algorithm1, device_budget, explore, table_text
+    from .pipeline.dse_card import is_card
 
     path = _input_file(args.model)
+    if args.part and is_card(args.part):
+        return _run_dse_card(args, path)
+    if args.batch:
+        raise FrontendError("--batch applies to an Alveo card (--part u50 / u50lv / u280): a DPUCZDX8G core runs "
+                            "one frame at a time")
     budget = device_budget(args.part) if args.part else {}
     dsp = args.dsp if args.dsp is not None else budget.get("dsp")
     bram = args.bram if args.bram is not None else budget.get("bram36k")
     lut = args.lut if args.lut is not None else budget.get("lut")
     if dsp is None or bram is None:
         raise FrontendError("give the board's budget: --dsp N --bram N (BRAM36K blocks), or --part PART")
-    try:
-        clocks = [float(c) for c in args.clock_mhz.split(",") if c.strip()]
-    except ValueError:
-        raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: expected numbers separated by commas") from None
-    if not clocks or any(not 0 < c < math.inf for c in clocks):
-        raise FrontendError(f"--clock-mhz {args.clock_mhz!r}: clocks must be positive")
+    clocks = _numbers(args.clock_mhz, "--clock-mhz")
     for flag, v in (("--dsp", args.dsp), ("--bram", args.bram), ("--lut", args.lut), ("--ddr-gbps", args.ddr_gbps)):
         if v is not None and not 0 < v < math.inf:
             raise FrontendError(f"{flag} {v}: expected a positive number")
@@ -1184,7 +1222,10 @@ COMMAND_LIST: tuple[Command, ...] = (
          arg("--lut", type=int, metavar="N", help="LUTs available for the DPU (default: not checked)"),
          arg("--part", metavar="PART", help="a Zynq UltraScale+ part (zu2eg, zu3eg, zu5ev, zu7ev, zu9eg): alone, "
              "explored as its board builds it (platform reserve, UltraRAM, the board's DDR and clock); with "
-             "--dsp/--bram/--lut, its budget overridden by them"),
+             "--dsp/--bram/--lut, its budget overridden by them. Or an Alveo card (u50, u50lv, u280): its fixed "
+             "DPUCAHX8H overlays ranked by overlay (ISA2 / DWC), engines used and batch"),
+         arg("--batch", metavar="N[,N...]", help="for an Alveo card: frames sent at once (default 1 and the "
+             "overlay's engine count)"),
          arg("--clock-mhz", default="300", metavar="MHZ[,MHZ...]", help="DPU clocks to try (default 300)"),
          arg("--max-cores", type=positive_int, default=4, metavar="N", help="most cores to try (PG338: up to 4)"),
          arg("--dsp-usage", choices=["high", "low"], default="high", help="PG338 DSP usage option"),

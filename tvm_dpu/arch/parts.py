@@ -37,13 +37,12 @@ def _entry(part: str) -> dict[str, Any]:
 
 def _fixed_card(name: str) -> str | None:
     """What to say when `name` is a card of another family (presets.json family_boards: u50, u50lv, u280)."""
-    from tvm_dpu.arch.arch import families, family_boards
+    from tvm_dpu.arch.arch import family_boards
     for a in family_boards():
         if a.name == name:
             return (f"{name} is an Alveo card carrying {a.cores} x {a.dpu_name} engines at {a.freq_mhz:g} MHz "
-                    f"(AMD's fixed overlay, presets.json family_boards): dse chooses DPUCZDX8G configurations for "
-                    f"Zynq parts, and tvm-dpu compiles no {a.family} program to rank yet "
-                    f"({families()[a.family].missing}); `tvm-dpu report` times a vai_c {a.family} xmodel on it; ")
+                    f"(AMD's fixed overlay, presets.json family_boards), not a Zynq part with a resource budget: "
+                    f"`tvm-dpu dse MODEL --part {name}` ranks its overlays, engines and batch; ")
     return None
 
 
