@@ -1216,7 +1216,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in COMMAND_LIST}
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Compile CNNs for the Xilinx DPUCZDX8G (ISA1) through TVM Relax. Run "
+        description="Compile CNNs for AMD/Xilinx DPUs (DPUCZDX8G ISA1; DPUCAHX8H, Alveo U50/U280) through TVM Relax. Run "
         f"'{PROG} COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
