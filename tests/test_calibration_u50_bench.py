@@ -34,8 +34,9 @@ def test_a_program_is_compiled_cached_and_timed_at_the_rows_clock(bench, tmp_pat
     fast, slow = (prog.ms(bench.board_at("u50lv", mhz), p) for mhz in (275.0, 137.5))
     # the engine's cycles barely move with the clock (only the HBM's bytes per cycle do): half the clock, ~2x time
     assert 1.8 < slow / fast <= 2.0
-    # a smaller conv fill makes the same program faster: the fit's lever is real
-    assert prog.ms(bench.board_at("u50", 300.0), p.replace(conv_fill_cycles=0)) < prog.ms(bench.board_at("u50", 300.0), p)
+    # a longer conv fill makes the same program slower: the fit's lever is real
+    u50 = bench.board_at("u50", 300.0)
+    assert prog.ms(u50, p.replace(conv_fill_cycles=p.conv_fill_cycles + 224)) > prog.ms(u50, p)
 
 
 def test_same_work_rule(bench):
