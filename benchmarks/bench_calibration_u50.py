@@ -319,7 +319,8 @@ def run(fit_grid: dict = FIT_GRID, compare_programs: bool = False) -> dict:
     return {"family": FAMILY, "date": time.strftime("%Y-%m-%d", time.gmtime()), "split": {f"{k[0]} {k[1]}": v
             for k, v in SPLIT.items()}, "fit_grid": fit_grid, "same_work_tolerance": SAME_WORK_TOLERANCE,
             "params": dataclasses.asdict(final), "before_fit": {k: getattr(before_params, k) for k in fit_grid},
-            "fitted": fitted, "rows": records, "vaic": vaic_records(compare_programs, final), "error": error_stats(records),
+            "fitted": fitted, "rows": records, "vaic": vaic_records(compare_programs, final),
+            "error": error_stats(records),
             "error_before_fit": before, "rows_with_program": sum(r["program"] is not None for r in records)}
 
 
@@ -409,7 +410,8 @@ def docs_section(data: dict) -> str:
               f"{len(data['rows'])} published rows have a program of ours; the table lists those doing the same work "
               f"(match 'same', or zoo GOP within {100 * data['same_work_tolerance']:.0f}% of ours). "
               + (f"Fit {f['change']} on {f['fit_rows']} fit rows." if f else "No fit ran."),
-              f"|pred/published - 1| before the fit (DPUCZDX8G's values: {before}): fit split {stat(b['fit'])}; validation "
+              f"|pred/published - 1| before the fit (DPUCZDX8G's values: {before}): fit split {stat(b['fit'])}; "
+              "validation "
               f"{stat(b['validation'])}.",
               f"After the fit: fit split {stat(e['fit'])}; validation {stat(e['validation'])}; every predicted "
               f"validation row (other work included) {stat(e['validation_all_rows'])}."]

@@ -862,8 +862,11 @@ def _run_dse_card(args: argparse.Namespace, path: Path) -> int:
     clocks = None if args.clock_mhz == "300" else _numbers(args.clock_mhz, "--clock-mhz")
     batches = _numbers(args.batch, "--batch", int) if args.batch else None
     shapes = parse_input_shapes(args.input_shape)
-    cands, skipped = explore_card(args.part, lambda ov: _build_reporting_warnings(
-        str(path), arch=ov, calibration=args.calib, shapes=shapes and dict(shapes), progress=not args.quiet), batches, clocks)
+    def build(overlay: str):
+        return _build_reporting_warnings(str(path), arch=overlay, calibration=args.calib,
+                                         shapes=shapes and dict(shapes), progress=not args.quiet)
+
+    cands, skipped = explore_card(args.part, build, batches, clocks)
     print(card_summary(args.part))
     for ov, why in skipped.items():
         print(f"{ov}: not ranked ({why})")
