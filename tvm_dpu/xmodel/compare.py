@@ -671,7 +671,7 @@ def _with_ours(d: DpuSubgraph, differing: int, total: int, vai: ProgramStats, ou
                layers: "_Layers") -> SubgraphComparison:
     counts: Counter = Counter()
     for r in ours.runners.values():
-        counts.update(_engines(r.sg.code))
+        counts.update(_engines(r.sg.code, arch.instruction_set))
     if len(ours.runners) != 1:
         notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
     cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)
