@@ -118,6 +118,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
         """The pointwise CONVs over the full slots but the newest `keep` (consecutive rows of one strip, from bank
         0) and their SAVEs."""
         while len(ready) > keep:
+            drain()
             passes, sl = ready.pop(0)
             ob, v, first = sl * half + tile.a_slot, sum(p.v for p in passes), passes[0]
             place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
@@ -134,12 +135,29 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
                              ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
                              (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
-            if add is not None:
-                _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + out_off, tile.lp * cg_pw, cg_pw, sl)
-            for r in range(v):
-                prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", y_name),), bank_id=vb0 + r,
-                          bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
-                          jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
+            tails.append(lambda passes=passes, sl=sl, ob=ob, fence=save_fence: emit_tail(passes, sl, ob, fence))
+            if add is None:
+                drain()
+
+    def emit_tail(passes: list[ChainPass], sl: int, ob: int, save_fence: tuple) -> None:
+        """A flushed slot's residual add (with `add`) and SAVEs."""
+        first, v = passes[0], sum(p.v for p in passes)
+        if add is not None:
+            _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + out_off, tile.lp * cg_pw, cg_pw, sl)
+        for r in range(v):
+            prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", y_name),), bank_id=vb0 + r,
+                      bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
+                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
+
+    # With `add`, a flushed slot's ELEWs wait for its pointwise CONVs; emitted right after them, they would hold the
+    # MISC engine (in order) and so the next depthwise pass behind those CONVs. They are emitted after the next
+    # depthwise pass instead (the ELEWs read and write the slot's pointwise and operand rows, which that pass does
+    # not touch), or before the next pointwise CONVs, whichever comes first.
+    tails: list = []
+
+    def drain() -> None:
+        while tails:
+            tails.pop(0)()
 
     emitted = [0]  # program length after the last pass: more means emit_chain has emitted conv CONVs since
     chain_done, fenced = [False], [False]  # emit_chain has returned; a flush has read both VB0 halves
@@ -155,6 +173,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
         if ready and ready[0][1] == slot:
             flush(len(ready) - 1)
         _emit_dw_pass(prog, arch, graph, dw, job.cout, ps, slot, slot * half + tile.a_slot, sum(p.v for p in held))
+        drain()
         held.append(ps)
         if not pair or len(held) == 2 or ps.v < arch.alu_pp:
             close()
@@ -167,6 +186,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     chain_done[0] = True
     close()
     flush()
+    drain()
 
 
 def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: ChainPass, slot: int, ob: int,
