@@ -104,9 +104,12 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
         vp -= 1
     if vp < 1:
         return None
-    need = _pool_pass_wraps(pp, win.sh, win.kh, vp) + 1  # the wraps a pass reads + the one the conv fills
+    _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
+    # the wraps a pass reads + the one the conv fills, but never more than the conv's whole output takes: a map of
+    # at most that many wraps is never overwritten, so no pass waits for a wrap to free (28x28 -> 14x14 stride-2
+    # blocks: 2 wraps of 16 rows instead of 3, so one strip of the full width instead of two of half)
+    need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + 1, ceil_div(ceil_div(hc, win.sh), pp))
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
-    wc = graph.tensors[conv.outputs[0]].shape[3]
     wp = graph.tensors[consumer.outputs[0]].shape[3]
     for n_cols in range(1, wp + 1):
         lp = ceil_div(wp, n_cols)
