@@ -88,6 +88,32 @@ def test_strided_chain_on_a_map_of_few_wraps_bit_exact_and_clean(arch_name):
     _clean(result.compiled, arch)
 
 
+TALL = [(16, 40, 40, 96, 2, 24), (8, 48, 60, 96, 2, 16)]  # stride-2 chains over maps of many wraps
+
+
+@pytest.mark.parametrize("arch_name", ISA1)
+def test_tight_variant_wider_strips_bit_exact_and_clean(arch_name):
+    """pw_dw_pw's "tight" variant: a circular buffer of only the wraps a depthwise pass reads (no spare one for
+    the conv to fill meanwhile) leaves room for wider strips over a tall stride-2 map; exact and clean on every
+    ISA1 preset (on the first of TALL where its tile differs from wide's), and offered to the search only there."""
+    from tvm_dpu.codegen.fused_pw_dw_pw import _variant_tile, pw_dw_pw_variants
+
+    arch = load_arch(arch_name)
+    for k, shape in enumerate(TALL):
+        g = _pw_dw_pw(*shape, seed=20 + k)
+        wide, tight = (_variant_tile(arch, g, (*g.ops, None), v) for v in ("wide", "tight"))
+        if tight != wide:
+            break
+        assert pw_dw_pw_variants(arch, g, g.ops) == PW_DW_PW_VARIANTS[:2]
+    assert tight.lp > wide.lp and tight.wraps < wide.wraps
+    assert "tight" in pw_dw_pw_variants(arch, g, g.ops)
+    names = tuple(op.name for op in g.ops)
+    result = emulator_vs_golden(g, arch, FusionPlan("manual", [Group("pw_dw_pw", names)], variants={names[0]: "tight"}),
+                                seed=k)
+    assert result.bad == 0, result.by_output
+    _clean(result.compiled, arch)
+
+
 def test_strided_block_of_a_small_map_is_one_strip_and_taken():
     """MobileNetV2's 28x28 -> 14x14 block (32 -> 192 -> stride-2 dw -> 64, B4096): the expanded map takes 2 wraps
     of 16 rows, so a buffer of 2 wraps (not the 3 a pass over a taller map needs: 2 read + 1 filled) holds it, and

@@ -73,14 +73,17 @@ def window_of(graph: Graph, consumer: Op):
 
 
 def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
-                wrows_extra: int) -> ChainTile | None:
+                wrows_extra: int, spare: int = 1) -> ChainTile | None:
     """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
     height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
     VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
     weights resident plus `wrows_extra` CONVW rows (the consumer's); VB1 holds the circular window only; each half
     of VB0 holds one conv input window (a piece of at most `la` conv columns: a strip may need several) and one
     consumer output slot of lp pixels x cg_out rows. The consumer does up to `vmax` rows per instruction. The
-    widest strip wins (fewest halo columns, fewest consumer instructions)."""
+    widest strip wins (fewest halo columns, fewest consumer instructions). The buffer holds the wraps one pass
+    reads plus `spare` more, which the conv fills while the pass reads (with 0 the conv overwrites a wrap only
+    once the passes reading it are done: less overlap, but a buffer a wrap shorter allows wider strips, hence
+    fewer and longer CONVs, each paying the CONV fill once)."""
     if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return None
     win = window_of(graph, consumer)
@@ -108,7 +111,7 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     # the wraps a pass reads + the one the conv fills, but never more than the conv's whole output takes: a map of
     # at most that many wraps is never overwritten, so no pass waits for a wrap to free (28x28 -> 14x14 stride-2
     # blocks: 2 wraps of 16 rows instead of 3, so one strip of the full width instead of two of half)
-    need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + 1, ceil_div(ceil_div(hc, win.sh), pp))
+    need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + spare, ceil_div(ceil_div(hc, win.sh), pp))
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
     wp = graph.tensors[consumer.outputs[0]].shape[3]
     for n_cols in range(1, wp + 1):

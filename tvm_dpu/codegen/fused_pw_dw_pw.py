@@ -25,19 +25,23 @@ from tvm_dpu.xgraph.graph import Graph, Op
 
 #: When a full slot's pointwise CONVs are emitted: "wide", after the chain conv's CONVs for the next rows (in the
 #: CONV engine's order they then follow those, so the ALU that those rows feed does not wait behind them); "eager",
-#: right after the slot's last depthwise pass (fewer slots in flight, which small maps with few passes prefer).
-#: The fusion search times both per group (fusion.cost.simulated_cost); the plan records the choice
-#: (FusionPlan.variants, keyed by the group's first conv).
-PW_DW_PW_VARIANTS = ("wide", "eager")
+#: right after the slot's last depthwise pass (fewer slots in flight, which small maps with few passes prefer);
+#: "tight", wide's order with a circular buffer of only the wraps one depthwise pass reads (chain_tile's spare=0):
+#: wider strips, so fewer and longer CONVs (MobileNetV2's 112x112 -> 56x56 block on B4096: one strip of 56
+#: columns instead of three of 19, 91,447 -> 74,771 cycles alone) but less overlap of the conv with the passes.
+#: The fusion search times those that differ per group (fusion.cost.simulated_cost, pw_dw_pw_variants); the plan
+#: records the choice (FusionPlan.variants, keyed by the group's first conv).
+PW_DW_PW_VARIANTS = ("wide", "eager", "tight")
 #: The templates this module emits: the chain alone, and the inverted-residual block with its add.
 PW_DW_PW_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
 
-def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> ChainTile | None:
+def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None, spare: int = 1
+          ) -> ChainTile | None:
     """Tile of a -> dw -> pw (-> add), or None: chain_tile of a -> dw with each pass's output slot holding the
     depthwise output (cg_mid rows per pixel), the pointwise output after it (cg_pw rows per pixel) and, with `add`,
     the add's other operand after that (cg_pw rows per pixel), the pointwise weights resident after a's, its biases
-    after the depthwise ones."""
+    after the depthwise ones; `spare`: chain_tile's."""
     if dw.type != "depthwise_conv2d" or pw.type != "conv2d" or not is_pointwise(graph, pw):
         return None
     if not fusable(arch, graph, pw) or tuple(xops.attr(dw, "dilations")) != (1, 1):
@@ -53,7 +57,19 @@ def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None
     win = window_of(graph, dw)
     if win.kh * win.kw * cg_mid > arch.bank_depth or 2 * cg_mid + n_pw * cg_pw > arch.bank_depth:
         return None
-    return chain_tile(arch, graph, a, dw, arch.alu_pp, cg_mid + n_pw * cg_pw, cg_mid * cg_pw)
+    return chain_tile(arch, graph, a, dw, arch.alu_pp, cg_mid + n_pw * cg_pw, cg_mid * cg_pw, spare)
+
+
+def _variant_tile(arch: Arch, graph: Graph, ops: tuple[Op, ...], variant: str) -> ChainTile | None:
+    """The tile `variant` runs: "tight"'s buffer has no spare wrap; the others keep one where it fits."""
+    return (None if variant == "tight" else _tile(arch, graph, *ops)) or _tile(arch, graph, *ops, spare=0)
+
+
+def pw_dw_pw_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The PW_DW_PW_VARIANTS that emit different programs for the chain `ops`: "tight" only where its tile differs
+    from the others' (so only those need timing)."""
+    tight = _variant_tile(arch, graph, tuple(ops), "tight")
+    return PW_DW_PW_VARIANTS if tight != _variant_tile(arch, graph, tuple(ops), "wide") else PW_DW_PW_VARIANTS[:2]
 
 
 def _residual(graph: Graph, pw: Op, add: Op) -> bool:
@@ -66,7 +82,7 @@ def _residual(graph: Graph, pw: Op, add: Op) -> bool:
 
 def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> bool:
     """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw."""
-    return _tile(arch, graph, a, dw, pw, add) is not None
+    return _variant_tile(arch, graph, (a, dw, pw, add), "wide") is not None
 
 
 def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],
@@ -80,7 +96,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
         raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
                            f"{', '.join(PW_DW_PW_VARIANTS)}")
 
-    tile = _tile(arch, graph, a, dw, pw, add)
+    tile = _variant_tile(arch, graph, (a, dw, pw, add), variant)
     if tile is None:
         names = "+".join(repr(o.name) for o in (a, dw, pw, add) if o is not None)
         raise CodegenError(f"ops {names}: conv+depthwise+pointwise{'+add' if add else ''} fusion does not fit "

@@ -29,7 +29,7 @@ from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits, con
 from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
 from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
 from tvm_dpu.codegen.fused_hconv import hconv_fits
-from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, PW_DW_PW_VARIANTS, pw_dw_pw_fits
+from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, PW_DW_PW_VARIANTS, pw_dw_pw_fits, pw_dw_pw_variants
 from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.resident import RESIDENTS
 from tvm_dpu.codegen.tiling import FIELD10
@@ -137,6 +137,8 @@ def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
     first, variants = group.ops[0], GROUP_VARIANTS[group.template]
     if group.template == "conv_add":  # only the tilings that differ
         variants = conv_add_variants(arch, graph, graph.op(first))
+    elif group.template in PW_DW_PW_TEMPLATES:
+        variants = pw_dw_pw_variants(arch, graph, [graph.op(n) for n in group.ops])
     timed = {v: piece_cycles(graph, arch, [group], {first: v}) for v in variants}
     best = min(variants, key=lambda v: (timed[v], variants.index(v)))
     c.variants[(group.template, group.ops)] = best
