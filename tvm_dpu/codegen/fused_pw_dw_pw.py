@@ -11,7 +11,7 @@ either (vai_c fuses the project conv with the add the same way)."""
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params
+from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params, param_resources
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, load_dw_params,
                                          plain_rows, window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
@@ -104,10 +104,16 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     job = conv_job(arch, graph, a, params)
     jp = conv_job(arch, graph, pw, params)
     cg_mid, cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
-    ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params)
-    # depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise biases after those
-    load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid)
-    load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid)
+    # Each member's parameter rows carry their own tag (conv.param_resources), and the depthwise and pointwise
+    # ones are LOADed after the first piece's input (emit_chain's `then`), so the chain conv's first CONVs wait for
+    # its own weights and input only. Depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise
+    # biases after those.
+    ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params, tag="a")
+
+    def load_others() -> None:
+        load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid, tag="dw")
+        load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid, tag="pw")
+    pw_res = param_resources(None, "pw")
     vb0 = arch.bank_group("VB0").base_id
     y = fmaps[(add or pw).outputs[0]]
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
@@ -150,7 +156,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
             save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
             emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
                              ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
-                             (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
+                             (("vb0", sl, "out"), *pw_res[0], *pw_res[1]) + halves, (("vb0", sl, "pw"),))
             tails.append(lambda passes=passes, sl=sl, ob=ob, fence=save_fence: emit_tail(passes, sl, ob, fence))
             if add is None:
                 drain()
@@ -198,7 +204,7 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
         emitted[0] = len(prog)
 
     emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, emit_pass,
-               ja and (ja, plain_rows(arch, job)))
+               ja and (ja, plain_rows(arch, job)), tag="a", then=load_others)
     chain_done[0] = True
     close()
     flush()
@@ -219,7 +225,8 @@ def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: C
               channel_offset=cg * arch.icp - c, length=ps.length, shift_prelu_p=0, shift_prelu_n=0, jump_read=cg,
               jump_read_endl=ps.e, jump_read_weights=cg, jump_write=cg, jump_write_endl=1, act_type=qd.act_type,
               shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut, multi_factor=0)
-    prog.emit("ALU", reads=ps.reads + (("dwconvw",), ("bias",)), writes=(("vb0", slot, "out"),),
+    dw_params = (("dwconvw",), *param_resources(None, "dw")[1])
+    prog.emit("ALU", reads=ps.reads + dw_params, writes=(("vb0", slot, "out"),),
               bank_id_out=vb0 + row, bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
               bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
               pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,
