@@ -11,7 +11,7 @@ either (vai_c fuses the project conv with the add the same way)."""
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params, param_resources
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups, load_params, param_resources
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, load_dw_params,
                                          plain_rows, window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
@@ -113,102 +113,117 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     def load_others() -> None:
         load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid, tag="dw")
         load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid, tag="pw")
-    pw_res = param_resources(None, "pw")
-    vb0 = arch.bank_group("VB0").base_id
     y = fmaps[(add or pw).outputs[0]]
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
     _, c_dw, h_dw, w_dw = graph.tensors[dw.outputs[0]].shape
     chain_maps = {**fmaps, dw.outputs[0]: FMap.dense(y.reg_id, 0, h_dw, w_dw, c_dw)}
-    out_off = tile.lp * cg_mid  # the pointwise output's rows within a slot, after the depthwise output
-    y_name = (add or pw).outputs[0]
+    slots = _Slots(prog, arch, graph, dw, pw, add, fmaps, tile, job, jp, wrow_pw, variant)
+    emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, slots.emit_pass,
+               ja and (ja, plain_rows(arch, job)), tag="a", then=load_others)
+    slots.finish()
 
-    half = arch.bank_depth // 2
-    pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
-    held: list[ChainPass] = []  # the passes written into slot `slot` so far
-    ready: list[tuple[list[ChainPass], int]] = []  # a full slot whose pointwise CONVs are not emitted yet
-    slot = 0
 
-    def close() -> None:
+class _Slots:
+    """emit_pw_dw_pw's consumer side: the depthwise passes emit_chain hands over, written into two VB0 output slots
+    in turn (one per PP rows of one strip), each full slot's pointwise CONVs, residual add and SAVEs."""
+
+    def __init__(self, prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, add: Op | None,
+                 fmaps: dict[str, FMap], tile: ChainTile, job: ConvJob, jp: ConvJob, wrow_pw: int, variant: str):
+        self.prog, self.arch, self.graph, self.dw, self.pw, self.add, self.fmaps = prog, arch, graph, dw, pw, add, fmaps
+        self.tile, self.job, self.jp, self.wrow_pw, self.variant = tile, job, jp, wrow_pw, variant
+        self.cg_mid, self.cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
+        self.y_name = (add or pw).outputs[0]
+        self.y = fmaps[self.y_name]
+        self.out_off = tile.lp * self.cg_mid  # the pointwise output's rows within a slot, after the depthwise output
+        self.vb0, self.half = arch.bank_group("VB0").base_id, arch.bank_depth // 2
+        self.pw_res = param_resources(None, "pw")
+        self.pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
+        self.held: list[ChainPass] = []  # the passes written into slot `slot` so far
+        self.ready: list[tuple[list[ChainPass], int]] = []  # a full slot whose pointwise CONVs are not emitted yet
+        self.slot = 0
+        # With `add`, a flushed slot's ELEWs wait for its pointwise CONVs; emitted right after them, they would hold
+        # the MISC engine (in order) and so the next depthwise pass behind those CONVs. They are emitted after the
+        # next depthwise pass instead (the ELEWs read and write the slot's pointwise and operand rows, which that
+        # pass does not touch), or before the next pointwise CONVs, whichever comes first.
+        self.tails: list = []
+        self.emitted = 0  # program length after the last pass: more means emit_chain has emitted conv CONVs since
+        self.chain_done = self.fenced = False  # emit_chain has returned; a flush has read both VB0 halves
+
+    def close(self) -> None:
         """The held passes' slot is full: its pointwise CONVs wait (flush) and the next passes take the other slot."""
-        nonlocal slot
-        if held:
-            ready.append((list(held), slot))
-            held.clear()
-            slot ^= 1
+        if self.held:
+            self.ready.append((list(self.held), self.slot))
+            self.held.clear()
+            self.slot ^= 1
 
-    def flush(keep: int = 0) -> None:
+    def flush(self, keep: int = 0) -> None:
         """The pointwise CONVs over the full slots but the newest `keep` (consecutive rows of one strip, from bank
         0) and their SAVEs."""
-        while len(ready) > keep:
-            drain()
-            passes, sl = ready.pop(0)
-            ob, v, first = sl * half + tile.a_slot, sum(p.v for p in passes), passes[0]
+        arch, cg_mid, cg_pw, y = self.arch, self.cg_mid, self.cg_pw, self.y
+        while len(self.ready) > keep:
+            self.drain()
+            passes, sl = self.ready.pop(0)
+            ob, v, first = sl * self.half + self.tile.a_slot, sum(p.v for p in passes), passes[0]
             place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
             # The first pointwise CONVs after the chain conv's last CONVs (in the CONV engine's order) stand for
             # every VB0 row those read: the next op's tiles are named by VB0 half (or bank under it), not by this
             # kernel's regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the chain's.
             last = passes[-1].j0 + passes[-1].v == y.h and first.q0 + first.length == y.w
-            tail = chain_done[0] or last or fenced[0]
-            halves = (("vb0", 0), ("vb0", 1)) if tail and not fenced[0] else ()
-            fenced[0] = fenced[0] or bool(halves)
+            tail = self.chain_done or last or self.fenced
+            halves = (("vb0", 0), ("vb0", 1)) if tail and not self.fenced else ()
+            self.fenced = self.fenced or bool(halves)
             # the chain's last SAVEs stand for its slots' rows the same way (the next kernel's slots and input
             # windows lie elsewhere in the halves than this kernel's: its writes must wait for these reads)
             save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
-            emit_conv_groups(prog, arch, jp, ConvIn.of(vb0, place, arch.bank_depth),
-                             ConvOut(vb0, ob + out_off, cg_pw), cg_pw, v, first.length, wrow_pw, 2 * cg_mid,
-                             (("vb0", sl, "out"), *pw_res[0], *pw_res[1]) + halves, (("vb0", sl, "pw"),))
-            tails.append(lambda passes=passes, sl=sl, ob=ob, fence=save_fence: emit_tail(passes, sl, ob, fence))
-            if add is None:
-                drain()
+            emit_conv_groups(self.prog, arch, self.jp, ConvIn.of(self.vb0, place, arch.bank_depth),
+                             ConvOut(self.vb0, ob + self.out_off, cg_pw), cg_pw, v, first.length, self.wrow_pw,
+                             2 * cg_mid, (("vb0", sl, "out"), *self.pw_res[0], *self.pw_res[1]) + halves,
+                             (("vb0", sl, "pw"),))
+            self.tails.append((passes, sl, ob, save_fence))
+            if self.add is None:
+                self.drain()
 
-    def emit_tail(passes: list[ChainPass], sl: int, ob: int, save_fence: tuple) -> None:
-        """A flushed slot's residual add (with `add`) and SAVEs."""
-        first, v = passes[0], sum(p.v for p in passes)
-        if add is not None:
-            _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + out_off, tile.lp * cg_pw, cg_pw, sl)
-        for r in range(v):
-            prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", y_name),), bank_id=vb0 + r,
-                      bank_addr=ob + out_off, length=first.length, channel=jp.cout, jump_read=cg_pw,
-                      jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
+    def drain(self) -> None:
+        """The flushed slots' residual adds (with `add`) and SAVEs not emitted yet."""
+        while self.tails:
+            passes, sl, ob, save_fence = self.tails.pop(0)
+            first, v, y = passes[0], sum(p.v for p in passes), self.y
+            if self.add is not None:
+                _emit_residual(self.prog, self.arch, self.graph, self.pw, self.add, self.fmaps, passes,
+                               ob + self.out_off, self.tile.lp * self.cg_pw, self.cg_pw, sl)
+            for r in range(v):
+                self.prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", self.y_name),),
+                               bank_id=self.vb0 + r, bank_addr=ob + self.out_off, length=first.length,
+                               channel=self.jp.cout, jump_read=self.cg_pw, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                               ddr_addr=y.addr(first.j0 + r, first.q0, 0))
 
-    # With `add`, a flushed slot's ELEWs wait for its pointwise CONVs; emitted right after them, they would hold the
-    # MISC engine (in order) and so the next depthwise pass behind those CONVs. They are emitted after the next
-    # depthwise pass instead (the ELEWs read and write the slot's pointwise and operand rows, which that pass does
-    # not touch), or before the next pointwise CONVs, whichever comes first.
-    tails: list = []
-
-    def drain() -> None:
-        while tails:
-            tails.pop(0)()
-
-    emitted = [0]  # program length after the last pass: more means emit_chain has emitted conv CONVs since
-    chain_done, fenced = [False], [False]  # emit_chain has returned; a flush has read both VB0 halves
-
-    def emit_pass(ps: ChainPass, _ob: int, _oslot: int) -> None:
+    def emit_pass(self, ps: ChainPass, _ob: int, _oslot: int) -> None:
+        """emit_chain's consumer pass `ps`."""
         # "wide": a full slot's pointwise CONVs wait until the chain conv's CONVs for the next rows are emitted;
         # a slot about to be written again is flushed first
-        if len(prog) > emitted[0]:
-            flush()
-        last = held[-1] if held else None
+        if len(self.prog) > self.emitted:
+            self.flush()
+        last = self.held[-1] if self.held else None
         if last is not None and not (last.q0 == ps.q0 and last.j0 + last.v == ps.j0):
-            close()  # a slot holds consecutive rows of one strip
-        if ready and ready[0][1] == slot:
-            flush(len(ready) - 1)
-        _emit_dw_pass(prog, arch, graph, dw, job.cout, ps, slot, slot * half + tile.a_slot, sum(p.v for p in held))
-        drain()
-        held.append(ps)
-        if not pair or len(held) == 2 or ps.v < arch.alu_pp:
-            close()
-            if variant == "eager":
-                flush()
-        emitted[0] = len(prog)
+            self.close()  # a slot holds consecutive rows of one strip
+        if self.ready and self.ready[0][1] == self.slot:
+            self.flush(len(self.ready) - 1)
+        _emit_dw_pass(self.prog, self.arch, self.graph, self.dw, self.job.cout, ps, self.slot,
+                      self.slot * self.half + self.tile.a_slot, sum(p.v for p in self.held))
+        self.drain()
+        self.held.append(ps)
+        if not self.pair or len(self.held) == 2 or ps.v < self.arch.alu_pp:
+            self.close()
+            if self.variant == "eager":
+                self.flush()
+        self.emitted = len(self.prog)
 
-    emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, emit_pass,
-               ja and (ja, plain_rows(arch, job)), tag="a", then=load_others)
-    chain_done[0] = True
-    close()
-    flush()
-    drain()
+    def finish(self) -> None:
+        """After emit_chain: the last slot's pointwise CONVs, adds and SAVEs."""
+        self.chain_done = True
+        self.close()
+        self.flush()
+        self.drain()
 
 
 def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: ChainPass, slot: int, ob: int,
