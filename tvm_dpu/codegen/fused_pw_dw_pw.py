@@ -32,6 +32,13 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: The fusion search times those that differ per group (fusion.cost.simulated_cost, pw_dw_pw_variants); the plan
 #: records the choice (FusionPlan.variants, keyed by the group's first conv).
 PW_DW_PW_VARIANTS = ("wide", "eager", "tight")
+#: Pointwise weights of at least this many bytes are LOADed (with the depthwise parameters) after the chain conv's
+#: first input, not before it: in the LOAD engine's order they would hold that input, and so the first CONVs,
+#: behind them. Smaller ones load first: in a program, the chain's input is usually the kernel before's output, so
+#: its LOAD waits for that kernel's SAVEs, and parameters queued behind it arrive later than they could. Measured:
+#: MobileNetV2 KV260's 14x14 and 7x7 blocks (24.6 kB and 153.6 kB) gain (the whole program, deferring every chain:
+#: 737,495 -> 728,591 cycles); YOLOX-nano B1024's 26x26 CSP bottlenecks (4 kB) lose (2,400,348 -> 2,404,518).
+DEFER_PARAM_BYTES = 16384
 #: The templates this module emits: the chain alone, and the inverted-residual block with its add.
 PW_DW_PW_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
@@ -104,22 +111,25 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     job = conv_job(arch, graph, a, params)
     jp = conv_job(arch, graph, pw, params)
     cg_mid, cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
-    # Each member's parameter rows carry their own tag (conv.param_resources), and the depthwise and pointwise
-    # ones are LOADed after the first piece's input (emit_chain's `then`), so the chain conv's first CONVs wait for
-    # its own weights and input only. Depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise
-    # biases after those.
+    # Each member's parameter rows carry their own tag (conv.param_resources). Where the pointwise weights are large
+    # (DEFER_PARAM_BYTES), they and the depthwise parameters are LOADed after the first piece's input (emit_chain's
+    # `then`), so the chain conv's first CONVs wait for their own weights and input only. Depthwise weights in
+    # DWCONVW, its biases after a's in BIAS, the pointwise biases after those.
     ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params, tag="a")
 
     def load_others() -> None:
         load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid, tag="dw")
         load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid, tag="pw")
+    defer = jp.cin * jp.cout >= DEFER_PARAM_BYTES
+    if not defer:
+        load_others()
     y = fmaps[(add or pw).outputs[0]]
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
     _, c_dw, h_dw, w_dw = graph.tensors[dw.outputs[0]].shape
     chain_maps = {**fmaps, dw.outputs[0]: FMap.dense(y.reg_id, 0, h_dw, w_dw, c_dw)}
     slots = _Slots(prog, arch, graph, dw, pw, add, fmaps, tile, job, jp, wrow_pw, variant)
     emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, slots.emit_pass,
-               ja and (ja, plain_rows(arch, job)), tag="a", then=load_others)
+               ja and (ja, plain_rows(arch, job)), tag="a", then=load_others if defer else None)
     slots.finish()
 
 
