@@ -10,7 +10,8 @@ against the goal and where, i.e. the layer groups (xmodel.groups: vai_c's groups
 their whole programs) that lose the most, and what vai_c's program does that ours does not, computed from the two
 programs. The JSON holds every group row. Subgraphs that cannot be rebuilt are listed with the reason.
 vai_c's programs for a DPU tvm-dpu runs but cannot compile for yet (DPUCAHX8H, the U50LV files) are checked
-against tvm-dpu's golden reference of the same quantized ops instead, in a table of their own.
+against tvm-dpu's golden reference of the same quantized ops instead, in a table of their own, with their cycles on
+the DPUCAHX8H timing model and, in the 'ours' column, why there is no program of ours yet.
 JSON goes to benchmarks/results/vaic.json (benchmarks/readme_figures.py renders the README figure from it).
 
     python benchmarks/bench_vaic.py                      # the vendored xmodels
@@ -205,7 +206,8 @@ def reference_table(rows: list[dict]) -> list[str]:
     lines = ["", "vai_c's programs for DPUs tvm-dpu cannot compile for yet, run on the emulator against tvm-dpu's "
              "golden reference of the same quantized ops:", "",
              "| xmodel | DPU | DPU subgraph | int8 outputs equal to the reference (goal: all) | layers equal | "
-             "instructions LOAD/SAVE/CONV/MISC | DDR read / write B | cycles |", "|---|---|---|---|---|---|---|---|"]
+             "instructions LOAD/SAVE/CONV/MISC | DDR read / write B | cycles vai_c | ours |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         v = r["vai_c"]
         eq = _goal(r["outputs_equal"], f"{'yes' if r['outputs_equal'] else 'NO'} ({r['differing']} of "
@@ -214,8 +216,14 @@ def reference_table(rows: list[dict]) -> list[str]:
         engines = "/".join(str(v["instructions"][e]) for e in ("LOAD", "SAVE", "CONV", "MISC"))
         lines.append(f"| {Path(r['xmodel']).name} | {r['arch']} | {r['subgraph']} | {eq} | "
                      f"{r['layers'] if r['layers_equal'] else 'NO'} | {engines} | "
-                     f"{v['ddr_read']} / {v['ddr_write']} | {cyc} |")
+                     f"{v['ddr_read']} / {v['ddr_write']} | {cyc} | {why_no_ours(r)} |")
     return lines
+
+
+def why_no_ours(row: dict) -> str:
+    """Why a reference row has no program of ours: compare's note saying what tvm-dpu cannot compile yet."""
+    notes = [n for n in row.get("notes", []) if n.startswith("tvm-dpu compiles no program")]
+    return notes[0].split(" (")[0] if notes else "none (no note)"
 
 
 def main(argv: list[str] | None = None) -> int:

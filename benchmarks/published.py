@@ -1,4 +1,5 @@
-"""AMD's published DPUCZDX8G figures (benchmarks/data/published_figures.json, issue 35): load, validate, select.
+"""AMD's published DPUCZDX8G figures (benchmarks/data/published_figures.json, issue 35) and DPUCAHX8H (Alveo U50 /
+U50LV / U280) figures (issue 39): load, validate, select.
 
 Each row is one figure of one Vitis AI model-zoo table (or another AMD source): a model on a board, in a release,
 with the DPU configuration the table states, a metric (latency_ms, fps, or dpu_ms: a DPU task time a driver
@@ -25,6 +26,8 @@ MAX_BYTES = 16 << 20
 METRICS = ("latency_ms", "fps", "dpu_ms")
 THREADS = ("single", "multi")
 MATCHES = ("same", "family")
+#: Most cores a row's configuration has: 4 DPUCZDX8G cores (PG338), 14 DPUCAHX8H engines on a U280 (PG367).
+MAX_CORES = 16
 
 
 class PublishedFiguresError(ArtifactError):
@@ -93,7 +96,7 @@ def _row(raw, bounds: dict) -> PublishedRow:
     xm = raw["vaic_xmodel"]
     if xm is not None:
         xm = tuple(need_str(x, "vaic_xmodel[]") for x in need_list(xm, "vaic_xmodel"))
-    return PublishedRow(**{**raw, "cores": need_int(raw["cores"], "cores", 1, 4),
+    return PublishedRow(**{**raw, "cores": need_int(raw["cores"], "cores", 1, MAX_CORES),
                            "freq_mhz": _positive(raw["freq_mhz"], "freq_mhz"),
                            "value": _positive(raw["value"], "value"),
                            "dpu_ms_upper": _positive(raw["dpu_ms_upper"], "dpu_ms_upper"), "vaic_xmodel": xm})

@@ -207,6 +207,10 @@ def vaic_lines(data: dict, source: str = "vaic.json", scope: str = "every vendor
     if ref:
         text += (f"; vai_c's DPUCAHX8H (U50LV) programs on the DPUV3E emulator against the golden reference: "
                  f"{sum(r['outputs_equal'] for r in ref)} of {len(ref)} subgraphs equal")
+        timed = [r["vai_c"]["cycles"] for r in ref if r["vai_c"].get("cycles")]
+        if timed:
+            text += (f", {len(timed)} timed on the DPUCAHX8H model ({min(timed):.0f}-{max(timed):.0f} cycles per "
+                     f"subgraph; no program of ours for DPUCAHX8H yet)")
     if data["not_compared"]:
         text += f"; {len(data['not_compared'])} subgraph(s) not compared"
     return [text + f" (`benchmarks/results/{source}`)."]

@@ -2,8 +2,8 @@
 
 * functions longer than 80 lines (whole definition, docstring included; nested functions count inside their
   parent), listed longest first;
-* places that compare a fusion group's template by name (`.template == "conv_add"`, `template in RESIDENTS`, ...):
-  callers should ask the template, not its name;
+* places that compare a fusion group's template by name (`.template == "conv_add"`, `template in RESIDENTS`, a
+  registry lookup by a name literal, ...): callers should ask the template (tvm_dpu/templates/), not its name;
 * modules at the top level of the package (tvm_dpu/*.py).
 
     python scripts/architecture_metrics.py [--json out.json] [--list]
@@ -20,10 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tvm_dpu"
 LONG = 80
-#: A comparison of a template by name: `x.template == ...`, `template != ...`, `x.template in ...`, or a bare
-#: `template` compared with a string or a constant name.
+#: A comparison of a template by name: `x.template == ...`, `template != ...`, `x.template in ...`, a bare
+#: `template` compared with a string or a constant name, or a template registry lookup by a name literal
+#: (`tpl.get("conv_add")`, `hook("dw_pw", ...)`: a dict lookup by name is a comparison too).
 _TEMPLATE_CMP = re.compile(r"\.template\s*(==|!=|in\b|not in\b)|\btemplate\s*(==|!=)\s*[\"A-Z]"
-                           r"|\btemplate in (\(|[A-Z_]+)")
+                           r"|\btemplate in (\(|[A-Z_]+)|\b(tpl|templates)\.(get|hook)\(\s*[\"']")
 
 
 def long_functions(root: Path = PACKAGE, limit: int = LONG) -> list[tuple[int, str, str]]:

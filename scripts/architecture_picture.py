@@ -2,8 +2,8 @@
 tests/test_layering.py checks (so the picture is the tested layering, not a drawing of it).
 
 Each box is a package (or a top-level module); an arrow A -> B means modules of A import modules of B, its width
-growing with the number of import statements. The foundation row (arch, ops, security, util and the leaf types)
-is imported from everywhere: those arrows are left out and the row says so.
+growing with the number of import statements. The foundation row (arch, the op and template registries,
+security, util and the leaf types) is imported from everywhere: those arrows are left out and the row says so.
 
     python scripts/architecture_picture.py [-o docs/architecture.png]
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: Rows, bottom to top, and the boxes in each, left to right (the compiler row in pipeline order).
 ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("arch", "ops", "security", "util", "errors", "types", "schema", "onnx_inputs")),
+    ("foundation", ("arch", "ops", "templates", "security", "util", "errors", "types", "schema", "onnx_inputs")),
     ("compiler", ("frontend", "quant", "passes", "xgraph", "fusion", "codegen", "timing")),
     ("backend / runtime", ("backend", "runtime", "emulator")),
     ("above the runtime", ("pipeline", "plugins", "xmodel")),

@@ -27,7 +27,9 @@ LEAVES = frozenset({"tvm_dpu.errors", "tvm_dpu.types", "tvm_dpu.schema", "tvm_dp
                     "tvm_dpu.serving.feeds",
                     # the op registry: data naming each stage's hook by module path; it imports only the errors,
                     # and a stage resolves only its own hooks (tests/test_ops_registry.py checks where they live)
-                    "tvm_dpu.ops"})
+                    "tvm_dpu.ops",
+                    # the fusion-template registry, the same for templates (tests/test_templates.py)
+                    "tvm_dpu.templates"})
 #: The fixed-point arithmetic and DPU quantization rules (a leaf above arch).
 QUANT_ARITH = frozenset({"tvm_dpu.quant.fixpoint", "tvm_dpu.quant.rules"})
 
@@ -57,6 +59,7 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.util": frozenset(),
     "tvm_dpu.onnx_inputs": frozenset(),  # an ONNX file's graph inputs over protowire: the CLI's checks, frontend
     "tvm_dpu.ops": frozenset(),
+    "tvm_dpu.templates": frozenset(),
     # arch imports nothing of the project
     "tvm_dpu.arch": frozenset(),
     # quant's arithmetic imports only arch; calibration / quantization / QDQ import sit above xgraph
@@ -197,15 +200,17 @@ IMPORTS = {m: _imports(m) for m in MODULES}
 
 
 def _hook_imports() -> None:
-    """The op registry's hooks (tvm_dpu/ops/) are imports by name: each one counts as an import of the hook's
-    module by the module that resolves it (`HOOK_USERS`), line 0."""
-    from tvm_dpu.ops import HOOK_USERS, hook_module, registry
+    """The hooks of the op registry (tvm_dpu/ops/) and of the fusion-template registry (tvm_dpu/templates/) are
+    imports by name: each one counts as an import of the hook's module by the module that resolves it
+    (`HOOK_USERS`), line 0."""
+    from tvm_dpu import ops, templates
 
-    for d in registry().values():
-        for hook, user in HOOK_USERS.items():
-            ref = getattr(d, hook)
-            if ref is not None:
-                IMPORTS[user].append((_resolve(hook_module(hook, ref)), ref.rpartition(":")[2], 0, False))
+    for reg in (ops, templates):
+        for d in reg.registry().values():
+            for hook, user in reg.HOOK_USERS.items():
+                ref = getattr(d, hook)
+                if ref is not None:
+                    IMPORTS[user].append((_resolve(reg.hook_module(hook, ref)), ref.rpartition(":")[2], 0, False))
 
 
 _hook_imports()

@@ -29,10 +29,33 @@ def test_every_row_is_complete_and_unique(rows):
     for r in rows:
         assert r.source and r.release and r.board and r.dpu and r.bound
         assert r.value > 0 and r.dpu_ms_upper > 0
-        assert r.board in {"zcu102", "zcu104", "kv260", "ultra96"}, r.board
         # the configuration string is a configuration (a table header's notes stay out) and agrees with the fields
-        assert re.fullmatch(r"\d x B\d+F? @ \d+ MHz( \(DPU IP [^()]*\))?", r.dpu), r.dpu
+        if r.arch.startswith("DPUCAHX8H"):  # Alveo cards (issue 39): N engines, the row's own DPU clock
+            assert r.board in {"u50", "u50lv", "u50lv-dwc", "u280"} and r.threads == "multi", r.board
+            assert re.fullmatch(r"\d+ x DPUCAHX8H(-DWC)? @ [\d.]+ MHz( \([^()]*engines[^()]*\))?", r.dpu), r.dpu
+        else:
+            assert r.board in {"zcu102", "zcu104", "kv260", "ultra96"}, r.board
+            assert re.fullmatch(r"\d x B\d+F? @ \d+ MHz( \(DPU IP [^()]*\))?", r.dpu), r.dpu
         assert r.dpu.startswith(f"{r.cores} x {r.arch}") and f"@ {r.freq_mhz:g} MHz" in r.dpu
+
+
+def test_alveo_rows_are_the_zoo_tables_and_the_board_presets(rows):
+    """The DPUCAHX8H rows (issue 39): engines and clocks as the tables and the board presets (PG367) state, the
+    bound per engine, and AMD's two swapped MLPerf cells of 2.5 left out."""
+    from tvm_dpu.arch import load_arch
+
+    sel = published.select
+    r50 = {(r.release, r.board): r for r in sel(rows, zoo_name="cf_resnet50_imagenet_224_224_7.7G")
+           if r.arch.startswith("DPUCAHX8H")}
+    assert (r50[("1.4", "u50")].value, r50[("1.4", "u50")].freq_mhz) == (573.5, 300.0)
+    assert (r50[("2.0", "u50lv")].value, r50[("2.0", "u50lv")].freq_mhz) == (691.01, 192.5)
+    assert r50[("1.4", "u280")].dpu_ms_upper == pytest.approx(14 * 1000 / 800.1, abs=1e-4)
+    for board in ("u50", "u50lv", "u50lv-dwc", "u280"):
+        card = sel(rows, board=board)
+        assert card and {r.cores for r in card} == {load_arch(board).cores}, board
+        assert all(r.freq_mhz <= load_arch(board).freq_mhz for r in card)  # the zoo scaled clocks down, never up
+    assert not sel(rows, release="2.5", zoo_name="tf_mlperf_resnet34_coco_1200_1200_433G", board="u50lv")
+    assert not [r for r in rows if r.arch.startswith("DPUCAHX8H") and r.network == "pointpillars"]
 
 
 def test_bounds_are_ordered_as_their_meaning_says(rows):

@@ -96,7 +96,7 @@ def test_tight_variant_wider_strips_bit_exact_and_clean(arch_name):
     """pw_dw_pw's "tight" variant: a circular buffer of only the wraps a depthwise pass reads (no spare one for
     the conv to fill meanwhile) leaves room for wider strips over a tall stride-2 map; exact and clean on every
     ISA1 preset (on the first of TALL where its tile differs from wide's), and offered to the search only there."""
-    from tvm_dpu.codegen.fused_pw_dw_pw import _variant_tile, pw_dw_pw_variants
+    from tvm_dpu.codegen.fused_pw_dw_pw import _variant_tile, group_variants
 
     arch = load_arch(arch_name)
     for k, shape in enumerate(TALL):
@@ -104,9 +104,9 @@ def test_tight_variant_wider_strips_bit_exact_and_clean(arch_name):
         wide, tight = (_variant_tile(arch, g, (*g.ops, None), v) for v in ("wide", "tight"))
         if tight != wide:
             break
-        assert pw_dw_pw_variants(arch, g, g.ops) == PW_DW_PW_VARIANTS[:2]
+        assert group_variants(arch, g, g.ops) == PW_DW_PW_VARIANTS[:2]
     assert tight.lp > wide.lp and tight.wraps < wide.wraps
-    assert "tight" in pw_dw_pw_variants(arch, g, g.ops)
+    assert "tight" in group_variants(arch, g, g.ops)
     names = tuple(op.name for op in g.ops)
     result = emulator_vs_golden(g, arch, FusionPlan("manual", [Group("pw_dw_pw", names)], variants={names[0]: "tight"}),
                                 seed=k)

@@ -30,7 +30,8 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
     assert sorted({Path(r["xmodel"]).name for r in ref}) == sorted(
         p.name for p in (Path(__file__).parent / "data" / "xmodel" / "dpucahx8h").glob("*.xmodel"))
     assert len(ref) == 8 and all(r["outputs_equal"] and r["layers_equal"] and r["elements"] > 0 for r in ref)
-    assert all("no timing model for the DPUCAHX8H family" in r["vai_c"]["timing_error"] for r in ref)
+    # vai_c's U50LV programs are timed by the DPUCAHX8H model (no DPUCAHX8H program of ours yet)
+    assert all(r["vai_c"]["timing_error"] is None and r["vai_c"]["cycles"] > 0 for r in ref)
     for r in data["rows"]:
         assert r["outputs_equal"], r["subgraph"]
         assert r["ratio"] is not None and r["ratio"] <= 1.0, (r["xmodel"], r["subgraph"], r["ratio"])
@@ -50,6 +51,7 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "ratio ours/vai_c (goal <= 0.95)" in table and "DPU subgraphs meet the cycle and equality goals" in table
     assert "8 of 8 checked against the golden reference only equal it" in table
+    assert table.count("| tvm-dpu compiles no program for DPUCAHX8H_ISA2") == 8  # each U50 row says why no ours
 
 
 def test_the_table_says_what_vai_c_does_where_we_lose():

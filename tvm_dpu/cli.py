@@ -727,6 +727,8 @@ def _run_report(args: argparse.Namespace) -> int:
     from .report_html import write_report
 
     out = Path(args.output)
+    if getattr(args, "board", None) and not _is_xmodel(args.artifact):
+        raise FrontendError("--board applies to .xmodel reports (an artifact is timed on the arch it was built for)")
     if _is_xmodel(args.artifact):
         from .xmodel.commands import run_report
 
@@ -1119,7 +1121,10 @@ COMMAND_LIST: tuple[Command, ...] = (
         "Read ARTIFACT and write one HTML file (no external resources): the partitioned graph with DPU and CPU "
         "nodes coloured, a table per DPU subgraph (instructions, DDR, fix_points) with its simulated cycles, and "
         "the engine timeline (LOAD/SAVE/CONV/MISC) of each subgraph from the timing model.",
-        (ARTIFACT, arg("-o", "--output", required=True, metavar="REPORT.html", help="the HTML file to write"))),
+        (ARTIFACT, arg("-o", "--output", required=True, metavar="REPORT.html", help="the HTML file to write"),
+         arg("--board", metavar="BOARD", help="(.xmodel) time the DPU programs on this board preset's clock and "
+             "memory (e.g. u50lv for a DPUCAHX8H_ISA2 program; it must carry the xmodel's DPU) instead of the bare "
+             "core's"))),
     Command(
         "keygen", _run_keygen, "make an Ed25519 key pair for signing artifacts",
         "Write PREFIX.key (private key, PEM, mode 0600) and PREFIX.pub (public key, PEM).",

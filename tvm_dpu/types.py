@@ -155,6 +155,11 @@ class Group:
     template: str
     ops: tuple[str, ...]
 
+    @property
+    def single(self) -> bool:
+        """One op alone, not a template's group."""
+        return self.template == SINGLE
+
 
 @dataclass
 class FusionPlan:
@@ -166,11 +171,11 @@ class FusionPlan:
     cost: float = 0.0
     stats: dict = field(default_factory=dict)
     #: Op name -> instruction-sequence variant of a lone conv (codegen.conv.CONV_VARIANTS) or of the fused group
-    #: it starts (fusion.cost.GROUP_VARIANTS: conv_add, pw_dw_pw); absent: "wide".
+    #: it starts (its template's variants, tvm_dpu/templates/: conv_add, pw_dw_pw); absent: "wide".
     variants: dict[str, str] = field(default_factory=dict)
 
     def fused(self) -> list[Group]:
-        return [g for g in self.groups if g.template != SINGLE]
+        return [g for g in self.groups if not g.single]
 
 
 # -- cost-model view of an op ------------------------------------------------------------------------------

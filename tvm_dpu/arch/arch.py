@@ -210,7 +210,8 @@ def _presets() -> dict[str, Arch]:
 
 @lru_cache(maxsize=1)
 def _family_targets() -> dict[str, Arch]:
-    """The registered targets of the other families (presets.json "family_targets"), by name."""
+    """The registered targets of the other families (presets.json "family_targets") and the cards carrying them
+    ("family_boards"), by name."""
     data = json.loads(PRESETS_FILE.read_text())
     targets: dict[str, Arch] = {}
     for name, entry in _public(data["family_targets"]).items():
@@ -219,13 +220,24 @@ def _family_targets() -> dict[str, Arch]:
         if arch.dpu_name != name or fam is None or fam.fingerprint != "registered":
             raise ArchError(f"{PRESETS_FILE.name}: family target {name} must name itself and a registered family")
         targets[name] = arch
+    for name, entry in _public(data.get("family_boards", {})).items():
+        fields = _public(entry)
+        dpu = fields.pop("dpu")
+        if dpu not in targets:
+            raise ArchError(f"{PRESETS_FILE.name}: family board {name} names unknown family target {dpu!r}")
+        targets[name] = replace(targets[dpu], name=name, board=name, **fields)
     return targets
 
 
 def family_targets() -> tuple[Arch, ...]:
     """The cores of the other families tvm-dpu knows (DPUCAHX8H_ISA2, ...): load_arch finds them by name or
     fingerprint, but they are not compile targets (`list_presets`) until their family's code generator exists."""
-    return tuple(_family_targets().values())
+    return tuple(a for a in _family_targets().values() if a.board is None)
+
+
+def family_boards() -> tuple[Arch, ...]:
+    """The cards carrying those cores (u50, u50lv, u280: presets.json "family_boards"), found by name."""
+    return tuple(a for a in _family_targets().values() if a.board is not None)
 
 
 def dpu_presets() -> tuple[Arch, ...]:
@@ -518,7 +530,7 @@ def decode_fingerprint(fp: int | str) -> dict[str, Any]:
 
 
 def _registered_target(fp: int) -> Arch | None:
-    for target in _family_targets().values():
+    for target in family_targets():
         if fp == target.fingerprint or fp in target.extra.get("fingerprint_aliases", ()):
             return target
     return None
@@ -537,7 +549,7 @@ def _decode_registered(fp: int, where: str) -> dict[str, Any]:
                         f"{name} fingerprint yet ({fam.missing}); it compiles for 0x01 {SUPPORTED_FAMILY}")
     target = _registered_target(fp)
     if target is None:
-        known = ", ".join(f"{t.dpu_name} 0x{t.fingerprint:016X}" for t in _family_targets().values()
+        known = ", ".join(f"{t.dpu_name} 0x{t.fingerprint:016X}" for t in family_targets()
                           if t.family == name)
         raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); AMD's target factory "
                         f"knows {name} by its registered targets only, and this is none of them (known: {known}); "

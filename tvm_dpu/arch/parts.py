@@ -31,8 +31,20 @@ def _entry(part: str) -> dict[str, Any]:
     parts = _public(_data()["parts"])
     key = part.strip().lower()
     if key not in parts:
-        raise ArchError(f"part {part!r}: known parts are {sorted(parts)}")
+        raise ArchError(f"part {part!r}: {_fixed_card(key) or ''}known parts are {sorted(parts)}")
     return parts[key]
+
+
+def _fixed_card(name: str) -> str | None:
+    """What to say when `name` is a card of another family (presets.json family_boards: u50, u50lv, u280)."""
+    from tvm_dpu.arch.arch import families, family_boards
+    for a in family_boards():
+        if a.name == name:
+            return (f"{name} is an Alveo card carrying {a.cores} x {a.dpu_name} engines at {a.freq_mhz:g} MHz "
+                    f"(AMD's fixed overlay, presets.json family_boards): dse chooses DPUCZDX8G configurations for "
+                    f"Zynq parts, and tvm-dpu compiles no {a.family} program to rank yet "
+                    f"({families()[a.family].missing}); `tvm-dpu report` times a vai_c {a.family} xmodel on it; ")
+    return None
 
 
 def part_info(part: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch, require_support
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
@@ -334,10 +335,10 @@ def fallback_modes(plan, n_ops: int = 0) -> tuple[str, ...]:
     return ("none",) if plan.mode == "greedy" else ()
 
 
-#: Templates whose plans compile_subgraph also compares with the same search without them: a pw_dw_pw chain keeps
-#: the next op's LOADs waiting for its last CONVs (fused_pw_dw_pw), which its piece costed alone does not show
-#: (ShuffleNetV2 stage2.0 on B1152: 8,751 cycles with the chain, 8,635 without).
-RECHECKED_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
+#: Templates whose plans compile_subgraph also compares with the same search without them (TemplateDef.recheck):
+#: a pw_dw_pw chain keeps the next op's LOADs waiting for its last CONVs (fused_pw_dw_pw), which its piece costed
+#: alone does not show (ShuffleNetV2 stage2.0 on B1152: 8,751 cycles with the chain, 8,635 without).
+RECHECKED_TEMPLATES = tuple(name for name, d in tpl.registry().items() if d.recheck)
 
 #: A simpler plan (fallback_modes) whose program is within this fraction of the fastest one's cycles is compared
 #: with it after both get their conv variants (fusion.select.compile_with_variants): the variants shorten lone
@@ -368,7 +369,7 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     searched = plan
     timed = [(program_cycles(csg.code, arch), None, plan, csg)]
     modes = [(m, ()) for m in fallback_modes(plan, len(graph.ops))]
-    if any(g.template in RECHECKED_TEMPLATES for g in plan.groups):
+    if any(tpl.get(g.template).recheck for g in plan.groups):
         modes.append((plan.mode, RECHECKED_TEMPLATES))
     for mode, without in modes:  # timed only: compiled without a copy of the weights
         c, p = compile_with_fusion(graph, arch, mode, keep_params=False, without=without)

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import AluJob, alu_job, emit_alu
 from tvm_dpu.codegen import conv_variants
@@ -30,13 +31,6 @@ from tvm_dpu.codegen.layout import (ParamBlob, align, ceil_div, group_param, pac
                                     pack_dw_weights)
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.fused import emittable
-from tvm_dpu.codegen.fused_conv_add import emit_conv_add
-from tvm_dpu.codegen.fused_conv_conv import emit_conv_conv
-from tvm_dpu.codegen.fused_conv_pool import emit_conv_pool
-from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, emit_pw_dw_pw
-from tvm_dpu.codegen.fused_dw_pw import emit_dw_pw
-from tvm_dpu.codegen.fused_hconv import emit_hconv
-from tvm_dpu.codegen.resident import RESIDENTS, emit_resident
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.errors import FusionError
 from tvm_dpu.ops import OpRegistryError
@@ -248,36 +242,25 @@ def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
 
 
 def _on_chip_maps(fused: set[Group], ops: dict[str, Op]) -> set[str]:
-    """The feature maps the fused groups keep in the banks (never given a DDR place)."""
+    """The feature maps the fused groups keep in the banks (never given a DDR place): every member's output but the
+    last, for the templates that keep them (TemplateDef.on_chip)."""
     on_chip: set[str] = set()
     for g in fused:
-        if g.template in ("conv_add", "dw_pw", "conv_conv", "conv_pool", "pw_dw"):
-            on_chip.update(ops[g.ops[0]].outputs)
-        elif g.template in PW_DW_PW_TEMPLATES:
-            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
-        elif g.template in RESIDENTS:  # every map but the chain's output stays in the banks
+        if tpl.get(g.template).on_chip:
             on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
     return on_chip
 
 
 def _emit_fused(prog: Program, arch: Arch, graph: Graph, g: Group, ops: dict[str, Op], fmaps: dict[str, FMap],
                 params: ParamBlob, plan: FusionPlan) -> None:
-    """Emit fused group `g` with its template's kernel."""
-    if g.template == "conv_add":
-        emit_conv_add(prog, arch, graph, ops[g.ops[0]], ops[g.ops[1]], fmaps, params,
-                      plan.variants.get(g.ops[0], "wide"))
-    elif g.template in RESIDENTS:
-        emit_resident(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params, g.template)
-    elif g.template in PW_DW_PW_TEMPLATES:
-        relocated_params(prog, arch, functools.partial(_emit_pw_dw_pw, arch=arch, graph=graph,
-                                                       members=[ops[n] for n in g.ops], fmaps=fmaps,
-                                                       variant=plan.variants.get(g.ops[0], "wide")), params)
-    elif g.template in _RELOCATED:
-        emit = functools.partial(_RELOCATED[g.template], arch=arch, graph=graph, a=ops[g.ops[0]],
-                                 b=ops[g.ops[1]], fmaps=fmaps)
+    """Emit fused group `g` with its template's emitter, its parameters relocated when the template asks
+    (TemplateDef.relocated)."""
+    emit = functools.partial(tpl.hook(g.template, "emitter"), arch=arch, graph=graph, ops=[ops[n] for n in g.ops],
+                             fmaps=fmaps, variant=plan.variants.get(g.ops[0], "wide"))
+    if tpl.get(g.template).relocated:
         relocated_params(prog, arch, emit, params)
     else:
-        emit_hconv(prog, arch, graph, [ops[n] for n in g.ops], fmaps, params)
+        emit(prog, params)
 
 
 def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params: bool = True) -> CompiledSubgraph:
@@ -301,7 +284,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     validate_graph(graph)
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
     ops = {op.name: op for op in graph.ops}
-    fused = {g for g in groups if g.template != SINGLE and emittable(g, graph, arch)}
+    fused = {g for g in groups if emittable(g, graph, arch)}
     on_chip = _on_chip_maps(fused, ops)
     # The liveness walk must follow the emission order.
     order = [ops[n] for g in groups for n in g.ops]
@@ -350,21 +333,6 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         region_sizes=region_sizes, inputs=[binding(n) for n in graph.inputs],
         outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges,
         places=dict(fmaps), param_offsets=dict(params.offsets))
-
-
-#: Fused kernels written with their parameters from row 0 of the CONVW / BIAS banks, which relocated_params moves.
-_RELOCATED = {
-    "conv_conv": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_conv(prog, arch, graph, a, b, fmaps, params),
-    "conv_pool": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_pool(prog, arch, graph, a, b, fmaps, params),
-    "pw_dw": lambda prog, params, arch, graph, a, b, fmaps: emit_conv_pool(prog, arch, graph, a, b, fmaps, params),
-    "dw_pw": lambda prog, params, arch, graph, a, b, fmaps: emit_dw_pw(prog, arch, graph, a, b, fmaps, params),
-}
-
-
-def _emit_pw_dw_pw(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, members: list[Op],
-                   fmaps: dict[str, FMap], variant: str) -> None:
-    a, dw, pw, *add = members
-    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant, *add)
 
 
 def param_rows(prog: Program, arch: Arch) -> tuple[int, int]:

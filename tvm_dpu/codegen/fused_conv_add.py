@@ -54,6 +54,16 @@ def conv_add_variants(arch: Arch, graph: Graph, conv: Op) -> tuple[str, ...]:
     return CONV_ADD_VARIANTS if len(tiles) > 1 else CONV_ADD_VARIANTS[:1]
 
 
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a conv_add group [conv, add]."""
+    return conv_add_fits(arch, graph, ops[0])
+
+
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a conv_add group: those that tile its conv differently."""
+    return conv_add_variants(arch, graph, ops[0])
+
+
 def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fmaps: dict[str, FMap],
                   params: ParamBlob, variant: str = "wide") -> None:
     """y_add = add(conv(x), other) with conv(x) kept in VB1 (fmaps has no place for the conv's output), tiled as
@@ -120,3 +130,9 @@ def emit_conv_add(prog: Program, arch: Arch, graph: Graph, conv: Op, add: Op, fm
                               bank_addr=base + j0 * n, length=cnt, channel=channels, jump_read=n,
                               jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a)
             buf ^= 1
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a conv_add group [conv, add]."""
+    emit_conv_add(prog, arch, graph, ops[0], ops[1], fmaps, params, variant)

@@ -89,6 +89,17 @@ def conv_conv_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
     return conv_pw_fits(arch, graph, a, b) or conv_window_fits(arch, graph, a, b)
 
 
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a conv_conv group [a, b]."""
+    return conv_conv_fits(arch, graph, *ops)
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a conv_conv group [a, b] (one emission: `variant` is "wide")."""
+    emit_conv_conv(prog, arch, graph, *ops, fmaps, params)
+
+
 def emit_conv_conv(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
                    params: ParamBlob) -> None:
     """A conv_conv group: pointwise B through VB1 tiles (emit_conv_pw), else B's windows from a circular buffer."""

@@ -56,6 +56,18 @@ def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
     return _pools_on_save(arch, graph, conv, pool) or _conv_pool_tile(arch, graph, conv, pool) is not None
 
 
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a conv_pool / pw_dw group [conv, consumer]."""
+    return conv_pool_fits(arch, graph, *ops)
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer] (one emission: `variant` is
+    "wide")."""
+    emit_conv_pool(prog, arch, graph, *ops, fmaps, params)
+
+
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
                    params: ParamBlob) -> None:
     """conv -> max/avg pool (or depthwise conv) per strip of pool output columns (emit_chain): as soon as the

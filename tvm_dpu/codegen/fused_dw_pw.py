@@ -51,6 +51,17 @@ def dw_pw_fits(arch: Arch, graph: Graph, dw: Op, pw: Op) -> bool:
     return _dw_pw_tile(arch, graph, dw, pw) is not None
 
 
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a dw_pw group [dw, pw]."""
+    return dw_pw_fits(arch, graph, *ops)
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a dw_pw group [dw, pw] (one emission: `variant` is "wide")."""
+    emit_dw_pw(prog, arch, graph, *ops, fmaps, params)
+
+
 def emit_dw_pw(prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, fmaps: dict[str, FMap],
                params: ParamBlob) -> None:
     """Depthwise conv (ALU) then pointwise conv (CONV) per tile: the ALU leaves all channel groups of its output

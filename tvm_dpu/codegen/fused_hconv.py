@@ -28,6 +28,12 @@ def hconv_fits(arch: Arch, graph: Graph, convs: list[Op]) -> bool:
     return tile is not None and tile[2] == total
 
 
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of an hconv2 / hconv3 group (one emission: `variant` is "wide")."""
+    emit_hconv(prog, arch, graph, ops, fmaps, params)
+
+
 def emit_hconv(prog: Program, arch: Arch, graph: Graph, convs: list[Op], fmaps: dict[str, FMap],
                params: ParamBlob) -> None:
     """Convs sharing one input (horizontal fusion): every input tile is loaded once and feeds the CONVs of all

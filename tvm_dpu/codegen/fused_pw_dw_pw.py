@@ -29,7 +29,7 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: "tight", wide's order with a circular buffer of only the wraps one depthwise pass reads (chain_tile's spare=0):
 #: wider strips, so fewer and longer CONVs (MobileNetV2's 112x112 -> 56x56 block on B4096: one strip of 56
 #: columns instead of three of 19, 91,447 -> 74,771 cycles alone) but less overlap of the conv with the passes.
-#: The fusion search times those that differ per group (fusion.cost.simulated_cost, pw_dw_pw_variants); the plan
+#: The fusion search times those that differ per group (fusion.cost.simulated_cost, group_variants); the plan
 #: records the choice (FusionPlan.variants, keyed by the group's first conv).
 PW_DW_PW_VARIANTS = ("wide", "eager", "tight")
 #: Pointwise weights of at least this many bytes are LOADed (with the depthwise parameters) after the chain conv's
@@ -39,8 +39,6 @@ PW_DW_PW_VARIANTS = ("wide", "eager", "tight")
 #: MobileNetV2 KV260's 14x14 and 7x7 blocks (24.6 kB and 153.6 kB) gain (the whole program, deferring every chain:
 #: 737,495 -> 728,591 cycles); YOLOX-nano B1024's 26x26 CSP bottlenecks (4 kB) lose (2,400,348 -> 2,404,518).
 DEFER_PARAM_BYTES = 16384
-#: The templates this module emits: the chain alone, and the inverted-residual block with its add.
-PW_DW_PW_TEMPLATES = ("pw_dw_pw", "pw_dw_pw_add")
 
 
 def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None, spare: int = 1
@@ -72,9 +70,10 @@ def _variant_tile(arch: Arch, graph: Graph, ops: tuple[Op, ...], variant: str) -
     return (None if variant == "tight" else _tile(arch, graph, *ops)) or _tile(arch, graph, *ops, spare=0)
 
 
-def pw_dw_pw_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
-    """The PW_DW_PW_VARIANTS that emit different programs for the chain `ops`: "tight" only where its tile differs
-    from the others' (so only those need timing)."""
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]: the
+    PW_DW_PW_VARIANTS that emit different programs, "tight" only where its tile differs from the others' (so only
+    those need timing)."""
     tight = _variant_tile(arch, graph, tuple(ops), "tight")
     return PW_DW_PW_VARIANTS if tight != _variant_tile(arch, graph, tuple(ops), "wide") else PW_DW_PW_VARIANTS[:2]
 
@@ -90,6 +89,18 @@ def _residual(graph: Graph, pw: Op, add: Op) -> bool:
 def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> bool:
     """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw."""
     return _variant_tile(arch, graph, (a, dw, pw, add), "wide") is not None
+
+
+def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
+    """The template registry's fit test of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
+    return pw_dw_pw_fits(arch, graph, *ops)
+
+
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
+    a, dw, pw, *add = ops
+    emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant, *add)
 
 
 def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],

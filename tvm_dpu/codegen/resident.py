@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import ALU_MODES, AluJob, alu_job
 from tvm_dpu.codegen.conv import (ConvIn, ConvJob, ConvOut, augmentation, augmented_weights, emit_conv_groups, load_biases,
@@ -43,18 +44,15 @@ from tvm_dpu.types import REG_PARAMS, FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
-#: The fusion template name of a resident chain (a Group of any length >= 2; not an isomorphism template: the
-#: search finds the chains itself, fusion.select).
-RESIDENT = "resident"
-#: The same chain emitted conv after conv: every unit of an op before the next conv's (the chain's input LOADs still
-#: go just ahead of the CONVs that read them, the ALUs of a pool / activation and the SAVEs as soon as their rows
-#: are done, so they overlap the producer's CONVs), the order of vai_c's programs.
+#: The templates of resident chains (tvm_dpu/templates/resident.py), by their emission order: RESIDENT emits each
+#: unit as soon as the rows it reads are; RESIDENT_SEQ conv after conv (every unit of an op before the next conv's;
+#: the chain's input LOADs still go just ahead of the CONVs that read them, the ALUs of a pool / activation and the
+#: SAVEs as soon as their rows are done, so they overlap the producer's CONVs), the order of vai_c's programs.
 #: Where the LOAD engine bounds the chain's start (the input and every op's weights to load), the producer's last
 #: tiles then overlap the next op's weight LOADs instead of waiting behind the consumer's first tiles; the fusion
 #: search costs both orders (fusion.residency) and keeps the faster.
-RESIDENT_SEQ = "resident_seq"
-#: The templates of resident chains, by their emission order.
-RESIDENTS = (RESIDENT, RESIDENT_SEQ)
+RESIDENTS = tpl.residents()
+RESIDENT, RESIDENT_SEQ = RESIDENTS
 
 #: ALU modes a resident chain runs (those without parameters in DWCONVW).
 _ALU_ACTS = ("hard_sigmoid", "leaky_relu")
@@ -375,128 +373,152 @@ def _needs(st: _Step, h_in: int, p0: int, v: int) -> int:
 def _conv_units(prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident,
                 y: Resident) -> tuple[Callable[[], None], list[_Unit], bool]:
     """(the LOADs of the step's parameters, its CONVs as units, whether its weights stream chunk by chunk)."""
-    pp, depth, half = arch.pp, arch.bank_depth, arch.bank_depth // 2
-    cg_in, cg_out = ceil_div(st.cin, arch.icp), ceil_div(st.cout, arch.ocp)
-    wrows = st.kh * st.kw * cg_in
-    resident = cg_out * wrows <= half
-    tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
-    # streamed weights go in chunks of as many groups as fit half the CONVW banks, one LOAD per bank per chunk:
-    # every LOAD waits for its predecessor's own-engine token and pays its issue and burst overheads, so fewer,
-    # longer LOADs keep the LOAD engine, which such a chain waits on, streaming
-    per = max(1, min(cg_out, half // wrows))
-    chunks = [(g0, min(per, cg_out - g0)) for g0 in range(0, cg_out, per)]
-    slots: dict[int, int] = {}  # group -> CONVW half
-    wrow_of: dict[int, int] = {}  # group -> its first weight row
-    bslot = [0]
+    sched = _ConvSchedule(prog, arch, st, job, x, y)
+    return sched.start, sched.units(), not sched.resident
 
-    # With one token per engine pair along program order (program.Program), the first CONV of chunk c+1 can only
-    # wait for a LOAD emitted after the first CONV of chunk c: so a chunk's last LOAD (one bank) is held back until
-    # the next CONV of this step is emitted, and the others go as soon as their half is free. Emitted at once, the
-    # next chunk's first CONV would wait for the whole chunk after it (the LOAD engine's last post).
-    held: list[Callable[[], None]] = []
-    n_banks = min(arch.ocp, st.cout)
 
-    def load_chunk(c: int) -> None:
-        g0, k = chunks[c]
-        slot = prog.next_slot("convw")
-        last = range(min(arch.ocp, st.cout - g0 * arch.ocp) - 1, n_banks)
+class _ConvSchedule:
+    """The parameter LOADs and the CONVs of one conv step of a resident chain, from map x into map y.
+
+    Weights are resident (every output-channel group's in one CONVW half) or streamed: in chunks of as many groups
+    as fit half the CONVW banks, one LOAD per bank per chunk: every LOAD waits for its predecessor's own-engine
+    token and pays its issue and burst overheads, so fewer, longer LOADs keep the LOAD engine, which such a chain
+    waits on, streaming.
+
+    With one token per engine pair along program order (program.Program), the first CONV of chunk c+1 can only
+    wait for a LOAD emitted after the first CONV of chunk c: so a chunk's last LOAD (one bank) is held back until
+    the next CONV of this step is emitted (`held`), and the others go as soon as their half is free. Emitted at
+    once, the next chunk's first CONV would wait for the whole chunk after it (the LOAD engine's last post).
+
+    Resident weights go group by group (`split`), so the first CONV waits for its own group's weights only, not for
+    the whole op's (vai_c's programs do the same): group 0's LOADs write the whole slot (so they wait for every
+    earlier reader of its rows), every later group's its own part of it, loaded two groups ahead of the CONVs
+    with its last LOAD held as in the streamed case; each group's CONVs read their own part only."""
+
+    def __init__(self, prog: Program, arch: Arch, st: _Step, job: ConvJob, x: Resident, y: Resident) -> None:
+        self.prog, self.arch, self.st, self.job, self.x, self.y = prog, arch, st, job, x, y
+        self.half = arch.bank_depth // 2
+        self.cg_out = ceil_div(st.cout, arch.ocp)
+        self.wrows = st.kh * st.kw * ceil_div(st.cin, arch.icp)
+        self.resident = self.cg_out * self.wrows <= self.half
+        per = max(1, min(self.cg_out, self.half // self.wrows))
+        self.chunks = [(g0, min(per, self.cg_out - g0)) for g0 in range(0, self.cg_out, per)]
+        self.slots: dict[int, int] = {}  # group -> CONVW half
+        self.wrow_of: dict[int, int] = {}  # group -> its first weight row
+        self.bslot = 0
+        self.held: list[Callable[[], None]] = []
+        self.n_banks = min(arch.ocp, st.cout)
+        self.split = self.resident and self.cg_out > 1
+        self.convw_res: dict[int, tuple] = {}
+        self.loaded: set[int] = set()  # groups whose every weight LOAD has been emitted
+        self.after_first: dict[int, Callable[[], None]] = {}
+
+    def load_chunk(self, c: int) -> None:
+        arch, half = self.arch, self.half
+        g0, k = self.chunks[c]
+        slot = self.prog.next_slot("convw")
+        last = range(min(arch.ocp, self.st.cout - g0 * arch.ocp) - 1, self.n_banks)
 
         def load(banks: range) -> None:
-            load_params(prog, arch, job, g0, k, slot * half, with_bias=False, slot=slot, banks=banks)
+            load_params(self.prog, arch, self.job, g0, k, slot * half, with_bias=False, slot=slot, banks=banks)
 
         if c == 0:
-            load(range(n_banks))
+            load(range(self.n_banks))
         else:
             load(range(last.start))
-            held.append(lambda: load(last))
+            self.held.append(lambda: load(last))
         for g in range(g0, g0 + k):
-            slots[g], wrow_of[g] = slot, slot * half + (g - g0) * wrows
+            self.slots[g], self.wrow_of[g] = slot, slot * half + (g - g0) * self.wrows
 
-    # Resident weights go group by group, so the first CONV waits for its own group's weights only, not for the
-    # whole op's (vai_c's programs do the same): group 0's LOADs write the whole slot (so they wait for every
-    # earlier reader of its rows), every later group's its own part of it, loaded two groups ahead of the CONVs
-    # with its last LOAD held as in the streamed case (one token per engine pair along program order); each
-    # group's CONVs read their own part only.
-    split = resident and cg_out > 1
-    convw_res: dict[int, tuple] = {}
-    loaded: set[int] = set()  # groups whose every weight LOAD has been emitted
-    after_first: dict[int, Callable[[], None]] = {}
-
-    def load_group(g: int, slot: int) -> None:
+    def load_group(self, g: int, slot: int) -> None:
+        arch = self.arch
         # group 0's CONVs read their own part too: the whole slot would also be every later group's rows
-        convw_res[g] = ("convw", slot, f"{st.op.name}/{g}")
-        tag = None if g == 0 else convw_res[g][2]
-        n = min(arch.ocp, st.cout - g * arch.ocp)
+        self.convw_res[g] = ("convw", slot, f"{self.st.op.name}/{g}")
+        tag = None if g == 0 else self.convw_res[g][2]
+        n = min(arch.ocp, self.st.cout - g * arch.ocp)
 
         def load(banks: range) -> None:
-            load_params(prog, arch, job, g, 1, slot * half + g * wrows, with_bias=False, slot=slot, tag=tag,
-                        banks=banks)
+            load_params(self.prog, arch, self.job, g, 1, slot * self.half + g * self.wrows, with_bias=False,
+                        slot=slot, tag=tag, banks=banks)
 
         if g == 0:
             load(range(n))
-            loaded.add(g)
+            self.loaded.add(g)
             return
         load(range(n - 1))
 
         def last() -> None:
             load(range(n - 1, n))
-            loaded.add(g)
+            self.loaded.add(g)
 
-        held.append(last)
+        self.held.append(last)
 
-    def start() -> None:
-        bslot[0] = prog.next_slot("bias")
-        load_biases(prog, arch, job, 0, cg_out, bslot[0] * half, param_resources(bslot[0])[1])
-        if not split:
-            for c in range(min(2, len(chunks))):
-                load_chunk(c)
+    def start(self) -> None:
+        half, cg_out = self.half, self.cg_out
+        self.bslot = self.prog.next_slot("bias")
+        load_biases(self.prog, self.arch, self.job, 0, cg_out, self.bslot * half, param_resources(self.bslot)[1])
+        if not self.split:
+            for c in range(min(2, len(self.chunks))):
+                self.load_chunk(c)
             return
-        slot = prog.next_slot("convw")
+        slot = self.prog.next_slot("convw")
         for g in range(cg_out):
-            slots[g], wrow_of[g] = slot, slot * half + g * wrows
+            self.slots[g], self.wrow_of[g] = slot, slot * half + g * self.wrows
             if g >= 2:
-                after_first[g - 2] = lambda g=g: load_group(g, slot)
+                self.after_first[g - 2] = lambda g=g: self.load_group(g, slot)
         for g in range(min(2, cg_out)):
-            load_group(g, slot)
+            self.load_group(g, slot)
 
-    def conv(p0: int, v: int, g: int) -> None:
-        if split and g not in loaded:  # its CONVs would read rows still to be loaded
+    def conv(self, p0: int, v: int, g: int) -> None:
+        st, x, y, depth, half = self.st, self.x, self.y, self.arch.bank_depth, self.half
+        if self.split and g not in self.loaded:  # its CONVs would read rows still to be loaded
             raise CodegenError(f"{st.op.name}: output-channel group {g}'s CONVs come before its weight LOADs")
-        bank_in, a = x.fetch(p0 * st.sh, pp, depth)
-        bank_out, a_out, t0 = y.store(p0, pp, depth)
+        bank_in, a = x.fetch(p0 * st.sh, self.arch.pp, depth)
+        bank_out, a_out, t0 = y.store(p0, self.arch.pp, depth)
         # one group per call: its output rows wrap around the bank (mod depth), and with streamed weights a row
         # tile's groups lie apart in the schedule (Program.emit drops a CONVINIT equal to the one in force)
-        emit_conv_groups(prog, arch, job, ConvIn(bank_in, tuple(a), x.e),
-                         ConvOut(bank_out, (a_out + g) % depth, y.cg, y.e, y.s, t0), 1, v, st.w_out, wrow_of[g],
-                         bslot[0] * half + g,
+        emit_conv_groups(self.prog, self.arch, self.job, ConvIn(bank_in, tuple(a), x.e),
+                         ConvOut(bank_out, (a_out + g) % depth, y.cg, y.e, y.s, t0), 1, v, st.w_out,
+                         self.wrow_of[g], self.bslot * half + g,
                          x.rows(p0 * st.sh, (v - 1) * st.sh + st.kh) +
-                         (convw_res.get(g, ("convw", slots[g])), ("bias", bslot[0])), y.rows(p0, v))
-        while held:
-            held.pop(0)()
-        if g in after_first:
-            after_first.pop(g)()
+                         (self.convw_res.get(g, ("convw", self.slots[g])), ("bias", self.bslot)), y.rows(p0, v))
+        while self.held:
+            self.held.pop(0)()
+        if g in self.after_first:
+            self.after_first.pop(g)()
 
-    units: list[_Unit] = []
-    if resident:  # row tiles outer: the next op can start on the first rows
+    def units(self) -> list[_Unit]:
+        st = self.st
+        tiles = [(p0, min(st.vpp, st.h_out - p0)) for p0 in range(0, st.h_out, st.vpp)]
+        return self._tile_units(tiles) if self.resident else self._streamed_units(tiles)
+
+    def _tile_units(self, tiles: list[tuple[int, int]]) -> list[_Unit]:
+        """Resident weights: row tiles outer, so the next op can start on the first rows."""
+        units: list[_Unit] = []
         for p0, v in tiles:
             def tile(p0: int = p0, v: int = v) -> None:
-                for g in range(cg_out):
-                    conv(p0, v, g)
+                for g in range(self.cg_out):
+                    self.conv(p0, v, g)
 
-            units.append((_needs(st, x.h, p0, v), p0 + v, tile))
-        return start, units, False
-    last_of = {g0 + k - 1: c for c, (g0, k) in enumerate(chunks)}
-    for g in range(cg_out):  # weights streamed: each chunk's once, the next-but-one loading once it is done
-        for k, (p0, v) in enumerate(tiles):
-            def step(p0: int = p0, v: int = v, g: int = g, last: bool = k == len(tiles) - 1) -> None:
-                conv(p0, v, g)
-                if last and g in last_of and last_of[g] + 2 < len(chunks):
-                    load_chunk(last_of[g] + 2)
-                if last and g == cg_out - 1 and held:  # a chunk's last LOAD never emitted: its CONVs read stale rows
-                    raise CodegenError(f"{st.op.name}: a weight chunk's last LOAD was held past the op's last CONV")
+            units.append((_needs(self.st, self.x.h, p0, v), p0 + v, tile))
+        return units
 
-            units.append((_needs(st, x.h, p0, v), p0 + v if g == cg_out - 1 else 0, step))
-    return start, units, True
+    def _streamed_units(self, tiles: list[tuple[int, int]]) -> list[_Unit]:
+        """Streamed weights: each chunk's once, the next-but-one loading once it is done."""
+        cg_out, name = self.cg_out, self.st.op.name
+        last_of = {g0 + k - 1: c for c, (g0, k) in enumerate(self.chunks)}
+        units: list[_Unit] = []
+        for g in range(cg_out):
+            for k, (p0, v) in enumerate(tiles):
+                def step(p0: int = p0, v: int = v, g: int = g, last: bool = k == len(tiles) - 1) -> None:
+                    self.conv(p0, v, g)
+                    if last and g in last_of and last_of[g] + 2 < len(self.chunks):
+                        self.load_chunk(last_of[g] + 2)
+                    if last and g == cg_out - 1 and self.held:  # a chunk's last LOAD never emitted: stale rows
+                        raise CodegenError(f"{name}: a weight chunk's last LOAD was held past the op's last CONV")
+
+                units.append((_needs(self.st, self.x.h, p0, v), p0 + v if g == cg_out - 1 else 0, step))
+        return units
 
 
 def _alu_units(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y: Resident) -> list[_Unit]:
@@ -525,19 +547,28 @@ def _alu_units(prog: Program, arch: Arch, st: _Step, job: AluJob, x: Resident, y
     return out
 
 
+def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
+               variant: str) -> None:
+    """The template registry's emitter of a RESIDENT chain."""
+    emit_resident(prog, arch, graph, ops, fmaps, params)
+
+
+def emit_group_seq(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op],
+                   fmaps: dict[str, FMap], variant: str) -> None:
+    """The template registry's emitter of a RESIDENT_SEQ chain."""
+    emit_resident(prog, arch, graph, ops, fmaps, params, seq=True)
+
+
 def emit_resident(prog: Program, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
-                  params: ParamBlob, template: str = RESIDENT) -> None:
+                  params: ParamBlob, seq: bool = False) -> None:
     """Emit the chain `ops` with every intermediate map kept in the banks (see the module docstring).
 
     Program order follows the data: each unit (a LOAD run, a tile of CONVs, an ALU, a SAVE run) is emitted as soon
     as the rows it reads have been emitted, consumers first, so every wait names a post just before it (the
     code generator keeps each token counter at one token along program order, program.Program) and an op starts
-    on the first rows of its input while its producer computes the rest (`template` RESIDENT_SEQ: a conv only once
-    every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no unfinished
-    earlier step uses the CONVW / BIAS half they go to."""
-    if template not in RESIDENTS:
-        raise CodegenError(f"ops {[op.name for op in ops]}: {template!r} is not a resident chain template")
-    seq = template == RESIDENT_SEQ
+    on the first rows of its input while its producer computes the rest (`seq`, template RESIDENT_SEQ: a conv only
+    once every earlier op's units are emitted). A conv step's parameter LOADs come with its first unit, once no
+    unfinished earlier step uses the CONVW / BIAS half they go to."""
     x_res, y_res = ops[0].inputs[0], ops[-1].outputs[0]
     x, y = fmaps[x_res], fmaps[y_res]
     chain = plan_chain(arch, graph, ops, x.pixel_pitch)

@@ -25,6 +25,7 @@ from tvm_dpu.quant.fixpoint import INT8_MIN, avgpool_factor, dpu_round
 from tvm_dpu.emulator.banks import fetch_rows, store_rows
 from tvm_dpu.emulator.conv import activate, exact_matmul_t
 from tvm_dpu.emulator.context import Ctx
+from tvm_dpu.timing.depcheck import Access
 
 ISA = "DPUV3E"
 #: LOAD bank_id of a weight load (Load<DPUV3E>::Exec): both DDR ports, one CONVW bank per output channel.
@@ -80,6 +81,16 @@ class V3EBanks:
                 self.mem[i] = np.zeros(g.depth * g.width, np.uint8)
                 self.width[i], self.depth[i] = g.width, g.depth
         self.image_ids = frozenset(i for g in arch.bank_groups if g.kind == "image" for i in g.ids)
+        #: row key stride of one bank in an access record (bank * key_depth + row): the deepest bank's rows
+        self.key_depth = max(self.depth.values())
+        #: the Access the instruction being executed records its bank rows in (`record_accesses`); None: nothing
+        self.trace: Access | None = None
+
+    def _note(self, bank: int, addrs: np.ndarray, n: int, writes: bool) -> None:
+        """Record the rows items of `n` bytes at `addrs` of `bank` touch (wrapping as the access does)."""
+        rows = -(-n // self.width[bank])
+        keys = (np.asarray(addrs, np.int64)[:, None] + np.arange(rows)) % self.depth[bank] + bank * self.key_depth
+        (self.trace.bank_writes if writes else self.trace.bank_reads).append(keys.reshape(-1))
 
     def group_bank(self, group: str, index: int) -> int:
         return self.groups[group].base_id + index
@@ -89,6 +100,8 @@ class V3EBanks:
 
     def read_many(self, bank: int, addrs: np.ndarray, n: int) -> np.ndarray:
         """`read` at each address of `addrs`: shape (len(addrs), n)."""
+        if self.trace is not None:
+            self._note(bank, addrs, n, False)
         start = (np.asarray(addrs, np.int64) % self.depth[bank]) * self.width[bank]
         return self.mem[bank][(start[:, None] + np.arange(n)) % self.mem[bank].size]
 
@@ -98,6 +111,8 @@ class V3EBanks:
     def write_many(self, bank: int, addrs: np.ndarray, data: np.ndarray) -> None:
         """`write` of data[i] at addrs[i], in order: where two writes touch the same byte the later one wins."""
         data = data.view(np.uint8) if data.dtype == np.int8 else data.astype(np.uint8, copy=False)
+        if self.trace is not None:
+            self._note(bank, addrs, data.shape[1], True)
         n = data.shape[1] + (-data.shape[1]) % self.width[bank]
         buf = np.zeros((data.shape[0], n), np.uint8)
         buf[:, :data.shape[1]] = data
@@ -142,17 +157,37 @@ class DpuV3EEmulator:
             "DPTWISE": self._dptwise, "ELEW": self._elew, "ELEWINIT": self._elewinit,
             "CONVINIT": self._keep_init, "POOLINIT": self._keep_init, "DWINIT": self._keep_init}
 
-    def run(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> V3EStats:
+    def run(self, code: np.ndarray, regions: Mapping[int, np.ndarray],
+            accesses: list[Access] | None = None) -> V3EStats:
+        """Execute `code` up to its first END; with `accesses` (a list) append, per instruction executed, the bank
+        rows and DDR bytes it read and wrote (timing.depcheck.Access, for the dependency checker's races)."""
         self.regions = dict(regions)
         self.stats = V3EStats()
-        for index, (_, ins) in enumerate(iter_program(np.asarray(code, np.uint32), isa=ISA)):
-            if ins.name == "END":
-                self.stats.ended = True
-                break
-            self.stats.instructions += 1
-            self.stats.by_name[ins.name] = self.stats.by_name.get(ins.name, 0) + 1
-            self._exec[ins.name](Ctx(index, ins, self.arch))
+        try:
+            for index, (_, ins) in enumerate(iter_program(np.asarray(code, np.uint32), isa=ISA)):
+                if accesses is not None:
+                    self.banks.trace = Access()
+                    accesses.append(self.banks.trace)
+                if ins.name == "END":
+                    self.stats.ended = True
+                    break
+                self.stats.instructions += 1
+                self.stats.by_name[ins.name] = self.stats.by_name.get(ins.name, 0) + 1
+                self._exec[ins.name](Ctx(index, ins, self.arch))
+        finally:
+            self.banks.trace = None
         return self.stats
+
+    def record_accesses(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> list[Access]:
+        """`run`, returning one Access per instruction up to and including the END (the END touches nothing)."""
+        accesses: list[Access] = []
+        self.run(code, regions, accesses)
+        return accesses
+
+    def _ddr(self, ctx: Ctx, writes: bool, item: tuple[int, int, int, int, int]) -> None:
+        """Record DDR items (reg_id, first byte, items, bytes per item, pitch) of the running instruction."""
+        if self.banks.trace is not None:
+            (self.banks.trace.ddr_writes if writes else self.banks.trace.ddr_reads).append(item)
 
     # ---- shared checks -------------------------------------------------------------------------------------
     def _region(self, ctx: Ctx, reg_field: str = "reg_id") -> np.ndarray:
@@ -199,6 +234,7 @@ class DpuV3EEmulator:
         ctx.check(bool(np.all(inside | (keep is not None and ~keep))), "ddr_addr",
                   f"reads up to byte {int(idx.max()) + 1} of a {reg.size}-byte region")
         items = np.where(inside, reg[np.minimum(idx, reg.size - 1)], 0).astype(np.uint8)
+        self._ddr(ctx, False, (f["reg_id"], f["ddr_addr"], n, ch, jr))
         if keep is not None:
             items = items * keep
         self.banks.write_many(f["bank_id"], f["bank_addr"] + np.arange(n) * f["jump_write"], items)
@@ -237,6 +273,7 @@ class DpuV3EEmulator:
                       f"output channel {oc} reads up to byte {end} of a {reg.size}-byte region")
             bank = self.banks.group_bank(conv.weight_bank, oc)
             src = reg[start + np.arange(n)[:, None] * f["jump_read"] + np.arange(ch)]
+            self._ddr(ctx, False, (f["reg_id_1"] if oc >= half else f["reg_id"], start, n, ch, f["jump_read"]))
             self.banks.write_many(bank, f["bank_addr"] + np.arange(n) * f["jump_write"], src)
             self.stats.load_bytes += n * ch
 
@@ -248,6 +285,7 @@ class DpuV3EEmulator:
         end = f["ddr_addr"] + (n - 1) * jw + ch
         ctx.check(end <= reg.size, "ddr_addr", f"writes up to byte {end} of a {reg.size}-byte region")
         data = self.banks.read_many(bank, f["bank_addr"] + np.arange(n) * f["jump_read"], ch)
+        self._ddr(ctx, True, (f["reg_id"], f["ddr_addr"], n, ch, jw))
         if jw >= ch or n == 1:  # items do not overlap in DDR
             reg[f["ddr_addr"] + np.arange(n)[:, None] * jw + np.arange(ch)] = data
         else:  # overlapping items: in order, the later one wins
@@ -257,9 +295,10 @@ class DpuV3EEmulator:
 
     # ---- window engines: CONV, POOL, DPTWISE -------------------------------------------------------------------
     def _window(self, ctx: Ctx, *, height: int, width: int, nbytes: int, stride_h: int, offset_in: int,
-                endl: int, jump: int) -> np.ndarray:
+                endl: int, jump: int, real: tuple[slice, slice] | None = None) -> np.ndarray:
         """The (height, width, nbytes) int8 input rows of a window engine by the row-fetch rule (bank wrap at the
-        CONV's PP, base address slot per wrap)."""
+        CONV's PP, base address slot per wrap). An access record (`record_accesses`) gets only the `real` rows and
+        columns (those the padding does not replace: the hardware never fetches a padded pixel)."""
         f = ctx.ins.fields
         bank_in = self._image_bank(ctx, "bank_id_in")
         ctx.check(offset_in < stride_h, None, f"stride_offset_in={offset_in} must be < stride_h={stride_h}")
@@ -269,8 +308,16 @@ class DpuV3EEmulator:
                   f"the input rows need {int(rm.groups.max()) + 1} base addresses, the instruction has {ADDR_GROUPS}")
         out = np.empty((height, width, nbytes), np.uint8)
         cols = np.arange(width) * jump
-        for h in range(height):
-            out[h] = self.banks.read_many(int(rm.banks[h]), int(rm.rows[h]) + cols, nbytes)
+        trace, self.banks.trace = self.banks.trace, None
+        try:
+            for h in range(height):
+                out[h] = self.banks.read_many(int(rm.banks[h]), int(rm.rows[h]) + cols, nbytes)
+        finally:
+            self.banks.trace = trace
+        if trace is not None:
+            rows, keep = (real if real is not None else (slice(None), slice(None)))
+            for h in range(height)[rows]:
+                self.banks._note(int(rm.banks[h]), int(rm.rows[h]) + cols[keep], nbytes, False)
         return out.view(np.int8)
 
     def _store(self, ctx: Ctx, result: np.ndarray, *, stride_out: int, offset_out: int, endl: int, jump: int) -> None:
@@ -283,13 +330,20 @@ class DpuV3EEmulator:
             self.banks.write_many(int(banks[r]), int(rows[r]) + cols, result[r])
 
     @staticmethod
-    def _pad(x: np.ndarray, f: dict, kh: int, kw: int, value: int) -> None:
-        """Conv/Pool/DptWise::pad on the real input rows: left/top counts, right/bottom as 'last valid index'."""
-        h, w = x.shape[:2]
-        x[:, :f["pad_left"]] = value
-        x[:f["pad_top"]] = value
-        x[:, max(0, w - kw + f["pad_right"] + 1):] = value
-        x[max(0, h - kh + f["pad_bottom"] + 1):] = value
+    def _real(f: dict, h: int, w: int, kh: int, kw: int) -> tuple[slice, slice]:
+        """The window rows and columns Conv/Pool/DptWise::pad leaves: left/top counts, right/bottom as 'last valid
+        index'."""
+        return (slice(f["pad_top"], max(0, h - kh + f["pad_bottom"] + 1)),
+                slice(f["pad_left"], max(0, w - kw + f["pad_right"] + 1)))
+
+    @classmethod
+    def _pad(cls, x: np.ndarray, f: dict, kh: int, kw: int, value: int) -> None:
+        """Conv/Pool/DptWise::pad on the real input rows (`_real`): the rest becomes `value`."""
+        rows, cols = cls._real(f, x.shape[0], x.shape[1], kh, kw)
+        x[:, :cols.start] = value
+        x[:rows.start] = value
+        x[:, cols.stop:] = value
+        x[rows.stop:] = value
 
     def _padded_window(self, ctx: Ctx, g: dict, cin: int, endl: int, pad_value: int) -> np.ndarray:
         """The padded input window of a CONV / POOL / DPTWISE under its INIT's fields `g`: (vpp - 1) * sh + kh rows
@@ -297,8 +351,9 @@ class DpuV3EEmulator:
         the instruction's)."""
         f = ctx.ins.fields
         kh, kw, sh, sw, vpp = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["valid_pixel_parallel"]
-        x = self._window(ctx, height=(vpp - 1) * sh + kh, width=(f["length"] - 1) * sw + kw, nbytes=cin,
-                         stride_h=sh, offset_in=g["stride_offset_in"], endl=endl, jump=g["jump_read"])
+        height, width = (vpp - 1) * sh + kh, (f["length"] - 1) * sw + kw
+        x = self._window(ctx, height=height, width=width, nbytes=cin, stride_h=sh, offset_in=g["stride_offset_in"],
+                         endl=endl, jump=g["jump_read"], real=self._real(f, height, width, kh, kw))
         self._pad(x, f, kh, kw, pad_value)
         return x
 

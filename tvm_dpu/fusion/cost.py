@@ -23,15 +23,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused
-from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS, conv_add_fits, conv_add_variants
-from tvm_dpu.codegen.fused_conv_pool import conv_pool_fits
-from tvm_dpu.codegen.fused_dw_pw import dw_pw_fits
-from tvm_dpu.codegen.fused_hconv import hconv_fits
-from tvm_dpu.codegen.fused_pw_dw_pw import PW_DW_PW_TEMPLATES, PW_DW_PW_VARIANTS, pw_dw_pw_fits, pw_dw_pw_variants
+from tvm_dpu.codegen.fused import emittable, variants_of
 from tvm_dpu.codegen.layout import ceil_div
-from tvm_dpu.codegen.resident import RESIDENTS
 from tvm_dpu.codegen.tiling import FIELD10
 from tvm_dpu.errors import DPUError, FusionError
 from tvm_dpu.timing.analytic import copy_cycles, group_cycles, weight_rows
@@ -45,7 +41,7 @@ class _Ctx:
     """Per-graph lookup tables (each op's cost-model view, consumers per tensor), the per-candidate cost cache,
     the simulated pieces by geometry (`piece_key` -> cycles, and the timed program's key when checking), the
     programs of the lone ops compiled as pieces (`lone_program`) and the fastest variant of each group with
-    variants (`GROUP_VARIANTS`) costed alone (its first op -> variant, `group_variants`)."""
+    variants (TemplateDef.variants) costed alone (its first op -> variant, `group_variants`)."""
 
     def __init__(self, graph: Graph, arch: Arch):
         self.graph, self.arch = graph, arch
@@ -108,10 +104,10 @@ def cost(group: Group, graph: Graph, arch: Arch) -> float:
     key = (source, group.template, group.ops)
     v = c.cache.get(key)
     if v is None:
-        # a resident chain has no analytic model: its gain is latency and overlap, which only the simulator sees
-        v = c.cache[key] = simulated_cost(group, graph, arch) if source == "simulate" or group.template in RESIDENTS \
-            else \
-            group_cycles([c.layers[n] for n in group.ops], group.template, arch, c.consumers, c.outputs)
+        # a template without an analytic model (a resident chain: its gain is latency and overlap) is simulated
+        analytic = source == "analytic" and tpl.get(group.template).cost is not None
+        v = c.cache[key] = group_cycles([c.layers[n] for n in group.ops], group.template, arch, c.consumers,
+                                        c.outputs) if analytic else simulated_cost(group, graph, arch)
     return v
 
 
@@ -120,25 +116,17 @@ def simulated_cost(group: Group, graph: Graph, arch: Arch) -> float:
     charged by the plan, as in the analytic model)."""
     if len(group.ops) == 1 and graph.op(group.ops[0]).type == "concat":
         return 0.0
-    if group.template in GROUP_VARIANTS:
+    if tpl.get(group.template).variants is not None:
         return _fastest_variant(graph, arch, group)
     return piece_cycles(graph, arch, [group])
 
 
-#: Fused templates whose emitter has variants (the first is the default, "wide"), keyed in FusionPlan.variants by
-#: the group's first op: conv_add's tile chunking, pw_dw_pw's pointwise emission order.
-GROUP_VARIANTS = {"conv_add": CONV_ADD_VARIANTS, "pw_dw_pw": PW_DW_PW_VARIANTS, "pw_dw_pw_add": PW_DW_PW_VARIANTS}
-
-
 def _fastest_variant(graph: Graph, arch: Arch, group: Group) -> float:
-    """Cycles of `group` alone in its fastest variant (GROUP_VARIANTS; ties: the earlier), which every later piece
-    and the plan holding the group use (`group_variants`)."""
+    """Cycles of `group` alone in its fastest variant (its template's variants hook, those that differ, the default
+    "wide" first; ties: the earlier), which every later piece and the plan holding the group use
+    (`group_variants`). Variants are keyed in FusionPlan.variants by the group's first op."""
     c = _ctx(graph, arch)
-    first, variants = group.ops[0], GROUP_VARIANTS[group.template]
-    if group.template == "conv_add":  # only the tilings that differ
-        variants = conv_add_variants(arch, graph, graph.op(first))
-    elif group.template in PW_DW_PW_TEMPLATES:
-        variants = pw_dw_pw_variants(arch, graph, [graph.op(n) for n in group.ops])
+    first, variants = group.ops[0], variants_of(group, graph, arch)
     timed = {v: piece_cycles(graph, arch, [group], {first: v}) for v in variants}
     best = min(variants, key=lambda v: (timed[v], variants.index(v)))
     c.variants[(group.template, group.ops)] = best
@@ -150,7 +138,7 @@ def group_variants(graph: Graph, arch: Arch, groups: Sequence[Group]) -> dict[st
     alone, is not the default "wide"."""
     chosen = _ctx(graph, arch).variants
     return {g.ops[0]: chosen[(g.template, g.ops)] for g in groups
-            if g.template in GROUP_VARIANTS and chosen.get((g.template, g.ops), "wide") != "wide"}
+            if tpl.get(g.template).variants is not None and chosen.get((g.template, g.ops), "wide") != "wide"}
 
 
 #: Set to 1 to compile and simulate every piece even when one of the same geometry was (a debug check of
@@ -162,7 +150,7 @@ def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group], variants: di
                  ) -> float:
     """Simulated cycles of `groups` (some of the ops of `graph`, grouped) extracted and compiled together as one
     program: a candidate alone, or a plan's neighbourhood. `variants` (FusionPlan.variants) default to the
-    fastest of each group with variants (GROUP_VARIANTS) costed alone (`group_variants`). Pieces of one geometry
+    fastest of each group with variants (TemplateDef.variants) costed alone (`group_variants`). Pieces of one geometry
     (`piece_key`, with the variants by op position) are compiled and simulated once per graph."""
     c = _ctx(graph, arch)
     if variants is None:
@@ -182,7 +170,7 @@ def piece_cycles(graph: Graph, arch: Arch, groups: Sequence[Group], variants: di
     if len(sub.ops) == 1 and not variants:
         c.lone[sub.ops[0].name] = code
     value = program_cycles(code, arch)
-    timed = timing_key(code) if check else None
+    timed = timing_key(code, arch.instruction_set) if check else None
     if hit is not None and hit[1] is not None and (timed != hit[1] or value != hit[0]):
         raise FusionError(f"piece key: groups {[list(g.ops) for g in groups]} share a geometry key with a piece "
                           f"compiled before but their timed programs differ ({value:.0f} vs {hit[0]:.0f} cycles)")
@@ -272,64 +260,57 @@ def copy_cost(graph: Graph, arch: Arch, tensor: str) -> float:
 
 def tile_width(members: tuple[str, ...], template: str, graph: Graph, arch: Arch) -> int | None:
     """Widest output tile Tw of the group such that every tiled input, intermediate and the parameters fit their
-    banks (DNNVM Eq. 5-6 with Th = PP, Toc = OCP, Tic = ICP, generalised to a group); None if no Tw fits."""
-    half = arch.bank_depth // 2
+    banks (DNNVM Eq. 5-6 with Th = PP, Toc = OCP, Tic = ICP, generalised to a group, as its template's Tiling
+    says); None if no Tw fits."""
+    d = tpl.get(template)
     ops = [graph.op(n) for n in members]
     layers = [_ctx(graph, arch).layers[n] for n in members]
-    # parameters: every CONV-engine member's weights fully resident when an intermediate feeds a conv, else
-    # at least one output-channel group of each
+    if not _params_fit(layers, d, arch):
+        return None
+    if d.horizontal:
+        wins = {(tuple(xops.attr(o, "strides")), tuple(xops.attr(o, "pads")), lo.window[:2])
+                for o, lo in zip(ops, layers)}
+        if len(wins) != 1:
+            return None  # one input tile serves every member only with one window geometry
+    if d.tiling.fit and d.fits is not None and not emittable(Group(template, members), graph, arch):
+        return None
+    if not d.tiling.last_member:
+        layers = layers[:-1]
+    _, _, w_out = layers[-1].outputs[0].chw
+    for tw in range(min(w_out, FIELD10), 0, -1):
+        if _fits(layers, d, arch, tw, arch.bank_depth // 2):
+            return tw
+    return None
+
+
+def _params_fit(layers: list[LayerDesc], d: tpl.TemplateDef, arch: Arch) -> bool:
+    """Whether the group's parameters fit their banks: every CONV-engine member's weights fully resident when an
+    intermediate feeds a conv (not in a horizontal group: its members read the group's input), else at least one
+    output-channel group of each; every depthwise member's window of one channel group."""
     conv_ops = [o for o in layers if o.type in ("conv2d", "dense")]
-    feeds_conv = any(o.type in ("conv2d", "dense") and i > 0 and template != "hconv2" and template != "hconv3"
-                     for i, o in enumerate(layers))
+    feeds_conv = not d.horizontal and any(o.type in ("conv2d", "dense") and i > 0 for i, o in enumerate(layers))
     rows = 0
     for o in conv_ops:
         r, g = weight_rows(o, arch)
         rows += r * (g if feeds_conv else 1)
     if rows > arch.bank_depth:
-        return None
+        return False
     for o in layers:
         if o.type == "depthwise_conv2d":
             kh, kw, _, _ = o.window
             if kh * kw * ceil_div(o.outputs[0].chw[0], arch.icp) > arch.bank_depth:
-                return None
-    if template in ("hconv2", "hconv3"):
-        wins = {(tuple(xops.attr(o, "strides")), tuple(xops.attr(o, "pads")), lo.window[:2])
-                for o, lo in zip(ops, layers)}
-        if len(wins) != 1:
-            return None  # one input tile serves every member only with one window geometry
-        if not hconv_fits(arch, graph, ops):
-            return None
-    if template == "dw_pw":
-        if not dw_pw_fits(arch, graph, ops[0], ops[1]):
-            return None
-    if template == "conv_add":
-        if not conv_add_fits(arch, graph, ops[0]):
-            return None
-    if template in ("conv_pool", "pw_dw"):
-        if not conv_pool_fits(arch, graph, ops[0], ops[1]):
-            return None
-    if template in PW_DW_PW_TEMPLATES and not pw_dw_pw_fits(arch, graph, *ops):
-        return None
-    if template == "pw_dw_pw_add":  # the add adds nothing to the chain's tile
-        layers = layers[:-1]
-    _, _, w_out = layers[-1].outputs[0].chw
-    best = None
-    for tw in range(min(w_out, FIELD10), 0, -1):
-        if _fits(layers, template, arch, tw, half):
-            best = tw
-            break
-    return best
+                return False
+    return True
 
 
-def _fits(ops: list[LayerDesc], template: str, arch: Arch, tw: int, half: int) -> bool:
+def _fits(ops: list[LayerDesc], d: tpl.TemplateDef, arch: Arch, tw: int, half: int) -> bool:
     cols = tw
-    # output tile (Eq. 6 line 1): one OCP group of Tw pixels per row, plus the loaded eltwise operand
-    out_groups = len(ops) if template.startswith("hconv") else 1
-    if template == "conv_add":
-        out_groups = 2
+    # output tile (Eq. 6 line 1): one OCP group of Tw pixels per row (per member of a horizontal group), plus the
+    # loaded eltwise operand
+    out_groups = len(ops) if d.horizontal else 1 + d.tiling.extra_outputs
     if cols * out_groups > half:
         return False
-    chain = [ops[0]] if template.startswith("hconv") else ops
+    chain = [ops[0]] if d.horizontal else ops
     for i in range(len(chain) - 1, -1, -1):
         op = chain[i]
         kh, kw, sh, sw = op.window

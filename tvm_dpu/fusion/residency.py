@@ -6,7 +6,7 @@ what it may lose (no DDR-side double buffering of the chain's input, whole-width
 costed on the timing model, like the templates: per maximal linear chain of the graph (each op the only consumer
 of the previous one's output), the plan's groups lying inside it are the units; a shortest path over the unit
 boundaries picks where resident chains replace runs of units (each candidate chain compiled alone and simulated,
-`fusion.cost.cost`, in both emission orders: codegen.resident.RESIDENTS), and every chosen chain is then kept
+`fusion.cost.cost`, in both emission orders: the registry's resident templates), and every chosen chain is then kept
 only if the program around it is faster with it than with the units it replaces (`window`: the neighbouring
 groups compiled together and simulated, as select._in_context does for the templates).
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.resident import RESIDENTS, consumer_counts, interior_rows, resident_fits
+from tvm_dpu.codegen.resident import consumer_counts, interior_rows, resident_fits
 from tvm_dpu.fusion.cost import cost
 from tvm_dpu.types import Group
 from tvm_dpu.xgraph.graph import Graph
@@ -92,11 +93,11 @@ def _best_cover(graph: Graph, arch: Arch, units: list[Group]) -> list[Group]:
                 floor = capacity + 1 if rows is None else floor + rows
             if floor > capacity:
                 break  # neither this chain nor any longer one fits (or one of its ops never can be resident)
-            if len(ops) < 2 or (j - i == 1 and units[i].template in RESIDENTS):
+            if len(ops) < 2 or (j - i == 1 and tpl.get(units[i].template).resident):
                 continue
             if not resident_fits(arch, graph, [by_name[n] for n in ops], consumers, steps):
                 continue
-            for template in RESIDENTS:  # both emission orders; the first wins a tie
+            for template in tpl.residents():  # both emission orders; the first wins a tie
                 g = Group(template, ops)
                 c = best[i] + cost(g, graph, arch)
                 if c < best[j]:
@@ -126,7 +127,7 @@ def with_residency(graph: Graph, arch: Arch, groups: list[Group],
     for chain in linear_chains(graph):
         for units in _segments(chain, owner):
             for g in _best_cover(graph, arch, units):
-                if g.template not in RESIDENTS or g in units:
+                if not tpl.get(g.template).resident or g in units:
                     continue
                 replaced = [u for u in units if set(u.ops) <= set(g.ops)]
                 near = {producer[t] for n in g.ops for t in graph.op(n).inputs if t in producer}

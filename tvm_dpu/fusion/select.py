@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.compiler import compile_graph_fused, concat_fusions, order_groups
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
@@ -200,7 +201,7 @@ class _Search:
                     return []  # part of a path's middle: not a special case the search can take
                 if k == 0:
                     out += [(i, 0), (i, 1), (i, 2)]
-            elif k == 0 and (c.group.template != "conv_add" or n == c.site):
+            elif k == 0 and (not tpl.get(c.group.template).at_barrier or n == c.site):
                 out.append((i, 0))
             elif k == last:
                 out.append((i, 1))
@@ -423,12 +424,12 @@ def choose_conv_variants(graph: Graph, arch: Arch, plan: FusionPlan) -> FusionPl
     from tvm_dpu.codegen.conv import CONV_VARIANTS
     from tvm_dpu.xgraph import ops as xops
 
-    lone = {g.ops[0] for g in plan.groups if g.template == SINGLE}
-    chosen = {n: v for n, v in plan.variants.items() if n not in lone}  # the fused groups' own (GROUP_VARIANTS)
+    lone = {g.ops[0] for g in plan.groups if g.single}
+    chosen = {n: v for n, v in plan.variants.items() if n not in lone}  # the fused groups' own (TemplateDef.variants)
     report: dict[str, dict] = {}
     timed: dict[tuple, dict[str, float]] = {}
     for g in plan.groups:
-        if g.template != SINGLE:
+        if not g.single:
             continue
         op = graph.op(g.ops[0])
         if op.type not in ("conv2d", "dense", "conv2d_transpose") or xops.is_depthwise(op, graph):

@@ -1,4 +1,5 @@
-"""Fusion templates as data (DNNVM 4.1, Fig. 3/4): a small pattern graph per template.
+"""Fusion templates as patterns (DNNVM 4.1, Fig. 3/4): a small query graph per template, from the template registry
+(tvm_dpu/templates/: each template's module holds its `Pattern`).
 
 A template is a set of query vertices (allowed op types + named constraints) and directed query edges
 (producer -> consumer through a feature map). A vertex with ``member=False`` anchors the pattern but is not part
@@ -14,16 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from tvm_dpu.fusion.opgraph import INPUT, OpGraph
+import tvm_dpu.templates as tpl
+from tvm_dpu.fusion.opgraph import OpGraph
+from tvm_dpu.templates import QueryVertex
 from tvm_dpu.xgraph import ops as xops
-
-
-@dataclass(frozen=True)
-class QueryVertex:
-    key: str
-    types: frozenset[str]
-    constraints: tuple[str, ...] = ()
-    member: bool = True
 
 
 @dataclass(frozen=True)
@@ -72,53 +67,10 @@ CONSTRAINTS: dict[str, Callable[[OpGraph, str], bool]] = {
     "add2": _add2,
 }
 
-_CONV = frozenset({"conv2d"})
-_POOL = frozenset({"max_pool2d", "avg_pool2d"})
-_ANY = frozenset({INPUT, "conv2d", "depthwise_conv2d", "conv2d_transpose", "dense", "max_pool2d", "avg_pool2d",
-                  "eltwise_add", "eltwise_mul", "concat", "upsample_nearest", "activation"})
-
-
-def _v(key: str, types: frozenset[str], *constraints: str, member: bool = True) -> QueryVertex:
-    return QueryVertex(key, types, tuple(constraints), member)
-
-
-#: All templates, in greedy priority order (a GPP compiler tries them in a fixed order).
-TEMPLATES: tuple[Template, ...] = (
-    Template("conv_pool", "vertical",
-             (_v("conv", _CONV, "conv_plain", "single_consumer"), _v("pool", _POOL)), (("conv", "pool"),)),
-    Template("conv_conv", "vertical",
-             (_v("conv1", _CONV, "conv_plain", "single_consumer"), _v("conv2", _CONV, "conv_plain")),
-             (("conv1", "conv2"),)),
-    Template("conv_add", "eltwise",
-             (_v("conv", _CONV, "conv_plain", "single_consumer"), _v("add", frozenset({"eltwise_add"}), "add2")),
-             (("conv", "add"),)),
-    Template("dw_pw", "vertical",
-             (_v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"), _v("pw", _CONV, "pointwise")),
-             (("dw", "pw"),)),
-    Template("pw_dw", "vertical",
-             (_v("pw", _CONV, "pointwise", "single_consumer"), _v("dw", frozenset({"depthwise_conv2d"}))),
-             (("pw", "dw"),)),
-    # after pw_dw, so greedy groups as it did before this template existed and the search's in-context check
-    # (select._in_context) compares the two in their program, where a following op can wait for the whole chain
-    Template("pw_dw_pw", "vertical",
-             (_v("pw", _CONV, "conv_plain", "single_consumer"),
-              _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"), _v("pw2", _CONV, "pointwise")),
-             (("pw", "dw"), ("dw", "pw2"))),
-    # the inverted-residual block whole: the chain above with the add its project conv feeds (a special case at the
-    # add's barrier, as conv_add is: its chain is the whole linear path into the add)
-    Template("pw_dw_pw_add", "eltwise",
-             (_v("pw", _CONV, "conv_plain", "single_consumer"),
-              _v("dw", frozenset({"depthwise_conv2d"}), "single_consumer"),
-              _v("pw2", _CONV, "pointwise", "single_consumer"), _v("add", frozenset({"eltwise_add"}), "add2")),
-             (("pw", "dw"), ("dw", "pw2"), ("pw2", "add"))),
-    Template("hconv2", "horizontal",
-             (_v("src", _ANY, member=False), _v("a", _CONV, "conv_plain"), _v("b", _CONV, "conv_plain")),
-             (("src", "a"), ("src", "b"))),
-    Template("hconv3", "horizontal",
-             (_v("src", _ANY, member=False), _v("a", _CONV, "conv_plain"), _v("b", _CONV, "conv_plain"),
-              _v("c", _CONV, "conv_plain")),
-             (("src", "a"), ("src", "b"), ("src", "c"))),
-)
+#: The templates Algorithm 1 matches (those of the registry with a pattern), in greedy priority order (a GPP
+#: compiler tries them in a fixed order).
+TEMPLATES: tuple[Template, ...] = tuple(Template(d.name, d.pattern.kind, d.pattern.vertices, d.pattern.edges)
+                                        for d in tpl.matched() if d.pattern is not None)
 
 
 def vertex_ok(og: OpGraph, v: QueryVertex, name: str) -> bool:

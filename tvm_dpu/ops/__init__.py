@@ -96,17 +96,33 @@ class OpDef:
             object.__setattr__(self, "limit_kinds", (self.kind,) + tuple(self.limit_kinds))
 
 
+def collect_defs(path: Any, package: str, cls: type, key: str, error: type[Exception], what: str) -> dict[str, Any]:
+    """The module-level `cls` values of every module of package `package` (at `path`), keyed by their `key`
+    attribute, modules in name order: how a registry is built from its modules. `error` when a key is defined
+    twice."""
+    out: dict[str, Any] = {}
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        mod = importlib.import_module(f"{package}.{info.name}")
+        for value in vars(mod).values():
+            if isinstance(value, cls):
+                name = getattr(value, key)
+                if name in out and out[name] is not value:
+                    raise error(f"{what} {name!r} is defined twice ({info.name} and another module)")
+                out[name] = value
+    return out
+
+
+def lookup(table: Mapping[str, Any], name: str, error: type[Exception], what: str) -> Any:
+    """`table[name]`; `error` naming the known names otherwise."""
+    try:
+        return table[name]
+    except KeyError:
+        raise error(f"unknown {what} {name!r} (known: {', '.join(table)})") from None
+
+
 @cache
 def _registry() -> dict[str, OpDef]:
-    out: dict[str, OpDef] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(mod).values():
-            if isinstance(value, OpDef):
-                if value.kind in out and out[value.kind] is not value:
-                    raise OpRegistryError(f"op kind {value.kind!r} is defined twice ({info.name} and another module)")
-                out[value.kind] = value
-    return out
+    return collect_defs(__path__, __name__, OpDef, "kind", OpRegistryError, "op kind")
 
 
 def registry() -> dict[str, OpDef]:
@@ -121,10 +137,7 @@ def kinds() -> tuple[str, ...]:
 
 def get(kind: str) -> OpDef:
     """The OpDef of `kind`; OpRegistryError naming the known kinds otherwise."""
-    try:
-        return _registry()[kind]
-    except KeyError:
-        raise OpRegistryError(f"unknown op kind {kind!r} (known: {', '.join(_registry())})") from None
+    return lookup(_registry(), kind, OpRegistryError, "op kind")
 
 
 def limit_kinds() -> tuple[str, ...]:
@@ -146,11 +159,15 @@ def resolve(ref: str, user: str) -> Any:
         raise OpRegistryError(f"hook {ref!r} (in {target}) does not resolve: {e}") from None
 
 
-def hook_module(name: str, ref: str) -> str:
-    """The module hook `name`'s reference `ref` lives in."""
-    user = HOOK_USERS[name]
+def ref_module(ref: str, user: str) -> str:
+    """The module hook reference `ref`, resolved for module `user` (`resolve`), lives in."""
     module = ref.rpartition(":")[0]
     return f"{user.rpartition('.')[0]}.{module}" if module else user
+
+
+def hook_module(name: str, ref: str) -> str:
+    """The module hook `name`'s reference `ref` lives in."""
+    return ref_module(ref, HOOK_USERS[name])
 
 
 def hook(kind: str, name: str) -> Any:

@@ -14,7 +14,7 @@ from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.isa import DEFAULT_ISA, decode_program
 from tvm_dpu.security.program_blob import Multicore
-from tvm_dpu.emulator import Emulator
+from tvm_dpu.emulator import DPUV3E_ISA, DpuV3EEmulator, Emulator
 from tvm_dpu.timing.depcheck import DepReport, check
 from tvm_dpu.types import CompiledSubgraph
 
@@ -22,17 +22,24 @@ from tvm_dpu.types import CompiledSubgraph
 def check_code(code: np.ndarray, arch: Arch | str | int, regions: Mapping[int, np.ndarray],
                races: bool = True) -> DepReport:
     """Check machine code `code` for `arch`; `regions` ({reg_id: uint8 array}, modified) are the DDR it runs on
-    when `races` asks for the emulator's access sets (recorded by the DPUCZDX8G emulator only: another family's
-    program gets its tokens checked, races not)."""
+    when `races` asks for the emulator's access sets (recorded by the DPUCZDX8G and the DPUV3E emulators)."""
     a = load_arch(arch)
     code = np.asarray(code, dtype=np.uint32)
     isa = a.instruction_set
     instrs = decode_program(code, isa)
-    if not races or isa != DEFAULT_ISA:
+    if not races:
         return check(instrs, isa=isa)
-    accesses = Emulator(a).record_accesses(code, dict(regions))
+    if isa == DEFAULT_ISA:
+        accesses = Emulator(a).record_accesses(code, dict(regions))
+        depth = a.bank_depth
+    elif isa == DPUV3E_ISA:
+        emu = DpuV3EEmulator(a)
+        accesses = emu.record_accesses(code, dict(regions))
+        depth = emu.banks.key_depth
+    else:
+        return check(instrs, isa=isa)
     # The emulator stops at the first END: instructions after it never run on hardware either.
-    return check(instrs[:len(accesses)], accesses, bank_depth=a.bank_depth)
+    return check(instrs[:len(accesses)], accesses, bank_depth=depth, isa=isa)
 
 
 def check_subgraph(sg: CompiledSubgraph, arch: Arch | None = None, races: bool = True) -> DepReport:

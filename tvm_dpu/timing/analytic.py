@@ -40,6 +40,7 @@ from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.tiling import conv_tile
 from tvm_dpu.ops import hook as op_hook
 from tvm_dpu.ops import kinds as op_kinds
+from tvm_dpu.templates import hook as template_hook
 from tvm_dpu.timing.params import MachineModel, TimingParams, machine
 from tvm_dpu.types import LayerDesc
 
@@ -274,9 +275,17 @@ def _work(op: LayerDesc, arch: Arch) -> _Work:
 
 def group_cycles(members: Sequence[LayerDesc], template: str, arch: Arch, consumers: Mapping[str, int],
                  graph_outputs: set[str] | frozenset[str]) -> float:
-    """Cycles of running `members` (topological order) as one group of `template` ("single" for one op alone).
-    `consumers` counts the ops reading each tensor in the whole graph and `graph_outputs` names its outputs:
-    together they say which outputs leave the group (and are saved)."""
+    """Cycles of running `members` (topological order) as one group of `template` ("single" for one op alone), by
+    the template's cost hook (tvm_dpu/templates/). `consumers` counts the ops reading each tensor in the whole graph
+    and `graph_outputs` names its outputs: together they say which outputs leave the group (and are saved)."""
+    return template_hook(template, "cost")(members, arch, consumers, graph_outputs)
+
+
+def fused_cycles(members: Sequence[LayerDesc], arch: Arch, consumers: Mapping[str, int],
+                 graph_outputs: set[str] | frozenset[str], alu_rows: bool = False) -> float:
+    """The cost hook of most templates: the members' work on each engine and their DDR traffic (inputs from outside
+    the group, weights, outputs that leave it) overlapped, plus the latency and one tile's share of the busiest
+    engine. `alu_rows`: the conv members compute the ALU's ALU_PP rows per tile, not PP."""
     if len(members) == 1 and members[0].type == "concat":
         return 0.0  # its copies are charged per non-fused input by the plan (copy_cycles)
     inside_out = {t.name for op in members for t in op.outputs}
@@ -285,8 +294,8 @@ def group_cycles(members: Sequence[LayerDesc], template: str, arch: Arch, consum
     wbytes = saves = 0
     for op in members:
         wk = _work(op, arch)
-        if template == "dw_pw" and op.type == "conv2d":
-            wk.conv *= arch.pp / arch.alu_pp  # the pointwise CONVs get the ALU's ALU_PP rows per tile, not PP
+        if alu_rows and op.type == "conv2d":
+            wk.conv *= arch.pp / arch.alu_pp
         conv += wk.conv
         misc += wk.misc
         wbytes += wk.weights
@@ -302,6 +311,12 @@ def group_cycles(members: Sequence[LayerDesc], template: str, arch: Arch, consum
     busy = max(ddr, conv, misc)
     tiles = max(1, _ceil(members[-1].outputs[0].chw[1], arch.pp))
     return DDR_LATENCY + busy + busy / tiles
+
+
+def dw_pw_cycles(members: Sequence[LayerDesc], arch: Arch, consumers: Mapping[str, int],
+                 graph_outputs: set[str] | frozenset[str]) -> float:
+    """The cost hook of dw_pw: the pointwise CONVs get the depthwise ALU's ALU_PP rows per tile, not PP."""
+    return fused_cycles(members, arch, consumers, graph_outputs, alu_rows=True)
 
 
 def copy_cycles(nbytes: int, arch: Arch) -> float:

@@ -63,6 +63,8 @@ class InstrCost:
     ddr_read: int = 0
     ddr_write: int = 0
     macs: int = 0
+    #: beats per cycle of ports of its own (a DPUCAHX8H weight LOAD's weight ports); 0: the shared data ports
+    own_ports: float = 0.0
 
 
 def _ceil(a: int, b: int) -> int:
@@ -82,7 +84,16 @@ def dma_beats(m: MachineModel, length: int, channel: int, pitch: int) -> float:
 
 
 class CostModel:
-    """Turns a decoded program into `InstrCost`s, tracking the INIT state (CONVINIT, ALUINIT, ELEWINIT queue)."""
+    """Turns a decoded program into `InstrCost`s, tracking the INIT state (CONVINIT, ALUINIT, ELEWINIT queue).
+
+    Class data the simulator reads (one cost model per instruction set, `cost_model_class`): `TIMED_FIELDS`, and
+    per instruction whose cost reads an INIT, the INIT (`INITS`: INIT name -> instruction) and the attribute that
+    holds it (`INIT_ATTR`)."""
+
+    ISA = "DPUV2"
+    TIMED_FIELDS = TIMED_FIELDS
+    INITS = {"CONVINIT": "CONV", "ALUINIT": "ALU"}
+    INIT_ATTR = {"CONV": "convinit", "ALU": "aluinit"}
 
     def __init__(self, m: MachineModel) -> None:
         self.m = m

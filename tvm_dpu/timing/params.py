@@ -47,6 +47,11 @@ class TimingParams:
     active_cores: int = 1
     host_pre_post_ms: float = 0.0
     dma_own_token: str = "completion"
+    # A memory port of the core's own (an HBM pseudo channel), bytes/s; 0: the board's DDR split over active_cores
+    mem_port_bytes_per_s: float = 0.0
+    # The LOAD bank_id that loads weights through the weight ports (-1: none) and how many such ports there are
+    weight_load_bank: int = -1
+    weight_ports: int = 1
 
     def __post_init__(self) -> None:
         if self.dma_own_token not in DMA_OWN_TOKEN:
@@ -76,11 +81,21 @@ class MachineModel:
         return self.params.axi_data_bits // 8
 
     @property
+    def memory_beats_per_cycle(self) -> float:
+        """Beats per cycle the core's memory delivers: its DDR share or, where each core has a memory port of its
+        own, `mem_port_bytes_per_s` (an HBM pseudo channel), at `ddr_efficiency`."""
+        share = self.params.mem_port_bytes_per_s or self.arch.ddr_bytes_per_s / max(1, self.params.active_cores)
+        return share * self.params.ddr_efficiency / self.freq_hz / self.axi_bytes
+
+    @property
     def dma_beats_per_cycle(self) -> float:
-        """Beats per cycle all LOAD/SAVE traffic of the core can move: the AXI ports, capped by the core's DDR share."""
-        ddr = (self.arch.ddr_bytes_per_s * self.params.ddr_efficiency / max(1, self.params.active_cores)
-               / self.freq_hz / self.axi_bytes)
-        return min(float(self.params.axi_data_ports), ddr)
+        """Beats per cycle all LOAD/SAVE traffic of the core can move: the AXI data ports, capped by its memory."""
+        return min(float(self.params.axi_data_ports), self.memory_beats_per_cycle)
+
+    @property
+    def port_beats_per_cycle(self) -> float:
+        """Beats per cycle one AXI port of its own memory moves (a DPUCAHX8H weight port: its own pseudo channel)."""
+        return min(1.0, self.memory_beats_per_cycle)
 
     @property
     def ddr_latency_cycles(self) -> float:
@@ -111,16 +126,25 @@ def _public(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if not k.startswith("_")}
 
 
-@lru_cache(maxsize=1)
-def _table() -> dict[str, Any]:
-    return json.loads(resources.files("tvm_dpu.timing").joinpath("params.json").read_text())
+#: The parameter file of each family the timing model has formulas for (beside this module; each names its
+#: sources). DPUCZDX8G's is params.json.
+PARAM_FILES = {"DPUCZDX8G": "params.json", "DPUCAHX8H": "params_dpucahx8h.json"}
+#: The families whose instruction costs the timing model has formulas for.
+TIMED_FAMILIES = tuple(PARAM_FILES)
+
+
+@lru_cache(maxsize=None)
+def _table(family: str = "DPUCZDX8G") -> dict[str, Any]:
+    return json.loads(resources.files("tvm_dpu.timing").joinpath(PARAM_FILES[family]).read_text())
 
 
 def load_params(arch: Arch | str, **overrides: Any) -> TimingParams:
     """Timing parameters for `arch` (an Arch or preset name): defaults, then the DPU's and the board's overrides from
-    params.json, then `overrides` (keyword arguments, e.g. for experiments)."""
+    its family's parameter file (PARAM_FILES), then `overrides` (keyword arguments, e.g. for experiments)."""
     a = load_arch(arch)
-    t = _table()
+    if a.family not in PARAM_FILES:
+        raise TimingError(_untimed(a))
+    t = _table(a.family)
     values = _public(t.get("defaults", {}))
     values.update(_public(t.get("dpus", {}).get(a.dpu_name, {})))
     if a.board:
@@ -130,8 +154,9 @@ def load_params(arch: Arch | str, **overrides: Any) -> TimingParams:
     return TimingParams(**values)
 
 
-#: The families whose instruction costs the timing model has formulas for (issue 39 adds the next one).
-TIMED_FAMILIES = ("DPUCZDX8G",)
+def _untimed(a: Arch) -> str:
+    return (f"{a.target_label}: no timing model for the {a.family} family yet (tvm-dpu times "
+            f"{', '.join(TIMED_FAMILIES)} programs only)")
 
 
 def machine(arch: Arch | str, params: TimingParams | None = None) -> MachineModel:
@@ -139,6 +164,5 @@ def machine(arch: Arch | str, params: TimingParams | None = None) -> MachineMode
     timing model (its programs run on the emulator but are not timed)."""
     a = load_arch(arch)
     if a.family not in TIMED_FAMILIES:
-        raise TimingError(f"{a.target_label}: no timing model for the {a.family} family yet (tvm-dpu times "
-                          f"{', '.join(TIMED_FAMILIES)} programs only)")
+        raise TimingError(_untimed(a))
     return MachineModel(a, params if params is not None else load_params(a))

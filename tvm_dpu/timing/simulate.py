@@ -29,8 +29,9 @@ import numpy as np
 
 from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.isa import InstrSpec, decode, instr_specs
-from tvm_dpu.timing.cost import ENGINES, TIMED_FIELDS, CostModel, InstrCost
+from tvm_dpu.codegen.isa import DEFAULT_ISA, InstrSpec, decode, instr_specs
+from tvm_dpu.timing.cost import ENGINES, CostModel, InstrCost
+from tvm_dpu.timing.cost_dpuv3e import V3ECostModel
 from tvm_dpu.timing.depcheck import OWN_CREDIT, initial_tokens, pair_name
 from tvm_dpu.timing.params import MachineModel, TimingError, TimingParams, machine
 
@@ -136,17 +137,29 @@ def _cost_cache(m: MachineModel) -> dict:
         return cache
 
 
-def _layout(words: list[int]) -> tuple[list[int], list[InstrSpec]]:
+#: The cost model of each instruction set, by its name.
+COST_MODELS: dict[str, type[CostModel]] = {c.ISA: c for c in (CostModel, V3ECostModel)}
+
+
+def cost_model_class(isa: str) -> type[CostModel]:
+    """The cost model of instruction set `isa` (TimingError for one without formulas)."""
+    cls = COST_MODELS.get(isa)
+    if cls is None:
+        raise TimingError(f"no cost formulas for instruction set {isa} (known: {', '.join(COST_MODELS)})")
+    return cls
+
+
+def _layout(words: list[int], isa: str) -> tuple[list[int], list[InstrSpec]]:
     """Word offset and layout of every instruction of a stream; ISAError (as decoding raises it) at the first word
     that does not start a whole instruction."""
-    by_opcode = _specs_by_opcode()
+    by_opcode = _specs_by_opcode(isa)
     pos, n = 0, len(words)
     offsets: list[int] = []
     specs: list[InstrSpec] = []
     while pos < n:
         spec = by_opcode.get(words[pos] >> 28)
         if spec is None or pos + spec.words > n:
-            decode(words, pos)  # raises, naming the word
+            decode(words, pos, isa)  # raises, naming the word
         offsets.append(pos)
         specs.append(spec)
         pos += spec.words
@@ -156,16 +169,19 @@ def _layout(words: list[int]) -> tuple[list[int], list[InstrSpec]]:
 def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int], list[InstrCost], list[float]]:
     arr = np.ascontiguousarray(np.asarray(code, dtype=np.uint32)).ravel()
     words = arr.tolist()
-    offsets, specs = _layout(words)
+    isa = m.arch.instruction_set
+    cls = cost_model_class(isa)
+    offsets, specs = _layout(words, isa)
     masks: list[int] = []
     for spec in specs:
-        masks.extend(_COST_MASKS.get(spec.opcode) or _cost_masks(spec.opcode))
+        masks.extend(_COST_MASKS.get((isa, spec.opcode)) or _cost_masks(spec.opcode, isa))
     timed = (arr & np.asarray(masks, dtype=np.uint32)).tolist()
-    cm = CostModel(m)
+    cm = cls(m)
+    init_of, init_attr = cls.INITS, cls.INIT_ATTR
     cache = _cost_cache(m)
     names, dpdon, dpdby, costs, fetch = [], [], [], [], []
     per_word = m.fetch_cycles_per_word
-    inits: dict[str, tuple] = {}  # "CONV" / "ALU" -> (offset, timed words) of the INIT in force
+    inits: dict[str, tuple] = {}  # "CONV" / "ALU" / ... -> (offset, timed words) of the INIT in force
     for i, (pos, spec) in enumerate(zip(offsets, specs)):
         name = spec.name
         end = pos + spec.words
@@ -174,43 +190,37 @@ def _costs(code: Any, m: MachineModel) -> tuple[list[str], list[int], list[int],
         dpdon.append(w0 >> 24 & 0xF)
         dpdby.append(w0 >> 20 & 0xF)
         key: tuple = tuple(timed[pos:end])
-        attr = _INIT_ATTR.get(name)
+        attr = init_attr.get(name)
         init = None
         if attr is not None:
             init = inits.get(name)
             key = (key, init[1] if init is not None else None)
-        elif name in _INITS:
-            inits[_INITS[name]] = (pos, key)
+        elif name in init_of:
+            inits[init_of[name]] = (pos, key)
         c = cache.get(key)
         if c is None:
             if attr is not None:
-                setattr(cm, attr, decode(words, init[0])[0] if init is not None else None)
-            c = cm.cost(i, decode(words, pos)[0])
+                setattr(cm, attr, decode(words, init[0], isa)[0] if init is not None else None)
+            c = cm.cost(i, decode(words, pos, isa)[0])
             cache[key] = c
         costs.append(c)
         fetch.append(end * per_word)
     return names, dpdon, dpdby, costs, fetch
 
 
-#: The instruction an INIT sets up (its cost reads the INIT in force), and the CostModel attribute that holds the
-#: INIT for that instruction.
-_INITS = {"CONVINIT": "CONV", "ALUINIT": "ALU"}
-_INIT_ATTR = {"CONV": "convinit", "ALU": "aluinit"}
+@lru_cache(maxsize=None)
+def _specs_by_opcode(isa: str = DEFAULT_ISA) -> dict[int, InstrSpec]:
+    return {s.opcode: s for s in instr_specs(isa).values()}
 
 
-@lru_cache(maxsize=1)
-def _specs_by_opcode() -> dict[int, InstrSpec]:
-    return {s.opcode: s for s in instr_specs().values()}
-
-
-def _cost_masks(opcode: int) -> tuple[int, ...]:
+def _cost_masks(opcode: int, isa: str) -> tuple[int, ...]:
     """`_timed_masks` without the dependency masks: the bits `CostModel.cost` reads."""
-    m = _timed_masks(opcode)
-    out = _COST_MASKS[opcode] = (m[0] & 0xF00FFFFF,) + m[1:]
+    m = _timed_masks(opcode, isa)
+    out = _COST_MASKS[(isa, opcode)] = (m[0] & 0xF00FFFFF,) + m[1:]
     return out
 
 
-_COST_MASKS: dict[int, tuple[int, ...]] = {}
+_COST_MASKS: dict[tuple[str, int], tuple[int, ...]] = {}
 
 
 #: Cycles of programs already simulated, by (program digest, arch, params): the compiler compares the same
@@ -221,37 +231,38 @@ _CYCLES_MAX = 1024
 _CYCLES_LOCK = threading.Lock()
 
 
-#: Per opcode, one mask per instruction word keeping the bits the timing model reads: opcode, dpdon, dpdby and
-#: the TIMED_FIELDS (built on first use).
-_TIMED_MASKS: dict[int, tuple[int, ...]] = {}
+#: Per (instruction set, opcode), one mask per instruction word keeping the bits the timing model reads: opcode,
+#: dpdon, dpdby and the cost model's TIMED_FIELDS (built on first use).
+_TIMED_MASKS: dict[tuple[str, int], tuple[int, ...]] = {}
 
 
-def _timed_masks(opcode: int) -> tuple[int, ...] | None:
-    masks = _TIMED_MASKS.get(opcode)
+def _timed_masks(opcode: int, isa: str = DEFAULT_ISA) -> tuple[int, ...] | None:
+    masks = _TIMED_MASKS.get((isa, opcode))
     if masks is None:
-        spec = _specs_by_opcode().get(opcode)
+        spec = _specs_by_opcode(isa).get(opcode)
         if spec is None:
             return None
         out = [0] * spec.words
         out[0] = 0xFFF00000  # opcode, dpdon, dpdby
-        timed = TIMED_FIELDS.get(spec.name, ())
+        timed = cost_model_class(isa).TIMED_FIELDS.get(spec.name, ())
         for f in spec.fields:
             if f.name in timed:
                 out[f.word] |= ((1 << f.len) - 1) << f.pos
-        masks = _TIMED_MASKS[opcode] = tuple(out)
+        masks = _TIMED_MASKS[(isa, opcode)] = tuple(out)
     return masks
 
 
-def timing_key(code: Any) -> tuple[str, bytes]:
-    """A digest of what the timing model reads of a program: its words with every other bit cleared (addresses,
-    shifts, activation types), so two programs with the same key have the same cycles on every machine. A stream
-    that does not decode is keyed on all its words (simulating it raises)."""
+def timing_key(code: Any, isa: str = DEFAULT_ISA) -> tuple[str, bytes]:
+    """A digest of what the timing model reads of a program in instruction set `isa`: its words with every other
+    bit cleared (addresses, shifts, activation types), so two programs with the same key have the same cycles on
+    every machine of that instruction set. A stream that does not decode is keyed on all its words (simulating it
+    raises)."""
     words = np.ascontiguousarray(np.asarray(code, dtype=np.uint32)).ravel()
     w = words.tolist()
     masks: list[int] = []
     pos, n = 0, len(w)
     while pos < n:
-        m = _timed_masks(w[pos] >> 28)
+        m = _timed_masks(w[pos] >> 28, isa)
         if m is None or pos + len(m) > n:
             return "words", hashlib.sha256(words.tobytes()).digest()
         masks.extend(m)
@@ -264,7 +275,7 @@ def cycles(code: Any, arch: Arch | str, params: TimingParams | None = None) -> f
     what compile-time choices need."""
     a = load_arch(arch)
     words = np.ascontiguousarray(np.asarray(code, dtype=np.uint32))
-    key = (timing_key(words), a, params)
+    key = (timing_key(words, a.instruction_set), a, params)
     with _CYCLES_LOCK:
         hit = _CYCLES.get(key)
         if hit is not None:
@@ -334,8 +345,11 @@ class _Engines:
         self.busy = [0.0] * 4
         self.capacity = m.dma_beats_per_cycle
         ports = float(m.params.axi_data_ports)
-        # the bank side caps each instruction's beat rate
-        self.own_cap = [min(c.beats / max(c.cycles, _EPS), ports) if c.beats > 0 else 0.0 for c in costs]
+        # the bank side caps each instruction's beat rate, and so do its ports: the shared data ports, or ports of its
+        # own (own_ports: a weight LOAD through the weight ports, which leaves the data ports to the other engine)
+        self.own_port = [c.own_ports > 0 for c in costs]
+        self.own_cap = [min(c.beats / max(c.cycles, _EPS), c.own_ports or ports) if c.beats > 0 else 0.0
+                        for c in costs]
         self.t = 0.0
         self.finished = 0
         # the lists each step reads, bundled: one attribute load and an unpack per event instead of one per list
@@ -356,6 +370,8 @@ class _Engines:
         il, is_ = running[_LOAD], running[_SAVE]
         load_on = il is not None and remaining[_LOAD] > 0.0
         save_on = is_ is not None and remaining[_SAVE] > 0.0
+        if load_on and self.own_port[il] or save_on and self.own_port[is_]:
+            return self._rerate_own_ports(load_on, save_on)
         if load_on and save_on:
             cl, cs = own_cap[il], own_cap[is_]
             first, second, c1, c2 = (_SAVE, _LOAD, cs, cl) if cs < cl else (_LOAD, _SAVE, cl, cs)
@@ -368,6 +384,14 @@ class _Engines:
             rate[_LOAD], rate[_SAVE] = 0.0, min(own_cap[is_], capacity / 1)
         else:
             rate[_LOAD] = rate[_SAVE] = 0.0
+
+    def _rerate_own_ports(self, load_on: bool, save_on: bool) -> None:
+        """`rerate` when a running transfer has ports of its own: it moves at its own cap, the other engine's transfer
+        has the whole shared capacity."""
+        running, rate, own_cap = self.running, self.rate, self.own_cap
+        for e, on in ((_LOAD, load_on), (_SAVE, save_on)):
+            i = running[e]
+            rate[e] = 0.0 if not on else own_cap[i] if self.own_port[i] else min(own_cap[i], self.capacity)
 
     def start_ready(self) -> None:
         """Start every instruction that can start at t (engine idle, words fetched, tokens there)."""

@@ -278,6 +278,19 @@ def xmodel_report_header(model: XModel) -> tuple[dict, dict[str, bytes]]:
     return header, codes
 
 
+def _report_arch(core: Any, board: str | None) -> Any:
+    """The xmodel's core, or the board preset `board` carrying the same core (XModelError otherwise)."""
+    if not board:
+        return core
+    from ..arch import load_arch
+
+    b = load_arch(board)
+    if b.dpu_name != core.dpu_name:
+        raise XModelError(f"--board {board}: that board carries {b.dpu_name}, the xmodel's programs are for "
+                          f"{core.dpu_name}")
+    return b
+
+
 def run_report(args: Any) -> int:
     """`tvm-dpu report m.xmodel -o r.html`: the HTML report with the timing model run on vai_c's programs (a
     program the timing model cannot schedule is named with the reason, the rest of the page stays)."""
@@ -288,7 +301,7 @@ def run_report(args: Any) -> int:
     header, codes = xmodel_report_header(model)
     from ..timing.params import TimingError, machine
 
-    arch = load_arch(model.dpu_subgraphs()[0].fingerprint)
+    arch = _report_arch(load_arch(model.dpu_subgraphs()[0].fingerprint), getattr(args, "board", None))
     try:
         machine(arch)
         untimed = None
