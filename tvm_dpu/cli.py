@@ -280,13 +280,24 @@ def _export_timed(model: Any, args: argparse.Namespace, outdir: Path, name: str,
     # export took beyond them.
     with ThreadPoolExecutor(1, thread_name_prefix="tvm-dpu-export") as pool:
         exporting = pool.submit(export_all)
-        timing = model.timing()
+        timing = _timing_or_none(model)
         clock.lap("timing_model")
-        timelines = _write_timelines(model, timing, outdir, name, png=args.png)
+        timelines = _write_timelines(model, timing, outdir, name, png=args.png) if timing is not None else []
         clock.lap("timelines")
         artifact = exporting.result()
     clock.lap("export")
     return artifact, timing, timelines
+
+
+def _timing_or_none(model):
+    """The model's timing, or None (said on stderr) for a family with no timing model yet (families.json)."""
+    from .timing.params import TimingError
+
+    try:
+        return model.timing()
+    except TimingError as e:
+        print(f"{PROG}: note: {_one_line(e)}: nothing is timed", file=sys.stderr)
+        return None
 
 
 def _print_compiled(args: argparse.Namespace, report: dict, placement: str, artifact: Path, outdir: Path,
@@ -675,10 +686,12 @@ def _run_inspect(args: argparse.Namespace) -> int:
     listings = {}
     if args.disasm:
         from .codegen.asm import disassemble
+        from .runtime.device import arch_of
 
         codes = read_code(path)
+        isa = arch_of(str(header["arch"]["name"]), int(header["arch"]["fingerprint"], 16), str(path)).instruction_set
         for s in header["subgraphs"]:
-            listings[s["key"]] = disassemble(codes[s["key"]])
+            listings[s["key"]] = disassemble(codes[s["key"]], isa)
     if args.json:
         if args.disasm:
             for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
@@ -1203,7 +1216,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in COMMAND_LIST}
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Compile CNNs for the Xilinx DPUCZDX8G (ISA1) through TVM Relax. Run "
+        description="Compile CNNs for AMD/Xilinx DPUs (DPUCZDX8G ISA1; DPUCAHX8H, Alveo U50/U280) through TVM Relax. Run "
         f"'{PROG} COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
