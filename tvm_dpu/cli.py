@@ -436,17 +436,21 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
     }
 
 
+#: Compute instructions the subgraph table counts, in this order, where a subgraph has any (ALU is DPUCZDX8G's,
+#: POOL and DPTWISE DPUCAHX8H's own engines).
+_TABLE_ENGINES = ("CONV", "ALU", "POOL", "DPTWISE", "ELEW")
+
+
 def _subgraph_table(report: dict) -> str:
     # "nodes": the model's (ONNX) nodes the subgraph computes; "ops": the coarse DPU ops they became.
     nodes = (report.get("partition") or {}).get("nodes") or []
-    rows = [("subgraph", "nodes", "ops", "instructions", "CONV", "ALU", "ELEW", "LOAD", "SAVE", "DDR bytes")]
-    for s in report["subgraphs"]:
-        c = s["instruction_counts"]
+    counts = [s["instruction_counts"] for s in report["subgraphs"]]
+    engines = [e for e in _TABLE_ENGINES if e == "CONV" or any(c.get(e) for c in counts)] + ["LOAD", "SAVE"]
+    rows = [("subgraph", "nodes", "ops", "instructions", *engines, "DDR bytes")]
+    for s, c in zip(report["subgraphs"], counts):
         n_nodes = sum(1 for n in nodes if n.get("device") == "dpu" and n.get("subgraph") == s["id"])
-        rows.append((str(s["id"]), str(n_nodes), str(s["ops"]), str(s["instructions"]), str(c.get("CONV", 0)),
-                     str(c.get("ALU", 0)),
-                     str(c.get("ELEW", 0)), str(c.get("LOAD", 0)), str(c.get("SAVE", 0)),
-                     str(sum(s["ddr_bytes"].values()))))
+        rows.append((str(s["id"]), str(n_nodes), str(s["ops"]), str(s["instructions"]),
+                     *(str(c.get(e, 0)) for e in engines), str(sum(s["ddr_bytes"].values()))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
