@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tvm_dpu.arch import load_arch
+from tvm_dpu.arch.arch import list_presets
 from tvm_dpu.codegen.compiler import compile_graph_fused
 from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.codegen.fused_conv_add import CONV_ADD_VARIANTS
@@ -67,6 +68,71 @@ def test_pw_dw_pw_bit_exact_and_clean(arch_name, case, variant):
     out_bytes = g.tensors[g.outputs[0]].shape[1] * g.tensors[g.outputs[0]].shape[2] * g.tensors[g.outputs[0]].shape[3]
     assert simulate_subgraph(result.compiled).ddr_write_bytes == out_bytes
     assert simulate_subgraph(alone).ddr_write_bytes > out_bytes
+
+
+ISA1 = [n for n in list_presets() if n.startswith("DPUCZDX8G_ISA1_")]
+
+
+@pytest.mark.parametrize("arch_name", ISA1)
+def test_strided_chain_on_a_map_of_few_wraps_bit_exact_and_clean(arch_name):
+    """A stride-2 depthwise whose conv output takes fewer wraps of the row-fetch layout than a pass needs (14
+    rows: 1 or 2 wraps of PP x 2 rows): the circular buffer holds the whole map, so the chain's strips are as wide
+    as that buffer allows (fused_chain.chain_tile), and the program stays exact and clean on every ISA1 preset. Here the buffer has fewer wraps than a pass over a taller map needs (2 it reads + 1 being filled)."""
+    from tvm_dpu.codegen.fused_pw_dw_pw import _tile
+
+    g, arch = _pw_dw_pw(16, 14, 14, 384, 2, 24, seed=11), load_arch(arch_name)
+    assert _tile(arch, g, *g.ops).wraps < 3
+    names = tuple(op.name for op in g.ops)
+    result = emulator_vs_golden(g, arch, FusionPlan("manual", [Group("pw_dw_pw", names)]), seed=11)
+    assert result.bad == 0, result.by_output
+    _clean(result.compiled, arch)
+
+
+TALL = [(16, 40, 40, 96, 2, 24), (8, 48, 60, 96, 2, 16)]  # stride-2 chains over maps of many wraps
+
+
+@pytest.mark.parametrize("arch_name", ISA1)
+def test_tight_variant_wider_strips_bit_exact_and_clean(arch_name):
+    """pw_dw_pw's "tight" variant: a circular buffer of only the wraps a depthwise pass reads (no spare one for
+    the conv to fill meanwhile) leaves room for wider strips over a tall stride-2 map; exact and clean on every
+    ISA1 preset (on the first of TALL where its tile differs from wide's), and offered to the search only there."""
+    from tvm_dpu.codegen.fused_pw_dw_pw import _variant_tile, group_variants
+
+    arch = load_arch(arch_name)
+    for k, shape in enumerate(TALL):
+        g = _pw_dw_pw(*shape, seed=20 + k)
+        wide, tight = (_variant_tile(arch, g, (*g.ops, None), v) for v in ("wide", "tight"))
+        if tight != wide:
+            break
+        assert group_variants(arch, g, g.ops) == PW_DW_PW_VARIANTS[:2]
+    assert tight.lp > wide.lp and tight.wraps < wide.wraps
+    assert "tight" in group_variants(arch, g, g.ops)
+    names = tuple(op.name for op in g.ops)
+    result = emulator_vs_golden(g, arch, FusionPlan("manual", [Group("pw_dw_pw", names)], variants={names[0]: "tight"}),
+                                seed=k)
+    assert result.bad == 0, result.by_output
+    _clean(result.compiled, arch)
+
+
+def test_strided_block_of_a_small_map_is_one_strip_and_taken():
+    """MobileNetV2's 28x28 -> 14x14 block (32 -> 192 -> stride-2 dw -> 64, B4096): the expanded map takes 2 wraps
+    of 16 rows, so a buffer of 2 wraps (not the 3 a pass over a taller map needs: 2 read + 1 filled) holds it, and
+    the chain runs as one strip of all 14 output columns instead of two of 7 (half the expand CONVs, each paying
+    the CONV fill); the search then takes it over the expand conv alone + dw_pw, with less DDR traffic."""
+    from tvm_dpu.codegen.fused_pw_dw_pw import _tile
+
+    g, arch = _pw_dw_pw(32, 28, 28, 192, 2, 64, seed=12), load_arch("DPUCZDX8G_ISA1_B4096")
+    a, dw, pw = g.ops
+    assert _tile(arch, g, a, dw, pw).lp == 14
+    compiled, plan = compile_with_fusion(g, arch, "optimal")
+    assert [gr.template for gr in plan.fused()] == ["pw_dw_pw"]
+    split = compile_graph_fused(g, arch, FusionPlan("manual", [Group(SINGLE, (a.name,)), Group("dw_pw", (dw.name,
+                                                                                                       pw.name))]))
+    ours, theirs = simulate_subgraph(compiled), simulate_subgraph(split)
+    assert ours.cycles < theirs.cycles
+    assert ours.ddr_read_bytes + ours.ddr_write_bytes < theirs.ddr_read_bytes + theirs.ddr_write_bytes
+    assert emulator_vs_golden(g, arch, plan, seed=12).bad == 0
+    _clean(compiled, arch)
 
 
 def test_pw_dw_pw_rejects_an_unknown_variant():

@@ -73,14 +73,17 @@ def window_of(graph: Graph, consumer: Op):
 
 
 def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
-                wrows_extra: int) -> ChainTile | None:
+                wrows_extra: int, spare: int = 1) -> ChainTile | None:
     """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
     height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
     VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
     weights resident plus `wrows_extra` CONVW rows (the consumer's); VB1 holds the circular window only; each half
     of VB0 holds one conv input window (a piece of at most `la` conv columns: a strip may need several) and one
     consumer output slot of lp pixels x cg_out rows. The consumer does up to `vmax` rows per instruction. The
-    widest strip wins (fewest halo columns, fewest consumer instructions)."""
+    widest strip wins (fewest halo columns, fewest consumer instructions). The buffer holds the wraps one pass
+    reads plus `spare` more, which the conv fills while the pass reads (with 0 the conv overwrites a wrap only
+    once the passes reading it are done: less overlap, but a buffer a wrap shorter allows wider strips, hence
+    fewer and longer CONVs, each paying the CONV fill once)."""
     if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return None
     win = window_of(graph, consumer)
@@ -104,9 +107,12 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
         vp -= 1
     if vp < 1:
         return None
-    need = _pool_pass_wraps(pp, win.sh, win.kh, vp) + 1  # the wraps a pass reads + the one the conv fills
+    _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
+    # the wraps a pass reads + the one the conv fills, but never more than the conv's whole output takes: a map of
+    # at most that many wraps is never overwritten, so no pass waits for a wrap to free (28x28 -> 14x14 stride-2
+    # blocks: 2 wraps of 16 rows instead of 3, so one strip of the full width instead of two of half)
+    need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + spare, ceil_div(ceil_div(hc, win.sh), pp))
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
-    wc = graph.tensors[conv.outputs[0]].shape[3]
     wp = graph.tensors[consumer.outputs[0]].shape[3]
     for n_cols in range(1, wp + 1):
         lp = ceil_div(wp, n_cols)
@@ -191,13 +197,14 @@ class LaterGroups:
 
 
 def load_chain_conv(prog: Program, arch: Arch, graph: Graph, conv: Op, job: ConvJob, tile: ChainTile,
-                     x: FMap, params: ParamBlob, split: bool = False
+                     x: FMap, params: ParamBlob, split: bool = False, tag: str | None = None
                      ) -> tuple[ConvJob | None, int, LaterGroups | None]:
     """LOAD the chain conv's weights and biases (from CONVW row 0, BIAS row 0), plus its augmented weights after
     them when the tile runs it augmented and its input's pixels are packed (pixel pitch = cin: consecutive pixels
     are consecutive bytes). Returns the augmented job (or None), the first free CONVW row, and, with `split`
     where the conv has several output-channel groups and runs plain, the later groups' LOADs still to emit
-    (LaterGroups: emit_chain emits them) instead of emitting them here."""
+    (LaterGroups: emit_chain emits them) instead of emitting them here. `tag`: the rows' param_resources tag (a
+    kernel whose other members' parameters follow, so the chain conv's CONVs need not wait for those LOADs)."""
     cg_mid = ceil_div(job.cout, arch.ocp)
     rows = cg_mid * job.kh * job.kw * ceil_div(job.cin, arch.icp)
     aug = tile.la_aug and x.pixel_pitch == job.cin
@@ -209,18 +216,19 @@ def load_chain_conv(prog: Program, arch: Arch, graph: Graph, conv: Op, job: Conv
         load_params(prog, arch, job, 0, 1, with_bias=False, tag="g0")
         later = lambda: load_params(prog, arch, job, 1, cg_mid - 1, wrows, with_bias=False, tag="g1+")
         return None, rows, LaterGroups(later, (first,) + (rest,) * (cg_mid - 1))
-    load_params(prog, arch, job, 0, cg_mid)
+    load_params(prog, arch, job, 0, cg_mid, tag=tag)
     if not aug:
         return None, rows, None
     w = graph.param(conv, "weights").data
     ja = _augmented(job, params.add(pack_conv_weights(augmented_weights(w), arch.icp, arch.ocp)))
-    load_params(prog, arch, ja, 0, cg_mid, rows, with_bias=False)
+    load_params(prog, arch, ja, 0, cg_mid, rows, with_bias=False, tag=tag)
     return ja, rows + cg_mid * ja.kh * ceil_div(ja.cin, arch.icp), None
 
 
-def load_dw_params(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, params: ParamBlob, brow: int) -> None:
+def load_dw_params(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, params: ParamBlob, brow: int,
+                   tag: str | None = None) -> None:
     """LOAD the `c`-channel depthwise conv `dw` a chain runs on the ALU: its weights into DWCONVW from row 0, its
-    biases (zeros if it has none) into BIAS rows from `brow` (after the chain conv's)."""
+    biases (zeros if it has none) into BIAS rows from `brow` (after the chain conv's; `tag`: param_resources')."""
     cp, cg = arch.icp, ceil_div(c, arch.ocp)
     win = window_of(graph, dw)
     b = graph.param(dw, "bias", required=False)
@@ -230,8 +238,9 @@ def load_dw_params(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, para
     prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("dwconvw",),), bank_id=arch.bank_group("DWCONVW").base_id,
               bank_addr=0, length=win.kh * win.kw, channel=c, jump_read=cg * cp, jump_write=cg, reg_id=REG_PARAMS,
               ddr_addr=wd_off)
-    prog.emit("LOAD", reads=(("ddr", "params"),), writes=(("bias",),), bank_id=arch.bank_group("BIAS").base_id,
-              bank_addr=brow, length=1, channel=c, jump_read=c, jump_write=cg, reg_id=REG_PARAMS, ddr_addr=bd_off)
+    prog.emit("LOAD", reads=(("ddr", "params"),), writes=param_resources(None, tag)[1],
+              bank_id=arch.bank_group("BIAS").base_id, bank_addr=brow, length=1, channel=c, jump_read=c, jump_write=cg,
+              reg_id=REG_PARAMS, ddr_addr=bd_off)
 
 
 def plain_rows(arch: Arch, job: ConvJob) -> int:
@@ -253,7 +262,8 @@ def _conv_segments(job: ConvJob, w_in: int, c_lo: int, c_hi: int, augment: bool)
 
 def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: ChainTile, job: ConvJob,
                 cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None = None,
-                later: LaterGroups | None = None) -> None:
+                later: LaterGroups | None = None, tag: str | None = None,
+                then: Callable[[], None] | None = None) -> None:
     """The conv side of conv -> window consumer, per strip of consumer output columns. Conv output row u of the
     strip is "fetched row" u of the consumer's row-fetch layout (bank (u//S) % PP, wrap (u//S)//PP, S = the
     consumer's stride_h); wraps live in a circular buffer of VB1 whose per-wrap base addresses the consumer takes
@@ -263,17 +273,21 @@ def emit_chain(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, 
     consumer's instruction(s) writing output slot `oslot` at VB0 row `out_addr` and the SAVEs. The conv's output
     never touches DDR; only the strip's halo columns are computed twice. `aug` = (augmented job, its first CONVW
     row) runs the interior columns channel-augmented (_augmentable). `later`: the weight LOADs of output-channel
-    groups 1.. that load_chain_conv left to emit after the first piece's input LOADs."""
+    groups 1.. that load_chain_conv left to emit after the first piece's input LOADs. `tag`: the one the conv's
+    parameters were loaded with (load_chain_conv); `then`: more LOADs to emit there (the other members'
+    parameters, loaded under their own tags: in the LOAD engine's order they would otherwise hold the first
+    piece's input, and so the first CONVs, behind them)."""
     if later is not None and aug is not None:
         raise CodegenError(f"op {conv.name!r}: weights loaded group by group with augmented pieces")
     with prog.deeper_counters(CHAIN_COUNTER_DEPTH):
-        _emit_strips(prog, arch, graph, conv, consumer, tile, job, cg_out, fmaps, emit_pass, aug, later)
+        pending = ([later.load] if later is not None else []) + ([then] if then is not None else [])
+        _emit_strips(prog, arch, graph, conv, consumer, tile, job, cg_out, fmaps, emit_pass, aug, later,
+                     param_resources(None, tag), pending)
 
 
 def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op, tile: ChainTile, job: ConvJob,
                  cg_out: int, fmaps: dict[str, FMap], emit_pass, aug: tuple[ConvJob, int] | None,
-                 later: LaterGroups | None) -> None:
-    pending = [later.load] if later is not None else []  # emitted once, after the first piece's input LOADs
+                 later: LaterGroups | None, res: tuple, pending: list) -> None:
     win = window_of(graph, consumer)
     half, pp, sp = arch.bank_depth // 2, arch.pp, win.sh
     cg_mid = ceil_div(job.cout, arch.ocp)
@@ -323,13 +337,18 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
                     piece = _Piece(u, nv, c0 + pc0, pl, wrap_addr(w) + (c0 + pc0 - x0) * cg_mid, t0, m % pp,
                                    w % tile.wraps)
                     if on:
-                        _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job)
+                        _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job, res,
+                                              pending)
                     else:
                         _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece, pending,
-                                         later.reads if later is not None else ())
+                                         later.reads if later is not None else (), res)
                     cbuf ^= 1
             emit_ready(u + nv)
         emit_ready(hc)
+
+
+#: The parameter resources of a chain conv loaded into the whole CONVW / BIAS banks (param_resources, no tag).
+PLAIN_PARAMS = param_resources(None)
 
 
 @dataclass(frozen=True)
@@ -346,11 +365,12 @@ class _Piece:
 
 
 def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJob, cbuf: int, e: int, sp: int,
-                     piece: _Piece, pending: list, group_reads: tuple = ()) -> None:
+                     piece: _Piece, pending: list, group_reads: tuple = (), res: tuple = PLAIN_PARAMS) -> None:
     """One conv piece of a chain: its input window LOADed into half `cbuf` of VB0, one CONV per output-channel
     group writing `nv` rows x `pl` columns into the circular buffer with the row-store rule (stride_out = the
     consumer's stride sp, line pitch e). `pending`: LOAD emitters still due before the CONVs (emitted and
-    cleared); `group_reads`: each group's own CONVW rows (LaterGroups.reads), or () for the whole banks."""
+    cleared); `group_reads`: each group's own CONVW rows (LaterGroups.reads), or () for the whole banks; `res`:
+    the conv's parameter resources (param_resources)."""
     cg_in = ceil_div(job.cin, arch.icp)
     ct = WindowTile.of(arch.pp, job.kh, job.kw, job.sh, job.sw, job.pads, piece.u, piece.nv, piece.c, piece.pl, cg_in,
                        cbuf * (arch.bank_depth // 2))
@@ -359,13 +379,15 @@ def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJo
         pending.pop(0)()
     pad_top, pad_left, pad_bottom, pad_right = ct.pads(x)
     _emit_piece_convs(prog, arch, job, cbuf, e, sp, piece, ct, (pad_top, pad_left, pad_bottom, pad_right), 0,
-                      group_reads)
+                      group_reads, res)
 
 
 def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: tuple[ConvJob, int], cbuf: int,
-                          e: int, sp: int, piece: _Piece, job: ConvJob) -> None:
+                          e: int, sp: int, piece: _Piece, job: ConvJob, res: tuple = PLAIN_PARAMS,
+                          pending: list | None = None) -> None:
     """An interior conv piece run channel-augmented: per fetched row one LOAD of `pl` overlapping items of
-    kw*cin bytes, sw*cin bytes apart (output column c's kernel row), then kh x 1 CONVs over kw*cin channels."""
+    kw*cin bytes, sw*cin bytes apart (output column c's kernel row), then kh x 1 CONVs over kw*cin channels
+    (`pending`: as _emit_conv_piece's)."""
     ja, wrow0 = aug
     u, nv, c, pl = piece.u, piece.nv, piece.c, piece.pl
     depth, half = arch.bank_depth, arch.bank_depth // 2
@@ -380,18 +402,22 @@ def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: t
         prog.emit("LOAD", reads=(("ddr", x_res),), writes=(("vb0", cbuf, "in"),), bank_id=vb0 + bank,
                   bank_addr=row0 % depth, length=pl, channel=ja.cin, jump_read=job.sw * x.pixel_pitch,
                   jump_write=ct.place.pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, c * job.sw - job.pads[1], 0))
+    while pending:
+        pending.pop(0)()
     pad_top, _, pad_bottom, _ = ct.pads(x)
-    _emit_piece_convs(prog, arch, ja, cbuf, e, sp, piece, ct, (pad_top, 0, pad_bottom, 0), wrow0)
+    _emit_piece_convs(prog, arch, ja, cbuf, e, sp, piece, ct, (pad_top, 0, pad_bottom, 0), wrow0, res=res)
 
 
 def _emit_piece_convs(prog: Program, arch: Arch, job: ConvJob, cbuf: int, e: int, sp: int, piece: _Piece,
-                      ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int, group_reads: tuple = ()) -> None:
+                      ct: WindowTile, pads: tuple[int, int, int, int], wrow0: int, group_reads: tuple = (),
+                      res: tuple = PLAIN_PARAMS) -> None:
     """CONVINIT + one CONV per output-channel group of a chain conv piece (weights from CONVW row wrow0) into the
     circular buffer: the row-store rule with the consumer's stride sp and line pitch e. `group_reads`: each
     group's own CONVW rows, or () when every CONV reads the whole banks."""
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
     cg_mid = ceil_div(job.cout, arch.ocp)
-    params = (("bias",),) if group_reads else (("convw",), ("bias",))
+    w_res, b_res = res
+    params = b_res if group_reads else w_res + b_res
     emit_conv_groups(prog, arch, job, ConvIn.of(vb0, ct.place, arch.bank_depth),
                      ConvOut(vb1 + piece.bank, piece.out0, cg_mid, e, sp, piece.t0), cg_mid, piece.nv, piece.pl, wrow0,
                      0, (("vb0", cbuf, "in"), *params), wrap_res(piece.wrap, sp * e, arch.bank_depth // 2), pads,

@@ -10,10 +10,8 @@ per ALU_PP rows adds it in place and the SAVEs write the add's output, so the po
 either (vai_c fuses the project conv with the add the same way)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups, load_params
+from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups, load_params, param_resources
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, load_dw_params,
                                          plain_rows, window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
@@ -27,17 +25,28 @@ from tvm_dpu.xgraph.graph import Graph, Op
 
 #: When a full slot's pointwise CONVs are emitted: "wide", after the chain conv's CONVs for the next rows (in the
 #: CONV engine's order they then follow those, so the ALU that those rows feed does not wait behind them); "eager",
-#: right after the slot's last depthwise pass (fewer slots in flight, which small maps with few passes prefer).
-#: The fusion search times both per group (fusion.cost.simulated_cost); the plan records the choice
-#: (FusionPlan.variants, keyed by the group's first conv).
-PW_DW_PW_VARIANTS = ("wide", "eager")
+#: right after the slot's last depthwise pass (fewer slots in flight, which small maps with few passes prefer);
+#: "tight", wide's order with a circular buffer of only the wraps one depthwise pass reads (chain_tile's spare=0):
+#: wider strips, so fewer and longer CONVs (MobileNetV2's 112x112 -> 56x56 block on B4096: one strip of 56
+#: columns instead of three of 19, 91,447 -> 74,771 cycles alone) but less overlap of the conv with the passes.
+#: The fusion search times those that differ per group (fusion.cost.simulated_cost, group_variants); the plan
+#: records the choice (FusionPlan.variants, keyed by the group's first conv).
+PW_DW_PW_VARIANTS = ("wide", "eager", "tight")
+#: Pointwise weights of at least this many bytes are LOADed (with the depthwise parameters) after the chain conv's
+#: first input, not before it: in the LOAD engine's order they would hold that input, and so the first CONVs,
+#: behind them. Smaller ones load first: in a program, the chain's input is usually the kernel before's output, so
+#: its LOAD waits for that kernel's SAVEs, and parameters queued behind it arrive later than they could. Measured:
+#: MobileNetV2 KV260's 14x14 and 7x7 blocks (24.6 kB and 153.6 kB) gain (the whole program, deferring every chain:
+#: 737,495 -> 728,591 cycles); YOLOX-nano B1024's 26x26 CSP bottlenecks (4 kB) lose (2,400,348 -> 2,404,518).
+DEFER_PARAM_BYTES = 16384
 
 
-def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> ChainTile | None:
+def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None, spare: int = 1
+          ) -> ChainTile | None:
     """Tile of a -> dw -> pw (-> add), or None: chain_tile of a -> dw with each pass's output slot holding the
     depthwise output (cg_mid rows per pixel), the pointwise output after it (cg_pw rows per pixel) and, with `add`,
     the add's other operand after that (cg_pw rows per pixel), the pointwise weights resident after a's, its biases
-    after the depthwise ones."""
+    after the depthwise ones; `spare`: chain_tile's."""
     if dw.type != "depthwise_conv2d" or pw.type != "conv2d" or not is_pointwise(graph, pw):
         return None
     if not fusable(arch, graph, pw) or tuple(xops.attr(dw, "dilations")) != (1, 1):
@@ -53,7 +62,20 @@ def _tile(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None
     win = window_of(graph, dw)
     if win.kh * win.kw * cg_mid > arch.bank_depth or 2 * cg_mid + n_pw * cg_pw > arch.bank_depth:
         return None
-    return chain_tile(arch, graph, a, dw, arch.alu_pp, cg_mid + n_pw * cg_pw, cg_mid * cg_pw)
+    return chain_tile(arch, graph, a, dw, arch.alu_pp, cg_mid + n_pw * cg_pw, cg_mid * cg_pw, spare)
+
+
+def _variant_tile(arch: Arch, graph: Graph, ops: tuple[Op, ...], variant: str) -> ChainTile | None:
+    """The tile `variant` runs: "tight"'s buffer has no spare wrap; the others keep one where it fits."""
+    return (None if variant == "tight" else _tile(arch, graph, *ops)) or _tile(arch, graph, *ops, spare=0)
+
+
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]: the
+    PW_DW_PW_VARIANTS that emit different programs, "tight" only where its tile differs from the others' (so only
+    those need timing)."""
+    tight = _variant_tile(arch, graph, tuple(ops), "tight")
+    return PW_DW_PW_VARIANTS if tight != _variant_tile(arch, graph, tuple(ops), "wide") else PW_DW_PW_VARIANTS[:2]
 
 
 def _residual(graph: Graph, pw: Op, add: Op) -> bool:
@@ -66,17 +88,12 @@ def _residual(graph: Graph, pw: Op, add: Op) -> bool:
 
 def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> bool:
     """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw."""
-    return _tile(arch, graph, a, dw, pw, add) is not None
+    return _variant_tile(arch, graph, (a, dw, pw, add), "wide") is not None
 
 
 def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
     """The template registry's fit test of a pw_dw_pw / pw_dw_pw_add group [a, dw, pw(, add)]."""
     return pw_dw_pw_fits(arch, graph, *ops)
-
-
-def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
-    """The template registry's variants of a pw_dw_pw / pw_dw_pw_add group: every order (PW_DW_PW_VARIANTS)."""
-    return PW_DW_PW_VARIANTS
 
 
 def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
@@ -86,49 +103,6 @@ def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: 
     emit_pw_dw_pw(prog, arch, graph, a, dw, pw, fmaps, params, variant, *add)
 
 
-@dataclass(frozen=True)
-class _Kernel:
-    """What every pass and slot of one pw_dw_pw kernel shares (`_setup`)."""
-
-    tile: ChainTile
-    job: ConvJob  # the chain conv's
-    jp: ConvJob  # the pointwise conv's
-    ja: ConvJob | None  # the chain conv's augmented weights (load_chain_conv)
-    wrow_pw: int  # the pointwise weights' first CONVW row
-    cg_mid: int  # output-channel groups of the chain conv (and of the depthwise conv)
-    cg_pw: int  # output-channel groups of the pointwise conv
-    y_name: str  # the kernel's output: the pointwise conv's, or with an add the add's
-    y: FMap
-
-    @property
-    def out_off(self) -> int:
-        """The pointwise output's rows within a slot, after the depthwise output."""
-        return self.tile.lp * self.cg_mid
-
-
-def _setup(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None, fmaps: dict[str, FMap],
-           params: ParamBlob, variant: str) -> _Kernel:
-    """Check the variant and the tile, and LOAD every parameter of the kernel."""
-    if variant not in PW_DW_PW_VARIANTS:
-        raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
-                           f"{', '.join(PW_DW_PW_VARIANTS)}")
-
-    tile = _tile(arch, graph, a, dw, pw, add)
-    if tile is None:
-        names = "+".join(repr(o.name) for o in (a, dw, pw, add) if o is not None)
-        raise CodegenError(f"ops {names}: conv+depthwise+pointwise{'+add' if add else ''} fusion does not fit "
-                           f"{arch.name}")
-    job = conv_job(arch, graph, a, params)
-    jp = conv_job(arch, graph, pw, params)
-    cg_mid, cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
-    ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params)
-    # depthwise weights in DWCONVW, its biases after a's in BIAS, the pointwise biases after those
-    load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid)
-    load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid)
-    y_name = (add or pw).outputs[0]
-    return _Kernel(tile, job, jp, ja, wrow_pw, cg_mid, cg_pw, y_name, fmaps[y_name])
-
-
 def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, fmaps: dict[str, FMap],
                   params: ParamBlob, variant: str = "wide", add: Op | None = None) -> None:
     """a -> dw -> pw (-> add) per strip of output columns (emit_chain): per pass, one ALU writes the depthwise rows
@@ -136,87 +110,141 @@ def emit_pw_dw_pw(prog: Program, arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op
     write the slot's second part, and SAVEs write that to the pointwise conv's output (with `add`: to the add's,
     after _emit_residual adds the other operand in place), when `variant` (PW_DW_PW_VARIANTS) says. Neither a's
     nor the depthwise output touches DDR, nor, with `add`, the pointwise output."""
-    k = _setup(prog, arch, graph, a, dw, pw, add, fmaps, params, variant)
-    tile, job, y = k.tile, k.job, k.y
+    if variant not in PW_DW_PW_VARIANTS:
+        raise CodegenError(f"op {a.name!r}: pw_dw_pw variant {variant!r}: choose one of "
+                           f"{', '.join(PW_DW_PW_VARIANTS)}")
+
+    tile = _variant_tile(arch, graph, (a, dw, pw, add), variant)
+    if tile is None:
+        names = "+".join(repr(o.name) for o in (a, dw, pw, add) if o is not None)
+        raise CodegenError(f"ops {names}: conv+depthwise+pointwise{'+add' if add else ''} fusion does not fit "
+                           f"{arch.name}")
+    job = conv_job(arch, graph, a, params)
+    jp = conv_job(arch, graph, pw, params)
+    cg_mid, cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
+    # Each member's parameter rows carry their own tag (conv.param_resources). Where the pointwise weights are large
+    # (DEFER_PARAM_BYTES), they and the depthwise parameters are LOADed after the first piece's input (emit_chain's
+    # `then`), so the chain conv's first CONVs wait for their own weights and input only. Depthwise weights in
+    # DWCONVW, its biases after a's in BIAS, the pointwise biases after those.
+    ja, wrow_pw, _ = load_chain_conv(prog, arch, graph, a, job, tile, fmaps[a.inputs[0]], params, tag="a")
+
+    def load_others() -> None:
+        load_dw_params(prog, arch, graph, dw, job.cout, params, cg_mid, tag="dw")
+        load_params(prog, arch, jp, 0, cg_pw, wrow_pw, 2 * cg_mid, tag="pw")
+    defer = jp.cin * jp.cout >= DEFER_PARAM_BYTES
+    if not defer:
+        load_others()
+    y = fmaps[(add or pw).outputs[0]]
     # the depthwise output has no DDR map; emit_chain cuts strips and passes by its geometry
     _, c_dw, h_dw, w_dw = graph.tensors[dw.outputs[0]].shape
     chain_maps = {**fmaps, dw.outputs[0]: FMap.dense(y.reg_id, 0, h_dw, w_dw, c_dw)}
+    slots = _Slots(prog, arch, graph, dw, pw, add, fmaps, tile, job, jp, wrow_pw, variant)
+    emit_chain(prog, arch, graph, a, dw, tile, job, cg_mid + cg_pw, chain_maps, slots.emit_pass,
+               ja and (ja, plain_rows(arch, job)), tag="a", then=load_others if defer else None)
+    slots.finish()
 
-    half = arch.bank_depth // 2
-    pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
-    held: list[ChainPass] = []  # the passes written into slot `slot` so far
-    ready: list[tuple[list[ChainPass], int]] = []  # a full slot whose pointwise CONVs are not emitted yet
-    slot = 0
 
-    def close() -> None:
+class _Slots:
+    """emit_pw_dw_pw's consumer side: the depthwise passes emit_chain hands over, written into two VB0 output slots
+    in turn (one per PP rows of one strip), each full slot's pointwise CONVs, residual add and SAVEs."""
+
+    def __init__(self, prog: Program, arch: Arch, graph: Graph, dw: Op, pw: Op, add: Op | None,
+                 fmaps: dict[str, FMap], tile: ChainTile, job: ConvJob, jp: ConvJob, wrow_pw: int, variant: str):
+        self.prog, self.arch, self.graph, self.dw, self.pw, self.add, self.fmaps = prog, arch, graph, dw, pw, add, fmaps
+        self.tile, self.job, self.jp, self.wrow_pw, self.variant = tile, job, jp, wrow_pw, variant
+        self.cg_mid, self.cg_pw = ceil_div(job.cout, arch.ocp), ceil_div(jp.cout, arch.ocp)
+        self.y_name = (add or pw).outputs[0]
+        self.y = fmaps[self.y_name]
+        self.out_off = tile.lp * self.cg_mid  # the pointwise output's rows within a slot, after the depthwise output
+        self.vb0, self.half = arch.bank_group("VB0").base_id, arch.bank_depth // 2
+        self.pw_res = param_resources(None, "pw")
+        self.pair = 2 * arch.alu_pp <= arch.pp  # two depthwise passes fill the PP rows of one pointwise CONV
+        self.held: list[ChainPass] = []  # the passes written into slot `slot` so far
+        self.ready: list[tuple[list[ChainPass], int]] = []  # a full slot whose pointwise CONVs are not emitted yet
+        self.slot = 0
+        # With `add`, a flushed slot's ELEWs wait for its pointwise CONVs; emitted right after them, they would hold
+        # the MISC engine (in order) and so the next depthwise pass behind those CONVs. They are emitted after the
+        # next depthwise pass instead (the ELEWs read and write the slot's pointwise and operand rows, which that
+        # pass does not touch), or before the next pointwise CONVs, whichever comes first.
+        self.tails: list = []
+        self.emitted = 0  # program length after the last pass: more means emit_chain has emitted conv CONVs since
+        self.chain_done = self.fenced = False  # emit_chain has returned; a flush has read both VB0 halves
+
+    def close(self) -> None:
         """The held passes' slot is full: its pointwise CONVs wait (flush) and the next passes take the other slot."""
-        nonlocal slot
-        if held:
-            ready.append((list(held), slot))
-            held.clear()
-            slot ^= 1
+        if self.held:
+            self.ready.append((list(self.held), self.slot))
+            self.held.clear()
+            self.slot ^= 1
 
-    def flush(keep: int = 0) -> None:
+    def flush(self, keep: int = 0) -> None:
         """The pointwise CONVs over the full slots but the newest `keep` (consecutive rows of one strip, from bank
         0) and their SAVEs."""
-        while len(ready) > keep:
-            passes, sl = ready.pop(0)
-            first = passes[0]
+        arch, cg_mid, cg_pw, y = self.arch, self.cg_mid, self.cg_pw, self.y
+        while len(self.ready) > keep:
+            self.drain()
+            passes, sl = self.ready.pop(0)
+            ob, v, first = sl * self.half + self.tile.a_slot, sum(p.v for p in passes), passes[0]
+            place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
             # The first pointwise CONVs after the chain conv's last CONVs (in the CONV engine's order) stand for
             # every VB0 row those read: the next op's tiles are named by VB0 half (or bank under it), not by this
             # kernel's regions ("in" / "out"), so its LOADs wait for these CONVs, hence for all the chain's.
             last = passes[-1].j0 + passes[-1].v == y.h and first.q0 + first.length == y.w
-            tail = chain_done[0] or last or fenced[0]
-            halves = (("vb0", 0), ("vb0", 1)) if tail and not fenced[0] else ()
-            fenced[0] = fenced[0] or bool(halves)
-            _emit_slot(prog, arch, graph, pw, add, fmaps, k, passes, sl, halves, tail)
+            tail = self.chain_done or last or self.fenced
+            halves = (("vb0", 0), ("vb0", 1)) if tail and not self.fenced else ()
+            self.fenced = self.fenced or bool(halves)
+            # the chain's last SAVEs stand for its slots' rows the same way (the next kernel's slots and input
+            # windows lie elsewhere in the halves than this kernel's: its writes must wait for these reads)
+            save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
+            emit_conv_groups(self.prog, arch, self.jp, ConvIn.of(self.vb0, place, arch.bank_depth),
+                             ConvOut(self.vb0, ob + self.out_off, cg_pw), cg_pw, v, first.length, self.wrow_pw,
+                             2 * cg_mid, (("vb0", sl, "out"), *self.pw_res[0], *self.pw_res[1]) + halves,
+                             (("vb0", sl, "pw"),))
+            self.tails.append((passes, sl, ob, save_fence))
+            if self.add is None:
+                self.drain()
 
-    emitted = [0]  # program length after the last pass: more means emit_chain has emitted conv CONVs since
-    chain_done, fenced = [False], [False]  # emit_chain has returned; a flush has read both VB0 halves
+    def drain(self) -> None:
+        """The flushed slots' residual adds (with `add`) and SAVEs not emitted yet."""
+        while self.tails:
+            passes, sl, ob, save_fence = self.tails.pop(0)
+            first, v, y = passes[0], sum(p.v for p in passes), self.y
+            if self.add is not None:
+                _emit_residual(self.prog, self.arch, self.graph, self.pw, self.add, self.fmaps, passes,
+                               ob + self.out_off, self.tile.lp * self.cg_pw, self.cg_pw, sl)
+            for r in range(v):
+                self.prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", self.y_name),),
+                               bank_id=self.vb0 + r, bank_addr=ob + self.out_off, length=first.length,
+                               channel=self.jp.cout, jump_read=self.cg_pw, jump_write=y.pixel_pitch, reg_id=y.reg_id,
+                               ddr_addr=y.addr(first.j0 + r, first.q0, 0))
 
-    def emit_pass(ps: ChainPass, _ob: int, _oslot: int) -> None:
+    def emit_pass(self, ps: ChainPass, _ob: int, _oslot: int) -> None:
+        """emit_chain's consumer pass `ps`."""
         # "wide": a full slot's pointwise CONVs wait until the chain conv's CONVs for the next rows are emitted;
         # a slot about to be written again is flushed first
-        if len(prog) > emitted[0]:
-            flush()
-        last = held[-1] if held else None
+        if len(self.prog) > self.emitted:
+            self.flush()
+        last = self.held[-1] if self.held else None
         if last is not None and not (last.q0 == ps.q0 and last.j0 + last.v == ps.j0):
-            close()  # a slot holds consecutive rows of one strip
-        if ready and ready[0][1] == slot:
-            flush(len(ready) - 1)
-        _emit_dw_pass(prog, arch, graph, dw, job.cout, ps, slot, slot * half + tile.a_slot, sum(p.v for p in held))
-        held.append(ps)
-        if not pair or len(held) == 2 or ps.v < arch.alu_pp:
-            close()
-            if variant == "eager":
-                flush()
-        emitted[0] = len(prog)
+            self.close()  # a slot holds consecutive rows of one strip
+        if self.ready and self.ready[0][1] == self.slot:
+            self.flush(len(self.ready) - 1)
+        _emit_dw_pass(self.prog, self.arch, self.graph, self.dw, self.job.cout, ps, self.slot,
+                      self.slot * self.half + self.tile.a_slot, sum(p.v for p in self.held))
+        self.drain()
+        self.held.append(ps)
+        if not self.pair or len(self.held) == 2 or ps.v < self.arch.alu_pp:
+            self.close()
+            if self.variant == "eager":
+                self.flush()
+        self.emitted = len(self.prog)
 
-    emit_chain(prog, arch, graph, a, dw, tile, job, k.cg_mid + k.cg_pw, chain_maps, emit_pass,
-               k.ja and (k.ja, plain_rows(arch, job)))
-    chain_done[0] = True
-    close()
-    flush()
-
-
-def _emit_slot(prog: Program, arch: Arch, graph: Graph, pw: Op, add: Op | None, fmaps: dict[str, FMap], k: _Kernel,
-               passes: list[ChainPass], sl: int, halves: tuple, tail: bool) -> None:
-    """The pointwise CONVs over the full slot `sl` of `passes`, the residual add and the SAVEs. `halves`: the VB0
-    halves the CONVs stand for; `tail`: the SAVEs stand for the slots' rows the same way (the next kernel's slots
-    and input windows lie elsewhere in the halves than this kernel's: its writes must wait for these reads)."""
-    vb0, cg_mid, cg_pw, y = arch.bank_group("VB0").base_id, k.cg_mid, k.cg_pw, k.y
-    ob, v, first = sl * (arch.bank_depth // 2) + k.tile.a_slot, sum(p.v for p in passes), passes[0]
-    place = RowPlacement(arch.pp, 1, first.length * cg_mid, cg_mid, ob)
-    save_fence = (("vb0", 0), ("vb0", 1)) if tail else ()
-    emit_conv_groups(prog, arch, k.jp, ConvIn.of(vb0, place, arch.bank_depth),
-                     ConvOut(vb0, ob + k.out_off, cg_pw), cg_pw, v, first.length, k.wrow_pw, 2 * cg_mid,
-                     (("vb0", sl, "out"), ("convw",), ("bias",)) + halves, (("vb0", sl, "pw"),))
-    if add is not None:
-        _emit_residual(prog, arch, graph, pw, add, fmaps, passes, ob + k.out_off, k.tile.lp * cg_pw, cg_pw, sl)
-    for r in range(v):
-        prog.emit("SAVE", reads=(("vb0", sl, "pw"),) + save_fence, writes=(("ddr", k.y_name),), bank_id=vb0 + r,
-                  bank_addr=ob + k.out_off, length=first.length, channel=k.jp.cout, jump_read=cg_pw,
-                  jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(first.j0 + r, first.q0, 0))
+    def finish(self) -> None:
+        """After emit_chain: the last slot's pointwise CONVs, adds and SAVEs."""
+        self.chain_done = True
+        self.close()
+        self.flush()
+        self.drain()
 
 
 def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: ChainPass, slot: int, ob: int,
@@ -233,7 +261,8 @@ def _emit_dw_pass(prog: Program, arch: Arch, graph: Graph, dw: Op, c: int, ps: C
               channel_offset=cg * arch.icp - c, length=ps.length, shift_prelu_p=0, shift_prelu_n=0, jump_read=cg,
               jump_read_endl=ps.e, jump_read_weights=cg, jump_write=cg, jump_write_endl=1, act_type=qd.act_type,
               shift_bias=qd.shift_bias_isa, shift_cut=qd.shift_cut, multi_factor=0)
-    prog.emit("ALU", reads=ps.reads + (("dwconvw",), ("bias",)), writes=(("vb0", slot, "out"),),
+    dw_params = (("dwconvw",), *param_resources(None, "dw")[1])
+    prog.emit("ALU", reads=ps.reads + dw_params, writes=(("vb0", slot, "out"),),
               bank_id_out=vb0 + row, bank_addr_out=ob, pad_bottom=win.kh - 1 - ps.p_bottom, valid_pixel_parallel=ps.v,
               bank_id_in=vb1 + ps.m % arch.pp, bank_addr_in=ps.a[0], pad_top=ps.p_top, pad_left=ps.p_left,
               pad_right=win.kw - 1 - ps.p_right, bank_addr_in_1=ps.a[1], kernel_d=1, bank_addr_weights=0,

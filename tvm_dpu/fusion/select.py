@@ -32,6 +32,7 @@ from tvm_dpu.codegen.fused import FUSED_EMITTERS, emittable
 from tvm_dpu.errors import FusionError
 from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, group_variants, lone_program,
                                  piece_cycles, piece_key, tile_width)
+from tvm_dpu.fusion.ddr import DdrBytes, prefer
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -123,6 +124,7 @@ class _Search:
         pos = {v: i for i, v in enumerate(og.order)}
         self.site_order = sorted(self.sites, key=pos.__getitem__)
         self._pc: dict[tuple[int, bool, bool], tuple[float, list[Group]]] = {}
+        self.ddr = DdrBytes(graph)
 
     def _paths(self) -> list[list[str]]:
         og = self.og
@@ -221,11 +223,13 @@ class _Search:
                 for c in self.sites[s]:
                     affected.update(p for p, _ in claims[id(c)])
 
-                def total(opt: Candidate | None) -> float:
+                def total(opt: Candidate | None) -> tuple[float, list[Group]]:
+                    """Cycles of option `opt` at this barrier and the groups it makes of the paths it touches."""
                     mine = set(claims[id(opt)]) if opt is not None else set()
                     if opt is not None and not mine:
-                        return INF
+                        return INF, []
                     tot = cost(opt.group, self.graph, self.arch) if opt is not None else 0.0
+                    groups = [opt.group] if opt is not None else []
                     for p in affected:
                         ends = []
                         for e in (0, 1, 2):
@@ -233,16 +237,19 @@ class _Search:
                             if other == s:
                                 other = None
                             if other is not None and (p, e) in mine:
-                                return INF
+                                return INF, []
                             ends.append(other is not None or (p, e) in mine)
-                        tot += self.path_cost(p, *ends)[0]
-                    return tot
+                        c, gs = self.path_cost(p, *ends)
+                        tot += c
+                        groups += gs
+                    return tot, groups
 
-                best, best_c = total(cur), cur
-                for opt in [None, *self.sites[s]]:
-                    t = total(opt)
-                    if t < best - 1e-9:
-                        best, best_c = t, opt
+                # the fastest option, or within DDR_TIE of it the one moving the fewest DDR bytes (fusion.ddr)
+                options = []
+                for opt in [cur] + [o for o in [None, *self.sites[s]] if o is not cur]:
+                    t, gs = total(opt)
+                    options.append((opt, t, self.ddr.of(gs)))
+                best_c = prefer(options)
                 if best_c is not cur:
                     changed = True
                     for k in own:
@@ -368,6 +375,7 @@ def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Gr
     of_s = {n: g for g in searched for n in g.ops}
     plan = list(searched)
     swapped = 0
+    ddr = DdrBytes(graph)
     for region in _regions(searched, greedy):
         mine = [g for g in searched if set(g.ops) <= region]
         theirs = [g for g in greedy if set(g.ops) <= region]
@@ -377,7 +385,10 @@ def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Gr
             near.update(producer[t] for t in op.inputs if t in producer)
             near.update(m for t in op.outputs for m in readers.get(t, ()))
         around = list({id(of_s[n]): of_s[n] for n in near - region}.values())
-        if _window_cycles(graph, arch, around + theirs) < _window_cycles(graph, arch, around + mine):
+        # the faster grouping in context, or within DDR_TIE the one moving fewer DDR bytes (fusion.ddr)
+        options = [(grouping, _window_cycles(graph, arch, around + grouping), ddr.of(grouping))
+                   for grouping in (mine, theirs)]
+        if prefer(options) is theirs:
             plan = [g for g in plan if not set(g.ops) <= region] + theirs
             swapped += 1
     return plan, swapped
