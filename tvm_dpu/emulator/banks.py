@@ -131,8 +131,11 @@ class Banks:
             view = view[..., :nbytes]
             view.flags.writeable = False
             return lambda: view
-        rows, flat = self._rows, np.ascontiguousarray(keys.reshape(-1), dtype=np.intp)
         shape = lead + (nrow * self.width,)
+        pieces = self.affine_pieces(keys)
+        if pieces is not None:
+            return piece_reader(pieces, shape, nbytes)
+        rows, flat = self._rows, np.ascontiguousarray(keys.reshape(-1), dtype=np.intp)
         if nrow * self.width == nbytes:
             return lambda: rows[flat].reshape(shape)
         return lambda: rows[flat].reshape(shape)[..., :nbytes]
@@ -157,7 +160,7 @@ class Banks:
                 head[...] = data.reshape(head.shape)
                 tail[...] = 0
             return write_view_padded
-        pieces = self._affine_pieces(keys) if view is None and last_wins_index(keys.reshape(-1)) is None else None
+        pieces = self.affine_pieces(keys) if view is None and last_wins_index(keys.reshape(-1)) is None else None
         if pieces is not None:
             return _piece_writer(pieces, lead, nbytes, span)
         m = int(np.prod(lead, dtype=np.int64))
@@ -179,7 +182,7 @@ class Banks:
             rows[flat] = vals if sel is None else vals[sel]
         return write_keys
 
-    def _affine_pieces(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
+    def affine_pieces(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
         """The row-key lists keys (..., nrow) cut along their first axis into at most MAX_PIECES runs that are each
         an `affine_view`, as (slice of the first axis, writable view) pairs; None when there is no such cut. Why:
         an output tile's rows cycle through the banks of a group (the row-store rule), so its keys jump at each
@@ -216,9 +219,23 @@ class Banks:
                                                tuple(st * rw for st in steps[:-1]) + (bw,))
 
 
+def piece_reader(pieces: list[tuple[slice, np.ndarray]], shape: tuple[int, ...],
+                 nbytes: int) -> Callable[..., np.ndarray]:
+    """`read(out=None)`: the rows of `Banks.affine_pieces` copied into `out` (a fresh array when None) of `shape`
+    (lead + (nrow * width,)), cut to the first `nbytes` bytes of each item: strided copies, no index array."""
+    def read(out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty(shape, np.uint8)
+        flat = out.reshape(shape)
+        for sl, view in pieces:
+            flat[sl] = view
+        return out if shape[-1] == nbytes else out[..., :nbytes]
+    return read
+
+
 def _piece_writer(pieces: list[tuple[slice, np.ndarray]], lead: tuple[int, ...], nbytes: int,
                   span: int) -> Callable[[np.ndarray], None]:
-    """A row writer copying data (lead + (nbytes,)) into the strided views of `Banks._affine_pieces` (distinct
+    """A row writer copying data (lead + (nbytes,)) into the strided views of `Banks.affine_pieces` (distinct
     rows, so the order of the copies does not matter), zero-filling the row tails when span > nbytes."""
     parts = [(sl, view[..., :nbytes], view[..., nbytes:]) for sl, view in pieces]
     shape = lead + (nbytes,)

@@ -12,7 +12,7 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
-from tvm_dpu.emulator.banks import all_distinct, fetch_rows, store_rows
+from tvm_dpu.emulator.banks import all_distinct, fetch_rows, piece_reader, store_rows
 from tvm_dpu.emulator import gemm as emu_gemm
 from tvm_dpu.emulator.threads import blas_threads, max_threads, run_parts, thread_count
 
@@ -492,6 +492,11 @@ def window_gather(emu: "Core", ctx: "Ctx", *, bank_id: int, height: int, width: 
         banks.trace.bank_reads.append((keys if used is None else keys[np.broadcast_to(used, keys.shape)])
                                       .reshape(-1))
     all_rows = banks.rows
+    pieces = banks.affine_pieces(keys)
+    if pieces is not None:
+        # A few strided blocks of rows (the window's rows cycle through a bank group): copied straight into the
+        # caller's buffer, without an index array or a temporary.
+        return piece_reader(pieces, keys.shape[:-1] + (nrow * banks.width,), nrow * banks.width), keys
     if keys.size:
         starts = keys[:, 0, 0]
         step = np.arange(width, dtype=np.int64)[:, None] * jump + np.arange(nrow, dtype=np.int64)
