@@ -183,12 +183,16 @@ class Banks:
         return write_keys
 
     def affine_pieces(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
-        """The row-key lists keys (..., nrow) cut along their first axis into at most MAX_PIECES runs that are each
-        an `affine_view`, as (slice of the first axis, writable view) pairs; None when there is no such cut. Why:
-        an output tile's rows cycle through the banks of a group (the row-store rule), so its keys jump at each
-        bank change and a fancy-index scatter (~5x slower than a strided copy) would do the whole tile."""
+        """The row-key lists keys (..., nrow) cut along their first axis into at most MAX_PIECES parts that are
+        each an `affine_view`, as (slice of the first axis, writable view) pairs: runs of consecutive items, or
+        else the items of each residue modulo the pixel parallelism; None when neither cut works. Why: a tile's
+        rows cycle through the banks of a group (the row-store rule), so its keys jump at each bank change and a
+        fancy-index scatter or gather (several times slower than strided copies) would do the whole tile."""
         if keys.ndim < 2 or keys.size == 0:
             return None
+        return self._runs(keys) or self._residues(keys, self.arch.pp)
+
+    def _runs(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
         pieces, i, n = [], 0, keys.shape[0]
         while i < n:
             j = i + 1
@@ -202,6 +206,12 @@ class Banks:
                 return None
             i = j
         return pieces
+
+    def _residues(self, keys: np.ndarray, p: int) -> list[tuple[slice, np.ndarray]] | None:
+        if not 1 < p < keys.shape[0] or p > MAX_PIECES:
+            return None
+        pieces = [(slice(r, None, p), self.affine_view(keys[r::p])) for r in range(p)]
+        return None if any(view is None for _, view in pieces) else pieces
 
     def affine_view(self, keys: np.ndarray) -> np.ndarray | None:
         """The writable view (..., nrow * width) of the bytes of the row-key lists keys (..., nrow) when every list
