@@ -291,11 +291,11 @@ class ConvBatch:
         self.emu = first.emu
         self.sb, self.N, self.act = first.shift_bias, N, first.act
         banks = self.emu.banks
-        # All weights of the run as (OCP, n * taps * Cin) bytes: a view when each CONVW bank holds them as one
-        # run of rows (the compiler's layout), else gathered.
-        wkeys = np.stack([c.wkeys for c in run], axis=1).reshape(ocp, -1)
-        self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
-        self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
+        # All weights of the run as (OCP, n, taps * Cin) bytes: a view when each CONVW bank holds each CONV's as
+        # one run of rows, the CONVs' runs evenly spaced (the compiler's and vai_c's layouts), else gathered.
+        wkeys = np.stack([c.wkeys for c in run], axis=1)
+        self.read_w = banks.row_reader(wkeys, wkeys.shape[-1] * banks.width)
+        self.wshape = (ocp, n, first.ntap, wkeys.shape[-1] * banks.width // first.ntap)
         self.wsnap: bytes | None = None  # the bank bytes `wt` was made from
         # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest (left untouched, so
         # never paged in, when the int8 kernel runs the GEMM).
