@@ -11,9 +11,9 @@ is at hand:
   (PointPillars-KITTI has no U50 / U50lv / U280 row in 1.4, 2.0 or 2.5; tf2_custom_op is a demo): they are timed and
   listed, matched to no figure. PointPillars is compared with vai_c's DPUCZDX8G program of the same network on the
   DPUCZDX8G model (same conv array, PP 8 x ICP 16 x OCP 16): a cross-family consistency figure, not a calibration.
-* ours: tvm-dpu compiles no DPUCAHX8H program yet (families.json 'compile'); `our_program` is the hook. When the
-  family compiles, each fit / validation row with a tvm_dpu network is compiled for the row's board and timed, the
-  fit (FIT_GRID) runs on the fit rows and the validation rows report their error.
+* ours: `our_program` is the hook: now that the family compiles (families.json 'compile'), each fit / validation
+  row with a tvm_dpu network is compiled for the row's board and timed, the fit (FIT_GRID) runs on the fit rows and
+  the validation rows report their error (not run yet on this tree: it builds every published network).
 
 Every row also gives the utilisation its figure implies: the network's GOP (from the zoo name) over one engine's
 peak (4096 ops per clock at the row's clock) for the per-engine time engines/fps: the band a prediction must fall in.

@@ -9,9 +9,9 @@ goal (ours, read + write, no more than vai_c's). Where a goal is missed, the row
 against the goal and where, i.e. the layer groups (xmodel.groups: vai_c's groups beside our kernels, both timed in
 their whole programs) that lose the most, and what vai_c's program does that ours does not, computed from the two
 programs. The JSON holds every group row. Subgraphs that cannot be rebuilt are listed with the reason.
-vai_c's programs for a DPU tvm-dpu runs but cannot compile for yet (DPUCAHX8H, the U50LV files) are checked
-against tvm-dpu's golden reference of the same quantized ops instead, in a table of their own, with their cycles on
-the DPUCAHX8H timing model and, in the 'ours' column, why there is no program of ours yet.
+Subgraphs that cannot be timed (a DPU without a timing model yet: DPUCAHX8H, the U50LV files) or that tvm-dpu
+cannot compile for are listed in a table of their own: outputs against tvm-dpu's program where it compiled one
+(else its golden reference of the same quantized ops), both programs' instructions and DDR bytes.
 JSON goes to benchmarks/results/vaic.json (benchmarks/readme_figures.py renders the README figure from it).
 
     python benchmarks/bench_vaic.py                      # the vendored xmodels
@@ -123,12 +123,12 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
             continue
         for s in c.subgraphs:
             vai, ours = _stats(s.vai_c), _stats(s.ours)
-            if not s.ours.programs:  # a DPU tvm-dpu cannot compile for yet: vai_c's against the golden reference
+            if not s.ours.programs or s.ours.cycles is None or s.vai_c.cycles is None:  # no goals to measure
                 reference.append({"xmodel": rel, "arch": c.arch, "subgraph": s.name, "against": s.against,
                                   "outputs_equal": s.outputs_equal, "differing": s.differing, "elements": s.total,
                                   "inputs": s.inputs, "warnings": s.warnings, "layers_equal": s.layers_equal,
-                                  "layers": len(s.layers), "vai_c": vai, "notes": s.notes,
-                                  "seconds": time.perf_counter() - t0})
+                                  "layers": len(s.layers), "vai_c": vai, "ours": ours if s.ours.programs else None,
+                                  "notes": s.notes, "seconds": time.perf_counter() - t0})
                 continue
             ratio = s.cycle_ratio
             ddr_ok = ours["ddr_read"] + ours["ddr_write"] <= vai["ddr_read"] + vai["ddr_write"]
@@ -199,24 +199,29 @@ def group_table(row: dict) -> str:
 
 
 def reference_table(rows: list[dict]) -> list[str]:
-    """vai_c's programs for a DPU tvm-dpu runs but cannot compile for yet (DPUCAHX8H): their outputs against
-    tvm-dpu's golden reference of the same quantized ops, their instructions and DDR bytes."""
+    """vai_c's programs that cannot be timed (a DPU without a timing model: DPUCAHX8H) or that tvm-dpu cannot
+    compile for: their outputs against tvm-dpu's program (else its golden reference of the same quantized ops),
+    instructions and DDR bytes of vai_c's / tvm-dpu's program."""
     if not rows:
         return []
-    lines = ["", "vai_c's programs for DPUs tvm-dpu cannot compile for yet, run on the emulator against tvm-dpu's "
-             "golden reference of the same quantized ops:", "",
-             "| xmodel | DPU | DPU subgraph | int8 outputs equal to the reference (goal: all) | layers equal | "
-             "instructions LOAD/SAVE/CONV/MISC | DDR read / write B | cycles vai_c | ours |",
+    lines = ["", "vai_c's programs not timed (no timing model for their DPU yet) or not compiled by tvm-dpu, run on "
+             "the emulator against tvm-dpu's program for the same quantized ops (else its golden reference):", "",
+             "| xmodel | DPU | DPU subgraph | against | int8 outputs equal (goal: all) | layers equal | "
+             "instructions LOAD/SAVE/CONV/MISC vai_c / ours | DDR read / write B vai_c / ours | cycles |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        v = r["vai_c"]
+        v, o = r["vai_c"], r.get("ours")
         eq = _goal(r["outputs_equal"], f"{'yes' if r['outputs_equal'] else 'NO'} ({r['differing']} of "
                                        f"{r['elements']} differ)")
         cyc = f"{v['cycles']:.0f}" if v["cycles"] is not None else f"n/a ({v['timing_error']})"
         engines = "/".join(str(v["instructions"][e]) for e in ("LOAD", "SAVE", "CONV", "MISC"))
-        lines.append(f"| {Path(r['xmodel']).name} | {r['arch']} | {r['subgraph']} | {eq} | "
-                     f"{r['layers'] if r['layers_equal'] else 'NO'} | {engines} | "
-                     f"{v['ddr_read']} / {v['ddr_write']} | {cyc} | {why_no_ours(r)} |")
+        ddr = f"{v['ddr_read']} / {v['ddr_write']}"
+        if o is not None:
+            engines += " / " + "/".join(str(o["instructions"][e]) for e in ("LOAD", "SAVE", "CONV", "MISC"))
+            ddr += f" / {o['ddr_read']} / {o['ddr_write']}"
+        lines.append(f"| {Path(r['xmodel']).name} | {r['arch']} | {r['subgraph']} | {r['against']} | {eq} | "
+                     f"{r['layers'] if r['layers_equal'] else 'NO'} | {engines} | {ddr} | {cyc} |"
+                     + ("" if o is not None else f" {why_no_ours(r)} |"))
     return lines
 
 
@@ -247,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ddr = sum(1 for r in data["rows"] if r.get("ddr_goal_met"))
     ref = data.get("reference_rows", [])
     print(f"\n{len(data['rows']) - len(missed)} of {len(data['rows'])} DPU subgraphs meet the cycle and equality "
-          f"goals, {ddr} the DDR-bytes goal; {sum(r['outputs_equal'] for r in ref)} of {len(ref)} checked against "
-          f"the golden reference only equal it; {len(data['not_compared'])} not compared")
+          f"goals, {ddr} the DDR-bytes goal; " + (f"{sum(r['outputs_equal'] for r in ref)} of {len(ref)} not "
+                                                   f"compared on cycles equal their reference; " if ref else "")
+          + f"{len(data['not_compared'])} not compared")
     return 0
 
 

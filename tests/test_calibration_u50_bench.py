@@ -18,6 +18,10 @@ def bench():
 
 def test_rows_split_and_say_why_there_is_no_program(bench, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TVM_DPU_XMODELS", raising=False)
+    # DPUCAHX8H compiles now: the real run builds every published network for its card (minutes, the calibration
+    # is the next step of issue 39); here the hook says no program, to check the split and the no-fit path fast
+    monkeypatch.setattr(bench, "our_program",
+                        lambda network, board: (None, "tvm-dpu compiles no DPUCAHX8H program in this test"))
     out = tmp_path / "u50.json"
     assert bench.main(["--json", str(out)]) == 0
     data = json.loads(out.read_text())

@@ -106,7 +106,7 @@ def test_bad_calibration_data():
 
 def test_isa0_and_huge_shapes_refused(tmp_path):
     model = zoo.build_model("mixed_cnn")
-    with pytest.raises(ArchError, match="ISA0 DPU: tvm-dpu generates ISA1"):
+    with pytest.raises(ArchError, match="ISA0 DPU: tvm-dpu generates DPUV2 and DPUV3E code only"):
         tvm_dpu.build(model, arch=0x100000056010407, calibration=[zoo.random_input(model, seed=0)], progress=False)
     dyn = onnx.load("examples/mixed_cnn.onnx")
     dims = dyn.graph.input[0].type.tensor_type.shape.dim

@@ -92,7 +92,8 @@ LAYERS: dict[str, frozenset[str] | None] = {
     "tvm_dpu.runtime": frozenset({"tvm_dpu.arch", "tvm_dpu.xgraph", "tvm_dpu.codegen.isa", "tvm_dpu.timing",
                                   "tvm_dpu.emulator"}) | QUANT_ARITH,
     # the instruction emulators: they decode with the ISA table and record accesses for the dependency checker
-    "tvm_dpu.emulator": frozenset({"tvm_dpu.arch", "tvm_dpu.codegen.isa", "tvm_dpu.timing.depcheck"}) | QUANT_ARITH,
+    "tvm_dpu.emulator": frozenset({"tvm_dpu.arch", "tvm_dpu.codegen.isa", "tvm_dpu.codegen.dpuv3e_fields",
+                                   "tvm_dpu.timing.depcheck"}) | QUANT_ARITH,
     # multi-board pipelines and custom-IP plugins sit above runtime (below the builder and the CLI)
     "tvm_dpu.pipeline": frozenset({"tvm_dpu.arch", "tvm_dpu.frontend", "tvm_dpu.quant", "tvm_dpu.xgraph",
                                    "tvm_dpu.passes", "tvm_dpu.backend", "tvm_dpu.fusion", "tvm_dpu.codegen",
@@ -211,6 +212,12 @@ def _hook_imports() -> None:
                 ref = getattr(d, hook)
                 if ref is not None:
                     IMPORTS[user].append((_resolve(reg.hook_module(hook, ref)), ref.rpartition(":")[2], 0, False))
+    from tvm_dpu.codegen.compiler import ISA_COMPILERS
+
+    for d in ops.registry().values():
+        for isa, ref in d.isa_emitters:  # the emitters of further instruction sets: their set's compiler uses them
+            user = ISA_COMPILERS[isa][0]
+            IMPORTS[user].append((_resolve(ops.hook_module("emitter", ref)), ref.rpartition(":")[2], 0, False))
 
 
 _hook_imports()

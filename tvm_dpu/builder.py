@@ -161,9 +161,9 @@ def _compiled_model(ex: Any, result: Any, device: Any, cores: int, clock: PhaseC
 
         device = core_group(result.arch, cores)
     elif device is None:
-        from tvm_dpu.runtime.device import EmulatorDevice
+        from tvm_dpu.runtime.device import emulator_device
 
-        device = EmulatorDevice(result.arch)
+        device = emulator_device(result.arch)
     runners = {sym: SubgraphRunner(p.sg, device, p.qgraph, p.output_shapes, digest_of(p.blob), p.segments)
                for sym, p in result.partitions.items()}
     info = dict(result.info)

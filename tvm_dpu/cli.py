@@ -280,13 +280,24 @@ def _export_timed(model: Any, args: argparse.Namespace, outdir: Path, name: str,
     # export took beyond them.
     with ThreadPoolExecutor(1, thread_name_prefix="tvm-dpu-export") as pool:
         exporting = pool.submit(export_all)
-        timing = model.timing()
+        timing = _timing_or_none(model)
         clock.lap("timing_model")
-        timelines = _write_timelines(model, timing, outdir, name, png=args.png)
+        timelines = _write_timelines(model, timing, outdir, name, png=args.png) if timing is not None else []
         clock.lap("timelines")
         artifact = exporting.result()
     clock.lap("export")
     return artifact, timing, timelines
+
+
+def _timing_or_none(model):
+    """The model's timing, or None (said on stderr) for a family with no timing model yet (families.json)."""
+    from .timing.params import TimingError
+
+    try:
+        return model.timing()
+    except TimingError as e:
+        print(f"{PROG}: note: {_one_line(e)}: nothing is timed", file=sys.stderr)
+        return None
 
 
 def _print_compiled(args: argparse.Namespace, report: dict, placement: str, artifact: Path, outdir: Path,
@@ -425,17 +436,21 @@ def artifact_meta(header: dict, sizes: dict[str, int], path: Path) -> dict:
     }
 
 
+#: Compute instructions the subgraph table counts, in this order, where a subgraph has any (ALU is DPUCZDX8G's,
+#: POOL and DPTWISE DPUCAHX8H's own engines).
+_TABLE_ENGINES = ("CONV", "ALU", "POOL", "DPTWISE", "ELEW")
+
+
 def _subgraph_table(report: dict) -> str:
     # "nodes": the model's (ONNX) nodes the subgraph computes; "ops": the coarse DPU ops they became.
     nodes = (report.get("partition") or {}).get("nodes") or []
-    rows = [("subgraph", "nodes", "ops", "instructions", "CONV", "ALU", "ELEW", "LOAD", "SAVE", "DDR bytes")]
-    for s in report["subgraphs"]:
-        c = s["instruction_counts"]
+    counts = [s["instruction_counts"] for s in report["subgraphs"]]
+    engines = [e for e in _TABLE_ENGINES if e == "CONV" or any(c.get(e) for c in counts)] + ["LOAD", "SAVE"]
+    rows = [("subgraph", "nodes", "ops", "instructions", *engines, "DDR bytes")]
+    for s, c in zip(report["subgraphs"], counts):
         n_nodes = sum(1 for n in nodes if n.get("device") == "dpu" and n.get("subgraph") == s["id"])
-        rows.append((str(s["id"]), str(n_nodes), str(s["ops"]), str(s["instructions"]), str(c.get("CONV", 0)),
-                     str(c.get("ALU", 0)),
-                     str(c.get("ELEW", 0)), str(c.get("LOAD", 0)), str(c.get("SAVE", 0)),
-                     str(sum(s["ddr_bytes"].values()))))
+        rows.append((str(s["id"]), str(n_nodes), str(s["ops"]), str(s["instructions"]),
+                     *(str(c.get(e, 0)) for e in engines), str(sum(s["ddr_bytes"].values()))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -675,10 +690,12 @@ def _run_inspect(args: argparse.Namespace) -> int:
     listings = {}
     if args.disasm:
         from .codegen.asm import disassemble
+        from .runtime.device import arch_of
 
         codes = read_code(path)
+        isa = arch_of(str(header["arch"]["name"]), int(header["arch"]["fingerprint"], 16), str(path)).instruction_set
         for s in header["subgraphs"]:
-            listings[s["key"]] = disassemble(codes[s["key"]])
+            listings[s["key"]] = disassemble(codes[s["key"]], isa)
     if args.json:
         if args.disasm:
             for sg, s in zip(meta["subgraphs"], header["subgraphs"]):
@@ -1203,7 +1220,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in COMMAND_LIST}
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Compile CNNs for the Xilinx DPUCZDX8G (ISA1) through TVM Relax. Run "
+        description="Compile CNNs for AMD/Xilinx DPUs (DPUCZDX8G ISA1; DPUCAHX8H, Alveo U50/U280) through TVM Relax. Run "
         f"'{PROG} COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")

@@ -392,6 +392,9 @@ class Family:
     compile: bool
     run: bool
     missing: str = ""
+    #: whether the code generator has fused pipelines (fusion templates) for the family; without, every op is
+    #: emitted alone whatever fusion mode is asked for
+    fusion: bool = True
 
 
 @lru_cache(maxsize=1)
@@ -399,7 +402,8 @@ def families() -> dict[str, Family]:
     """Every DPU family of AMD's target factory, by name (families.json)."""
     data = _public(json.loads(FAMILIES_FILE.read_text())["families"])
     return {name: Family(name, int(e["code"]), {int(k): v for k, v in e["instruction_sets"].items()},
-                         e["fingerprint"], bool(e["compile"]), bool(e["run"]), e.get("missing", ""))
+                         e["fingerprint"], bool(e["compile"]), bool(e["run"]), e.get("missing", ""),
+                         bool(e.get("fusion", e["compile"])))
             for name, e in data.items()}
 
 
@@ -419,6 +423,13 @@ def require_support(arch: Arch, capability: str) -> None:
         iset = fam.instruction_sets.get(arch.isa)
         what = f"{fam.name} ISA{arch.isa}" + (f" (instruction set {iset})" if iset else "")
         raise ArchError(f"{arch.target_label}: tvm-dpu cannot {_CAPABILITIES[capability]} {what} yet: {fam.missing}")
+def family_supports(arch: Arch, capability: str) -> bool:
+    """Whether tvm-dpu can `capability` ("compile", "run", "fusion": a Family flag) for `arch`'s family (False for
+    an unknown family): what a stage asks instead of which family it is given."""
+    fam = families().get(arch.family)
+    return bool(fam is not None and getattr(fam, capability))
+
+
 SUPPORTED_ISAS = (0, 1)
 
 # Bits an Arch field represents, per ISA (arch index, bits 11:8, bank groups, augmentation, conv leaky; plus,
@@ -546,16 +557,21 @@ def _decode_registered(fp: int, where: str) -> dict[str, Any]:
     fam = families()[name]
     if fam.fingerprint != "registered":
         raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); tvm-dpu decodes no "
-                        f"{name} fingerprint yet ({fam.missing}); it compiles for 0x01 {SUPPORTED_FAMILY}")
+                        f"{name} fingerprint yet ({fam.missing}); it compiles for {_compiled_families()}")
     target = _registered_target(fp)
     if target is None:
         known = ", ".join(f"{t.dpu_name} 0x{t.fingerprint:016X}" for t in family_targets()
                           if t.family == name)
         raise ArchError(f"{where}: family field (bits 63:56) = 0x{family_code:02X} ({name}); AMD's target factory "
                         f"knows {name} by its registered targets only, and this is none of them (known: {known}); "
-                        f"tvm-dpu compiles for 0x01 {SUPPORTED_FAMILY}")
+                        f"tvm-dpu compiles for {_compiled_families()}")
     return {"fingerprint": target.fingerprint, "family_code": family_code, "family": name, "isa": target.isa,
             "feature_code": fp & _FEATURE_MASK, "target": target.dpu_name, "instruction_set": target.instruction_set}
+
+
+def _compiled_families() -> str:
+    """The families tvm-dpu generates code for, as the messages name them: "0x01 DPUCZDX8G, 0x02 DPUCAHX8H"."""
+    return ", ".join(f"0x{f.code:02X} {f.name}" for f in families().values() if f.compile)
 
 
 def _activations(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -162,13 +162,19 @@ def _reduction_reasons(arch: Arch, rules: dict[str, Any], ic: int, kh: int, kw: 
                 f"dilation*input_channels = {d}*{ic} = {d * ic} exceeds {n}*{cp}={n * cp} on {target}"
             )
     if rules.get("in_size"):
-        rows = kw * kh * math.ceil(ic / cp)
-        if rows > arch.bank_depth:
+        rows, depth = kw * kh * math.ceil(ic / cp), in_size_depth(arch, rules)
+        if rows > depth:
             reasons["in_size"].append(
-                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {arch.bank_depth} "
-                f"on {target}"
+                f"kw*kh*ceil(ic/cp) = {kw}*{kh}*ceil({ic}/{cp}) = {rows} exceeds bank_depth {depth} on {target}"
             )
     return reasons
+
+
+def in_size_depth(arch: Arch, rules: dict[str, Any], rule: str = "in_size") -> int:
+    """The bank depth the in_size (or in_size_phase) rule bounds the weight rows by: the image banks' (true) or a
+    named group's."""
+    name = rules.get(rule)
+    return arch.bank_group(name).depth if isinstance(name, str) else arch.bank_depth
 
 
 def input_channel_chunks(arch: Arch, op: OpDesc) -> list[tuple[int, int]]:
@@ -184,7 +190,7 @@ def input_channel_chunks(arch: Arch, op: OpDesc) -> list[tuple[int, int]]:
     if not _splits(op, rules_by_kind):
         return []
     cp = arch.channel_parallel
-    cap = arch.bank_depth // (kh * kw) if rules.get("in_size") else 1 << 30
+    cap = in_size_depth(arch, rules) // (kh * kw) if rules.get("in_size") else 1 << 30
     if "dilation_x_ic_max_per_cp" in rules:
         cap = min(cap, rules["dilation_x_ic_max_per_cp"] // d)
     if cap < 1:
@@ -280,6 +286,12 @@ def _window_rules(c: _Check) -> list[str]:
     rules, target, reasons = c.rules, c.target, []
     if "kernel" in rules:
         reasons += _pair("kernel", (c.kh, c.kw), rules["kernel"], target)
+    if "kernel_in" in rules:
+        reasons += [f"kernel_{axis} {k} is not one of {rules['kernel_in']} on {target}"
+                    for axis, k in (("h", c.kh), ("w", c.kw)) if k not in rules["kernel_in"]]
+    if "kernel_fits" in rules:  # a dense's CONV kernel is its input's H x W
+        reasons += [f"input {axis} {n} exceeds the {rules['kernel_fits']} a CONV kernel covers on {target}"
+                    for axis, n in zip("HW", c.op.in_shape[2:4]) if n > rules["kernel_fits"]]
     if rules.get("kernel_square") and c.kh != c.kw:
         reasons.append(f"kernel {c.kh}x{c.kw} is not square (w == h required) on {target}")
     if "stride" in rules:
@@ -343,11 +355,11 @@ def _channel_rules(c: _Check) -> list[str]:
     rules, target, cp, ic, reasons = c.rules, c.target, c.arch.channel_parallel, c.ic, []
     if rules.get("in_size_phase"):
         sub_h, sub_w = math.ceil(c.kh / max(c.sh, 1)), math.ceil(c.kw / max(c.sw, 1))
-        rows = sub_h * sub_w * math.ceil(ic / cp)
-        if rows > c.arch.bank_depth:
+        rows, depth = sub_h * sub_w * math.ceil(ic / cp), in_size_depth(c.arch, rules, "in_size_phase")
+        if rows > depth:
             reasons.append(
                 f"ceil(kh/sh)*ceil(kw/sw)*ceil(ic/cp) = {sub_h}*{sub_w}*ceil({ic}/{cp}) = {rows} (weights of one "
-                f"output phase) exceeds bank_depth {c.arch.bank_depth} on {target}"
+                f"output phase) exceeds bank_depth {depth} on {target}"
             )
     if "out_channels_max_per_cp" in rules and not c.split:  # split: several CONV chunks of output channels
         n = rules["out_channels_max_per_cp"]
@@ -403,7 +415,8 @@ def check_op(arch: Arch, op: OpDesc) -> list[str]:
     if "as" in rules:
         rules = rules_by_kind[rules["as"]]
     if rules.get("supported", True) is False:
-        return reasons + [f"{op.kind} not supported on {target}"]
+        why = rules.get("why")
+        return reasons + [f"{op.kind} not supported on {target}" + (f": {why}" if why else "")]
     dense = op.kind == "dense"
     c = _Check(arch, op, rules, rules_by_kind, target, kind, groups, not groups and _splits(op, rules_by_kind),
                math.prod(int(d) for d in op.in_shape[1:]) if dense else op.in_channels,

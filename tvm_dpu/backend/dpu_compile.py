@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 import tvm_dpu.templates as tpl
-from tvm_dpu.arch.arch import Arch, require_support
+from tvm_dpu.arch.arch import Arch, family_supports, require_support
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.security.container import section_span
@@ -359,10 +359,13 @@ def compile_subgraph(graph, arch: Arch, fusion: str = "optimal"):
     (kernel polymorphism, fusion.select.compile_with_variants; bit-identical); `plan.stats["conv_variants"]` gives
     each candidate's predicted cycles and the choice. Plans within VARIANT_MARGIN of the fastest are compared after
     their variants."""
-    from tvm_dpu.codegen.compiler import compile_graph_fused
+    from tvm_dpu.codegen.compiler import compile_graph_fused, single_op_plan
     from tvm_dpu.fusion.select import compile_with_fusion, compile_with_variants
     from tvm_dpu.timing.simulate import cycles as program_cycles
 
+    if not family_supports(arch, "fusion"):  # no fused pipelines nor timing model to choose them by: ops alone
+        plan = single_op_plan(graph)
+        return compile_graph_fused(graph, arch, plan), plan
     csg, plan = compile_with_fusion(graph, arch, fusion)
     if fusion == "none" or not plan.fused():
         return compile_with_variants(graph, arch, plan, csg)
@@ -483,11 +486,16 @@ def _compile_arch(arch: Any, fusion: str, cores: int, segments: str) -> Arch:
         raise DPUError(f"fusion {fusion!r}: choose one of {', '.join(FUSION_MODES)}")
     arch_obj: Arch = load_arch(arch)
     require_support(arch_obj, "compile")
-    if arch_obj.isa != 1:
-        from tvm_dpu.errors import ArchError
+    from tvm_dpu.codegen.compiler import CODEGEN_ISAS
+    from tvm_dpu.errors import ArchError
 
+    try:
+        iset = arch_obj.instruction_set
+    except ArchError:
+        iset = None
+    if iset not in CODEGEN_ISAS:
         raise ArchError(f"{arch_obj.name} (fingerprint {arch_obj.fingerprint:#x}) is an ISA{arch_obj.isa} DPU: "
-                        "tvm-dpu generates ISA1 (DPUCZDX8G ISA1 / DPUV2) code only")
+                        f"tvm-dpu generates {' and '.join(CODEGEN_ISAS)} code only (DPUCZDX8G ISA1, DPUCAHX8H)")
     check_cores(cores, arch_obj)
     if segments not in SEGMENT_POLICIES:
         raise DPUError(f"segments={segments!r}: choose one of {', '.join(SEGMENT_POLICIES)}")

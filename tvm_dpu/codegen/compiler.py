@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import importlib
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -27,6 +28,7 @@ from tvm_dpu.codegen.conv import (AUG_MARGIN, Augment, ConvJob, augmentation, au
                                   piece_zero_bytes)
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
+from tvm_dpu.codegen.isa import DEFAULT_ISA
 from tvm_dpu.codegen.layout import (ParamBlob, align, ceil_div, group_param, pack_channel_vector, pack_conv_weights,
                                     pack_dw_weights)
 from tvm_dpu.codegen.program import Program
@@ -237,8 +239,12 @@ def order_groups(graph: Graph, groups: list[Group]) -> list[Group]:
 def compile_graph(graph: Graph, arch: Arch) -> CompiledSubgraph:
     """Compile a validated, quantized XGraph for `arch` op by op: the fused compiler with a plan of single ops
     whose legal concat inputs are saved straight into their slice."""
-    plan = FusionPlan("none", [Group(SINGLE, (op.name,)) for op in graph.ops], concat_fusions(graph))
-    return compile_graph_fused(graph, arch, plan)
+    return compile_graph_fused(graph, arch, single_op_plan(graph))
+
+
+def single_op_plan(graph: Graph) -> FusionPlan:
+    """The fusion plan of no fusion: every op alone, its legal concat inputs saved straight into their slice."""
+    return FusionPlan("none", [Group(SINGLE, (op.name,)) for op in graph.ops], concat_fusions(graph))
 
 
 def _on_chip_maps(fused: set[Group], ops: dict[str, Op]) -> set[str]:
@@ -281,6 +287,9 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
       conv's CONVs). Fused groups that do not fit the banks are emitted member by member with the unfused
       emitters (same values).
     """
+    other = _isa_compiler(arch)
+    if other is not None:
+        return other(graph, arch, plan, keep_params)
     validate_graph(graph)
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
     ops = {op.name: op for op in graph.ops}
@@ -298,7 +307,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     margin = {op.inputs[0] for op in graph.ops if _augment(arch, graph, op) is not None}
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span, margin)
     params = ParamBlob(keep=keep_params)
-    prog = Program(ddr_roots={n: _alias_root(alias, n)[0] for n in alias})
+    prog = Program(ddr_roots=alias_roots(alias))
     op_ranges = []
     for g in groups:
         start = len(prog)
@@ -324,6 +333,12 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         for n in g.ops:  # constants an emitter did not name: the start of their group's parameters
             for t in ops[n].params.values():
                 params.offsets.setdefault(t, param_start)
+    return finish_subgraph(graph, arch, prog, params, fmaps, sizes, op_ranges)
+
+
+def finish_subgraph(graph: Graph, arch: Arch, prog: Program, params: ParamBlob, fmaps: dict[str, FMap],
+                    sizes: dict[int, int], op_ranges: list) -> CompiledSubgraph:
+    """END the program and package it with its parameters, region sizes and tensor places."""
     prog.end()
     sizes[REG_PARAMS] = params.size
     region_sizes = {reg: align(max(size, 1), 4096) for reg, size in sizes.items()}
@@ -333,6 +348,25 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         region_sizes=region_sizes, inputs=[binding(n) for n in graph.inputs],
         outputs=[binding(n) for n in graph.outputs], instr_counts=prog.counts(), op_ranges=op_ranges,
         places=dict(fmaps), param_offsets=dict(params.offsets))
+
+
+#: The compiler of each instruction set other than DPUV2 (codegen.isa.ISA_FILES names): module and function,
+#: imported on first use (they build on this module's DDR plan and packaging).
+ISA_COMPILERS = {"DPUV3E": ("tvm_dpu.codegen.dpuv3e_compiler", "compile_graph_v3e")}
+#: Every instruction set tvm-dpu generates code for.
+CODEGEN_ISAS = (DEFAULT_ISA, *ISA_COMPILERS)
+
+
+def _isa_compiler(arch: Arch) -> Callable[..., CompiledSubgraph] | None:
+    """The compiler of `arch`'s instruction set when it is not DPUV2 (the ISA1 path of this module); CodegenError
+    naming the set when there is none."""
+    isa = arch.instruction_set
+    if isa == DEFAULT_ISA:
+        return None
+    if isa not in ISA_COMPILERS:
+        raise CodegenError(f"{arch.target_label}: no code generator for instruction set {isa}")
+    module, fn = ISA_COMPILERS[isa]
+    return getattr(importlib.import_module(module), fn)
 
 
 def param_rows(prog: Program, arch: Arch) -> tuple[int, int]:
@@ -378,6 +412,11 @@ def _bias_of(graph: Graph, op: Op, n: int) -> np.ndarray:
     return b.data if b is not None else np.zeros(n, np.int8)
 
 
+def alias_roots(alias: dict[str, tuple[str, int]]) -> dict[str, str]:
+    """Each aliased tensor -> the tensor whose DDR memory it is a slice of (Program.ddr_roots)."""
+    return {n: _alias_root(alias, n)[0] for n in alias}
+
+
 def _alias_root(alias: dict[str, tuple[str, int]], name: str) -> tuple[str, int]:
     """(the tensor whose DDR memory `name` is a slice of, its channel offset there); (name, 0) when not
     aliased."""
@@ -402,7 +441,7 @@ def _augment(arch: Arch, graph: Graph, op: Op) -> Augment | None:
     return augmentation(arch, cin, cout, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), cin)
 
 
-def _phases(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
+def phase_split(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
     """The polyphase split of a transposed or dilated conv (w in correlation layout (O, I, kh, kw) or
     (C, 1, kh, kw), unflipped), or None for an ordinary conv."""
     what = f"op {op.name!r} ({op.type})"
@@ -469,7 +508,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
         if t == "dense":
             emit_conv(prog, arch, job(wg, put(wg), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
             continue
-        phases = _phases(op, graph, xg, yg, wg)
+        phases = phase_split(op, graph, xg, yg, wg)
         aug = _augment(arch, graph, op) if groups == 1 else None
         if aug is not None:
             win = xops.conv_window(op, graph)
@@ -484,7 +523,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
                 jb = replace(jb, zero_offset=params.add(np.zeros(piece_zero_bytes(arch, jb, yg), np.int8)))
             emit_conv(prog, arch, jb, xg, yg, op.inputs[0], out)
         else:
-            _emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
+            emit_phases(prog, arch, op, phases, wg, params, pack, job, emit_conv, zero_channels=1)
 
 
 def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
@@ -502,17 +541,17 @@ def _emit_dwconv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict
                       shift_bias=q.shift_bias_isa, w_offset=w_off, b_offset=b_off, params_reg=REG_PARAMS)
 
     pack = lambda wt: pack_dw_weights(wt, arch.icp)  # noqa: E731
-    phases = _phases(op, graph, x, y, w)
+    phases = phase_split(op, graph, x, y, w)
     if phases is None:
         win = xops.conv_window(op, graph)
         emit_alu(prog, arch, job(w, params.add(pack(w), op.params["weights"]), (win.sh, win.sw), win.pads), x, y,
                  op.inputs[0], out)
         return
-    _emit_phases(prog, arch, op, phases, w, params, pack, job, emit_alu, zero_channels=w.shape[0])
+    emit_phases(prog, arch, op, phases, w, params, pack, job, emit_alu, zero_channels=w.shape[0])
 
 
-def _emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomposition, w: np.ndarray,
-                 params: ParamBlob, pack, job, emit, zero_channels: int) -> None:
+def emit_phases(prog: Program, arch: Arch, op: Op, phases: conv_variants.Decomposition, w: np.ndarray,
+                params: ParamBlob, pack, job, emit, zero_channels: int) -> None:
     """Emit every phase conv of a decomposed op (`job(weights, w_offset, strides, pads)` builds the engine job,
     `emit` is emit_conv / emit_alu), then the outputs that only see padding."""
     out = op.outputs[0]

@@ -375,18 +375,19 @@ _BUILT: dict[tuple, tuple[str, Mapping[str, int], tuple[int, ...] | None]] = {}
 _BUILT_MAX = 1 << 16  # about 1.1 KB an entry
 
 
-def make_encoded(name: str, fields: Mapping[str, object]) -> tuple[Instr, tuple[int, ...] | None]:
+def make_encoded(name: str, fields: Mapping[str, object], isa: str = DEFAULT_ISA
+                 ) -> tuple[Instr, tuple[int, ...] | None]:
     """make_instr(name, **fields) and its machine words with dpdon = dpdby = 0 (None if a field is out of range:
     encode raises for it). The Instr is new, its masks the caller's to set; its fields are read-only (ISAError on
     a change, which would leave the words stale) and shared with every instruction built from the same fields.
     Raises as make_instr does."""
-    key = (name, tuple(fields), tuple(fields.values()))
+    key = (isa, name, tuple(fields), tuple(fields.values()))
     try:
         hit = _BUILT.get(key)
     except TypeError:  # an unhashable value: make_instr names it
         hit, key = None, None
     if hit is None:
-        hit = _build(name, fields)
+        hit = _build(name, fields, isa)
         if key is not None:
             if len(_BUILT) >= _BUILT_MAX:
                 _BUILT.clear()
@@ -394,10 +395,11 @@ def make_encoded(name: str, fields: Mapping[str, object]) -> tuple[Instr, tuple[
     return Instr(hit[0], hit[1]), hit[2]
 
 
-def _build(name: str, fields: Mapping[str, object]) -> tuple[str, Mapping[str, int], tuple[int, ...] | None]:
+def _build(name: str, fields: Mapping[str, object], isa: str = DEFAULT_ISA
+           ) -> tuple[str, Mapping[str, int], tuple[int, ...] | None]:
     """make_encoded without its cache: make_instr's values and encode's words in one pass over the fields."""
-    vals = make_instr(name, **fields).fields
-    spec, _, layout = _encoder(name)
+    vals = make_instr(name, isa=isa, **fields).fields
+    spec, _, layout = _encoder(name, isa)
     words = [0] * spec.words
     words[0] = spec.opcode << 28
     for fname, word, pos, mask, lo, hi, minus in layout:

@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tvm_dpu.codegen.isa import ENGINE_BITS, Instr, encode_program, instr_spec, make_encoded
+from tvm_dpu.codegen.isa import DEFAULT_ISA, ENGINE_BITS, Instr, encode_program, instr_spec, make_encoded
 
 ENGINES = ("load", "save", "conv", "misc")
 _ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
@@ -132,14 +132,14 @@ class _Entry:
     words: tuple[int, ...] | None = None
 
 
-#: engine (category) of each instruction name, filled on first use
-_CATEGORY: dict[str, str] = {}
+#: engine (category) of each (instruction set, instruction name), filled on first use
+_CATEGORY: dict[tuple[str, str], str] = {}
 
 
-def _category(name: str) -> str:
-    engine = _CATEGORY.get(name)
+def _category(name: str, isa: str = DEFAULT_ISA) -> str:
+    engine = _CATEGORY.get((isa, name))
     if engine is None:
-        engine = _CATEGORY[name] = instr_spec(name).category
+        engine = _CATEGORY[isa, name] = instr_spec(name, isa).category
     return engine
 
 
@@ -181,6 +181,8 @@ class Program:
     #: the most tokens _depend lets a cross-engine counter hold along program order (CODEGEN_COUNTER_DEPTH in
     #: timing/depcheck.py bounds it): 1 unless an emitter asks for more (deeper_counters)
     counter_depth: int = 1
+    #: the instruction set the program is written in (codegen.isa.ISA_FILES): DPUV2 (DPUCZDX8G ISA1) or DPUV3E
+    isa: str = DEFAULT_ISA
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -212,8 +214,8 @@ class Program:
             return self._init_state[init_key + "@"]
         if self.param_shift is not None:
             reads, writes, fields = self._shift_params(tuple(reads), tuple(writes), fields)
-        instr, words = make_encoded(name, fields)
-        engine = _category(name)
+        instr, words = make_encoded(name, fields, self.isa)
+        engine = _category(name, self.isa)
         entries = self.entries
         idx = len(entries)
         if not self.track:
@@ -389,7 +391,7 @@ class Program:
             on, by = ins.dpdon, ins.dpdby
             if words is None or on.__class__ is not int or by.__class__ is not int or not 0 <= on <= 15 \
                     or not 0 <= by <= 15:
-                return encode_program(self.instrs)  # raises, naming the instruction and what is wrong
+                return encode_program(self.instrs, isa=self.isa)  # raises, naming the instruction and what is wrong
             out.append(words[0] | on << 24 | by << 20)
             out.extend(words[1:])
         return np.asarray(out, dtype=np.uint32)

@@ -19,8 +19,11 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.dpuv3e_fields import (AVG_TABLE_WIDTHS, SHIFT_BIAS_NEGATIVE, WEIGHT_LOAD_BANK, scale_exponent,
+                                           shift_bias_exponent)
 from tvm_dpu.codegen.isa import Instr, enum_codes, iter_program
 from tvm_dpu.errors import EmulatorError
+from tvm_dpu.types import REG_PARAMS
 from tvm_dpu.quant.fixpoint import INT8_MIN, avgpool_factor, dpu_round
 from tvm_dpu.emulator.banks import fetch_rows, store_rows
 from tvm_dpu.emulator.conv import activate, exact_matmul_t
@@ -28,24 +31,13 @@ from tvm_dpu.emulator.context import Ctx
 from tvm_dpu.timing.depcheck import Access
 
 ISA = "DPUV3E"
-#: LOAD bank_id of a weight load (Load<DPUV3E>::Exec): both DDR ports, one CONVW bank per output channel.
-WEIGHT_LOAD_BANK = 0x3F
 #: LOAD channel-augmentation padding applies up to this many channels (Load.cpp MODE_AVG_CHANNEL_LIMIT).
 PAD_MASK_CHANNEL_LIMIT = 64
 #: Base-address slots of CONV / POOL / DPTWISE (bank_addr_in, _1, _2, _3).
 ADDR_GROUPS = 4
-#: shift_bias values from this one on are negative shifts (32 - shift_bias), as in Conv::bias.
-SHIFT_BIAS_NEGATIVE = 32
 SHIFT_BIAS_MAX = 20
-#: POOL shift_cut: below this the result is multiplied by 2**shift_cut, from it on divided by 2**(shift_cut - 8).
-POOL_SHIFT_SPLIT = 8
-#: ELEW shift_write (4 bits): below this a left shift, from it on a right shift by shift_write - 8.
-ELEW_SHIFT_SPLIT = 8
 #: ELEW works on inputs scaled by 4 (floor(x * 4 / 2**shift_read)), Elew<T>::calc.
 ELEW_SCALE_BITS = 2
-#: The simulator's average pool divides by kernel_w's table entry: these widths use the DPU's reciprocal table
-#: (fixpoint.avgpool_factor of a square kernel), the others divide by kernel_h * kernel_w in floating point.
-AVG_TABLE_WIDTHS = frozenset({3, 5, 6, 7})
 #: The simulator's Calc enumerations are shared by every DPU version, DPUV2's table names them.
 ACT = enum_codes("act_type")
 POOL = enum_codes("pool_type")
@@ -364,7 +356,7 @@ class DpuV3EEmulator:
         sb = g["shift_bias"]
         ctx.check(sb <= SHIFT_BIAS_MAX or sb >= SHIFT_BIAS_NEGATIVE, None,
                   f"{init.name} shift_bias={sb} is neither <= {SHIFT_BIAS_MAX} nor a negative shift (>= 32)")
-        e = (sb if sb < SHIFT_BIAS_NEGATIVE else SHIFT_BIAS_NEGATIVE - sb) + 1
+        e = shift_bias_exponent(sb) + 1
         b = bias.astype(np.int64)
         b = b << e if e >= 0 else b >> -e  # an arithmetic right shift is the floor
         return activate(acc * 2 + b, g["shift_cut"] + 1, g["act_type"])
@@ -411,7 +403,7 @@ class DpuV3EEmulator:
         else:
             v = self._avg(win, kh, kw).astype(np.float64)
         sc = g["shift_cut"]
-        v = v / 2.0 ** (sc - POOL_SHIFT_SPLIT) if sc >= POOL_SHIFT_SPLIT else v * 2.0 ** sc
+        v = v * 2.0 ** scale_exponent(sc)  # a power of two: exact in float64
         self._store(ctx, dpu_round(v), stride_out=g["stride_out"], offset_out=g["stride_offset_out"],
                     endl=f["jump_write_endl"], jump=g["jump_write"])
 
@@ -479,7 +471,7 @@ class DpuV3EEmulator:
                 x[k] = self.banks.read_many(bank, base + np.arange(length) * g["jump_read"], cin)
             total += (x.view(np.int8).astype(np.int64) << ELEW_SCALE_BITS) >> g["shift_read"]
         sw = f["shift_write"]
-        e = sw if sw < ELEW_SHIFT_SPLIT else ELEW_SHIFT_SPLIT - sw
+        e = scale_exponent(sw)
         out = activate(total, ELEW_SCALE_BITS - e, f["act_type"])
         bank_out = self._image_bank(ctx, "bank_id_out")
         for k in range(vpp):
@@ -500,7 +492,13 @@ class DpuV3EDevice:
         self.last_stats: V3EStats | None = None
 
     def execute(self, sg, regions: dict[int, np.ndarray]) -> None:
+        """Run `sg` over `regions` (modified in place); a region not given is zeroed, except a program's parameter
+        region (a CompiledSubgraph's `params`), which is its parameter bytes."""
         full = dict(regions)
         for rid, size in sg.region_sizes.items():
-            full.setdefault(rid, np.zeros(size, np.uint8))
+            if rid not in full:
+                full[rid] = np.zeros(size, np.uint8)
+                params = getattr(sg, "params", None) if rid == REG_PARAMS else None
+                if isinstance(params, np.ndarray):
+                    full[rid][:params.size] = params.view(np.uint8).reshape(-1)
         self.last_stats = DpuV3EEmulator(self.arch).run(sg.code, full)

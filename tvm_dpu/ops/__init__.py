@@ -90,6 +90,10 @@ class OpDef:
     #: Why this kind has no pattern / converter / emitter and stays on the CPU (None: it has all three).
     cpu_reason: str | None = None
     doc: str = ""
+    #: The code emitter of each further instruction set ((set, hook reference) pairs, codegen.isa.ISA_FILES names):
+    #: `emitter` serves DPUV2 (DPUCZDX8G ISA1); a set not named here has no lowering of this kind, and the
+    #: family's limits profile keeps the kind on the CPU.
+    isa_emitters: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in self.limit_kinds:
@@ -176,6 +180,15 @@ def hook(kind: str, name: str) -> Any:
     if ref is None:
         raise OpRegistryError(f"op kind {kind!r} has no {name} ({get(kind).cpu_reason or 'no reason given'})")
     return resolve(ref, HOOK_USERS[name])
+
+
+def isa_emitter(kind: str, isa: str) -> Any:
+    """The code emitter of `kind` for instruction set `isa` other than DPUV2 (OpDef.isa_emitters), resolved like
+    the `emitter` hook; OpRegistryError naming the set when the kind has none for it."""
+    ref = dict(get(kind).isa_emitters).get(isa)
+    if ref is None:
+        raise OpRegistryError(f"op kind {kind!r} has no {isa} emitter")
+    return resolve(ref, HOOK_USERS["emitter"])
 
 
 class HookTable(Mapping[str, Any]):

@@ -6,4 +6,5 @@ from tvm_dpu.ops import OpDef, OpSpec
 
 CONCAT = OpDef("concat", OpSpec({"axis": 1}, n_inputs=(1, 1 << 16)), golden="golden_misc:eval_concat",
                float_ref="eval_concat", quant="quant_concat", fix_points="fp_concat", cost="concat_layer",
-               work="move_work", emitter="emit_concat", patterns=("dpu.concat",), relax_ops=("relax.concat",))
+               work="move_work", emitter="emit_concat", patterns=("dpu.concat",), relax_ops=("relax.concat",),
+               isa_emitters=(("DPUV3E", "dpuv3e_ops:emit_concat"),))

@@ -7,6 +7,8 @@ from tvm_dpu.ops import OpDef, OpSpec
 ELTWISE_ADD, ELTWISE_MUL = (
     OpDef(kind, OpSpec({"act": "none"}, n_inputs=n_inputs), golden="golden_misc:eval_eltwise",
           float_ref="eval_eltwise", quant="quant_eltwise", fix_points="fp_free", cost="elew_layer",
-          work="pass_work", emitter="emit_eltwise", patterns=(pattern,), relax_ops=(relax_op,))
-    for kind, n_inputs, pattern, relax_op in (("eltwise_add", (1, 4), "dpu.add", "relax.add"),
-                                              ("eltwise_mul", (2, 2), "dpu.mul", "relax.multiply")))
+          work="pass_work", emitter="emit_eltwise", patterns=(pattern,), relax_ops=(relax_op,),
+          isa_emitters=isa)
+    for kind, n_inputs, pattern, relax_op, isa in (
+        ("eltwise_add", (1, 4), "dpu.add", "relax.add", (("DPUV3E", "dpuv3e_ops:emit_eltwise"),)),
+        ("eltwise_mul", (2, 2), "dpu.mul", "relax.multiply", ())))  # the DPUV3E ELEW engine adds only

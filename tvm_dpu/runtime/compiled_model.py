@@ -113,9 +113,9 @@ class CompiledModel:
         """The device the DPU partitions run on (an emulator of `arch` unless one was given)."""
         with self._lock:
             if self.device is None:
-                from tvm_dpu.runtime.device import EmulatorDevice
+                from tvm_dpu.runtime.device import emulator_device
 
-                self.device = EmulatorDevice(self.arch)
+                self.device = emulator_device(self.arch)
                 for r in self.runners.values():
                     r.device = self.device
             return self.device

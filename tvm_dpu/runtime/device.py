@@ -57,6 +57,15 @@ class Device(Protocol):
         ...
 
 
+def emulator_device(arch: Arch) -> Any:
+    """The emulator of `arch`'s instruction set as a device: EmulatorDevice (DPUV2) or emulator.DpuV3EDevice."""
+    if arch.instruction_set == "DPUV3E":
+        from tvm_dpu.emulator import DpuV3EDevice
+
+        return DpuV3EDevice(arch)
+    return EmulatorDevice(arch)
+
+
 class EmulatorDevice:
     """The bit-exact instruction emulator standing in for the DPU (one core). Safe to share between threads:
     each thread runs its own emulator state (banks, INIT registers, compiled-program cache)."""

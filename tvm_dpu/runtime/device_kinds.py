@@ -28,10 +28,10 @@ class DeviceKind:
 
 
 def _emulator(arch: "Arch", core: int | None = None, **options: Any) -> "EmulatorDevice":
-    from tvm_dpu.runtime.device import EmulatorDevice
+    from tvm_dpu.runtime.device import emulator_device
 
     # an emulator per core is independent: the core index changes nothing in it
-    return EmulatorDevice(arch)
+    return emulator_device(arch)
 
 
 def _pynq(arch: "Arch | None", core: int | None = None, **options: Any) -> "PynqDevice":

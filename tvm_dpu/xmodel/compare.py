@@ -16,6 +16,7 @@ run one after another as VART's debug mode runs them), each such map is compared
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -338,6 +339,14 @@ def _topological(xm: XModel, names: list[str]) -> list[XOp]:
     return out
 
 
+def feed_name(upload_op: str) -> str:
+    """The rebuilt network's input for an upload op: a valid identifier, because TVM's ONNX importer renames any
+    other input name (`branch_a.conv_upload_0` becomes `branch_a_conv_upload_0`) and a feed under the file's name
+    would then miss it."""
+    name = re.sub(r"\W", "_", upload_op)
+    return f"{name if name[:1].isalpha() or name[:1] == '_' else 'in_' + name}__in"
+
+
 def rebuild_qdq(xm: XModel, d: DpuSubgraph) -> tuple[Any, list[XTensor], list[XTensor], list[str]]:
     """(QDQ ONNX model, its inputs' DPU tensors, its outputs' DPU tensors, notes on what was re-expressed) of the
     DPU subgraph `d`. ONNX names: each input is named after its upload op, each output after the op producing
@@ -350,8 +359,11 @@ def rebuild_qdq(xm: XModel, d: DpuSubgraph) -> tuple[Any, list[XTensor], list[XT
     for op in ops:
         if op.type == "upload":
             t = op.output
-            graph_in.append(helper.make_tensor_value_info(f"{op.name}__in", TensorProto.FLOAT, _nchw(t.shape)))
-            r.qdq(f"{op.name}__in", t.fix_point, op.name)
+            graph_in.append(helper.make_tensor_value_info(feed_name(op.name), TensorProto.FLOAT, _nchw(t.shape)))
+            r.qdq(feed_name(op.name), t.fix_point, op.name)
+    if len({i.name for i in graph_in}) != len(graph_in):
+        raise XModelError(f"{xm.source}: DPU subgraph {d.name!r}: two upload ops' names differ only in characters "
+                          f"an ONNX input name cannot keep ({[i.name for i in graph_in]})")
     for op in ops:
         if op.type in _SKIP or _is_const(xm, op):
             continue
@@ -466,7 +478,7 @@ class _Layers:
 
         if self.graph is None or not self.maps:
             return
-        golden = run_graph(self.graph, {f"{t.op}__in": _to_nchw(q) for t, q in zip(ins, q_in)}, keep_all=True)
+        golden = run_graph(self.graph, {feed_name(t.op): _to_nchw(q) for t, q in zip(ins, q_in)}, keep_all=True)
         if not self.steps:
             self.unwritten(device, ins, q_in, regions)
             for op in self.maps:
@@ -572,7 +584,7 @@ def _golden_outputs(graph: Any, ins: list[XTensor], outs: list[XTensor], q_in: l
     int8 outputs in the DPU's layout."""
     from ..xgraph.golden import run_graph
 
-    golden = run_graph(graph, {f"{t.op}__in": _to_nchw(q) for t, q in zip(ins, q_in)})
+    golden = run_graph(graph, {feed_name(t.op): _to_nchw(q) for t, q in zip(ins, q_in)})
     return [_to_nhwc(golden[name]).reshape(t.shape) for t, name in zip(outs, graph.outputs)]
 
 
@@ -635,7 +647,7 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = IN
         q_theirs = [tensor_view(regions[t.reg_id], t, where).copy() for t in outs]
         seen.append(q_theirs)
         if own:
-            floats = ours.run({f"{t.op}__in": _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
+            floats = ours.run({feed_name(t.op): _to_nchw(q).astype(np.float32) * np.float32(2.0 ** -t.fix_point)
                                for t, q in zip(ins, q_in)})
             want = [_to_nhwc(np.clip(np.rint(np.asarray(f, np.float64) * 2.0 ** t.fix_point), -128, 127)
                              .astype(np.int8)) for t, f in zip(outs, floats)]
@@ -671,7 +683,7 @@ def _with_ours(d: DpuSubgraph, differing: int, total: int, vai: ProgramStats, ou
                layers: "_Layers") -> SubgraphComparison:
     counts: Counter = Counter()
     for r in ours.runners.values():
-        counts.update(_engines(r.sg.code))
+        counts.update(_engines(r.sg.code, arch.instruction_set))
     if len(ours.runners) != 1:
         notes.append(f"tvm-dpu compiled the rebuilt network into {len(ours.runners)} DPU partitions")
     cyc, err, busy = _timing([(r.sg.code, r.sg.op_ranges) for r in ours.runners.values()], arch)

@@ -194,8 +194,10 @@ class DpuSubgraph:
 def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int] | None:
     """(W0 reg_id, W1 reg_id, OCP) of a DPUCAHX8H subgraph (`DpuSubgraph.weight_split`), read where the hardware
     reads it: the regions its first weight LOAD (bank_id 0x3F) names through `reg_id` and `reg_id_1`. None without
-    such a LOAD, for another instruction set, or for code or a fingerprint that does not decode. (The region maps
-    do not single the pair out: vai_c maps the biases' region to segment W0 as well.)"""
+    such a LOAD, when both ports read one region (tvm-dpu's programs: each 16-channel group's two halves lie one
+    after the other there, so a weight tensor is one contiguous run), for another instruction set, or for code or
+    a fingerprint that does not decode. (The region maps do not single the pair out: vai_c maps the biases'
+    region to segment W0 as well.)"""
     from ..codegen.isa import iter_program
     from ..emulator import DPUV3E_ISA as ISA, DPUV3E_WEIGHT_LOAD_BANK as WEIGHT_LOAD_BANK
 
@@ -206,7 +208,8 @@ def weight_split(attrs: dict[str, Any], fingerprint: Any) -> tuple[int, int, int
             return None
         for _, ins in iter_program(np.frombuffer(code, "<u4", len(code) // 4), shared=True, isa=ISA):
             if ins.name == "LOAD" and ins.fields["bank_id"] == WEIGHT_LOAD_BANK:
-                return int(ins.fields["reg_id"]), int(ins.fields["reg_id_1"]), arch.ocp
+                w0, w1 = int(ins.fields["reg_id"]), int(ins.fields["reg_id_1"])
+                return (w0, w1, arch.ocp) if w0 != w1 else None
     except (ArchError, ISAError, TypeError):
         return None
     return None

@@ -268,15 +268,10 @@ def _checked_plugin_call(plugin: Any) -> Any:
 
 
 def emulator_device(arch: Any) -> Any:
-    """The emulator of `arch`'s instruction set as a device (DPUV2: runtime.device.EmulatorDevice, DPUV3E:
-    emulator.DpuV3EDevice)."""
-    if arch.instruction_set == "DPUV3E":
-        from ..emulator import DpuV3EDevice
+    """The emulator of `arch`'s instruction set as a device (runtime.device.emulator_device)."""
+    from ..runtime.device import emulator_device as make
 
-        return DpuV3EDevice(arch)
-    from ..runtime.device import EmulatorDevice
-
-    return EmulatorDevice(arch)
+    return make(arch)
 
 
 def _device(device: Any, arch: Any, options: dict, source: str) -> Any:

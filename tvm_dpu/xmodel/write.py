@@ -533,6 +533,7 @@ class _MainWalk:
 
     def val(self, e: Any) -> Any:
         import tvm
+        import tvm.ir.prim.expr as prim
         from tvm import relax
 
         if isinstance(e, relax.Tuple):
@@ -541,6 +542,8 @@ class _MainWalk:
             return _Const(e.value.numpy())
         if isinstance(e, relax.ShapeExpr):  # reshape's target: the op's output shape says it
             return _Const(np.asarray([int(v) for v in e.values], np.int64))
+        if isinstance(e, (prim.IntImm, prim.FloatImm)):  # a scalar argument (clip's bounds)
+            return _Const(np.asarray(e.value))
         if e in self.vals:
             return self.vals[e]
         raise XModelError(f"main: value {e} is neither an input nor an earlier binding")
