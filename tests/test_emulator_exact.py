@@ -422,24 +422,29 @@ def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L,
 def test_piecewise_row_transfers_equal_plain(residues: bool, nbytes: int) -> None:
     """Rows cycling through a bank group (the row-store rule: bank g0 + r % PP, row base + r // PP * pitch) have
     keys that are affine only piece by piece: the precomputed reader and writer (strided copies per piece)
-    must move exactly the bytes Banks.read / Banks.write move, zero-filled row tails included."""
+    must move exactly the bytes Banks.read / Banks.write move, zero-filled row tails included. With the banks
+    visited 3 apart, runs of consecutive items are short and only the residue classes modulo PP are affine."""
     from tvm_dpu.emulator.banks import Banks, store_rows
 
     rng = np.random.default_rng(nbytes)
-    height = 3 * ARCH.pp + 1 if residues else ARCH.pp  # > MAX_PIECES runs needs the residue cut
-    banks_, rows = store_rows(2, ARCH.pp, height, 1, 0, 40, 100)
-    plain, fast = Banks(ARCH), Banks(ARCH)
     nrow = -(-nbytes // ARCH.icp)
-    keys = fast.keys(banks_[:, None], rows[:, None] + np.arange(5)[None, :] * nrow, nrow)
+    if residues:
+        item = np.arange(6 * ARCH.pp + 1)
+        banks_, rows = (3 * item) % ARCH.pp, 100 + item // ARCH.pp * 40
+    else:
+        banks_, rows = store_rows(2, ARCH.pp, 2 * ARCH.pp + 3, 1, 0, 40, 100)
+    rows = rows[:, None] + np.arange(5)[None, :] * nrow
+    plain, fast = Banks(ARCH), Banks(ARCH)
+    keys = fast.keys(banks_[:, None], rows, nrow)
     pieces = fast.affine_pieces(keys)
-    assert fast.affine_view(keys) is None and pieces is not None
+    assert fast.affine_view(keys) is None and pieces is not None and len(pieces) > 1
     assert all(sl.step == (ARCH.pp if residues else None) for sl, _ in pieces)
     plain.mem[...] = rng.integers(0, 256, size=plain.mem.shape, dtype=np.uint8)
     fast.mem[...] = plain.mem
-    data = rng.integers(0, 256, size=(height, 5, nbytes), dtype=np.uint8)
-    plain.write(banks_[:, None], rows[:, None] + np.arange(5)[None, :] * nrow, data)
+    data = rng.integers(0, 256, size=rows.shape + (nbytes,), dtype=np.uint8)
+    plain.write(banks_[:, None], rows, data)
     fast.row_writer(keys, nbytes)(data)
     assert np.array_equal(plain.mem, fast.mem)
     got = fast.row_reader(keys, nbytes)()
-    assert np.array_equal(got, plain.read(banks_[:, None], rows[:, None] + np.arange(5)[None, :] * nrow, nbytes))
+    assert np.array_equal(got, plain.read(banks_[:, None], rows, nbytes))
     assert np.array_equal(got, data)
