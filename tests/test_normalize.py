@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from onnx import helper
 from tvm import relax
 
@@ -352,3 +353,22 @@ def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def test_renamed_call_keeps_its_type_only_when_the_argument_types_match():
+    # The rewriter renames a call's arguments on every sweep; it reuses the call's inferred type instead of inferring
+    # it again, which is only right when each new argument has the type of the one it replaces.
+    from tvm_dpu.frontend.rewrite import _renamed_call
+
+    x, same, wider = (relax.Var(n, relax.TensorType([1, 3, h, h], "float32")) for n, h in (("x", 8), ("y", 8),
+                                                                                             ("z", 10)))
+    w = relax.const(rand(4, 3, 3, 3))
+    bb = relax.BlockBuilder()
+    with bb.function("f", params=[x, same, wider]):
+        call = bb.normalize(relax.op.nn.conv2d(x, w))
+        kept = _renamed_call(call, call.op, [same, w])
+        assert kept.ty is not None and tvm_ffi.structural_equal(kept.ty, call.ty)
+        assert bb.normalize(kept).ty.shape[2] == 6
+        inferred = bb.normalize(_renamed_call(call, call.op, [wider, w]))
+        assert [int(d) for d in inferred.ty.shape] == [1, 4, 8, 8]  # inferred anew, not the 6x6 of `call`
+        bb.emit_func_output(x)
