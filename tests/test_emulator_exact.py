@@ -414,3 +414,37 @@ def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L,
         got = np.stack([emu.banks.bank(8 + r)[300:300 + L * cg].view(np.int8).reshape(L, -1) for r in range(vpp)])
         assert np.array_equal(got, want), f"{mode} program {[i.name for i in code]}"
         assert stats.macs == vpp * L * 16 * cg * kh * kh * D
+
+
+# ---- row transfers cut into affine pieces ---------------------------------------------------------------------
+@pytest.mark.parametrize("residues", [False, True])
+@pytest.mark.parametrize("nbytes", [16, 9, 32])
+def test_piecewise_row_transfers_equal_plain(residues: bool, nbytes: int) -> None:
+    """Rows cycling through a bank group (the row-store rule: bank g0 + r % PP, row base + r // PP * pitch) have
+    keys that are affine only piece by piece: the precomputed reader and writer (strided copies per piece)
+    must move exactly the bytes Banks.read / Banks.write move, zero-filled row tails included. With the banks
+    visited 3 apart, runs of consecutive items are short and only the residue classes modulo PP are affine."""
+    from tvm_dpu.emulator.banks import Banks, store_rows
+
+    rng = np.random.default_rng(nbytes)
+    nrow = -(-nbytes // ARCH.icp)
+    if residues:
+        item = np.arange(6 * ARCH.pp + 1)
+        banks_, rows = (3 * item) % ARCH.pp, 100 + item // ARCH.pp * 40
+    else:
+        banks_, rows = store_rows(2, ARCH.pp, 2 * ARCH.pp + 3, 1, 0, 40, 100)
+    rows = rows[:, None] + np.arange(5)[None, :] * nrow
+    plain, fast = Banks(ARCH), Banks(ARCH)
+    keys = fast.keys(banks_[:, None], rows, nrow)
+    pieces = fast.affine_pieces(keys)
+    assert fast.affine_view(keys) is None and pieces is not None and len(pieces) > 1
+    assert all(sl.step == (ARCH.pp if residues else None) for sl, _ in pieces)
+    plain.mem[...] = rng.integers(0, 256, size=plain.mem.shape, dtype=np.uint8)
+    fast.mem[...] = plain.mem
+    data = rng.integers(0, 256, size=rows.shape + (nbytes,), dtype=np.uint8)
+    plain.write(banks_[:, None], rows, data)
+    fast.row_writer(keys, nbytes)(data)
+    assert np.array_equal(plain.mem, fast.mem)
+    got = fast.row_reader(keys, nbytes)()
+    assert np.array_equal(got, plain.read(banks_[:, None], rows, nbytes))
+    assert np.array_equal(got, data)

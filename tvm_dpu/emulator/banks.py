@@ -15,6 +15,10 @@ import numpy as np
 from tvm_dpu.arch.arch import Arch, BankGroup
 
 
+#: Most strided copies a row writer makes of one transfer before a single scatter is the faster choice.
+MAX_PIECES = 16
+
+
 class Banks:
     """The bank array of one core plus row-granular gather/scatter helpers."""
 
@@ -127,8 +131,11 @@ class Banks:
             view = view[..., :nbytes]
             view.flags.writeable = False
             return lambda: view
-        rows, flat = self._rows, np.ascontiguousarray(keys.reshape(-1), dtype=np.intp)
         shape = lead + (nrow * self.width,)
+        pieces = self.affine_pieces(keys)
+        if pieces is not None:
+            return piece_reader(pieces, shape, nbytes)
+        rows, flat = self._rows, np.ascontiguousarray(keys.reshape(-1), dtype=np.intp)
         if nrow * self.width == nbytes:
             return lambda: rows[flat].reshape(shape)
         return lambda: rows[flat].reshape(shape)[..., :nbytes]
@@ -153,6 +160,9 @@ class Banks:
                 head[...] = data.reshape(head.shape)
                 tail[...] = 0
             return write_view_padded
+        pieces = self.affine_pieces(keys) if view is None and last_wins_index(keys.reshape(-1)) is None else None
+        if pieces is not None:
+            return _piece_writer(pieces, lead, nbytes, span)
         m = int(np.prod(lead, dtype=np.int64))
         flat = keys.reshape(-1)
         sel = last_wins_index(flat)
@@ -172,6 +182,37 @@ class Banks:
             rows[flat] = vals if sel is None else vals[sel]
         return write_keys
 
+    def affine_pieces(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
+        """The row-key lists keys (..., nrow) cut along their first axis into at most MAX_PIECES parts that are
+        each an `affine_view`, as (slice of the first axis, writable view) pairs: runs of consecutive items, or
+        else the items of each residue modulo the pixel parallelism; None when neither cut works. Why: a tile's
+        rows cycle through the banks of a group (the row-store rule), so its keys jump at each bank change and a
+        fancy-index scatter or gather (several times slower than strided copies) would do the whole tile."""
+        if keys.ndim < 2 or keys.size == 0:
+            return None
+        return self._runs(keys) or self._residues(keys, self.arch.pp)
+
+    def _runs(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
+        pieces, i, n = [], 0, keys.shape[0]
+        while i < n:
+            j = i + 1
+            view = self.affine_view(keys[i:j])
+            if view is None:
+                return None
+            while j < n and (longer := self.affine_view(keys[i:j + 1])) is not None:
+                view, j = longer, j + 1
+            pieces.append((slice(i, j), view))
+            if len(pieces) > MAX_PIECES:
+                return None
+            i = j
+        return pieces
+
+    def _residues(self, keys: np.ndarray, p: int) -> list[tuple[slice, np.ndarray]] | None:
+        if not 1 < p < keys.shape[0] or p > MAX_PIECES:
+            return None
+        pieces = [(slice(r, None, p), self.affine_view(keys[r::p])) for r in range(p)]
+        return None if any(view is None for _, view in pieces) else pieces
+
     def affine_view(self, keys: np.ndarray) -> np.ndarray | None:
         """The writable view (..., nrow * width) of the bytes of the row-key lists keys (..., nrow) when every list
         is a run of consecutive rows and the runs' first keys are k0 + a linear function of their index (a strided
@@ -186,6 +227,36 @@ class Banks:
         rw, bw = self._rows.strides
         return np.lib.stride_tricks.as_strided(self._rows[k0:], lead + (nrow * self.width,),
                                                tuple(st * rw for st in steps[:-1]) + (bw,))
+
+
+def piece_reader(pieces: list[tuple[slice, np.ndarray]], shape: tuple[int, ...],
+                 nbytes: int) -> Callable[..., np.ndarray]:
+    """`read(out=None)`: the rows of `Banks.affine_pieces` copied into `out` (a fresh array when None) of `shape`
+    (lead + (nrow * width,)), cut to the first `nbytes` bytes of each item: strided copies, no index array."""
+    def read(out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty(shape, np.uint8)
+        flat = out.reshape(shape)
+        for sl, view in pieces:
+            flat[sl] = view
+        return out if shape[-1] == nbytes else out[..., :nbytes]
+    return read
+
+
+def _piece_writer(pieces: list[tuple[slice, np.ndarray]], lead: tuple[int, ...], nbytes: int,
+                  span: int) -> Callable[[np.ndarray], None]:
+    """A row writer copying data (lead + (nbytes,)) into the strided views of `Banks.affine_pieces` (distinct
+    rows, so the order of the copies does not matter), zero-filling the row tails when span > nbytes."""
+    parts = [(sl, view[..., :nbytes], view[..., nbytes:]) for sl, view in pieces]
+    shape = lead + (nbytes,)
+
+    def write_pieces(data: np.ndarray) -> None:
+        data = data.reshape(shape)
+        for sl, head, tail in parts:
+            head[...] = data[sl]
+            if span != nbytes:
+                tail[...] = 0
+    return write_pieces
 
 
 def affine_layout(keys: np.ndarray) -> tuple[int, tuple[int, ...]] | None:

@@ -12,7 +12,7 @@ from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT
 from tvm_dpu.codegen.isa import enum_codes
 from tvm_dpu.quant.fixpoint import (FLOAT32_EXACT_BITS, INT8_MAX, INT8_MIN, RELU6_MAX, float32_shift_round_exact,
                                     float_shift_round_exact, floor_clamp_int8, saturate_int8, shift_round)
-from tvm_dpu.emulator.banks import all_distinct, fetch_rows, store_rows
+from tvm_dpu.emulator.banks import all_distinct, fetch_rows, piece_reader, store_rows
 from tvm_dpu.emulator import gemm as emu_gemm
 from tvm_dpu.emulator.threads import blas_threads, max_threads, run_parts, thread_count
 
@@ -291,11 +291,11 @@ class ConvBatch:
         self.emu = first.emu
         self.sb, self.N, self.act = first.shift_bias, N, first.act
         banks = self.emu.banks
-        # All weights of the run as (OCP, n * taps * Cin) bytes: a view when each CONVW bank holds them as one
-        # run of rows (the compiler's layout), else gathered.
-        wkeys = np.stack([c.wkeys for c in run], axis=1).reshape(ocp, -1)
-        self.read_w = banks.row_reader(wkeys, wkeys.shape[1] * banks.width)
-        self.wshape = (ocp, n, first.ntap, wkeys.shape[1] * banks.width // (n * first.ntap))
+        # All weights of the run as (OCP, n, taps * Cin) bytes: a view when each CONVW bank holds each CONV's as
+        # one run of rows, the CONVs' runs evenly spaced (the compiler's and vai_c's layouts), else gathered.
+        wkeys = np.stack([c.wkeys for c in run], axis=1)
+        self.read_w = banks.row_reader(wkeys, wkeys.shape[-1] * banks.width)
+        self.wshape = (ocp, n, first.ntap, wkeys.shape[-1] * banks.width // first.ntap)
         self.wsnap: bytes | None = None  # the bank bytes `wt` was made from
         # (K, n * OCP): the GEMM's right operand C-contiguous, which BLAS multiplies fastest (left untouched, so
         # never paged in, when the int8 kernel runs the GEMM).
@@ -325,10 +325,12 @@ class ConvBatch:
         self.wsum = np.zeros(np_, np.int64)
         self.off = emu_gemm.aligned_zeros((np_,), np.int64)
         self.y = emu_gemm.aligned_empty((first.out_keys.shape[0], np_), np.int8)
-        self.y_cols = self.y[:, :cols]
-        self.lo, self.hi = CLAMPS[self.act]
-        self.t_a = emu_gemm.to_tensor(first.im2col(0, first.vpp).view(np.int32))
-        self.t_b, self.t_off, self.t_y = (emu_gemm.to_tensor(v) for v in (self.bp, self.off, self.y))
+        self.y_cols = self.y[:, :cols].view(np.uint8)
+        # the kernel call with its arguments bound once (a few microseconds per CONV run less)
+        a = first.im2col(0, first.vpp).view(np.int32)
+        self.gemm = functools.partial(emu_gemm.gemm_requant, *(emu_gemm.to_tensor(v) for v in (a, self.bp, self.off,
+                                                                                                 self.y)),
+                                      self.N, *CLAMPS[self.act])
 
     def weights(self) -> np.ndarray:
         """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
@@ -374,8 +376,8 @@ class ConvBatch:
         if first.int8:
             first.im2col(0, first.vpp)
             self.offsets()
-            emu_gemm.gemm_requant(self.t_a, self.t_b, self.t_off, self.t_y, self.N, self.lo, self.hi)
-            self.write(self.y_cols.view(np.uint8))
+            self.gemm()
+            self.write(self.y_cols)
             return
         if not self.float_path:
             acc = exact_matmul_t(first.im2col(0, first.vpp), wt.T)
@@ -492,6 +494,11 @@ def window_gather(emu: "Core", ctx: "Ctx", *, bank_id: int, height: int, width: 
         banks.trace.bank_reads.append((keys if used is None else keys[np.broadcast_to(used, keys.shape)])
                                       .reshape(-1))
     all_rows = banks.rows
+    pieces = banks.affine_pieces(keys)
+    if pieces is not None:
+        # A few strided blocks of rows (the window's rows cycle through a bank group): copied straight into the
+        # caller's buffer, without an index array or a temporary.
+        return piece_reader(pieces, keys.shape[:-1] + (nrow * banks.width,), nrow * banks.width), keys
     if keys.size:
         starts = keys[:, 0, 0]
         step = np.arange(width, dtype=np.int64)[:, None] * jump + np.arange(nrow, dtype=np.int64)
