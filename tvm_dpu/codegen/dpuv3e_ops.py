@@ -226,7 +226,7 @@ def _bias(graph: Graph, op: Op, n: int) -> np.ndarray:
 def _window(win) -> Window:
     if (win.dh, win.dw) != (1, 1):
         raise CodegenError("dilated depthwise convolution is not supported by the DPUV3E code generator")
-    return Window(win.kh, win.kw, win.sh, win.sw, tuple(win.pads))
+    return Window(win.kh, win.kw, win.sh, win.sw, pads=tuple(win.pads))
 
 
 def emit_conv(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, FMap],
@@ -275,7 +275,7 @@ def _emit_conv_phases(prog: Program, arch: Arch, graph: Graph, op: Op, phases, w
     b_off = params.add(pack_channel_vector(bias, arch.ocp), op.params.get("bias", ""))
 
     def job(wt: np.ndarray, w_off: int, strides: tuple[int, int], pads: tuple[int, int, int, int]) -> ConvSpec:
-        win = Window(wt.shape[2], wt.shape[3], strides[0], strides[1], tuple(pads))
+        win = Window(wt.shape[2], wt.shape[3], strides[0], strides[1], pads=tuple(pads))
         return ConvSpec(op.name, win, wt.shape[1], wt.shape[0], w_off, b_off, q.act_type, q.shift_cut,
                         shift_bias_field(q.shift_bias))
 
@@ -368,7 +368,7 @@ def emit_pool(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[str, 
               alias: dict[str, tuple[str, int]], params: ParamBlob, variant: str = "wide") -> None:
     """max_pool2d / avg_pool2d on the pool engine."""
     pw = xops.pool_window(op, graph)
-    win = Window(pw.kh, pw.kw, pw.sh, pw.sw, tuple(pw.pads))
+    win = Window(pw.kh, pw.kw, pw.sh, pw.sw, pads=tuple(pw.pads))
     kind, e = _pool_scale(op, graph, pw)
     emit_window_pool(prog, arch, op.name, win, kind, scale_field(e, f"op {op.name!r}"), fmaps[op.inputs[0]],
                      fmaps[op.outputs[0]], op.inputs[0], op.outputs[0])

@@ -18,6 +18,7 @@ from tvm_dpu.codegen.layout import ceil_div
 from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.types import FMap
+from tvm_dpu.xgraph.ops import Window  # the window engines' geometry (DPUV3E has no dilation: dh = dw = 1)
 
 #: Base-address slots of a window instruction (bank_addr_in, _1, _2, _3): the input window may wrap the bank group
 #: at most this many times.
@@ -28,17 +29,6 @@ MAX_LENGTH = 1024
 MAX_ELEW_LENGTH = 512
 #: Halves of the image banks that successive tiles alternate between (double buffering).
 HALVES = 2
-
-
-@dataclass(frozen=True)
-class Window:
-    """A window engine's geometry: kernel, strides and pads (top, left, bottom, right)."""
-
-    kh: int
-    kw: int
-    sh: int = 1
-    sw: int = 1
-    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
