@@ -56,12 +56,20 @@ def _free_range(width: int = 40) -> tuple[int, int]:
 
 def _port_flags(head: bool) -> list[str]:
     lo, hi = _free_range()
-    flags = [f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-             f"--min-worker-port={lo}", f"--max-worker-port={hi}", f"--metrics-export-port={_free_port()}",
-             f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-             f"--runtime-env-agent-port={_free_port()}"]
+
+    def single() -> int:
+        # an ephemeral port the OS hands out may fall inside the workers' range, and `ray start` then refuses
+        # ("a port number ... that is used by other components"): draw again
+        while lo <= (p := _free_port()) <= hi:
+            pass
+        return p
+
+    flags = [f"--node-manager-port={single()}", f"--object-manager-port={single()}",
+             f"--min-worker-port={lo}", f"--max-worker-port={hi}", f"--metrics-export-port={single()}",
+             f"--dashboard-agent-listen-port={single()}", f"--dashboard-agent-grpc-port={single()}",
+             f"--runtime-env-agent-port={single()}"]
     if head:
-        flags += ["--include-dashboard=false", f"--dashboard-port={_free_port()}"]
+        flags += ["--include-dashboard=false", f"--dashboard-port={single()}"]
     return flags
 
 
