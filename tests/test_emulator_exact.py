@@ -416,29 +416,75 @@ def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L,
         assert stats.macs == vpp * L * 16 * cg * kh * kh * D
 
 
+@pytest.mark.parametrize("xv, wv, bv", [(-128, -128, 127), (-128, 127, -128), (127, -128, -128)])
+@pytest.mark.parametrize("mode, kh, D, sc, sb", [
+    ("dwconv", 3, 1, 29, 20),  # the widest shift and bias whose epilogue still runs in int32
+    ("dwconv", 5, 2, 30, 20),  # shift 31: the int64 epilogue
+    ("dwconv_nobias", 7, 1, 30, 0),  # 7x7, the largest unrolled window; int32 epilogue
+    ("dwconv_nobias", 8, 1, 14, 0),  # 8x8: the tap loops stay loops
+])
+def test_dwconv_kernel_extremes(monkeypatch, xv, wv, bv, mode, kh, D, sc, sb):
+    """The compiled depthwise kernel at the largest accumulator and offset magnitudes of a window (every input,
+    weight and bias at an int8 extreme), with the epilogue in int32 and in int64 and the taps unrolled or not,
+    equals the definition."""
+    from tvm_dpu.emulator import gemm as emu_gemm
+
+    monkeypatch.setenv(emu_gemm.ENV, "int8")
+    if not emu_gemm.available():
+        pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
+    cg, L = 1, 3
+    vpp = min(2, ARCH.pp - kh + 1)  # the window's rows in one bank group (as _dw_setup places them)
+    init = make_instr("ALUINIT", exec_mode=DW_MODES[mode], kernel_h=kh, kernel_w=kh, stride_h=1, stride_w=1,
+                      length=L, channel_group=cg, jump_read=cg * D, jump_write=cg, jump_read_weights=cg * D,
+                      shift_cut=sc, shift_bias=sb, act_type=0)
+    alu = make_instr("ALU", valid_pixel_parallel=vpp, kernel_d=D, bank_id_in=0, bank_addr_in=100, bank_id_out=8,
+                     bank_addr_out=300, bank_addr_weights=10, bank_addr_bias=5, pad_bottom=kh - 1,
+                     pad_right=kh - 1)
+    emu = Emulator(ARCH)
+    geometry = dict(mode=mode, kh=kh, sh=1, vpp=vpp, L=L)
+    x, w, bias = _dw_setup(emu, np.random.default_rng(0), cg=cg, D=D, **geometry)
+    x[...], w[...], bias[...] = xv, wv, bv
+    real_h = vpp - 1 + kh
+    for h in range(real_h):
+        emu.banks.bank(h)[100:100 + x.shape[1] * cg * D] = x[h].view(np.uint8).reshape(-1, 16)
+    emu.banks.bank(DWCONVW)[10:10 + kh * kh * D * cg] = w.view(np.uint8).reshape(-1, 16)
+    emu.banks.bank(BIAS)[5:5 + cg] = bias.view(np.uint8).reshape(-1, 16)
+    emu.run(encode_program([init, alu, make_instr("END")]), {})
+    want = _dw_reference(x, w, bias, sc=sc, sb=sb, act=0, pads=(0, 0, kh - 1, kh - 1), choff=0, **geometry)
+    got = np.stack([emu.banks.bank(8 + r)[300:300 + L * cg].view(np.int8).reshape(L, -1) for r in range(vpp)])
+    assert np.array_equal(got, want)
+    assert np.abs(want).max() < 127  # not saturated: a wrapped sum would show
+
+
 # ---- row transfers cut into affine pieces ---------------------------------------------------------------------
-@pytest.mark.parametrize("residues", [False, True])
+@pytest.mark.parametrize("pattern, step, count", [("store", None, 3), ("residues", ARCH.pp, ARCH.pp),
+                                                  ("fetch_stride2", 2, 3)])
 @pytest.mark.parametrize("nbytes", [16, 9, 32])
-def test_piecewise_row_transfers_equal_plain(residues: bool, nbytes: int) -> None:
+def test_piecewise_row_transfers_equal_plain(pattern: str, step: int | None, count: int, nbytes: int) -> None:
     """Rows cycling through a bank group (the row-store rule: bank g0 + r % PP, row base + r // PP * pitch) have
     keys that are affine only piece by piece: the precomputed reader and writer (strided copies per piece)
     must move exactly the bytes Banks.read / Banks.write move, zero-filled row tails included. With the banks
-    visited 3 apart, runs of consecutive items are short and only the residue classes modulo PP are affine."""
-    from tvm_dpu.emulator.banks import Banks, store_rows
+    visited 3 apart, runs of consecutive items are short and only the residue classes modulo PP are affine; a
+    stride-2 window (the row-fetch rule: two rows per bank) is affine in its even and odd rows, one of them cut
+    where the rows wrap the bank group: 3 pieces, not one per row."""
+    from tvm_dpu.emulator.banks import Banks, fetch_rows, store_rows
 
     rng = np.random.default_rng(nbytes)
     nrow = -(-nbytes // ARCH.icp)
-    if residues:
+    if pattern == "residues":
         item = np.arange(6 * ARCH.pp + 1)
         banks_, rows = (3 * item) % ARCH.pp, 100 + item // ARCH.pp * 40
-    else:
+    elif pattern == "store":
         banks_, rows = store_rows(2, ARCH.pp, 2 * ARCH.pp + 3, 1, 0, 40, 100)
+    else:
+        rm = fetch_rows(0, ARCH.pp, 2 * ARCH.pp + 1, 2, 0, 60, (100, 400))
+        banks_, rows = rm.banks, rm.rows
     rows = rows[:, None] + np.arange(5)[None, :] * nrow
     plain, fast = Banks(ARCH), Banks(ARCH)
     keys = fast.keys(banks_[:, None], rows, nrow)
     pieces = fast.affine_pieces(keys)
-    assert fast.affine_view(keys) is None and pieces is not None and len(pieces) > 1
-    assert all(sl.step == (ARCH.pp if residues else None) for sl, _ in pieces)
+    assert fast.affine_view(keys) is None and pieces is not None and len(pieces) == count
+    assert all(sl.step == step for sl, _ in pieces)
     plain.mem[...] = rng.integers(0, 256, size=plain.mem.shape, dtype=np.uint8)
     fast.mem[...] = plain.mem
     data = rng.integers(0, 256, size=rows.shape + (nbytes,), dtype=np.uint8)
