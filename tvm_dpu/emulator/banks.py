@@ -243,19 +243,14 @@ class Banks:
 
 def piece_reader(pieces: list[tuple[slice, np.ndarray]], shape: tuple[int, ...],
                  nbytes: int) -> Callable[..., np.ndarray]:
-    """`read(out=None, flip=0)`: the rows of `Banks.affine_pieces` copied into `out` (a fresh array when None) of
-    `shape` (lead + (nrow * width,)), each byte xor `flip`, cut to the first `nbytes` bytes of each item: strided
-    copies, no index array. (flip: the CONV's int8 kernel reads x + 128, the byte xor 0x80; flipping while copying
-    saves a pass over the window.)"""
-    def read(out: np.ndarray | None = None, flip: int = 0) -> np.ndarray:
+    """`read(out=None)`: the rows of `Banks.affine_pieces` copied into `out` (a fresh array when None) of `shape`
+    (lead + (nrow * width,)), cut to the first `nbytes` bytes of each item: strided copies, no index array."""
+    def read(out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             out = np.empty(shape, np.uint8)
         flat = out.reshape(shape)
         for sl, view in pieces:
-            if flip:
-                np.bitwise_xor(view, np.uint8(flip), out=flat[sl])
-            else:
-                flat[sl] = view
+            flat[sl] = view
         return out if shape[-1] == nbytes else out[..., :nbytes]
     return read
 

@@ -184,8 +184,10 @@ def plan_conv(emu: "Core", ctx: "Ctx", init: "Instr | None") -> "ConvStep":
     a, abuf = _gemm_input(xbuf, window.shape, M, K, direct, int8)
 
     def gather() -> None:
-        """Gather the window into this step's buffer (as x + 128 bytes for the int8 kernel) and pad it."""
-        gather_x(xbuf, INT8_SIGN_BIT if int8 else 0)
+        """Gather the window into this step's buffer and pad it."""
+        gather_x(xbuf)
+        if int8:
+            np.bitwise_xor(xbuf, INT8_SIGN_BIT, out=xbuf)
         for p in pads:
             x[p] = pad_value
 
@@ -475,8 +477,7 @@ def window_gather(emu: "Core", ctx: "Ctx", *, bank_id: int, height: int, width: 
                         stride_h: int, offset_in: int, endl: int, jump: int, bases: tuple[int, ...],
                         used: np.ndarray | None = None) -> tuple[Callable[..., np.ndarray], np.ndarray]:
     """A function gathering the (height, width, nrow, row width) uint8 input window (row-fetch rule, 3.3) as a
-    fresh array, or into an `out` array of that shape, each byte xor its `flip` argument (default 0), and the
-    bank row keys (height, width, nrow) it gathers.
+    fresh array, or into an `out` array of that shape, and the bank row keys (height, width, nrow) it gathers.
 
     While the emulator records accesses, only the rows the instruction's result depends on are recorded as read:
     those where `used` (broadcast to the keys' shape; None: all) is True. The dependency checker must not order
@@ -526,15 +527,12 @@ def window_use(height: int, width: int, kh: int, kw: int, sh: int, sw: int, pads
 
 
 def _taker(source: np.ndarray, index: np.ndarray) -> Callable[..., np.ndarray]:
-    """`take(out=None, flip=0)`: source[index] along axis 0, each byte xor `flip` (see piece_reader), copied into
-    `out` when given. (np.take(out=) would first make the strided `source` contiguous: the whole bank memory.)"""
-    def take(out: np.ndarray | None = None, flip: int = 0) -> np.ndarray:
+    """`take(out=None)`: source[index] along axis 0, copied into `out` when given. (np.take(out=) would first
+    make the strided `source` contiguous: the whole bank memory.)"""
+    def take(out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
-            out = source[index]
-        else:
-            out[...] = source[index]
-        if flip:
-            np.bitwise_xor(out, np.uint8(flip), out=out)
+            return source[index]
+        out[...] = source[index]
         return out
     return take
 
