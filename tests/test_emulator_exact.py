@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, find_preset
-from tvm_dpu.codegen.isa import encode_program, make_instr
+from tvm_dpu.codegen.isa import encode_program, iter_program, make_instr
 from tvm_dpu.quant.fixpoint import (float32_shift_round_exact, float_shift_round_exact, floor_clamp_int8,
                                     saturate_int8, shift_round)
 from tvm_dpu.emulator import conv as emu_conv, ddr as emu_ddr
@@ -244,6 +244,42 @@ def test_changed_weights_are_picked_up():
         fresh.banks.mem[...] = banks
         fresh.run(code, {})
         assert np.array_equal(emu.banks.mem, fresh.banks.mem)
+
+
+@pytest.mark.parametrize("all_loaded", [True, False])
+def test_weights_loaded_from_a_constant_region_are_compared_once(all_loaded):
+    """A CONV whose weights the program LOADs from a region the caller declares constant compares them with the
+    ones it prepared only when the region's array is not the one it last checked; a new array (other weights) or
+    no promise is compared, and every run equals a fresh emulator's. When one weight row is not loaded by the
+    program (it keeps what the banks held), the weights are compared on every run."""
+    rng = np.random.default_rng(11)
+    conv = _random_conv_program(rng, n_convs=1, vpp=2)
+    init, conv_ins = [ins for _, ins in iter_program(conv)][:2]
+    wrows = init.fields["kernel_h"] * init.fields["kernel_w"] * conv_ins.fields["channel_group"]
+    loads = [make_instr("LOAD", bank_id=CONVW + o, bank_addr=0, length=wrows, channel=16, jump_read=16,
+                        jump_write=1, reg_id=0, ddr_addr=o * wrows * 16)
+             for o in range(ARCH.ocp if all_loaded else ARCH.ocp - 1)]
+    code = encode_program(loads + [init, conv_ins, make_instr("END")])
+    params = [rng.integers(0, 256, ARCH.ocp * wrows * 16, dtype=np.uint8) for _ in range(2)]
+    for p in params:
+        p.flags.writeable = False
+    start = rng.integers(0, 256, size=Emulator(ARCH).banks.mem.shape, dtype=np.uint8)
+    emu = Emulator(ARCH)
+    reads = []
+    for i, (p, constant) in enumerate([(0, True), (0, True), (0, True), (1, True), (1, False), (0, True)]):
+        emu.banks.mem[...] = start
+        emu.run(code, {0: params[p]}, (0,) if constant else ())
+        if i == 0:
+            (batch,) = [s.__self__ for s, _ in list(emu._programs.values())[-1].plan
+                        if isinstance(getattr(s, "__self__", None), emu_conv.ConvBatch)]
+            assert (batch.const_rid == 0) == all_loaded
+            read_w = batch.read_w
+            batch.read_w = lambda: reads.append(i) or read_w()
+        fresh = Emulator(ARCH)
+        fresh.banks.mem[...] = start
+        fresh.run(code, {0: params[p]})
+        assert np.array_equal(emu.banks.mem, fresh.banks.mem)
+    assert reads == ([3, 4, 5] if all_loaded else [1, 2, 3, 4, 5])
 
 
 # ---- ELEW: lookup tables and the arithmetic path against the semantics -------------------------------------
