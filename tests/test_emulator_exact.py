@@ -248,10 +248,10 @@ def test_changed_weights_are_picked_up():
 
 @pytest.mark.parametrize("all_loaded", [True, False])
 def test_weights_loaded_from_a_constant_region_are_compared_once(all_loaded):
-    """A CONV whose weights the program LOADs from a region the caller declares constant compares them with the
-    ones it prepared only when the region's array is not the one it last checked; a new array (other weights) or
-    no promise is compared, and every run equals a fresh emulator's. When one weight row is not loaded by the
-    program (it keeps what the banks held), the weights are compared on every run."""
+    """A CONV whose weights and bias the program LOADs from a region the caller declares constant compares them
+    with the ones it prepared only when the region's array is not the one it last checked; a new array (other
+    weights) or no promise is compared, and every run equals a fresh emulator's. When one weight row is not loaded
+    by the program (it keeps what the banks held), the weights are compared on every run."""
     rng = np.random.default_rng(11)
     conv = _random_conv_program(rng, n_convs=1, vpp=2)
     init, conv_ins = [ins for _, ins in iter_program(conv)][:2]
@@ -259,8 +259,10 @@ def test_weights_loaded_from_a_constant_region_are_compared_once(all_loaded):
     loads = [make_instr("LOAD", bank_id=CONVW + o, bank_addr=0, length=wrows, channel=16, jump_read=16,
                         jump_write=1, reg_id=0, ddr_addr=o * wrows * 16)
              for o in range(ARCH.ocp if all_loaded else ARCH.ocp - 1)]
+    loads.append(make_instr("LOAD", bank_id=BIAS, bank_addr=0, length=1, channel=16, jump_read=16, jump_write=1,
+                            reg_id=0, ddr_addr=ARCH.ocp * wrows * 16))
     code = encode_program(loads + [init, conv_ins, make_instr("END")])
-    params = [rng.integers(0, 256, ARCH.ocp * wrows * 16, dtype=np.uint8) for _ in range(2)]
+    params = [rng.integers(0, 256, ARCH.ocp * wrows * 16 + 16, dtype=np.uint8) for _ in range(2)]
     for p in params:
         p.flags.writeable = False
     start = rng.integers(0, 256, size=Emulator(ARCH).banks.mem.shape, dtype=np.uint8)

@@ -236,7 +236,8 @@ class ConvStep:
     reads: np.ndarray  # bank row keys of the window
     param_reads: np.ndarray  # bank row keys of the weights and bias
     writes: np.ndarray  # bank row keys written
-    #: The DDR region all its weights were LOADed from in this program, when they were (core._mark_loaded_weights)
+    #: The DDR region all its weights and biases were LOADed from in this program, when they were
+    #: (core._mark_loaded_params)
     const_rid: int | None = None
     _alone: "Callable[[object], None] | None" = None
 
@@ -299,8 +300,8 @@ class ConvBatch:
         self.read_w = banks.row_reader(wkeys, wkeys.shape[-1] * banks.width)
         self.wshape = (ocp, n, first.ntap, wkeys.shape[-1] * banks.width // first.ntap)
         self.wsnap: bytes | None = None  # the bank bytes `wt` was made from
-        # The weights' DDR region when every CONV of the run LOADed all of them from that one region, and the
-        # constant array (Emulator.run's `constant`) they were last checked against.
+        # The DDR region of the weights and biases when every CONV of the run LOADed all of them from that one
+        # region, and the constant array (Emulator.run's `constant`) they were last checked against.
         rids = {c.const_rid for c in run}
         self.const_rid: int | None = rids.pop() if len(rids) == 1 else None
         self.const_src: np.ndarray | None = None
@@ -339,21 +340,12 @@ class ConvBatch:
                                                                                                  self.y)),
                                       self.N, *CLAMPS[self.act])
 
-    def weights(self, regions: "Mapping[int, np.ndarray] | None" = None) -> np.ndarray:
-        """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed.
-
-        Not compared when this run LOADed them from the same constant region array (Emulator.run's `constant`)
-        they were compared against last: the same bytes from the same addresses. (ResNet-50 reloads 25 MB of
-        weights per image: comparing them costs a copy and a read of each byte.)"""
-        rid = self.const_rid
-        constant = rid is not None and regions is not None and rid in self.emu.constant
-        if constant and self.const_src is not None and regions[rid] is self.const_src:
-            return self.wt
+    def weights(self) -> np.ndarray:
+        """The run's (K, n * OCP) float32 weights (scaled by `wscale`), remade when the banks' bytes changed."""
         raw = self.read_w()
         # Comparing the bytes (one copy, one memcmp) costs a few microseconds less per CONV than np.array_equal,
         # which vai_c's programs (a thousand small CONVs, weights reloaded each run) feel.
         snap = raw.tobytes()
-        self.const_src = regions[rid] if constant else None
         if snap == self.wsnap:
             return self.wt
         self.wsnap = snap
@@ -385,13 +377,28 @@ class ConvBatch:
                 self.c = self.c.astype(np.float32)  # exact: see float32_shift_round_exact
         return self.c
 
+    def constant_source(self, regions: "Mapping[int, np.ndarray]") -> np.ndarray | None:
+        """The array the run's weights and biases were LOADed from in this run when the caller declared it
+        constant (Emulator.run's `constant`), else None."""
+        rid = self.const_rid
+        return regions[rid] if rid is not None and rid in self.emu.constant else None
+
     def step(self, regions: "Mapping[int, np.ndarray]") -> None:
-        wt = self.weights(regions)
+        # Weights and biases LOADed from the constant array they were last compared against are those bytes
+        # again: not compared (ResNet-50 reloads 25 MB of weights per image; comparing costs a copy and a read).
+        source = self.constant_source(regions)
+        checked = source is not None and source is self.const_src
+        if not checked:
+            self.const_src = None
+            wt = self.weights()
+            c = self.offsets()
+            self.const_src = source  # the prepared weights and offsets are now this array's
+        else:
+            wt, c = self.wt, (self.off if self.run[0].int8 else self.c)
         first = self.run[0]
         first.gather()
         if first.int8:
             first.im2col(0, first.vpp)
-            self.offsets()
             self.gemm()
             self.write(self.y_cols)
             return
@@ -402,7 +409,6 @@ class ConvBatch:
             return
         length = first.out_keys.shape[0] // first.vpp
         out = self.emu.scratch("conv_out", (first.vpp * length, wt.shape[1]), np.int8)
-        c = self.offsets()
         if len(self.parts) == 1 or thread_count() == 1:
             # On this thread, whose BLAS threads `Emulator.run` has set: no job list, no thread hand-over.
             self._requant(first.im2col(0, first.vpp), wt, c, out, self.emu.scratch("conv_y0", out.shape, np.float64),

@@ -299,7 +299,7 @@ class Emulator:
         finally:
             self.stats = saved_stats
             self.banks.trace = None
-        _mark_loaded_weights(steps, names, self.banks)
+        _mark_loaded_params(steps, names, self.banks)
         # CONVs first: grouping them looks at the bank rows of the LOADs between them, which merging drops.
         return Program(emu_ddr.merge_transfers(_batch_conv_runs(steps, names), _skip), names, _init_key(self.convinit),
                        planner.uses_initial, static, skipped)
@@ -436,12 +436,12 @@ def _skip(regions: Mapping[int, np.ndarray]) -> None:
     """A CONV computed by the batched step of its run (it still counts as executed)."""
 
 
-def _mark_loaded_weights(steps: list[Step], names: list[str], banks: Banks) -> None:
-    """Set `const_rid` of each CONV whose weight rows were all last written, earlier in the program, by plain LOADs
-    from one DDR region (that region's id; else None): its weights are then fixed by that region's bytes, as the
-    program is straight-line and its LOADs read fixed addresses. Only LOADs write the CONVW banks (CONV, ALU and
-    ELEW outputs must be image banks: check_image_bank); a LOAD this pass cannot follow (masked, constant)
-    forgets every row."""
+def _mark_loaded_params(steps: list[Step], names: list[str], banks: Banks) -> None:
+    """Set `const_rid` of each CONV whose weight and bias rows were all last written, earlier in the program, by
+    plain LOADs from one DDR region (that region's id; else None): they are then fixed by that region's bytes, as
+    the program is straight-line and its LOADs read fixed addresses. Only LOADs write the CONVW and BIAS banks
+    (CONV, ALU and ELEW outputs must be image banks: check_image_bank); a LOAD this pass cannot follow (masked,
+    constant) forgets every row."""
     source = np.full(banks.rows.shape[0], -1, np.int16)  # per bank row: the region its last LOAD read, or -1
     for step, name in zip(steps, names):
         if isinstance(step, emu_ddr.Transfer):
@@ -450,7 +450,7 @@ def _mark_loaded_weights(steps: list[Step], names: list[str], banks: Banks) -> N
         elif name == "LOAD":
             source[:] = -1
         elif isinstance(step, emu_conv.ConvStep):
-            rows = source[step.wkeys.reshape(-1)]
+            rows = source[step.param_reads]
             rid = int(rows[0]) if rows.size else -1
             step.const_rid = rid if rid >= 0 and bool(np.all(rows == rid)) else None
 
