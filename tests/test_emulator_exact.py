@@ -470,7 +470,7 @@ def test_dwconv_kernel_extremes(monkeypatch, xv, wv, bv, mode, kh, D, sc, sb):
     monkeypatch.setenv(emu_gemm.ENV, "int8")
     if not emu_gemm.available():
         pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
-    cg, L = 1, 3
+    cg, L = 1, 5  # one block of DW_PIXELS pixels and a remainder
     vpp = min(2, ARCH.pp - kh + 1)  # the window's rows in one bank group (as _dw_setup places them)
     init = make_instr("ALUINIT", exec_mode=DW_MODES[mode], kernel_h=kh, kernel_w=kh, stride_h=1, stride_w=1,
                       length=L, channel_group=cg, jump_read=cg * D, jump_write=cg, jump_read_weights=cg * D,
