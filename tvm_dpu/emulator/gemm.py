@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import warnings
 from typing import Callable
 
@@ -148,6 +149,9 @@ def _tir():
 DW_UNROLL_MAX = 49
 #: Output pixels of a row the depthwise kernel computes together (the remainder one by one).
 DW_PIXELS = 4
+#: Depthwise kernels are built while programs compile, which threads sharing a device do concurrently: one build
+#: at a time.
+_DW_BUILD = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,7 +163,8 @@ def dw_kernel(kh: int, kw: int, depth: int, w16: bool, int32_epilogue: bool) -> 
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
     try:
-        return tvm.compile(_dw_tir(kh, kw, depth, w16, int32_epilogue), target=target)["dpu_dwconv"]
+        with _DW_BUILD:
+            return tvm.compile(_dw_tir(kh, kw, depth, w16, int32_epilogue), target=target)["dpu_dwconv"]
     except Exception as e:  # noqa: BLE001 - as for _kernel: numpy's depthwise path is exact too
         warnings.warn(f"tvm-dpu emulator: depthwise kernel did not build ({type(e).__name__}); the ALU uses numpy",
                       RuntimeWarning)
