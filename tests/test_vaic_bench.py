@@ -36,6 +36,12 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
     for r in data["rows"]:
         assert r["outputs_equal"], r["subgraph"]
         assert r["ratio"] is not None and r["ratio_goal_met"] == (r["ratio"] <= bench.RATIO_MAX), r["subgraph"]
+        # per layer group: both programs cut into ranges whose cycles add up to the whole program's (the END aside);
+        # vai_c's DPUCAHX8H programs decoded as ISA2 (longer instructions than ISA1's), so they are cut the same way
+        assert r["groups"] and r["groups_error"] is None, (r["xmodel"], r["groups_error"])
+        for side in ("vai_c", "ours"):
+            assert abs(sum(g[side]["cycles"] for g in r["groups"]) - r[side]["cycles"]) <= 0.01 * r[side]["cycles"]
+            assert sum(g[side]["instructions"]["SAVE"] for g in r["groups"]) <= r[side]["instructions"]["SAVE"]
         if "dpucahx8h" in r["xmodel"]:  # DPUV3E code generation fuses conv + pool only: slower, measured
             continue
         assert r["ratio"] <= 1.0, (r["xmodel"], r["subgraph"], r["ratio"])
@@ -43,11 +49,6 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
         if r["miss"] is not None:  # named: the cycles over the goal and the groups that lose them
             assert r["miss"]["cycles_lost"] == round(r["ours"]["cycles"] - bench.RATIO_MAX * r["vai_c"]["cycles"])
             assert r["miss"]["where"] and all(w["cycles_lost"] > 0 for w in r["miss"]["where"])
-        # per layer group: both programs cut into ranges whose cycles add up to the whole program's (the END aside)
-        assert r["groups"] and r["groups_error"] is None, r["xmodel"]
-        for side in ("vai_c", "ours"):
-            assert abs(sum(g[side]["cycles"] for g in r["groups"]) - r[side]["cycles"]) <= 0.01 * r[side]["cycles"]
-            assert sum(g[side]["instructions"]["SAVE"] for g in r["groups"]) <= r[side]["instructions"]["SAVE"]
         # on-chip residency (tests/test_resident.py): our maps stay in the banks wherever vai_c's do (MNIST's pooled
         # map and dense activations: one SAVE, 10 B written)
         assert r["ours"]["instructions"]["SAVE"] <= r["vai_c"]["instructions"]["SAVE"], r["xmodel"]
