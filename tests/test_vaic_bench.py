@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import load_bench
 
 
@@ -89,3 +90,19 @@ def test_a_miss_names_the_groups_that_lose_the_most():
     assert m["cycles_lost"] == 75  # 360 - 0.95 x 300
     assert [(w["ops"], w["cycles_lost"]) for w in m["where"]] == [("conv2 .. dw3 (2 ops)", 55), ("conv4", 25)]
     assert bench.miss(side(300.0), side(285.0), groups) is None
+
+
+def test_a_miss_below_the_ddr_floor_says_the_goal_is_unreachable():
+    bench = _bench()
+    side = lambda c: {"cycles": c, "instructions": {"LOAD": 1, "SAVE": 1, "CONV": 1, "MISC": 1}, "ddr_read": 1,  # noqa: E731
+                      "ddr_write": 1, "overlap": None, "engine_busy": {}}
+    raw = {"cycles": 980.0, "bound": "data port", "read_bytes": 100, "write_bytes": 900, "weight_bytes": 5}
+    floor = bench.floor_figures(side(1000.0), raw)
+    assert floor["of_vai_c"] == pytest.approx(0.98) and not floor["goal_reachable"]
+    m = bench.miss(side(1000.0), side(1000.0), [], floor)
+    assert m["cycles_lost"] == 50 and "goal unreachable by construction" in m["unreachable"]
+    assert "0.980 of vai_c's" in m["unreachable"] and "unreachable" in bench._miss_text(m)
+    # a floor under the goal: a plain miss
+    low = bench.floor_figures(side(1000.0), {**raw, "cycles": 100.0})
+    assert low["goal_reachable"] and "unreachable" not in bench.miss(side(1000.0), side(1000.0), [], low)
+    assert bench.floor_figures(side(1000.0), None) is None
