@@ -173,8 +173,6 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
                 _pool_group(prog, banks, pool, t, cg_out, k)
         if pool is None:
             save_tile(prog, banks, t, y, y_name, cg_out, s.name)
-        else:
-            _pool_saves(prog, banks, pool, t, cg_out)
 
 
 def _out_group(t, k: int) -> tuple:
@@ -196,27 +194,22 @@ def _pool_span(banks: Banks, p: PoolAfter, t, cg: int) -> tuple[int, int, int, i
 def _pool_group(prog: Program, banks: Banks, p: PoolAfter, t, cg: int, k: int) -> None:
     """POOL output-channel group `k` of a conv tile in VB1 as soon as its CONV is done (`_pool_span`): one channel
     group from row k of each pixel's `cg`, so the pool of a group overlaps the CONV of the next and only the last
-    group's pool follows the tile's last CONV."""
+    group's pool follows the tile's last CONV; after the last group's POOL of a row, that row's SAVE."""
     base, dst, endl, rows, cols = _pool_span(banks, p, t, cg)
     prog.emit("POOLINIT", jump_read=cg, jump_write=cg, kernel_h=p.win.kh, kernel_w=p.win.kw, stride_h=p.win.sh,
               stride_w=p.win.sw, shift_cut=p.shift_cut, pool_type=p.pool_type, valid_pixel_parallel=1, stride_out=1)
     for j in range(rows):
-        prog.emit("POOL", reads=[_out_group(t, k)], writes=[("vb_out", t.out_half, "pool")], comment=p.name,
+        res = ("vb_out", t.out_half, "pool", j)
+        prog.emit("POOL", reads=[_out_group(t, k)], writes=[res], comment=p.name,
                   bank_id_in=banks.vb_out + j, bank_addr_in=base + k, bank_addr_in_1=base + k,
                   bank_addr_in_2=base + k, bank_addr_in_3=base + k, bank_id_out=banks.vb_out + j,
                   bank_addr_out=dst + k, jump_read_endl=endl, jump_write_endl=1, length=cols, channel_group=1,
                   pad_top=0, pad_left=0, pad_bottom=p.win.kh - 1, pad_right=p.win.kw - 1)
-
-
-def _pool_saves(prog: Program, banks: Banks, p: PoolAfter, t, cg: int) -> None:
-    """SAVE the pool rows of a conv tile (`_pool_group`)."""
-    sh, sw = p.win.sh, p.win.sw
-    _, dst, _, rows, cols = _pool_span(banks, p, t, cg)
-    res = ("vb_out", t.out_half)
-    for j in range(rows):
-        prog.emit("SAVE", reads=[res + ("pool",)], writes=[("ddr", p.y_name)], comment=p.name,
-                  bank_id=banks.vb_out + j, bank_addr=dst, length=cols, channel=p.y.c, jump_read=cg,
-                  jump_write=p.y.pixel_pitch, ddr_addr=p.y.addr(t.r0 // sh + j, t.c0 // sw), reg_id=p.y.reg_id)
+        if k == cg - 1:
+            y = t.r0 // p.win.sh + j
+            prog.emit("SAVE", reads=[res], writes=[("ddr", p.y_name)], comment=p.name, bank_id=banks.vb_out + j,
+                      bank_addr=dst, length=cols, channel=p.y.c, jump_read=cg, jump_write=p.y.pixel_pitch,
+                      ddr_addr=p.y.addr(y, t.c0 // p.win.sw), reg_id=p.y.reg_id)
 
 
 def fusable_pool(conv: Op, pool: Op, graph: Graph) -> bool:
