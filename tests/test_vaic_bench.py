@@ -43,9 +43,9 @@ def test_every_vendored_network_equal_and_no_slower(tmp_path, capsys):
         for side in ("vai_c", "ours"):
             assert abs(sum(g[side]["cycles"] for g in r["groups"]) - r[side]["cycles"]) <= 0.01 * r[side]["cycles"]
             assert sum(g[side]["instructions"]["SAVE"] for g in r["groups"]) <= r[side]["instructions"]["SAVE"]
-        if "dpucahx8h" in r["xmodel"]:  # DPUV3E code generation fuses conv + pool only: slower, measured
-            continue
         assert r["ratio"] <= 1.0, (r["xmodel"], r["subgraph"], r["ratio"])
+        if "dpucahx8h" in r["xmodel"]:  # DPUV3E code generation fuses conv + pool only: its maps go through DDR
+            continue
         assert r["ratio_goal_met"] == (r["ratio"] <= bench.RATIO_MAX) == (r["miss"] is None)
         if r["miss"] is not None:  # named: the cycles over the goal and the groups that lose them
             assert r["miss"]["cycles_lost"] == round(r["ours"]["cycles"] - bench.RATIO_MAX * r["vai_c"]["cycles"])
