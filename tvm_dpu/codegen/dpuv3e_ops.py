@@ -120,7 +120,8 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
                   pool: PoolAfter | None = None) -> None:
     """Tile by tile: LOAD the input window, then per group of OCP output channels (weights resident for the op
     when all fit half the weight banks, else loaded per tile into alternating halves) one CONV of PP rows; SAVE
-    the tile, or pool it first (`pool`) and SAVE the pool's rows."""
+    the tile, or pool each group as soon as its CONV is done (`pool`) and SAVE each pool row after its last
+    group's POOL."""
     conv = _engine(arch, "conv", s.name)
     wb, bb = arch.bank_group(conv["weight_bank"]), arch.bank_group(conv["bias_bank"])
     banks = Banks.of(arch)
