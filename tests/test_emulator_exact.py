@@ -246,12 +246,18 @@ def test_changed_weights_are_picked_up():
         assert np.array_equal(emu.banks.mem, fresh.banks.mem)
 
 
+@pytest.mark.parametrize("gemm", ["float32", "int8"])
 @pytest.mark.parametrize("all_loaded", [True, False])
-def test_weights_loaded_from_a_constant_region_are_compared_once(all_loaded):
+def test_weights_loaded_from_a_constant_region_are_compared_once(monkeypatch, all_loaded, gemm):
     """A CONV whose weights and bias the program LOADs from a region the caller declares constant compares them
     with the ones it prepared only when the region's array is not the one it last checked; a new array (other
     weights) or no promise is compared, and every run equals a fresh emulator's. When one weight row is not loaded
-    by the program (it keeps what the banks held), the weights are compared on every run."""
+    by the program (it keeps what the banks held), the weights are compared on every run. On both GEMM paths."""
+    from tvm_dpu.emulator import gemm as emu_gemm
+
+    monkeypatch.setenv(emu_gemm.ENV, gemm)
+    if gemm == "int8" and not emu_gemm.available():
+        pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
     rng = np.random.default_rng(11)
     conv = _random_conv_program(rng, n_convs=1, vpp=2)
     init, conv_ins = [ins for _, ins in iter_program(conv)][:2]
