@@ -10,15 +10,19 @@ from tvm_dpu.codegen.conv import PoolOnSave, augmentation, emit_conv
 from tvm_dpu.codegen.fused_conv import conv_job, fusable
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
+from tvm_dpu.codegen.row_fold import FOLD_PREFIX, fold_factors, fold_of, folded_fmaps, folded_graph
 from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.types import FMap
 from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
+#: Row folds timed per group (the largest that fit): each is a compile and simulation of the group.
+_FOLDS_TIMED = 2
 
-def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> ChainTile | None:
-    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (chain_tile; the
-    depthwise weights in DWCONVW, its biases after the conv's)."""
+
+def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op, spare: int = 1) -> ChainTile | None:
+    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (chain_tile with `spare`;
+    the depthwise weights in DWCONVW, its biases after the conv's)."""
     if pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
         return None
     if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
@@ -29,7 +33,35 @@ def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> ChainTile |
         if (tuple(xops.attr(pool, "dilations")) != (1, 1) or win.kh * win.kw * cg_mid > arch.bank_depth
                 or graph.tensors[pool.outputs[0]].shape[1] != graph.tensors[conv.outputs[0]].shape[1]):
             return None
-    return chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0)
+    return chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0, spare)
+
+
+def _folded_tile(arch: Arch, graph: Graph, conv: Op, pool: Op, k: int) -> ChainTile | None:
+    """Tile of the chain folded by k (row_fold), or None unless one strip takes the k folded rows whole (a strip
+    of fewer would only be a smaller fold). Without a spare wrap where one is needed: the buffer then holds the wider
+    rows the fold is for."""
+    g = folded_graph(graph, conv, pool, k)
+    for spare in (1, 0):
+        tile = _conv_pool_tile(arch, g, conv, pool, spare)
+        if tile is not None and tile.lp == k:
+            return tile
+    return None
+
+
+def fold_variants(arch: Arch, graph: Graph, conv: Op, pool: Op) -> tuple[str, ...]:
+    """The "fold<k>" variants (row_fold) of conv -> whole-width pool: the largest _FOLDS_TIMED k whose folded tile
+    fits (the search times them against the unfolded "wide")."""
+    ks = []
+    for k in fold_factors(graph, conv, pool):
+        if _folded_tile(arch, graph, conv, pool, k) is None:
+            break  # wider folds only need more of the buffer and the 10-bit line pitch
+        ks.append(k)
+    return tuple(f"{FOLD_PREFIX}{k}" for k in ks[-_FOLDS_TIMED:])
+
+
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a conv_pool / pw_dw group: "wide", then its row folds (fold_variants)."""
+    return ("wide",) + (fold_variants(arch, graph, *ops) if conv_pool_fits(arch, graph, *ops) else ())
 
 
 def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
@@ -63,19 +95,28 @@ def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
 
 def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
                variant: str) -> None:
-    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer] (one emission: `variant` is
-    "wide")."""
-    emit_conv_pool(prog, arch, graph, *ops, fmaps, params)
+    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer]: `variant` "wide" or a row fold
+    "fold<k>" (on maps whose rows are not one DDR run, the unfolded chain)."""
+    k = fold_of(variant)
+    conv, pool = ops
+    folded = folded_fmaps(fmaps, conv, pool, k) if k > 1 else None
+    if folded is None:
+        emit_conv_pool(prog, arch, graph, conv, pool, fmaps, params)
+        return
+    tile = _folded_tile(arch, graph, conv, pool, k)
+    if tile is None:
+        raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: no fold by {k} on {arch.name}")
+    emit_conv_pool(prog, arch, folded_graph(graph, conv, pool, k), conv, pool, folded, params, tile)
 
 
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
-                   params: ParamBlob) -> None:
+                   params: ParamBlob, tile: ChainTile | None = None) -> None:
     """conv -> max/avg pool (or depthwise conv) per strip of pool output columns (emit_chain): as soon as the
     conv rows of a pass of vp pool rows are in the circular buffer, one ALU pools them and SAVEs write the
-    result."""
+    result. `tile`: the chain's tile when the caller chose it (a row fold), else _conv_pool_tile's."""
     from tvm_dpu.codegen.alu import ALU_MODES
 
-    if _pools_on_save(arch, graph, conv, pool):
+    if tile is None and _pools_on_save(arch, graph, conv, pool):
         # the conv's lone tiles (the widest the banks allow) with the pool before each SAVE, rather than the
         # chain's narrower tiles (each CONV pays conv_fill_cycles)
         job = conv_job(arch, graph, conv, params)
@@ -87,7 +128,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
         emit_conv(prog, arch, job, fmaps[conv.inputs[0]], FMap.dense(y.reg_id, 0, h, w, c), conv.inputs[0],
                   pool.outputs[0], pool=spec)
         return
-    tile = _conv_pool_tile(arch, graph, conv, pool)
+    tile = tile or _conv_pool_tile(arch, graph, conv, pool)
     if tile is None:
         raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
     job = conv_job(arch, graph, conv, params)

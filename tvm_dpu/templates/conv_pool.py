@@ -10,7 +10,7 @@ _HOOKS = dict(fits="fused_conv_pool:group_fits", emitter="fused_conv_pool:emit_g
 CONV_POOL = TemplateDef(
     "conv_pool", 10,
     Pattern("vertical", (v("conv", CONV, "conv_plain", "single_consumer"), v("pool", POOL)), (("conv", "pool"),)),
-    **_HOOKS, doc="conv feeding a pool")
+    **_HOOKS, variants="fused_conv_pool:group_variants", doc="conv feeding a pool")
 PW_DW = TemplateDef(
     "pw_dw", 50,
     Pattern("vertical", (v("pw", CONV, "pointwise", "single_consumer"), v("dw", DEPTHWISE)), (("pw", "dw"),)),
