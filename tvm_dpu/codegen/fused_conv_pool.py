@@ -60,7 +60,8 @@ def fold_variants(arch: Arch, graph: Graph, conv: Op, pool: Op) -> tuple[str, ..
 
 
 def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
-    """The template registry's variants of a conv_pool / pw_dw group: "wide", then its row folds (fold_variants)."""
+    """The template registry's variants of a conv_pool group [conv, pool]: "wide", then its row folds
+    (fold_variants)."""
     return ("wide",) + (fold_variants(arch, graph, *ops) if conv_pool_fits(arch, graph, *ops) else ())
 
 
