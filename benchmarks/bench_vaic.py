@@ -16,6 +16,8 @@ JSON goes to benchmarks/results/vaic.json (benchmarks/readme_figures.py renders 
 
     python benchmarks/bench_vaic.py                      # the vendored xmodels
     python benchmarks/bench_vaic.py --extra DIR --json benchmarks/results/vaic_extra.json   # and those in DIR
+    python benchmarks/bench_vaic.py --extra DIR --json benchmarks/results/vaic_extra.json --only pointpillars_
+        # only the xmodels whose file name contains the text: their rows replace those in the JSON
 """
 from __future__ import annotations
 
@@ -167,6 +169,22 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
             "not_compared": skipped}
 
 
+def merged(old: dict, new: dict, only: list[str]) -> dict:
+    """`old` results with the rows of the xmodels named by `only` (file-name substrings) replaced by `new`'s, in
+    `old`'s xmodel order (new xmodels last)."""
+    rerun = lambda r: any(o in Path(r["xmodel"]).name for o in only)
+    order = {x: i for i, x in enumerate(dict.fromkeys(r["xmodel"] for k in ROW_LISTS for r in old.get(k, [])))}
+    out = {**old, "seed": new["seed"]}
+    for k in ROW_LISTS:
+        rows = [r for r in old.get(k, []) if not rerun(r)] + new[k]
+        out[k] = sorted(rows, key=lambda r: order.get(r["xmodel"], len(order)))
+    return out
+
+
+#: The per-subgraph lists of a results file.
+ROW_LISTS = ("rows", "reference_rows", "not_compared")
+
+
 def _goal(ok: bool, text: str) -> str:
     return f"{text} {'met' if ok else 'MISSED'}"
 
@@ -264,11 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=str(DEFAULT_JSON))
     ap.add_argument("--from-json", help="skip the runs: print the table of this results file")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only the xmodels whose file name contains this; their rows replace those in --json")
     args = ap.parse_args(argv)
     if args.from_json:
         data = json.loads(Path(args.from_json).read_text())
     else:
-        data = bench(xmodels([Path(e) for e in args.extra]), args.seed)
+        paths = [p for p in xmodels([Path(e) for e in args.extra])
+                 if not args.only or any(o in p.name for o in args.only)]
+        data = bench(paths, args.seed)
+        if args.only and Path(args.json).exists():
+            data = merged(json.loads(Path(args.json).read_text()), data, args.only)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         write_results(args.json, data, indent=1)
     print(table(data))

@@ -106,3 +106,20 @@ def test_a_miss_below_the_ddr_floor_says_the_goal_is_unreachable():
     low = bench.floor_figures(side(1000.0), {**raw, "cycles": 100.0})
     assert low["goal_reachable"] and "unreachable" not in bench.miss(side(1000.0), side(1000.0), [], low)
     assert bench.floor_figures(side(1000.0), None) is None
+
+
+def test_only_replaces_the_rerun_xmodels_rows_in_place():
+    """--only: the rows of the xmodels rerun replace theirs in the results file; the others keep their rows and
+    their order."""
+    bench = _bench()
+    row = lambda x, c: {"xmodel": x, "cycles": c}
+    old = {"seed": 0, "rows": [row("d/a.xmodel", 1), row("b_zcu.xmodel", 2), row("c.xmodel", 3)],
+           "reference_rows": [row("b_u50.xmodel", 4)], "not_compared": [row("c.xmodel", 5)], "goal_ratio_max": 0.95}
+    new = {"seed": 1, "rows": [row("b_zcu.xmodel", 20)], "reference_rows": [row("b_u50.xmodel", 40)],
+           "not_compared": []}
+    out = bench.merged(old, new, ["b_"])
+    assert out["rows"] == [row("d/a.xmodel", 1), row("b_zcu.xmodel", 20), row("c.xmodel", 3)]
+    assert out["reference_rows"] == [row("b_u50.xmodel", 40)] and out["not_compared"] == [row("c.xmodel", 5)]
+    assert out["seed"] == 1 and out["goal_ratio_max"] == 0.95
+    new = {"seed": 0, "rows": [row("e.xmodel", 6)], "reference_rows": [], "not_compared": []}
+    assert bench.merged(old, new, ["e."])["rows"][-1] == row("e.xmodel", 6)  # a new xmodel's rows go last
