@@ -19,14 +19,15 @@ ZCU102 = "DPUCZDX8G_ISA1_B4096"
 
 
 def _pfn_graph(cin: int, h: int, w: int, cout: int, pool: str = "max_pool2d", act: str = "relu", seed: int = 0,
-               pool_k: int | None = None) -> Graph:
+               pool_k: int | None = None, pool_s: int | None = None) -> Graph:
     """PointPillars' PFN shape: a 1x1 conv over an h x w map, then a 1 x w pool of stride w (pool_k: another
-    pool width, which does not fold)."""
+    pool width, which does not fold; pool_s: another stride, which a whole-width window ignores)."""
     b = _B(seed)
     x = b.input(cin, h, w)
     c = b.conv(x, cout, 1, act=act)
     pk = pool_k or w
-    out = b.op(pool, [c], (1, cout, h, w // pk), 3, kernel=[1, pk], strides=[1, pk], pads=[0, 0, 0, 0])
+    ps = pool_s or pk
+    out = b.op(pool, [c], (1, cout, h, (w - pk) // ps + 1), 3, kernel=[1, pk], strides=[1, ps], pads=[0, 0, 0, 0])
     b.g.outputs = [out]
     validate_graph(b.g)
     return b.g
@@ -37,19 +38,20 @@ def _plan(g: Graph, variant: str) -> FusionPlan:
     return FusionPlan("manual", [Group("conv_pool", ops)], variants={ops[0]: variant})
 
 
-FOLD_CASES = [  # (arch, cin, h, w, cout, pool, act, k)
-    (ZCU102, 9, 48, 100, 64, "max_pool2d", "relu", 2),  # the PFN at reduced H
-    (ZCU102, 9, 48, 24, 64, "max_pool2d", "relu", 8),
-    (ZCU102, 16, 30, 10, 16, "max_pool2d", "none", 5),  # no activation
-    (ZCU102, 16, 36, 12, 32, "avg_pool2d", "relu", 3),
-    ("DPUCZDX8G_ISA1_B1152", 9, 40, 20, 24, "max_pool2d", "relu", 4),
+FOLD_CASES = [  # (arch, cin, h, w, cout, pool, act, k, pool stride)
+    (ZCU102, 4, 48, 100, 64, "max_pool2d", "relu", 2, 1),  # vai_c's PFN at reduced H (pool stride 1, as its xmodel)
+    (ZCU102, 9, 48, 100, 64, "max_pool2d", "relu", 2, None),
+    (ZCU102, 9, 48, 24, 64, "max_pool2d", "relu", 8, None),
+    (ZCU102, 16, 30, 10, 16, "max_pool2d", "none", 5, None),  # no activation
+    (ZCU102, 16, 36, 12, 32, "avg_pool2d", "relu", 3, 1),
+    ("DPUCZDX8G_ISA1_B1152", 9, 40, 20, 24, "max_pool2d", "relu", 4, None),
 ]
 
 
 @pytest.mark.parametrize("case", range(len(FOLD_CASES)))
 def test_folded_chain_is_bit_exact_with_fewer_convs(case):
-    arch_name, cin, h, w, cout, pool, act, k = FOLD_CASES[case]
-    g, arch = _pfn_graph(cin, h, w, cout, pool, act, seed=case), load_arch(arch_name)
+    arch_name, cin, h, w, cout, pool, act, k, stride = FOLD_CASES[case]
+    g, arch = _pfn_graph(cin, h, w, cout, pool, act, seed=case, pool_s=stride), load_arch(arch_name)
     conv, p = g.ops
     assert fold_variants(arch, g, conv, p)  # the search has folds to time (the largest that fit; k is any that fits)
     folded = _plan(g, f"fold{k}")
@@ -107,7 +109,8 @@ def test_the_search_picks_the_fold_on_the_pfn_shape():
 
 
 def _pfn_onnx(h: int, w: int):
-    """PointPillars' PFN layer as ONNX at reduced height: 1x1 conv (9 -> 64) + ReLU + a 1 x w max pool."""
+    """vai_c's PointPillars PFN layer as ONNX at reduced height: 1x1 conv (4 -> 64) + ReLU + a 1 x w max pool of
+    stride 1 (its xmodel's: one window position either way)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -115,12 +118,12 @@ def _pfn_onnx(h: int, w: int):
     init = lambda n, a: numpy_helper.from_array(np.asarray(a, np.float32), n)
     node = helper.make_node
     nodes = [node("Conv", ["x", "w", "b"], ["c"], name="conv"), node("Relu", ["c"], ["r"], name="relu"),
-             node("MaxPool", ["r"], ["y"], name="mp", kernel_shape=[1, w], strides=[1, w])]
-    g = helper.make_graph(nodes, "pfn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 9, h, w])],
+             node("MaxPool", ["r"], ["y"], name="mp", kernel_shape=[1, w], strides=[1, 1])]
+    g = helper.make_graph(nodes, "pfn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, h, w])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, h, 1])],
-                          [init("w", rng.standard_normal((64, 9, 1, 1)) * 0.3),
+                          [init("w", rng.standard_normal((64, 4, 1, 1)) * 0.3),
                            init("b", rng.standard_normal(64) * 0.1)])
-    calib = rng.standard_normal((4, 1, 9, h, w)).astype(np.float32)
+    calib = rng.standard_normal((4, 1, 4, h, w)).astype(np.float32)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7), calib
 
 

@@ -40,9 +40,9 @@ def _folded_tile(arch: Arch, graph: Graph, conv: Op, pool: Op, k: int) -> ChainT
     """Tile of the chain folded by k (row_fold), or None unless one strip takes the k folded rows whole (a strip
     of fewer would only be a smaller fold). Without a spare wrap where one is needed: the buffer then holds the wider
     rows the fold is for."""
-    g = folded_graph(graph, conv, pool, k)
+    g, folded_pool = folded_graph(graph, conv, pool, k)
     for spare in (1, 0):
-        tile = _conv_pool_tile(arch, g, conv, pool, spare)
+        tile = _conv_pool_tile(arch, g, conv, folded_pool, spare)
         if tile is not None and tile.lp == k:
             return tile
     return None
@@ -107,7 +107,8 @@ def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: 
     tile = _folded_tile(arch, graph, conv, pool, k)
     if tile is None:
         raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: no fold by {k} on {arch.name}")
-    emit_conv_pool(prog, arch, folded_graph(graph, conv, pool, k), conv, pool, folded, params, tile)
+    g, folded_pool = folded_graph(graph, conv, pool, k)
+    emit_conv_pool(prog, arch, g, conv, folded_pool, folded, params, tile)
 
 
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],

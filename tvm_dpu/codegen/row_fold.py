@@ -4,7 +4,7 @@
 Where a 1x1 stride-1 unpadded conv feeds a pool whose window and stride span the whole width (kh = sh = 1,
 kw = sw = W), every output pixel depends on one input row only, and in the DPU's HWC layout k consecutive rows of a
 map with row pitch W * pixel pitch are one DDR run. So the chain computes the same bytes on a folded view: H/k rows
-of k*W columns, the pool (same kernel and stride) giving k outputs per folded row. Fewer, wider CONVs each pay the
+of k*W columns, the pool (its 1 x W window strided by W) giving k outputs per folded row. Fewer, wider CONVs each pay the
 CONV engine's fill once (the PFN's 12000 CONVs of 100 columns are held back by it).
 
 The fold is a codegen view (the chain's three tensors reshaped, their FMaps re-pitched), not a graph rewrite: the
@@ -32,8 +32,8 @@ def foldable_width(graph: Graph, conv: Op, pool: Op) -> int | None:
     if ((cw.kh, cw.kw, cw.sh, cw.sw, cw.dh, cw.dw) != (1,) * 6 or any(cw.pads)
             or graph.tensors[conv.inputs[0]].shape[2:] != (h, w)):
         return None
-    if ((pw.kh, pw.sh, pw.kw, pw.sw) != (1, 1, w, w) or any(pw.pads)
-            or graph.tensors[pool.outputs[0]].shape[2:] != (h, 1)):
+    # a window of the whole width has one position whatever its stride (vai_c's PFN says 1)
+    if ((pw.kh, pw.sh, pw.kw) != (1, 1, w) or any(pw.pads) or graph.tensors[pool.outputs[0]].shape[2:] != (h, 1)):
         return None
     return w
 
@@ -51,14 +51,17 @@ def fold_of(variant: str) -> int:
     return int(variant[len(FOLD_PREFIX):]) if variant.startswith(FOLD_PREFIX) else 1
 
 
-def folded_graph(graph: Graph, conv: Op, pool: Op, k: int) -> Graph:
+def folded_graph(graph: Graph, conv: Op, pool: Op, k: int) -> tuple[Graph, Op]:
     """`graph` seen with the chain's input, conv output and pool output folded by k ((1, C, H, W) -> (1, C, H/k,
-    k*W)); the ops themselves (and so the pool's 1 x W kernel and stride) are unchanged."""
+    k*W)), and the pool in it: its 1 x W window now strided by W."""
+    w = graph.tensors[conv.outputs[0]].shape[3]
     tensors = dict(graph.tensors)
     for name in (conv.inputs[0], conv.outputs[0], pool.outputs[0]):
-        n, c, h, w = tensors[name].shape
-        tensors[name] = Tensor(name, (n, c, h // k, k * w), tensors[name].dtype, tensors[name].fix_point)
-    return replace(graph, tensors=tensors)
+        n, c, h, wd = tensors[name].shape
+        tensors[name] = Tensor(name, (n, c, h // k, k * wd), tensors[name].dtype, tensors[name].fix_point)
+    folded_pool = replace(pool, attrs={**pool.attrs, "strides": [1, w]})
+    ops = [folded_pool if op is pool else op for op in graph.ops]
+    return replace(graph, tensors=tensors, ops=ops), folded_pool
 
 
 def folded_fmap(m: FMap, k: int) -> FMap | None:
