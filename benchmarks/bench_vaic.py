@@ -173,9 +173,9 @@ def merged(old: dict, new: dict, only: list[str]) -> dict:
     """`old` results with the rows of the xmodels named by `only` (file-name substrings) replaced by `new`'s, in
     `old`'s xmodel order (new xmodels last)."""
     rerun = lambda r: any(o in Path(r["xmodel"]).name for o in only)
-    order = {x: i for i, x in enumerate(dict.fromkeys(r["xmodel"] for k in ROW_LISTS for r in old.get(k, [])))}
     out = {**old, "seed": new["seed"]}
     for k in ROW_LISTS:
+        order = {x: i for i, x in enumerate(dict.fromkeys(r["xmodel"] for r in old.get(k, [])))}
         rows = [r for r in old.get(k, []) if not rerun(r)] + new[k]
         out[k] = sorted(rows, key=lambda r: order.get(r["xmodel"], len(order)))
     return out
