@@ -22,8 +22,8 @@ FOLD_PREFIX = "fold"
 
 
 def foldable_width(graph: Graph, conv: Op, pool: Op) -> int | None:
-    """W when conv -> pool has the foldable form (1x1 stride-1 unpadded undilated conv, max / avg pool of kernel
-    and stride 1 x W, unpadded, over a conv output of width W), else None."""
+    """W when conv -> pool has the foldable form (1x1 stride-1 unpadded undilated conv, unpadded max / avg pool of
+    kernel 1 x W and stride 1 down the rows over a conv output of width W), else None."""
     if (conv.type != "conv2d" or pool.type not in ("max_pool2d", "avg_pool2d")
             or pool.type == "avg_pool2d" and xops.attr(pool, "global")):
         return None
