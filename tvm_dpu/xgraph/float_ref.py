@@ -27,8 +27,8 @@ from tvm_dpu.xgraph.validate import run_ops, validate_feeds
 FloatEvaluator = Callable[..., np.ndarray]
 
 
-#: Bytes of float64 constants a `ConstCache` keeps (ResNet-50's weights: 204 MB; VGG-16's but fc6 and fc7: 151 MB);
-#: constants beyond it are converted on every run, as without a cache.
+#: Bytes of float64 constants a `ConstCache` keeps (ResNet-50's weights: 204 MB); constants beyond it are converted
+#: on every run, as without a cache.
 CONST_CACHE_BYTES = 256 << 20
 
 
@@ -48,9 +48,7 @@ class ConstCache:
         if hit is not None and hit[0] is t.data:
             return hit[1]
         v = _as_float64(t, user)
-        # Large weights (VGG-16's fc6 and fc7: 0.9 GB as float64) are converted each run, as before: kept, they
-        # would raise the compile's peak memory for little time.
-        if v.size <= _CONV_CHUNK and self.used + v.nbytes <= self.max_bytes and hit is None:
+        if self.used + v.nbytes <= self.max_bytes and hit is None:
             v.flags.writeable = False
             self._values[id(t)] = (t.data, v)  # holding the tensor's data keeps its id from being reused
             self.used += v.nbytes
