@@ -312,33 +312,3 @@ def test_max_pool_running_maximum_is_the_window_reduction():
         want = windows(x, win, -np.inf).max(axis=(-2, -1))
         np.testing.assert_array_equal(got, want)  # NaN where a window holds it, as the reduction gives
         assert np.isnan(got).any()
-
-
-def test_const_cache_converts_each_constant_once_and_changes_no_bit(monkeypatch):
-    # Calibration runs the float reference once per sample: a ConstCache keeps the weights as float64 between runs.
-    # The runs must give the very bits of uncached runs, each constant be converted once, the kept values be
-    # read-only, and constants beyond the budget be converted every run as before.
-    import tvm_dpu.xgraph.float_ref as fr
-    from tvm_dpu.xgraph.float_ref import ConstCache
-
-    converted = []
-    convert = fr._as_float64
-    monkeypatch.setattr(fr, "_as_float64", lambda t, user: converted.append(t.name) or convert(t, user))
-    x, w, b = _x(1, 8, 9, 9), _x(16, 8, 3, 3), _x(16)
-    g = _xgraph("conv2d", {"x": x}, (1, 16, 9, 9), {"weights": w, "bias": b}, strides=(1, 1), pads=(1, 1, 1, 1),
-                dilations=(1, 1), groups=1, act="relu", alpha=None)
-    want = run_graph_float(g, {"x": x})["y"]
-    cache = ConstCache()
-    first = run_graph_float(g, {"x": x}, consts=cache)["y"]
-    kept = dict(cache._values)
-    second = run_graph_float(g, {"x": x * 1.0}, consts=cache)["y"]
-    assert np.array_equal(first, want) and np.array_equal(second, want)
-    assert len(kept) == 2 and cache.used == (w.size + b.size) * 8
-    assert sorted(converted) == ["p_bias", "p_bias", "p_weights", "p_weights"]  # uncached run, first cached run
-    assert not any(v.flags.writeable for _, v in kept.values())
-    small = ConstCache(max_bytes=b.size * 8)  # room for the bias only
-    assert np.array_equal(run_graph_float(g, {"x": x}, consts=small)["y"], want)
-    assert small.used == b.size * 8 and len(small._values) == 1
-    converted.clear()
-    assert np.array_equal(run_graph_float(g, {"x": x}, consts=small)["y"], want)
-    assert converted == ["p_weights"]

@@ -209,15 +209,13 @@ def _calibration_call(index: int, *args: Any) -> None:
 def _dpu_evaluator(fs: Any, collector: Any) -> Evaluator:
     """The partition's float reference for the calibration run; with a `StatsCollector`, the same evaluation also
     folds every feature map into the calibration statistics (one float run per sample, not two)."""
-    from tvm_dpu.xgraph.float_ref import ConstCache, run_graph_float
-
-    consts = ConstCache() if collector is None else None  # a collector keeps its own
+    from tvm_dpu.xgraph.float_ref import run_graph_float
 
     def evaluate(inputs: list[np.ndarray]) -> list[np.ndarray]:
         # the XGraph is one image; a batch of N goes through the float reference at once (its ops take any N)
         feeds = {name: np.asarray(a).reshape((-1, *fs.graph.tensors[name].shape[1:])).astype(np.float32)
                  for name, a in zip(fs.input_names, inputs)}
-        res = collector.run(feeds) if collector is not None else run_graph_float(fs.graph, feeds, consts=consts)
+        res = collector.run(feeds) if collector is not None else run_graph_float(fs.graph, feeds)
         return [res[name] for name in fs.output_names]
 
     evaluate.n_inputs = len(fs.input_names)

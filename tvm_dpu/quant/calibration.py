@@ -351,8 +351,6 @@ class StatsCollector:
         self.graph = graph
         self.fmaps = list(graph.inputs) + [o for op in graph.ops for o in op.outputs]
         self.stats = CalibrationStats(graph.name, tensors={n: TensorStats(n, max_samples, seed) for n in self.fmaps})
-        from tvm_dpu.xgraph.float_ref import ConstCache
-        self._consts = ConstCache()  # the weights as float64, converted once for every batch
 
     def run(self, batch: Any) -> dict[str, np.ndarray]:
         from tvm_dpu.errors import DPUError
@@ -361,7 +359,7 @@ class StatsCollector:
         i = self.stats.batches
         feeds = _feeds(self.graph, batch, i)
         try:
-            env = run_graph_float(self.graph, feeds, keep_all=True, consts=self._consts)
+            env = run_graph_float(self.graph, feeds, keep_all=True)
         except DPUError as e:
             raise QuantizationError(f"calibration batch {i}: {e}") from None
         # Each tensor has its own generator and reservoir, so the folds are independent (numpy releases the GIL

@@ -13,7 +13,6 @@ One evaluator per op type (`FLOAT_EVALUATORS`, the `float_ref` hooks of the op r
 """
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Callable, Mapping
 
 import numpy as np
@@ -27,45 +26,8 @@ from tvm_dpu.xgraph.validate import run_ops, validate_feeds
 FloatEvaluator = Callable[..., np.ndarray]
 
 
-#: Bytes of float64 constants a `ConstCache` keeps (ResNet-50's weights: 204 MB); constants beyond it are converted
-#: on every run, as without a cache.
-CONST_CACHE_BYTES = 256 << 20
-
-
-class ConstCache:
-    """The float64 values of a graph's constants (`const_value`), kept across runs of the float reference on the
-    same graph: calibration runs it once per sample, and converting ResNet-50's 25 M weights to float64 cost about
-    0.07 s a run. The values are the ones converted each time, so every result is bit for bit the same; they are
-    read-only (an evaluator that wrote into one would fail instead of changing the next run)."""
-
-    def __init__(self, max_bytes: int = CONST_CACHE_BYTES):
-        self.max_bytes = max_bytes
-        self.used = 0
-        self._values: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(tensor) -> (its data, float64 value)
-
-    def value(self, t: Tensor, user: str) -> np.ndarray:
-        hit = self._values.get(id(t))
-        if hit is not None and hit[0] is t.data:
-            return hit[1]
-        v = _as_float64(t, user)
-        if self.used + v.nbytes <= self.max_bytes and hit is None:
-            v.flags.writeable = False
-            self._values[id(t)] = (t.data, v)  # holding the tensor's data keeps its id from being reused
-            self.used += v.nbytes
-        return v
-
-
-_CONSTS: ContextVar[ConstCache | None] = ContextVar("tvm_dpu_float_ref_consts", default=None)
-
-
 def const_value(t: Tensor, user: str = "") -> np.ndarray:
-    """The real value of constant `t` as float64: float data as is, integer data times 2**-fix_point (from the
-    `ConstCache` of the run, if it has one)."""
-    cache = _CONSTS.get()
-    return _as_float64(t, user) if cache is None else cache.value(t, user)
-
-
-def _as_float64(t: Tensor, user: str) -> np.ndarray:
+    """The real value of constant `t` as float64: float data as is, integer data times 2**-fix_point."""
     if t.data is None:
         raise GraphError(f"{user or 'float reference'}: tensor {t.name!r} has no data")
     if t.data.dtype.kind == "f":
@@ -175,8 +137,7 @@ def eval_conv2d(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray:
         parts = []
         for lo in range(0, t.shape[0], step):
             piece = Tensor(t.name, t.data[lo:lo + step].shape, t.dtype, t.fix_point, t.data[lo:lo + step])
-            # not through the ConstCache: a piece is a new tensor each run (it would never hit, only fill it)
-            parts.append(_conv(x, _as_float64(piece, op.where()), win, 1))
+            parts.append(_conv(x, const_value(piece, op.where()), win, 1))
         return _finish_conv(op, graph, np.concatenate(parts, axis=1))
     return _finish_conv(op, graph, _conv(x, const_value(t, op.where()), win, groups))
 
@@ -291,21 +252,11 @@ def run_op_float(op: Op, graph: Graph, env: dict[str, np.ndarray]) -> dict[str, 
     return {op.outputs[0]: out}
 
 
-def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False,
-                    consts: ConstCache | None = None) -> dict[str, np.ndarray]:
+def run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
     """Run `graph` in float64 on real-valued `feeds` (one per graph input, any batch size N).
 
-    Returns the graph outputs by name, or every computed tensor (inputs included) with keep_all=True. `consts`: the
-    float64 constants of earlier runs on `graph` (a caller running it on many batches keeps one).
+    Returns the graph outputs by name, or every computed tensor (inputs included) with keep_all=True.
     """
-    token = _CONSTS.set(consts)
-    try:
-        return _run_graph_float(graph, feeds, keep_all)
-    finally:
-        _CONSTS.reset(token)
-
-
-def _run_graph_float(graph: Graph, feeds: dict[str, np.ndarray], keep_all: bool) -> dict[str, np.ndarray]:
     validate_feeds(graph, feeds)
     env: dict[str, np.ndarray] = {}
     batch = None
