@@ -250,5 +250,5 @@ print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"), BLAS_THREAD_TIMEOUT, os.environ
 def test_blas_threads_are_the_cores_the_load_leaves_free():
     from tvm_dpu.cli import blas_threads
 
-    assert [blas_threads(2, load) for load in (0.0, 0.4, 0.6, 1.0, 1.6, 8.0)] == [2, 2, 1, 1, 1, 1]
+    assert [blas_threads(2, load) for load in (0.0, 0.6, 0.99, 1.0, 1.6, 8.0)] == [2, 2, 2, 1, 1, 1]
     assert [blas_threads(8, load) for load in (0.0, 2.4, 7.6, 30.0)] == [8, 6, 1, 1]

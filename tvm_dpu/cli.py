@@ -1374,11 +1374,12 @@ BLAS_THREAD_TIMEOUT = "20"
 
 
 def blas_threads(cores: int, load: float) -> int:
-    """OpenBLAS threads for a process starting on `cores` cores while the 1-minute load average is `load`: the
-    cores the other jobs leave free, rounded, at least 1. OpenBLAS's threads wait for each other spinning: when a
-    partner thread is descheduled the others burn its time (calibration of ResNet-50 at load 8-10: 3.0-3.1 CPU-s
-    and 7.7-8.2 s with 2 threads, 1.7-1.8 CPU-s and 4.3-4.8 s with 1); on idle cores the threads split the products."""
-    return max(1, min(cores, int(cores - load + 0.5)))
+    """OpenBLAS threads for a process starting on `cores` cores while the 1-minute load average is `load`: one
+    fewer than the cores for each whole core the other jobs keep busy, at least 1. OpenBLAS's threads wait for each
+    other spinning: when a partner thread is descheduled the others burn its time (calibration of ResNet-50 on 2
+    cores at load 8-10: 3.0-3.1 CPU-s and 7.7-8.2 s with 2 threads, 1.7-1.8 CPU-s and 4.3-4.8 s with 1; at load 5.5:
+    3.0 and 2.0-2.3 CPU-s); on idle cores the threads split the products."""
+    return max(1, min(cores, cores - int(load)))
 
 
 def _tune_blas() -> None:
