@@ -1373,38 +1373,22 @@ def preflight(args: argparse.Namespace) -> None:
 BLAS_THREAD_TIMEOUT = "20"
 
 
-def blas_threads(cores: int, load: float) -> int:
-    """OpenBLAS threads for a process starting on `cores` cores while the 1-minute load average is `load`: one
-    fewer than the cores for each whole core the other jobs keep busy, at least 1. OpenBLAS's threads wait for each
-    other spinning: when a partner thread is descheduled the others burn its time (calibration of ResNet-50 on 2
-    cores at load 8-10: 3.0-3.1 CPU-s and 7.7-8.2 s with 2 threads, 1.7-1.8 CPU-s and 4.3-4.8 s with 1; at load 5.5:
-    3.0 and 2.0-2.3 CPU-s); on idle cores the threads split the products."""
-    return max(1, min(cores, cores - int(load)))
-
-
-def _tune_blas() -> None:
-    """Before anything loads numpy (OpenBLAS reads its variables then), and where the user set none of them: let
-    OpenBLAS's idle workers sleep after 2**BLAS_THREAD_TIMEOUT cycles instead of spinning about 0.1 s (calibration
-    alternates its float64 products with single-threaded numpy work and its statistics threads: with the default
-    spin a worker held a core through the whole run; ResNet-50: 3.6-4.3 -> 3.1-3.3 CPU-s), and use the cores the
-    machine has free (`blas_threads`). Neither changes a result: each output of a product is reduced the same way
-    on any number of threads (the artifacts are byte-identical)."""
+def _short_blas_spin() -> None:
+    """Let OpenBLAS's idle workers sleep after 2**BLAS_THREAD_TIMEOUT cycles instead of spinning for about 0.1 s
+    (unless the user set OPENBLAS_THREAD_TIMEOUT). Calibration alternates its float64 products with single-threaded
+    numpy work and its statistics threads; with the default spin the worker held a core through the whole run
+    (ResNet-50 on 2 cores at load 8-11: calibration 3.6-4.3 CPU-s, 3.1-3.3 with this; no result changes). OpenBLAS
+    reads the variable when numpy loads it (there is no call to change it later), so it is set only before anything
+    imported numpy. (How many threads the products use is set at run time: util.blas.)"""
     import os
 
-    if "numpy" in sys.modules:
-        return
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
-    if not any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")):
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # no load average on this system: every core
-            load = 0.0
-        os.environ["OPENBLAS_NUM_THREADS"] = str(blas_threads(os.cpu_count() or 1, load))
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_THREAD_TIMEOUT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tvm-dpu` console script; returns the exit code."""
-    _tune_blas()
+    _short_blas_spin()
     parser = build_parser()
     args = _parse(parser, argv)
     try:
