@@ -1,32 +1,16 @@
-"""util.blas: how many OpenBLAS threads the load leaves worth using, and calibration's products run on them."""
+"""util.blas: how many OpenBLAS threads the load leaves worth using, and calibration's products run on them (the
+setter itself: tests/test_emulator_perf.py)."""
 from __future__ import annotations
 
 import contextlib
 
-import pytest
-
-from tvm_dpu.util.blas import free_cores, openblas_thread_setter, openblas_threads
+from tvm_dpu.util.blas import free_cores
 
 
 def test_free_cores_are_the_cores_less_each_whole_core_kept_busy():
     assert [free_cores(2, load) for load in (0.0, 0.6, 0.99, 1.0, 1.6, 8.0)] == [2, 2, 2, 1, 1, 1]
     assert [free_cores(8, load) for load in (0.0, 2.4, 7.6, 30.0)] == [8, 6, 1, 1]
     assert 1 <= free_cores() <= 64
-
-
-def test_openblas_threads_sets_and_restores_the_calling_threads_count():
-    setter = openblas_thread_setter()
-    if setter is None:
-        pytest.skip("numpy's OpenBLAS not found")
-    before = setter(3)
-    try:
-        with openblas_threads(1):
-            assert setter(1) == 1
-        assert setter(3) == 3
-        with openblas_threads(0):  # 0: as configured
-            assert setter(3) == 3
-    finally:
-        setter(before)
 
 
 def test_calibration_runs_its_products_on_the_free_cores(monkeypatch):
