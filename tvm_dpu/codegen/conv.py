@@ -678,7 +678,7 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     def saves(barrier: tuple = ()) -> None:
         """`barrier`: resources the last SAVE reads as well."""
         if pool is not None:
-            _emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
+            emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
                                barrier)
             return
         for r, (oy, ox, cnt, skip) in enumerate(rows):
@@ -689,7 +689,7 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     return saves
 
 
-def _emit_pool_on_save(prog: Program, arch: Arch, pool: PoolOnSave, y_res: str, out_res: tuple, g0_bank: int,
+def emit_pool_on_save(prog: Program, arch: Arch, pool: PoolOnSave, y_res: str, out_res: tuple, g0_bank: int,
                        base: int, p0: int, vpp: int, q0: int, length: int, g0: int, n: int, channels: int,
                        barrier: tuple = ()) -> None:
     """The PoolOnSave of one conv tile (conv row r in bank r of the group from g0_bank, from row `base`, pixels n

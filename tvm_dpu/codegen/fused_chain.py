@@ -35,6 +35,14 @@ class ChainTile:
     la: int  # conv output columns per CONV (a strip's conv columns are cut into pieces of at most la)
     a_slot: int  # rows of each half of VB0 for the conv's input window (the consumer's output slot follows it)
     la_aug: int = 0  # the same for channel-augmented CONVs (0: the conv is not augmented, see _augmentable)
+    align: int = 1  # strips start on and passes span multiples of this many consumer columns / rows (strips)
+
+
+def strips(w: int, tile: ChainTile) -> list[tuple[int, int]]:
+    """(first column, columns) of each strip of a chain whose consumer output is `w` columns wide: the fewest
+    near-equal strips of at most tile.lp columns, each a multiple of tile.align (the last one clipped to `w`)."""
+    a = tile.align
+    return [(a * s, min(a * n, w - a * s)) for s, n in split_even(ceil_div(w, a), tile.lp // a)]
 
 
 def _augmentable(arch: Arch, job: ConvJob) -> bool:
@@ -73,7 +81,7 @@ def window_of(graph: Graph, consumer: Op):
 
 
 def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
-                wrows_extra: int, spare: int = 1) -> ChainTile | None:
+                wrows_extra: int, spare: int = 1, align: int = 1) -> ChainTile | None:
     """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
     height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
     VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
@@ -83,7 +91,8 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     widest strip wins (fewest halo columns, fewest consumer instructions). The buffer holds the wraps one pass
     reads plus `spare` more, which the conv fills while the pass reads (with 0 the conv overwrites a wrap only
     once the passes reading it are done: less overlap, but a buffer a wrap shorter allows wider strips, hence
-    fewer and longer CONVs, each paying the CONV fill once)."""
+    fewer and longer CONVs, each paying the CONV fill once). `align`: strips of a multiple of this many columns and
+    passes of a multiple of this many rows (a 2x2 stride-2 pool of each pass's output slot, fused_conv_conv_pool)."""
     if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return None
     win = window_of(graph, consumer)
@@ -103,7 +112,7 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     except CodegenError:
         return None
     vp = vmax
-    while vp >= 1 and _pool_pass_wraps(pp, win.sh, win.kh, vp) > 4:
+    while vp >= 1 and (_pool_pass_wraps(pp, win.sh, win.kh, vp) > 4 or vp % align):
         vp -= 1
     if vp < 1:
         return None
@@ -114,8 +123,9 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + spare, ceil_div(ceil_div(hc, win.sh), pp))
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
     wp = graph.tensors[consumer.outputs[0]].shape[3]
-    for n_cols in range(1, wp + 1):
-        lp = ceil_div(wp, n_cols)
+    units = ceil_div(wp, align)
+    for n_cols in range(1, units + 1):
+        lp = align * ceil_div(units, n_cols)
         in_p = (lp - 1) * win.sw + win.kw
         e, lc = in_p * cg_mid, min(in_p, wc)
         if lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10:
@@ -125,7 +135,7 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
         la_aug = _piece_cols(ja, cg_aug, wraps_c, a_slot, lc) if aug else 0
         wraps = depth // (win.sh * e)
         if la >= 1 and wraps >= need and (la_aug >= 1 or not aug):
-            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug)
+            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug, align)
     return None
 
 
@@ -295,7 +305,7 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
     _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
     pt, pleft = win.pads[0], win.pads[1]
     cbuf, oslot = 0, 0
-    for q0, length in split_even(y.w, tile.lp):
+    for q0, length in strips(y.w, tile):
         in_p = (length - 1) * win.sw + win.kw
         e = in_p * cg_mid
         slot_rows = sp * e  # rows of one wrap in every bank
