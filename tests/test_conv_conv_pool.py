@@ -9,7 +9,7 @@ from tvm_dpu.arch import load_arch
 from tvm_dpu.arch.arch import list_presets
 from tvm_dpu.codegen.compiler import compile_graph_fused
 from tvm_dpu.codegen.fused import emittable
-from tvm_dpu.codegen.fused_conv_conv_pool import _tile
+from tvm_dpu.codegen.fused_conv_conv_pool import CONV_CONV_POOL_VARIANTS, _tile, group_variants
 from tvm_dpu.runtime.dep_check import check_programs
 from tvm_dpu.timing.simulate import simulate_subgraph
 from tvm_dpu.types import SINGLE, FusionPlan, Group
@@ -61,14 +61,17 @@ def _clean(compiled, arch) -> None:
         assert rep.ok and rep.races_checked, (label, rep.problems[:3], rep.races[:3])
 
 
+@pytest.mark.parametrize("variant", list(CONV_CONV_POOL_VARIANTS))
 @pytest.mark.parametrize("arch_name", ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_conv_conv_pool_bit_exact_clean_and_on_chip(arch_name, case):
+def test_conv_conv_pool_bit_exact_clean_and_on_chip(arch_name, case, variant):
     g, arch = _graph(*_even(CASES[case]), seed=case), load_arch(arch_name)
     names = tuple(op.name for op in g.ops)
     group = Group("conv_conv_pool", names)
     assert emittable(group, g, arch)
-    plan = FusionPlan("manual", [group])
+    if _tile(arch, g, *g.ops, variant) is None:
+        pytest.skip(f"no {variant} tile here (a map of one even strip has no second)")
+    plan = FusionPlan("manual", [group], variants={names[0]: variant})
     result = emulator_vs_golden(g, arch, plan, seed=case)
     assert result.bad == 0, result.by_output
     _clean(result.compiled, arch)
@@ -82,18 +85,33 @@ def test_conv_conv_pool_bit_exact_clean_and_on_chip(arch_name, case):
 WIDE = (8, 40, 300, 48, 3, 1, 1, 16, 3, 1, "max_pool2d")  # 48 mid channels over 300 columns: strips on every preset
 
 
+@pytest.mark.parametrize("variant", ["narrow", "aligned_narrow"])
 @pytest.mark.parametrize("arch_name", ISA1)
-def test_several_strips_every_preset(arch_name):
-    """A map wide and tall enough for several strips and buffer wraps, on every ISA1 preset: the strips have even
-    widths (the pool pairs columns) and the program is exact and clean."""
+def test_several_strips_every_preset(arch_name, variant):
+    """A map wide and tall enough for several strips and buffer wraps, on every ISA1 preset, in a variant of more
+    strips than fit: the strips have even widths (the pool pairs columns), the aligned layout shifts every row by
+    the second conv's top padding, and the program is exact and clean."""
     g, arch = _graph(*_even(WIDE), seed=7), load_arch(arch_name)
-    tile = _tile(arch, g, *g.ops)
+    tile = _tile(arch, g, *g.ops, variant)
     assert tile is not None and tile.lp % 2 == 0 and tile.vp % 2 == 0
     assert tile.lp < g.tensors[g.ops[1].outputs[0]].shape[3]  # more than one strip
-    result = emulator_vs_golden(g, arch, FusionPlan("manual", [Group("conv_conv_pool", tuple(o.name for o in g.ops))]),
-                                seed=7)
+    assert tile.off == (1 if variant.startswith("aligned") else 0)
+    names = tuple(o.name for o in g.ops)
+    plan = FusionPlan("manual", [Group("conv_conv_pool", names)], variants={names[0]: variant})
+    result = emulator_vs_golden(g, arch, plan, seed=7)
     assert result.bad == 0, result.by_output
     _clean(result.compiled, arch)
+
+
+def test_aligned_layout_reads_fewer_wraps():
+    """The aligned layout: a pass of PP rows of a 3x3 conv reads 2 wraps of the buffer, not 3, so with the same
+    strips the buffer holds as many wraps in fewer rows, and the widest strip of the aligned variant is at least
+    as wide as the plain one's; every variant offered has its own tile."""
+    g, arch = _graph(*_even(WIDE), seed=7), load_arch("DPUCZDX8G_ISA1_B4096")
+    plain, aligned = _tile(arch, g, *g.ops, "wide"), _tile(arch, g, *g.ops, "aligned")
+    assert aligned.lp >= plain.lp and aligned.wraps == 2
+    offered = group_variants(arch, g, g.ops)
+    assert offered[0] == "wide" and len({_tile(arch, g, *g.ops, v) for v in offered}) == len(offered)
 
 
 def test_pool_that_does_not_halve_is_not_emittable():
