@@ -12,6 +12,6 @@ CONV_CONV_POOL = TemplateDef(
                          v("conv2", CONV, "conv_plain", "single_consumer"), v("pool", POOL)),
             (("conv1", "conv2"), ("conv2", "pool"))),
     fits="fused_conv_conv_pool:group_fits", emitter="fused_conv_conv_pool:emit_group", cost="fused_cycles",
-    variants="fused_conv_conv_pool:group_variants", relocated=True,
+    variants="fused_conv_conv_pool:group_variants", relocated=True, split_check=True,
     tiling=Tiling(fit=False),  # as conv_conv: the search's bank model keeps a candidate its fit test refuses
     doc="conv feeding a windowed conv feeding a 2x2 stride-2 pool")
