@@ -19,6 +19,12 @@ from conftest import emulator_vs_golden
 from test_codegen import _B
 
 ISA1 = [n for n in list_presets() if n.startswith("DPUCZDX8G_ISA1_")]
+SLOW = pytest.mark.slow
+#: the default run: the default variant everywhere, the others in the slow run (the strips test runs them on
+#: two presets by default, on every preset in the slow run)
+VARIANTS = [v if v == "wide" else pytest.param(v, marks=SLOW) for v in CONV_CONV_POOL_VARIANTS]
+PRESETS = [n if n in ("DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152") else pytest.param(n, marks=SLOW)
+           for n in ISA1]
 
 
 def _graph(cin: int, h: int, w: int, cmid: int, ka: int, sa: int, pa: int, cout: int, kb: int, pb: int,
@@ -61,7 +67,7 @@ def _clean(compiled, arch) -> None:
         assert rep.ok and rep.races_checked, (label, rep.problems[:3], rep.races[:3])
 
 
-@pytest.mark.parametrize("variant", list(CONV_CONV_POOL_VARIANTS))
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("arch_name", ["DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152"])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_conv_conv_pool_bit_exact_clean_and_on_chip(arch_name, case, variant):
@@ -86,7 +92,7 @@ WIDE = (8, 40, 300, 48, 3, 1, 1, 16, 3, 1, "max_pool2d")  # 48 mid channels over
 
 
 @pytest.mark.parametrize("variant", ["narrow", "aligned_narrow"])
-@pytest.mark.parametrize("arch_name", ISA1)
+@pytest.mark.parametrize("arch_name", PRESETS)
 def test_several_strips_every_preset(arch_name, variant):
     """A map wide and tall enough for several strips and buffer wraps, on every ISA1 preset, in a variant of more
     strips than fit: the strips have even widths (the pool pairs columns), the aligned layout shifts every row by
@@ -127,3 +133,31 @@ def test_pool_that_does_not_halve_is_not_emittable():
     group = Group("conv_conv_pool", tuple(op.name for op in b.g.ops))
     assert not emittable(group, b.g, arch)
     assert emulator_vs_golden(b.g, arch, FusionPlan("manual", [group])).bad == 0
+
+
+def test_search_takes_it_only_where_it_wins():
+    """The builder's search (compile_subgraph) takes conv_conv_pool where the timing model says the program is
+    faster with it: a block of few channels over a large map on B4096, whose unfused maps cost more DDR time than
+    the strips' extra CONVs (faster than the plan searched without the template); not on B1152, where the CONV
+    engine sets the pace and the strips' CONVs cost more than they save (there the group, in its fastest variant,
+    is slower than what the builder ships)."""
+    from tvm_dpu.backend.dpu_compile import compile_subgraph
+    from tvm_dpu.fusion.select import compile_with_fusion
+    from tvm_dpu.timing.simulate import cycles
+
+    g = _graph(16, 112, 112, 16, 3, 1, 1, 16, 3, 1, "max_pool2d", seed=1)
+    arch = load_arch("DPUCZDX8G_ISA1_B4096")
+    c, plan = compile_subgraph(g, arch)
+    assert [gr.template for gr in plan.groups] == ["conv_conv_pool"]
+    without, _ = compile_with_fusion(g, arch, without=("conv_conv_pool",))
+    assert cycles(c.code, arch) < 0.9 * cycles(without.code, arch)
+
+    g = _graph(64, 56, 56, 64, 3, 1, 1, 64, 3, 1, "max_pool2d", seed=1)
+    arch = load_arch("DPUCZDX8G_ISA1_B1152")
+    c, plan = compile_subgraph(g, arch)
+    assert "conv_conv_pool" not in {gr.template for gr in plan.groups}
+    names = tuple(op.name for op in g.ops)
+    fused = [cycles(compile_graph_fused(g, arch, FusionPlan("manual", [Group("conv_conv_pool", names)],
+                                                            variants={names[0]: v})).code, arch)
+             for v in group_variants(arch, g, g.ops)]
+    assert min(fused) > cycles(c.code, arch)
