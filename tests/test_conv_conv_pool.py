@@ -161,3 +161,21 @@ def test_search_takes_it_only_where_it_wins():
                                                             variants={names[0]: v})).code, arch)
              for v in group_variants(arch, g, g.ops)]
     assert min(fused) > cycles(c.code, arch)
+
+
+def test_first_layer_edges_run_augmented():
+    """A first layer over 3 channels (B1152, where the lone conv runs channel-augmented): the chain runs its edge
+    columns augmented too, the LOADs masking the bytes in the padding (ChainTile.masked), so no strip has the
+    one-column plain CONVs per edge it would otherwise need; exact and clean in the narrow strips (a left and a
+    right edge strip)."""
+    from tvm_dpu.codegen.isa import decode_program
+
+    g, arch = _graph(*_even(CASES[1]), seed=1), load_arch("DPUCZDX8G_ISA1_B1152")
+    names = tuple(op.name for op in g.ops)
+    assert _tile(arch, g, *g.ops, "narrow").masked
+    result = emulator_vs_golden(g, arch, FusionPlan("manual", [Group("conv_conv_pool", names)],
+                                                    variants={names[0]: "narrow"}), seed=1)
+    assert result.bad == 0, result.by_output
+    _clean(result.compiled, arch)
+    lengths = {i["length"] for i in decode_program(result.compiled.code) if i.name == "CONV"}
+    assert min(lengths) > 1

@@ -14,6 +14,7 @@ least room in VB0 for the first conv's input window, hence narrower pieces and m
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
+from tvm_dpu.codegen.conv import input_augmentation
 from tvm_dpu.codegen.fused_chain import ChainTile
 from tvm_dpu.codegen.fused_conv_conv import conv_window_tile, emit_conv_window
 from tvm_dpu.codegen.fused_conv_pool import halving_pool
@@ -38,11 +39,14 @@ def _tile(arch: Arch, graph: Graph, a: Op, b: Op, pool: Op, variant: str = "wide
     if pool.inputs[0] != b.outputs[0] or not halving_pool(graph, pool) or arch.icp != arch.ocp:
         return None
     aligned, more = CONV_CONV_POOL_VARIANTS[variant]
-    tile = conv_window_tile(arch, graph, a, b, spare=0, align=2, aligned=aligned)
+    # a first layer's edge columns run augmented too where the compiler gives its input the DDR margin
+    masked = input_augmentation(arch, graph, a) is not None
+    tile = conv_window_tile(arch, graph, a, b, spare=0, align=2, aligned=aligned, masked=masked)
     if tile is None or not more:
         return tile
     strips = ceil_div(graph.tensors[b.outputs[0]].shape[3], tile.lp)
-    return conv_window_tile(arch, graph, a, b, spare=0, align=2, aligned=aligned, min_strips=strips + more)
+    return conv_window_tile(arch, graph, a, b, spare=0, align=2, aligned=aligned, min_strips=strips + more,
+                            masked=masked)
 
 
 def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
