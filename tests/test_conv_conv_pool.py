@@ -28,10 +28,10 @@ PRESETS = [n if n in ("DPUCZDX8G_ISA1_B4096", "DPUCZDX8G_ISA1_B1152") else pytes
 
 
 def _graph(cin: int, h: int, w: int, cmid: int, ka: int, sa: int, pa: int, cout: int, kb: int, pb: int,
-           pool: str, seed: int) -> Graph:
+           pool: str, sb: int = 1, seed: int = 0) -> Graph:
     b = _B(seed)
     x = b.input(cin, h, w)
-    c = b.conv(b.conv(x, cmid, ka, s=sa, p=pa), cout, kb, p=pb)
+    c = b.conv(b.conv(x, cmid, ka, s=sa, p=pa), cout, kb, s=sb, p=pb)
     _, _, hc, wc = b.shape(c)
     out = b.op(pool, [c], (1, cout, hc // 2, wc // 2), 3, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
     b.g.outputs = [out]
@@ -46,20 +46,22 @@ CASES = [  # (cin, h, w, mid channels, A k, s, pad, cout, B k, pad, pool)
     (12, 31, 29, 16, 3, 1, 0, 20, 3, 1, "avg_pool2d"),  # odd input (made even by _even), A unpadded
     (8, 25, 27, 24, 3, 2, 1, 12, 5, 2, "max_pool2d"),  # strided A, 5x5 B, odd input
     (24, 16, 20, 40, 1, 1, 0, 20, 3, 1, "avg_pool2d"),  # 1x1 reduce -> 3x3 -> avg pool; channels not a multiple
+    (8, 45, 60, 16, 3, 1, 1, 24, 3, 1, "max_pool2d", 2),  # B strided: its passes fetch rows two apart
 ]
 
 
 def _even(case: tuple) -> tuple:
     """The case with B's output made even (the pool halves it): drop a row / column of input where odd."""
-    cin, h, w, cmid, ka, sa, pa, cout, kb, pb, pool = case
+    cin, h, w, cmid, ka, sa, pa, cout, kb, pb, pool, *sb = case
+
     def out(n: int) -> int:
         a = (n + 2 * pa - ka) // sa + 1
-        return a + 2 * pb - kb + 1
+        return (a + 2 * pb - kb) // (sb[0] if sb else 1) + 1
     while out(h) % 2:
         h += 1
     while out(w) % 2:
         w += 1
-    return cin, h, w, cmid, ka, sa, pa, cout, kb, pb, pool
+    return cin, h, w, cmid, ka, sa, pa, cout, kb, pb, pool, *sb
 
 
 def _clean(compiled, arch) -> None:
