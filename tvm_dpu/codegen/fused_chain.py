@@ -36,7 +36,6 @@ class ChainTile:
     a_slot: int  # rows of each half of VB0 for the conv's input window (the consumer's output slot follows it)
     la_aug: int = 0  # the same for channel-augmented CONVs (0: the conv is not augmented, see _augmentable)
     align: int = 1  # strips start on and passes span multiples of this many consumer columns / rows (strips)
-    off: int = 0  # conv row u lies at row u + off of the consumer's row-fetch layout (chain_tile's `aligned`)
     masked: bool = False  # augmented, the conv's edge columns too, their items' bytes in the padding masked
 
 
@@ -69,12 +68,9 @@ def _piece_cols(job: ConvJob, cg_in: int, wraps_c: int, a_slot: int, lc: int) ->
     return min(lc, FIELD10, (in_c - job.kw) // job.sw + 1)
 
 
-def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int, aligned: bool = False) -> int:
+def _pool_pass_wraps(pp: int, s: int, kh: int, vp: int) -> int:
     """Most wraps (of PP*s rows) one consumer pass of vp rows can touch, whatever bank it starts at (for a CONV
-    consumer this is its valid-row group check, isa1-semantics 3.3); `aligned`: every pass starts at bank 0 with
-    stride offset 0 (chain_tile's `aligned`)."""
-    if aligned:
-        return ceil_div(vp + (kh - 1) // s, pp)
+    consumer this is its valid-row group check, isa1-semantics 3.3)."""
     return (pp - 1 + (s - 1 + (vp - 1) * s + kh - 1) // s) // pp + 1
 
 
@@ -86,8 +82,8 @@ def window_of(graph: Graph, consumer: Op):
 
 
 def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
-                wrows_extra: int, spare: int = 1, align: int = 1, aligned: bool = False, min_strips: int = 1,
-                masked: bool = False) -> ChainTile | None:
+                wrows_extra: int, spare: int = 1, align: int = 1, min_strips: int = 1, masked: bool = False
+                ) -> ChainTile | None:
     """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
     height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
     VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
@@ -99,15 +95,11 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     once the passes reading it are done: less overlap, but a buffer a wrap shorter allows wider strips, hence
     fewer and longer CONVs, each paying the CONV fill once). `align`: strips of a multiple of this many columns and
     passes of a multiple of this many rows (a 2x2 stride-2 pool of each pass's output slot, fused_conv_conv_pool).
-    `aligned`: the layout is shifted down by the consumer's top padding (ChainTile.off) and passes are PP rows, so
-    every pass starts at bank 0 of a wrap with stride offset 0 and reads the fewest wraps (a 3x3 window over PP
-    rows: 2, not 3), so a buffer of fewer, longer wraps holds wider strips; the conv's row groups then start `off`
-    rows into a wrap (one more CONV per strip and output group). `min_strips`: at least this many strips (the
-    widest strip leaves the least room in VB0 for the conv's input window, so its pieces are narrower: a variant
-    with more strips can be faster). `masked`: an augmented conv runs augmented on its edge columns too, the LOADs
-    masking the items' bytes in the padding (conv's first-layer LOADs: the input needs its DDR margin, which the
-    compiler gives where conv.input_augmentation holds), rather than one plain CONV per edge column and row
-    group."""
+    `min_strips`: at least this many strips (the widest strip leaves the least room in VB0 for the conv's input
+    window, so its pieces are narrower: a variant with more strips can be faster). `masked`: an augmented conv
+    runs augmented on its edge columns too, the LOADs masking the items' bytes in the padding (conv's first-layer
+    LOADs: the input needs its DDR margin, which the compiler gives where conv.input_augmentation holds), rather
+    than one plain CONV per edge column and row group."""
     if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return None
     win = window_of(graph, consumer)
@@ -132,13 +124,11 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
         vp -= 1
     if vp < 1:
         return None
-    aligned = aligned and vp == pp
-    off = win.pads[0] if aligned else 0
     _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
     # the wraps a pass reads + the one the conv fills, but never more than the conv's whole output takes: a map of
     # at most that many wraps is never overwritten, so no pass waits for a wrap to free (28x28 -> 14x14 stride-2
     # blocks: 2 wraps of 16 rows instead of 3, so one strip of the full width instead of two of half)
-    need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp, aligned) + spare, ceil_div(ceil_div(hc + off, win.sh), pp))
+    need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + spare, ceil_div(ceil_div(hc, win.sh), pp))
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
     wp = graph.tensors[consumer.outputs[0]].shape[3]
     units = ceil_div(wp, align)
@@ -153,18 +143,17 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
         la_aug = _piece_cols(ja, cg_aug, wraps_c, a_slot, lc) if aug else 0
         wraps = depth // (win.sh * e)
         if la >= 1 and wraps >= need and (la_aug >= 1 or not aug):
-            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug, align, off, masked)
+            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug, align, masked)
     return None
 
 
-def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int, off: int = 0
-               ) -> tuple[int, int, int, int]:
+def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int) -> tuple[int, int, int, int]:
     """(u0, n_fetch, w0, top_w) of a consumer pass of `v` output rows from row j0: its first fetched conv row
     (negative in the top padding), the rows it fetches, and the first and last buffer wraps it reads (w0 is -1
-    for a pass starting in the top padding: those rows are masked); conv row u at layout row u + off."""
+    for a pass starting in the top padding: those rows are masked)."""
     u0 = j0 * sp - pt
     n_fetch = (v - 1) * sp + kh
-    return u0, n_fetch, ((u0 + off) // sp) // pp, (min(hc, u0 + n_fetch) - 1 + off) // sp // pp
+    return u0, n_fetch, (u0 // sp) // pp, (min(hc, u0 + n_fetch) - 1) // sp // pp
 
 
 #: Tokens a chain lets a cross-engine counter hold along program order (Program.deeper_counters). Its consumer
@@ -177,13 +166,12 @@ def _pass_span(j0: int, v: int, sp: int, pt: int, kh: int, hc: int, pp: int, off
 CHAIN_COUNTER_DEPTH = 2
 
 
-def _row_groups(hc: int, sp: int, pp: int, vc: int, off: int = 0) -> list[tuple[int, int]]:
+def _row_groups(hc: int, sp: int, pp: int, vc: int) -> list[tuple[int, int]]:
     """(first row, rows) of each conv row group of a chain strip: up to vc rows, never crossing a wrap (pp x sp
-    rows) of the layout, where conv row u lies at row u + off."""
+    rows)."""
     out, u = [], 0
     while u < hc:
-        p = u + off
-        nv = min(vc, hc - u, (p // sp // pp + 1) * pp * sp - p)
+        nv = min(vc, hc - u, (u // sp // pp + 1) * pp * sp - u)
         out.append((u, nv))
         u += nv
     return out
@@ -334,8 +322,8 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
         c_lo, c_hi = max(0, x0), min(wc, x0 + in_p)
         p_left, p_right = max(0, -x0), max(0, x0 + in_p - wc)
         passes = [(j0, min(tile.vp, y.h - j0)) for j0 in range(0, y.h, tile.vp)]
-        spans = [_pass_span(j0, v, sp, pt, win.kh, hc, pp, tile.off) for j0, v in passes]
-        groups = _row_groups(hc, sp, pp, tile.vc, tile.off)
+        spans = [_pass_span(j0, v, sp, pt, win.kh, hc, pp) for j0, v in passes]
+        groups = _row_groups(hc, sp, pp, tile.vc)
         nxt = 0  # first pass not yet emitted
 
         def emit_ready(done: int) -> None:
@@ -346,7 +334,7 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
                 u0, n_fetch, w0, top_w = spans[nxt]
                 if min(hc, u0 + n_fetch) > done:
                     return
-                m, s0 = divmod(u0 + tile.off, sp)
+                m, s0 = divmod(u0, sp)
                 a = tuple(wrap_addr(w0 + g) for g in range(4))
                 reads = tuple(r for w in range(max(0, w0), top_w + 1)
                               for r in wrap_res(w % tile.wraps, slot_rows, half))
@@ -357,9 +345,9 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
                 nxt += 1
 
         for u, nv in groups:
-            m, t0 = divmod(u + tile.off, sp)
+            m, t0 = divmod(u, sp)
             w = m // pp
-            if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt + tile.off) // sp) // pp:
+            if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
                 raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
                                    f"overrun")  # the fit check's `need` rules this out
             segments = ([(c_lo, c_hi, True)] if tile.masked and aug is not None else

@@ -70,16 +70,16 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
         buf ^= 1
 
 
-def conv_window_tile(arch: Arch, graph: Graph, a: Op, b: Op, spare: int = 1, align: int = 1,
-                     aligned: bool = False, min_strips: int = 1, masked: bool = False) -> ChainTile | None:
+def conv_window_tile(arch: Arch, graph: Graph, a: Op, b: Op, spare: int = 1, align: int = 1, min_strips: int = 1,
+                     masked: bool = False) -> ChainTile | None:
     """Tile of conv -> windowed conv (B not pointwise), or None (chain_tile with B's weights resident after
-    A's and B doing up to PP rows per CONV; `spare`, `align`, `aligned`, `min_strips`, `masked`: chain_tile's)."""
+    A's and B doing up to PP rows per CONV; `spare`, `align`, `min_strips`, `masked`: chain_tile's)."""
     if b.type != "conv2d" or not fusable(arch, graph, b) or is_pointwise(graph, b):
         return None
     jb = probe(arch, graph, b)
     cg_out = ceil_div(jb.cout, arch.ocp)
     return chain_tile(arch, graph, a, b, arch.pp, cg_out, jb.kh * jb.kw * ceil_div(jb.cin, arch.icp) * cg_out,
-                      spare, align, aligned, min_strips, masked)
+                      spare, align, min_strips, masked)
 
 
 def conv_window_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:

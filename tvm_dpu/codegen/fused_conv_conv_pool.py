@@ -6,11 +6,14 @@ strip of columns in VB0, which the pool halves in place (conv.emit_pool_on_save,
 SAVEs: only the first conv's input is LOADed and only the pool's output SAVEd.
 
 Both convs run on the CONV engine, in program order, so the buffer needs no spare wrap for the first conv to fill
-while the second reads (chain_tile's spare=0). The search times the variants (CONV_CONV_POOL_VARIANTS): the
-buffer's layout aligned so that every pass of PP rows starts a wrap (a 3x3 window over PP rows reads 2 wraps, not
-3: fewer, longer wraps, so wider strips, but one more first-conv CONV per strip and channel group, since a CONV
-costs the same whatever rows it computes) or not, and the fewest strips or one more (the widest strip leaves the
-least room in VB0 for the first conv's input window, hence narrower pieces and more CONVs)."""
+while the second reads (chain_tile's spare=0). A first layer (conv.input_augmentation) runs channel-augmented on
+every column, its edge items masked (ChainTile.masked). The search times the strip count
+(CONV_CONV_POOL_VARIANTS): the widest strip leaves the least room in VB0 for the first conv's input window, hence
+narrower pieces and more CONVs.
+
+Where it pays: blocks whose maps cost more DDR time than their convs CONV time, so that keeping both maps on chip
+repays the strips' extra CONVs (each pays the CONV fill; the first conv recomputes the halo columns): few channels
+over large maps on a large DPU. On VGG-16 (B4096) only the conv1 block gains."""
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
@@ -24,12 +27,10 @@ from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.types import FMap
 from tvm_dpu.xgraph.graph import Graph, Op
 
-#: Variant -> (aligned buffer layout, strips beyond the fewest that fit). The fusion search times those whose tiles
-#: differ (group_variants). Measured (the group alone): a 16 -> 16 -> 16 channel block over 112 x 112 on B4096 takes
-#: 37,896 cycles "wide" (one strip), 39,046 "aligned", 43,725 "narrow"; VGG-16's conv2 block on B4096 1,476,959
-#: "narrow", 1,513,239 "aligned_narrow", 1,644,077 "aligned" (one strip, leaving 128 VB0 rows for conv2_1's input
-#: window: pieces of 14 columns).
-CONV_CONV_POOL_VARIANTS = {"wide": (False, 0), "narrow": (False, 1), "aligned": (True, 0), "aligned_narrow": (True, 1)}
+#: Variant -> strips beyond the fewest that fit. The fusion search times those whose tiles differ (group_variants).
+#: Measured (the group alone, B4096): a 16 -> 16 -> 16 channel block over 112 x 112 takes 37,896 cycles "wide" (one
+#: strip), 43,725 "narrow"; VGG-16's conv1 block 1,088,532 "wide" (two strips of 112), 1,137,958 "narrow".
+CONV_CONV_POOL_VARIANTS = {"wide": 0, "narrow": 1}
 
 
 def _tile(arch: Arch, graph: Graph, a: Op, b: Op, pool: Op, variant: str = "wide") -> ChainTile | None:
@@ -38,15 +39,14 @@ def _tile(arch: Arch, graph: Graph, a: Op, b: Op, pool: Op, variant: str = "wide
     fits)."""
     if pool.inputs[0] != b.outputs[0] or not halving_pool(graph, pool) or arch.icp != arch.ocp:
         return None
-    aligned, more = CONV_CONV_POOL_VARIANTS[variant]
+    more = CONV_CONV_POOL_VARIANTS[variant]
     # a first layer's edge columns run augmented too where the compiler gives its input the DDR margin
     masked = input_augmentation(arch, graph, a) is not None
-    tile = conv_window_tile(arch, graph, a, b, spare=0, align=2, aligned=aligned, masked=masked)
+    tile = conv_window_tile(arch, graph, a, b, spare=0, align=2, masked=masked)
     if tile is None or not more:
         return tile
     strips = ceil_div(graph.tensors[b.outputs[0]].shape[3], tile.lp)
-    return conv_window_tile(arch, graph, a, b, spare=0, align=2, aligned=aligned, min_strips=strips + more,
-                            masked=masked)
+    return conv_window_tile(arch, graph, a, b, spare=0, align=2, min_strips=strips + more, masked=masked)
 
 
 def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
