@@ -1,4 +1,4 @@
-"""conv_conv_pool: conv -> windowed conv -> 2x2 stride-2 pool (VGG's and U-Net's encoder blocks) with both
+"""conv_conv_pool: conv -> windowed conv -> 2x2 stride-2 pool (VGG's blocks) with both
 intermediate maps on chip, streamed in row strips whatever the map size. The first two ops run as conv_conv's
 windowed form (fused_conv_conv.emit_conv_window: the first conv fills a circular buffer of rows in VB1 in the
 second's row-fetch layout); each pass of the second conv writes an output slot of an even number of rows x an even
