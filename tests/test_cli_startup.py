@@ -215,3 +215,27 @@ print("frozen before exit:", gc.get_freeze_count() > 0, codes)
 """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["frozen before exit: False [0, 0, 0]", "frozen at exit: True"], r.stdout
+
+
+def test_cli_lets_openblas_workers_sleep_unless_the_user_chose():
+    # OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when numpy loads it: the CLI sets it before any import of numpy (its
+    # idle workers' default spin held a core through calibration), and keeps a value the user set.
+    code = """
+import os, sys
+from tvm_dpu.cli import BLAS_THREAD_TIMEOUT, main
+try:
+    main(["--version"])
+except SystemExit:
+    pass
+import numpy
+print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"), BLAS_THREAD_TIMEOUT)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    for given in (None, "7"):
+        if given is not None:
+            env["OPENBLAS_THREAD_TIMEOUT"] = given
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=dict(env, PYTHONPATH=str(ROOT)))
+        assert out.returncode == 0, out.stderr
+        got, default = out.stdout.splitlines()[-1].split()
+        assert got == (given or default) and int(default) < 28  # shorter than OpenBLAS's own spin

@@ -75,7 +75,7 @@ def test_augmentation_shortens_the_first_layer(monkeypatch):
 
     compute_only = load_params(arch).replace(conv_fill_cycles=0)  # the taps alone, without the per-CONV fill
     aug_code = compile_graph(b.g, arch).code
-    monkeypatch.setattr(compiler, "_augment", lambda *a: None)
+    monkeypatch.setattr(compiler, "input_augmentation", lambda *a: None)
     plain_code = compile_graph(b.g, arch).code
     assert (simulate(plain_code, arch, compute_only).engine_busy["conv"]
             > 3 * simulate(aug_code, arch, compute_only).engine_busy["conv"])  # 49 taps of 1 group -> 7 of 2

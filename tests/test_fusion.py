@@ -349,7 +349,7 @@ def test_conv_pool_is_chosen_and_faster_in_the_timing_model(monkeypatch):
     from tvm_dpu.fusion.select import compile_with_fusion
     from tvm_dpu.timing.simulate import simulate_subgraph
 
-    monkeypatch.setattr(compiler, "_augment", lambda *a: None)
+    monkeypatch.setattr(compiler, "input_augmentation", lambda *a: None)
 
     g, arch = _conv_pool_graph(3, 224, 224, 64, 7, 2, 3, "max_pool2d", 3, 2, 1, seed=3), load_arch(ARCHS[0])
     fused, plan = compile_with_fusion(g, arch, "optimal")

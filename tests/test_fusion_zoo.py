@@ -83,11 +83,11 @@ def test_full_size_optimal_bit_exact(name):
 
 
 @pytest.mark.parametrize("arch_name", ARCHS)
-@pytest.mark.parametrize("tname", ["conv_pool", "pw_dw", "dw_pw"])
+@pytest.mark.parametrize("tname", ["conv_pool", "pw_dw", "dw_pw", "conv_conv_pool"])
 def test_every_conv_window_group_fused_bit_exact(xgraphs, arch_name, tname):
-    """Every conv+pool (pointwise+depthwise, depthwise+pointwise) of the model that the fused emitter accepts, all
-    fused at once (whether or not the search picks them), is bit-exact: covers the strips / circular window buffer
-    and dw_pw's several depthwise passes per tile on real layer shapes."""
+    """Every conv+pool (pointwise+depthwise, depthwise+pointwise, conv+conv+pool) of the model that the fused
+    emitter accepts, all fused at once (whether or not the search picks them), is bit-exact: covers the strips /
+    circular window buffer and dw_pw's several depthwise passes per tile on real layer shapes."""
     from tvm_dpu.types import SINGLE, FusionPlan, Group
 
     name, graphs = xgraphs

@@ -197,6 +197,37 @@ def test_compiled_graph_per_op_cycles_and_ops():
     assert r.ddr_read_bytes > 0 and r.ddr_write_bytes > 0
 
 
+def test_a_whole_program_simulated_again_is_replayed_not_rerun(monkeypatch):
+    # The compile simulates the program it keeps, the timing report simulates it again: the second is the first's
+    # replay (same cycles, instruction times and op timings), in a result of its own; a program below
+    # REPLAY_MIN_INSTRS, another arch or other words are simulated anew.
+    import tvm_dpu.timing.simulate as sim
+
+    monkeypatch.setattr(sim, "REPLAY_MIN_INSTRS", 1)
+    monkeypatch.setattr(sim, "_REPLAYS", type(sim._REPLAYS)())
+    runs = []
+    engines = sim._Engines
+    monkeypatch.setattr(sim, "_Engines", lambda *a: runs.append(1) or engines(*a))
+    g = _graph()
+    sg = compile_graph(g, load_arch(ARCH))
+    first = simulate(sg.code, ARCH)
+    again = simulate_subgraph(sg, ARCH, model_ops=graph_ops(layer_descs(g)))
+    assert len(runs) == 1 and again is not first and again.ops and not first.ops and first.model_ops is None
+    assert again.cycles == first.cycles and np.array_equal(again.done, first.done)
+    monkeypatch.setattr(sim, "_REPLAYS", type(sim._REPLAYS)())
+    rerun = simulate_subgraph(sg, ARCH, model_ops=graph_ops(layer_descs(g)))
+    assert len(runs) == 2 and rerun.ops == again.ops and np.array_equal(rerun.start, again.start)
+    with pytest.raises(ValueError):
+        again.start[0] = 0.0  # shared between results: read-only
+    simulate(sg.code, "dnnvm-zu2")
+    simulate(np.array(sg.code, copy=True), ARCH)  # equal words: a replay
+    assert len(runs) == 3
+    monkeypatch.setattr(sim, "REPLAY_MIN_INSTRS", 6)  # the chain has 5 instructions: not kept
+    _run(_chain())
+    _run(_chain())
+    assert len(runs) == 5
+
+
 @pytest.mark.parametrize("arch", [ARCH, "dnnvm-zu2"])
 def test_analytic_close_to_simulator(arch):
     """The DNNVM-style roofline estimate stays within 30% of the simulated cycles on a small compiled graph."""

@@ -25,6 +25,7 @@ from tvm_dpu.arch.arch import Arch, family_supports, require_support
 from tvm_dpu.errors import DPUError
 from tvm_dpu.backend.ext_module import PROGRAM_ATTR, cpu_lowering
 from tvm_dpu.security.container import section_span
+from tvm_dpu.util.blas import free_cores, openblas_threads
 from tvm_dpu.util.phase_times import PhaseClock
 from tvm_dpu.util.progress import progress_bar
 from tvm_dpu.security.program_blob import plugin_summary, program_parts, unpack_plugin_program
@@ -275,8 +276,10 @@ def run_calibration(mod: tvm.IRModule, symbols: list[str], evaluators: list[Eval
     it = progress_bar(batches, progress, desc="calibrating", unit="batch", leave=False)
     token = _CALIBRATION.set(run)
     try:
-        for batch in it:
-            vm["main"](*[tvm.runtime.tensor(a) for a in batch])
+        # the float reference's float64 products on the cores the other jobs leave free (util.blas.free_cores)
+        with openblas_threads(free_cores()):
+            for batch in it:
+                vm["main"](*[tvm.runtime.tensor(a) for a in batch])
     finally:
         _CALIBRATION.reset(token)
 

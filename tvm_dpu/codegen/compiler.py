@@ -24,7 +24,7 @@ import tvm_dpu.templates as tpl
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.alu import AluJob, alu_job, emit_alu
 from tvm_dpu.codegen import conv_variants
-from tvm_dpu.codegen.conv import (AUG_MARGIN, Augment, ConvJob, augmentation, augmented_weights, emit_conv,
+from tvm_dpu.codegen.conv import (AUG_MARGIN, ConvJob, augmented_weights, emit_conv, input_augmentation,
                                   piece_zero_bytes)
 from tvm_dpu.codegen.copy import emit_upsample
 from tvm_dpu.codegen.elew import ElewJob, emit_elew
@@ -304,7 +304,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
         i += len(g.ops)
         if g in fused:
             span.update({n: i - 1 for n in g.ops})
-    margin = {op.inputs[0] for op in graph.ops if _augment(arch, graph, op) is not None}
+    margin = {op.inputs[0] for op in graph.ops if input_augmentation(arch, graph, op) is not None}
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip, span, margin)
     params = ParamBlob(keep=keep_params)
     prog = Program(ddr_roots=alias_roots(alias))
@@ -427,20 +427,6 @@ def _alias_root(alias: dict[str, tuple[str, int]], name: str) -> tuple[str, int]
     return name, c0
 
 
-def _augment(arch: Arch, graph: Graph, op: Op) -> Augment | None:
-    """The channel augmentation (conv.Augment) of an ordinary conv2d reading a subgraph input (the first layer),
-    or None. Only subgraph inputs: plan_ddr gives them the DDR margin the edge items read into."""
-    if op.type != "conv2d" or op.inputs[0] not in graph.inputs or xops.is_depthwise(op, graph) \
-            or int(xops.attr(op, "groups")) != 1:
-        return None
-    win = xops.conv_window(op, graph)
-    if (win.dh, win.dw) != (1, 1):
-        return None
-    _, cin, _, _ = graph.tensors[op.inputs[0]].shape
-    cout = graph.tensors[op.outputs[0]].shape[1]
-    return augmentation(arch, cin, cout, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), cin)
-
-
 def phase_split(op: Op, graph: Graph, x: FMap, y: FMap, w: np.ndarray) -> conv_variants.Decomposition | None:
     """The polyphase split of a transposed or dilated conv (w in correlation layout (O, I, kh, kw) or
     (C, 1, kh, kw), unflipped), or None for an ordinary conv."""
@@ -509,7 +495,7 @@ def _emit_conv_op(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
             emit_conv(prog, arch, job(wg, put(wg), (1, 1), (0, 0, 0, 0)), xg, yg, op.inputs[0], out)
             continue
         phases = phase_split(op, graph, xg, yg, wg)
-        aug = _augment(arch, graph, op) if groups == 1 else None
+        aug = input_augmentation(arch, graph, op) if groups == 1 else None
         if aug is not None:
             win = xops.conv_window(op, graph)
             wa = augmented_weights(wg)

@@ -41,6 +41,8 @@ from tvm_dpu.codegen.program import Program
 from tvm_dpu.codegen.tiling import (FIELD10, MAX_WRAPS, PAD5, CodegenError, PieceTile, RasterTile, RowPlacement,
                                     WindowTile, augmentable, conv_tile, emit_raster_loads, raster_tiles, split_even)
 from tvm_dpu.types import FMap
+from tvm_dpu.xgraph import ops as xops
+from tvm_dpu.xgraph.graph import Graph, Op
 
 @dataclass(frozen=True)
 class ConvJob:
@@ -115,6 +117,20 @@ def augmentation(arch: Arch, cin: int, cout: int, kh: int, kw: int, sh: int, sw:
     plain = n * kh * kw * ceil_div(cin, icp)
     augmented = max(n * kh * ceil_div(ch, icp), rows * _aug_item_cycles(ch))
     return Augment(kw, sw, pads[1], cin) if augmented < plain else None
+
+
+def input_augmentation(arch: Arch, graph: Graph, op: Op) -> Augment | None:
+    """The channel augmentation (conv.Augment) of an ordinary conv2d reading a subgraph input (the first layer),
+    or None. Only subgraph inputs: plan_ddr gives them the DDR margin the edge items read into."""
+    if op.type != "conv2d" or op.inputs[0] not in graph.inputs or xops.is_depthwise(op, graph) \
+            or int(xops.attr(op, "groups")) != 1:
+        return None
+    win = xops.conv_window(op, graph)
+    if (win.dh, win.dw) != (1, 1):
+        return None
+    _, cin, _, _ = graph.tensors[op.inputs[0]].shape
+    cout = graph.tensors[op.outputs[0]].shape[1]
+    return augmentation(arch, cin, cout, win.kh, win.kw, win.sh, win.sw, tuple(win.pads), cin)
 
 
 def augmented_weights(w_oihw: np.ndarray) -> np.ndarray:
@@ -288,8 +304,8 @@ def _emit_flat_tile(prog: Program, arch: Arch, job: ConvJob, x: FMap, y: FMap, x
                       jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=a_out)
 
 
-def _emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowTile, bank0: int, x: FMap,
-                          items_w: int, x_res: str, buf_res: tuple) -> None:
+def emit_augmented_loads(prog: Program, arch: Arch, aug: Augment, tile: WindowTile, bank0: int, x: FMap,
+                         x_res: str, buf_res: tuple) -> None:
     """The LOADs of each image row of the tile's window: item q (output column q) is the kw*C bytes from input
     column q*sw - pad_left, the bytes outside the image masked by pad_start (left) and pad_idx / pad_end (right,
     counted from the ICP-aligned end of the item, isa1-semantics.md 5.1).
@@ -662,7 +678,7 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     if job.aug is None:
         tile.emit_loads(prog, vb0, arch.bank_depth, x, x_res, 0, job.cin, in_res)
     else:
-        _emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, y.w, x_res, in_res)
+        emit_augmented_loads(prog, arch, job.aug, tile, vb0, x, x_res, in_res)
         x = replace(x, w=y.w, c=job.cin)  # the items: one per output column, none in the padding
     # a piece tile's rows are independent (stride_h = kh: each reads its own kh fetched rows)
     pieces = tile.pieces if isinstance(tile, PieceTile) else None
@@ -678,7 +694,7 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     def saves(barrier: tuple = ()) -> None:
         """`barrier`: resources the last SAVE reads as well."""
         if pool is not None:
-            _emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
+            emit_pool_on_save(prog, arch, pool, y_res, out_res, vb1, base, p0, vpp, q0, length, g0, n, channels,
                                barrier)
             return
         for r, (oy, ox, cnt, skip) in enumerate(rows):
@@ -689,7 +705,7 @@ def _emit_tile(prog: Program, arch: Arch, job: ConvJob, tile: WindowTile, in_res
     return saves
 
 
-def _emit_pool_on_save(prog: Program, arch: Arch, pool: PoolOnSave, y_res: str, out_res: tuple, g0_bank: int,
+def emit_pool_on_save(prog: Program, arch: Arch, pool: PoolOnSave, y_res: str, out_res: tuple, g0_bank: int,
                        base: int, p0: int, vpp: int, q0: int, length: int, g0: int, n: int, channels: int,
                        barrier: tuple = ()) -> None:
     """The PoolOnSave of one conv tile (conv row r in bank r of the group from g0_bank, from row `base`, pixels n

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import (ConvIn, ConvJob, ConvOut, augmented_weights, emit_conv_groups, load_biases,
-                                  load_params, param_resources)
+from tvm_dpu.codegen.conv import (Augment, ConvIn, ConvJob, ConvOut, augmented_weights, emit_augmented_loads,
+                                  emit_conv_groups, load_biases, load_params, param_resources)
 from tvm_dpu.codegen.fused_conv import fusable, probe
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div, pack_channel_vector, pack_conv_weights, pack_dw_weights
 from tvm_dpu.codegen.program import Program
@@ -35,6 +35,15 @@ class ChainTile:
     la: int  # conv output columns per CONV (a strip's conv columns are cut into pieces of at most la)
     a_slot: int  # rows of each half of VB0 for the conv's input window (the consumer's output slot follows it)
     la_aug: int = 0  # the same for channel-augmented CONVs (0: the conv is not augmented, see _augmentable)
+    align: int = 1  # strips start on and passes span multiples of this many consumer columns / rows (strips)
+    masked: bool = False  # augmented, the conv's edge columns too, their items' bytes in the padding masked
+
+
+def strips(w: int, tile: ChainTile) -> list[tuple[int, int]]:
+    """(first column, columns) of each strip of a chain whose consumer output is `w` columns wide: the fewest
+    near-equal strips of at most tile.lp columns, each a multiple of tile.align (the last one clipped to `w`)."""
+    a = tile.align
+    return [(a * s, min(a * n, w - a * s)) for s, n in split_even(ceil_div(w, a), tile.lp // a)]
 
 
 def _augmentable(arch: Arch, job: ConvJob) -> bool:
@@ -73,7 +82,8 @@ def window_of(graph: Graph, consumer: Op):
 
 
 def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_out: int,
-                wrows_extra: int, spare: int = 1) -> ChainTile | None:
+                wrows_extra: int, spare: int = 1, align: int = 1, min_strips: int = 1, masked: bool = False
+                ) -> ChainTile | None:
     """Tile of conv -> window consumer, or None. The consumer's output is cut into strips of `lp` columns (full
     height); per strip the conv computes its rows once, top to bottom, into a circular buffer of `wraps` wraps in
     VB1 laid out for the consumer's row fetch (only the strip's halo columns are recomputed). Budget: all conv
@@ -83,7 +93,13 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     widest strip wins (fewest halo columns, fewest consumer instructions). The buffer holds the wraps one pass
     reads plus `spare` more, which the conv fills while the pass reads (with 0 the conv overwrites a wrap only
     once the passes reading it are done: less overlap, but a buffer a wrap shorter allows wider strips, hence
-    fewer and longer CONVs, each paying the CONV fill once)."""
+    fewer and longer CONVs, each paying the CONV fill once). `align`: strips of a multiple of this many columns and
+    passes of a multiple of this many rows (a 2x2 stride-2 pool of each pass's output slot, fused_conv_conv_pool).
+    `min_strips`: at least this many strips (the widest strip leaves the least room in VB0 for the conv's input
+    window, so its pieces are narrower: a variant with more strips can be faster). `masked`: an augmented conv
+    runs augmented on its edge columns too, the LOADs masking the items' bytes in the padding (conv's first-layer
+    LOADs: the input needs its DDR margin, which the compiler gives where conv.input_augmentation holds), rather
+    than one plain CONV per edge column and row group."""
     if arch.icp != arch.ocp or not fusable(arch, graph, conv):
         return None
     win = window_of(graph, consumer)
@@ -92,6 +108,7 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     jc = probe(arch, graph, conv)
     cg_in, cg_mid = ceil_div(jc.cin, arch.icp), ceil_div(jc.cout, arch.ocp)
     aug = _augmentable(arch, jc)
+    masked = masked and aug and augmentable(arch, jc.cin, jc.kw, jc.sw, jc.pads)
     ja = _augmented(jc, 0) if aug else None
     cg_aug = ceil_div(ja.cin, arch.icp) if aug else 0
     wrows_a = jc.kh * jc.kw * cg_in + (jc.kh * cg_aug if aug else 0)  # augmented weights next to the plain ones
@@ -103,7 +120,7 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     except CodegenError:
         return None
     vp = vmax
-    while vp >= 1 and _pool_pass_wraps(pp, win.sh, win.kh, vp) > 4:
+    while vp >= 1 and (_pool_pass_wraps(pp, win.sh, win.kh, vp) > 4 or vp % align):
         vp -= 1
     if vp < 1:
         return None
@@ -114,8 +131,9 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
     need = min(_pool_pass_wraps(pp, win.sh, win.kh, vp) + spare, ceil_div(ceil_div(hc, win.sh), pp))
     wraps_c = (((vc - 1) * jc.sh + jc.kh - 1) // jc.sh) // pp + 1
     wp = graph.tensors[consumer.outputs[0]].shape[3]
-    for n_cols in range(1, wp + 1):
-        lp = ceil_div(wp, n_cols)
+    units = ceil_div(wp, align)
+    for n_cols in range(min_strips, units + 1):
+        lp = align * ceil_div(units, n_cols)
         in_p = (lp - 1) * win.sw + win.kw
         e, lc = in_p * cg_mid, min(in_p, wc)
         if lp > _ALU_LENGTH or lp > FIELD10 or e > FIELD10:
@@ -125,7 +143,7 @@ def chain_tile(arch: Arch, graph: Graph, conv: Op, consumer: Op, vmax: int, cg_o
         la_aug = _piece_cols(ja, cg_aug, wraps_c, a_slot, lc) if aug else 0
         wraps = depth // (win.sh * e)
         if la >= 1 and wraps >= need and (la_aug >= 1 or not aug):
-            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug)
+            return ChainTile(vc, vp, lp, wraps, la, a_slot, la_aug, align, masked)
     return None
 
 
@@ -295,7 +313,7 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
     _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
     pt, pleft = win.pads[0], win.pads[1]
     cbuf, oslot = 0, 0
-    for q0, length in split_even(y.w, tile.lp):
+    for q0, length in strips(y.w, tile):
         in_p = (length - 1) * win.sw + win.kw
         e = in_p * cg_mid
         slot_rows = sp * e  # rows of one wrap in every bank
@@ -332,13 +350,15 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
             if nxt < len(passes) and w - tile.wraps >= (max(0, passes[nxt][0] * sp - pt) // sp) // pp:
                 raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: window buffer of {tile.wraps} wraps "
                                    f"overrun")  # the fit check's `need` rules this out
-            for c0, c1, on in _conv_segments(job, x.w, c_lo, c_hi, aug is not None):
+            segments = ([(c_lo, c_hi, True)] if tile.masked and aug is not None else
+                        _conv_segments(job, x.w, c_lo, c_hi, aug is not None))
+            for c0, c1, on in segments:
                 for pc0, pl in split_even(c1 - c0, tile.la_aug if on else tile.la):
                     piece = _Piece(u, nv, c0 + pc0, pl, wrap_addr(w) + (c0 + pc0 - x0) * cg_mid, t0, m % pp,
                                    w % tile.wraps)
                     if on:
                         _emit_augmented_piece(prog, arch, x, conv.inputs[0], aug, cbuf, e, sp, piece, job, res,
-                                              pending)
+                                              pending, tile.masked)
                     else:
                         _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece, pending,
                                          later.reads if later is not None else (), res)
@@ -384,17 +404,21 @@ def _emit_conv_piece(prog: Program, arch: Arch, x: FMap, x_res: str, job: ConvJo
 
 def _emit_augmented_piece(prog: Program, arch: Arch, x: FMap, x_res: str, aug: tuple[ConvJob, int], cbuf: int,
                           e: int, sp: int, piece: _Piece, job: ConvJob, res: tuple = PLAIN_PARAMS,
-                          pending: list | None = None) -> None:
+                          pending: list | None = None, masked: bool = False) -> None:
     """An interior conv piece run channel-augmented: per fetched row one LOAD of `pl` overlapping items of
     kw*cin bytes, sw*cin bytes apart (output column c's kernel row), then kh x 1 CONVs over kw*cin channels
-    (`pending`: as _emit_conv_piece's)."""
+    (`pending`: as _emit_conv_piece's). `masked` (ChainTile.masked): any piece, its items' bytes in the padding
+    masked, loaded as the lone first-layer conv loads them (conv.emit_augmented_loads)."""
     ja, wrow0 = aug
     u, nv, c, pl = piece.u, piece.nv, piece.c, piece.pl
     depth, half = arch.bank_depth, arch.bank_depth // 2
     vb0 = arch.bank_group("VB0").base_id
     cg = ceil_div(ja.cin, arch.icp)
     ct = WindowTile.of(arch.pp, ja.kh, 1, ja.sh, 1, ja.pads, u, nv, c, pl, cg, cbuf * half)
-    for h in range(ct.n_rows):
+    if masked:
+        emit_augmented_loads(prog, arch, Augment(job.kw, job.sw, job.pads[1], job.cin), ct, vb0, x, x_res,
+                             ("vb0", cbuf, "in"))
+    for h in range(0 if masked else ct.n_rows):
         yy = ct.y0 + h
         if not 0 <= yy < x.h:
             continue  # padding rows: masked by the CONV's pad_top / pad_bottom

@@ -3,9 +3,10 @@ tile in VB1 (emit_conv_pw), a windowed one reads fused_chain's circular buffer (
 from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
-from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, load_params
+from tvm_dpu.codegen.conv import ConvIn, ConvOut, emit_conv_groups, emit_pool_on_save, load_params
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
                                          plain_rows)
+from tvm_dpu.codegen.fused_conv_pool import pool_on_save
 from tvm_dpu.codegen.fused_conv import (conv_job, emit_input_tile, emit_pointwise_tile, emit_tile_convs, fusable,
                                         is_pointwise, output_tiles, probe)
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
@@ -69,19 +70,21 @@ def emit_conv_pw(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: d
         buf ^= 1
 
 
-def _conv_window_tile(arch: Arch, graph: Graph, a: Op, b: Op) -> ChainTile | None:
+def conv_window_tile(arch: Arch, graph: Graph, a: Op, b: Op, spare: int = 1, align: int = 1, min_strips: int = 1,
+                     masked: bool = False) -> ChainTile | None:
     """Tile of conv -> windowed conv (B not pointwise), or None (chain_tile with B's weights resident after
-    A's and B doing up to PP rows per CONV)."""
+    A's and B doing up to PP rows per CONV; `spare`, `align`, `min_strips`, `masked`: chain_tile's)."""
     if b.type != "conv2d" or not fusable(arch, graph, b) or is_pointwise(graph, b):
         return None
     jb = probe(arch, graph, b)
     cg_out = ceil_div(jb.cout, arch.ocp)
-    return chain_tile(arch, graph, a, b, arch.pp, cg_out, jb.kh * jb.kw * ceil_div(jb.cin, arch.icp) * cg_out)
+    return chain_tile(arch, graph, a, b, arch.pp, cg_out, jb.kh * jb.kw * ceil_div(jb.cin, arch.icp) * cg_out,
+                      spare, align, min_strips, masked)
 
 
 def conv_window_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
     """Whether conv -> windowed conv fits emit_conv_window."""
-    return _conv_window_tile(arch, graph, a, b) is not None
+    return conv_window_tile(arch, graph, a, b) is not None
 
 
 def conv_conv_fits(arch: Arch, graph: Graph, a: Op, b: Op) -> bool:
@@ -110,13 +113,15 @@ def emit_conv_conv(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps:
 
 
 def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmaps: dict[str, FMap],
-                     params: ParamBlob) -> None:
+                     params: ParamBlob, tile: ChainTile | None = None, pool: Op | None = None) -> None:
     """conv A -> windowed conv B per strip of B's output columns (emit_chain): A's rows go to the circular
     buffer in VB1 in B's row-fetch layout, and as soon as the rows of B's next vp output rows are in, B's CONVs
     (one per output-channel group, all weights resident after A's) read their kh-row windows from it, wrapping
-    through bank_addr_in..._3, and write an output slot in VB1 that SAVEs write out. A's output never touches
-    DDR."""
-    tile = _conv_window_tile(arch, graph, a, b)
+    through bank_addr_in..._3, and write an output slot in VB0 that SAVEs write out. A's output never touches
+    DDR. With `pool` (a fused_conv_pool.halving_pool, and a `tile` of even strips and passes), the pool halves
+    each output slot in place and the SAVEs write the pooled rows (fused_conv_conv_pool): B's output never touches
+    DDR either."""
+    tile = tile or conv_window_tile(arch, graph, a, b)
     if tile is None:
         raise CodegenError(f"ops {a.name!r}+{b.name!r}: conv+windowed conv fusion does not fit {arch.name}")
     ja, jb = conv_job(arch, graph, a, params), conv_job(arch, graph, b, params)
@@ -124,6 +129,12 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
     j_aug, wrow_b, _ = load_chain_conv(prog, arch, graph, a, ja, tile, fmaps[a.inputs[0]], params)
     load_params(prog, arch, jb, 0, cg_out, wrow_b, cg_mid)
     vb0, vb1 = arch.bank_group("VB0").base_id, arch.bank_group("VB1").base_id
+    spec = None
+    if pool is not None:
+        spec = pool_on_save(graph, pool, fmaps[pool.outputs[0]])
+        # B's output has no DDR map; emit_chain cuts strips and passes by its geometry
+        _, c_b, h_b, w_b = graph.tensors[b.outputs[0]].shape
+        fmaps = {**fmaps, b.outputs[0]: FMap.dense(spec.y.reg_id, 0, h_b, w_b, c_b)}
     y = fmaps[b.outputs[0]]
 
     def emit_pass(ps: ChainPass, ob: int, oslot: int) -> None:
@@ -132,6 +143,10 @@ def emit_conv_window(prog: Program, arch: Arch, graph: Graph, a: Op, b: Op, fmap
         emit_conv_groups(prog, arch, jb, ConvIn(vb1 + ps.m % arch.pp, ps.a, ps.e), ConvOut(vb0, ob, cg_out), cg_out,
                          ps.v, ps.length, wrow_b, cg_mid, ps.reads + (("convw",), ("bias",)),
                          (("vb0", oslot, "out"),), (ps.p_top, ps.p_left, ps.p_bottom, ps.p_right), ps.s0)
-        emit_pass_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
+        if spec is None:
+            emit_pass_saves(prog, arch, y, b.outputs[0], ps, ob, jb.cout, cg_out, oslot)
+        else:
+            emit_pool_on_save(prog, arch, spec, pool.outputs[0], ("vb0", oslot, "out"), vb0, ob, ps.j0, ps.v,
+                              ps.q0, ps.length, 0, cg_out, jb.cout)
 
     emit_chain(prog, arch, graph, a, b, tile, ja, cg_out, fmaps, emit_pass, j_aug and (j_aug, plain_rows(arch, ja)))

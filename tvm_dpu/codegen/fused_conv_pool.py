@@ -65,22 +65,38 @@ def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
     return ("wide",) + (fold_variants(arch, graph, *ops) if conv_pool_fits(arch, graph, *ops) else ())
 
 
-def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
-    """Whether conv -> pool runs as the conv's own tiles with the pool applied before each SAVE (conv.PoolOnSave):
-    a 2x2 stride-2 unpadded max / avg pool over an even conv output, the conv neither channel-augmented nor
-    pointwise (alone, a pointwise conv takes flat tiles, which a pool cannot follow)."""
-    if (pool.type not in ("max_pool2d", "avg_pool2d") or pool.type == "avg_pool2d" and xops.attr(pool, "global")
-            or not fusable(arch, graph, conv)):
+def halving_pool(graph: Graph, pool: Op) -> bool:
+    """Whether `pool` is a 2x2 stride-2 unpadded max / avg pool over an even map, halving it: one ALU per pair of
+    its input rows pools them in place in the banks (conv.PoolOnSave)."""
+    if pool.type not in ("max_pool2d", "avg_pool2d") or pool.type == "avg_pool2d" and xops.attr(pool, "global"):
         return False
     win = window_of(graph, pool)
-    _, _, h, w = graph.tensors[conv.outputs[0]].shape
+    _, _, h, w = graph.tensors[pool.inputs[0]].shape
     _, _, hp, wp = graph.tensors[pool.outputs[0]].shape
+    return ((win.kh, win.kw, win.sh, win.sw) == (2, 2, 2, 2) and not any(win.pads) and h % 2 == 0 and w % 2 == 0
+            and (hp, wp) == (h // 2, w // 2))
+
+
+def pool_on_save(graph: Graph, pool: Op, y: FMap) -> PoolOnSave:
+    """The PoolOnSave of a halving_pool `pool` whose output is `y` in DDR."""
+    from tvm_dpu.codegen.alu import ALU_MODES
+
+    qp = xops.quant_params(pool, graph)
+    mode = "maxpool" if pool.type == "max_pool2d" else "avgpool"
+    return PoolOnSave(ALU_MODES[mode], qp.shift_cut, qp.multi_factor if mode == "avgpool" else 0, y)
+
+
+def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
+    """Whether conv -> pool runs as the conv's own tiles with the pool applied before each SAVE (conv.PoolOnSave):
+    a halving_pool, the conv neither channel-augmented nor pointwise (alone, a pointwise conv takes flat tiles,
+    which a pool cannot follow)."""
+    if not halving_pool(graph, pool) or not fusable(arch, graph, conv):
+        return False
     cw = xops.conv_window(conv, graph)
     cin = graph.tensors[conv.inputs[0]].shape[1]
     if (cw.kh, cw.kw) == (1, 1) and not any(cw.pads):
         return False
-    return ((win.kh, win.kw, win.sh, win.sw) == (2, 2, 2, 2) and not any(win.pads) and h % 2 == 0 and w % 2 == 0
-            and (hp, wp) == (h // 2, w // 2) and arch.pp >= 4 and arch.icp == arch.ocp
+    return (arch.pp >= 4 and arch.icp == arch.ocp
             and augmentation(arch, cin, 1, cw.kh, cw.kw, cw.sh, cw.sw, tuple(cw.pads), cin) is None)
 
 
@@ -122,13 +138,10 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
         # the conv's lone tiles (the widest the banks allow) with the pool before each SAVE, rather than the
         # chain's narrower tiles (each CONV pays conv_fill_cycles)
         job = conv_job(arch, graph, conv, params)
-        qp = xops.quant_params(pool, graph)
-        mode = "maxpool" if pool.type == "max_pool2d" else "avgpool"
         y = fmaps[pool.outputs[0]]
         _, c, h, w = graph.tensors[conv.outputs[0]].shape
-        spec = PoolOnSave(ALU_MODES[mode], qp.shift_cut, qp.multi_factor if mode == "avgpool" else 0, y)
         emit_conv(prog, arch, job, fmaps[conv.inputs[0]], FMap.dense(y.reg_id, 0, h, w, c), conv.inputs[0],
-                  pool.outputs[0], pool=spec)
+                  pool.outputs[0], pool=pool_on_save(graph, pool, y))
         return
     tile = tile or _conv_pool_tile(arch, graph, conv, pool)
     if tile is None:

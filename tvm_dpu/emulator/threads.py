@@ -9,9 +9,6 @@ busy pool (other emulators, other processes on the cores) never makes a step wai
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
-import glob
 import os
 import threading
 import time
@@ -19,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from tvm_dpu.errors import EmulatorError
+from tvm_dpu.util.blas import openblas_thread_setter, openblas_threads  # noqa: F401 (re-exported)
 
 #: Threads sharing a step unless TVM_DPU_EMU_THREADS says otherwise (a number, or "auto": `thread_count`, the
 #: cores, at most AUTO_MAX_THREADS, while the load average says the machine is otherwise idle, else 1). 1: on the
@@ -126,24 +124,6 @@ def run_parts(parts: list[Callable[[], None]]) -> None:
         raise error
 
 
-@functools.lru_cache(maxsize=1)
-def openblas_thread_setter() -> Callable[[int], int] | None:
-    """`set(n) -> previous n` for numpy's bundled OpenBLAS, or None when it cannot be found."""
-    import numpy
-    libdir = os.path.dirname(os.path.dirname(numpy.__file__))
-    for path in glob.glob(os.path.join(libdir, "numpy.libs", "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)  # already loaded by numpy: the same handle
-        except OSError:
-            continue
-        for name in ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-                return fn
-    return None
-
-
 @contextlib.contextmanager
 def blas_threads(n: int | None = None) -> Iterator[None]:
     """Run the body with `n` OpenBLAS threads on this thread (default: TVM_DPU_EMU_BLAS_THREADS or
@@ -154,12 +134,5 @@ def blas_threads(n: int | None = None) -> Iterator[None]:
             n = int(env) if env else DEFAULT_BLAS_THREADS
         except ValueError:
             raise EmulatorError(f"TVM_DPU_EMU_BLAS_THREADS={env!r} is not an integer") from None
-    setter = openblas_thread_setter() if n > 0 else None
-    if setter is None:
+    with openblas_threads(n):
         yield
-        return
-    previous = setter(n)
-    try:
-        yield
-    finally:
-        setter(previous)

@@ -292,10 +292,19 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     cands = candidates(graph, arch, og, use, accept)
     t1 = time.perf_counter()
     cf = concat_fusions(graph)
-    greedy = order_groups(graph, _greedy(graph, cands))
+    greedy = _greedy(graph, cands)
+    split = None
+    if cost_source_name() == "simulate":
+        # the split_check groups greedy takes kept only where faster in context, as in the optimal plan: greedy
+        # takes a conv_conv_pool wherever no conv_conv starts at its first conv (VGG-16 on B4096: both the conv1
+        # and conv2 blocks, where the optimal plan keeps conv1's), and the builder compiles every plan that differs
+        greedy, split = _split_in_context(graph, arch, greedy, cands)
+    greedy = order_groups(graph, greedy)
     g_cost = plan_cost(greedy, cf, graph, arch)
     stats = {"t_isomorphism": t1 - t0, "candidates": len(cands), "fallback": 0, "greedy_cost": g_cost}
     if mode == "greedy":
+        if split is not None:
+            stats["split_in_context"] = split
         groups = _resident(graph, arch, greedy, stats, residency)
         stats["t_selection"] = time.perf_counter() - t1
         return FusionPlan(mode, groups, cf, plan_cost(groups, cf, graph, arch), stats,
@@ -303,6 +312,9 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
     groups, sweeps = _Search(graph, arch, og, cands).run()
     if cost_source_name() == "simulate":
         groups, stats["in_context"] = _in_context(graph, arch, groups, greedy)
+        groups, split = _split_in_context(graph, arch, groups, cands)
+        if split is not None:
+            stats["split_in_context"] = split
     groups = order_groups(graph, groups)
     o_cost = plan_cost(groups, cf, graph, arch)
     stats["sweeps"] = sweeps
@@ -359,6 +371,72 @@ def _window_cycles(graph: Graph, arch: Arch, groups: list[Group]) -> float:
     return piece_cycles(graph, arch, groups)
 
 
+class _Around:
+    """The groups of a plan around a region of ops: those producing its inputs and consuming its outputs (the
+    context a region's groupings are compiled in to compare them)."""
+
+    def __init__(self, graph: Graph, plan: list[Group]):
+        self.graph = graph
+        self.producer = {t: op.name for op in graph.ops for t in op.outputs}
+        self.readers: dict[str, list[str]] = {}
+        for op in graph.ops:
+            for t in op.inputs:
+                self.readers.setdefault(t, []).append(op.name)
+        self.of = {n: g for g in plan for n in g.ops}
+
+    def __call__(self, region: set[str]) -> list[Group]:
+        near: set[str] = set()
+        for n in region:
+            op = self.graph.op(n)
+            near.update(self.producer[t] for t in op.inputs if t in self.producer)
+            near.update(m for t in op.outputs for m in self.readers.get(t, ()))
+        return list({id(self.of[n]): self.of[n] for n in near - region}.values())
+
+
+def _splits(group: Group, cands: list[Candidate]) -> list[list[Group]]:
+    """Every grouping of `group`'s ops into disjoint smaller candidates and single ops (at least one of them
+    smaller than the group)."""
+    region = set(group.ops)
+    subs = [c.group for c in cands if set(c.group.ops) < region]
+    out: list[list[Group]] = []
+
+    def extend(i: int, taken: set[str], chosen: list[Group]) -> None:
+        if i == len(subs):
+            out.append(chosen + [Group(SINGLE, (n,)) for n in group.ops if n not in taken])
+            return
+        extend(i + 1, taken, chosen)
+        if taken.isdisjoint(subs[i].ops):
+            extend(i + 1, taken | set(subs[i].ops), chosen + [subs[i]])
+
+    extend(0, set(), [])
+    return out
+
+
+def _split_in_context(graph: Graph, arch: Arch, groups: list[Group], cands: list[Candidate]
+                      ) -> tuple[list[Group], int | None]:
+    """`groups` with each group of a template marked `split_check` replaced by the fastest grouping of its ops into
+    smaller candidates where that is faster in context (compiled with the plan's groups around it and simulated;
+    the group is kept on a tie). Costed alone, such a group is compared with the sum of its parts costed alone,
+    each of which pays a DDR round trip and idle engines that in the program overlap the neighbours' work; a
+    conv_conv_pool's strips add CONVs that only the whole program shows whether its DDR savings repay (VGG-16's
+    conv2 block on B4096: 1,476,959 cycles alone against 1,457,537 for conv2_1 and conv_pool). Returns the plan and
+    how many groups were split (None: the plan has no such group)."""
+    marked = [g for g in groups if tpl.get(g.template).split_check]
+    if not marked:
+        return groups, None
+    around_of = _Around(graph, groups)
+    plan, split = list(groups), 0
+    for g in marked:
+        around = around_of(set(g.ops))
+        mine = _window_cycles(graph, arch, around + [g])
+        best = min(((_window_cycles(graph, arch, around + alt), alt) for alt in _splits(g, cands)),
+                   key=lambda t: t[0], default=(INF, []))
+        if best[0] < mine:
+            plan = [x for x in plan if x is not g] + best[1]
+            split += 1
+    return plan, split
+
+
 def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Group]) -> tuple[list[Group], int]:
     """`searched` with each region it groups differently from `greedy` regrouped as greedy does where that is
     faster in context: both groupings of the region compiled with the searched plan's groups around it (the
@@ -367,24 +445,14 @@ def _in_context(graph: Graph, arch: Arch, searched: list[Group], greedy: list[Gr
     a map just saved starts a DDR round trip later) and its weight LOADs overlap the previous group's CONVs,
     so near ties between groupings (MobileNetV2's pw_dw + conv_add vs dw_pw + add) can flip. Returns the plan and
     the number of regions regrouped."""
-    producer = {t: op.name for op in graph.ops for t in op.outputs}
-    readers: dict[str, list[str]] = {}
-    for op in graph.ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op.name)
-    of_s = {n: g for g in searched for n in g.ops}
+    around_of = _Around(graph, searched)
     plan = list(searched)
     swapped = 0
     ddr = DdrBytes(graph)
     for region in _regions(searched, greedy):
         mine = [g for g in searched if set(g.ops) <= region]
         theirs = [g for g in greedy if set(g.ops) <= region]
-        near: set[str] = set()
-        for n in region:
-            op = graph.op(n)
-            near.update(producer[t] for t in op.inputs if t in producer)
-            near.update(m for t in op.outputs for m in readers.get(t, ()))
-        around = list({id(of_s[n]): of_s[n] for n in near - region}.values())
+        around = around_of(region)
         # the faster grouping in context, or within DDR_TIE the one moving fewer DDR bytes (fusion.ddr)
         options = [(grouping, _window_cycles(graph, arch, around + grouping), ddr.of(grouping))
                    for grouping in (mine, theirs)]

@@ -115,6 +115,9 @@ class TemplateDef:
     resident: bool = False
     #: the builder also times the plan searched without this template (backend.dpu_compile.RECHECKED_TEMPLATES)
     recheck: bool = False
+    #: the search compares each group of this template in context with the groupings of its ops into smaller
+    #: candidates, and keeps the faster (fusion.select._split_in_context)
+    split_check: bool = False
     doc: str = ""
 
     @property
