@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
-                                         load_dw_params, plain_rows, window_of)
+                                         load_dw_params, plain_rows, saves_side, side_covered, window_of)
 from tvm_dpu.codegen.conv import PoolOnSave, augmentation, emit_conv
 from tvm_dpu.codegen.fused_conv import conv_job, fusable
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
@@ -52,7 +52,10 @@ def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
 
 
 def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
-    """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool."""
+    """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool (a conv whose
+    output is read outside the group too only as a chain that computes all of it: its strips SAVE it)."""
+    if saves_side(graph, conv, pool):
+        return side_covered(graph, conv, pool) and _conv_pool_tile(arch, graph, conv, pool) is not None
     return _pools_on_save(arch, graph, conv, pool) or _conv_pool_tile(arch, graph, conv, pool) is not None
 
 
@@ -75,7 +78,7 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
     result."""
     from tvm_dpu.codegen.alu import ALU_MODES
 
-    if _pools_on_save(arch, graph, conv, pool):
+    if _pools_on_save(arch, graph, conv, pool) and not saves_side(graph, conv, pool):
         # the conv's lone tiles (the widest the banks allow) with the pool before each SAVE, rather than the
         # chain's narrower tiles (each CONV pays conv_fill_cycles)
         job = conv_job(arch, graph, conv, params)
