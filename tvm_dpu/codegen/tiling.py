@@ -340,7 +340,6 @@ class PieceTile:
                           bank_addr=addr, length=n, channel=channels, jump_read=channels, jump_write=pitch,
                           reg_id=self.zero[0], ddr_addr=self.zero[1])
             else:
-                prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res + ("row", h) if per_row else buf_res,),
-                      bank_id=bank0 + bank,
+                prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
                           bank_addr=addr, length=n, channel=channels, jump_read=x.pixel_pitch, jump_write=pitch,
                           reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
