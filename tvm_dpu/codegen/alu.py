@@ -103,10 +103,10 @@ def _choose(arch: Arch, job: AluJob, width: int) -> tuple[int, int, int]:
 
 
 #: Bands replace the per-pass tiles of a pool only where those would read its input at least this many times
-#: over: bands take narrower channel chunks (the whole height in half of VB0), so more, shorter ALU passes, and the
-#: timing model finds them slower on pools whose tiles re-read little (3x3 pools: +4-22% cycles), as fast on
-#: YOLOX's SPP pools (5x5 to 13x13 over a 13x13 map, read 2.8 to 18 times over by the tiles on B512).
-BAND_MIN_REREAD = 2.0
+#: over: the timing model finds bands slower on pools whose tiles re-read little (3x3 pools, read 1.1-1.9 times
+#: over: +4-22% cycles), as fast on YOLOX's SPP pools (5x5 to 13x13 over a 13x13 map, read 2.8 to 18 times over by
+#: the tiles of PP=4 DPUs, 2.6 to 3.2 by PP=8 ones' whose 5x5 pool, at 1.85, keeps its tiles).
+BAND_MIN_REREAD = 2.5
 
 
 def _tile_reads(arch: Arch, job: AluJob, x: FMap, y: FMap) -> int:
