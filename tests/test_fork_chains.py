@@ -104,3 +104,28 @@ def test_search_offers_and_costs_fork_chains():
     with cost_source("simulate"):
         plan = plan_fusion(g, arch)
     assert emulator_vs_golden(g, arch, plan).bad == 0
+
+
+@pytest.mark.parametrize("arch_name", ["DPUCZDX8G_ISA1_B512", "DPUCZDX8G_ISA1_B800"])
+def test_fork_pw_dw_tight_variant_bit_exact_clean_and_faster(arch_name):
+    """pw_dw's "tight" tile (no spare wrap: wider strips) is offered to fork chains only, emits exactly, and on the
+    PP=4 DPUs makes YOLOX's 52x52 CSP output -> stride-2 depthwise fork faster than the two ops alone, which the
+    wide tile's 13-column strips are not (on B4096 both tiles are one: only "wide" is offered)."""
+    from tvm_dpu.codegen.fused_conv_pool import group_variants
+
+    g, arch = _fork(64, 52, 52, 64, 2, 64, seed=3, project=False), load_arch(arch_name)
+    chain, other = _groups(g, False)
+    ops = [g.op(n) for n in chain.ops]
+    assert group_variants(arch, g, ops) == ("wide", "tight")
+    lone = Graph(g.name, g.tensors, g.ops[:2], g.inputs, [g.ops[1].outputs[0]])
+    assert group_variants(arch, lone, ops) == ("wide",)  # no fork: the one emission it always had
+    cycles = {}
+    for variant in ("wide", "tight"):
+        result = emulator_vs_golden(g, arch, FusionPlan("manual", [chain, other], variants={chain.ops[0]: variant}))
+        assert result.bad == 0
+        for label, rep in check_programs(result.compiled, None, arch).items():
+            assert rep.ok and rep.races_checked, (label, rep.problems[:3], rep.races[:3])
+        cycles[variant] = simulate_subgraph(result.compiled).cycles
+    alone = emulator_vs_golden(g, arch, FusionPlan("split", [Group(SINGLE, (n,)) for n in chain.ops] + [other]))
+    assert cycles["tight"] < simulate_subgraph(alone.compiled).cycles < cycles["wide"]
+    assert group_variants(load_arch("DPUCZDX8G_ISA1_B4096"), g, ops) == ("wide",)

@@ -16,9 +16,17 @@ from tvm_dpu.xgraph import ops as xops
 from tvm_dpu.xgraph.graph import Graph, Op
 
 
-def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> ChainTile | None:
+#: pw_dw's variants (fused_pw_dw_pw.PW_DW_PW_VARIANTS' names): "tight" keeps no spare wrap in the circular buffer
+#: (chain_tile's spare=0), so wider strips. Offered only to fork chains (fusion.fork: the conv's output also read
+#: outside the group), where it decides whether the chain wins: YOLOX-nano's 52x52 CSP output into a stride-2
+#: depthwise conv on B512, 150,305 cycles as two lone ops, 164,431 chained with strips of 13 columns, 141,297 with
+#: one of 26. Other groups keep their one emission (and their programs).
+PW_DW_VARIANTS = ("wide", "tight")
+
+
+def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op, spare: int = 1) -> ChainTile | None:
     """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (chain_tile; the
-    depthwise weights in DWCONVW, its biases after the conv's)."""
+    depthwise weights in DWCONVW, its biases after the conv's; `spare`: chain_tile's)."""
     if pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
         return None
     if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
@@ -29,7 +37,7 @@ def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op) -> ChainTile |
         if (tuple(xops.attr(pool, "dilations")) != (1, 1) or win.kh * win.kw * cg_mid > arch.bank_depth
                 or graph.tensors[pool.outputs[0]].shape[1] != graph.tensors[conv.outputs[0]].shape[1]):
             return None
-    return chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0)
+    return chain_tile(arch, graph, conv, pool, arch.alu_pp, cg_mid, 0, spare)
 
 
 def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
@@ -64,15 +72,26 @@ def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
     return conv_pool_fits(arch, graph, *ops)
 
 
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a pw_dw group [conv, dw]: PW_DW_VARIANTS for a fork chain whose tight
+    tile differs from its wide one, else "wide" alone."""
+    conv, dw = ops
+    if not saves_side(graph, conv, dw):
+        return PW_DW_VARIANTS[:1]
+    tight = _conv_pool_tile(arch, graph, conv, dw, spare=0)
+    return PW_DW_VARIANTS if tight is not None and tight != _conv_pool_tile(arch, graph, conv, dw) \
+        else PW_DW_VARIANTS[:1]
+
+
 def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
                variant: str) -> None:
-    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer] (one emission: `variant` is
-    "wide")."""
-    emit_conv_pool(prog, arch, graph, *ops, fmaps, params)
+    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer] (`variant`: PW_DW_VARIANTS'
+    for pw_dw, "wide" for conv_pool)."""
+    emit_conv_pool(prog, arch, graph, *ops, fmaps, params, variant)
 
 
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
-                   params: ParamBlob) -> None:
+                   params: ParamBlob, variant: str = "wide") -> None:
     """conv -> max/avg pool (or depthwise conv) per strip of pool output columns (emit_chain): as soon as the
     conv rows of a pass of vp pool rows are in the circular buffer, one ALU pools them and SAVEs write the
     result."""
@@ -90,7 +109,9 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
         emit_conv(prog, arch, job, fmaps[conv.inputs[0]], FMap.dense(y.reg_id, 0, h, w, c), conv.inputs[0],
                   pool.outputs[0], pool=spec)
         return
-    tile = _conv_pool_tile(arch, graph, conv, pool)
+    if variant not in PW_DW_VARIANTS:
+        raise CodegenError(f"op {conv.name!r}: pw_dw variant {variant!r}: choose one of {', '.join(PW_DW_VARIANTS)}")
+    tile = _conv_pool_tile(arch, graph, conv, pool, spare=0 if variant == "tight" else 1)
     if tile is None:
         raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
     job = conv_job(arch, graph, conv, params)

@@ -20,6 +20,7 @@ from typing import Callable
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused import emittable
 from tvm_dpu.codegen.fused_conv import is_pointwise
+from tvm_dpu.fusion.cost import simulated_cost
 from tvm_dpu.fusion.ddr import DdrBytes, prefer
 from tvm_dpu.types import SINGLE, Group
 from tvm_dpu.xgraph import ops as xops
@@ -79,6 +80,8 @@ def with_forks(graph: Graph, arch: Arch, groups: list[Group],
         near = {producer[t] for n in members for t in graph.op(n).inputs if t in producer}
         near |= {m for n in members for t in graph.op(n).outputs for m in readers.get(t, ())}
         around = list({id(of[n]): of[n] for n in near - members}.values())
+        for _, new in joins:
+            simulated_cost(new, graph, arch)  # its fastest variant costed alone, which the windows then compile
         options = [base] + [[new] + [u for u in base[1:] if u is not rg] for rg, new in joins]
         pick = prefer([(i, window(around + gs), ddr.of(gs)) for i, gs in enumerate(options)])
         if pick:
