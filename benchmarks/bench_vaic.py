@@ -75,25 +75,44 @@ def _short(names: list[str], n: int = 2) -> str:
     return tail[0] if len(tail) == 1 else f"{tail[0]} .. {tail[-1]} ({len(tail)} ops)"
 
 
-def miss(vai: dict, ours: dict, groups: list[dict]) -> dict | None:
+def floor_figures(vai: dict, floor: dict | None) -> dict | None:
+    """The row's DDR floor (xmodel.compare.ddr_floor: inputs and weights read once, outputs written once, at the
+    arch's DDR rate on the timing model) beside vai_c's cycles: `of_vai_c` = floor / vai_c's cycles, and
+    `goal_reachable` False when even the floor is above RATIO_MAX x vai_c's cycles (no program can meet the goal)."""
+    if floor is None or not vai["cycles"]:
+        return None
+    of = floor["cycles"] / vai["cycles"]
+    return {**floor, "of_vai_c": of, "goal_reachable": of <= RATIO_MAX}
+
+
+def miss(vai: dict, ours: dict, groups: list[dict], floor: dict | None = None) -> dict | None:
     """The miss of a row whose ratio is above RATIO_MAX: the cycles it loses against the goal and where (the group
-    rows losing the most against RATIO_MAX x vai_c's cycles; what vai_c's program does that ours does not), or
-    None when the goal is met."""
+    rows losing the most against RATIO_MAX x vai_c's cycles; what vai_c's program does that ours does not; where
+    the DDR floor (`floor_figures`) is above the goal, that the goal is unreachable by construction), or None when
+    the goal is met."""
     if ours["cycles"] is None or not vai["cycles"] or ours["cycles"] <= RATIO_MAX * vai["cycles"]:
         return None
     lost = sorted(((g["ours"]["cycles"] - RATIO_MAX * g["vai_c"]["cycles"], g) for g in groups), key=lambda t: -t[0])
     where = [{"ops": _short(g["ops"]), "groups": len(g["groups"]), "cycles_lost": round(c),
               "vai_c_cycles": round(g["vai_c"]["cycles"]), "our_cycles": round(g["ours"]["cycles"])}
              for c, g in lost[:MISS_GROUPS] if c > 0]
-    return {"cycles_lost": round(ours["cycles"] - RATIO_MAX * vai["cycles"]), "where": where,
-            "vai_c_does": why_behind(vai, ours)}
+    out = {"cycles_lost": round(ours["cycles"] - RATIO_MAX * vai["cycles"]), "where": where,
+           "vai_c_does": why_behind(vai, ours)}
+    if floor is not None and not floor["goal_reachable"]:
+        out["unreachable"] = (f"goal unreachable by construction: the DDR floor ({floor['read_bytes']} B read, "
+                              f"{floor['weight_bytes']} B weights, {floor['write_bytes']} B written once, bound by "
+                              f"the {floor['bound']}) is {floor['cycles']:.0f} cycles, {floor['of_vai_c']:.3f} of "
+                              f"vai_c's; ours is {ours['cycles'] / floor['cycles']:.3f} of the floor")
+    return out
 
 
 def _miss_text(m: dict | None) -> str:
     if m is None:
         return "-"
     where = ", ".join(f"{w['ops']} +{w['cycles_lost']}" for w in m["where"]) or "no one group"
-    return f"{m['cycles_lost']} cycles over the goal; most lost in: {where}; " + ("; ".join(m["vai_c_does"]) or "-")
+    head = f"{m['unreachable']}; " if m.get("unreachable") else ""
+    return head + f"{m['cycles_lost']} cycles over the goal; most lost in: {where}; " + \
+        ("; ".join(m["vai_c_does"]) or "-")
 
 
 def _stats(p) -> dict:
@@ -131,6 +150,7 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
                                   "notes": s.notes, "seconds": time.perf_counter() - t0})
                 continue
             ratio = s.cycle_ratio
+            floor = floor_figures(vai, s.ddr_floor)
             ddr_ok = ours["ddr_read"] + ours["ddr_write"] <= vai["ddr_read"] + vai["ddr_write"]
             rows.append({"xmodel": rel, "arch": c.arch, "subgraph": s.name, "outputs_equal": s.outputs_equal,
                          "differing": s.differing, "elements": s.total, "inputs": s.inputs,
@@ -139,7 +159,8 @@ def bench(paths: list[Path], seed: int = 0) -> dict:
                          "ratio": ratio, "ratio_goal_met": ratio is not None and ratio <= RATIO_MAX,
                          "ddr_goal_met": ddr_ok,
                          "vai_c_does": why_behind(vai, ours) if ratio is not None and ratio > RATIO_MAX else [],
-                         "miss": miss(vai, ours, s.groups), "groups": s.groups, "groups_error": s.groups_error,
+                         "floor": floor, "miss": miss(vai, ours, s.groups, floor), "groups": s.groups,
+                         "groups_error": s.groups_error,
                          "notes": s.notes, "seconds": time.perf_counter() - t0})
         skipped += [{"xmodel": rel, "subgraph": n, "why": w} for n, w in c.not_compared.items()]
     return {"goal_ratio_max": RATIO_MAX, "seed": seed, "rows": rows, "reference_rows": reference,
@@ -155,8 +176,9 @@ def table(data: dict) -> str:
     lines = ["| xmodel | DPU subgraph | int8 outputs equal (goal: all) | cycles vai_c | cycles ours | "
              f"ratio ours/vai_c (goal <= {RATIO_MAX:.2f}) | instructions vai_c / ours | SAVE engine (SAVEs + END) "
              "vai_c / ours | DDR read B vai_c / ours | DDR write B vai_c / ours | DDR bytes read + write (goal: "
-             "ours <= vai_c's) | overlap vai_c / ours | the miss: cycles over the goal, where, what vai_c does |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "ours <= vai_c's) | overlap vai_c / ours | DDR floor cycles (of vai_c's) | the miss: cycles over the goal, "
+             "where, what vai_c does |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cyc(p: dict) -> str:
         return f"{p['cycles']:.0f}" if p["cycles"] is not None else f"n/a ({p['timing_error']})"
@@ -177,11 +199,16 @@ def table(data: dict) -> str:
             f"| {Path(r['xmodel']).name} | {r['subgraph']} | {eq} | {cyc(v)} | {cyc(o)} | {rt} | "
             f"{sum(v['instructions'].values())} / {sum(o['instructions'].values())} | "
             f"{v['instructions']['SAVE']} / {o['instructions']['SAVE']} | {v['ddr_read']} / {o['ddr_read']} | "
-            f"{v['ddr_write']} / {o['ddr_write']} | {ddr} | {ov(v)} / {ov(o)} | {why} |")
+            f"{v['ddr_write']} / {o['ddr_write']} | {ddr} | {ov(v)} / {ov(o)} | {_floor_text(r.get('floor'))} | "
+            f"{why} |")
     for s in data["not_compared"]:
         lines.append(f"| {Path(s['xmodel']).name} | {s['subgraph'] or '-'} | not compared: {s['why']} |"
-                     + " |" * 10)
+                     + " |" * 11)
     return "\n".join(lines + reference_table(data.get("reference_rows", [])))
+
+
+def _floor_text(f: dict | None) -> str:
+    return "n/a" if f is None else f"{f['cycles']:.0f} ({f['of_vai_c']:.3f}, {f['bound']})"
 
 
 def group_table(row: dict) -> str:

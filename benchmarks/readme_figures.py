@@ -189,6 +189,10 @@ def _vaic_part(r: dict, cap: float) -> str:
     if "ddr_goal_met" in r:
         v, o = (r[k]["ddr_read"] + r[k]["ddr_write"] for k in ("vai_c", "ours"))
         text += f"; DDR bytes {o} vs {v}, {_goal(r['ddr_goal_met'], f'{100 * (o / v - 1):.1f}% more')}"
+    floor = r.get("floor")
+    if floor and not floor["goal_reachable"]:
+        text += (f"; goal unreachable by construction: the DDR floor is {floor['of_vai_c']:.3f} of vai_c's cycles, "
+                 f"ours {r['ours']['cycles'] / floor['cycles']:.3f} of it")
     where = (r.get("miss") or {}).get("where") or []
     if where:
         text += f"; most lost in {where[0]['ops']} ({where[0]['cycles_lost']} cycles)"

@@ -26,6 +26,7 @@ from tvm_dpu.codegen.tiling import CodegenError
 from tvm_dpu.emulator.dpuv3e import DpuV3EEmulator
 from tvm_dpu.ops import OpRegistryError, isa_emitter, registry
 from tvm_dpu.ops import hook as registry_hook
+from tvm_dpu.runtime.dep_check import check_code
 from tvm_dpu.timing.depcheck import check as check_deps
 from tvm_dpu.xgraph import run_graph
 
@@ -74,6 +75,10 @@ def test_reduced_zoo_is_bit_exact_on_both_targets(name):
             assert bad == 0, (name, arch_name, sym)
             rep = check_deps(compiled.code, isa="DPUV3E")
             assert rep.ok, (name, arch_name, sym, rep.problems[:3])
+            # and race-free on the emulator's access sets: the tokens order every pair of instructions that touch
+            # the same bank row or DDR byte (a row's SAVE and the consumer's LOAD of it, at the program's DDR grain)
+            races = check_code(compiled.code, arch, compiled.new_regions())
+            assert races.races_checked and races.ok, (name, arch_name, sym, [str(r) for r in races.races[:3]])
             names = {ins.name for ins in decode_program(compiled.code, isa="DPUV3E")}
             depthwise = any(op.type == "depthwise_conv2d" for op in r.graph.ops)
             assert ("DPTWISE" in names) == (depthwise and arch_name.endswith("_DWC")), (name, arch_name)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tvm_dpu.arch.arch import LEAKY_NUM, LEAKY_SHIFT, find_preset
-from tvm_dpu.codegen.isa import encode_program, make_instr
+from tvm_dpu.codegen.isa import encode_program, iter_program, make_instr
 from tvm_dpu.quant.fixpoint import (float32_shift_round_exact, float_shift_round_exact, floor_clamp_int8,
                                     saturate_int8, shift_round)
 from tvm_dpu.emulator import conv as emu_conv, ddr as emu_ddr
@@ -246,6 +246,50 @@ def test_changed_weights_are_picked_up():
         assert np.array_equal(emu.banks.mem, fresh.banks.mem)
 
 
+@pytest.mark.parametrize("gemm", ["float32", "int8"])
+@pytest.mark.parametrize("all_loaded", [True, False])
+def test_weights_loaded_from_a_constant_region_are_compared_once(monkeypatch, all_loaded, gemm):
+    """A CONV whose weights and bias the program LOADs from a region the caller declares constant compares them
+    with the ones it prepared only when the region's array is not the one it last checked; a new array (other
+    weights) or no promise is compared, and every run equals a fresh emulator's. When one weight row is not loaded
+    by the program (it keeps what the banks held), the weights are compared on every run. On both GEMM paths."""
+    from tvm_dpu.emulator import gemm as emu_gemm
+
+    monkeypatch.setenv(emu_gemm.ENV, gemm)
+    if gemm == "int8" and not emu_gemm.available():
+        pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
+    rng = np.random.default_rng(11)
+    conv = _random_conv_program(rng, n_convs=1, vpp=2)
+    init, conv_ins = [ins for _, ins in iter_program(conv)][:2]
+    wrows = init.fields["kernel_h"] * init.fields["kernel_w"] * conv_ins.fields["channel_group"]
+    loads = [make_instr("LOAD", bank_id=CONVW + o, bank_addr=0, length=wrows, channel=16, jump_read=16,
+                        jump_write=1, reg_id=0, ddr_addr=o * wrows * 16)
+             for o in range(ARCH.ocp if all_loaded else ARCH.ocp - 1)]
+    loads.append(make_instr("LOAD", bank_id=BIAS, bank_addr=0, length=1, channel=16, jump_read=16, jump_write=1,
+                            reg_id=0, ddr_addr=ARCH.ocp * wrows * 16))
+    code = encode_program(loads + [init, conv_ins, make_instr("END")])
+    params = [rng.integers(0, 256, ARCH.ocp * wrows * 16 + 16, dtype=np.uint8) for _ in range(2)]
+    for p in params:
+        p.flags.writeable = False
+    start = rng.integers(0, 256, size=Emulator(ARCH).banks.mem.shape, dtype=np.uint8)
+    emu = Emulator(ARCH)
+    reads = []
+    for i, (p, constant) in enumerate([(0, True), (0, True), (0, True), (1, True), (1, False), (0, True)]):
+        emu.banks.mem[...] = start
+        emu.run(code, {0: params[p]}, (0,) if constant else ())
+        if i == 0:
+            (batch,) = [s.__self__ for s, _ in list(emu._programs.values())[-1].plan
+                        if isinstance(getattr(s, "__self__", None), emu_conv.ConvBatch)]
+            assert (batch.const_rid == 0) == all_loaded
+            read_w = batch.read_w
+            batch.read_w = lambda: reads.append(i) or read_w()
+        fresh = Emulator(ARCH)
+        fresh.banks.mem[...] = start
+        fresh.run(code, {0: params[p]})
+        assert np.array_equal(emu.banks.mem, fresh.banks.mem)
+    assert reads == ([3, 4, 5] if all_loaded else [1, 2, 3, 4, 5])
+
+
 # ---- ELEW: lookup tables and the arithmetic path against the semantics -------------------------------------
 def _elew_reference(xs: list[np.ndarray], shifts: list[int], etype: int, sw: int, relu: bool) -> np.ndarray:
     """isa1-semantics.md 8.3 with exact rationals."""
@@ -416,29 +460,75 @@ def test_dwconv_against_definition(monkeypatch, gemm, mode, act, kh, sh, vpp, L,
         assert stats.macs == vpp * L * 16 * cg * kh * kh * D
 
 
+@pytest.mark.parametrize("xv, wv, bv", [(-128, -128, 127), (-128, 127, -128), (127, -128, -128)])
+@pytest.mark.parametrize("mode, kh, D, sc, sb", [
+    ("dwconv", 3, 1, 29, 20),  # the widest shift and bias whose epilogue still runs in int32
+    ("dwconv", 5, 2, 30, 20),  # shift 31: the int64 epilogue
+    ("dwconv_nobias", 7, 1, 30, 0),  # 7x7, the largest unrolled window; int32 epilogue
+    ("dwconv_nobias", 8, 1, 14, 0),  # 8x8: the tap loops stay loops
+])
+def test_dwconv_kernel_extremes(monkeypatch, xv, wv, bv, mode, kh, D, sc, sb):
+    """The compiled depthwise kernel at the largest accumulator and offset magnitudes of a window (every input,
+    weight and bias at an int8 extreme), with the epilogue in int32 and in int64 and the taps unrolled or not,
+    equals the definition."""
+    from tvm_dpu.emulator import gemm as emu_gemm
+
+    monkeypatch.setenv(emu_gemm.ENV, "int8")
+    if not emu_gemm.available():
+        pytest.skip("no AVX-512 VNNI here: the emulator's compiled kernels are off")
+    cg, L = 1, 5  # one block of DW_PIXELS pixels and a remainder
+    vpp = min(2, ARCH.pp - kh + 1)  # the window's rows in one bank group (as _dw_setup places them)
+    init = make_instr("ALUINIT", exec_mode=DW_MODES[mode], kernel_h=kh, kernel_w=kh, stride_h=1, stride_w=1,
+                      length=L, channel_group=cg, jump_read=cg * D, jump_write=cg, jump_read_weights=cg * D,
+                      shift_cut=sc, shift_bias=sb, act_type=0)
+    alu = make_instr("ALU", valid_pixel_parallel=vpp, kernel_d=D, bank_id_in=0, bank_addr_in=100, bank_id_out=8,
+                     bank_addr_out=300, bank_addr_weights=10, bank_addr_bias=5, pad_bottom=kh - 1,
+                     pad_right=kh - 1)
+    emu = Emulator(ARCH)
+    geometry = dict(mode=mode, kh=kh, sh=1, vpp=vpp, L=L)
+    x, w, bias = _dw_setup(emu, np.random.default_rng(0), cg=cg, D=D, **geometry)
+    x[...], w[...], bias[...] = xv, wv, bv
+    real_h = vpp - 1 + kh
+    for h in range(real_h):
+        emu.banks.bank(h)[100:100 + x.shape[1] * cg * D] = x[h].view(np.uint8).reshape(-1, 16)
+    emu.banks.bank(DWCONVW)[10:10 + kh * kh * D * cg] = w.view(np.uint8).reshape(-1, 16)
+    emu.banks.bank(BIAS)[5:5 + cg] = bias.view(np.uint8).reshape(-1, 16)
+    emu.run(encode_program([init, alu, make_instr("END")]), {})
+    want = _dw_reference(x, w, bias, sc=sc, sb=sb, act=0, pads=(0, 0, kh - 1, kh - 1), choff=0, **geometry)
+    got = np.stack([emu.banks.bank(8 + r)[300:300 + L * cg].view(np.int8).reshape(L, -1) for r in range(vpp)])
+    assert np.array_equal(got, want)
+    assert np.abs(want).max() < 127  # not saturated: a wrapped sum would show
+
+
 # ---- row transfers cut into affine pieces ---------------------------------------------------------------------
-@pytest.mark.parametrize("residues", [False, True])
+@pytest.mark.parametrize("pattern, step, count", [("store", None, 3), ("residues", ARCH.pp, ARCH.pp),
+                                                  ("fetch_stride2", 2, 3)])
 @pytest.mark.parametrize("nbytes", [16, 9, 32])
-def test_piecewise_row_transfers_equal_plain(residues: bool, nbytes: int) -> None:
+def test_piecewise_row_transfers_equal_plain(pattern: str, step: int | None, count: int, nbytes: int) -> None:
     """Rows cycling through a bank group (the row-store rule: bank g0 + r % PP, row base + r // PP * pitch) have
     keys that are affine only piece by piece: the precomputed reader and writer (strided copies per piece)
     must move exactly the bytes Banks.read / Banks.write move, zero-filled row tails included. With the banks
-    visited 3 apart, runs of consecutive items are short and only the residue classes modulo PP are affine."""
-    from tvm_dpu.emulator.banks import Banks, store_rows
+    visited 3 apart, runs of consecutive items are short and only the residue classes modulo PP are affine; a
+    stride-2 window (the row-fetch rule: two rows per bank) is affine in its even and odd rows, one of them cut
+    where the rows wrap the bank group: 3 pieces, not one per row."""
+    from tvm_dpu.emulator.banks import Banks, fetch_rows, store_rows
 
     rng = np.random.default_rng(nbytes)
     nrow = -(-nbytes // ARCH.icp)
-    if residues:
+    if pattern == "residues":
         item = np.arange(6 * ARCH.pp + 1)
         banks_, rows = (3 * item) % ARCH.pp, 100 + item // ARCH.pp * 40
-    else:
+    elif pattern == "store":
         banks_, rows = store_rows(2, ARCH.pp, 2 * ARCH.pp + 3, 1, 0, 40, 100)
+    else:
+        rm = fetch_rows(0, ARCH.pp, 2 * ARCH.pp + 1, 2, 0, 60, (100, 400))
+        banks_, rows = rm.banks, rm.rows
     rows = rows[:, None] + np.arange(5)[None, :] * nrow
     plain, fast = Banks(ARCH), Banks(ARCH)
     keys = fast.keys(banks_[:, None], rows, nrow)
     pieces = fast.affine_pieces(keys)
-    assert fast.affine_view(keys) is None and pieces is not None and len(pieces) > 1
-    assert all(sl.step == (ARCH.pp if residues else None) for sl, _ in pieces)
+    assert fast.affine_view(keys) is None and pieces is not None and len(pieces) == count
+    assert all(sl.step == step for sl, _ in pieces)
     plain.mem[...] = rng.integers(0, 256, size=plain.mem.shape, dtype=np.uint8)
     fast.mem[...] = plain.mem
     data = rng.integers(0, 256, size=rows.shape + (nbytes,), dtype=np.uint8)

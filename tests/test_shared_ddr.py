@@ -143,6 +143,8 @@ def test_the_emulator_reads_parameters_in_place(built, monkeypatch):
     monkeypatch.setattr(CompiledSubgraph, "new_regions", no_full_regions)
     for a, b in zip(ref, one.run(x)):
         np.testing.assert_array_equal(a, b)
+    # the device's own copy, which nothing else writes: the emulator may skip rechecking weights loaded from it
+    assert runner.device.emulator.constant == {REG_PARAMS}
 
 
 def test_parameters_that_fill_their_region_are_not_copied_at_all(built):
@@ -159,6 +161,8 @@ def test_parameters_that_fill_their_region_are_not_copied_at_all(built):
     q = _qin(sg, 4)
     for r, o in zip(run_int8(runner.sg, dev, q), run_int8(sg, dev, q)):
         np.testing.assert_array_equal(r, o)
+        # a view of sg.params, which its holder may change: nothing is taken as constant
+        assert dev.emulator.constant == frozenset()
 
 
 def test_a_program_writing_its_resident_parameters_is_refused():

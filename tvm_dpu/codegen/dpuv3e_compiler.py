@@ -23,6 +23,17 @@ from tvm_dpu.xgraph.graph import Graph, Op
 from tvm_dpu.xgraph.validate import validate_graph
 
 ISA = "DPUV3E"
+#: Tokens a cross-engine counter may hold along program order here (Program.deeper_counters; within the code
+#: generator's commitment, timing.depcheck.CODEGEN_COUNTER_DEPTH): a conv's tile LOADs its input rows newest first,
+#: so its first LOAD waits for the producer's SAVE it needs; with one token that wait would move to a SAVE of a
+#: later op whenever the tile before also waited on a SAVE (the second tile of a conv after a conv waited for the
+#: whole next op's tile).
+COUNTER_DEPTH = 2
+#: The DDR dependency grain (Program.ddr_block): a conv's tiles are bands of at most PP rows of small maps (vai_c's
+#: U50 programs run MNIST- to PointPillars-size ones), so 4096-byte blocks spanned rows of the producer's next
+#: tile and made a consumer's first tile wait for SAVEs it does not read; 256 bytes is within a row of 16 pixels
+#: of 16 channels.
+DDR_BLOCK = 256
 
 
 def conv_pool_pairs(graph: Graph, order: list[Op], alias: frozenset[str] | set[str]) -> dict[str, Op]:
@@ -51,18 +62,19 @@ def compile_graph_v3e(graph: Graph, arch: Arch, plan: FusionPlan, keep_params: b
     on_chip = {ops[n].outputs[0] for n in pairs}
     fmaps, alias, sizes = plan_ddr(emit_graph, plan.concat_fused, on_chip)
     params = ParamBlob(keep=keep_params)
-    prog = Program(ddr_roots=alias_roots(alias), isa=ISA)
+    prog = Program(ddr_roots=alias_roots(alias), isa=ISA, ddr_block=DDR_BLOCK)
     op_ranges = []
     fused = {p.name for p in pairs.values()}
-    for op in order:
-        if op.name in fused:
-            continue
-        start, param_start = len(prog), params.size
-        _emit(prog, arch, graph, op, pairs.get(op.name), fmaps, alias, params, plan)
-        name = op.name if op.name not in pairs else f"{op.name}+{pairs[op.name].name}"
-        op_ranges.append((name, start, len(prog)))
-        for t in op.params.values():  # constants an emitter did not name: where its op's parameters start
-            params.offsets.setdefault(t, param_start)
+    with prog.deeper_counters(COUNTER_DEPTH):
+        for op in order:
+            if op.name in fused:
+                continue
+            start, param_start = len(prog), params.size
+            _emit(prog, arch, graph, op, pairs.get(op.name), fmaps, alias, params, plan)
+            name = op.name if op.name not in pairs else f"{op.name}+{pairs[op.name].name}"
+            op_ranges.append((name, start, len(prog)))
+            for t in op.params.values():  # constants an emitter did not name: where its op's parameters start
+                params.offsets.setdefault(t, param_start)
     return finish_subgraph(graph, arch, prog, params, fmaps, sizes, op_ranges)
 
 

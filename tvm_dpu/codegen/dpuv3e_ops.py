@@ -77,13 +77,20 @@ def pack_ohwi(w: np.ndarray, icp: int, ocp: int) -> np.ndarray:
     return buf.reshape(-1)
 
 
-def _load_weights(prog: Program, arch: Arch, s: ConvSpec, k: int, bank_row: int, slot: int | None) -> None:
+def _weights(slot: int | None, k: int | None = None) -> tuple:
+    """The CONVW resource of output-channel group `k`'s weights in half `slot` (None: the whole buffer; `k` None:
+    the whole half): resident groups are parts of their half, so one loads while a CONV reads another."""
+    return ("convw",) if slot is None else ("convw", slot) if k is None else ("convw", slot, k)
+
+
+def _load_weights(prog: Program, arch: Arch, s: ConvSpec, k: int, bank_row: int, slot: int | None,
+                  part: bool = False) -> None:
     cg_in = cgroups(s.cin, arch.icp)
     per_oc = s.win.kh * s.win.kw * cg_in * arch.icp
     n_oc = min(arch.ocp, s.cout - k * arch.ocp)
     ddr = s.w_off + k * arch.ocp * per_oc
     half = arch.ocp // 2
-    prog.emit("LOAD", reads=[("ddr", "params")], writes=[("convw",) if slot is None else ("convw", slot)],
+    prog.emit("LOAD", reads=[("ddr", "params")], writes=[_weights(slot, k if part else None)],
               comment=f"{s.name} weights {k}", bank_id=WEIGHT_LOAD_BANK, bank_addr=bank_row,
               length=s.win.kh * s.win.kw, channel=cg_in * arch.icp, jump_read=cg_in * arch.icp, jump_write=cg_in,
               jump_read_endl=per_oc, output_channel_num=n_oc, pad_idx=1, ddr_addr=ddr, reg_id=REG_PARAMS,
@@ -113,7 +120,8 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
                   pool: PoolAfter | None = None) -> None:
     """Tile by tile: LOAD the input window, then per group of OCP output channels (weights resident for the op
     when all fit half the weight banks, else loaded per tile into alternating halves) one CONV of PP rows; SAVE
-    the tile, or pool it first (`pool`) and SAVE the pool's rows."""
+    the tile, or pool each group as soon as its CONV is done (`pool`) and SAVE each pool row after its last
+    group's POOL."""
     conv = _engine(arch, "conv", s.name)
     wb, bb = arch.bank_group(conv["weight_bank"]), arch.bank_group(conv["bias_bank"])
     banks = Banks.of(arch)
@@ -123,6 +131,10 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
         raise CodegenError(f"op {s.name!r}: {s.win.kh}x{s.win.kw} taps of {s.cin} channels need {rows_w} weight "
                            f"rows per output-channel group ({wb.depth} on {arch.target_label}; an input-channel "
                            f"split is not implemented for DPUV3E)")
+    # the program's first op: nothing runs while its weights load, so only group 0's load ahead of its first tile
+    # and the others' just before their first CONV, loading while the CONV before computes; a later op's load
+    # while the op before it computes
+    defer = len(prog) == 0
     b_slot = prog.next_slot("bias")
     b_row = b_slot * (bb.depth // 2)
     _load_vector(prog, bb.base_id, b_row, s.b_off, cg_out * arch.ocp, ("bias", b_slot), f"{s.name} bias")
@@ -130,13 +142,14 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
     resident = cg_out * rows_w <= half
     if resident:
         w_slot = prog.next_slot("convw")
-        for k in range(cg_out):
-            _load_weights(prog, arch, s, k, w_slot * half + k * rows_w, w_slot)
+        for k in range(1 if defer else cg_out):
+            _load_weights(prog, arch, s, k, w_slot * half + k * rows_w, w_slot, part=True)
     what = f"op {s.name!r}"
     sh, sw = (pool.win.sh, pool.win.sw) if pool else (1, 1)
     # with a pool: whole pool windows per tile, the conv rows S to a bank and the pool's rows after them
     rows, out_rows = (arch.pp // sh * sh, cg_out * (sh + 1)) if pool else (arch.pp, cg_out)
-    for t in plan_tiles(banks, s.win, y.h, y.w, cg_in, out_rows, rows, MAX_LENGTH, what, col_align=sw):
+    for n, t in enumerate(plan_tiles(prog, banks, s.win, y.h, y.w, cg_in, out_rows, rows, MAX_LENGTH, what,
+                                     col_align=sw)):
         iw = in_window(banks, s.win, t, cg_in)
         load_window(prog, banks, s.win, t, iw, x, x_name, cg_in, s.name)
         prog.emit("CONVINIT", jump_read=cg_in, jump_read_endl=iw.endl, jump_write=cg_out,
@@ -146,41 +159,58 @@ def emit_conv_v3e(prog: Program, arch: Arch, s: ConvSpec, x: FMap, y: FMap, x_na
         for k in range(cg_out):
             if resident:
                 slot, w_row = w_slot, w_slot * half + k * rows_w
+                if defer and n == 0 and k > 0:
+                    _load_weights(prog, arch, s, k, w_row, slot, part=True)
             else:
                 slot = prog.next_slot("convw") if rows_w <= half else None
                 w_row = 0 if slot is None else slot * half
                 _load_weights(prog, arch, s, k, w_row, slot)
-            prog.emit("CONV", reads=[("vb_in", t.in_half), ("convw",) if slot is None else ("convw", slot),
-                                     ("bias", b_slot)], writes=[("vb_out", t.out_half)], comment=s.name,
+            prog.emit("CONV", reads=[("vb_in", t.in_half), _weights(slot, k if resident else None),
+                                     ("bias", b_slot)], writes=[_out_group(t, k)], comment=s.name,
                       **addr_fields(banks, iw, 0), bank_id_out=banks.vb_out, bank_addr_out=banks.out_base(t) + k,
                       channel_group=cg_in, length=t.cols, channel_offset=cg_in * arch.icp - s.cin,
                       bank_addr_weights=w_row, bank_addr_bias=b_row + k, **pads_of(s.win, iw, x, 0, t.rows))
+            if pool is not None:
+                _pool_group(prog, banks, pool, t, cg_out, k)
         if pool is None:
             save_tile(prog, banks, t, y, y_name, cg_out, s.name)
-        else:
-            _pool_tile(prog, banks, pool, t, cg_out)
 
 
-def _pool_tile(prog: Program, banks: Banks, p: PoolAfter, t, cg: int) -> None:
-    """POOL a conv tile in VB1 (its rows S to a bank, `t.cols * cg` rows each) into the rows after it, one pool
-    row per bank, and SAVE those: the pool rows and columns whose windows the tile holds whole."""
+def _out_group(t, k: int) -> tuple:
+    """The resource of output-channel group `k` of tile `t`'s conv output in VB1 (a part of its half): the pool of
+    one group reads it while the CONV of the next computes."""
+    return ("vb_out", t.out_half, "g", k)
+
+
+def _pool_span(banks: Banks, p: PoolAfter, t, cg: int) -> tuple[int, int, int, int, int]:
+    """(conv rows' base, pool rows' base, conv row pitch, pool rows, pool columns) of conv tile `t` in VB1: its rows
+    S to a bank, `t.cols * cg` rows each, the pool's rows after them, one pool row per bank; the pool rows and
+    columns whose windows the tile holds whole."""
     sh, sw = p.win.sh, p.win.sw
     endl = t.cols * cg
-    base, dst = banks.out_base(t), banks.out_base(t) + sh * endl
-    rows, cols = min(t.rows // sh, p.y.h - t.r0 // sh), min(t.cols // sw, p.y.w - t.c0 // sw)
-    prog.emit("POOLINIT", jump_read=cg, jump_write=cg, kernel_h=p.win.kh, kernel_w=p.win.kw, stride_h=sh,
-              stride_w=sw, shift_cut=p.shift_cut, pool_type=p.pool_type, valid_pixel_parallel=1, stride_out=1)
-    res = ("vb_out", t.out_half)
+    return (banks.out_base(t), banks.out_base(t) + sh * endl, endl, min(t.rows // sh, p.y.h - t.r0 // sh),
+            min(t.cols // sw, p.y.w - t.c0 // sw))
+
+
+def _pool_group(prog: Program, banks: Banks, p: PoolAfter, t, cg: int, k: int) -> None:
+    """POOL output-channel group `k` of a conv tile in VB1 as soon as its CONV is done (`_pool_span`): one channel
+    group from row k of each pixel's `cg`, so the pool of a group overlaps the CONV of the next and only the last
+    group's pool follows the tile's last CONV; after the last group's POOL of a row, that row's SAVE."""
+    base, dst, endl, rows, cols = _pool_span(banks, p, t, cg)
+    prog.emit("POOLINIT", jump_read=cg, jump_write=cg, kernel_h=p.win.kh, kernel_w=p.win.kw, stride_h=p.win.sh,
+              stride_w=p.win.sw, shift_cut=p.shift_cut, pool_type=p.pool_type, valid_pixel_parallel=1, stride_out=1)
     for j in range(rows):
-        prog.emit("POOL", reads=[res], writes=[res + ("pool",)], comment=p.name, bank_id_in=banks.vb_out + j,
-                  bank_addr_in=base, bank_addr_in_1=base, bank_addr_in_2=base, bank_addr_in_3=base,
-                  bank_id_out=banks.vb_out + j, bank_addr_out=dst, jump_read_endl=endl, jump_write_endl=1,
-                  length=cols, channel_group=cg, pad_top=0, pad_left=0, pad_bottom=p.win.kh - 1,
-                  pad_right=p.win.kw - 1)
-    for j in range(rows):
-        prog.emit("SAVE", reads=[res + ("pool",)], writes=[("ddr", p.y_name)], comment=p.name,
-                  bank_id=banks.vb_out + j, bank_addr=dst, length=cols, channel=p.y.c, jump_read=cg,
-                  jump_write=p.y.pixel_pitch, ddr_addr=p.y.addr(t.r0 // sh + j, t.c0 // sw), reg_id=p.y.reg_id)
+        res = ("vb_out", t.out_half, "pool", j)
+        prog.emit("POOL", reads=[_out_group(t, k)], writes=[res], comment=p.name,
+                  bank_id_in=banks.vb_out + j, bank_addr_in=base + k, bank_addr_in_1=base + k,
+                  bank_addr_in_2=base + k, bank_addr_in_3=base + k, bank_id_out=banks.vb_out + j,
+                  bank_addr_out=dst + k, jump_read_endl=endl, jump_write_endl=1, length=cols, channel_group=1,
+                  pad_top=0, pad_left=0, pad_bottom=p.win.kh - 1, pad_right=p.win.kw - 1)
+        if k == cg - 1:
+            y = t.r0 // p.win.sh + j
+            prog.emit("SAVE", reads=[res], writes=[("ddr", p.y_name)], comment=p.name, bank_id=banks.vb_out + j,
+                      bank_addr=dst, length=cols, channel=p.y.c, jump_read=cg, jump_write=p.y.pixel_pitch,
+                      ddr_addr=p.y.addr(y, t.c0 // p.win.sw), reg_id=p.y.reg_id)
 
 
 def fusable_pool(conv: Op, pool: Op, graph: Graph) -> bool:
@@ -328,7 +358,7 @@ def _emit_dptwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[s
     b_off = params.add(pack_channel_vector(_bias(graph, op, c), cp), op.params.get("bias", ""))
     _load_vector(prog, bb.base_id, b_row, b_off, cg * cp, ("dwb", b_slot), f"{op.name} bias")
     banks = Banks.of(arch)
-    for t in plan_tiles(banks, win, y.h, y.w, cg, cg, arch.pp, MAX_LENGTH, f"op {op.name!r}"):
+    for t in plan_tiles(prog, banks, win, y.h, y.w, cg, cg, arch.pp, MAX_LENGTH, f"op {op.name!r}"):
         iw = in_window(banks, win, t, cg)
         load_window(prog, banks, win, t, iw, x, op.inputs[0], cg, op.name)
         for a in range(0, t.rows, dw["pp"]):
@@ -351,7 +381,7 @@ def emit_window_pool(prog: Program, arch: Arch, name: str, win: Window, pool_typ
     pool = _engine(arch, "pool", name)
     cg = cgroups(x.c, pool["cp"])
     banks = Banks.of(arch)
-    for t in plan_tiles(banks, win, y.h, y.w, cg, cg, arch.pp, MAX_LENGTH, f"op {name!r}"):
+    for t in plan_tiles(prog, banks, win, y.h, y.w, cg, cg, arch.pp, MAX_LENGTH, f"op {name!r}"):
         iw = in_window(banks, win, t, cg)
         load_window(prog, banks, win, t, iw, x, x_name, cg, name)
         prog.emit("POOLINIT", jump_read=cg, jump_write=cg, kernel_h=win.kh, kernel_w=win.kw, stride_h=win.sh,
@@ -398,7 +428,7 @@ def emit_eltwise(prog: Program, arch: Arch, graph: Graph, op: Op, fmaps: dict[st
     cg = cgroups(y.c, elew["cp"])
     shift_write = scale_field(q.write_exp, what)
     banks = Banks.of(arch)
-    for t in plan_tiles(banks, Window(1, 1), y.h, y.w, len(xs) * cg, cg, arch.pp, MAX_ELEW_LENGTH, what):
+    for t in plan_tiles(prog, banks, Window(1, 1), y.h, y.w, len(xs) * cg, cg, arch.pp, MAX_ELEW_LENGTH, what):
         base = [banks.in_base(t) + i * t.cols * cg for i in range(len(xs))]
         for x, name, b in zip(xs, op.inputs, base):
             load_rows(prog, banks, t, x, name, cg, b, op.name)

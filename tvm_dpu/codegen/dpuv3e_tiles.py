@@ -79,11 +79,13 @@ def window_cols(win: Window, cols: int) -> int:
     return (cols - 1) * win.sw + win.kw
 
 
-def plan_tiles(banks: Banks, win: Window, out_h: int, out_w: int, cg_in: int, cg_out: int, rows: int,
+def plan_tiles(prog: Program, banks: Banks, win: Window, out_h: int, out_w: int, cg_in: int, cg_out: int, rows: int,
                max_length: int, what: str, col_align: int = 1) -> list[Tile]:
     """The op's tiles: bands of `rows` output rows (the engine's pixel parallelism, at most PP), each cut into
     column strips (a multiple of `col_align` wide) as wide as an input window of `cg_in` rows per pixel and an
-    output of `cg_out` rows per pixel fit half a bank."""
+    output of `cg_out` rows per pixel fit half a bank. Their halves continue the alternation of the program's
+    tiles so far (`prog`'s "tile_half" slot), so an op's first tile LOADs into the half its producer's last tile
+    left, while that tile still computes."""
     rows = max(1, min(rows, banks.pp, out_h))
     groups = (window_rows(win, rows) - 1) // win.sh
     if groups >= ADDR_SLOTS * banks.pp:
@@ -100,8 +102,8 @@ def plan_tiles(banks: Banks, win: Window, out_h: int, out_w: int, cg_in: int, cg
     tiles = []
     for r0 in range(0, out_h, rows):
         for c0 in range(0, out_w, cols):
-            k = len(tiles)
-            tiles.append(Tile(r0, min(rows, out_h - r0), c0, min(cols, out_w - c0), k % HALVES, k % HALVES))
+            k = prog.next_slot("tile_half", HALVES)
+            tiles.append(Tile(r0, min(rows, out_h - r0), c0, min(cols, out_w - c0), k, k))
     return tiles
 
 
@@ -150,7 +152,7 @@ def load_window(prog: Program, banks: Banks, win: Window, t: Tile, iw: InWindow,
     left = max(0, -iw.left)
     n = min(iw.cols, x.w - iw.left) - left
     res = ("vb_in", t.in_half)
-    for i in range(window_rows(win, t.rows)):
+    for i in reversed(range(window_rows(win, t.rows))):
         y = iw.top + i
         if not 0 <= y < x.h:
             continue

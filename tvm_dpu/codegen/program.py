@@ -84,8 +84,8 @@ DDR_BLOCK = 4096
 _DMA_DDR = ("LOAD", "SAVE")
 
 
-def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
-    """`resources` with each whole-tensor ("ddr", name) of a LOAD / SAVE narrowed to the DDR_BLOCK-sized blocks of
+def _ddr_blocks(resources: tuple, fields: dict, jump: str, block: int = DDR_BLOCK) -> tuple:
+    """`resources` with each whole-tensor ("ddr", name) of a LOAD / SAVE narrowed to the `block`-sized blocks of
     the bytes it moves (ddr_addr to ddr_addr + (length-1)*jump + channel, isa1-semantics 4): a consumer's first
     LOADs then wait only for the SAVEs of the rows they read, not for the whole map, so consecutive ops overlap.
     A ("ddr", name) named by any other instruction still covers every block (a prefix conflicts with its parts)."""
@@ -93,7 +93,7 @@ def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
         return resources
     lo = fields["ddr_addr"]
     hi = lo + max(0, fields.get("length", 1) - 1) * fields.get(jump, 0) + fields.get("channel", 1)
-    key = (resources, lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK)
+    key = (resources, block, lo // block, (hi - 1) // block)
     try:
         hit = _BLOCKS.get(key)
     except TypeError:
@@ -102,7 +102,7 @@ def _ddr_blocks(resources: tuple, fields: dict, jump: str) -> tuple:
         out = []
         for r in resources:
             if len(r) == 2 and r[0] == "ddr" and r[1] != "params":
-                out.extend(("ddr", r[1], b) for b in range(lo // DDR_BLOCK, (hi - 1) // DDR_BLOCK + 1))
+                out.extend(("ddr", r[1], b) for b in range(lo // block, (hi - 1) // block + 1))
             else:
                 out.append(r)
         hit = tuple(out)
@@ -183,6 +183,9 @@ class Program:
     counter_depth: int = 1
     #: the instruction set the program is written in (codegen.isa.ISA_FILES): DPUV2 (DPUCZDX8G ISA1) or DPUV3E
     isa: str = DEFAULT_ISA
+    #: bytes of the DDR blocks a LOAD / SAVE's ("ddr", name) is narrowed to (_ddr_blocks): the dependency grain of
+    #: a map in DDR
+    ddr_block: int = DDR_BLOCK
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -226,9 +229,9 @@ class Program:
             reads, writes = self._canonical(reads), self._canonical(writes)
         if name in _DMA_DDR:
             if name == "LOAD":
-                reads = _ddr_blocks(reads, fields, "jump_read")
+                reads = _ddr_blocks(reads, fields, "jump_read", self.ddr_block)
             else:
-                writes = _ddr_blocks(writes, fields, "jump_write")
+                writes = _ddr_blocks(writes, fields, "jump_write", self.ddr_block)
         # Per source engine, the newest instruction this one depends on (engines complete in order, so it covers
         # the older ones): the last writer of every resource that overlaps one this instruction names, and for a
         # write also the readers since that write. Overlapping: itself, its prefixes (a longer name is a part of

@@ -204,8 +204,13 @@ def _dwconv(emu: "Core", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp: int
         if mode == DWCONV else None
     bound = kh * kw * D * 128 * (1 << 15 if mode == DWCONV_W16 else 128)  # |ACC|
     if act in CLAMPS and bound < 1 << 31 and n <= emu_gemm.SHIFT_MAX and C % emu_gemm.COLS == 0 \
-            and emu_gemm.available() and emu_gemm.dw_kernel() is not None:
-        return _dwconv_on_kernel(x, weights, read_bias, g, 2 if mode == DWCONV else 1, n, vpp, L)
+            and emu_gemm.available():
+        mul = 2 if mode == DWCONV else 1
+        # every term of the epilogue and its partial sums below 2**31: it may run in int32
+        int32_epilogue = n < 31 and bound * mul + (128 << sb if read_bias else 0) + (1 << n) < 1 << 31
+        kernel = emu_gemm.dw_kernel(kh, kw, D, mode == DWCONV_W16, int32_epilogue)
+        if kernel is not None:
+            return _dwconv_on_kernel(kernel, x, weights, read_bias, g, mul, n, vpp, L, mode == DWCONV_W16)
     bound = 2 * bound + (128 << sb) if mode == DWCONV else bound
     fast = act in CLAMPS and n < 31 and bound + (1 << n) < 1 << 31
     dtype = np.int32 if fast else np.int64
@@ -238,26 +243,26 @@ def _dwconv(emu: "Core", ctx: "Ctx", g: dict, mode: int, x: np.ndarray, vpp: int
     return dwconv
 
 
-def _dwconv_on_kernel(x: np.ndarray, weights: Callable[[], np.ndarray], read_bias: "Callable[[], np.ndarray] | None",
-                      g: dict, mul: int, n: int, vpp: int, L: int) -> Callable[[], np.ndarray]:
-    """The depthwise conv on emu_gemm's compiled kernel (int32 accumulator, int64 epilogue: the caller checked
-    that neither can overflow): out = clamp((ACC * mul + B * 2**sb + 2**(n-1)) >> n) for none / relu / relu6."""
-    kernel = emu_gemm.dw_kernel()
+def _dwconv_on_kernel(kernel: Callable, x: np.ndarray, weights: Callable[[], np.ndarray],
+                      read_bias: "Callable[[], np.ndarray] | None", g: dict, mul: int, n: int, vpp: int,
+                      L: int, w16: bool) -> Callable[[], np.ndarray]:
+    """The depthwise conv on emu_gemm's compiled `kernel` (int32 accumulator; the caller checked that it cannot
+    overflow and chose the epilogue's width): out = clamp((ACC * mul + B * 2**sb + 2**(n-1)) >> n) for none /
+    relu / relu6. Weights and biases are copied from the banks into the kernel's buffers run by run (the kernel
+    computes the offsets)."""
     kh, kw, sh, sw, sb = g["kernel_h"], g["kernel_w"], g["stride_h"], g["stride_w"], g["shift_bias"]
     D, C = x.shape[2], x.shape[3]
-    w32 = emu_gemm.aligned_empty((kh, kw, D, C), np.int32)
-    off = emu_gemm.aligned_empty((C,), np.int64)
+    w = emu_gemm.aligned_empty((kh, kw, D, C), np.int32 if w16 else np.int8)
+    b = emu_gemm.aligned_zeros((C,), np.int8)
     out = emu_gemm.aligned_empty((vpp, L, C), np.int8)
-    args = [emu_gemm.to_tensor(v) for v in (x, w32, off, emu_gemm.aligned_empty((L, C), np.int32), out)]
-    args += [sh, sw, mul, n, *CLAMPS[g["act_type"]]]
     half = 1 << (n - 1) if n > 0 else 0
+    args = [emu_gemm.to_tensor(v) for v in (x, w, b, out)]
+    args += [sh, sw, mul, sb if read_bias is not None else 0, half, n, *CLAMPS[g["act_type"]]]
 
     def dwconv() -> np.ndarray:
-        np.copyto(w32, weights().reshape(w32.shape), casting="unsafe")  # int8, or dwconv_w16's int16 values
-        if read_bias is None:
-            off[...] = half
-        else:
-            np.add(read_bias().view(np.int8).astype(np.int64) << sb, half, out=off)
+        np.copyto(w, weights().reshape(w.shape), casting="unsafe")  # int8, or dwconv_w16's int16 values
+        if read_bias is not None:
+            np.copyto(b, read_bias().view(np.int8))
         kernel(*args)
         return out
     return dwconv

@@ -184,15 +184,33 @@ class Banks:
 
     def affine_pieces(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
         """The row-key lists keys (..., nrow) cut along their first axis into at most MAX_PIECES parts that are
-        each an `affine_view`, as (slice of the first axis, writable view) pairs: runs of consecutive items, or
-        else the items of each residue modulo the pixel parallelism; None when neither cut works. Why: a tile's
-        rows cycle through the banks of a group (the row-store rule), so its keys jump at each bank change and a
-        fancy-index scatter or gather (several times slower than strided copies) would do the whole tile."""
+        each an `affine_view`, as (slice of the first axis, writable view) pairs: the items of each residue modulo
+        some p (1: all of them) cut into runs of consecutive items, with the p that needs fewest parts; None when
+        no p needs MAX_PIECES or fewer. Why: a tile's rows cycle through the banks of a group (the row-store
+        rule), and a stride-s window fetches s rows from each bank (the row-fetch rule), so its keys jump at each
+        bank change; a fancy-index scatter or gather (several times slower than strided copies) would do the whole
+        tile, and a copy per item costs a numpy call each."""
         if keys.ndim < 2 or keys.size == 0:
             return None
-        return self._runs(keys) or self._residues(keys, self.arch.pp)
+        best = None
+        for p in range(1, min(MAX_PIECES, keys.shape[0]) + 1):
+            if best is not None and len(best) <= p:
+                break  # each of p residue classes needs a part of its own: no better cut is left
+            pieces: list[tuple[slice, np.ndarray]] = []
+            for r in range(p):
+                runs = self._runs(keys[r::p], MAX_PIECES - len(pieces) if best is None else len(best) - 1
+                                  - len(pieces))
+                if runs is None:
+                    break
+                pieces += [(slice(r + sl.start * p, r + (sl.stop - 1) * p + 1, p if p > 1 else None), view)
+                           for sl, view in runs]
+            else:
+                best = pieces
+        return best
 
-    def _runs(self, keys: np.ndarray) -> list[tuple[slice, np.ndarray]] | None:
+    def _runs(self, keys: np.ndarray, most: int) -> list[tuple[slice, np.ndarray]] | None:
+        """keys cut into runs of consecutive items that are each an `affine_view`, or None when that needs more
+        than `most` runs."""
         pieces, i, n = [], 0, keys.shape[0]
         while i < n:
             j = i + 1
@@ -202,16 +220,10 @@ class Banks:
             while j < n and (longer := self.affine_view(keys[i:j + 1])) is not None:
                 view, j = longer, j + 1
             pieces.append((slice(i, j), view))
-            if len(pieces) > MAX_PIECES:
+            if len(pieces) > most:
                 return None
             i = j
         return pieces
-
-    def _residues(self, keys: np.ndarray, p: int) -> list[tuple[slice, np.ndarray]] | None:
-        if not 1 < p < keys.shape[0] or p > MAX_PIECES:
-            return None
-        pieces = [(slice(r, None, p), self.affine_view(keys[r::p])) for r in range(p)]
-        return None if any(view is None for _, view in pieces) else pieces
 
     def affine_view(self, keys: np.ndarray) -> np.ndarray | None:
         """The writable view (..., nrow * width) of the bytes of the row-key lists keys (..., nrow) when every list

@@ -19,7 +19,7 @@ import hashlib
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 import numpy as np
 
@@ -99,6 +99,8 @@ class Emulator:
         self.aluinit: Instr | None = None
         self.elew_fifo: list[Instr] = []
         self.stats = EmuStats()
+        #: The regions of the current `run` its caller promised are constant (`run`'s `constant`).
+        self.constant: frozenset[int] = frozenset()
         self._programs: OrderedDict[tuple, Program] = OrderedDict()
         self._acts: dict[str, frozenset[int]] = {}
         self._scratch: dict[str, np.ndarray] = {}
@@ -167,13 +169,19 @@ class Emulator:
         return reg
 
     # ---- main loop ---------------------------------------------------------------------------
-    def run(self, code: np.ndarray, regions: Mapping[int, np.ndarray]) -> EmuStats:
+    def run(self, code: np.ndarray, regions: Mapping[int, np.ndarray], constant: Collection[int] = ()) -> EmuStats:
         """Execute machine code (uint32 words) against DDR `regions` {reg_id: uint8 array}, modified in place.
 
         The first run of a program compiles it (see the module docstring); later runs with regions of the same
-        sizes reuse the compiled steps. `stats.seconds` includes the compile when there was one."""
+        sizes reuse the compiled steps. `stats.seconds` includes the compile when there was one.
+
+        `constant`: ids of regions whose array the caller promises nobody changes for as long as it passes that
+        same array (a device's own read-only copy of a program's parameters). A CONV whose weights all come from
+        LOADs of such a region in this run then skips comparing them with the weights it prepared on an earlier
+        run from the same array (`emu_conv.ConvBatch.weights`); any other array is compared as always."""
         t0 = time.perf_counter()
         self.regions = self._checked_regions(regions)
+        self.constant = frozenset(int(rid) for rid in constant)
         program = self._program(self._checked_code(code))
         stats = self.stats = EmuStats()  # ALU steps add their MACs here while running
         done = 0
@@ -194,6 +202,7 @@ class Emulator:
         wrote (timing.depcheck.Access; the dependency checker's race detection). The program is compiled afresh
         and not cached; `run` records nothing."""
         self.regions = self._checked_regions(regions)
+        self.constant = frozenset()
         code = self._checked_code(code)
         self._accesses = []
         try:
@@ -290,6 +299,7 @@ class Emulator:
         finally:
             self.stats = saved_stats
             self.banks.trace = None
+        _mark_loaded_params(steps, names, self.banks)
         # CONVs first: grouping them looks at the bank rows of the LOADs between them, which merging drops.
         return Program(emu_ddr.merge_transfers(_batch_conv_runs(steps, names), _skip), names, _init_key(self.convinit),
                        planner.uses_initial, static, skipped)
@@ -424,6 +434,25 @@ def _init_key(ins: Instr | None) -> tuple | None:
 
 def _skip(regions: Mapping[int, np.ndarray]) -> None:
     """A CONV computed by the batched step of its run (it still counts as executed)."""
+
+
+def _mark_loaded_params(steps: list[Step], names: list[str], banks: Banks) -> None:
+    """Set `const_rid` of each CONV whose weight and bias rows were all last written, earlier in the program, by
+    plain LOADs from one DDR region (that region's id; else None): they are then fixed by that region's bytes, as
+    the program is straight-line and its LOADs read fixed addresses. Only LOADs write the CONVW and BIAS banks
+    (CONV, ALU and ELEW outputs must be image banks: check_image_bank); a LOAD this pass cannot follow (masked,
+    constant) forgets every row."""
+    source = np.full(banks.rows.shape[0], -1, np.int16)  # per bank row: the region its last LOAD read, or -1
+    for step, name in zip(steps, names):
+        if isinstance(step, emu_ddr.Transfer):
+            if not step.save:
+                source[step.keys.reshape(-1)] = step.rid
+        elif name == "LOAD":
+            source[:] = -1
+        elif isinstance(step, emu_conv.ConvStep):
+            rows = source[step.param_reads]
+            rid = int(rows[0]) if rows.size else -1
+            step.const_rid = rid if rid >= 0 and bool(np.all(rows == rid)) else None
 
 
 def _batch_conv_runs(steps: list[Step], names: list[str]) -> list[Step]:

@@ -78,10 +78,12 @@ def _ddr_view(reg: np.ndarray, addr: int, shape: tuple[int, ...], steps: tuple[i
               writeable: bool) -> np.ndarray:
     """The view of DDR region `reg` whose item [i, j, ...] is byte addr + i * steps[0] + j * steps[1] + ... (range
     already checked). A contiguous region is viewed through its buffer, which numpy bounds-checks and which costs
-    a microsecond against as_strided's several (a thousand transfers per run of vai_c's MobileNetV2)."""
-    if reg.flags.c_contiguous and reg.flags.writeable:
+    a microsecond against as_strided's several (a thousand transfers per run of vai_c's MobileNetV2; the
+    read-only parameter region is the source of every weight LOAD). A view of a read-only region is read-only,
+    so a write through it raises numpy's read-only ValueError."""
+    if reg.flags.c_contiguous:
         view = np.ndarray(shape, np.uint8, buffer=reg, offset=addr, strides=steps)
-        if not writeable:
+        if not writeable and view.flags.writeable:
             view.flags.writeable = False
         return view
     st = reg.strides[0]

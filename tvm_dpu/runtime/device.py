@@ -93,11 +93,18 @@ class EmulatorDevice:
         region not given a fresh zeroed one (so concurrent calls share nothing they write)."""
         check_shared(sg, regions)
         full = dict(regions)
+        constant: tuple[int, ...] = ()
         for rid, size in sg.region_sizes.items():
             if rid not in full:
-                full[rid] = self.resident_params(sg) if rid == REG_PARAMS else np.zeros(size, np.uint8)
+                if rid == REG_PARAMS:
+                    full[rid], private = self._resident(sg)
+                    # this device's own copy, which nothing writes: the emulator need not recheck the weights
+                    # its CONVs load from it on every call
+                    constant = (rid,) if private else ()
+                else:
+                    full[rid] = np.zeros(size, np.uint8)
         try:
-            self.last_stats = self.emulator.run(sg.code, full)
+            self.last_stats = self.emulator.run(sg.code, full, constant)
         except ValueError as e:
             if REG_PARAMS in regions or "read-only" not in str(e):
                 raise
@@ -108,22 +115,27 @@ class EmulatorDevice:
         """`sg`'s parameter region as this device keeps it: the program's parameter bytes themselves, read-only,
         when they fill the region (what the compiler writes); otherwise a zero-padded copy made once per program
         and dropped with it."""
+        return self._resident(sg)[0]
+
+    def _resident(self, sg: CompiledSubgraph) -> tuple[np.ndarray, bool]:
+        """`resident_params(sg)` and whether it is this device's private copy (else a view of sg.params, which
+        whoever holds `sg` could change)."""
         size = int(sg.region_sizes.get(REG_PARAMS, 0))
         params = np.asarray(sg.params, dtype=np.uint8).reshape(-1)
         if params.size == size:
             view = params.view()
             view.flags.writeable = False  # a program writing its own weights would corrupt every later call
-            return view
+            return view, False
         key = id(sg)
         with self._padded_lock:
             hit = self._padded.get(key)
             if hit is not None and hit[0]() is sg:
-                return hit[1]
+                return hit[1], True
             region = np.zeros(size, np.uint8)
             region[: params.size] = params
             region.flags.writeable = False
             self._padded[key] = (weakref.ref(sg, lambda _, k=key: self._padded.pop(k, None)), region)
-            return region
+            return region, True
 
     @contextmanager
     def shared_region(self, nbytes: int) -> Iterator[np.ndarray]:

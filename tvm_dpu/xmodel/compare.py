@@ -95,6 +95,9 @@ class SubgraphComparison:
     groups: list[dict[str, Any]] = field(default_factory=list)
     #: why there are no group rows (the timing model failed on a program), or None
     groups_error: str | None = None
+    #: the network's DDR floor on the timing model (timing.floor.DdrFloor as a dict: the subgraph's inputs and
+    #: weights read once, its outputs written once, at the arch's DDR rate), or None where it is not timed
+    ddr_floor: dict[str, Any] | None = None
 
     @property
     def layers_equal(self) -> bool:
@@ -392,6 +395,20 @@ def _engines(code: np.ndarray, isa: str = "DPUV2") -> dict[str, int]:
     return {e: int(c.get(e, 0)) for e in _ENGINES}
 
 
+def ddr_floor(xm: XModel, d: DpuSubgraph, arch: Any) -> dict[str, Any] | None:
+    """timing.floor.ddr_floor of DPU subgraph `d` (its upload tensors and constants read, its download tensors
+    written) as a dict, or None for a DPU without a timing model."""
+    from dataclasses import asdict
+
+    from ..timing.floor import ddr_floor as floor
+
+    weights = sum(xm.op(o).output.nbytes for o in d.subgraph.all_ops() if xm.op(o).type == "const-fix")
+    try:
+        return asdict(floor(arch, sum(t.nbytes for t in d.inputs), sum(t.nbytes for t in d.outputs), weights))
+    except DPUError:
+        return None
+
+
 def _timing(codes: list[tuple[np.ndarray, Any]], arch: Any) -> tuple[float | None, str | None, dict[str, float]]:
     """(cycles, None, engine busy cycles) of the programs on the timing model, or (None, why, {})."""
     from ..timing.simulate import simulate
@@ -667,8 +684,10 @@ def compare_subgraph(xm: XModel, d: DpuSubgraph, seed: int = 0, inputs: int = IN
         return SubgraphComparison(d.name, differing, total, vai, ProgramStats({}, 0, 0, None, programs=0), notes,
                                   inputs, _input_warnings(outs, seen), list(layers.checks.values()), layers.skipped,
                                   against="tvm-dpu's golden reference")
-    return _with_groups(_with_ours(d, differing, total, vai, ours, arch, moved[1], notes, inputs,
-                                   _input_warnings(outs, seen), layers), xm, d, ours, arch)
+    out = _with_groups(_with_ours(d, differing, total, vai, ours, arch, moved[1], notes, inputs,
+                                  _input_warnings(outs, seen), layers), xm, d, ours, arch)
+    out.ddr_floor = ddr_floor(xm, d, arch)
+    return out
 
 
 def reference_missing(arch: Any) -> str:

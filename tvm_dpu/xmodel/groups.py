@@ -83,9 +83,10 @@ def _extent(t: Any) -> tuple[int, int]:
     return t.ddr_addr, t.last_byte() + 1
 
 
-def vai_c_ranges(xm: XModel, d: DpuSubgraph, groups: list[XSubgraph]) -> list[tuple[int, int]]:
-    """Per group, its [first, end) instruction range in vai_c's program (see the module docstring; (0, 0) for a
-    group that LOADs no constants of its own)."""
+def vai_c_ranges(xm: XModel, d: DpuSubgraph, groups: list[XSubgraph], isa: str) -> list[tuple[int, int]]:
+    """Per group, its [first, end) instruction range in vai_c's program, decoded as instruction set `isa` (the
+    arch's: ISA2's instructions are longer than ISA1's; see the module docstring; (0, 0) for a group that LOADs no
+    constants of its own)."""
     from ..codegen.isa import decode_program
 
     places: list[tuple[int, int, int, int]] = []  # (reg_id, first byte, end byte, group) of each group's constants
@@ -95,7 +96,7 @@ def vai_c_ranges(xm: XModel, d: DpuSubgraph, groups: list[XSubgraph]) -> list[tu
             if xm.op(o).type == "const-fix" and t.reg_id is not None and t.ddr_addr is not None:
                 places.append((t.reg_id, *_extent(t), k))
     first = [-1] * len(groups)
-    code = decode_program(np.frombuffer(d.mc_code, "<u4"))
+    code = decode_program(np.frombuffer(d.mc_code, "<u4"), isa)
     for i, ins in enumerate(code):
         if ins.name == "LOAD":
             for reg, lo, hi, k in places:
@@ -128,7 +129,7 @@ def group_rows(xm: XModel, d: DpuSubgraph, code: np.ndarray, op_ranges: list[tup
     if not groups or not op_ranges:
         return []
     owner = {op: k for k, g in enumerate(groups) for op in _run_ops(xm, g)}
-    ranges = vai_c_ranges(xm, d, groups)
+    ranges = vai_c_ranges(xm, d, groups, arch.instruction_set)
     uf = _Union(len(groups))
     for k in range(1, len(groups)):  # a group without constants of its own: counted with the one before
         if ranges[k][0] == ranges[k][1]:
