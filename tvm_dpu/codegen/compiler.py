@@ -247,13 +247,20 @@ def single_op_plan(graph: Graph) -> FusionPlan:
     return FusionPlan("none", [Group(SINGLE, (op.name,)) for op in graph.ops], concat_fusions(graph))
 
 
-def _on_chip_maps(fused: set[Group], ops: dict[str, Op]) -> set[str]:
+def _on_chip_maps(fused: set[Group], ops: dict[str, Op], outputs: Sequence[str]) -> set[str]:
     """The feature maps the fused groups keep in the banks (never given a DDR place): every member's output but the
-    last, for the templates that keep them (TemplateDef.on_chip)."""
+    last, for the templates that keep them (TemplateDef.on_chip), unless an op outside the group reads it or it is a
+    graph output (`outputs`): then the group also SAVEs it (fused_chain's side SAVEs; fusion.fork makes such
+    groups)."""
+    readers: dict[str, set[str]] = {}
+    for op in ops.values():
+        for t in op.inputs:
+            readers.setdefault(t, set()).add(op.name)
     on_chip: set[str] = set()
     for g in fused:
         if tpl.get(g.template).on_chip:
-            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs)
+            on_chip.update(t for n in g.ops[:-1] for t in ops[n].outputs
+                           if t not in outputs and readers.get(t, set()) <= set(g.ops))
     return on_chip
 
 
@@ -294,7 +301,7 @@ def compile_graph_fused(graph: Graph, arch: Arch, plan: FusionPlan, keep_params:
     groups = order_groups(graph, plan.groups)  # checks coverage and acyclicity
     ops = {op.name: op for op in graph.ops}
     fused = {g for g in groups if emittable(g, graph, arch)}
-    on_chip = _on_chip_maps(fused, ops)
+    on_chip = _on_chip_maps(fused, ops, graph.outputs)
     # The liveness walk must follow the emission order.
     order = [ops[n] for g in groups for n in g.ops]
     emit_graph = Graph(graph.name, graph.tensors, order, graph.inputs, graph.outputs)

@@ -310,9 +310,15 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
     half, pp, sp = arch.bank_depth // 2, arch.pp, win.sh
     cg_mid = ceil_div(job.cout, arch.ocp)
     x, y = fmaps[conv.inputs[0]], fmaps[consumer.outputs[0]]
+    # the conv's output has a DDR place only where a reader outside the group needs it (compiler._on_chip_maps):
+    # then each strip also SAVEs the rows it computes, from the buffer, of the columns no earlier strip saved
+    side = fmaps.get(conv.outputs[0])
     _, _, hc, wc = graph.tensors[conv.outputs[0]].shape
     pt, pleft = win.pads[0], win.pads[1]
-    cbuf, oslot = 0, 0
+    if side is not None and not side_covered(graph, conv, consumer):
+        raise CodegenError(f"ops {conv.name!r}+{consumer.name!r}: the consumer's windows leave conv output columns "
+                           f"uncomputed, which its readers outside the group need")
+    cbuf, oslot, saved = 0, 0, 0
     for q0, length in strips(y.w, tile):
         in_p = (length - 1) * win.sw + win.kw
         e = in_p * cg_mid
@@ -363,8 +369,45 @@ def _emit_strips(prog: Program, arch: Arch, graph: Graph, conv: Op, consumer: Op
                         _emit_conv_piece(prog, arch, x, conv.inputs[0], job, cbuf, e, sp, piece, pending,
                                          later.reads if later is not None else (), res)
                     cbuf ^= 1
+            if side is not None and c_hi > saved:
+                _emit_side_saves(prog, arch, side, conv.outputs[0], u, nv, sp, e, cg_mid, job.cout,
+                                 (max(saved, c_lo) - x0, c_hi - x0, x0), lambda m: wrap_addr(m // pp),
+                                 lambda m: wrap_res((m // pp) % tile.wraps, slot_rows, half))
             emit_ready(u + nv)
         emit_ready(hc)
+        saved = max(saved, c_hi)
+
+
+def saves_side(graph: Graph, conv: Op, consumer: Op) -> bool:
+    """Whether the conv's output is also needed outside a chain group of conv -> consumer (another op reads it, or
+    it is a graph output): the group then SAVEs it as well (fusion.fork makes such groups)."""
+    t = conv.outputs[0]
+    return t in graph.outputs or any(t in op.inputs for op in graph.ops if op is not consumer)
+
+
+def side_covered(graph: Graph, conv: Op, consumer: Op) -> bool:
+    """Whether a chain computes every column of the conv's output (its strips cover the columns the consumer's
+    windows read; every row is computed), so it can also SAVE that output whole for readers outside the group."""
+    win = window_of(graph, consumer)
+    wc = graph.tensors[conv.outputs[0]].shape[3]
+    wp = graph.tensors[consumer.outputs[0]].shape[3]
+    return (wp - 1) * win.sw - win.pads[1] + win.kw >= wc
+
+
+def _emit_side_saves(prog: Program, arch: Arch, y: FMap, tensor: str, u: int, nv: int, sp: int, e: int,
+                     cg_mid: int, cout: int, cols: tuple[int, int, int], wrap_addr: Callable[[int], int],
+                     wrap_reads: Callable[[int], tuple]) -> None:
+    """SAVE conv rows [u, u+nv) of a strip from the circular buffer to `tensor` (its map `y`): buffer columns
+    [cols[0], cols[1]) (pixel pitch cg_mid rows), image column = buffer column + cols[2]. Fetched row m = row // sp
+    lies in VB1 bank m % PP, its wrap at `wrap_addr(m)`, the row (row % sp) * e rows into it (the row-fetch rule
+    the consumer reads it with); one SAVE per row."""
+    vb1 = arch.bank_group("VB1").base_id
+    b0, b1, x0 = cols
+    for r in range(u, u + nv):
+        m, t = divmod(r, sp)
+        prog.emit("SAVE", reads=wrap_reads(m), writes=(("ddr", tensor),), bank_id=vb1 + m % arch.pp,
+                  bank_addr=wrap_addr(m) + t * e + b0 * cg_mid, length=b1 - b0, channel=cout, jump_read=cg_mid,
+                  jump_write=y.pixel_pitch, reg_id=y.reg_id, ddr_addr=y.addr(r, b0 + x0, 0))
 
 
 #: The parameter resources of a chain conv loaded into the whole CONVW / BIAS banks (param_resources, no tag).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, emit_pass_saves, load_chain_conv,
-                                         load_dw_params, plain_rows, window_of)
+                                         load_dw_params, plain_rows, saves_side, side_covered, window_of)
 from tvm_dpu.codegen.conv import PoolOnSave, augmentation, emit_conv
 from tvm_dpu.codegen.fused_conv import conv_job, fusable
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
@@ -19,10 +19,17 @@ from tvm_dpu.xgraph.graph import Graph, Op
 #: Row folds timed per group (the largest that fit): each is a compile and simulation of the group.
 _FOLDS_TIMED = 2
 
+#: pw_dw's variants (fused_pw_dw_pw.PW_DW_PW_VARIANTS' names): "tight" keeps no spare wrap in the circular buffer
+#: (chain_tile's spare=0), so wider strips. Offered only to fork chains (fusion.fork: the conv's output also read
+#: outside the group), where it decides whether the chain wins: YOLOX-nano's 52x52 CSP output into a stride-2
+#: depthwise conv on B512, 150,305 cycles as two lone ops, 164,431 chained with strips of 13 columns, 141,297 with
+#: one of 26. Other groups keep their one emission (and their programs).
+PW_DW_VARIANTS = ("wide", "tight")
+
 
 def _conv_pool_tile(arch: Arch, graph: Graph, conv: Op, pool: Op, spare: int = 1) -> ChainTile | None:
-    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (chain_tile with `spare`;
-    the depthwise weights in DWCONVW, its biases after the conv's)."""
+    """Tile of conv -> ALU window op (max/avg pool, or depthwise conv for pw_dw), or None (chain_tile; the
+    depthwise weights in DWCONVW, its biases after the conv's; `spare`: chain_tile's)."""
     if pool.type not in ("max_pool2d", "avg_pool2d", "depthwise_conv2d"):
         return None
     if pool.type == "avg_pool2d" and xops.attr(pool, "global"):
@@ -57,12 +64,6 @@ def fold_variants(arch: Arch, graph: Graph, conv: Op, pool: Op) -> tuple[str, ..
             break  # wider folds only need more of the buffer and the 10-bit line pitch
         ks.append(k)
     return tuple(f"{FOLD_PREFIX}{k}" for k in ks[-_FOLDS_TIMED:])
-
-
-def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
-    """The template registry's variants of a conv_pool group [conv, pool]: "wide", then its row folds
-    (fold_variants)."""
-    return ("wide",) + (fold_variants(arch, graph, *ops) if conv_pool_fits(arch, graph, *ops) else ())
 
 
 def halving_pool(graph: Graph, pool: Op) -> bool:
@@ -101,7 +102,10 @@ def _pools_on_save(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
 
 
 def conv_pool_fits(arch: Arch, graph: Graph, conv: Op, pool: Op) -> bool:
-    """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool."""
+    """Whether conv -> pool (or pointwise conv -> depthwise conv, template pw_dw) fits emit_conv_pool (a conv whose
+    output is read outside the group too only as a chain that computes all of it: its strips SAVE it)."""
+    if saves_side(graph, conv, pool):
+        return side_covered(graph, conv, pool) and _conv_pool_tile(arch, graph, conv, pool) is not None
     return _pools_on_save(arch, graph, conv, pool) or _conv_pool_tile(arch, graph, conv, pool) is not None
 
 
@@ -110,31 +114,44 @@ def group_fits(arch: Arch, graph: Graph, ops: list[Op]) -> bool:
     return conv_pool_fits(arch, graph, *ops)
 
 
+def group_variants(arch: Arch, graph: Graph, ops: list[Op]) -> tuple[str, ...]:
+    """The template registry's variants of a conv_pool / pw_dw group [conv, consumer]: a fork chain's (the conv's
+    output also read outside the group) PW_DW_VARIANTS where its tight tile differs from its wide one; else "wide",
+    then the chain's row folds (fold_variants)."""
+    conv, consumer = ops
+    if saves_side(graph, conv, consumer):
+        tight = _conv_pool_tile(arch, graph, conv, consumer, spare=0)
+        return PW_DW_VARIANTS if tight is not None and tight != _conv_pool_tile(arch, graph, conv, consumer) \
+            else PW_DW_VARIANTS[:1]
+    return ("wide",) + (fold_variants(arch, graph, conv, consumer) if conv_pool_fits(arch, graph, conv, consumer)
+                        else ())
+
+
 def emit_group(prog: Program, params: ParamBlob, arch: Arch, graph: Graph, ops: list[Op], fmaps: dict[str, FMap],
                variant: str) -> None:
-    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer]: `variant` "wide" or a row fold
-    "fold<k>" (on maps whose rows are not one DDR run, the unfolded chain)."""
+    """The template registry's emitter of a conv_pool / pw_dw group [conv, consumer]: `variant` one of
+    PW_DW_VARIANTS, or a row fold "fold<k>" (on maps whose rows are not one DDR run, the unfolded chain)."""
     k = fold_of(variant)
     conv, pool = ops
     folded = folded_fmaps(fmaps, conv, pool, k) if k > 1 else None
     if folded is None:
-        emit_conv_pool(prog, arch, graph, conv, pool, fmaps, params)
+        emit_conv_pool(prog, arch, graph, conv, pool, fmaps, params, "wide" if k > 1 else variant)
         return
     tile = _folded_tile(arch, graph, conv, pool, k)
     if tile is None:
         raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: no fold by {k} on {arch.name}")
     g, folded_pool = folded_graph(graph, conv, pool, k)
-    emit_conv_pool(prog, arch, g, conv, folded_pool, folded, params, tile)
+    emit_conv_pool(prog, arch, g, conv, folded_pool, folded, params, tile=tile)
 
 
 def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, fmaps: dict[str, FMap],
-                   params: ParamBlob, tile: ChainTile | None = None) -> None:
+                   params: ParamBlob, variant: str = "wide", tile: ChainTile | None = None) -> None:
     """conv -> max/avg pool (or depthwise conv) per strip of pool output columns (emit_chain): as soon as the
     conv rows of a pass of vp pool rows are in the circular buffer, one ALU pools them and SAVEs write the
     result. `tile`: the chain's tile when the caller chose it (a row fold), else _conv_pool_tile's."""
     from tvm_dpu.codegen.alu import ALU_MODES
 
-    if tile is None and _pools_on_save(arch, graph, conv, pool):
+    if tile is None and _pools_on_save(arch, graph, conv, pool) and not saves_side(graph, conv, pool):
         # the conv's lone tiles (the widest the banks allow) with the pool before each SAVE, rather than the
         # chain's narrower tiles (each CONV pays conv_fill_cycles)
         job = conv_job(arch, graph, conv, params)
@@ -143,7 +160,11 @@ def emit_conv_pool(prog: Program, arch: Arch, graph: Graph, conv: Op, pool: Op, 
         emit_conv(prog, arch, job, fmaps[conv.inputs[0]], FMap.dense(y.reg_id, 0, h, w, c), conv.inputs[0],
                   pool.outputs[0], pool=pool_on_save(graph, pool, y))
         return
-    tile = tile or _conv_pool_tile(arch, graph, conv, pool)
+    if tile is None:
+        if variant not in PW_DW_VARIANTS:
+            raise CodegenError(f"op {conv.name!r}: conv_pool / pw_dw variant {variant!r}: choose one of "
+                               f"{', '.join(PW_DW_VARIANTS)} or fold<k>")
+        tile = _conv_pool_tile(arch, graph, conv, pool, spare=0 if variant == "tight" else 1)
     if tile is None:
         raise CodegenError(f"ops {conv.name!r}+{pool.name!r}: conv+pool fusion does not fit {arch.name}")
     job = conv_job(arch, graph, conv, params)

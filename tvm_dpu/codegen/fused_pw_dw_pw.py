@@ -13,7 +13,7 @@ from __future__ import annotations
 from tvm_dpu.arch.arch import Arch
 from tvm_dpu.codegen.conv import ConvIn, ConvJob, ConvOut, emit_conv_groups, load_params, param_resources
 from tvm_dpu.codegen.fused_chain import (ChainPass, ChainTile, chain_tile, emit_chain, load_chain_conv, load_dw_params,
-                                         plain_rows, window_of)
+                                         plain_rows, saves_side, side_covered, window_of)
 from tvm_dpu.codegen.fused_conv import conv_job, fusable, is_pointwise, probe
 from tvm_dpu.codegen.layout import ParamBlob, ceil_div
 from tvm_dpu.codegen.program import Program
@@ -87,7 +87,10 @@ def _residual(graph: Graph, pw: Op, add: Op) -> bool:
 
 
 def pw_dw_pw_fits(arch: Arch, graph: Graph, a: Op, dw: Op, pw: Op, add: Op | None = None) -> bool:
-    """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw."""
+    """Whether conv -> depthwise -> pointwise (-> residual add) fits emit_pw_dw_pw (a conv whose output is read
+    outside the group too only where the chain computes all of it: its strips SAVE it)."""
+    if saves_side(graph, a, dw) and not side_covered(graph, a, dw):
+        return False
     return _variant_tile(arch, graph, (a, dw, pw, add), "wide") is not None
 
 

@@ -134,8 +134,10 @@ class WindowTile:
                 max(0, self.x0 + self.in_cols - x.w))
 
     def emit_loads(self, prog, bank0: int, depth: int, x: FMap, x_res: str, c0: int, channels: int,
-                   buf_res: tuple) -> None:
-        """One LOAD per image row of the window inside x (padding rows and columns are masked by the op)."""
+                   buf_res: tuple, per_row: bool = False) -> None:
+        """One LOAD per image row of the window inside x (padding rows and columns are masked by the op); with
+        `per_row`, fetched row h is its own resource buf_res + ("row", h), so a reader of some rows waits for
+        those only."""
         pitch = self.place.pitch
         xs, xe = max(0, self.x0), min(x.w, self.x0 + self.in_cols)
         if xe <= xs:
@@ -145,7 +147,8 @@ class WindowTile:
             if not 0 <= yy < x.h:
                 continue
             bank, row0 = self.place.where(h)
-            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res,), bank_id=bank0 + bank,
+            prog.emit("LOAD", reads=(("ddr", x_res),), writes=(buf_res + ("row", h) if per_row else buf_res,),
+                      bank_id=bank0 + bank,
                       bank_addr=(row0 + (xs - self.x0) * pitch) % depth, length=xe - xs, channel=channels,
                       jump_read=x.pixel_pitch, jump_write=pitch, reg_id=x.reg_id, ddr_addr=x.addr(yy, xs, c0))
 

@@ -33,6 +33,7 @@ from tvm_dpu.errors import FusionError
 from tvm_dpu.fusion.cost import (copy_cost, cost, cost_source, cost_source_name, group_variants, lone_program,
                                  piece_cycles, piece_key, tile_width)
 from tvm_dpu.fusion.ddr import DdrBytes, prefer
+from tvm_dpu.fusion.fork import with_forks
 from tvm_dpu.fusion.isomorphism import all_embeddings
 from tvm_dpu.fusion.opgraph import OpGraph
 from tvm_dpu.fusion.residency import with_residency
@@ -330,14 +331,17 @@ def plan_fusion(graph: Graph, arch: Arch, mode: str = "optimal", templates: tupl
 
 
 def _resident(graph: Graph, arch: Arch, groups: list[Group], stats: dict, residency: bool) -> list[Group]:
-    """`groups` with the resident chains (fusion.residency) that make the program faster, in executable order;
-    stats["resident"] counts them (absent when there are none, so such a plan is the same as before)."""
+    """`groups` with the resident chains (fusion.residency) that make the program faster, then the fork chains
+    (fusion.fork) the timing model picks, in executable order; stats["resident"] and stats["forks"] count them
+    (absent when there are none, so such a plan is the same as before)."""
     if not residency:
         return groups
-    plan, n = with_residency(graph, arch, groups, lambda gs: _window_cycles(graph, arch, gs))
-    if not n:
+    window = lambda gs: _window_cycles(graph, arch, gs)
+    plan, n = with_residency(graph, arch, groups, window)
+    plan, forks = with_forks(graph, arch, plan, window)
+    if not n and not forks:
         return groups
-    stats["resident"] = n
+    stats.update({k: v for k, v in (("resident", n), ("forks", forks)) if v})
     return order_groups(graph, plan)
 
 

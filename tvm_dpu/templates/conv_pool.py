@@ -14,4 +14,5 @@ CONV_POOL = TemplateDef(
 PW_DW = TemplateDef(
     "pw_dw", 50,
     Pattern("vertical", (v("pw", CONV, "pointwise", "single_consumer"), v("dw", DEPTHWISE)), (("pw", "dw"),)),
-    **_HOOKS, doc="pointwise conv feeding a depthwise conv")
+    **_HOOKS, variants="fused_conv_pool:group_variants",  # a fork chain's tight tile (fusion.fork)
+    doc="pointwise conv feeding a depthwise conv")
