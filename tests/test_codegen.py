@@ -51,6 +51,14 @@ class _B:
         ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
         return self.op("conv2d", [x], (1, cout, ho, wo), fp_out, params, strides=[s, s], pads=[p, p, p, p], act=act)
 
+    def dw3x3(self, x: str, s: int) -> str:
+        """3x3 depthwise conv of stride s, pad 1, relu, over `x` (the middle of a pw -> dw -> pw block)."""
+        _, c, h, w = self.shape(x)
+        ho, wo = (h + 2 - 3) // s + 1, (w + 2 - 3) // s + 1
+        return self.op("depthwise_conv2d", [x], (1, c, ho, wo), 4,
+                       {"weights": self.const((c, 1, 3, 3), 6), "bias": self.const((c,), 4)},
+                       strides=[s, s], pads=[1, 1, 1, 1], groups=c, act="relu")
+
     def shape(self, t: str):
         return self.g.tensors[t].shape
 

@@ -30,10 +30,7 @@ def _pw_dw_pw(cin: int, h: int, w: int, cmid: int, s: int, cout: int, seed: int)
     b = _B(seed)
     x = b.input(cin, h, w)
     e = b.conv(x, cmid, 1)
-    ho, wo = (h + 2 - 3) // s + 1, (w + 2 - 3) // s + 1
-    d = b.op("depthwise_conv2d", [e], (1, cmid, ho, wo), 4,
-             {"weights": b.const((cmid, 1, 3, 3), 6), "bias": b.const((cmid,), 4)},
-             strides=[s, s], pads=[1, 1, 1, 1], groups=cmid, act="relu")
+    d = b.dw3x3(e, s)
     b.g.outputs = [b.conv(d, cout, 1)]
     validate_graph(b.g)
     return b.g

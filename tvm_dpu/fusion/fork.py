@@ -35,10 +35,7 @@ def fork_options(graph: Graph, arch: Arch, groups: list[Group]) -> list[tuple[Gr
     group whose output two or more ops read (not a graph output), the readers being depthwise convs heading their
     groups (_JOINS); only joined groups that compile as one pipeline (`emittable`)."""
     owner = {n: g for g in groups for n in g.ops}
-    readers: dict[str, list[str]] = {}
-    for op in graph.ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op.name)
+    readers = graph.readers()
     out = []
     for op in graph.ops:
         g = owner[op.name]
@@ -65,10 +62,7 @@ def with_forks(graph: Graph, arch: Arch, groups: list[Group],
     """`groups` with fork chains where the rule of the module docstring picks one; `window(groups)` is the simulated
     cycles of those groups compiled together. Returns the plan and the number of fork chains in it."""
     producer = {t: op.name for op in graph.ops for t in op.outputs}
-    readers: dict[str, list[str]] = {}
-    for op in graph.ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op.name)
+    readers = graph.readers()
     ddr = DdrBytes(graph)
     plan = list(groups)
     chosen = 0

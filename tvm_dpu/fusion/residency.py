@@ -118,10 +118,7 @@ def with_residency(graph: Graph, arch: Arch, groups: list[Group],
     compiled together. Returns the plan and the number of resident chains in it."""
     owner = {n: g for g in groups for n in g.ops}
     producer = {t: op.name for op in graph.ops for t in op.outputs}
-    readers: dict[str, list[str]] = {}
-    for op in graph.ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op.name)
+    readers = graph.readers()
     plan = list(groups)
     chosen = 0
     for chain in linear_chains(graph):

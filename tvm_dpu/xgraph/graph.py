@@ -156,6 +156,14 @@ class Graph:
         """Tensor name -> the op that writes it."""
         return {t: op for op in self.ops for t in op.outputs}
 
+    def readers(self) -> dict[str, list[str]]:
+        """Tensor name -> the names of the ops that read it, in op order (a tensor nobody reads is absent)."""
+        out: dict[str, list[str]] = {}
+        for op in self.ops:
+            for t in op.inputs:
+                out.setdefault(t, []).append(op.name)
+        return out
+
     def extract(self, members: Sequence[str], name: str | None = None) -> "Graph":
         """The ops named in `members` as a graph of their own, in this graph's op order: feature maps they read
         but do not produce become its inputs (in first-use order), maps they produce that are read outside them
